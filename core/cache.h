@@ -1,0 +1,283 @@
+// PrefixCache: the whole of prefixd's state, behind one small interface.
+//
+// Per tenant and namespace it keeps a radix tree of token prefixes whose
+// edges carry the engine's KV block IDs (see docs/architecture.md). It answers
+// longest-prefix matches, adopts newly computed blocks, pins paths with
+// leases, and evicts least-recently-used blocks under a budget. Every block ID
+// an engine hands to Insert is, at any moment, either cached in exactly one
+// node or has been handed back exactly once (as redundant, evicted,
+// invalidated or reset); CheckInvariants() verifies that and the rest.
+//
+// Tenants are the isolation boundary: a call names its tenant (the server
+// takes it from the authenticated principal) and sees nothing of any other.
+//
+// Thread safety: all methods may be called concurrently. Each tenant has its
+// own mutex, so one tenant's calls never wait for another's, except for the
+// short exclusive section an Insert needs when the global budget is full and
+// blocks of other tenants must be evicted (docs/architecture.md, "Locking").
+#ifndef PREFIXD_CORE_CACHE_H_
+#define PREFIXD_CORE_CACHE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/block_index.h"
+#include "core/clock.h"
+#include "core/events.h"
+#include "core/types.h"
+
+namespace prefixd {
+
+class Tenant;
+
+struct TenantQuota {
+  uint64_t reserved_bytes = 0;  // others can never evict this tenant below it
+  uint64_t limit_bytes = std::numeric_limits<uint64_t>::max();  // hard cap
+};
+
+struct TenantSpec {
+  std::string name;
+  TenantQuota quota;
+};
+
+// Bounds on what one request or one tenant may use. Request sizes past a
+// limit are INVALID_ARGUMENT; counts of things kept (tenants, namespaces,
+// leases) past a limit are RESOURCE_EXHAUSTED. Messages name the limit.
+struct CacheLimits {
+  size_t max_tokens_per_request = 1 << 20;
+  size_t max_block_ids_per_request = 1 << 16;
+  size_t max_namespaces_per_tenant = 1024;
+  size_t max_tenants = 64;
+  size_t max_leases_per_tenant = 1 << 16;
+  size_t max_namespace_bytes = 128;
+  int64_t max_position = int64_t{1} << 32;  // position_offset + tokens
+  absl::Duration max_lease_ttl = absl::Hours(24);
+};
+
+struct CacheOptions {
+  int block_size = 16;                          // tokens per block
+  uint64_t block_bytes = 16 * 131072;           // KV bytes per block
+  uint64_t budget_bytes = uint64_t{4} << 30;    // KV bytes the cache may hold
+  RopeShift rope_shift = RopeShift::kDeny;
+  absl::Duration default_lease_ttl = absl::Seconds(300);
+  size_t events_per_tenant = 4096;              // size of each event ring
+  CacheLimits limits;
+  // Tenants known up front. Others are created on first use when
+  // dynamic_tenants is set (with default_quota), else PERMISSION_DENIED.
+  std::vector<TenantSpec> tenants;
+  bool dynamic_tenants = true;
+  TenantQuota default_quota;
+  Clock* clock = nullptr;  // nullptr: Clock::Real()
+  uint64_t seed = 0;       // lease-id generator seed; 0 = from the OS
+};
+
+// Which tenants a multi-tenant call (Evict, Invalidate, Reset, Stats,
+// events) may act on. The server builds it from the principal.
+struct TenantScope {
+  bool all = false;
+  std::vector<std::string> tenants;  // used when !all
+
+  static TenantScope All() { return {true, {}}; }
+  static TenantScope One(absl::string_view t) { return {false, {std::string(t)}}; }
+  bool Contains(absl::string_view tenant) const;
+};
+
+struct Segment {
+  std::vector<BlockId> block_ids;
+  int64_t cached_position = 0;  // absolute position of the first token as cached
+  int64_t rope_delta = 0;       // requested position - cached position
+};
+
+struct MatchRequest {
+  std::string ns;  // namespace (LoRA adapter, cache salt); "" is valid
+  absl::Span<const Token> tokens;
+  int64_t position_offset = 0;  // absolute position of tokens[0]
+  bool pin = false;
+  absl::Duration lease_ttl = absl::ZeroDuration();  // zero: the default
+};
+
+struct MatchResult {
+  uint64_t matched_tokens = 0;
+  std::vector<Segment> segments;
+  LeaseId lease_id = 0;  // 0 when !pin or nothing matched
+};
+
+struct InsertRequest {
+  std::string ns;
+  absl::Span<const Token> tokens;
+  absl::Span<const BlockId> block_ids;  // tokens.size() / block_size of them
+  int64_t position_offset = 0;
+  bool pin = false;
+  absl::Duration lease_ttl = absl::ZeroDuration();
+};
+
+struct InsertResult {
+  uint64_t cached_tokens = 0;               // leading tokens already present
+  std::vector<BlockId> redundant_block_ids;  // caller frees these
+  std::vector<BlockId> evicted_block_ids;    // caller frees these
+  LeaseId lease_id = 0;
+};
+
+struct TenantStats {
+  std::string tenant;
+  uint64_t reserved_bytes = 0;
+  uint64_t limit_bytes = 0;
+  uint64_t cached_blocks = 0;
+  uint64_t pinned_blocks = 0;
+  uint64_t tree_nodes = 0;
+  uint64_t namespaces = 0;
+  uint64_t active_leases = 0;
+  uint64_t match_requests = 0;
+  uint64_t match_tokens = 0;
+  uint64_t match_hit_tokens = 0;
+  uint64_t insert_requests = 0;
+  uint64_t inserted_blocks = 0;
+  uint64_t redundant_blocks = 0;
+  uint64_t lease_expired = 0;
+  std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
+};
+
+struct CacheStats {
+  int block_size = 0;
+  uint64_t block_bytes = 0;
+  uint64_t budget_bytes = 0;
+  uint64_t budget_blocks = 0;
+  uint64_t resident_blocks = 0;  // over all tenants, scoped call or not
+  std::vector<TenantStats> tenants;  // sorted by name
+};
+
+// One node of a tree, for the debug dump (pre-order, root excluded).
+struct DumpNode {
+  int depth = 0;  // 1 for children of the root
+  int64_t position = 0;
+  uint64_t stamp = 0;
+  int pins = 0;
+  std::vector<Token> tokens;
+  std::vector<BlockId> block_ids;
+};
+
+struct EventBatch {
+  std::vector<Event> events;
+  uint64_t next_sequence = 1;  // pass as from_sequence to continue
+  // True when events between from_sequence and events.front() were dropped
+  // from the ring: the reader must resynchronize (e.g. from a dump).
+  bool missed = false;
+};
+
+class PrefixCache {
+ public:
+  // Fails with INVALID_ARGUMENT on impossible options (block_size 0,
+  // reservations above the budget, ...), naming the values.
+  static absl::StatusOr<std::unique_ptr<PrefixCache>> Create(CacheOptions options);
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Longest whole-block prefix of req.tokens cached in (tenant, req.ns).
+  // Stamps the matched blocks as most recently used. With req.pin and a
+  // non-empty match, returns a lease that pins exactly the matched blocks.
+  absl::StatusOr<MatchResult> Match(absl::string_view tenant, const MatchRequest& req);
+
+  // Adopts req.block_ids for req.tokens (DESIGN.md section 4). On any error
+  // nothing changes.
+  absl::StatusOr<InsertResult> Insert(absl::string_view tenant, const InsertRequest& req);
+
+  // Ends a lease. NOT_FOUND for unknown, expired or another tenant's lease.
+  absl::Status Release(absl::string_view tenant, LeaseId lease);
+
+  // Renews every lease by its TTL and returns the time left for each. If any
+  // is unknown, NOT_FOUND naming it and no lease is renewed.
+  absl::StatusOr<std::vector<absl::Duration>> KeepAlive(absl::string_view tenant,
+                                                        absl::Span<const LeaseId> leases);
+
+  // Frees up to `blocks` unpinned blocks of the tenants in scope, least
+  // recently used first (tenants above their reservation before the others),
+  // and returns their IDs.
+  absl::StatusOr<std::vector<BlockId>> Evict(const TenantScope& scope, uint64_t blocks);
+
+  // Removes the nodes holding `block_ids` and everything below them; returns
+  // every removed ID. Leases on removed paths end. NOT_FOUND, changing
+  // nothing, if an ID is not cached by a tenant in scope.
+  absl::StatusOr<std::vector<BlockId>> Invalidate(const TenantScope& scope,
+                                                  absl::Span<const BlockId> block_ids);
+
+  // Drops every tree and lease of the tenants in scope; returns their IDs.
+  std::vector<BlockId> Reset(const TenantScope& scope);
+
+  // Expires leases whose TTL has passed (calls do this lazily for their own
+  // tenant; the server also calls it periodically). Returns how many ended.
+  size_t ExpireLeases();
+
+  CacheStats Stats(const TenantScope& scope) const;
+
+  // Events of one tenant with sequence >= from_sequence, at most max_events.
+  absl::StatusOr<EventBatch> ReadEvents(absl::string_view tenant, uint64_t from_sequence,
+                                        size_t max_events) const;
+
+  // The tree of (tenant, ns), pre-order. NOT_FOUND for an unknown tenant or
+  // namespace.
+  absl::StatusOr<std::vector<DumpNode>> Dump(absl::string_view tenant, absl::string_view ns) const;
+  // Namespaces that have a tree, sorted.
+  absl::StatusOr<std::vector<std::string>> Namespaces(absl::string_view tenant) const;
+
+  // Verifies every structural invariant (docs/architecture.md); returns
+  // INTERNAL describing the first violation. Takes every lock: for tests.
+  absl::Status CheckInvariants() const;
+
+  const CacheOptions& options() const { return options_; }
+  uint64_t budget_blocks() const { return budget_blocks_; }
+
+ private:
+  explicit PrefixCache(CacheOptions options);
+
+  absl::StatusOr<Tenant*> FindOrCreateTenant(absl::string_view name);
+  Tenant* FindTenant(absl::string_view name) const;
+  std::vector<Tenant*> TenantsIn(const TenantScope& scope) const;
+  std::vector<Tenant*> AllTenants() const;
+
+  absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req, bool exclusive,
+                                            bool* needs_exclusive);
+  // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
+  // below their reservation when respect_reserved. REQUIRES: every tenant's
+  // mutex held by the caller.
+  void EvictGlobal(const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
+                   EvictReason reason, std::vector<BlockId>* out);
+
+  LeaseId NewLeaseId();
+  uint64_t NextStamp() { return stamp_.fetch_add(1, std::memory_order_relaxed) + 1; }
+
+  const CacheOptions options_;
+  Clock* const clock_;
+  const uint64_t budget_blocks_;
+
+  BlockIndex index_;                       // block ID -> owning tenant and node
+  std::atomic<uint64_t> stamp_{0};         // logical recency clock
+  std::atomic<int64_t> resident_blocks_{0};  // cached blocks over all tenants
+
+  // Held (before any tenant mutex) by every call that locks more than one
+  // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.
+  mutable absl::Mutex exclusive_mu_ ABSL_ACQUIRED_BEFORE(tenants_mu_);
+  mutable absl::Mutex tenants_mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> tenants_ ABSL_GUARDED_BY(tenants_mu_);
+  std::vector<Tenant*> tenant_order_ ABSL_GUARDED_BY(tenants_mu_);  // creation order
+
+  absl::Mutex lease_rng_mu_;
+  uint64_t lease_rng_state_ ABSL_GUARDED_BY(lease_rng_mu_);
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CORE_CACHE_H_

@@ -1,0 +1,56 @@
+// The change log a tenant's watchers read: every state change appends an
+// Event with the next sequence number to a bounded ring. When the ring is
+// full the oldest event is dropped; a reader asking for it learns that it
+// missed events instead of silently skipping them.
+#ifndef PREFIXD_CORE_EVENTS_H_
+#define PREFIXD_CORE_EVENTS_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace prefixd {
+
+enum class EventType : int {
+  kBlockStored = 0,   // block_ids were adopted under parent_block_id
+  kBlockRemoved = 1,  // block_ids left the cache for `reason`
+  kCleared = 2,       // every tree of the tenant was dropped (Reset)
+};
+
+struct Event {
+  uint64_t sequence = 0;  // per tenant, from 1, no gaps
+  EventType type = EventType::kBlockStored;
+  std::string ns;
+  std::vector<BlockId> block_ids;
+  bool has_parent = false;    // kBlockStored: false when stored at the root
+  BlockId parent_block_id = 0;
+  int64_t position = 0;       // kBlockStored: position of the first block
+  EvictReason reason = EvictReason::kBudget;  // kBlockRemoved, kCleared
+};
+
+// Thread safety: none; the owning tenant's mutex guards it.
+class EventRing {
+ public:
+  explicit EventRing(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+
+  // Assigns the next sequence number and appends.
+  void Append(Event e);
+
+  // Events with sequence >= from, at most max. *missed is set when events in
+  // [from, first returned) were dropped. *next is where to continue.
+  std::vector<Event> Read(uint64_t from, size_t max, bool* missed, uint64_t* next) const;
+
+  uint64_t next_sequence() const { return next_; }
+
+ private:
+  size_t capacity_;
+  uint64_t next_ = 1;
+  std::deque<Event> ring_;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CORE_EVENTS_H_

@@ -2,7 +2,8 @@
 
 namespace prefixd {
 
-bool BlockIndex::ClaimAll(absl::Span<const BlockId> ids, uint32_t tenant, BlockId* taken) {
+bool BlockIndex::ClaimAll(absl::Span<const BlockId> ids, uint32_t tenant,
+                          BlockId* taken) {
   for (size_t i = 0; i < ids.size(); ++i) {
     bool inserted;
     {

@@ -20,8 +20,8 @@ namespace prefixd {
 struct Node;
 
 struct BlockOwner {
-  uint32_t tenant = 0;     // Tenant::index()
-  Node* node = nullptr;    // nullptr while claimed by an Insert in progress
+  uint32_t tenant = 0;   // Tenant::index()
+  Node* node = nullptr;  // nullptr while claimed by an Insert in progress
 };
 
 // Thread safety: every method is safe to call concurrently. A node pointer

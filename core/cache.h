@@ -68,12 +68,12 @@ struct CacheLimits {
 };
 
 struct CacheOptions {
-  int block_size = 16;                          // tokens per block
-  uint64_t block_bytes = 16 * 131072;           // KV bytes per block
-  uint64_t budget_bytes = uint64_t{4} << 30;    // KV bytes the cache may hold
+  int block_size = 16;                        // tokens per block
+  uint64_t block_bytes = 16 * 131072;         // KV bytes per block
+  uint64_t budget_bytes = uint64_t{4} << 30;  // KV bytes the cache may hold
   RopeShift rope_shift = RopeShift::kDeny;
   absl::Duration default_lease_ttl = absl::Seconds(300);
-  size_t events_per_tenant = 4096;              // size of each event ring
+  size_t events_per_tenant = 4096;  // size of each event ring
   CacheLimits limits;
   // Tenants known up front. Others are created on first use when
   // dynamic_tenants is set (with default_quota), else PERMISSION_DENIED.
@@ -91,14 +91,17 @@ struct TenantScope {
   std::vector<std::string> tenants;  // used when !all
 
   static TenantScope All() { return {true, {}}; }
-  static TenantScope One(absl::string_view t) { return {false, {std::string(t)}}; }
+  static TenantScope One(absl::string_view t) {
+    return {false, {std::string(t)}};
+  }
   bool Contains(absl::string_view tenant) const;
 };
 
 struct Segment {
   std::vector<BlockId> block_ids;
-  int64_t cached_position = 0;  // absolute position of the first token as cached
-  int64_t rope_delta = 0;       // requested position - cached position
+  int64_t cached_position =
+      0;                   // absolute position of the first token as cached
+  int64_t rope_delta = 0;  // requested position - cached position
 };
 
 struct MatchRequest {
@@ -125,7 +128,7 @@ struct InsertRequest {
 };
 
 struct InsertResult {
-  uint64_t cached_tokens = 0;               // leading tokens already present
+  uint64_t cached_tokens = 0;                // leading tokens already present
   std::vector<BlockId> redundant_block_ids;  // caller frees these
   std::vector<BlockId> evicted_block_ids;    // caller frees these
   LeaseId lease_id = 0;
@@ -155,7 +158,7 @@ struct CacheStats {
   uint64_t block_bytes = 0;
   uint64_t budget_bytes = 0;
   uint64_t budget_blocks = 0;
-  uint64_t resident_blocks = 0;  // over all tenants, scoped call or not
+  uint64_t resident_blocks = 0;      // cached blocks of the tenants in scope
   std::vector<TenantStats> tenants;  // sorted by name
 };
 
@@ -181,7 +184,8 @@ class PrefixCache {
  public:
   // Fails with INVALID_ARGUMENT on impossible options (block_size 0,
   // reservations above the budget, ...), naming the values.
-  static absl::StatusOr<std::unique_ptr<PrefixCache>> Create(CacheOptions options);
+  static absl::StatusOr<std::unique_ptr<PrefixCache>> Create(
+      CacheOptions options);
   ~PrefixCache();
   PrefixCache(const PrefixCache&) = delete;
   PrefixCache& operator=(const PrefixCache&) = delete;
@@ -189,30 +193,33 @@ class PrefixCache {
   // Longest whole-block prefix of req.tokens cached in (tenant, req.ns).
   // Stamps the matched blocks as most recently used. With req.pin and a
   // non-empty match, returns a lease that pins exactly the matched blocks.
-  absl::StatusOr<MatchResult> Match(absl::string_view tenant, const MatchRequest& req);
+  absl::StatusOr<MatchResult> Match(absl::string_view tenant,
+                                    const MatchRequest& req);
 
   // Adopts req.block_ids for req.tokens (DESIGN.md section 4). On any error
   // nothing changes.
-  absl::StatusOr<InsertResult> Insert(absl::string_view tenant, const InsertRequest& req);
+  absl::StatusOr<InsertResult> Insert(absl::string_view tenant,
+                                      const InsertRequest& req);
 
   // Ends a lease. NOT_FOUND for unknown, expired or another tenant's lease.
   absl::Status Release(absl::string_view tenant, LeaseId lease);
 
   // Renews every lease by its TTL and returns the time left for each. If any
   // is unknown, NOT_FOUND naming it and no lease is renewed.
-  absl::StatusOr<std::vector<absl::Duration>> KeepAlive(absl::string_view tenant,
-                                                        absl::Span<const LeaseId> leases);
+  absl::StatusOr<std::vector<absl::Duration>> KeepAlive(
+      absl::string_view tenant, absl::Span<const LeaseId> leases);
 
   // Frees up to `blocks` unpinned blocks of the tenants in scope, least
   // recently used first (tenants above their reservation before the others),
   // and returns their IDs.
-  absl::StatusOr<std::vector<BlockId>> Evict(const TenantScope& scope, uint64_t blocks);
+  absl::StatusOr<std::vector<BlockId>> Evict(const TenantScope& scope,
+                                             uint64_t blocks);
 
   // Removes the nodes holding `block_ids` and everything below them; returns
   // every removed ID. Leases on removed paths end. NOT_FOUND, changing
   // nothing, if an ID is not cached by a tenant in scope.
-  absl::StatusOr<std::vector<BlockId>> Invalidate(const TenantScope& scope,
-                                                  absl::Span<const BlockId> block_ids);
+  absl::StatusOr<std::vector<BlockId>> Invalidate(
+      const TenantScope& scope, absl::Span<const BlockId> block_ids);
 
   // Drops every tree and lease of the tenants in scope; returns their IDs.
   std::vector<BlockId> Reset(const TenantScope& scope);
@@ -224,14 +231,17 @@ class PrefixCache {
   CacheStats Stats(const TenantScope& scope) const;
 
   // Events of one tenant with sequence >= from_sequence, at most max_events.
-  absl::StatusOr<EventBatch> ReadEvents(absl::string_view tenant, uint64_t from_sequence,
+  absl::StatusOr<EventBatch> ReadEvents(absl::string_view tenant,
+                                        uint64_t from_sequence,
                                         size_t max_events) const;
 
   // The tree of (tenant, ns), pre-order. NOT_FOUND for an unknown tenant or
   // namespace.
-  absl::StatusOr<std::vector<DumpNode>> Dump(absl::string_view tenant, absl::string_view ns) const;
+  absl::StatusOr<std::vector<DumpNode>> Dump(absl::string_view tenant,
+                                             absl::string_view ns) const;
   // Namespaces that have a tree, sorted.
-  absl::StatusOr<std::vector<std::string>> Namespaces(absl::string_view tenant) const;
+  absl::StatusOr<std::vector<std::string>> Namespaces(
+      absl::string_view tenant) const;
 
   // Verifies every structural invariant (docs/architecture.md); returns
   // INTERNAL describing the first violation. Takes every lock: for tests.
@@ -248,34 +258,40 @@ class PrefixCache {
   std::vector<Tenant*> TenantsIn(const TenantScope& scope) const;
   std::vector<Tenant*> AllTenants() const;
 
-  absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req, bool exclusive,
+  // The body of Insert with t->mu held. `all` is null on the fast path
+  // (only t locked: sets *needs_exclusive if other tenants must give up
+  // blocks) and every tenant, all locked, in the exclusive section.
+  absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req,
+                                            const std::vector<Tenant*>* all,
                                             bool* needs_exclusive);
   // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
   // below their reservation when respect_reserved. REQUIRES: every tenant's
   // mutex held by the caller.
-  void EvictGlobal(const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
-                   EvictReason reason, std::vector<BlockId>* out);
+  void EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
+                   bool respect_reserved, EvictReason reason,
+                   std::vector<BlockId>* out);
 
-  LeaseId NewLeaseId();
-  uint64_t NextStamp() { return stamp_.fetch_add(1, std::memory_order_relaxed) + 1; }
+  uint64_t NextStamp() {
+    return stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
 
   const CacheOptions options_;
   Clock* const clock_;
   const uint64_t budget_blocks_;
 
-  BlockIndex index_;                       // block ID -> owning tenant and node
-  std::atomic<uint64_t> stamp_{0};         // logical recency clock
+  BlockIndex index_;                // block ID -> owning tenant and node
+  std::atomic<uint64_t> stamp_{0};  // logical recency clock
   std::atomic<int64_t> resident_blocks_{0};  // cached blocks over all tenants
 
   // Held (before any tenant mutex) by every call that locks more than one
   // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.
   mutable absl::Mutex exclusive_mu_ ABSL_ACQUIRED_BEFORE(tenants_mu_);
   mutable absl::Mutex tenants_mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> tenants_ ABSL_GUARDED_BY(tenants_mu_);
-  std::vector<Tenant*> tenant_order_ ABSL_GUARDED_BY(tenants_mu_);  // creation order
-
-  absl::Mutex lease_rng_mu_;
-  uint64_t lease_rng_state_ ABSL_GUARDED_BY(lease_rng_mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> tenants_
+      ABSL_GUARDED_BY(tenants_mu_);
+  std::vector<Tenant*> tenant_order_
+      ABSL_GUARDED_BY(tenants_mu_);  // creation order
+  uint64_t seed_;  // lease-id generators of new tenants derive from it
 };
 
 }  // namespace prefixd

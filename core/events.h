@@ -25,23 +25,25 @@ struct Event {
   EventType type = EventType::kBlockStored;
   std::string ns;
   std::vector<BlockId> block_ids;
-  bool has_parent = false;    // kBlockStored: false when stored at the root
+  bool has_parent = false;  // kBlockStored: false when stored at the root
   BlockId parent_block_id = 0;
-  int64_t position = 0;       // kBlockStored: position of the first block
+  int64_t position = 0;  // kBlockStored: position of the first block
   EvictReason reason = EvictReason::kBudget;  // kBlockRemoved, kCleared
 };
 
 // Thread safety: none; the owning tenant's mutex guards it.
 class EventRing {
  public:
-  explicit EventRing(size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
+  explicit EventRing(size_t capacity)
+      : capacity_(capacity == 0 ? 1 : capacity) {}
 
   // Assigns the next sequence number and appends.
   void Append(Event e);
 
   // Events with sequence >= from, at most max. *missed is set when events in
   // [from, first returned) were dropped. *next is where to continue.
-  std::vector<Event> Read(uint64_t from, size_t max, bool* missed, uint64_t* next) const;
+  std::vector<Event> Read(uint64_t from, size_t max, bool* missed,
+                          uint64_t* next) const;
 
   uint64_t next_sequence() const { return next_; }
 

@@ -1,0 +1,783 @@
+#include "core/cache.h"
+
+#include <algorithm>
+#include <optional>
+#include <random>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/radix_tree.h"
+#include "core/status_macros.h"
+#include "core/tenant.h"
+
+namespace prefixd {
+
+absl::string_view EvictReasonName(EvictReason reason) {
+  switch (reason) {
+    case EvictReason::kBudget:
+      return "budget";
+    case EvictReason::kLimit:
+      return "limit";
+    case EvictReason::kRequested:
+      return "requested";
+    case EvictReason::kInvalidated:
+      return "invalidated";
+    case EvictReason::kReset:
+      return "reset";
+  }
+  return "unknown";
+}
+
+bool TenantScope::Contains(absl::string_view tenant) const {
+  return all ||
+         std::find(tenants.begin(), tenants.end(), tenant) != tenants.end();
+}
+
+namespace {
+
+// At most `max` IDs, then "... (N in all)": error messages stay readable.
+std::string FormatIds(absl::Span<const BlockId> ids, size_t max = 8) {
+  std::string out =
+      absl::StrJoin(ids.subspan(0, std::min(max, ids.size())), ", ");
+  if (ids.size() > max)
+    absl::StrAppend(&out, ", ... (", ids.size(), " in all)");
+  return out;
+}
+
+// Names (tenants and namespaces) are printable ASCII without spaces, so they
+// can appear in logs, metrics labels and error messages unescaped.
+absl::Status ValidateName(absl::string_view what, absl::string_view name,
+                          size_t max_bytes, bool allow_empty) {
+  if (name.empty() && !allow_empty) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " is empty"));
+  }
+  if (name.size() > max_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s of %d bytes exceeds the limit of %d bytes", what,
+                        name.size(), max_bytes));
+  }
+  for (size_t i = 0; i < name.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s has byte 0x%02x at offset %d; allowed are "
+                          "printable ASCII characters without "
+                          "spaces",
+                          what, c, i));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePositions(int64_t offset, size_t tokens,
+                               const CacheLimits& limits) {
+  if (offset < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("position_offset %d is negative", offset));
+  }
+  if (offset > limits.max_position ||
+      static_cast<int64_t>(tokens) > limits.max_position - offset) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "position_offset %d + %d tokens exceeds max_position %d", offset,
+        tokens, limits.max_position));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTokens(absl::Span<const Token> tokens,
+                            const CacheLimits& limits) {
+  if (tokens.empty()) return absl::InvalidArgumentError("tokens is empty");
+  if (tokens.size() > limits.max_tokens_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d tokens exceed max_tokens_per_request %d",
+                        tokens.size(), limits.max_tokens_per_request));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
+                                        const CacheOptions& o) {
+  if (requested < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease_ttl ", absl::FormatDuration(requested), " is negative"));
+  }
+  if (requested > o.limits.max_lease_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "lease_ttl ", absl::FormatDuration(requested), " exceeds the limit of ",
+        absl::FormatDuration(o.limits.max_lease_ttl)));
+  }
+  return requested == absl::ZeroDuration() ? o.default_lease_ttl : requested;
+}
+
+// Locks a set of tenants for the length of a scope. Only holders of
+// exclusive_mu_ lock more than one tenant, so any order is deadlock-free.
+class TenantsLock {
+ public:
+  explicit TenantsLock(std::vector<Tenant*> tenants)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS : tenants_(std::move(tenants)) {
+    for (Tenant* t : tenants_) t->mu.Lock();
+  }
+  ~TenantsLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = tenants_.rbegin(); it != tenants_.rend(); ++it)
+      (*it)->mu.Unlock();
+  }
+  const std::vector<Tenant*>& tenants() const { return tenants_; }
+
+ private:
+  std::vector<Tenant*> tenants_;
+};
+
+uint64_t BlocksOf(uint64_t bytes, uint64_t block_bytes, uint64_t cap) {
+  return std::min(bytes / block_bytes, cap);
+}
+
+}  // namespace
+
+// --- Construction and tenants -----------------------------------------------
+
+absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
+    CacheOptions o) {
+  if (o.block_size < 1 || o.block_size > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block_size %d is outside [1, 65536]", o.block_size));
+  }
+  if (o.block_bytes == 0) return absl::InvalidArgumentError("block_bytes is 0");
+  if (o.budget_bytes / o.block_bytes == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv budget of %d bytes holds no block of %d bytes",
+                        o.budget_bytes, o.block_bytes));
+  }
+  if (o.events_per_tenant == 0)
+    return absl::InvalidArgumentError("events_per_tenant is 0");
+  if (o.default_lease_ttl <= absl::ZeroDuration() ||
+      o.default_lease_ttl > o.limits.max_lease_ttl) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "default lease ttl ", absl::FormatDuration(o.default_lease_ttl),
+        " is not in (0, ", absl::FormatDuration(o.limits.max_lease_ttl), "]"));
+  }
+  if (o.tenants.size() > o.limits.max_tenants) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d tenants configured, max_tenants is %d",
+                        o.tenants.size(), o.limits.max_tenants));
+  }
+  if (o.default_quota.reserved_bytes > o.default_quota.limit_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "default tenant quota reserves %d bytes above its limit of %d",
+        o.default_quota.reserved_bytes, o.default_quota.limit_bytes));
+  }
+  absl::flat_hash_set<std::string> names;
+  uint64_t reserved_total = 0;
+  for (const TenantSpec& t : o.tenants) {
+    RETURN_IF_ERROR(ValidateName(absl::StrCat("tenant name '", t.name, "'"),
+                                 t.name, o.limits.max_namespace_bytes,
+                                 /*allow_empty=*/false));
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tenant '", t.name, "' configured twice"));
+    }
+    if (t.quota.reserved_bytes > t.quota.limit_bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tenant '%s' reserves %d bytes, above its limit of %d bytes", t.name,
+          t.quota.reserved_bytes, t.quota.limit_bytes));
+    }
+    reserved_total += t.quota.reserved_bytes;
+  }
+  if (reserved_total > o.budget_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tenant reservations total %d bytes, above the budget of %d bytes",
+        reserved_total, o.budget_bytes));
+  }
+  return std::unique_ptr<PrefixCache>(new PrefixCache(std::move(o)));
+}
+
+PrefixCache::PrefixCache(CacheOptions options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+      budget_blocks_(options_.budget_bytes / options_.block_bytes),
+      seed_(options_.seed != 0 ? options_.seed
+                               : (uint64_t{std::random_device{}()} << 32) ^
+                                     std::random_device{}()) {
+  absl::MutexLock lock(&tenants_mu_);
+  for (const TenantSpec& spec : options_.tenants) {
+    const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
+    auto t = std::make_unique<Tenant>(
+        spec.name, i,
+        BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
+                 budget_blocks_),
+        BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
+        options_, &index_, seed_ ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+    tenant_order_.push_back(t.get());
+    tenants_[spec.name] = std::move(t);
+  }
+}
+
+PrefixCache::~PrefixCache() = default;
+
+Tenant* PrefixCache::FindTenant(absl::string_view name) const {
+  absl::ReaderMutexLock lock(&tenants_mu_);
+  auto it = tenants_.find(name);
+  return it == tenants_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
+    absl::string_view name) {
+  if (Tenant* t = FindTenant(name)) return t;
+  RETURN_IF_ERROR(ValidateName(absl::StrCat("tenant name '", name, "'"), name,
+                               options_.limits.max_namespace_bytes,
+                               /*allow_empty=*/false));
+  if (!options_.dynamic_tenants) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("tenant '", name, "' is not configured"));
+  }
+  absl::MutexLock lock(&tenants_mu_);
+  auto it = tenants_.find(name);
+  if (it != tenants_.end()) return it->second.get();
+  if (tenants_.size() >= options_.limits.max_tenants) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("tenant '%s' cannot be created: max_tenants %d reached",
+                        name, options_.limits.max_tenants));
+  }
+  const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
+  auto t = std::make_unique<Tenant>(
+      std::string(name), i,
+      BlocksOf(options_.default_quota.reserved_bytes, options_.block_bytes,
+               budget_blocks_),
+      BlocksOf(options_.default_quota.limit_bytes, options_.block_bytes,
+               budget_blocks_),
+      options_, &index_, seed_ ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+  Tenant* raw = t.get();
+  tenant_order_.push_back(raw);
+  tenants_[std::string(name)] = std::move(t);
+  return raw;
+}
+
+std::vector<Tenant*> PrefixCache::AllTenants() const {
+  absl::ReaderMutexLock lock(&tenants_mu_);
+  return tenant_order_;
+}
+
+std::vector<Tenant*> PrefixCache::TenantsIn(const TenantScope& scope) const {
+  std::vector<Tenant*> out;
+  for (Tenant* t : AllTenants()) {
+    if (scope.Contains(t->name())) out.push_back(t);
+  }
+  return out;
+}
+
+// --- Match
+// --------------------------------------------------------------------
+
+absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
+                                               const MatchRequest& req) {
+  const CacheLimits& limits = options_.limits;
+  RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
+  RETURN_IF_ERROR(
+      ValidateName("namespace", req.ns, limits.max_namespace_bytes, true));
+  RETURN_IF_ERROR(
+      ValidatePositions(req.position_offset, req.tokens.size(), limits));
+  ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
+  ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
+
+  absl::MutexLock lock(&t->mu);
+  const absl::Time now = clock_->Now();
+  t->ExpireLeases(now);
+  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
+        t->name(), t->num_leases()));
+  }
+  TenantStats& c = t->counters();
+  ++c.match_requests;
+  c.match_tokens += req.tokens.size();
+
+  MatchResult result;
+  Tree* tree = t->FindTree(req.ns);
+  if (tree == nullptr) return result;
+  const std::vector<WalkStep> steps =
+      Walk(*tree, req.tokens, req.position_offset,
+           options_.rope_shift == RopeShift::kDeny);
+  if (steps.empty()) return result;
+
+  const size_t bs = options_.block_size;
+  size_t matched_blocks = 0;
+  for (const WalkStep& s : steps) {
+    const int64_t requested =
+        req.position_offset + static_cast<int64_t>(s.first_block * bs);
+    const int64_t delta = requested - s.node->position;
+    if (result.segments.empty() || result.segments.back().rope_delta != delta) {
+      result.segments.push_back(Segment{{}, s.node->position, delta});
+    }
+    auto& ids = result.segments.back().block_ids;
+    ids.insert(ids.end(), s.node->block_ids.begin(),
+               s.node->block_ids.begin() + s.blocks);
+    matched_blocks += s.blocks;
+  }
+  Node* end = steps.back().node;
+  if (steps.back().blocks < end->num_blocks())
+    end = t->SplitAt(end, steps.back().blocks);
+  t->TouchPath(end, NextStamp());
+  result.matched_tokens = matched_blocks * bs;
+  c.match_hit_tokens += result.matched_tokens;
+  if (req.pin) result.lease_id = t->AddLease(end, ttl, now);
+  return result;
+}
+
+// --- Insert
+// -------------------------------------------------------------------
+
+absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
+                                                 const InsertRequest& req) {
+  const CacheLimits& limits = options_.limits;
+  const size_t bs = options_.block_size;
+  RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
+  if (req.tokens.size() % bs != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d tokens are not a whole number of blocks of %d",
+                        req.tokens.size(), bs));
+  }
+  if (req.block_ids.size() != req.tokens.size() / bs) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d block_ids for %d tokens; block_size %d needs %d",
+        req.block_ids.size(), req.tokens.size(), bs, req.tokens.size() / bs));
+  }
+  if (req.block_ids.size() > limits.max_block_ids_per_request) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d block_ids exceed max_block_ids_per_request %d",
+        req.block_ids.size(), limits.max_block_ids_per_request));
+  }
+  {
+    absl::flat_hash_map<BlockId, size_t> seen;
+    for (size_t i = 0; i < req.block_ids.size(); ++i) {
+      auto [it, inserted] = seen.try_emplace(req.block_ids[i], i);
+      if (!inserted) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "block id %d appears twice in block_ids (at %d and %d)",
+            req.block_ids[i], it->second, i));
+      }
+    }
+  }
+  RETURN_IF_ERROR(
+      ValidateName("namespace", req.ns, limits.max_namespace_bytes, true));
+  RETURN_IF_ERROR(
+      ValidatePositions(req.position_offset, req.tokens.size(), limits));
+  RETURN_IF_ERROR(LeaseTtl(req.lease_ttl, options_).status());
+  ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
+
+  bool needs_exclusive = false;
+  {
+    absl::MutexLock lock(&t->mu);
+    auto result = InsertLocked(t, req, /*all=*/nullptr, &needs_exclusive);
+    if (!needs_exclusive) return result;
+  }
+  // The global budget is full: evicting other tenants' blocks needs them all.
+  absl::MutexLock exclusive(&exclusive_mu_);
+  absl::ReaderMutexLock tenants(&tenants_mu_);
+  TenantsLock all(tenant_order_);
+  const absl::Time now = clock_->Now();
+  for (Tenant* u : all.tenants()) u->ExpireLeases(now);
+  return InsertLocked(t, req, &all.tenants(), &needs_exclusive);
+}
+
+absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
+    Tenant* t, const InsertRequest& req, const std::vector<Tenant*>* all,
+    bool* needs_exclusive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool exclusive = all != nullptr;
+  const CacheLimits& limits = options_.limits;
+  const size_t bs = options_.block_size;
+  const absl::Time now = clock_->Now();
+  t->ExpireLeases(now);
+  ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
+
+  Tree* tree = t->FindTree(req.ns);
+  if (tree == nullptr && t->num_trees() >= limits.max_namespaces_per_tenant) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tenant '%s' has %d namespaces, the limit max_namespaces_per_tenant",
+        t->name(), t->num_trees()));
+  }
+  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
+        t->name(), t->num_leases()));
+  }
+
+  // Which leading blocks are cached, and which of the caller's IDs are
+  // confirmed (the very ID cached there) or redundant (another ID).
+  const std::vector<WalkStep> steps =
+      tree != nullptr ? Walk(*tree, req.tokens, req.position_offset, false)
+                      : std::vector<WalkStep>{};
+  const size_t nblocks = req.block_ids.size();
+  size_t cached = 0;
+  uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
+  std::vector<BlockId> redundant, claim;
+  for (const WalkStep& s : steps) {
+    for (size_t j = 0; j < s.blocks; ++j) {
+      const BlockId want = req.block_ids[s.first_block + j];
+      if (want != s.node->block_ids[j]) redundant.push_back(want);
+    }
+    cached += s.blocks;
+    if (s.node->pins == 0) protected_blocks += s.blocks;
+  }
+  const size_t n_new = nblocks - cached;
+  claim = redundant;
+  claim.insert(claim.end(), req.block_ids.begin() + cached,
+               req.block_ids.end());
+  for (BlockId id : claim) {
+    if (index_.Contains(id)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("block id %d is already cached", id));
+    }
+  }
+  BlockId taken = 0;
+  if (!index_.ClaimAll(claim, t->index(), &taken)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("block id %d is already cached", taken));
+  }
+
+  // Budget. Own limit first: a tenant over its limit evicts its own blocks.
+  const uint64_t evictable_own = t->unpinned_blocks() - protected_blocks;
+  const uint64_t after = t->cached_blocks() + n_new;
+  const uint64_t need_own =
+      after > t->limit_blocks() ? after - t->limit_blocks() : 0;
+  if (need_own > evictable_own) {
+    index_.Erase(claim);
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("tenant '%s' limit is %d blocks: it caches %d (%d "
+                        "pinned), this insert adds %d, and only "
+                        "%d can be evicted",
+                        t->name(), t->limit_blocks(), t->cached_blocks(),
+                        t->pinned_blocks(), n_new, evictable_own));
+  }
+  const int64_t net =
+      static_cast<int64_t>(n_new) - static_cast<int64_t>(need_own);
+  const int64_t budget = static_cast<int64_t>(budget_blocks_);
+  uint64_t need_global = 0;
+  if (!exclusive) {
+    if (net > 0) {
+      const int64_t before = resident_blocks_.fetch_add(net);
+      if (before + net > budget) {
+        resident_blocks_.fetch_sub(net);
+        index_.Erase(claim);
+        *needs_exclusive = true;
+        return absl::AbortedError("needs the exclusive section");
+      }
+    }
+  } else {
+    const int64_t resident = resident_blocks_.load();
+    need_global = resident + net > budget
+                      ? static_cast<uint64_t>(resident + net - budget)
+                      : 0;
+    uint64_t available = 0, pinned = 0;
+    for (Tenant* u : *all) {
+      uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
+      pinned += u->pinned_blocks();
+      if (u == t) {  // after this insert's own evictions, with its path guarded
+        unpinned -= protected_blocks + need_own;
+        have = have + n_new - need_own;
+      }
+      if (have > u->reserved_blocks())
+        available += std::min(unpinned, have - u->reserved_blocks());
+    }
+    if (need_global > available) {
+      index_.Erase(claim);
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("budget is %d blocks: %d cached (%d pinned), this "
+                          "insert adds %d, and only %d can be "
+                          "evicted from tenants above their reservation",
+                          budget_blocks_, resident, pinned, n_new, available));
+    }
+  }
+
+  // Nothing can fail from here on.
+  if (tree == nullptr) tree = t->GetOrCreateTree(req.ns);
+  Node* end = &tree->root;
+  if (!steps.empty()) {
+    end = steps.back().node;
+    if (steps.back().blocks < end->num_blocks())
+      end = t->SplitAt(end, steps.back().blocks);
+  }
+  const uint64_t stamp = NextStamp();
+  t->TouchPath(end, stamp);
+  if (n_new > 0) {
+    const int64_t position =
+        req.position_offset + static_cast<int64_t>(cached * bs);
+    Node* parent = end;
+    end = t->Attach(parent, req.tokens.subspan(cached * bs),
+                    req.block_ids.subspan(cached), position, stamp);
+    t->LogStored(*tree,
+                 cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
+                            : std::nullopt,
+                 req.block_ids.subspan(cached), position);
+  }
+  // The guard pin keeps this insert's own path out of the victims.
+  t->PinPath(end, +1);
+  InsertResult result;
+  for (uint64_t i = 0; i < need_own; ++i) {
+    result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
+  }
+  if (need_global > 0) {
+    EvictGlobal(*all, need_global, /*respect_reserved=*/true,
+                EvictReason::kBudget, &result.evicted_block_ids);
+    resident_blocks_.fetch_add(
+        static_cast<int64_t>(n_new) -
+        static_cast<int64_t>(result.evicted_block_ids.size()));
+  } else if (exclusive) {
+    resident_blocks_.fetch_add(net);
+  } else if (net < 0) {
+    resident_blocks_.fetch_add(net);
+  }
+  if (req.pin) result.lease_id = t->AddLease(end, ttl, now);
+  t->PinPath(end, -1);
+  index_.Erase(redundant);
+  t->FlushRemovals();
+
+  TenantStats& c = t->counters();
+  ++c.insert_requests;
+  c.inserted_blocks += n_new;
+  c.redundant_blocks += redundant.size();
+  result.cached_tokens = cached * bs;
+  result.redundant_block_ids = std::move(redundant);
+  return result;
+}
+
+void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
+                              bool respect_reserved, EvictReason reason,
+                              std::vector<BlockId>* out)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  for (uint64_t done = 0; done < n; ++done) {
+    Tenant* victim = nullptr;
+    uint64_t oldest = 0;
+    for (Tenant* u : from) {
+      const uint64_t stamp = u->OldestEvictableStamp();
+      if (stamp == 0) continue;
+      if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
+        continue;
+      if (victim == nullptr || stamp < oldest) {
+        victim = u;
+        oldest = stamp;
+      }
+    }
+    if (victim == nullptr) break;
+    out->push_back(victim->EvictOne(reason));
+  }
+  for (Tenant* u : from) u->FlushRemovals();
+}
+
+// --- Leases
+// -------------------------------------------------------------------
+
+absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
+  Tenant* t = FindTenant(tenant);
+  const auto not_found = absl::NotFoundError(absl::StrFormat(
+      "lease %016x not found (never issued, expired or released)", lease));
+  if (t == nullptr) return not_found;
+  absl::MutexLock lock(&t->mu);
+  t->ExpireLeases(clock_->Now());
+  if (!t->EndLease(lease)) return not_found;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
+    absl::string_view tenant, absl::Span<const LeaseId> leases) {
+  if (leases.empty()) return absl::InvalidArgumentError("lease_ids is empty");
+  if (leases.size() > options_.limits.max_leases_per_tenant) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d lease_ids exceed max_leases_per_tenant %d",
+                        leases.size(), options_.limits.max_leases_per_tenant));
+  }
+  Tenant* t = FindTenant(tenant);
+  auto not_found = [](LeaseId id) {
+    return absl::NotFoundError(absl::StrFormat(
+        "lease %016x not found (never issued, expired or released)", id));
+  };
+  if (t == nullptr) return not_found(leases[0]);
+  absl::MutexLock lock(&t->mu);
+  const absl::Time now = clock_->Now();
+  t->ExpireLeases(now);
+  for (LeaseId id : leases) {
+    if (t->FindLease(id) == nullptr) return not_found(id);
+  }
+  std::vector<absl::Duration> out;
+  for (LeaseId id : leases) {
+    t->RenewLease(id, now);
+    out.push_back(t->FindLease(id)->ttl);
+  }
+  return out;
+}
+
+size_t PrefixCache::ExpireLeases() {
+  size_t n = 0;
+  const absl::Time now = clock_->Now();
+  for (Tenant* t : AllTenants()) {
+    absl::MutexLock lock(&t->mu);
+    n += t->ExpireLeases(now);
+  }
+  return n;
+}
+
+// --- Evict, Invalidate, Reset
+// -----------------------------------------------------
+
+absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
+    const TenantScope& scope, uint64_t blocks) {
+  if (blocks == 0)
+    return absl::InvalidArgumentError("blocks is 0; evict at least 1 block");
+  if (blocks > options_.limits.max_block_ids_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("blocks %d exceeds max_block_ids_per_request %d",
+                        blocks, options_.limits.max_block_ids_per_request));
+  }
+  absl::MutexLock exclusive(&exclusive_mu_);
+  TenantsLock locked(TenantsIn(scope));
+  const absl::Time now = clock_->Now();
+  for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
+  std::vector<BlockId> out;
+  // Tenants above their reservation give first; the rest only if needed.
+  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, &out);
+  if (out.size() < blocks) {
+    EvictGlobal(locked.tenants(), blocks - out.size(), false,
+                EvictReason::kRequested, &out);
+  }
+  resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
+  return out;
+}
+
+absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
+    const TenantScope& scope,
+    absl::Span<const BlockId> block_ids) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (block_ids.empty())
+    return absl::InvalidArgumentError("block_ids is empty");
+  if (block_ids.size() > options_.limits.max_block_ids_per_request) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d block_ids exceed max_block_ids_per_request %d", block_ids.size(),
+        options_.limits.max_block_ids_per_request));
+  }
+  absl::MutexLock exclusive(&exclusive_mu_);
+  TenantsLock locked(TenantsIn(scope));
+  absl::flat_hash_map<uint32_t, Tenant*> by_index;
+  for (Tenant* t : locked.tenants()) by_index[t->index()] = t;
+
+  std::vector<BlockId> unknown;
+  for (BlockId id : block_ids) {
+    auto owner = index_.Find(id);
+    if (!owner || owner->node == nullptr || !by_index.contains(owner->tenant)) {
+      unknown.push_back(id);
+    }
+  }
+  if (!unknown.empty()) {
+    return absl::NotFoundError(
+        absl::StrFormat("%d of %d block ids are not cached: %s", unknown.size(),
+                        block_ids.size(), FormatIds(unknown)));
+  }
+  std::vector<BlockId> removed;
+  for (BlockId id : block_ids) {
+    auto owner = index_.Find(id);
+    if (!owner) continue;  // already gone with an ancestor listed earlier
+    Tenant* t = by_index[owner->tenant];
+    Node* node = owner->node;
+    const size_t j =
+        std::find(node->block_ids.begin(), node->block_ids.end(), id) -
+        node->block_ids.begin();
+    if (j > 0)
+      t->SplitAt(node, j);  // `node` keeps the tail that starts at `id`
+    t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
+  }
+  for (Tenant* t : locked.tenants()) t->FlushRemovals();
+  resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
+  return removed;
+}
+
+std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
+  absl::MutexLock exclusive(&exclusive_mu_);
+  TenantsLock locked(TenantsIn(scope));
+  std::vector<BlockId> removed;
+  for (Tenant* t : locked.tenants()) t->Clear(&removed);
+  resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
+  return removed;
+}
+
+// --- Reading
+// ------------------------------------------------------------------
+
+CacheStats PrefixCache::Stats(const TenantScope& scope) const {
+  CacheStats s;
+  s.block_size = options_.block_size;
+  s.block_bytes = options_.block_bytes;
+  s.budget_bytes = options_.budget_bytes;
+  s.budget_blocks = budget_blocks_;
+  for (Tenant* t : TenantsIn(scope)) {
+    absl::MutexLock lock(&t->mu);
+    s.tenants.push_back(t->Stats(options_.block_bytes));
+    s.resident_blocks += t->cached_blocks();
+  }
+  std::sort(s.tenants.begin(), s.tenants.end(),
+            [](const TenantStats& a, const TenantStats& b) {
+              return a.tenant < b.tenant;
+            });
+  return s;
+}
+
+absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
+                                                   uint64_t from_sequence,
+                                                   size_t max_events) const {
+  EventBatch batch;
+  Tenant* t = FindTenant(tenant);
+  if (t == nullptr) return batch;  // exactly what a tenant with no events sees
+  absl::MutexLock lock(&t->mu);
+  batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
+                                  &batch.next_sequence);
+  return batch;
+}
+
+absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(
+    absl::string_view tenant, absl::string_view ns) const {
+  Tenant* t = FindTenant(tenant);
+  if (t != nullptr) {
+    absl::MutexLock lock(&t->mu);
+    if (const Tree* tree = t->FindTree(ns)) return t->Dump(*tree);
+  }
+  return absl::NotFoundError(
+      absl::StrCat("namespace '", ns, "' has no cached blocks"));
+}
+
+absl::StatusOr<std::vector<std::string>> PrefixCache::Namespaces(
+    absl::string_view tenant) const {
+  Tenant* t = FindTenant(tenant);
+  if (t == nullptr) return std::vector<std::string>{};
+  absl::MutexLock lock(&t->mu);
+  return t->Namespaces();
+}
+
+absl::Status PrefixCache::CheckInvariants() const {
+  absl::MutexLock exclusive(&exclusive_mu_);
+  absl::ReaderMutexLock tenants(&tenants_mu_);
+  TenantsLock all(tenant_order_);
+  uint64_t cached = 0, pinned = 0;
+  std::string error;
+  for (const Tenant* t : all.tenants()) {
+    if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
+    cached += t->cached_blocks();
+    pinned += t->pinned_blocks();
+  }
+  if (static_cast<int64_t>(cached) != resident_blocks_.load()) {
+    return absl::InternalError(
+        absl::StrFormat("resident count %d, trees hold %d blocks",
+                        resident_blocks_.load(), cached));
+  }
+  // Every indexed ID is cached exactly once: the trees found each at its
+  // node, and nothing else (no claim of a finished call) is left behind.
+  if (index_.size() != cached) {
+    return absl::InternalError(absl::StrFormat(
+        "block index holds %d ids, trees hold %d", index_.size(), cached));
+  }
+  if (cached > budget_blocks_ && pinned <= budget_blocks_) {
+    return absl::InternalError(
+        absl::StrFormat("%d blocks cached over a budget of %d (%d pinned)",
+                        cached, budget_blocks_, pinned));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace prefixd

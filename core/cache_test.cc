@@ -1,0 +1,590 @@
+#include "core/cache.h"
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+
+std::vector<Token> Range(Token from, Token to) {  // [from, to]
+  std::vector<Token> v(to - from + 1);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+std::vector<BlockId> MatchedIds(const MatchResult& r) {
+  std::vector<BlockId> ids;
+  for (const Segment& s : r.segments)
+    ids.insert(ids.end(), s.block_ids.begin(), s.block_ids.end());
+  return ids;
+}
+
+class CacheTest : public ::testing::Test {
+ protected:
+  // Byte sizes are block counts here: block_bytes 1.
+  void Init(int block_size, uint64_t budget_blocks,
+            std::vector<TenantSpec> tenants = {},
+            RopeShift shift = RopeShift::kAllow) {
+    CacheOptions o;
+    o.block_size = block_size;
+    o.block_bytes = 1;
+    o.budget_bytes = budget_blocks;
+    o.rope_shift = shift;
+    o.tenants = std::move(tenants);
+    o.clock = &clock_;
+    o.seed = 42;
+    o.default_lease_ttl = absl::Seconds(10);
+    auto c = PrefixCache::Create(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cache_ = std::move(c).value();
+  }
+
+  MatchResult Match(std::vector<Token> tokens, int64_t offset = 0,
+                    bool pin = false, absl::string_view tenant = "a") {
+    MatchRequest req;
+    req.tokens = tokens;
+    req.position_offset = offset;
+    req.pin = pin;
+    auto r = cache_->Match(tenant, req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    Check();
+    return r.ok() ? *r : MatchResult{};
+  }
+
+  absl::StatusOr<InsertResult> TryInsert(std::vector<Token> tokens,
+                                         std::vector<BlockId> ids,
+                                         int64_t offset = 0, bool pin = false,
+                                         absl::string_view tenant = "a") {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.position_offset = offset;
+    req.pin = pin;
+    auto r = cache_->Insert(tenant, req);
+    Check();
+    return r;
+  }
+
+  InsertResult Insert(std::vector<Token> tokens, std::vector<BlockId> ids,
+                      int64_t offset = 0, bool pin = false,
+                      absl::string_view tenant = "a") {
+    auto r = TryInsert(std::move(tokens), std::move(ids), offset, pin, tenant);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : InsertResult{};
+  }
+
+  std::vector<BlockId> Evict(uint64_t n) {
+    auto r = cache_->Evict(TenantScope::All(), n);
+    EXPECT_TRUE(r.ok()) << r.status();
+    Check();
+    return r.ok() ? *r : std::vector<BlockId>{};
+  }
+
+  void Check() {
+    absl::Status s = cache_->CheckInvariants();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
+  // Everything observable about one tenant, to prove a rejected call
+  // changed nothing.
+  std::string Snapshot(absl::string_view tenant = "a") {
+    std::string out;
+    auto stats = cache_->Stats(TenantScope::One(tenant));
+    for (const auto& t : stats.tenants) {
+      absl::StrAppend(&out, t.tenant, " cached=", t.cached_blocks,
+                      " pinned=", t.pinned_blocks, " nodes=", t.tree_nodes,
+                      " leases=", t.active_leases, "\n");
+    }
+    auto namespaces = cache_->Namespaces(tenant);
+    for (const auto& ns : *namespaces) {
+      const std::vector<DumpNode> dump =
+          cache_->Dump(tenant, ns).value_or(std::vector<DumpNode>{});
+      for (const DumpNode& n : dump) {
+        absl::StrAppend(&out, ns, " d", n.depth, " p", n.position, " s",
+                        n.stamp, " pins", n.pins, " [",
+                        absl::StrJoin(n.block_ids, ","), "]\n");
+      }
+    }
+    return out;
+  }
+
+  ManualClock clock_;
+  std::unique_ptr<PrefixCache> cache_;
+};
+
+// Issue tests 1-4, block_size 1.
+TEST_F(CacheTest, EmptyCacheMatchesNothingAndInsertAdoptsAll) {
+  Init(1, 100);
+  EXPECT_EQ(Match({1, 2, 3}).matched_tokens, 0);
+  InsertResult r = Insert({1, 2, 3}, {10, 20, 30});
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_THAT(r.redundant_block_ids, IsEmpty());
+  EXPECT_THAT(r.evicted_block_ids, IsEmpty());
+}
+
+TEST_F(CacheTest, MatchReturnsTheCachedPrefix) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {10, 20, 30});
+  MatchResult m = Match({1, 2, 3});
+  EXPECT_EQ(m.matched_tokens, 3);
+  EXPECT_THAT(MatchedIds(m), ElementsAre(10, 20, 30));
+  EXPECT_THAT(MatchedIds(Match({1, 2})), ElementsAre(10, 20));
+}
+
+TEST_F(CacheTest, SecondInsertWithOtherIdsIsRedundant) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {10, 20, 30});
+  InsertResult r = Insert({1, 2, 3}, {11, 21, 31});
+  EXPECT_EQ(r.cached_tokens, 3);
+  EXPECT_THAT(r.redundant_block_ids, ElementsAre(11, 21, 31));
+  EXPECT_THAT(MatchedIds(Match({1, 2, 3})), ElementsAre(10, 20, 30));
+}
+
+TEST_F(CacheTest, DivergingInsertKeepsCachedIdsAndConfirmsRepeats) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {10, 20, 30});
+  InsertResult r = Insert({1, 2, 4, 5}, {12, 22, 40, 50});
+  EXPECT_EQ(r.cached_tokens, 2);
+  EXPECT_THAT(r.redundant_block_ids, ElementsAre(12, 22));
+  MatchResult m = Match({1, 2, 4, 5, 6});
+  EXPECT_EQ(m.matched_tokens, 4);
+  EXPECT_THAT(MatchedIds(m), ElementsAre(10, 20, 40, 50));
+  EXPECT_EQ(Match({1, 2, 3, 4}).matched_tokens, 3);
+  // As an engine does after a Match: pass the cached IDs back.
+  r = Insert({1, 2, 4, 5}, {10, 20, 40, 50});
+  EXPECT_EQ(r.cached_tokens, 4);
+  EXPECT_THAT(r.redundant_block_ids, IsEmpty());
+}
+
+// Issue test 5.
+TEST_F(CacheTest, OnlyWholeBlocksMatch) {
+  Init(4, 100);
+  Insert(Range(1, 8), {100, 200});
+  EXPECT_EQ(Match(Range(1, 7)).matched_tokens, 4);
+  EXPECT_EQ(Match({1, 2, 3}).matched_tokens, 0);
+  InsertResult r = Insert({1, 2, 3, 4, 5, 6, 9, 10}, {101, 201});
+  EXPECT_EQ(r.cached_tokens, 4);
+  EXPECT_THAT(r.redundant_block_ids, ElementsAre(101));
+}
+
+TEST_F(CacheTest, InsertRejectsPartialBlocksAndCountMismatch) {
+  Init(4, 100);
+  auto r = TryInsert(Range(1, 6), {1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("6 tokens are not a whole number of blocks of 4"));
+  r = TryInsert(Range(1, 8), {1});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("1 block_ids for 8 tokens"));
+  EXPECT_EQ(Snapshot(), "");
+}
+
+// Issue test 6.
+TEST_F(CacheTest, EvictionIsLeastRecentlyUsed) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2});
+  Insert({3, 4}, {3, 4});
+  EXPECT_THAT(Evict(2), ElementsAre(2, 1));  // tail first
+}
+
+TEST_F(CacheTest, MatchRefreshesRecency) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2});
+  Insert({3, 4}, {3, 4});
+  Match({1, 2});
+  EXPECT_THAT(Evict(2), ElementsAre(4, 3));
+}
+
+TEST_F(CacheTest, PartialMatchOnlyRefreshesTheMatchedBlocks) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {1, 2, 3});
+  Insert({7}, {7});
+  Match({1});  // [1] is now newer than [7]; [2 3] are older
+  EXPECT_THAT(Evict(4), ElementsAre(3, 2, 7, 1));
+}
+
+// Issue test 7.
+TEST_F(CacheTest, PinnedPathSurvivesEvictUntilReleased) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2});
+  MatchResult m = Match({1, 2}, 0, /*pin=*/true);
+  ASSERT_NE(m.lease_id, 0);
+  Insert({1, 3}, {5, 3});  // sibling of 2, newer, unpinned
+  EXPECT_THAT(Evict(10), ElementsAre(3));
+  ASSERT_TRUE(cache_->Release("a", m.lease_id).ok());
+  Check();
+  // Once the leaf [2] goes, its parent [1] becomes an evictable leaf.
+  EXPECT_THAT(Evict(10), ElementsAre(2, 1));
+}
+
+TEST_F(CacheTest, LeasePinsExactlyTheMatchedBlocks) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {1, 2, 3});
+  MatchResult m = Match({1}, 0, /*pin=*/true);
+  EXPECT_THAT(Evict(10), ElementsAre(3, 2));
+  EXPECT_EQ(cache_->Stats(TenantScope::All()).tenants[0].pinned_blocks, 1);
+  ASSERT_TRUE(cache_->Release("a", m.lease_id).ok());
+  EXPECT_THAT(Evict(10), ElementsAre(1));
+}
+
+// Issue test 8.
+TEST_F(CacheTest, EverythingPinnedEvictsNothing) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2}, 0, /*pin=*/true);
+  Insert({3}, {3}, 0, /*pin=*/true);
+  EXPECT_THAT(Evict(5), IsEmpty());
+}
+
+// Issue test 9.
+TEST_F(CacheTest, InsertPastBudgetEvictsLeastRecentlyUsed) {
+  Init(1, 4);
+  Insert({1, 2}, {1, 2});
+  Insert({3, 4}, {3, 4});
+  InsertResult r = Insert({5, 6}, {5, 6});
+  EXPECT_THAT(r.evicted_block_ids, ElementsAre(2, 1));
+  EXPECT_EQ(Match({1}).matched_tokens, 0);
+  EXPECT_EQ(Match({3, 4}).matched_tokens, 2);
+}
+
+TEST_F(CacheTest, InsertIntoABudgetFullOfPinsIsRefusedAndChangesNothing) {
+  Init(1, 4);
+  Insert({1, 2}, {1, 2}, 0, true);
+  Insert({3, 4}, {3, 4}, 0, true);
+  const std::string before = Snapshot();
+  auto r = TryInsert({5}, {5});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("limit is 4 blocks: it caches 4 (4 pinned)"));
+  r = TryInsert({5}, {5}, 0, false, "b");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("budget is 4 blocks: 4 cached (4 pinned)"));
+  EXPECT_EQ(Snapshot(), before);
+  EXPECT_EQ(Snapshot("b"), "b cached=0 pinned=0 nodes=0 leases=0\n");
+  // The refused ID was not kept: it can be inserted once there is room.
+  EXPECT_THAT(Evict(1), IsEmpty());
+}
+
+TEST_F(CacheTest, InsertNeverEvictsItsOwnPath) {
+  Init(1, 3);
+  Insert({1, 2, 3}, {1, 2, 3});
+  // Extends the only path; the path itself may not make room.
+  auto r = TryInsert({1, 2, 3, 4}, {1, 2, 3, 4});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  // A sibling path can take the old tail's place.
+  InsertResult ok = Insert({1, 5}, {1, 5});
+  EXPECT_THAT(ok.evicted_block_ids, ElementsAre(3));
+}
+
+// Issue test 10.
+TEST_F(CacheTest, CachedOrRepeatedIdsAreRejected) {
+  Init(1, 100);
+  Insert({1, 2}, {10, 20});
+  Insert({9}, {90}, 0, false, "b");
+  const std::string before = Snapshot() + Snapshot("b");
+  auto r = TryInsert({5, 6}, {7, 7});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("block id 7 appears twice"));
+  r = TryInsert({5, 6}, {8, 20});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("block id 20 is already cached"));
+  r = TryInsert({5}, {90});  // cached by another tenant
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("block id 90 is already cached"));
+  r = TryInsert({1, 3}, {90, 30});  // a redundant ID must not be cached either
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Snapshot() + Snapshot("b"), before);
+}
+
+// Issue test 11.
+TEST_F(CacheTest, TenantsSeeOnlyTheirOwnBlocks) {
+  Init(1, 100);
+  Insert({1, 2, 3}, {10, 20, 30}, 0, false, "a");
+  EXPECT_EQ(Match({1, 2, 3}, 0, false, "b").matched_tokens, 0);
+  InsertResult r = Insert({1, 2, 3}, {11, 21, 31}, 0, false, "b");
+  EXPECT_EQ(r.cached_tokens, 0);
+  EXPECT_THAT(MatchedIds(Match({1, 2, 3}, 0, false, "b")),
+              ElementsAre(11, 21, 31));
+  EXPECT_THAT(MatchedIds(Match({1, 2, 3}, 0, false, "a")),
+              ElementsAre(10, 20, 30));
+}
+
+TEST_F(CacheTest, NamespacesAreSeparateTrees) {
+  Init(1, 100);
+  InsertRequest req;
+  std::vector<Token> tokens{1, 2};
+  std::vector<BlockId> ids{1, 2};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.ns = "lora-a";
+  ASSERT_TRUE(cache_->Insert("a", req).ok());
+  EXPECT_EQ(Match({1, 2}).matched_tokens, 0);  // default namespace
+  MatchRequest m;
+  m.tokens = tokens;
+  m.ns = "lora-a";
+  EXPECT_EQ(cache_->Match("a", m)->matched_tokens, 2);
+}
+
+// Issue test 12.
+TEST_F(CacheTest, TenantOverItsLimitEvictsItsOwnBlocks) {
+  Init(1, 100, {{"a", {0, 3}}, {"b", {0, 100}}});
+  Insert({50}, {50}, 0, false, "b");  // older than all of a's blocks
+  Insert({1, 2}, {1, 2});
+  InsertResult r = Insert({3, 4}, {3, 4});
+  EXPECT_THAT(r.evicted_block_ids, ElementsAre(2));  // a's own LRU, not b's
+  EXPECT_EQ(cache_->Stats(TenantScope::One("a")).tenants[0].evicted_blocks[1],
+            1);
+  EXPECT_EQ(Match({50}, 0, false, "b").matched_tokens, 1);
+}
+
+TEST_F(CacheTest, ReservationSurvivesAnotherTenantsFlood) {
+  Init(1, 10, {{"a", {4, 10}}, {"b", {0, 10}}});
+  Insert({1, 2, 3, 4}, {1, 2, 3, 4});  // a: exactly its reservation
+  for (BlockId i = 0; i < 50; ++i) {
+    Insert({1000 + static_cast<Token>(i)}, {100 + i}, 0, false, "b");
+  }
+  EXPECT_EQ(Match({1, 2, 3, 4}).matched_tokens, 4);
+  EXPECT_EQ(cache_->Stats(TenantScope::One("b")).tenants[0].cached_blocks, 6);
+}
+
+TEST_F(CacheTest, BorrowedBlocksAboveTheReservationAreFairGame) {
+  Init(1, 6, {{"a", {2, 6}}, {"b", {0, 6}}});
+  Insert({1, 2, 3, 4}, {1, 2, 3, 4});  // a borrows 2 above its reservation of 2
+  InsertResult r = Insert({7, 8, 9, 10}, {7, 8, 9, 10}, 0, false, "b");
+  EXPECT_THAT(r.evicted_block_ids, ElementsAre(4, 3));
+  EXPECT_EQ(Match({1, 2, 3, 4}).matched_tokens, 2);
+  EXPECT_EQ(cache_->Stats(TenantScope::One("a")).tenants[0].evicted_blocks[0],
+            2);
+}
+
+// Issue test 13.
+TEST_F(CacheTest, LeasesExpireOnTheInjectedClock) {
+  Init(1, 100);
+  InsertResult r = Insert({1, 2}, {1, 2}, 0, /*pin=*/true);
+  ASSERT_NE(r.lease_id, 0);
+  clock_.Advance(absl::Seconds(9));
+  auto kept = cache_->KeepAlive("a", {r.lease_id});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_THAT(*kept, ElementsAre(absl::Seconds(10)));
+  clock_.Advance(absl::Seconds(9));
+  EXPECT_THAT(Evict(5), IsEmpty());  // renewed: still pinned
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_EQ(cache_->ExpireLeases(), 1);
+  EXPECT_EQ(cache_->Stats(TenantScope::All()).tenants[0].lease_expired, 1);
+  EXPECT_THAT(Evict(5), ElementsAre(2, 1));
+  EXPECT_EQ(cache_->Release("a", r.lease_id).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CacheTest, SecondReleaseAndForeignLeasesAreNotFound) {
+  Init(1, 100);
+  MatchResult none = Match({1}, 0, true);
+  EXPECT_EQ(none.lease_id, 0);  // nothing matched, nothing to pin
+  InsertResult r = Insert({1}, {1}, 0, true);
+  EXPECT_EQ(cache_->Release("b", r.lease_id).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(cache_->KeepAlive("b", {r.lease_id}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cache_->Release("a", r.lease_id).ok());
+  absl::Status again = cache_->Release("a", r.lease_id);
+  EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(again.message(), HasSubstr(absl::StrFormat("%016x", r.lease_id)));
+}
+
+TEST_F(CacheTest, KeepAliveWithOneUnknownLeaseRenewsNone) {
+  Init(1, 100);
+  InsertResult r = Insert({1}, {1}, 0, true);
+  clock_.Advance(absl::Seconds(8));
+  EXPECT_EQ(cache_->KeepAlive("a", {r.lease_id, 12345}).status().code(),
+            absl::StatusCode::kNotFound);
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_EQ(cache_->ExpireLeases(), 1);  // not renewed
+}
+
+// Issue test 14.
+TEST_F(CacheTest, InvalidateRemovesTheBlockAndEverythingBelow) {
+  Init(1, 100);
+  Insert({1, 2, 3, 4}, {1, 2, 3, 4});
+  Insert({1, 2, 3, 9}, {1, 2, 3, 9});
+  MatchResult lease = Match({1, 2, 3, 4}, 0, true);
+  MatchResult outside = Match({1}, 0, true);
+  auto removed = cache_->Invalidate(TenantScope::All(), {2});
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  Check();
+  EXPECT_THAT(*removed, UnorderedElementsAre(2, 3, 4, 9));
+  EXPECT_THAT(MatchedIds(Match({1, 2, 3, 4})), ElementsAre(1));
+  EXPECT_EQ(cache_->Release("a", lease.lease_id).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(cache_->Release("a", outside.lease_id).ok());
+}
+
+TEST_F(CacheTest, InvalidateOfUnknownIdsChangesNothing) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2});
+  Insert({5}, {5}, 0, false, "b");
+  const std::string before = Snapshot();
+  auto r = cache_->Invalidate(TenantScope::One("a"), {1, 77, 5});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("2 of 3 block ids are not cached: 77, 5"));
+  EXPECT_EQ(Snapshot(), before);
+}
+
+TEST_F(CacheTest, ResetDropsTheScopedTenantsOnly) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2}, 0, true);
+  Insert({1, 2}, {3, 4}, 0, false, "b");
+  EXPECT_THAT(cache_->Reset(TenantScope::One("a")), UnorderedElementsAre(1, 2));
+  Check();
+  EXPECT_EQ(Match({1, 2}).matched_tokens, 0);
+  EXPECT_EQ(Match({1, 2}, 0, false, "b").matched_tokens, 2);
+  EXPECT_THAT(cache_->Reset(TenantScope::All()), UnorderedElementsAre(3, 4));
+}
+
+// Issue test 15.
+TEST_F(CacheTest, RopeDeltasFormSegments) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2}, /*offset=*/0);
+  MatchResult m = Match({1, 2}, /*offset=*/100);
+  ASSERT_EQ(m.segments.size(), 1);
+  EXPECT_EQ(m.segments[0].rope_delta, 100);
+  EXPECT_EQ(m.segments[0].cached_position, 0);
+  // A child computed at offset 100: [1 2] at 0..1, [3 4] at 102..103.
+  Insert({1, 2, 3, 4}, {1, 2, 3, 4}, /*offset=*/100);
+  m = Match({1, 2, 3, 4}, /*offset=*/50);
+  ASSERT_EQ(m.segments.size(), 2);
+  EXPECT_THAT(m.segments[0].block_ids, ElementsAre(1, 2));
+  EXPECT_EQ(m.segments[0].rope_delta, 50);
+  EXPECT_THAT(m.segments[1].block_ids, ElementsAre(3, 4));
+  EXPECT_EQ(m.segments[1].cached_position, 102);
+  EXPECT_EQ(m.segments[1].rope_delta, -50);
+}
+
+TEST_F(CacheTest, RopeDenyStopsAtTheFirstShiftedBlock) {
+  Init(1, 100, {}, RopeShift::kDeny);
+  Insert({1, 2}, {1, 2}, 0);
+  Insert({1, 2, 3, 4}, {1, 2, 3, 4}, 100);
+  EXPECT_EQ(Match({1, 2}, 100).matched_tokens, 0);
+  MatchResult m = Match({1, 2, 3, 4}, 0);
+  EXPECT_EQ(m.matched_tokens, 2);
+  ASSERT_EQ(m.segments.size(), 1);
+  EXPECT_EQ(m.segments[0].rope_delta, 0);
+}
+
+TEST_F(CacheTest, BadRequestsNameTheirValues) {
+  Init(4, 100);
+  MatchRequest m;
+  EXPECT_THAT(cache_->Match("a", m).status().message(),
+              HasSubstr("tokens is empty"));
+  std::vector<Token> t = Range(1, 4);
+  m.tokens = t;
+  m.position_offset = -3;
+  EXPECT_THAT(cache_->Match("a", m).status().message(),
+              HasSubstr("position_offset -3"));
+  m.position_offset = int64_t{1} << 40;
+  EXPECT_THAT(cache_->Match("a", m).status().message(),
+              HasSubstr("exceeds max_position"));
+  m.position_offset = 0;
+  m.ns = std::string(200, 'x');
+  EXPECT_THAT(cache_->Match("a", m).status().message(), HasSubstr("200 bytes"));
+  m.ns = "bad\nname";
+  EXPECT_THAT(cache_->Match("a", m).status().message(),
+              HasSubstr("0x0a at offset 3"));
+  m.ns = "";
+  m.lease_ttl = absl::Hours(100);
+  EXPECT_THAT(cache_->Match("a", m).status().message(),
+              HasSubstr("exceeds the limit"));
+  EXPECT_THAT(cache_->Evict(TenantScope::All(), 0).status().message(),
+              HasSubstr("blocks is 0"));
+  EXPECT_EQ(
+      cache_->Evict(TenantScope::All(), uint64_t{1} << 40).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Snapshot(), "");
+}
+
+TEST_F(CacheTest, UnknownTenantsAreRefusedWithoutDynamicTenants) {
+  CacheOptions o;
+  o.block_size = 1;
+  o.block_bytes = 1;
+  o.budget_bytes = 10;
+  o.dynamic_tenants = false;
+  o.tenants = {{"acme", {}}};
+  auto c = PrefixCache::Create(o);
+  ASSERT_TRUE(c.ok());
+  MatchRequest m;
+  std::vector<Token> t{1};
+  m.tokens = t;
+  auto r = (*c)->Match("other", m);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(r.status().message(), HasSubstr("'other'"));
+  EXPECT_TRUE((*c)->Match("acme", m).ok());
+}
+
+TEST_F(CacheTest, CreateRejectsImpossibleOptions) {
+  CacheOptions o;
+  o.block_bytes = 1000;
+  o.budget_bytes = 999;
+  EXPECT_THAT(PrefixCache::Create(o).status().message(),
+              HasSubstr("999 bytes holds no block"));
+  o.budget_bytes = 10000;
+  o.tenants = {{"a", {6000, 10000}}, {"b", {6000, 10000}}};
+  EXPECT_THAT(PrefixCache::Create(o).status().message(),
+              HasSubstr("total 12000 bytes"));
+  o.tenants = {{"a", {2, 1}}};
+  EXPECT_THAT(PrefixCache::Create(o).status().message(),
+              HasSubstr("above its limit"));
+}
+
+TEST_F(CacheTest, EventsRecordStoresAndRemovals) {
+  Init(1, 100);
+  Insert({1, 2}, {1, 2});
+  Insert({1, 2, 3}, {1, 2, 3});
+  Evict(1);
+  cache_->Reset(TenantScope::All());
+  auto batch = cache_->ReadEvents("a", 1, 100);
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(batch->events.size(), 4);
+  EXPECT_FALSE(batch->missed);
+  EXPECT_EQ(batch->events[0].type, EventType::kBlockStored);
+  EXPECT_THAT(batch->events[0].block_ids, ElementsAre(1, 2));
+  EXPECT_FALSE(batch->events[0].has_parent);
+  EXPECT_THAT(batch->events[1].block_ids, ElementsAre(3));
+  EXPECT_EQ(batch->events[1].parent_block_id, 2);
+  EXPECT_EQ(batch->events[2].type, EventType::kBlockRemoved);
+  EXPECT_EQ(batch->events[2].reason, EvictReason::kRequested);
+  EXPECT_EQ(batch->events[3].type, EventType::kCleared);
+  EXPECT_EQ(batch->next_sequence, 5);
+  // Another tenant sees nothing of it.
+  EXPECT_TRUE(cache_->ReadEvents("b", 1, 100)->events.empty());
+}
+
+TEST_F(CacheTest, StatsCountHitsAndInserts) {
+  Init(4, 100);
+  Insert(Range(1, 8), {1, 2});
+  Match(Range(1, 10));  // 10 tokens asked, 8 hit
+  Insert(Range(1, 8), {7, 8});
+  TenantStats s = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(s.match_requests, 1);
+  EXPECT_EQ(s.match_tokens, 10);
+  EXPECT_EQ(s.match_hit_tokens, 8);
+  EXPECT_EQ(s.insert_requests, 2);
+  EXPECT_EQ(s.inserted_blocks, 2);
+  EXPECT_EQ(s.redundant_blocks, 2);
+  EXPECT_EQ(s.cached_blocks, 2);
+  EXPECT_EQ(s.tree_nodes, 1);
+}
+
+}  // namespace
+}  // namespace prefixd

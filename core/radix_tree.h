@@ -1,0 +1,126 @@
+// The radix tree of one (tenant, namespace): nodes, edges and child lookup.
+//
+// Every edge holds whole blocks: `tokens` is a multiple of block_size long and
+// `block_ids[i]` names the KV slot of tokens [i*bs, (i+1)*bs). Children are
+// keyed by their first block's tokens, so at most one child starts with any
+// given block. A chain of single children is stored as one node (rax-style
+// compression); a node is split only at a block boundary, where a match ends
+// or an insert diverges:
+//
+//   before: root -> [A B C]           Match [A B] splits after B:
+//   after:  root -> [A B] -> [C]      [A B] gets the match's stamp, [C] keeps
+//                                     its older one and stays the LRU leaf.
+//
+// The tree knows nothing of budgets, leases or locking: Tenant (tenant.h)
+// owns trees and keeps their bookkeeping.
+#ifndef PREFIXD_CORE_RADIX_TREE_H_
+#define PREFIXD_CORE_RADIX_TREE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
+#include "core/types.h"
+
+namespace prefixd {
+
+struct Node;
+struct Tree;
+
+// A lookup key: the tokens of one block and their hash.
+struct BlockKey {
+  absl::Span<const Token> tokens;
+  size_t hash;
+};
+BlockKey MakeBlockKey(absl::Span<const Token> block);
+
+// Child sets hash a node by its first block; lookups use a BlockKey.
+struct ChildHash {
+  using is_transparent = void;
+  size_t operator()(const std::unique_ptr<Node>& n) const;
+  size_t operator()(const BlockKey& k) const { return k.hash; }
+};
+struct ChildEq {
+  using is_transparent = void;
+  bool operator()(const std::unique_ptr<Node>& a,
+                  const std::unique_ptr<Node>& b) const;
+  bool operator()(const std::unique_ptr<Node>& a, const BlockKey& k) const;
+  bool operator()(const BlockKey& k, const std::unique_ptr<Node>& a) const {
+    return (*this)(a, k);
+  }
+};
+using ChildSet = absl::flat_hash_set<std::unique_ptr<Node>, ChildHash, ChildEq>;
+
+struct Node {
+  Tree* tree = nullptr;
+  Node* parent = nullptr;  // nullptr for the root
+  std::vector<Token> tokens;
+  std::vector<BlockId> block_ids;
+  int64_t position = 0;  // absolute position tokens[0] was computed at
+  uint64_t stamp = 0;    // recency: the logical time of the last touch
+  int32_t pins =
+      0;  // leases (and in-flight inserts) whose path runs through here
+  bool in_lru = false;  // in the tenant's evictable-leaf set
+  int block_size = 0;
+  size_t key_hash =
+      0;  // hash of the first block (children of the parent are keyed by it)
+  ChildSet children;
+
+  bool is_root() const { return parent == nullptr; }
+  size_t num_blocks() const { return block_ids.size(); }
+  absl::Span<const Token> block(size_t i) const {
+    return absl::MakeConstSpan(tokens).subspan(i * block_size, block_size);
+  }
+  int64_t end_position() const {
+    return position + static_cast<int64_t>(tokens.size());
+  }
+  // A node is evictable from its tail when nothing hangs below it and no
+  // lease pins it.
+  bool evictable() const { return !is_root() && children.empty() && pins == 0; }
+
+  Node* FindChild(absl::Span<const Token> first_block) const;
+  void RehashKey() { key_hash = MakeBlockKey(block(0)).hash; }
+};
+
+struct Tree {
+  Tree(std::string ns_, int block_size) : ns(std::move(ns_)) {
+    root.tree = this;
+    root.block_size = block_size;
+  }
+  std::string ns;
+  Node root;
+  uint64_t nodes = 0;  // excluding the root
+  uint64_t blocks = 0;
+};
+
+// One step of a walk from the root: `blocks` leading blocks of `node` matched
+// the query from query block index `first_block` on.
+struct WalkStep {
+  Node* node;
+  size_t blocks;
+  size_t first_block;
+};
+
+// Follows whole blocks of `tokens` (tokens.size() / block_size of them) from
+// the root. When `stop_at_position_change` is set (RoPE DENY), the walk stops
+// before any node whose cached position differs from the requested one,
+// taking `position_offset` as the position of tokens[0].
+std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
+                           int64_t position_offset,
+                           bool stop_at_position_change);
+
+// Pre-order visit of every node below (not including) `from`.
+template <typename F>
+void ForEachBelow(const Node& from, F&& f, int depth = 1) {
+  for (const auto& child : from.children) {
+    f(*child, depth);
+    ForEachBelow(*child, f, depth + 1);
+  }
+}
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CORE_RADIX_TREE_H_

@@ -1,0 +1,478 @@
+#include "core/tenant.h"
+
+#include <algorithm>
+#include <cassert>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace prefixd {
+namespace {
+
+uint64_t SplitMix64(uint64_t* state) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Tenant::Tenant(std::string name, uint32_t tenant_index,
+               uint64_t reserved_blocks, uint64_t limit_blocks,
+               const CacheOptions& options, BlockIndex* block_index,
+               uint64_t rng_seed)
+    : name_(std::move(name)),
+      index_(tenant_index),
+      reserved_blocks_(reserved_blocks),
+      limit_blocks_(limit_blocks),
+      block_size_(options.block_size),
+      block_index_(block_index),
+      rng_state_(rng_seed),
+      events_(options.events_per_tenant) {
+  counters_.tenant = name_;
+}
+
+Tenant::~Tenant() = default;
+
+Tree* Tenant::FindTree(absl::string_view ns) const {
+  auto it = trees_.find(ns);
+  return it == trees_.end() ? nullptr : it->second.get();
+}
+
+Tree* Tenant::GetOrCreateTree(absl::string_view ns) {
+  auto& slot = trees_[ns];
+  if (slot == nullptr)
+    slot = std::make_unique<Tree>(std::string(ns), block_size_);
+  return slot.get();
+}
+
+// --- The evictable-leaf set -------------------------------------------------
+
+void Tenant::LruErase(Node* n) {
+  if (!n->in_lru) return;
+  lru_.erase({n->stamp, n});
+  n->in_lru = false;
+}
+
+void Tenant::SyncLru(Node* n) {
+  if (n->is_root()) return;
+  const bool want = n->evictable();
+  if (want == n->in_lru) return;
+  if (want) {
+    lru_.insert({n->stamp, n});
+  } else {
+    lru_.erase({n->stamp, n});
+  }
+  n->in_lru = want;
+}
+
+void Tenant::TouchPath(Node* end, uint64_t stamp) {
+  for (Node* n = end; !n->is_root(); n = n->parent) {
+    const bool was = n->in_lru;
+    LruErase(n);
+    n->stamp = stamp;
+    if (was) SyncLru(n);
+  }
+}
+
+void Tenant::PinPath(Node* end, int delta) {
+  for (Node* n = end; !n->is_root(); n = n->parent) {
+    const int32_t before = n->pins;
+    n->pins += delta;
+    assert(n->pins >= 0);
+    if (before == 0 && n->pins > 0) pinned_blocks_ += n->num_blocks();
+    if (before > 0 && n->pins == 0) pinned_blocks_ -= n->num_blocks();
+    SyncLru(n);
+  }
+}
+
+// --- Structural changes -----------------------------------------------------
+
+//   parent -> [b0 .. bk-1 | bk .. bm-1] -> children
+// becomes
+//   parent -> head [b0 .. bk-1] -> node [bk .. bm-1] -> children
+// `node` keeps its identity (so leases ending at it and its LRU entry stay
+// valid); the head is new and inherits stamp and pins.
+Node* Tenant::SplitAt(Node* node, size_t blocks) {
+  assert(blocks > 0 && blocks < node->num_blocks());
+  Node* parent = node->parent;
+  auto handle = parent->children.extract(MakeBlockKey(node->block(0)));
+  assert(!handle.empty());
+  std::unique_ptr<Node> owned = std::move(handle.value());
+
+  auto head = std::make_unique<Node>();
+  const size_t split_tokens = blocks * block_size_;
+  head->tree = node->tree;
+  head->parent = parent;
+  head->block_size = block_size_;
+  head->tokens.assign(node->tokens.begin(),
+                      node->tokens.begin() + split_tokens);
+  head->block_ids.assign(node->block_ids.begin(),
+                         node->block_ids.begin() + blocks);
+  head->position = node->position;
+  head->stamp = node->stamp;
+  head->pins = node->pins;
+  head->key_hash = node->key_hash;
+
+  node->tokens.erase(node->tokens.begin(), node->tokens.begin() + split_tokens);
+  node->block_ids.erase(node->block_ids.begin(),
+                        node->block_ids.begin() + blocks);
+  node->position += static_cast<int64_t>(split_tokens);
+  node->RehashKey();
+  node->parent = head.get();
+
+  Node* h = head.get();
+  block_index_->SetNode(h->block_ids, h);
+  h->children.insert(std::move(owned));
+  parent->children.insert(std::move(head));
+  ++nodes_;
+  ++h->tree->nodes;
+  return h;
+}
+
+Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
+                     absl::Span<const BlockId> ids, int64_t position,
+                     uint64_t stamp) {
+  Node* target;
+  if (!parent->is_root() && parent->children.empty() && parent->pins == 0 &&
+      parent->end_position() == position) {
+    // Extending a leaf keeps chains of single children in one node.
+    target = parent;
+    target->tokens.insert(target->tokens.end(), tokens.begin(), tokens.end());
+    target->block_ids.insert(target->block_ids.end(), ids.begin(), ids.end());
+  } else {
+    auto child = std::make_unique<Node>();
+    child->tree = parent->tree;
+    child->parent = parent;
+    child->block_size = block_size_;
+    child->tokens.assign(tokens.begin(), tokens.end());
+    child->block_ids.assign(ids.begin(), ids.end());
+    child->position = position;
+    child->RehashKey();
+    target = child.get();
+    parent->children.insert(std::move(child));
+    ++nodes_;
+    ++parent->tree->nodes;
+    SyncLru(parent);
+  }
+  target->tree->blocks += ids.size();
+  cached_blocks_ += ids.size();
+  block_index_->SetNode(ids, target);
+  LruErase(target);
+  target->stamp = stamp;
+  SyncLru(target);
+  return target;
+}
+
+void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
+  if (pending_removals_.empty() || pending_removals_.back().tree != tree ||
+      pending_removals_.back().reason != reason) {
+    pending_removals_.push_back({tree, tree->ns, reason, {}});
+  }
+  pending_removals_.back().ids.push_back(id);
+  ++counters_.evicted_blocks[static_cast<int>(reason)];
+}
+
+BlockId Tenant::EvictOne(EvictReason reason) {
+  assert(!lru_.empty());
+  Node* n = lru_.begin()->second;
+  Tree* tree = n->tree;
+  const BlockId id = n->block_ids.back();
+  block_index_->Erase(id);
+  --cached_blocks_;
+  --tree->blocks;
+  NoteRemoved(tree, id, reason);
+  if (n->num_blocks() > 1) {
+    n->block_ids.pop_back();
+    n->tokens.resize(n->tokens.size() - block_size_);
+    return id;
+  }
+  // The last block of the node: the node itself goes.
+  LruErase(n);
+  Node* parent = n->parent;
+  auto handle = parent->children.extract(MakeBlockKey(n->block(0)));
+  assert(!handle.empty());
+  --nodes_;
+  --tree->nodes;
+  SyncLru(parent);
+  if (parent->is_root()) maybe_empty_.push_back(tree->ns);
+  return id;
+}
+
+void Tenant::RemoveSubtree(Node* node, EvictReason reason,
+                           std::vector<BlockId>* removed) {
+  // End the leases whose path runs through the subtree.
+  absl::flat_hash_set<const Node*> doomed;
+  doomed.insert(node);
+  ForEachBelow(*node, [&](const Node& n, int) { doomed.insert(&n); });
+  std::vector<LeaseId> ending;
+  for (const auto& [id, lease] : leases_) {
+    if (doomed.contains(lease.end)) ending.push_back(id);
+  }
+  for (LeaseId id : ending) EndLease(id);
+
+  Tree* tree = node->tree;
+  auto remove_one = [&](Node& n) {
+    LruErase(&n);
+    for (BlockId id : n.block_ids) {
+      removed->push_back(id);
+      NoteRemoved(tree, id, reason);
+    }
+    block_index_->Erase(n.block_ids);
+    cached_blocks_ -= n.num_blocks();
+    tree->blocks -= n.num_blocks();
+    --nodes_;
+    --tree->nodes;
+  };
+  remove_one(*node);
+  ForEachBelow(*node,
+               [&](const Node& n, int) { remove_one(const_cast<Node&>(n)); });
+
+  Node* parent = node->parent;
+  auto handle = parent->children.extract(MakeBlockKey(node->block(0)));
+  assert(!handle.empty());
+  SyncLru(parent);
+  if (parent->is_root()) maybe_empty_.push_back(tree->ns);
+}
+
+void Tenant::Clear(std::vector<BlockId>* removed) {
+  for (auto& [ns, tree] : trees_) {
+    ForEachBelow(tree->root, [&](const Node& n, int) {
+      removed->insert(removed->end(), n.block_ids.begin(), n.block_ids.end());
+      block_index_->Erase(n.block_ids);
+    });
+  }
+  counters_.evicted_blocks[static_cast<int>(EvictReason::kReset)] +=
+      cached_blocks_;
+  trees_.clear();
+  lru_.clear();
+  leases_.clear();
+  lease_expiry_.clear();
+  pending_removals_.clear();
+  maybe_empty_.clear();
+  cached_blocks_ = pinned_blocks_ = nodes_ = 0;
+  Event e;
+  e.type = EventType::kCleared;
+  e.reason = EvictReason::kReset;
+  events_.Append(std::move(e));
+}
+
+void Tenant::DropTreeIfEmpty(const std::string& ns) {
+  auto it = trees_.find(ns);
+  if (it != trees_.end() && it->second->root.children.empty()) trees_.erase(it);
+}
+
+// --- Leases -----------------------------------------------------------------
+
+LeaseId Tenant::NextLeaseId() {
+  LeaseId id;
+  do {
+    id = SplitMix64(&rng_state_);
+  } while (id == 0 || leases_.contains(id));
+  return id;
+}
+
+LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
+  const LeaseId id = NextLeaseId();
+  PinPath(end, +1);
+  leases_[id] = Lease{end, ttl, now + ttl};
+  lease_expiry_.insert({now + ttl, id});
+  return id;
+}
+
+Lease* Tenant::FindLease(LeaseId id) {
+  auto it = leases_.find(id);
+  return it == leases_.end() ? nullptr : &it->second;
+}
+
+bool Tenant::EndLease(LeaseId id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return false;
+  PinPath(it->second.end, -1);
+  lease_expiry_.erase({it->second.expiry, id});
+  leases_.erase(it);
+  return true;
+}
+
+void Tenant::RenewLease(LeaseId id, absl::Time now) {
+  Lease& lease = leases_.at(id);
+  lease_expiry_.erase({lease.expiry, id});
+  lease.expiry = now + lease.ttl;
+  lease_expiry_.insert({lease.expiry, id});
+}
+
+size_t Tenant::ExpireLeases(absl::Time now) {
+  size_t n = 0;
+  while (!lease_expiry_.empty() && lease_expiry_.begin()->first <= now) {
+    EndLease(lease_expiry_.begin()->second);
+    ++n;
+  }
+  counters_.lease_expired += n;
+  return n;
+}
+
+// --- Events -----------------------------------------------------------------
+
+void Tenant::LogStored(const Tree& tree, std::optional<BlockId> parent,
+                       absl::Span<const BlockId> ids, int64_t position) {
+  Event e;
+  e.type = EventType::kBlockStored;
+  e.ns = tree.ns;
+  e.block_ids.assign(ids.begin(), ids.end());
+  e.position = position;
+  e.has_parent = parent.has_value();
+  e.parent_block_id = parent.value_or(0);
+  events_.Append(std::move(e));
+}
+
+void Tenant::FlushRemovals() {
+  for (PendingRemoval& p : pending_removals_) {
+    Event e;
+    e.type = EventType::kBlockRemoved;
+    e.ns = std::move(p.ns);
+    e.block_ids = std::move(p.ids);
+    e.reason = p.reason;
+    events_.Append(std::move(e));
+  }
+  pending_removals_.clear();
+  for (const std::string& ns : maybe_empty_) DropTreeIfEmpty(ns);
+  maybe_empty_.clear();
+}
+
+// --- Reading ----------------------------------------------------------------
+
+TenantStats Tenant::Stats(uint64_t block_bytes) const {
+  TenantStats s = counters_;
+  s.reserved_bytes = reserved_blocks_ * block_bytes;
+  s.limit_bytes = limit_blocks_ * block_bytes;
+  s.cached_blocks = cached_blocks_;
+  s.pinned_blocks = pinned_blocks_;
+  s.tree_nodes = nodes_;
+  s.namespaces = trees_.size();
+  s.active_leases = leases_.size();
+  return s;
+}
+
+std::vector<std::string> Tenant::Namespaces() const {
+  std::vector<std::string> out;
+  for (const auto& [ns, tree] : trees_) out.push_back(ns);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<DumpNode> Tenant::Dump(const Tree& tree) const {
+  std::vector<DumpNode> out;
+  // Children in token order, so that dumps are stable across runs.
+  auto visit = [&](auto&& self, const Node& node, int depth) -> void {
+    std::vector<const Node*> kids;
+    for (const auto& c : node.children) kids.push_back(c.get());
+    std::sort(kids.begin(), kids.end(), [](const Node* a, const Node* b) {
+      return a->tokens < b->tokens;
+    });
+    for (const Node* c : kids) {
+      out.push_back(DumpNode{depth, c->position, c->stamp, c->pins, c->tokens,
+                             c->block_ids});
+      self(self, *c, depth + 1);
+    }
+  };
+  visit(visit, tree.root, 1);
+  return out;
+}
+
+bool Tenant::CheckInvariants(const BlockIndex& index,
+                             std::string* error) const {
+  auto fail = [&](const std::string& what) {
+    *error = absl::StrCat("tenant '", name_, "': ", what);
+    return false;
+  };
+  // Pins a node must have: one per lease whose end is in its subtree.
+  absl::flat_hash_map<const Node*, int32_t> expected_pins;
+  for (const auto& [id, lease] : leases_) {
+    if (!lease_expiry_.contains({lease.expiry, id})) {
+      return fail(
+          absl::StrFormat("lease %016x missing from the expiry order", id));
+    }
+    for (const Node* n = lease.end; !n->is_root(); n = n->parent)
+      ++expected_pins[n];
+  }
+  if (lease_expiry_.size() != leases_.size())
+    return fail("lease expiry order has extra entries");
+
+  uint64_t cached = 0, pinned = 0, nodes = 0;
+  size_t lru_members = 0;
+  for (const auto& [ns, tree] : trees_) {
+    if (tree->ns != ns) return fail("tree keyed under another namespace");
+    if (tree->root.children.empty())
+      return fail(absl::StrCat("empty tree '", ns, "' kept"));
+    uint64_t tree_blocks = 0, tree_nodes = 0;
+    std::string err;
+    auto check = [&](auto&& self, const Node& parent) -> bool {
+      for (const auto& c : parent.children) {
+        const Node& n = *c;
+        if (n.parent != &parent) return fail("child's parent pointer is wrong");
+        if (n.tree != tree.get()) return fail("node points at another tree");
+        if (n.block_ids.empty()) return fail("empty non-root node");
+        if (n.tokens.size() != n.block_ids.size() * block_size_) {
+          return fail(absl::StrFormat(
+              "edge of %d tokens is not %d whole blocks of %d", n.tokens.size(),
+              n.block_ids.size(), block_size_));
+        }
+        if (n.key_hash != MakeBlockKey(n.block(0)).hash)
+          return fail("stale child key");
+        if (!parent.is_root() && n.stamp > parent.stamp) {
+          return fail("a node is more recent than its parent");
+        }
+        auto it = expected_pins.find(&n);
+        const int32_t want = it == expected_pins.end() ? 0 : it->second;
+        if (n.pins != want) {
+          return fail(absl::StrFormat("node pinned %d times, leases say %d",
+                                      n.pins, want));
+        }
+        if (n.in_lru != n.evictable() ||
+            (n.in_lru && !lru_.contains({n.stamp, const_cast<Node*>(&n)}))) {
+          return fail("evictable-leaf set disagrees with the tree");
+        }
+        lru_members += n.in_lru;
+        for (BlockId id : n.block_ids) {
+          auto owner = index.Find(id);
+          if (!owner || owner->tenant != index_ || owner->node != &n) {
+            return fail(
+                absl::StrFormat("block %d is not indexed at its node", id));
+          }
+        }
+        tree_blocks += n.num_blocks();
+        ++tree_nodes;
+        if (n.pins > 0) pinned += n.num_blocks();
+        if (!self(self, n)) return false;
+      }
+      return true;
+    };
+    if (!check(check, tree->root)) return false;
+    if (tree_blocks != tree->blocks || tree_nodes != tree->nodes) {
+      return fail(absl::StrCat("tree '", ns, "' counts are off"));
+    }
+    cached += tree_blocks;
+    nodes += tree_nodes;
+  }
+  if (lru_members != lru_.size())
+    return fail("evictable-leaf set holds stale nodes");
+  if (cached != cached_blocks_) {
+    return fail(absl::StrFormat("cached_blocks %d, trees hold %d",
+                                cached_blocks_, cached));
+  }
+  if (pinned != pinned_blocks_) {
+    return fail(absl::StrFormat("pinned_blocks %d, nodes say %d",
+                                pinned_blocks_, pinned));
+  }
+  if (nodes != nodes_) return fail("node count is off");
+  if (cached_blocks_ > limit_blocks_) {
+    return fail(absl::StrFormat("holds %d blocks over its limit of %d",
+                                cached_blocks_, limit_blocks_));
+  }
+  return true;
+}
+
+}  // namespace prefixd

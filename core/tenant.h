@@ -1,0 +1,149 @@
+// Tenant: everything one isolation domain owns — its trees (one per
+// namespace), its evictable-leaf set, its leases, its event ring and its
+// counters — behind one mutex.
+//
+// Bookkeeping kept exact on every change:
+//   cached_blocks  = blocks in all trees
+//   pinned_blocks  = blocks in nodes with pins > 0
+//   lru            = {(stamp, node) : node.evictable()}, ordered by stamp
+//   node.pins      = number of leases (and in-flight Insert guards) whose
+//                    end node is in node's subtree
+// PrefixCache (cache.h) orchestrates calls across tenants and the budget;
+// nothing here locks anything.
+#ifndef PREFIXD_CORE_TENANT_H_
+#define PREFIXD_CORE_TENANT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/block_index.h"
+#include "core/cache.h"
+#include "core/events.h"
+#include "core/radix_tree.h"
+
+namespace prefixd {
+
+struct Lease {
+  Node* end = nullptr;  // the lease pins the path root..end
+  absl::Duration ttl;
+  absl::Time expiry;
+};
+
+// All methods REQUIRE mu held (by the caller; see PrefixCache's locking).
+class Tenant {
+ public:
+  Tenant(std::string name, uint32_t tenant_index, uint64_t reserved_blocks,
+         uint64_t limit_blocks, const CacheOptions& options,
+         BlockIndex* block_index, uint64_t rng_seed);
+  ~Tenant();
+
+  mutable absl::Mutex mu;
+
+  const std::string& name() const { return name_; }
+  uint32_t index() const { return index_; }
+  uint64_t reserved_blocks() const { return reserved_blocks_; }
+  uint64_t limit_blocks() const { return limit_blocks_; }
+  uint64_t cached_blocks() const { return cached_blocks_; }
+  uint64_t pinned_blocks() const { return pinned_blocks_; }
+  uint64_t unpinned_blocks() const { return cached_blocks_ - pinned_blocks_; }
+  size_t num_trees() const { return trees_.size(); }
+  size_t num_leases() const { return leases_.size(); }
+
+  Tree* FindTree(absl::string_view ns) const;
+  Tree* GetOrCreateTree(absl::string_view ns);
+
+  // Recency stamp of the least-recently-used evictable block; 0 if none.
+  uint64_t OldestEvictableStamp() const {
+    return lru_.empty() ? 0 : lru_.begin()->first;
+  }
+  // Removes the tail block of the LRU evictable leaf and returns its ID.
+  // REQUIRES: OldestEvictableStamp() != 0.
+  BlockId EvictOne(EvictReason reason);
+
+  // Splits `node` after its first `blocks` blocks (0 < blocks < size) and
+  // returns the new head; `node` keeps the tail, its children and leases.
+  Node* SplitAt(Node* node, size_t blocks);
+  // Appends blocks below `parent` (into it when it is an unpinned leaf that
+  // ends where the new blocks begin, else as a new child). Returns the node
+  // that now holds the last new block.
+  Node* Attach(Node* parent, absl::Span<const Token> tokens,
+               absl::Span<const BlockId> ids, int64_t position, uint64_t stamp);
+  // Sets `stamp` on every node from `end` up to the root.
+  void TouchPath(Node* end, uint64_t stamp);
+  void PinPath(Node* end, int delta);
+  // Removes `node` and everything below it; appends their IDs to *removed.
+  // Leases ending in the removed subtree end first.
+  void RemoveSubtree(Node* node, EvictReason reason,
+                     std::vector<BlockId>* removed);
+  // Drops every tree and lease; returns how many blocks went.
+  void Clear(std::vector<BlockId>* removed);
+
+  // Leases.
+  LeaseId AddLease(Node* end, absl::Duration ttl, absl::Time now);
+  bool EndLease(LeaseId id);  // false if unknown
+  Lease* FindLease(LeaseId id);
+  void RenewLease(LeaseId id, absl::Time now);
+  size_t ExpireLeases(absl::Time now);
+
+  // Events: removals are gathered during a call and logged at its end.
+  void LogStored(const Tree& tree, std::optional<BlockId> parent,
+                 absl::Span<const BlockId> ids, int64_t position);
+  void FlushRemovals();
+  const EventRing& events() const { return events_; }
+
+  TenantStats& counters() { return counters_; }
+  TenantStats Stats(uint64_t block_bytes) const;
+  std::vector<std::string> Namespaces() const;
+  std::vector<DumpNode> Dump(const Tree& tree) const;
+
+  // Appends a description of the first broken invariant to *error.
+  bool CheckInvariants(const BlockIndex& index, std::string* error) const;
+
+ private:
+  void SyncLru(Node* n);
+  void LruErase(Node* n);
+  void NoteRemoved(Tree* tree, BlockId id, EvictReason reason);
+  void DropTreeIfEmpty(const std::string& ns);
+  LeaseId NextLeaseId();
+
+  const std::string name_;
+  const uint32_t index_;
+  const uint64_t reserved_blocks_;
+  const uint64_t limit_blocks_;
+  const int block_size_;
+  BlockIndex* const block_index_;
+
+  absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_;
+  absl::btree_set<std::pair<uint64_t, Node*>> lru_;
+  absl::flat_hash_map<LeaseId, Lease> leases_;
+  absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_;
+  uint64_t rng_state_;
+
+  uint64_t cached_blocks_ = 0;
+  uint64_t pinned_blocks_ = 0;
+  uint64_t nodes_ = 0;
+  TenantStats counters_;
+
+  EventRing events_;
+  struct PendingRemoval {
+    Tree* tree;
+    std::string ns;
+    EvictReason reason;
+    std::vector<BlockId> ids;
+  };
+  std::vector<PendingRemoval> pending_removals_;
+  std::vector<std::string> maybe_empty_;  // namespaces whose tree may be empty
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CORE_TENANT_H_

@@ -1,0 +1,236 @@
+// prefixd::Client: the C++ client of the PrefixCache service.
+//
+// A thin, typed layer over the generated stub that an engine links in:
+//   - every call carries a deadline (ClientOptions::deadline) and the
+//     caller's credentials (bearer token, x-prefixd-tenant);
+//   - results are absl::StatusOr, with the gRPC code and message kept as is;
+//   - Match and Insert with `pin` return a Lease that releases its pin when
+//     destroyed, so a request that dies early does not leak pinned blocks;
+//   - the client remembers the first epoch the daemon reports and says when
+//     it changes: the daemon lost its cache state and every block ID the
+//     engine believes cached there is gone (docs/api.md, "Epochs").
+//
+//   auto client = prefixd::Client::Connect("unix:///run/prefixd/prefixd.sock");
+//   prefixd::PrefixOptions pin;
+//   pin.pin = true;
+//   auto m = (*client)->Match(tokens, pin);
+//   ... use m->response.segments(), then m->lease goes out of scope ...
+//
+// Thread safety: a Client may be used from many threads at once. A Lease or
+// an EventStream belongs to one thread at a time, except Cancel().
+#ifndef PREFIXD_CLIENT_CLIENT_H_
+#define PREFIXD_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "prefixd/v1/prefix_cache.grpc.pb.h"
+
+namespace grpc {
+class Channel;
+class ClientContext;
+class Status;
+}  // namespace grpc
+
+namespace prefixd {
+
+struct ClientOptions {
+  // Deadline of every unary call. Streams (WatchEvents, WatchHealth) have
+  // their own, infinite by default.
+  absl::Duration deadline = absl::Seconds(5);
+  // Sent as `authorization: Bearer <token>` when not empty.
+  std::string token;
+  // Sent as `x-prefixd-tenant` when not empty (engine principals pick the
+  // tenant of each call this way; with auth off it defaults to "default").
+  std::string tenant;
+  // TLS: used when `tls` is set or any file is given. PEM files; the client
+  // certificate and key are for mTLS.
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+};
+
+// Options of a Match or an Insert.
+struct PrefixOptions {
+  std::string ns;  // namespace: LoRA adapter, cache salt, "" by default
+  int64_t position_offset = 0;  // absolute position of tokens[0]
+  bool pin = false;             // return a Lease on the matched/inserted path
+  absl::Duration lease_ttl =
+      absl::ZeroDuration();  // zero: the daemon's default
+};
+
+// grpc.health.v1 serving status, numbered as on the wire.
+enum class HealthStatus : int {
+  kUnknown = 0,
+  kServing = 1,
+  kNotServing = 2,
+  kServiceUnknown = 3,
+};
+const char* HealthStatusName(HealthStatus status);
+
+class Client;
+namespace internal {
+class ClientCore;
+}  // namespace internal
+
+// A pin on a cached path. Destroying a valid Lease releases it (best effort,
+// errors ignored: an expired lease is already gone). Movable, not copyable.
+// A Lease keeps the connection it came from alive, so it may outlive its
+// Client.
+class Lease {
+ public:
+  Lease() = default;
+  ~Lease();
+  Lease(Lease&& other) noexcept;
+  Lease& operator=(Lease&& other) noexcept;
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+
+  uint64_t id() const { return id_; }
+  bool valid() const { return id_ != 0; }
+  explicit operator bool() const { return valid(); }
+
+  // Ends the lease now. Afterwards the Lease is empty, whatever the result.
+  absl::Status Release();
+  // Renews the lease by its TTL; returns the time left.
+  absl::StatusOr<absl::Duration> KeepAlive();
+  // Gives up ownership without releasing (e.g. to hand the id to another
+  // process); returns the id. The lease then ends by Release or by its TTL.
+  uint64_t Detach();
+
+ private:
+  friend class Client;
+  Lease(std::shared_ptr<internal::ClientCore> core, uint64_t id)
+      : core_(std::move(core)), id_(id) {}
+
+  std::shared_ptr<internal::ClientCore> core_;
+  uint64_t id_ = 0;
+};
+
+struct MatchResult {
+  v1::MatchResponse response;
+  Lease lease;  // valid when pinned and something matched
+
+  uint64_t matched_tokens() const { return response.matched_tokens(); }
+  // Block IDs of every segment, in order.
+  std::vector<uint64_t> block_ids() const;
+};
+
+struct InsertResult {
+  v1::InsertResponse response;
+  Lease lease;  // valid when pinned
+};
+
+// A server stream of event batches. Read blocks for the next batch and
+// returns false when the stream ended; Finish then gives its status.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  virtual bool Read(v1::WatchEventsResponse* batch) = 0;
+  virtual absl::Status Finish() = 0;
+  // Ends the stream from any thread; a blocked Read returns false.
+  virtual void Cancel() = 0;
+};
+
+// A grpc.health.v1.Health/Watch stream: one status per change.
+class HealthStream {
+ public:
+  virtual ~HealthStream() = default;
+  virtual bool Read(HealthStatus* status) = 0;
+  virtual absl::Status Finish() = 0;
+  virtual void Cancel() = 0;
+};
+
+class Client {
+ public:
+  // Creates a channel to `target` ("host:port", "unix:///path", any gRPC
+  // target). Does not wait for the connection: the first call does.
+  // INVALID_ARGUMENT for an empty target or an unreadable TLS file.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const std::string& target, ClientOptions options = {});
+  // For tests and embedders that build their own channel.
+  static std::unique_ptr<Client> FromChannel(
+      std::shared_ptr<grpc::Channel> channel, ClientOptions options = {});
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  absl::StatusOr<v1::GetInfoResponse> GetInfo();
+  // FAILED_PRECONDITION when the daemon serves another model.
+  absl::StatusOr<v1::HandshakeResponse> Handshake(
+      const std::string& engine_id, const std::string& model_fingerprint);
+  absl::StatusOr<MatchResult> Match(absl::Span<const uint32_t> tokens,
+                                    const PrefixOptions& options = {});
+  // len(tokens) must be len(block_ids) * block_size. Free the response's
+  // redundant_block_ids and evicted_block_ids.
+  absl::StatusOr<InsertResult> Insert(absl::Span<const uint32_t> tokens,
+                                      absl::Span<const uint64_t> block_ids,
+                                      const PrefixOptions& options = {});
+  absl::Status Release(uint64_t lease_id);
+  // Time left for each lease, in order. NOT_FOUND (renewing none) if any is
+  // unknown.
+  absl::StatusOr<std::vector<absl::Duration>> KeepAlive(
+      absl::Span<const uint64_t> lease_ids);
+  // Evicted block IDs (the engine frees them).
+  absl::StatusOr<std::vector<uint64_t>> Evict(uint64_t blocks);
+  // Every removed block ID, including the descendants of `block_ids`.
+  absl::StatusOr<std::vector<uint64_t>> Invalidate(
+      absl::Span<const uint64_t> block_ids);
+  // tenant "" is the caller's; `all` is every tenant (admin or auth off).
+  absl::StatusOr<v1::ResetResponse> Reset(const std::string& tenant = "",
+                                          bool all = false);
+  absl::StatusOr<v1::StatsResponse> Stats(bool all_tenants = false);
+  absl::StatusOr<v1::DumpResponse> Dump(const std::string& ns = "");
+
+  // Event batches from `from_sequence` (0: the oldest kept), until the
+  // stream ends or is cancelled. `deadline` bounds the whole stream.
+  std::unique_ptr<EventStream> WatchEvents(
+      uint64_t from_sequence,
+      absl::Duration deadline = absl::InfiniteDuration());
+  // Calls on_batch for each batch until it returns false (OK), the stream
+  // ends (its status) or fails.
+  absl::Status WatchEvents(
+      uint64_t from_sequence,
+      const std::function<bool(const v1::WatchEventsResponse&)>& on_batch,
+      absl::Duration deadline = absl::InfiniteDuration());
+
+  // grpc.health.v1.Health/Check; service "" is the whole server.
+  absl::StatusOr<HealthStatus> Health(const std::string& service = "");
+  std::unique_ptr<HealthStream> WatchHealth(
+      const std::string& service = "",
+      absl::Duration deadline = absl::InfiniteDuration());
+
+  // Epoch tracking. The first epoch seen in any response is the baseline;
+  // a response with another epoch sets epoch_changed() and calls the
+  // callback (outside any lock, on the thread of that call) with the
+  // previously seen epoch and the new one.
+  void OnEpochChange(
+      std::function<void(uint64_t old_epoch, uint64_t new_epoch)> callback);
+  bool epoch_changed() const;
+  uint64_t epoch() const;  // last seen; 0 before any response
+  // Makes the last seen epoch the baseline and clears epoch_changed() (the
+  // engine has dropped what it believed cached).
+  void AcceptEpoch();
+
+  const ClientOptions& options() const;
+
+ private:
+  explicit Client(std::shared_ptr<internal::ClientCore> core);
+
+  std::shared_ptr<internal::ClientCore> core_;
+};
+
+// grpc::Status -> absl::Status, keeping code and message.
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CLIENT_CLIENT_H_

@@ -1,0 +1,239 @@
+#include "client/output.h"
+
+#include <algorithm>
+#include <array>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/id_list.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace prefixd {
+namespace {
+
+// Tokens shown per dump node before the rest is summarized.
+constexpr int kDumpTokensShown = 16;
+
+constexpr std::array<const char*, 5> kEvictReasons = {
+    "budget", "limit", "requested", "invalidated", "reset"};
+
+std::string Ids(const google::protobuf::RepeatedField<uint64_t>& ids) {
+  return FormatIdList(absl::MakeConstSpan(ids.data(), ids.size()));
+}
+
+std::string Quoted(const std::string& s) {
+  return absl::StrCat("\"", absl::CEscape(s), "\"");
+}
+
+uint64_t EvictedBlocks(const v1::TenantStats& t, const std::string& reason) {
+  for (const v1::EvictionCount& e : t.evictions()) {
+    if (e.reason() == reason) return e.blocks();
+  }
+  return 0;
+}
+
+}  // namespace
+
+void Table::Print(std::ostream& out) const {
+  std::vector<size_t> width;
+  for (const auto& row : rows_) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t i = 0; i < row.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows_) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size())
+        line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  static constexpr std::array<const char*, 6> kUnits = {"KiB", "MiB", "GiB",
+                                                        "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  double v = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (v >= 1024 && unit + 1 < kUnits.size()) {
+    v /= 1024;
+    ++unit;
+  }
+  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
+}
+
+std::string Hex64(uint64_t v) { return absl::StrFormat("%016x", v); }
+
+std::string HitRate(uint64_t hit_tokens, uint64_t looked_up_tokens) {
+  if (looked_up_tokens == 0) return "-";
+  return absl::StrFormat("%.1f%%", 100.0 * static_cast<double>(hit_tokens) /
+                                       static_cast<double>(looked_up_tokens));
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options)
+           .ok()) {
+    return "{}";  // only for invalid UTF-8 in strings, which the daemon never
+                  // sends
+  }
+  return json;
+}
+
+void PrintInfo(const v1::GetInfoResponse& info, std::ostream& out) {
+  const v1::Limits& l = info.limits();
+  Table t({"FIELD", "VALUE"});
+  t.AddRow({"version", info.version()});
+  t.AddRow({"epoch", Hex64(info.epoch())});
+  t.AddRow({"model", info.model()});
+  t.AddRow({"model_fingerprint", info.model_fingerprint()});
+  t.AddRow({"bytes_per_token", absl::StrCat(info.bytes_per_token())});
+  t.AddRow({"block_size", absl::StrCat(info.block_size(), " tokens")});
+  t.AddRow({"block_bytes", absl::StrCat(info.block_bytes(), " (",
+                                        HumanBytes(info.block_bytes()), ")")});
+  t.AddRow({"budget", absl::StrCat(info.budget_bytes(), " bytes (",
+                                   HumanBytes(info.budget_bytes()), ", ",
+                                   info.budget_blocks(), " blocks)")});
+  t.AddRow({"rope_shift", info.rope_shift()});
+  t.AddRow({"auth_mode", info.auth_mode()});
+  t.AddRow(
+      {"default_lease_ttl", absl::StrCat(info.default_lease_ttl_ms(), " ms")});
+  t.AddRow(
+      {"max_tokens_per_request", absl::StrCat(l.max_tokens_per_request())});
+  t.AddRow({"max_block_ids_per_request",
+            absl::StrCat(l.max_block_ids_per_request())});
+  t.AddRow({"max_namespaces_per_tenant",
+            absl::StrCat(l.max_namespaces_per_tenant())});
+  t.AddRow({"max_tenants", absl::StrCat(l.max_tenants())});
+  t.AddRow({"max_leases_per_tenant", absl::StrCat(l.max_leases_per_tenant())});
+  t.AddRow({"max_namespace_bytes", absl::StrCat(l.max_namespace_bytes())});
+  t.AddRow({"max_message_bytes", absl::StrCat(l.max_message_bytes())});
+  t.AddRow({"max_position", absl::StrCat(l.max_position())});
+  t.AddRow({"max_lease_ttl", absl::StrCat(l.max_lease_ttl_ms(), " ms")});
+  t.Print(out);
+}
+
+void PrintStats(const v1::StatsResponse& stats, std::ostream& out) {
+  out << "epoch " << Hex64(stats.epoch()) << "  block_size "
+      << stats.block_size() << "  block_bytes "
+      << HumanBytes(stats.block_bytes()) << "  budget "
+      << HumanBytes(stats.budget_bytes()) << " (" << stats.budget_blocks()
+      << " blocks)\n\n";
+  Table t({"TENANT", "HIT_RATE", "HIT_TOKENS", "LOOKUP_TOKENS", "MATCHES",
+           "INSERTS", "CACHED_BLOCKS", "CACHED_BYTES", "PINNED_BLOCKS",
+           "PINNED_BYTES", "LEASES", "NODES"});
+  Table e({"TENANT", "EVICTED:", "budget", "limit", "requested", "invalidated",
+           "reset"});
+  for (const v1::TenantStats& s : stats.tenants()) {
+    t.AddRow({s.tenant(), HitRate(s.match_hit_tokens(), s.match_tokens()),
+              absl::StrCat(s.match_hit_tokens()),
+              absl::StrCat(s.match_tokens()), absl::StrCat(s.match_requests()),
+              absl::StrCat(s.insert_requests()),
+              absl::StrCat(s.cached_blocks()), HumanBytes(s.cached_bytes()),
+              absl::StrCat(s.pinned_blocks()), HumanBytes(s.pinned_bytes()),
+              absl::StrCat(s.active_leases()), absl::StrCat(s.tree_nodes())});
+    std::vector<std::string> row = {s.tenant(), "blocks"};
+    for (const char* reason : kEvictReasons)
+      row.push_back(absl::StrCat(EvictedBlocks(s, reason)));
+    e.AddRow(std::move(row));
+  }
+  t.Print(out);
+  out << "\n";
+  e.Print(out);
+}
+
+void PrintMatch(const v1::MatchResponse& match, size_t query_tokens,
+                std::ostream& out) {
+  size_t blocks = 0;
+  for (const v1::Segment& s : match.segments()) blocks += s.block_ids_size();
+  out << "matched " << match.matched_tokens() << " of " << query_tokens
+      << " tokens (" << blocks << " blocks, " << match.segments_size()
+      << " segments)  epoch " << Hex64(match.epoch()) << "\n";
+  if (match.segments_size() > 0) {
+    Table t(
+        {"SEGMENT", "BLOCKS", "CACHED_POSITION", "ROPE_DELTA", "BLOCK_IDS"});
+    for (int i = 0; i < match.segments_size(); ++i) {
+      const v1::Segment& s = match.segments(i);
+      t.AddRow({absl::StrCat(i), absl::StrCat(s.block_ids_size()),
+                absl::StrCat(s.cached_position()), absl::StrCat(s.rope_delta()),
+                Ids(s.block_ids())});
+    }
+    t.Print(out);
+  }
+  if (match.lease_id() != 0) out << "lease " << match.lease_id() << "\n";
+}
+
+void PrintInsert(const v1::InsertResponse& insert, size_t tokens, size_t blocks,
+                 std::ostream& out) {
+  const uint64_t block_size = blocks == 0 ? 0 : tokens / blocks;
+  const uint64_t cached_blocks =
+      block_size == 0 ? 0 : insert.cached_tokens() / block_size;
+  out << "inserted " << tokens << " tokens: " << insert.cached_tokens()
+      << " already cached, "
+      << blocks - std::min<uint64_t>(blocks, cached_blocks) << " of " << blocks
+      << " blocks new  epoch " << Hex64(insert.epoch()) << "\n";
+  Table t({"FIELD", "VALUE"});
+  t.AddRow({"redundant_block_ids", Ids(insert.redundant_block_ids())});
+  t.AddRow({"evicted_block_ids", Ids(insert.evicted_block_ids())});
+  t.AddRow({"lease",
+            insert.lease_id() == 0 ? "-" : absl::StrCat(insert.lease_id())});
+  t.Print(out);
+}
+
+void PrintEvent(const v1::Event& event, std::ostream& out) {
+  out << "#" << event.sequence() << " ";
+  switch (event.kind_case()) {
+    case v1::Event::kBlockStored: {
+      const v1::BlockStored& s = event.block_stored();
+      out << "stored ns=" << Quoted(s.namespace_())
+          << " position=" << s.position() << " parent="
+          << (s.has_parent() ? absl::StrCat(s.parent_block_id()) : "-")
+          << " blocks=" << Ids(s.block_ids());
+      break;
+    }
+    case v1::Event::kBlockRemoved: {
+      const v1::BlockRemoved& r = event.block_removed();
+      out << "removed ns=" << Quoted(r.namespace_()) << " reason=" << r.reason()
+          << " blocks=" << Ids(r.block_ids());
+      break;
+    }
+    case v1::Event::kCleared:
+      out << "cleared reason=" << event.cleared().reason();
+      break;
+    case v1::Event::KIND_NOT_SET:
+      out << "unknown";
+      break;
+  }
+  out << "\n";
+}
+
+void PrintDump(const v1::DumpResponse& dump, const std::string& ns,
+               std::ostream& out) {
+  std::vector<std::string> names;
+  for (const std::string& n : dump.namespaces()) names.push_back(Quoted(n));
+  out << "namespaces: " << (names.empty() ? "-" : absl::StrJoin(names, " "))
+      << "\n";
+  out << "namespace " << Quoted(ns) << ": " << dump.nodes_size()
+      << " nodes  epoch " << Hex64(dump.epoch()) << "\n";
+  for (const v1::DumpNode& n : dump.nodes()) {
+    const int shown = std::min(n.tokens_size(), kDumpTokensShown);
+    std::vector<uint32_t> head(n.tokens().begin(), n.tokens().begin() + shown);
+    out << std::string(2 * (n.depth() > 0 ? n.depth() - 1 : 0), ' ') << "- ["
+        << n.position() << "," << n.position() + n.tokens_size()
+        << ") blocks=" << Ids(n.block_ids()) << " pins=" << n.pins()
+        << " stamp=" << n.stamp() << " tokens=" << FormatIdList(head);
+    if (shown < n.tokens_size())
+      out << ",...(+" << n.tokens_size() - shown << ")";
+    out << "\n";
+  }
+}
+
+}  // namespace prefixd

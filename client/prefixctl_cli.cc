@@ -1,0 +1,664 @@
+#include "client/prefixctl_cli.h"
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "client/cli_flags.h"
+#include "client/client.h"
+#include "client/id_list.h"
+#include "client/output.h"
+
+#if defined(PREFIXD_HAVE_PLAN) && __has_include("client/plan.h")
+#include "client/plan.h"
+#define PREFIXD_PLAN_ENABLED 1
+#endif
+
+namespace prefixd {
+namespace {
+
+constexpr char kDefaultAddr[] = "127.0.0.1:50051";
+
+// ---- interrupts: SIGINT/SIGTERM end a stream, otherwise the process ----
+
+std::atomic<bool> g_streaming{false};
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int sig) {
+  if (!g_streaming.load()) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_interrupted.store(true);
+}
+
+// While alive, an interrupt calls `cancel` (from a helper thread: gRPC
+// calls are not async-signal-safe) instead of ending the process.
+class InterruptibleStream {
+ public:
+  explicit InterruptibleStream(std::function<void()> cancel)
+      : thread_([this, cancel = std::move(cancel)] {
+          while (
+              !stop_.WaitForNotificationWithTimeout(absl::Milliseconds(50))) {
+            if (g_interrupted.load()) {
+              cancel();
+              return;
+            }
+          }
+        }) {
+    g_streaming.store(true);
+  }
+  ~InterruptibleStream() {
+    g_streaming.store(false);
+    stop_.Notify();
+    thread_.join();
+  }
+  bool interrupted() const { return g_interrupted.load(); }
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+// ---- commands ----
+
+struct Context {
+  const ParsedFlags& flags;
+  std::ostream& out;
+  std::ostream& err;
+  bool json = false;
+  std::string addr;
+  ClientOptions options;
+  std::unique_ptr<Client> client;
+};
+
+struct Command {
+  std::string name;
+  std::string synopsis;
+  std::string summary;
+  std::vector<FlagSpec> flags;
+  int (*run)(Context& ctx);
+};
+
+std::vector<FlagSpec> GlobalFlags() {
+  return {
+      {"addr", "ADDR", "daemon address: host:port or unix:///path",
+       kDefaultAddr},
+      {"tenant", "NAME",
+       "tenant of the call (x-prefixd-tenant); auth off: 'default'", ""},
+      {"token", "TOKEN", "bearer token", "$PREFIXD_TOKEN"},
+      {"timeout", "DURATION", "deadline of each call, e.g. 5s or 250ms", "5s"},
+      {"json", "", "print JSON (one object per line) instead of tables", ""},
+      {"tls", "", "use TLS with the system's root certificates", ""},
+      {"tls_ca", "FILE", "PEM root certificates for TLS (implies --tls)", ""},
+      {"tls_cert", "FILE", "PEM client certificate for mTLS", ""},
+      {"tls_key", "FILE", "PEM client key for mTLS", ""},
+      {"help", "", "show help", ""},
+  };
+}
+
+int Usage(Context& ctx, const std::string& command,
+          const std::string& message) {
+  ctx.err << "prefixctl " << command << ": " << message << "\nsee: prefixctl "
+          << command << " --help\n";
+  return kExitUsage;
+}
+
+int RpcError(Context& ctx, const absl::Status& status) {
+  ctx.err << "error: " << absl::StatusCodeToString(status.code()) << ": "
+          << status.message() << "\n";
+  return kExitRpcError;
+}
+
+// Reads an ID list from --NAME or --NAME_file; nullopt when neither is given.
+absl::StatusOr<std::optional<std::vector<uint64_t>>> IdsFlag(
+    const ParsedFlags& flags, const std::string& name, uint64_t max_value) {
+  const std::string file_flag = name + "_file";
+  if (flags.Has(name) && flags.Has(file_flag)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("give --", name, " or --", file_flag, ", not both"));
+  }
+  absl::StatusOr<std::vector<uint64_t>> ids;
+  if (flags.Has(name)) {
+    ids = ParseIdList(flags.String(name), max_value);
+  } else if (flags.Has(file_flag)) {
+    ids = ReadIdListFile(flags.String(file_flag), max_value);
+  } else {
+    return std::nullopt;
+  }
+  if (!ids.ok()) return ids.status();
+  return std::optional<std::vector<uint64_t>>(*std::move(ids));
+}
+
+// The tokens of match/insert, required.
+absl::StatusOr<std::vector<uint32_t>> TokensFlag(const ParsedFlags& flags) {
+  auto ids = IdsFlag(flags, "tokens", std::numeric_limits<uint32_t>::max());
+  if (!ids.ok()) return ids.status();
+  if (!ids->has_value())
+    return absl::InvalidArgumentError("--tokens or --tokens_file is required");
+  return ToTokens(**ids);
+}
+
+absl::StatusOr<PrefixOptions> PrefixFlags(const ParsedFlags& flags) {
+  PrefixOptions options;
+  options.ns = flags.String("namespace");
+  options.pin = flags.Bool("pin");
+  absl::StatusOr<int64_t> position = flags.Int("position", 0);
+  if (!position.ok()) return position.status();
+  options.position_offset = *position;
+  absl::StatusOr<absl::Duration> ttl =
+      flags.Duration("lease_ttl", absl::ZeroDuration());
+  if (!ttl.ok()) return ttl.status();
+  options.lease_ttl = *ttl;
+  return options;
+}
+
+std::string JsonIds(const std::vector<uint64_t>& ids) {
+  std::vector<std::string> quoted;
+  for (uint64_t id : ids) quoted.push_back(absl::StrCat("\"", id, "\""));
+  return absl::StrCat("[", absl::StrJoin(quoted, ","), "]");
+}
+
+int RunHealth(Context& ctx) {
+  const std::string service = ctx.flags.String("service");
+  auto print = [&](HealthStatus s) {
+    if (ctx.json) {
+      ctx.out << "{\"status\":\"" << HealthStatusName(s) << "\"}\n";
+    } else {
+      ctx.out << HealthStatusName(s) << "\n";
+    }
+    ctx.out.flush();
+  };
+  if (!ctx.flags.Bool("watch")) {
+    absl::StatusOr<HealthStatus> status = ctx.client->Health(service);
+    if (!status.ok()) return RpcError(ctx, status.status());
+    print(*status);
+    return *status == HealthStatus::kServing ? kExitOk : kExitRpcError;
+  }
+  absl::StatusOr<uint64_t> count = ctx.flags.Uint("count", 0);
+  if (!count.ok())
+    return Usage(ctx, "health", std::string(count.status().message()));
+  std::unique_ptr<HealthStream> stream = ctx.client->WatchHealth(service);
+  InterruptibleStream guard([&stream] { stream->Cancel(); });
+  uint64_t seen = 0;
+  HealthStatus status;
+  while ((*count == 0 || seen < *count) && stream->Read(&status)) {
+    print(status);
+    ++seen;
+  }
+  if (*count != 0 && seen == *count) stream->Cancel();
+  absl::Status end = stream->Finish();
+  if (guard.interrupted() || (*count != 0 && seen == *count) || end.ok())
+    return kExitOk;
+  return RpcError(ctx, end);
+}
+
+int RunInfo(Context& ctx) {
+  absl::StatusOr<v1::GetInfoResponse> info = ctx.client->GetInfo();
+  if (!info.ok()) return RpcError(ctx, info.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*info) << "\n";
+  } else {
+    PrintInfo(*info, ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunStats(Context& ctx) {
+  absl::StatusOr<v1::StatsResponse> stats =
+      ctx.client->Stats(ctx.flags.Bool("all"));
+  if (!stats.ok()) return RpcError(ctx, stats.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*stats) << "\n";
+  } else {
+    PrintStats(*stats, ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunMatch(Context& ctx) {
+  absl::StatusOr<std::vector<uint32_t>> tokens = TokensFlag(ctx.flags);
+  if (!tokens.ok())
+    return Usage(ctx, "match", std::string(tokens.status().message()));
+  absl::StatusOr<PrefixOptions> options = PrefixFlags(ctx.flags);
+  if (!options.ok())
+    return Usage(ctx, "match", std::string(options.status().message()));
+  absl::StatusOr<MatchResult> match = ctx.client->Match(*tokens, *options);
+  if (!match.ok()) return RpcError(ctx, match.status());
+  match->lease
+      .Detach();  // the lease outlives this process: `prefixctl release`
+  if (ctx.json) {
+    ctx.out << ToJson(match->response) << "\n";
+  } else {
+    PrintMatch(match->response, tokens->size(), ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunInsert(Context& ctx) {
+  absl::StatusOr<std::vector<uint32_t>> tokens = TokensFlag(ctx.flags);
+  if (!tokens.ok())
+    return Usage(ctx, "insert", std::string(tokens.status().message()));
+  auto blocks =
+      IdsFlag(ctx.flags, "block_ids", std::numeric_limits<uint64_t>::max());
+  if (!blocks.ok())
+    return Usage(ctx, "insert", std::string(blocks.status().message()));
+  if (!blocks->has_value())
+    return Usage(ctx, "insert", "--block_ids or --block_ids_file is required");
+  absl::StatusOr<PrefixOptions> options = PrefixFlags(ctx.flags);
+  if (!options.ok())
+    return Usage(ctx, "insert", std::string(options.status().message()));
+  absl::StatusOr<InsertResult> insert =
+      ctx.client->Insert(*tokens, **blocks, *options);
+  if (!insert.ok()) return RpcError(ctx, insert.status());
+  insert->lease.Detach();
+  if (ctx.json) {
+    ctx.out << ToJson(insert->response) << "\n";
+  } else {
+    PrintInsert(insert->response, tokens->size(), (*blocks)->size(), ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunRelease(Context& ctx) {
+  if (!ctx.flags.Has("lease"))
+    return Usage(ctx, "release", "--lease is required");
+  absl::StatusOr<uint64_t> lease = ctx.flags.Uint("lease", 0);
+  if (!lease.ok())
+    return Usage(ctx, "release", std::string(lease.status().message()));
+  absl::Status status = ctx.client->Release(*lease);
+  if (!status.ok()) return RpcError(ctx, status);
+  if (ctx.json) {
+    ctx.out << "{\"lease_id\":\"" << *lease << "\"}\n";
+  } else {
+    ctx.out << "released lease " << *lease << "\n";
+  }
+  return kExitOk;
+}
+
+int RunKeepAlive(Context& ctx) {
+  absl::StatusOr<std::vector<uint64_t>> leases = ParseIdList(
+      ctx.flags.String("lease"), std::numeric_limits<uint64_t>::max());
+  if (!leases.ok())
+    return Usage(ctx, "keepalive", std::string(leases.status().message()));
+  if (leases->empty()) return Usage(ctx, "keepalive", "--lease is required");
+  absl::StatusOr<std::vector<absl::Duration>> left =
+      ctx.client->KeepAlive(*leases);
+  if (!left.ok()) return RpcError(ctx, left.status());
+  std::vector<uint64_t> ms;
+  for (absl::Duration d : *left) ms.push_back(absl::ToInt64Milliseconds(d));
+  if (ctx.json) {
+    ctx.out << "{\"lease_ids\":" << JsonIds(*leases)
+            << ",\"expires_in_ms\":" << JsonIds(ms) << "}\n";
+    return kExitOk;
+  }
+  Table t({"LEASE", "EXPIRES_IN"});
+  for (size_t i = 0; i < leases->size() && i < left->size(); ++i) {
+    t.AddRow({absl::StrCat((*leases)[i]), absl::FormatDuration((*left)[i])});
+  }
+  t.Print(ctx.out);
+  return kExitOk;
+}
+
+int PrintRemoved(Context& ctx, const char* verb, const char* field,
+                 const std::vector<uint64_t>& ids) {
+  if (ctx.json) {
+    ctx.out << "{\"" << field << "\":" << JsonIds(ids) << "}\n";
+  } else {
+    ctx.out << verb << " " << ids.size() << " blocks: " << FormatIdList(ids)
+            << "\n";
+  }
+  return kExitOk;
+}
+
+int RunEvict(Context& ctx) {
+  if (!ctx.flags.Has("blocks"))
+    return Usage(ctx, "evict", "--blocks is required");
+  absl::StatusOr<uint64_t> blocks = ctx.flags.Uint("blocks", 0);
+  if (!blocks.ok())
+    return Usage(ctx, "evict", std::string(blocks.status().message()));
+  absl::StatusOr<std::vector<uint64_t>> evicted = ctx.client->Evict(*blocks);
+  if (!evicted.ok()) return RpcError(ctx, evicted.status());
+  return PrintRemoved(ctx, "evicted", "evicted_block_ids", *evicted);
+}
+
+int RunInvalidate(Context& ctx) {
+  auto ids =
+      IdsFlag(ctx.flags, "block_ids", std::numeric_limits<uint64_t>::max());
+  if (!ids.ok())
+    return Usage(ctx, "invalidate", std::string(ids.status().message()));
+  if (!ids->has_value())
+    return Usage(ctx, "invalidate",
+                 "--block_ids or --block_ids_file is required");
+  absl::StatusOr<std::vector<uint64_t>> removed = ctx.client->Invalidate(**ids);
+  if (!removed.ok()) return RpcError(ctx, removed.status());
+  return PrintRemoved(ctx, "removed", "removed_block_ids", *removed);
+}
+
+int RunReset(Context& ctx) {
+  absl::StatusOr<v1::ResetResponse> reset =
+      ctx.client->Reset(ctx.flags.String("tenant"), ctx.flags.Bool("all"));
+  if (!reset.ok()) return RpcError(ctx, reset.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*reset) << "\n";
+    return kExitOk;
+  }
+  const std::vector<uint64_t> ids(reset->removed_block_ids().begin(),
+                                  reset->removed_block_ids().end());
+  ctx.out << "removed " << ids.size() << " blocks: " << FormatIdList(ids)
+          << "  epoch " << Hex64(reset->epoch()) << "\n";
+  return kExitOk;
+}
+
+int RunWatch(Context& ctx) {
+  absl::StatusOr<uint64_t> from = ctx.flags.Uint("from", 0);
+  if (!from.ok())
+    return Usage(ctx, "watch", std::string(from.status().message()));
+  absl::StatusOr<uint64_t> count = ctx.flags.Uint("count", 0);
+  if (!count.ok())
+    return Usage(ctx, "watch", std::string(count.status().message()));
+  std::unique_ptr<EventStream> stream = ctx.client->WatchEvents(*from);
+  InterruptibleStream guard([&stream] { stream->Cancel(); });
+  uint64_t seen = 0;
+  v1::WatchEventsResponse batch;
+  while ((*count == 0 || seen < *count) && stream->Read(&batch)) {
+    if (batch.missed_events()) {
+      if (ctx.json) {
+        ctx.out << "{\"missed_events\":true,\"next_sequence\":\""
+                << batch.next_sequence() << "\"}\n";
+      } else {
+        ctx.out << "! missed events: the daemon's ring dropped them; "
+                   "resynchronize (dump)\n";
+      }
+    }
+    for (const v1::Event& e : batch.events()) {
+      if (*count != 0 && seen == *count) break;
+      if (ctx.json) {
+        ctx.out << ToJson(e) << "\n";
+      } else {
+        PrintEvent(e, ctx.out);
+      }
+      ++seen;
+    }
+    ctx.out.flush();
+  }
+  const bool enough = *count != 0 && seen >= *count;
+  if (enough) stream->Cancel();
+  absl::Status end = stream->Finish();
+  if (enough || guard.interrupted() || end.ok()) return kExitOk;
+  return RpcError(ctx, end);
+}
+
+int RunDump(Context& ctx) {
+  const std::string ns = ctx.flags.String("namespace");
+  absl::StatusOr<v1::DumpResponse> dump = ctx.client->Dump(ns);
+  if (!dump.ok()) return RpcError(ctx, dump.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*dump) << "\n";
+  } else {
+    PrintDump(*dump, ns, ctx.out);
+  }
+  return kExitOk;
+}
+
+const FlagSpec kNamespace = {"namespace", "NS",
+                             "namespace (LoRA adapter, cache salt)", "\"\""};
+const FlagSpec kTokens = {"tokens", "LIST", "token IDs: 1,2,3 or ranges 1-64",
+                          ""};
+const FlagSpec kTokensFile = {
+    "tokens_file", "FILE", "token IDs from a file (comma/space separated)", ""};
+const FlagSpec kPosition = {"position", "N",
+                            "absolute position of the first token", "0"};
+const FlagSpec kPin = {"pin", "",
+                       "pin the path: print a lease to release later", ""};
+const FlagSpec kLeaseTtl = {"lease_ttl", "DURATION", "lease TTL, e.g. 30s",
+                            "the daemon's"};
+const FlagSpec kBlockIds = {"block_ids", "LIST",
+                            "block IDs: 100,101 or ranges 100-163", ""};
+const FlagSpec kBlockIdsFile = {"block_ids_file", "FILE",
+                                "block IDs from a file", ""};
+
+const std::vector<Command>& Commands() {
+  static const auto* commands = new std::vector<Command>{
+      {"health",
+       "[--service NAME] [--watch [--count N]]",
+       "grpc.health.v1 status; exits 1 unless SERVING",
+       {{"service", "NAME", "health service name", "\"\" (the server)"},
+        {"watch", "", "stream status changes until interrupted", ""},
+        {"count", "N", "with --watch: stop after N statuses", "0 (no limit)"}},
+       RunHealth},
+      {"info", "", "epoch, model, block size, budget, limits", {}, RunInfo},
+      {"stats",
+       "[--all]",
+       "per tenant: hit rate, cached/pinned blocks and bytes, leases, "
+       "evictions",
+       {{"all", "", "every tenant (admin, or auth off)", ""}},
+       RunStats},
+      {"match",
+       "--tokens LIST [--pin]",
+       "longest cached prefix of the tokens",
+       {kTokens, kTokensFile, kNamespace, kPosition, kPin, kLeaseTtl},
+       RunMatch},
+      {"insert",
+       "--tokens LIST --block_ids LIST [--pin]",
+       "adopt block IDs for whole blocks of tokens",
+       {kTokens, kTokensFile, kBlockIds, kBlockIdsFile, kNamespace, kPosition,
+        kPin, kLeaseTtl},
+       RunInsert},
+      {"release",
+       "--lease ID",
+       "end a lease",
+       {{"lease", "ID", "lease ID (decimal or 0x hex)", ""}},
+       RunRelease},
+      {"keepalive",
+       "--lease ID[,ID...]",
+       "renew leases",
+       {{"lease", "LIST", "lease IDs", ""}},
+       RunKeepAlive},
+      {"evict",
+       "--blocks N",
+       "evict up to N least-recently-used blocks",
+       {{"blocks", "N", "how many blocks", ""}},
+       RunEvict},
+      {"invalidate",
+       "--block_ids LIST",
+       "remove the nodes of these blocks and their subtrees",
+       {kBlockIds, kBlockIdsFile},
+       RunInvalidate},
+      {"reset",
+       "[--all]",
+       "drop the tenant's trees (--tenant), or every tenant's",
+       {{"all", "", "every tenant (admin, or auth off)", ""}},
+       RunReset},
+      {"watch",
+       "[--from SEQ] [--count N]",
+       "stream cache events until interrupted",
+       {{"from", "SEQ", "first sequence number", "0 (the oldest kept)"},
+        {"count", "N", "stop after N events", "0 (no limit)"}},
+       RunWatch},
+      {"dump",
+       "[--namespace NS]",
+       "print one tree of the tenant, node by node",
+       {kNamespace},
+       RunDump},
+      {"plan",
+       "[flags]",
+       "capacity planning from the model geometry (offline; see prefixctl plan "
+       "--help)",
+       {},
+       nullptr},
+  };
+  return *commands;
+}
+
+const Command* FindCommand(const std::string& name) {
+  for (const Command& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+void PrintCommandHelp(const Command& c, std::ostream& out) {
+  out << "usage: prefixctl [global flags] " << c.name << " " << c.synopsis
+      << "\n\n"
+      << c.summary << "\n";
+  if (!c.flags.empty()) {
+    out << "\nflags:\n";
+    PrintFlagHelp(c.flags, out);
+  }
+  out << "\nglobal flags:\n";
+  PrintFlagHelp(GlobalFlags(), out);
+}
+
+void PrintHelp(std::ostream& out) {
+  out << "prefixctl: command line client of prefixd, the KV prefix-cache "
+         "daemon\n\n"
+      << "usage: prefixctl [global flags] <command> [flags]\n\n"
+      << "commands:\n";
+  size_t width = 0;
+  for (const Command& c : Commands()) width = std::max(width, c.name.size());
+  for (const Command& c : Commands()) {
+    out << "  " << c.name << std::string(width - c.name.size() + 3, ' ')
+        << c.summary << "\n";
+  }
+  out << "\nglobal flags:\n";
+  PrintFlagHelp(GlobalFlags(), out);
+  for (const Command& c : Commands()) {
+    if (c.flags.empty()) continue;
+    out << "\n" << c.name << " flags:\n";
+    PrintFlagHelp(c.flags, out);
+  }
+  out << "\nLists (--tokens, --block_ids, --lease) take items separated by "
+         "commas or spaces;\n"
+      << "an item is N or an inclusive range A-B. Exit codes: 0 ok, 1 RPC "
+         "error, 2 usage error.\n"
+      << "Example: prefixctl insert --tokens 1-32 --block_ids 100,101\n";
+}
+
+// Index of the subcommand in args (skipping global flags and their values),
+// or args.size() when there is none.
+size_t FindCommandIndex(const std::vector<std::string>& args) {
+  const std::vector<FlagSpec> globals = GlobalFlags();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-') return i;
+    if (a.find('=') != std::string::npos) continue;
+    const std::string name = a.substr(a[1] == '-' ? 2 : 1);
+    for (const FlagSpec& f : globals) {
+      if (f.name == name && !f.value_name.empty()) ++i;  // skip its value
+    }
+  }
+  return args.size();
+}
+
+int RunPlan(int argc, char** argv, size_t command_index, std::ostream& out,
+            std::ostream& err) {
+#ifdef PREFIXD_PLAN_ENABLED
+  std::vector<char*> plan_argv = {argv[0]};
+  for (int i = static_cast<int>(command_index) + 2; i < argc; ++i)
+    plan_argv.push_back(argv[i]);
+  plan_argv.push_back(nullptr);
+  return RunPlanCommand(static_cast<int>(plan_argv.size()) - 1,
+                        plan_argv.data(), out, err);
+#else
+  (void)argc;
+  (void)argv;
+  (void)command_index;
+  (void)out;
+  err << "prefixctl plan: not available in this build\n";
+  return kExitUsage;
+#endif
+}
+
+}  // namespace
+
+void InstallInterruptHandler() {
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+}
+
+int RunPrefixctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const size_t index = FindCommandIndex(args);
+  if (index < args.size() && args[index] == "plan")
+    return RunPlan(argc, argv, index, out, err);
+
+  const Command* command = nullptr;
+  if (index < args.size()) {
+    if (args[index] == "help") {
+      const Command* c =
+          index + 1 < args.size() ? FindCommand(args[index + 1]) : nullptr;
+      c ? PrintCommandHelp(*c, out) : PrintHelp(out);
+      return kExitOk;
+    }
+    command = FindCommand(args[index]);
+    if (command == nullptr) {
+      err << "prefixctl: unknown command '" << args[index]
+          << "'\nsee: prefixctl --help\n";
+      return kExitUsage;
+    }
+  }
+  std::vector<FlagSpec> spec = GlobalFlags();
+  if (command != nullptr)
+    spec.insert(spec.end(), command->flags.begin(), command->flags.end());
+  std::vector<std::string> rest = args;
+  if (command != nullptr)
+    rest.erase(rest.begin() + static_cast<ptrdiff_t>(index));
+  absl::StatusOr<ParsedFlags> flags = ParsedFlags::Parse(spec, rest);
+  const std::string name = command ? command->name : "";
+  if (!flags.ok()) {
+    err << "prefixctl" << (command ? " " + name : "") << ": "
+        << flags.status().message() << "\nsee: prefixctl "
+        << (command ? name + " " : "") << "--help\n";
+    return kExitUsage;
+  }
+  if (command == nullptr) {
+    PrintHelp(flags->Bool("help") ? out : err);
+    return flags->Bool("help") ? kExitOk : kExitUsage;
+  }
+  if (flags->Bool("help")) {
+    PrintCommandHelp(*command, out);
+    return kExitOk;
+  }
+
+  Context ctx{*flags, out, err, false, "", {}, nullptr};
+  if (!flags->positional().empty()) {
+    return Usage(ctx, name,
+                 "unexpected argument '" + flags->positional().front() + "'");
+  }
+  ctx.json = flags->Bool("json");
+  ctx.addr = flags->String("addr", kDefaultAddr);
+  const char* env_token = std::getenv("PREFIXD_TOKEN");
+  ctx.options.token = flags->String("token", env_token ? env_token : "");
+  ctx.options.tenant = flags->String("tenant");
+  ctx.options.tls = flags->Bool("tls");
+  ctx.options.tls_ca_file = flags->String("tls_ca");
+  ctx.options.tls_cert_file = flags->String("tls_cert");
+  ctx.options.tls_key_file = flags->String("tls_key");
+  absl::StatusOr<absl::Duration> timeout =
+      flags->Duration("timeout", absl::Seconds(5));
+  if (!timeout.ok())
+    return Usage(ctx, name, std::string(timeout.status().message()));
+  ctx.options.deadline = *timeout;
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(ctx.addr, ctx.options);
+  if (!client.ok())
+    return Usage(ctx, name, std::string(client.status().message()));
+  ctx.client = *std::move(client);
+  return command->run(ctx);
+}
+
+}  // namespace prefixd

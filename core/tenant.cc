@@ -403,7 +403,9 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
 
   uint64_t cached = 0, pinned = 0, nodes = 0;
   size_t lru_members = 0;
-  for (const auto& [ns, tree] : trees_) {
+  for (const auto& entry : trees_) {
+    const std::string& ns = entry.first;
+    const Tree* tree = entry.second.get();
     if (tree->ns != ns) return fail("tree keyed under another namespace");
     if (tree->root.children.empty())
       return fail(absl::StrCat("empty tree '", ns, "' kept"));
@@ -413,7 +415,7 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
       for (const auto& c : parent.children) {
         const Node& n = *c;
         if (n.parent != &parent) return fail("child's parent pointer is wrong");
-        if (n.tree != tree.get()) return fail("node points at another tree");
+        if (n.tree != tree) return fail("node points at another tree");
         if (n.block_ids.empty()) return fail("empty non-root node");
         if (n.tokens.size() != n.block_ids.size() * block_size_) {
           return fail(absl::StrFormat(

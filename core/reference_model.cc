@@ -1,0 +1,327 @@
+#include "core/reference_model.h"
+
+#include <algorithm>
+
+namespace prefixd {
+
+using Code = absl::StatusCode;
+
+ReferenceModel::ReferenceModel(int block_size, uint64_t budget_blocks,
+                               RopeShift shift,
+                               std::map<std::string, Quota> tenants,
+                               absl::Duration lease_ttl)
+    : bs_(block_size),
+      budget_(budget_blocks),
+      shift_(shift),
+      quotas_(std::move(tenants)),
+      ttl_(lease_ttl) {}
+
+ReferenceModel::Key ReferenceModel::Prefix(const std::vector<Token>& tokens,
+                                           size_t blocks, int bs) {
+  return Key(tokens.begin(), tokens.begin() + blocks * bs);
+}
+
+bool ReferenceModel::HasChild(const State& s, const TreeKey& t,
+                              const Key& k) const {
+  const auto& tree = s.trees.at(t);
+  auto it = tree.upper_bound(k);
+  return it != tree.end() && it->first.size() > k.size() &&
+         std::equal(k.begin(), k.end(), it->first.begin());
+}
+
+uint64_t ReferenceModel::CachedIn(const State& s,
+                                  const std::string& tenant) const {
+  uint64_t n = 0;
+  for (const auto& [t, tree] : s.trees) {
+    if (t.tenant == tenant) n += tree.size();
+  }
+  return n;
+}
+
+bool ReferenceModel::FindVictim(const State& s,
+                                const std::set<std::string>& eligible,
+                                bool respect_reserved,
+                                const TreeKey* guard_tree,
+                                const std::set<Key>& guarded, Victim* v) const {
+  bool found = false;
+  uint64_t best = 0;
+  for (const auto& [t, tree] : s.trees) {
+    if (!eligible.count(t.tenant)) continue;
+    if (respect_reserved &&
+        CachedIn(s, t.tenant) <= quotas_.at(t.tenant).reserved)
+      continue;
+    const bool guard =
+        guard_tree != nullptr && !(t < *guard_tree) && !(*guard_tree < t);
+    for (const auto& [key, block] : tree) {
+      if (block.pins > 0 || (guard && guarded.count(key)) ||
+          HasChild(s, t, key))
+        continue;
+      if (!found || block.stamp < best) {
+        found = true;
+        best = block.stamp;
+        *v = Victim{t, key};
+      }
+    }
+  }
+  return found;
+}
+
+BlockId ReferenceModel::Remove(State& s, const Victim& v) {
+  auto& tree = s.trees.at(v.tree);
+  const BlockId id = tree.at(v.key).id;
+  tree.erase(v.key);
+  s.ids.erase(id);
+  return id;
+}
+
+void ReferenceModel::DropEmpty(State& s) {
+  for (auto it = s.trees.begin(); it != s.trees.end();) {
+    it = it->second.empty() ? s.trees.erase(it) : std::next(it);
+  }
+}
+
+Code ReferenceModel::Match(const std::string& tenant, const std::string& ns,
+                           const std::vector<Token>& tokens, int64_t offset,
+                           bool pin, MatchResult* out) {
+  *out = MatchResult{};
+  auto it = state_.trees.find(TreeKey{tenant, ns});
+  if (it == state_.trees.end()) return Code::kOk;
+  auto& tree = it->second;
+  size_t matched = 0;
+  for (size_t k = 1; k <= tokens.size() / bs_; ++k) {
+    auto b = tree.find(Prefix(tokens, k, bs_));
+    if (b == tree.end()) break;
+    const int64_t requested = offset + static_cast<int64_t>((k - 1) * bs_);
+    if (shift_ == RopeShift::kDeny && b->second.position != requested) break;
+    const int64_t delta = requested - b->second.position;
+    if (out->segments.empty() || out->segments.back().rope_delta != delta) {
+      out->segments.push_back(Segment{{}, b->second.position, delta});
+    }
+    out->segments.back().block_ids.push_back(b->second.id);
+    matched = k;
+  }
+  if (matched == 0) return Code::kOk;
+  const uint64_t stamp = ++state_.now_stamp;
+  Lease lease{tenant, TreeKey{tenant, ns}, {}, now_ + ttl_};
+  for (size_t k = 1; k <= matched; ++k) {
+    Block& b = tree.at(Prefix(tokens, k, bs_));
+    b.stamp = stamp;
+    if (pin) {
+      ++b.pins;
+      lease.path.push_back(Prefix(tokens, k, bs_));
+    }
+  }
+  out->matched_tokens = matched * bs_;
+  if (pin) {
+    out->lease_id = next_lease_++;
+    leases_[out->lease_id] = lease;
+  }
+  return Code::kOk;
+}
+
+Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
+                            const std::vector<Token>& tokens,
+                            const std::vector<BlockId>& ids, int64_t offset,
+                            bool pin, InsertResult* out) {
+  *out = InsertResult{};
+  if (tokens.empty() || tokens.size() % bs_ != 0 ||
+      ids.size() * bs_ != tokens.size()) {
+    return Code::kInvalidArgument;
+  }
+  if (std::set<BlockId>(ids.begin(), ids.end()).size() != ids.size()) {
+    return Code::kInvalidArgument;
+  }
+  const TreeKey tk{tenant, ns};
+  const size_t n = ids.size();
+  size_t cached = 0;
+  std::vector<BlockId> redundant, claim;
+  if (auto it = state_.trees.find(tk); it != state_.trees.end()) {
+    while (cached < n && it->second.count(Prefix(tokens, cached + 1, bs_))) {
+      const BlockId have = it->second.at(Prefix(tokens, cached + 1, bs_)).id;
+      if (ids[cached] != have) redundant.push_back(ids[cached]);
+      ++cached;
+    }
+  }
+  claim = redundant;
+  claim.insert(claim.end(), ids.begin() + cached, ids.end());
+  for (BlockId id : claim) {
+    if (state_.ids.count(id)) return Code::kInvalidArgument;
+  }
+
+  State s = state_;  // try everything on a copy
+  const uint64_t stamp = s.now_stamp + 1;
+  auto& tree = s.trees[tk];
+  std::set<Key> guarded;
+  for (size_t i = 0; i < n; ++i) {
+    Key key = Prefix(tokens, i + 1, bs_);
+    if (i >= cached) {
+      tree[key] = Block{ids[i], stamp, offset + static_cast<int64_t>(i * bs_)};
+      s.ids.insert(ids[i]);
+    }
+    tree.at(key).stamp = stamp;
+    guarded.insert(std::move(key));
+  }
+  std::vector<BlockId> evicted;
+  Victim v;
+  while (CachedIn(s, tenant) > quotas_.at(tenant).limit) {
+    if (!FindVictim(s, {tenant}, false, &tk, guarded, &v))
+      return Code::kResourceExhausted;
+    evicted.push_back(Remove(s, v));
+  }
+  std::set<std::string> everyone;
+  for (const auto& [name, q] : quotas_) everyone.insert(name);
+  while (s.ids.size() > budget_) {
+    if (!FindVictim(s, everyone, true, &tk, guarded, &v))
+      return Code::kResourceExhausted;
+    evicted.push_back(Remove(s, v));
+  }
+  s.now_stamp = stamp;
+  DropEmpty(s);
+  state_ = std::move(s);
+  if (pin) {
+    Lease lease{tenant, tk, {}, now_ + ttl_};
+    for (const Key& k : guarded) {
+      ++state_.trees.at(tk).at(k).pins;
+      lease.path.push_back(k);
+    }
+    out->lease_id = next_lease_++;
+    leases_[out->lease_id] = lease;
+  }
+  out->cached_tokens = cached * bs_;
+  out->redundant_block_ids = redundant;
+  out->evicted_block_ids = evicted;
+  return Code::kOk;
+}
+
+void ReferenceModel::EndLease(LeaseId id) {
+  const Lease& lease = leases_.at(id);
+  auto t = state_.trees.find(lease.tree);
+  for (const Key& k : lease.path) {
+    if (t == state_.trees.end()) break;
+    auto b = t->second.find(k);
+    if (b != t->second.end()) --b->second.pins;
+  }
+  leases_.erase(id);
+}
+
+Code ReferenceModel::Release(const std::string& tenant, LeaseId lease) {
+  auto it = leases_.find(lease);
+  if (it == leases_.end() || it->second.tenant != tenant)
+    return Code::kNotFound;
+  EndLease(lease);
+  return Code::kOk;
+}
+
+Code ReferenceModel::KeepAlive(const std::string& tenant, LeaseId lease) {
+  auto it = leases_.find(lease);
+  if (it == leases_.end() || it->second.tenant != tenant)
+    return Code::kNotFound;
+  it->second.expiry = now_ + ttl_;
+  return Code::kOk;
+}
+
+std::vector<BlockId> ReferenceModel::Evict(uint64_t n) {
+  std::set<std::string> everyone;
+  for (const auto& [name, q] : quotas_) everyone.insert(name);
+  std::vector<BlockId> out;
+  Victim v;
+  for (bool respect : {true, false}) {
+    while (out.size() < n &&
+           FindVictim(state_, everyone, respect, nullptr, {}, &v)) {
+      out.push_back(Remove(state_, v));
+    }
+  }
+  DropEmpty(state_);
+  return out;
+}
+
+Code ReferenceModel::Invalidate(const std::vector<BlockId>& ids,
+                                std::vector<BlockId>* removed) {
+  for (BlockId id : ids) {
+    if (!state_.ids.count(id)) return Code::kNotFound;
+  }
+  for (BlockId id : ids) {
+    if (!state_.ids.count(id)) continue;  // went with an earlier one
+    for (auto& [t, tree] : state_.trees) {
+      auto hit = std::find_if(tree.begin(), tree.end(), [id](const auto& kv) {
+        return kv.second.id == id;
+      });
+      if (hit == tree.end()) continue;
+      const Key root = hit->first;
+      const TreeKey tk = t;
+      auto below = [&](const Key& k) {
+        return k.size() >= root.size() &&
+               std::equal(root.begin(), root.end(), k.begin());
+      };
+      std::vector<LeaseId> ending;
+      for (const auto& [lid, lease] : leases_) {
+        if (!(lease.tree < tk) && !(tk < lease.tree) &&
+            std::any_of(lease.path.begin(), lease.path.end(), below)) {
+          ending.push_back(lid);
+        }
+      }
+      for (LeaseId lid : ending) EndLease(lid);
+      for (auto it = tree.begin(); it != tree.end();) {
+        if (below(it->first)) {
+          removed->push_back(it->second.id);
+          state_.ids.erase(it->second.id);
+          it = tree.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      break;
+    }
+  }
+  DropEmpty(state_);
+  return Code::kOk;
+}
+
+std::vector<BlockId> ReferenceModel::Reset(const std::string& tenant) {
+  std::vector<BlockId> out;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    it = it->second.tenant == tenant ? leases_.erase(it) : std::next(it);
+  }
+  for (auto it = state_.trees.begin(); it != state_.trees.end();) {
+    if (it->first.tenant != tenant) {
+      ++it;
+      continue;
+    }
+    for (const auto& [k, b] : it->second) {
+      out.push_back(b.id);
+      state_.ids.erase(b.id);
+    }
+    it = state_.trees.erase(it);
+  }
+  return out;
+}
+
+void ReferenceModel::Advance(absl::Duration d) {
+  now_ += d;
+  std::vector<LeaseId> expired;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.expiry <= now_) expired.push_back(id);
+  }
+  for (LeaseId id : expired) EndLease(id);
+}
+
+uint64_t ReferenceModel::Cached(const std::string& tenant) const {
+  return CachedIn(state_, tenant);
+}
+
+uint64_t ReferenceModel::Pinned(const std::string& tenant) const {
+  uint64_t n = 0;
+  for (const auto& [t, tree] : state_.trees) {
+    if (t.tenant != tenant) continue;
+    for (const auto& [k, b] : tree) n += b.pins > 0;
+  }
+  return n;
+}
+
+size_t ReferenceModel::Leases(const std::string& tenant) const {
+  size_t n = 0;
+  for (const auto& [id, lease] : leases_) n += lease.tenant == tenant;
+  return n;
+}
+
+}  // namespace prefixd

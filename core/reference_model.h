@@ -1,0 +1,106 @@
+// A deliberately simple model of PrefixCache's semantics, for differential
+// tests and fuzzers (in the style of rax's fuzzTest): a map from each cached
+// whole-block prefix to its block, LRU by scanning everything, and feasibility
+// checked by trying the evictions on a copy. Slow and obviously right; it
+// shares no code with the real cache.
+#ifndef PREFIXD_CORE_REFERENCE_MODEL_H_
+#define PREFIXD_CORE_REFERENCE_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "core/cache.h"
+
+namespace prefixd {
+
+class ReferenceModel {
+ public:
+  struct Quota {
+    uint64_t reserved = 0;  // blocks
+    uint64_t limit = 0;     // blocks
+  };
+  ReferenceModel(int block_size, uint64_t budget_blocks, RopeShift shift,
+                 std::map<std::string, Quota> tenants,
+                 absl::Duration lease_ttl);
+
+  // Results use the real cache's types; lease IDs are the model's own.
+  absl::StatusCode Match(const std::string& tenant, const std::string& ns,
+                         const std::vector<Token>& tokens, int64_t offset,
+                         bool pin, MatchResult* out);
+  absl::StatusCode Insert(const std::string& tenant, const std::string& ns,
+                          const std::vector<Token>& tokens,
+                          const std::vector<BlockId>& ids, int64_t offset,
+                          bool pin, InsertResult* out);
+  absl::StatusCode Release(const std::string& tenant, LeaseId lease);
+  absl::StatusCode KeepAlive(const std::string& tenant, LeaseId lease);
+  std::vector<BlockId> Evict(uint64_t n);  // scope: every tenant
+  absl::StatusCode Invalidate(const std::vector<BlockId>& ids,
+                              std::vector<BlockId>* removed);
+  std::vector<BlockId> Reset(const std::string& tenant);
+  void Advance(absl::Duration d);  // and expire leases
+
+  uint64_t Cached(const std::string& tenant) const;
+  uint64_t Pinned(const std::string& tenant) const;
+  size_t Leases(const std::string& tenant) const;
+
+ private:
+  using Key = std::vector<Token>;  // whole-block prefix, within one tree
+  struct Block {
+    BlockId id;
+    uint64_t stamp;
+    int64_t position;
+    int pins = 0;
+  };
+  struct TreeKey {
+    std::string tenant, ns;
+    bool operator<(const TreeKey& o) const {
+      return tenant != o.tenant ? tenant < o.tenant : ns < o.ns;
+    }
+  };
+  struct Lease {
+    std::string tenant;
+    TreeKey tree;
+    std::vector<Key> path;
+    absl::Time expiry;
+  };
+  struct State {
+    std::map<TreeKey, std::map<Key, Block>> trees;
+    std::set<BlockId> ids;
+    uint64_t now_stamp = 0;
+  };
+  struct Victim {
+    TreeKey tree;
+    Key key;
+  };
+
+  static Key Prefix(const std::vector<Token>& tokens, size_t blocks, int bs);
+  bool HasChild(const State& s, const TreeKey& t, const Key& k) const;
+  uint64_t CachedIn(const State& s, const std::string& tenant) const;
+  // The LRU evictable block among tenants accepted by `eligible`, skipping
+  // `guarded` keys of tree `guard_tree`.
+  bool FindVictim(const State& s, const std::set<std::string>& eligible,
+                  bool respect_reserved, const TreeKey* guard_tree,
+                  const std::set<Key>& guarded, Victim* v) const;
+  BlockId Remove(State& s, const Victim& v);
+  void DropEmpty(State& s);
+  void EndLease(LeaseId id);
+
+  int bs_;
+  uint64_t budget_;
+  RopeShift shift_;
+  std::map<std::string, Quota> quotas_;
+  absl::Duration ttl_;
+  absl::Time now_ = absl::UnixEpoch();
+  State state_;
+  std::map<LeaseId, Lease> leases_;
+  LeaseId next_lease_ = 1;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_CORE_REFERENCE_MODEL_H_

@@ -212,7 +212,8 @@ std::string FormatBytes(uint64_t bytes) {
   };
   if (bytes < kKi) return absl::StrCat(bytes, " B");
   for (const Named& unit : kUnits) {
-    if (bytes < unit.value) continue;
+    // "40647.5 MiB" is exact but harder to read than "39.69 GiB".
+    if (bytes < unit.value || bytes / unit.value >= kKi) continue;
     std::string exact = ExactIn(bytes, unit.value);
     if (!exact.empty()) return absl::StrCat(exact, " ", unit.name);
   }

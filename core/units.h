@@ -29,9 +29,9 @@ namespace prefixd {
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view text);
 
 // A human form that parses back to the same value when it can: the largest
-// unit (binary or decimal) in which the value is exact with at most two
-// decimals ("4 GiB", "160 GB", "320 KiB", "1.5 GiB", "999 B"); otherwise
-// binary units rounded to two decimals ("149.01 GiB").
+// unit (binary or decimal) in which the value is below 1024 and exact with at
+// most two decimals ("4 GiB", "160 GB", "320 KiB", "1.5 GiB", "999 B");
+// otherwise the largest binary unit, rounded to two decimals ("149.01 GiB").
 std::string FormatBytes(uint64_t bytes);
 
 // A plain count ("488281", "70e9", "1.5M"). Suffixes (case-sensitive):

@@ -79,6 +79,9 @@ TEST(UnitsTest, FormatsBytesExactlyWhenItCan) {
   EXPECT_EQ(FormatBytes(1025), "1.00 KiB");
   // Not exact in any unit at two decimals: binary, rounded.
   EXPECT_EQ(FormatBytes(160000000001), "149.01 GiB");
+  // Exact in MiB, but 40647.5 MiB reads worse than 39.69 GiB.
+  EXPECT_EQ(FormatBytes(42621992960), "39.69 GiB");
+  EXPECT_EQ(FormatBytes(1000 * 1024), "1000 KiB");
   // Every exact form parses back to the same value.
   for (uint64_t v : {131072ULL, 327680ULL, 4294967296ULL, 160000000000ULL,
                      1610612736ULL, 1250000000ULL, 5242880ULL}) {

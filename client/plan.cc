@@ -1,0 +1,544 @@
+#include "client/plan.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "client/hf_config.h"
+#include "core/kv_geometry.h"
+#include "core/planner.h"
+#include "core/status_macros.h"
+#include "core/units.h"
+
+namespace prefixd {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+struct FlagSpec {
+  absl::string_view name;
+  absl::string_view value;  // empty for a boolean flag
+  absl::string_view help;
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"model", "PRESET",
+     "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b"},
+    {"hf_config", "FILE", "read the model from a Hugging Face config.json"},
+    {"layers", "N", "layers (sets or overrides the model's)"},
+    {"kv_heads", "N", "KV heads (num_key_value_heads)"},
+    {"head_dim", "N", "dimension of one attention head"},
+    {"attention_heads", "N",
+     "query heads (num_attention_heads), for the MHA comparison"},
+    {"kv_dtype", "DTYPE",
+     "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 "
+     "(default fp16)"},
+    {"gpus", "GPUS",
+     "GPU memory (required): 4xH100-80GB, H100-80GB, 4x80GiB or a size. "
+     "Known: H100-80GB H100-94GB H200-141GB A100-40GB A100-80GB L40S-48GB "
+     "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes"},
+    {"weights", "SIZE", "weight bytes with units, e.g. 140GB"},
+    {"params", "COUNT",
+     "parameter count instead of --weights, e.g. 70e9 or 70B"},
+    {"weight_dtype", "DTYPE",
+     "dtype of the weights for --params (default "
+     "fp16)"},
+    {"overhead", "SIZE",
+     "memory kept back for activations, CUDA graphs, fragmentation "
+     "(default 0)"},
+    {"context", "LIST",
+     "context lengths in tokens, k = 1024 (default 8k,32k,128k)"},
+    {"block_size", "N", "tokens per KV block (default 16)"},
+    {"actual_len", "N",
+     "tokens of the sequence in the paged-vs-contiguous comparison "
+     "(default 1000; 0 skips it)"},
+    {"max_seq_len", "N",
+     "tokens a contiguous allocator reserves per sequence (default: the "
+     "largest --context)"},
+    {"json", "", "print JSON for scripts instead of tables"},
+    {"help", "", "print this help"},
+};
+
+using Flags = std::map<std::string, std::string>;
+
+const FlagSpec* FindFlag(absl::string_view name) {
+  for (const FlagSpec& flag : kFlags) {
+    if (flag.name == name) return &flag;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "-h") arg = "--help";
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument \"", arg, "\""));
+    }
+    std::pair<std::string, std::string> kv =
+        absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    const bool has_value = arg.find('=') != absl::string_view::npos;
+    const FlagSpec* spec = FindFlag(kv.first);
+    if (spec == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", kv.first));
+    }
+    if (spec->value.empty()) {
+      if (has_value && kv.second != "true" && kv.second != "false") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", kv.first, " takes no value"));
+      }
+      flags[kv.first] = has_value ? kv.second : "true";
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", kv.first, " needs a value (", spec->value, ")"));
+      }
+      kv.second = argv[++i];
+    }
+    flags[kv.first] = kv.second;
+  }
+  return flags;
+}
+
+const std::string* Get(const Flags& flags, const std::string& name) {
+  auto it = flags.find(name);
+  return it == flags.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<int64_t> Integer(const Flags& flags, const std::string& name,
+                                int64_t fallback, int64_t min) {
+  const std::string* text = Get(flags, name);
+  if (text == nullptr) return fallback;
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(*text, &value) || value < min || value > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, " must be an integer >= ", min, ", got \"", *text, "\""));
+  }
+  return value;
+}
+
+// "8k,32k,128k": k = 1024 and M = 1024^2 tokens, as context windows are
+// named.
+absl::StatusOr<std::vector<int64_t>> ParseContexts(absl::string_view text) {
+  std::vector<int64_t> lengths;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    absl::string_view digits = absl::StripAsciiWhitespace(part);
+    int64_t multiplier = 1;
+    if (absl::ConsumeSuffix(&digits, "k") ||
+        absl::ConsumeSuffix(&digits, "K")) {
+      multiplier = 1024;
+    } else if (absl::ConsumeSuffix(&digits, "M") ||
+               absl::ConsumeSuffix(&digits, "m")) {
+      multiplier = 1024 * 1024;
+    }
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(digits, &value) || value <= 0 ||
+        value > (int64_t{1} << 40) / multiplier) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--context: invalid length \"", part,
+                       "\"; expected e.g. 8k,32k,128k or 8192"));
+    }
+    lengths.push_back(value * multiplier);
+  }
+  if (lengths.empty()) {
+    return absl::InvalidArgumentError("--context: no lengths given");
+  }
+  return lengths;
+}
+
+absl::Status Usage(absl::string_view message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// Everything the reports show besides the Plan itself.
+struct Request {
+  PlanInput input;
+  GpuPool gpus;
+  std::vector<std::string> notes;
+};
+
+// The model from --model or --hf_config, then explicit numbers on top.
+// Usage errors are INVALID_ARGUMENT; a model that cannot be read is another
+// code.
+absl::Status ReadModel(const Flags& flags, Request& req) {
+  ModelGeometry& g = req.input.geometry;
+  const std::string* preset = Get(flags, "model");
+  const std::string* hf = Get(flags, "hf_config");
+  if (preset != nullptr && hf != nullptr) {
+    return Usage("give --model or --hf_config, not both");
+  }
+  if (preset != nullptr) {
+    absl::StatusOr<ModelPreset> p = FindPreset(*preset);
+    if (!p.ok()) return Usage(p.status().message());
+    g = p->geometry;
+  } else if (hf != nullptr) {
+    absl::StatusOr<ModelSpecFromHf> spec = ReadHfConfig(*hf);
+    if (!spec.ok())
+      return absl::FailedPreconditionError(spec.status().message());
+    g = spec->geometry;
+    if (g.name.empty()) g.name = *hf;
+    for (std::string& note : spec->notes) {
+      req.notes.push_back(absl::StrCat(*hf, ": ", note));
+    }
+  }
+  for (auto [name, field] : {std::pair<const char*, int*>{"layers", &g.layers},
+                             {"kv_heads", &g.kv_heads},
+                             {"head_dim", &g.head_dim},
+                             {"attention_heads", &g.attention_heads}}) {
+    ASSIGN_OR_RETURN(int64_t value, Integer(flags, name, *field, 1));
+    *field = static_cast<int>(value);
+  }
+  if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
+    return Usage(
+        "no model: give --model PRESET, --hf_config FILE, or --layers, "
+        "--kv_heads and --head_dim");
+  }
+  if (g.name.empty()) g.name = "custom";
+  return absl::OkStatus();
+}
+
+absl::Status ReadMemory(const Flags& flags, Request& req) {
+  PlanInput& in = req.input;
+  const std::string* gpus = Get(flags, "gpus");
+  if (gpus == nullptr) return Usage("--gpus is required, e.g. 4xH100-80GB");
+  ASSIGN_OR_RETURN(req.gpus, ParseGpus(*gpus));
+  in.gpu_bytes = req.gpus.total_bytes;
+
+  const std::string* weights = Get(flags, "weights");
+  const std::string* params = Get(flags, "params");
+  if ((weights == nullptr) == (params == nullptr)) {
+    return Usage(
+        "give exactly one of --weights SIZE or --params COUNT (use "
+        "--weights 0 when the weights live elsewhere)");
+  }
+  if (weights != nullptr) {
+    ASSIGN_OR_RETURN(in.weight_bytes, ParseBytes(*weights));
+  } else {
+    ASSIGN_OR_RETURN(const uint64_t count, ParseCount(*params));
+    const std::string* dtype_name = Get(flags, "weight_dtype");
+    ASSIGN_OR_RETURN(const KvDtype dtype,
+                     ParseKvDtype(dtype_name ? *dtype_name : "fp16"));
+    ASSIGN_OR_RETURN(in.weight_bytes, WeightBytes(count, dtype));
+    req.notes.push_back(absl::StrCat("weights: ", FormatCount(count),
+                                     " parameters x ", KvDtypeBits(dtype),
+                                     " bits"));
+  }
+  if (const std::string* overhead = Get(flags, "overhead")) {
+    ASSIGN_OR_RETURN(in.overhead_bytes, ParseBytes(*overhead));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadRest(const Flags& flags, Request& req) {
+  PlanInput& in = req.input;
+  const std::string* dtype = Get(flags, "kv_dtype");
+  ASSIGN_OR_RETURN(in.kv_dtype, ParseKvDtype(dtype ? *dtype : "fp16"));
+  if (const std::string* contexts = Get(flags, "context")) {
+    ASSIGN_OR_RETURN(in.context_lengths, ParseContexts(*contexts));
+  }
+  ASSIGN_OR_RETURN(const int64_t block, Integer(flags, "block_size", 16, 1));
+  in.block_size = static_cast<int>(block);
+  ASSIGN_OR_RETURN(in.actual_len, Integer(flags, "actual_len", 1000, 0));
+  ASSIGN_OR_RETURN(in.max_seq_len, Integer(flags, "max_seq_len", 0, 1));
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Text output
+
+std::string Bytes(uint64_t bytes) {
+  return absl::StrCat(FormatCount(bytes), " B (", FormatBytes(bytes), ")");
+}
+
+std::string DtypeBytes(KvDtype dtype) {
+  const int bits = KvDtypeBits(dtype);
+  return bits % 8 == 0 ? absl::StrCat(bits / 8, " B")
+                       : absl::StrFormat("%g B", bits / 8.0);
+}
+
+// Columns padded to their widest cell; the first `left` columns
+// left-aligned (labels), the rest right-aligned (numbers).
+std::string Table(const std::vector<std::vector<std::string>>& rows,
+                  size_t left) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    width.resize(std::max(width.size(), row.size()));
+    for (size_t c = 0; c < row.size(); ++c) {
+      width[c] = std::max(width[c], row[c].size());
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = "  ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      const std::string pad(width[c] - row[c].size(), ' ');
+      if (c > 0) line += "  ";
+      line += c < left ? row[c] + pad : pad + row[c];
+    }
+    absl::StrAppend(&out, absl::StripTrailingAsciiWhitespace(line), "\n");
+  }
+  return out;
+}
+
+std::string Line(absl::string_view label, absl::string_view value) {
+  return absl::StrFormat("%-18s%s\n", label, value);
+}
+
+std::string TextReport(const Request& req, const Plan& plan) {
+  const PlanInput& in = req.input;
+  const ModelGeometry& g = in.geometry;
+  std::string out;
+  for (const std::string& note : req.notes) {
+    absl::StrAppend(&out, "note: ", note, "\n");
+  }
+  std::string model = absl::StrCat(g.name, ": ", g.layers, " layers, ",
+                                   g.kv_heads, " KV heads");
+  if (g.attention_heads > 0) {
+    absl::StrAppend(&model, ", ", g.attention_heads, " attention heads");
+  }
+  absl::StrAppend(&model, ", head_dim ", g.head_dim);
+  const std::string gpus =
+      req.gpus.model.empty()
+          ? absl::StrCat(req.gpus.count, " x ",
+                         FormatBytes(req.gpus.bytes_per_gpu))
+          : absl::StrCat(req.gpus.count, " x ", req.gpus.model);
+  out += Line("Model", model);
+  out += Line("KV dtype", KvDtypeName(in.kv_dtype));
+  out += Line("Bytes per token",
+              absl::StrCat(Bytes(plan.bytes_per_token), " = 2 x ", g.layers,
+                           " layers x ", g.kv_heads, " kv_heads x ", g.head_dim,
+                           " head_dim x ", DtypeBytes(in.kv_dtype)));
+  out += Line("Block bytes", absl::StrCat(Bytes(plan.block_bytes), " = ",
+                                          in.block_size, " tokens per block"));
+  out += Line("GPU memory", absl::StrCat(Bytes(plan.gpu_bytes), " = ", gpus));
+  out += Line("Weights", Bytes(plan.weight_bytes));
+  out += Line("Overhead", Bytes(plan.overhead_bytes));
+  out += Line("KV budget", absl::StrCat(Bytes(plan.kv_budget_bytes),
+                                        " = GPU memory - weights - overhead"));
+  out += Line("Tokens that fit",
+              absl::StrCat(FormatCount(plan.tokens_that_fit), " (",
+                           FormatCount(plan.budget_blocks), " blocks of ",
+                           in.block_size, " tokens)"));
+  out += Line("Decode crossover",
+              absl::StrCat(FormatCount(plan.crossover_tokens),
+                           " cached tokens in flight read as many bytes per "
+                           "decode step as the weights"));
+
+  std::vector<std::vector<std::string>> rows = {
+      {"context", "KV per sequence", "concurrent sequences"}};
+  for (const ContextRow& row : plan.contexts) {
+    rows.push_back({FormatCount(row.context_len),
+                    Bytes(row.kv_bytes_per_sequence),
+                    FormatCount(row.concurrent_sequences)});
+  }
+  absl::StrAppend(&out, "\nKV per sequence and sequences that fit at once\n",
+                  Table(rows, 0));
+
+  rows = {{"variant", "kv_heads", "bytes/token", "tokens that fit"}};
+  for (const ContextRow& row : plan.contexts) {
+    rows[0].push_back(absl::StrCat("seqs@", FormatCount(row.context_len)));
+  }
+  rows[0].push_back("crossover");
+  for (const HeadVariant& v : plan.head_variants) {
+    rows.push_back({absl::StrCat(v.label, v.is_model ? " *" : ""),
+                    absl::StrCat(v.kv_heads), FormatCount(v.bytes_per_token),
+                    FormatCount(v.tokens_that_fit)});
+    for (const ContextRow& row : v.contexts) {
+      rows.back().push_back(FormatCount(row.concurrent_sequences));
+    }
+    rows.back().push_back(FormatCount(v.crossover_tokens));
+  }
+  absl::StrAppend(&out,
+                  "\nKV heads as the only variable (same budget; * = this "
+                  "model)\n",
+                  Table(rows, 1));
+
+  if (plan.waste.has_value()) {
+    const WasteReport& w = *plan.waste;
+    rows = {
+        {"allocation", "reserved tokens", "wasted tokens", "wasted bytes",
+         "sequences that fit"},
+        {"contiguous", FormatCount(w.contiguous_reserved_tokens),
+         FormatCount(w.contiguous_wasted_tokens),
+         Bytes(w.contiguous_wasted_bytes), FormatCount(w.contiguous_sequences)},
+        {"paged", FormatCount(w.paged_reserved_tokens),
+         FormatCount(w.paged_wasted_tokens), Bytes(w.paged_wasted_bytes),
+         FormatCount(w.paged_sequences)}};
+    absl::StrAppend(&out, "\nOne sequence of ", FormatCount(w.actual_len),
+                    " tokens: contiguous reservation of max_seq_len ",
+                    FormatCount(w.max_seq_len), " vs paged blocks of ",
+                    w.block_size, "\n", Table(rows, 1));
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// JSON output: integers and strings only, written by hand so that 64-bit
+// numbers stay exact.
+
+std::string Quote(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          absl::StrAppendFormat(&out, "\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string ContextsJson(const std::vector<ContextRow>& rows) {
+  std::vector<std::string> items;
+  for (const ContextRow& row : rows) {
+    items.push_back(absl::StrCat(
+        "{\"context_len\": ", row.context_len,
+        ", \"kv_bytes_per_sequence\": ", row.kv_bytes_per_sequence,
+        ", \"concurrent_sequences\": ", row.concurrent_sequences, "}"));
+  }
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+}
+
+std::string JsonReport(const Request& req, const Plan& plan) {
+  const PlanInput& in = req.input;
+  const ModelGeometry& g = in.geometry;
+  std::vector<std::string> notes;
+  for (const std::string& note : req.notes) notes.push_back(Quote(note));
+  std::vector<std::string> variants;
+  for (const HeadVariant& v : plan.head_variants) {
+    variants.push_back(absl::StrCat(
+        "    {\"label\": ", Quote(v.label), ", \"kv_heads\": ", v.kv_heads,
+        ", \"is_model\": ", v.is_model ? "true" : "false",
+        ", \"bytes_per_token\": ", v.bytes_per_token, ", \"tokens_that_fit\": ",
+        v.tokens_that_fit, ", \"crossover_tokens\": ", v.crossover_tokens,
+        ", \"contexts\": ", ContextsJson(v.contexts), "}"));
+  }
+  std::string waste = "null";
+  if (plan.waste.has_value()) {
+    const WasteReport& w = *plan.waste;
+    waste = absl::StrCat(
+        "{\"actual_len\": ", w.actual_len, ", \"max_seq_len\": ", w.max_seq_len,
+        ", \"block_size\": ", w.block_size,
+        ", \"contiguous_reserved_tokens\": ", w.contiguous_reserved_tokens,
+        ", \"contiguous_wasted_tokens\": ", w.contiguous_wasted_tokens,
+        ", \"contiguous_wasted_bytes\": ", w.contiguous_wasted_bytes,
+        ", \"contiguous_sequences\": ", w.contiguous_sequences,
+        ", \"paged_reserved_tokens\": ", w.paged_reserved_tokens,
+        ", \"paged_wasted_tokens\": ", w.paged_wasted_tokens,
+        ", \"paged_wasted_bytes\": ", w.paged_wasted_bytes,
+        ", \"paged_sequences\": ", w.paged_sequences, "}");
+  }
+  return absl::StrCat(
+      "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
+      ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
+      ", \"attention_heads\": ", g.attention_heads, "},\n",
+      "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
+      "  \"block_size\": ", in.block_size, ",\n",
+      "  \"gpus\": {\"count\": ", req.gpus.count,
+      ", \"model\": ", Quote(req.gpus.model),
+      ", \"bytes_per_gpu\": ", req.gpus.bytes_per_gpu,
+      ", \"total_bytes\": ", req.gpus.total_bytes, "},\n",
+      "  \"bytes_per_token\": ", plan.bytes_per_token, ",\n",
+      "  \"block_bytes\": ", plan.block_bytes, ",\n",
+      "  \"gpu_bytes\": ", plan.gpu_bytes, ",\n",
+      "  \"weight_bytes\": ", plan.weight_bytes, ",\n",
+      "  \"overhead_bytes\": ", plan.overhead_bytes, ",\n",
+      "  \"kv_budget_bytes\": ", plan.kv_budget_bytes, ",\n",
+      "  \"tokens_that_fit\": ", plan.tokens_that_fit, ",\n",
+      "  \"budget_blocks\": ", plan.budget_blocks, ",\n",
+      "  \"crossover_tokens\": ", plan.crossover_tokens, ",\n",
+      "  \"contexts\": ", ContextsJson(plan.contexts), ",\n",
+      "  \"head_variants\": [\n", absl::StrJoin(variants, ",\n"), "\n  ],\n",
+      "  \"waste\": ", waste, ",\n", "  \"notes\": [",
+      absl::StrJoin(notes, ", "), "]\n}\n");
+}
+
+}  // namespace
+
+std::string PlanUsage() {
+  std::string out =
+      "Usage: prefixctl plan --gpus GPUS (--model PRESET | --hf_config FILE |\n"
+      "           --layers N --kv_heads N --head_dim N) (--weights SIZE |\n"
+      "           --params COUNT) [flags]\n\n"
+      "Capacity planning from the model's KV geometry; needs no daemon.\n"
+      "bytes_per_token = 2 x layers x kv_heads x head_dim x dtype bytes;\n"
+      "KV budget = GPU memory - weights - overhead. Sizes take units: B, kB,\n"
+      "MB, GB, TB (10^n) and KiB, MiB, GiB, TiB (2^n).\n\nFlags:\n";
+  for (const FlagSpec& flag : kFlags) {
+    const std::string name =
+        flag.value.empty() ? absl::StrCat("--", flag.name)
+                           : absl::StrCat("--", flag.name, " ", flag.value);
+    absl::StrAppendFormat(&out, "  %-22s %s\n", name, flag.help);
+  }
+  absl::StrAppend(&out,
+                  "\nExample:\n  prefixctl plan --model llama-3-70b --gpus "
+                  "4xH100-80GB --weights 140GB --overhead 20GB\n");
+  return out;
+}
+
+int RunPlanCommand(int argc, char** argv, std::ostream& out,
+                   std::ostream& err) {
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  if (!flags.ok()) {
+    err << "prefixctl plan: " << flags.status().message()
+        << " (see prefixctl plan --help)\n";
+    return kExitUsage;
+  }
+  if (Get(*flags, "help") != nullptr && *Get(*flags, "help") == "true") {
+    out << PlanUsage();
+    return kExitOk;
+  }
+  Request req;
+  absl::Status status = ReadModel(*flags, req);
+  if (status.ok()) status = ReadMemory(*flags, req);
+  if (status.ok()) status = ReadRest(*flags, req);
+  if (!status.ok()) {
+    err << "prefixctl plan: " << status.message() << "\n";
+    return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                               : kExitFailed;
+  }
+  absl::StatusOr<Plan> plan = MakePlan(req.input);
+  if (!plan.ok()) {
+    err << "prefixctl plan: " << plan.status().message() << "\n";
+    return kExitFailed;
+  }
+  const std::string* json = Get(*flags, "json");
+  out << (json != nullptr && *json == "true" ? JsonReport(req, *plan)
+                                             : TextReport(req, *plan));
+  return kExitOk;
+}
+
+}  // namespace prefixd

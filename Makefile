@@ -1,0 +1,37 @@
+# The two commands of the README, and a few helpers. Everything builds with
+# CMake into $(BUILD_DIR); the Debian packages come from deploy/install-deps.sh.
+#
+#   make run     install missing packages, build (Release), start prefixd on
+#                its embedded default (ARGS="--config=prefixd.textproto" to change)
+#   make test    install missing packages, build, run every test (ctest)
+#   make build   install missing packages and build
+#   make clean   remove $(BUILD_DIR)
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= 2
+CMAKE_ARGS ?=
+CTEST_ARGS ?=
+ARGS ?=
+
+.PHONY: all deps configure build run test clean
+
+all: build
+
+deps:
+	bash deploy/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
+
+build: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS)
+
+run: build
+	./$(BUILD_DIR)/server/prefixd $(ARGS)
+
+test: build
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages prefixd needs to build and test: the one
+# list of dependencies, used by `make run`, `make test`, CI and the
+# Dockerfile. Only missing packages are installed; when everything is
+# present it returns at once without touching the network.
+#
+# Usage: deploy/install-deps.sh [--check]   (--check: list what is missing, exit 1 if any)
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain and build
+  build-essential cmake pkg-config clang libclang-rt-14-dev
+  # gRPC, protobuf, abseil, metrics, TLS
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  prometheus-cpp-dev libssl-dev openssl
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # Python client and its tests (Debian's /usr/bin/python3)
+  python3-grpcio python3-grpc-tools python3-protobuf
+  # deploy checks: Prometheus rules (promtool), manifests (kubectl), trace store
+  prometheus redis-server kubernetes-client
+)
+
+# A package whose command is already installed from another package counts
+# as present: kubectl from Kubernetes' own repository ships /usr/bin/kubectl
+# too, and the two cannot be installed side by side.
+declare -A SATISFIED_BY_COMMAND=([kubernetes-client]=kubectl)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" == "installed" ]]; then
+    continue
+  fi
+  cmd=${SATISFIED_BY_COMMAND[$pkg]:-}
+  if [[ -n "$cmd" ]] && command -v "$cmd" >/dev/null; then
+    continue
+  fi
+  missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  echo "install-deps: missing: ${missing[*]}"
+  exit 1
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing ${missing[*]}; run this script as root" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+  -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "${missing[@]}"

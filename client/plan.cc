@@ -501,7 +501,16 @@ std::string PlanUsage() {
     const std::string name =
         flag.value.empty() ? absl::StrCat("--", flag.name)
                            : absl::StrCat("--", flag.name, " ", flag.value);
-    absl::StrAppendFormat(&out, "  %-22s %s\n", name, flag.help);
+    // Help text wrapped to 80 columns, continued under itself.
+    std::string line = absl::StrFormat("  %-22s", name);
+    for (absl::string_view word : absl::StrSplit(flag.help, ' ')) {
+      if (line.size() + 1 + word.size() > 80 && line.size() > 25) {
+        absl::StrAppend(&out, line, "\n");
+        line = std::string(24, ' ');
+      }
+      absl::StrAppend(&line, " ", word);
+    }
+    absl::StrAppend(&out, line, "\n");
   }
   absl::StrAppend(&out,
                   "\nExample:\n  prefixctl plan --model llama-3-70b --gpus "

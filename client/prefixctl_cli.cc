@@ -541,6 +541,11 @@ void PrintHelp(std::ostream& out) {
     out << "\n" << c.name << " flags:\n";
     PrintFlagHelp(c.flags, out);
   }
+#ifdef PREFIXD_PLAN_ENABLED
+  out << "\nplan flags (offline; the global flags other than --json do not "
+         "apply):\n"
+      << PlanUsage();
+#endif
   out << "\nLists (--tokens, --block_ids, --lease) take items separated by "
          "commas or spaces;\n"
       << "an item is N or an inclusive range A-B. Exit codes: 0 ok, 1 RPC "
@@ -568,6 +573,12 @@ int RunPlan(int argc, char** argv, size_t command_index, std::ostream& out,
             std::ostream& err) {
 #ifdef PREFIXD_PLAN_ENABLED
   std::vector<char*> plan_argv = {argv[0]};
+  static char json_flag[] = "--json";
+  for (size_t i = 1; i <= command_index; ++i) {
+    const std::string a = argv[i];
+    if (a == "--json" || a == "-json" || a == "--json=true")
+      plan_argv.push_back(json_flag);
+  }
   for (int i = static_cast<int>(command_index) + 2; i < argc; ++i)
     plan_argv.push_back(argv[i]);
   plan_argv.push_back(nullptr);

@@ -224,6 +224,14 @@ class E2E:
             "health", "info", "stats", "match", "insert", "release", "keepalive", "evict",
             "invalidate", "reset", "watch", "dump")), "prefixctl --help lists commands", out)
 
+    def test_plan(self):
+        rc, out, err = self.ctl("--json", "plan", "--model", "llama-3-8b", "--gpus", "1xH100-80GB",
+                                "--weights", "16GB")
+        plan = json.loads(out) if rc == 0 else {}
+        self.check(plan.get("bytes_per_token") == 131072 and
+                   plan.get("kv_budget_bytes") == 64000000000,
+                   "plan: Llama-3-8B fp16 on one H100", out + err)
+
     def test_drain(self):
         """SIGTERM: health NOT_SERVING while draining, open streams end, exit 0."""
         health = subprocess.Popen(
@@ -291,7 +299,7 @@ def main():
             if t.start():
                 for step in (t.test_health_and_info, t.test_insert_and_match, t.test_leases,
                              t.test_stats, t.test_watch_and_dump, t.test_tenants_evict_invalidate,
-                             t.test_errors, t.test_drain):
+                             t.test_errors, t.test_plan, t.test_drain):
                     print("--- %s" % step.__name__)
                     step()
         except Exception as e:  # a crash of the test itself is a failure, with the daemon's log

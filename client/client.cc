@@ -12,7 +12,7 @@
 #include "client/health.h"
 
 namespace prefixd {
-namespace internal {
+namespace client_internal {
 
 // What a Client, its Leases and its streams share: the channel, the stub,
 // the options and the epoch seen so far.
@@ -100,7 +100,7 @@ class ClientCore {
 
 namespace {
 
-class GrpcEventStream : public EventStream {
+class GrpcEventStream : public Client::EventStream {
  public:
   GrpcEventStream(std::shared_ptr<ClientCore> core, uint64_t from_sequence,
                   absl::Duration deadline)
@@ -183,7 +183,7 @@ std::vector<T> ToVector(const google::protobuf::RepeatedField<T>& field) {
 }
 
 }  // namespace
-}  // namespace internal
+}  // namespace client_internal
 
 const char* HealthStatusName(HealthStatus status) {
   switch (status) {
@@ -207,14 +207,14 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
 
 // ---- Lease ----
 
-Lease::~Lease() {
+Client::Lease::~Lease() {
   if (valid()) Release().IgnoreError();
 }
 
-Lease::Lease(Lease&& other) noexcept
+Client::Lease::Lease(Lease&& other) noexcept
     : core_(std::move(other.core_)), id_(std::exchange(other.id_, 0)) {}
 
-Lease& Lease::operator=(Lease&& other) noexcept {
+Client::Lease& Client::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
     if (valid()) Release().IgnoreError();
     core_ = std::move(other.core_);
@@ -223,7 +223,7 @@ Lease& Lease::operator=(Lease&& other) noexcept {
   return *this;
 }
 
-absl::Status Lease::Release() {
+absl::Status Client::Lease::Release() {
   if (!valid())
     return absl::FailedPreconditionError("Release of an empty Lease");
   v1::ReleaseRequest request;
@@ -237,7 +237,7 @@ absl::Status Lease::Release() {
       .status();
 }
 
-absl::StatusOr<absl::Duration> Lease::KeepAlive() {
+absl::StatusOr<absl::Duration> Client::Lease::KeepAlive() {
   if (!valid())
     return absl::FailedPreconditionError("KeepAlive of an empty Lease");
   v1::KeepAliveRequest request;
@@ -257,12 +257,12 @@ absl::StatusOr<absl::Duration> Lease::KeepAlive() {
   return absl::Milliseconds(response->expires_in_ms(0));
 }
 
-uint64_t Lease::Detach() {
+uint64_t Client::Lease::Detach() {
   core_.reset();
   return std::exchange(id_, 0);
 }
 
-std::vector<uint64_t> MatchResult::block_ids() const {
+std::vector<uint64_t> Client::MatchResult::block_ids() const {
   std::vector<uint64_t> ids;
   for (const v1::Segment& s : response.segments()) {
     ids.insert(ids.end(), s.block_ids().begin(), s.block_ids().end());
@@ -272,7 +272,7 @@ std::vector<uint64_t> MatchResult::block_ids() const {
 
 // ---- Client ----
 
-Client::Client(std::shared_ptr<internal::ClientCore> core)
+Client::Client(std::shared_ptr<client_internal::ClientCore> core)
     : core_(std::move(core)) {}
 Client::~Client() = default;
 
@@ -280,7 +280,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& target, ClientOptions options) {
   if (target.empty()) return absl::InvalidArgumentError("empty target address");
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-      internal::MakeCredentials(options);
+      client_internal::MakeCredentials(options);
   if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // dumps and stats of big trees
@@ -291,8 +291,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
 std::unique_ptr<Client> Client::FromChannel(
     std::shared_ptr<grpc::Channel> channel, ClientOptions options) {
   return std::unique_ptr<Client>(
-      new Client(std::make_shared<internal::ClientCore>(std::move(channel),
-                                                        std::move(options))));
+      new Client(std::make_shared<client_internal::ClientCore>(
+          std::move(channel), std::move(options))));
 }
 
 absl::StatusOr<v1::GetInfoResponse> Client::GetInfo() {
@@ -315,8 +315,8 @@ absl::StatusOr<v1::HandshakeResponse> Client::Handshake(
   return r;
 }
 
-absl::StatusOr<MatchResult> Client::Match(absl::Span<const uint32_t> tokens,
-                                          const PrefixOptions& options) {
+absl::StatusOr<Client::MatchResult> Client::Match(
+    absl::Span<const uint32_t> tokens, const PrefixOptions& options) {
   v1::MatchRequest request;
   request.set_namespace_(options.ns);
   request.mutable_tokens()->Add(tokens.begin(), tokens.end());
@@ -334,7 +334,7 @@ absl::StatusOr<MatchResult> Client::Match(absl::Span<const uint32_t> tokens,
   return result;
 }
 
-absl::StatusOr<InsertResult> Client::Insert(
+absl::StatusOr<Client::InsertResult> Client::Insert(
     absl::Span<const uint32_t> tokens, absl::Span<const uint64_t> block_ids,
     const PrefixOptions& options) {
   v1::InsertRequest request;
@@ -385,7 +385,7 @@ absl::StatusOr<std::vector<uint64_t>> Client::Evict(uint64_t blocks) {
     return core_->stub()->Evict(ctx, request, resp);
   });
   if (!r.ok()) return r.status();
-  return internal::ToVector(r->evicted_block_ids());
+  return client_internal::ToVector(r->evicted_block_ids());
 }
 
 absl::StatusOr<std::vector<uint64_t>> Client::Invalidate(
@@ -396,7 +396,7 @@ absl::StatusOr<std::vector<uint64_t>> Client::Invalidate(
     return core_->stub()->Invalidate(ctx, request, resp);
   });
   if (!r.ok()) return r.status();
-  return internal::ToVector(r->removed_block_ids());
+  return client_internal::ToVector(r->removed_block_ids());
 }
 
 absl::StatusOr<v1::ResetResponse> Client::Reset(const std::string& tenant,
@@ -431,10 +431,10 @@ absl::StatusOr<v1::DumpResponse> Client::Dump(const std::string& ns) {
   return r;
 }
 
-std::unique_ptr<EventStream> Client::WatchEvents(uint64_t from_sequence,
-                                                 absl::Duration deadline) {
-  return std::make_unique<internal::GrpcEventStream>(core_, from_sequence,
-                                                     deadline);
+std::unique_ptr<Client::EventStream> Client::WatchEvents(
+    uint64_t from_sequence, absl::Duration deadline) {
+  return std::make_unique<client_internal::GrpcEventStream>(
+      core_, from_sequence, deadline);
 }
 
 absl::Status Client::WatchEvents(
@@ -456,13 +456,13 @@ absl::Status Client::WatchEvents(
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service) {
   std::unique_ptr<grpc::ClientContext> ctx =
       core_->NewContext(core_->options().deadline);
-  return internal::CheckHealth(core_->channel(), ctx.get(), service);
+  return client_internal::CheckHealth(core_->channel(), ctx.get(), service);
 }
 
-std::unique_ptr<HealthStream> Client::WatchHealth(const std::string& service,
-                                                  absl::Duration deadline) {
-  return internal::WatchHealth(core_->channel(), core_->NewContext(deadline),
-                               service);
+std::unique_ptr<Client::HealthStream> Client::WatchHealth(
+    const std::string& service, absl::Duration deadline) {
+  return client_internal::WatchHealth(core_->channel(),
+                                      core_->NewContext(deadline), service);
 }
 
 void Client::OnEpochChange(std::function<void(uint64_t, uint64_t)> callback) {

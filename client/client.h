@@ -76,81 +76,80 @@ enum class HealthStatus : int {
 };
 const char* HealthStatusName(HealthStatus status);
 
-class Client;
-namespace internal {
+namespace client_internal {
 class ClientCore;
-}  // namespace internal
-
-// A pin on a cached path. Destroying a valid Lease releases it (best effort,
-// errors ignored: an expired lease is already gone). Movable, not copyable.
-// A Lease keeps the connection it came from alive, so it may outlive its
-// Client.
-class Lease {
- public:
-  Lease() = default;
-  ~Lease();
-  Lease(Lease&& other) noexcept;
-  Lease& operator=(Lease&& other) noexcept;
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
-
-  uint64_t id() const { return id_; }
-  bool valid() const { return id_ != 0; }
-  explicit operator bool() const { return valid(); }
-
-  // Ends the lease now. Afterwards the Lease is empty, whatever the result.
-  absl::Status Release();
-  // Renews the lease by its TTL; returns the time left.
-  absl::StatusOr<absl::Duration> KeepAlive();
-  // Gives up ownership without releasing (e.g. to hand the id to another
-  // process); returns the id. The lease then ends by Release or by its TTL.
-  uint64_t Detach();
-
- private:
-  friend class Client;
-  Lease(std::shared_ptr<internal::ClientCore> core, uint64_t id)
-      : core_(std::move(core)), id_(id) {}
-
-  std::shared_ptr<internal::ClientCore> core_;
-  uint64_t id_ = 0;
-};
-
-struct MatchResult {
-  v1::MatchResponse response;
-  Lease lease;  // valid when pinned and something matched
-
-  uint64_t matched_tokens() const { return response.matched_tokens(); }
-  // Block IDs of every segment, in order.
-  std::vector<uint64_t> block_ids() const;
-};
-
-struct InsertResult {
-  v1::InsertResponse response;
-  Lease lease;  // valid when pinned
-};
-
-// A server stream of event batches. Read blocks for the next batch and
-// returns false when the stream ended; Finish then gives its status.
-class EventStream {
- public:
-  virtual ~EventStream() = default;
-  virtual bool Read(v1::WatchEventsResponse* batch) = 0;
-  virtual absl::Status Finish() = 0;
-  // Ends the stream from any thread; a blocked Read returns false.
-  virtual void Cancel() = 0;
-};
-
-// A grpc.health.v1.Health/Watch stream: one status per change.
-class HealthStream {
- public:
-  virtual ~HealthStream() = default;
-  virtual bool Read(HealthStatus* status) = 0;
-  virtual absl::Status Finish() = 0;
-  virtual void Cancel() = 0;
-};
+}  // namespace client_internal
 
 class Client {
  public:
+  // A pin on a cached path. Destroying a valid Lease releases it (best effort,
+  // errors ignored: an expired lease is already gone). Movable, not copyable.
+  // A Lease keeps the connection it came from alive, so it may outlive its
+  // Client.
+  class Lease {
+   public:
+    Lease() = default;
+    ~Lease();
+    Lease(Lease&& other) noexcept;
+    Lease& operator=(Lease&& other) noexcept;
+    Lease(const Lease&) = delete;
+    Lease& operator=(const Lease&) = delete;
+
+    uint64_t id() const { return id_; }
+    bool valid() const { return id_ != 0; }
+    explicit operator bool() const { return valid(); }
+
+    // Ends the lease now. Afterwards the Lease is empty, whatever the result.
+    absl::Status Release();
+    // Renews the lease by its TTL; returns the time left.
+    absl::StatusOr<absl::Duration> KeepAlive();
+    // Gives up ownership without releasing (e.g. to hand the id to another
+    // process); returns the id. The lease then ends by Release or by its TTL.
+    uint64_t Detach();
+
+   private:
+    friend class Client;
+    Lease(std::shared_ptr<client_internal::ClientCore> core, uint64_t id)
+        : core_(std::move(core)), id_(id) {}
+
+    std::shared_ptr<client_internal::ClientCore> core_;
+    uint64_t id_ = 0;
+  };
+
+  struct MatchResult {
+    v1::MatchResponse response;
+    Lease lease;  // valid when pinned and something matched
+
+    uint64_t matched_tokens() const { return response.matched_tokens(); }
+    // Block IDs of every segment, in order.
+    std::vector<uint64_t> block_ids() const;
+  };
+
+  struct InsertResult {
+    v1::InsertResponse response;
+    Lease lease;  // valid when pinned
+  };
+
+  // A server stream of event batches. Read blocks for the next batch and
+  // returns false when the stream ended; Finish then gives its status.
+  class EventStream {
+   public:
+    virtual ~EventStream() = default;
+    virtual bool Read(v1::WatchEventsResponse* batch) = 0;
+    virtual absl::Status Finish() = 0;
+    // Ends the stream from any thread; a blocked Read returns false.
+    virtual void Cancel() = 0;
+  };
+
+  // A grpc.health.v1.Health/Watch stream: one status per change.
+  class HealthStream {
+   public:
+    virtual ~HealthStream() = default;
+    virtual bool Read(HealthStatus* status) = 0;
+    virtual absl::Status Finish() = 0;
+    virtual void Cancel() = 0;
+  };
+
   // Creates a channel to `target` ("host:port", "unix:///path", any gRPC
   // target). Does not wait for the connection: the first call does.
   // INVALID_ARGUMENT for an empty target or an unreadable TLS file.
@@ -223,9 +222,9 @@ class Client {
   const ClientOptions& options() const;
 
  private:
-  explicit Client(std::shared_ptr<internal::ClientCore> core);
+  explicit Client(std::shared_ptr<client_internal::ClientCore> core);
 
-  std::shared_ptr<internal::ClientCore> core_;
+  std::shared_ptr<client_internal::ClientCore> core_;
 };
 
 // grpc::Status -> absl::Status, keeping code and message.

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace prefixd::internal {
+namespace prefixd::client_internal {
 namespace {
 
 constexpr char kCheckMethod[] = "/grpc.health.v1.Health/Check";
@@ -50,7 +50,7 @@ std::string FromByteBuffer(const grpc::ByteBuffer& buffer) {
 // Health/Watch over a generic bidi call on a private completion queue; each
 // operation is waited for before the next, so the stream reads like a
 // synchronous one.
-class GenericHealthStream : public HealthStream {
+class GenericHealthStream : public Client::HealthStream {
  public:
   GenericHealthStream(const std::shared_ptr<grpc::Channel>& channel,
                       std::unique_ptr<grpc::ClientContext> context,
@@ -203,11 +203,11 @@ absl::StatusOr<HealthStatus> CheckHealth(
   return DecodeHealthCheckResponse(FromByteBuffer(response));
 }
 
-std::unique_ptr<HealthStream> WatchHealth(
+std::unique_ptr<Client::HealthStream> WatchHealth(
     const std::shared_ptr<grpc::Channel>& channel,
     std::unique_ptr<grpc::ClientContext> context, const std::string& service) {
   return std::make_unique<GenericHealthStream>(channel, std::move(context),
                                                service);
 }
 
-}  // namespace prefixd::internal
+}  // namespace prefixd::client_internal

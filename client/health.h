@@ -13,7 +13,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 
-namespace prefixd::internal {
+namespace prefixd::client_internal {
 
 // HealthCheckRequest{service}, serialized.
 std::string EncodeHealthCheckRequest(absl::string_view service);
@@ -26,10 +26,10 @@ absl::StatusOr<HealthStatus> CheckHealth(
     const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* context,
     const std::string& service);
 // Health/Watch; the stream owns `context`.
-std::unique_ptr<HealthStream> WatchHealth(
+std::unique_ptr<Client::HealthStream> WatchHealth(
     const std::shared_ptr<grpc::Channel>& channel,
     std::unique_ptr<grpc::ClientContext> context, const std::string& service);
 
-}  // namespace prefixd::internal
+}  // namespace prefixd::client_internal
 
 #endif  // PREFIXD_CLIENT_HEALTH_H_

@@ -90,8 +90,7 @@ std::string ToJson(const google::protobuf::Message& message) {
 
 void PrintInfo(const v1::GetInfoResponse& info, std::ostream& out) {
   const v1::Limits& l = info.limits();
-  Table t({"FIELD", "VALUE"});
-  t.AddRow({"version", info.version()});
+  Table t({"version", info.version()});
   t.AddRow({"epoch", Hex64(info.epoch())});
   t.AddRow({"model", info.model()});
   t.AddRow({"model_fingerprint", info.model_fingerprint()});
@@ -127,20 +126,22 @@ void PrintStats(const v1::StatsResponse& stats, std::ostream& out) {
       << HumanBytes(stats.block_bytes()) << "  budget "
       << HumanBytes(stats.budget_bytes()) << " (" << stats.budget_blocks()
       << " blocks)\n\n";
-  Table t({"TENANT", "HIT_RATE", "HIT_TOKENS", "LOOKUP_TOKENS", "MATCHES",
-           "INSERTS", "CACHED_BLOCKS", "CACHED_BYTES", "PINNED_BLOCKS",
-           "PINNED_BYTES", "LEASES", "NODES"});
-  Table e({"TENANT", "EVICTED:", "budget", "limit", "requested", "invalidated",
+  Table t({"TENANT", "HIT_RATE", "HIT/LOOKED_UP", "MATCHES", "INSERTS",
+           "CACHED", "PINNED", "LEASES"});
+  Table e({"EVICTED_BLOCKS", "budget", "limit", "requested", "invalidated",
            "reset"});
+  auto blocks_and_bytes = [](uint64_t blocks, uint64_t bytes) {
+    return absl::StrCat(blocks, " blocks (", HumanBytes(bytes), ")");
+  };
   for (const v1::TenantStats& s : stats.tenants()) {
     t.AddRow({s.tenant(), HitRate(s.match_hit_tokens(), s.match_tokens()),
-              absl::StrCat(s.match_hit_tokens()),
-              absl::StrCat(s.match_tokens()), absl::StrCat(s.match_requests()),
+              absl::StrCat(s.match_hit_tokens(), "/", s.match_tokens()),
+              absl::StrCat(s.match_requests()),
               absl::StrCat(s.insert_requests()),
-              absl::StrCat(s.cached_blocks()), HumanBytes(s.cached_bytes()),
-              absl::StrCat(s.pinned_blocks()), HumanBytes(s.pinned_bytes()),
-              absl::StrCat(s.active_leases()), absl::StrCat(s.tree_nodes())});
-    std::vector<std::string> row = {s.tenant(), "blocks"};
+              blocks_and_bytes(s.cached_blocks(), s.cached_bytes()),
+              blocks_and_bytes(s.pinned_blocks(), s.pinned_bytes()),
+              absl::StrCat(s.active_leases())});
+    std::vector<std::string> row = {s.tenant()};
     for (const char* reason : kEvictReasons)
       row.push_back(absl::StrCat(EvictedBlocks(s, reason)));
     e.AddRow(std::move(row));
@@ -180,8 +181,7 @@ void PrintInsert(const v1::InsertResponse& insert, size_t tokens, size_t blocks,
       << " already cached, "
       << blocks - std::min<uint64_t>(blocks, cached_blocks) << " of " << blocks
       << " blocks new  epoch " << Hex64(insert.epoch()) << "\n";
-  Table t({"FIELD", "VALUE"});
-  t.AddRow({"redundant_block_ids", Ids(insert.redundant_block_ids())});
+  Table t({"redundant_block_ids", Ids(insert.redundant_block_ids())});
   t.AddRow({"evicted_block_ids", Ids(insert.evicted_block_ids())});
   t.AddRow({"lease",
             insert.lease_id() == 0 ? "-" : absl::StrCat(insert.lease_id())});

@@ -191,7 +191,8 @@ int RunHealth(Context& ctx) {
   absl::StatusOr<uint64_t> count = ctx.flags.Uint("count", 0);
   if (!count.ok())
     return Usage(ctx, "health", std::string(count.status().message()));
-  std::unique_ptr<HealthStream> stream = ctx.client->WatchHealth(service);
+  std::unique_ptr<Client::HealthStream> stream =
+      ctx.client->WatchHealth(service);
   InterruptibleStream guard([&stream] { stream->Cancel(); });
   uint64_t seen = 0;
   HealthStatus status;
@@ -236,7 +237,8 @@ int RunMatch(Context& ctx) {
   absl::StatusOr<PrefixOptions> options = PrefixFlags(ctx.flags);
   if (!options.ok())
     return Usage(ctx, "match", std::string(options.status().message()));
-  absl::StatusOr<MatchResult> match = ctx.client->Match(*tokens, *options);
+  absl::StatusOr<Client::MatchResult> match =
+      ctx.client->Match(*tokens, *options);
   if (!match.ok()) return RpcError(ctx, match.status());
   match->lease
       .Detach();  // the lease outlives this process: `prefixctl release`
@@ -261,7 +263,7 @@ int RunInsert(Context& ctx) {
   absl::StatusOr<PrefixOptions> options = PrefixFlags(ctx.flags);
   if (!options.ok())
     return Usage(ctx, "insert", std::string(options.status().message()));
-  absl::StatusOr<InsertResult> insert =
+  absl::StatusOr<Client::InsertResult> insert =
       ctx.client->Insert(*tokens, **blocks, *options);
   if (!insert.ok()) return RpcError(ctx, insert.status());
   insert->lease.Detach();
@@ -370,7 +372,7 @@ int RunWatch(Context& ctx) {
   absl::StatusOr<uint64_t> count = ctx.flags.Uint("count", 0);
   if (!count.ok())
     return Usage(ctx, "watch", std::string(count.status().message()));
-  std::unique_ptr<EventStream> stream = ctx.client->WatchEvents(*from);
+  std::unique_ptr<Client::EventStream> stream = ctx.client->WatchEvents(*from);
   InterruptibleStream guard([&stream] { stream->Cancel(); });
   uint64_t seen = 0;
   v1::WatchEventsResponse batch;

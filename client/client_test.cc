@@ -744,7 +744,7 @@ TEST_F(ClientTest, CtlInsertAndMatchTables) {
   ASSERT_EQ(
       Ctl({"match", "--tokens", "1-37", "--pin", "--position", "16"}, &out),
       kExitOk);
-  EXPECT_THAT(out, HasSubstr("matched 32 of 37 tokens (2 blocks, 1 segments)"));
+  EXPECT_THAT(out, HasSubstr("matched 32 of 37 tokens (2 blocks, 1 segment)"));
   EXPECT_THAT(
       out,
       HasSubstr("SEGMENT  BLOCKS  CACHED_POSITION  ROPE_DELTA  BLOCK_IDS"));

@@ -27,6 +27,11 @@ std::string Quoted(const std::string& s) {
   return absl::StrCat("\"", absl::CEscape(s), "\"");
 }
 
+// "1 block", "2 blocks".
+std::string Count(uint64_t n, const char* noun) {
+  return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
+}
+
 uint64_t EvictedBlocks(const v1::TenantStats& t, const std::string& reason) {
   for (const v1::EvictionCount& e : t.evictions()) {
     if (e.reason() == reason) return e.blocks();
@@ -156,8 +161,9 @@ void PrintMatch(const v1::MatchResponse& match, size_t query_tokens,
   size_t blocks = 0;
   for (const v1::Segment& s : match.segments()) blocks += s.block_ids_size();
   out << "matched " << match.matched_tokens() << " of " << query_tokens
-      << " tokens (" << blocks << " blocks, " << match.segments_size()
-      << " segments)  epoch " << Hex64(match.epoch()) << "\n";
+      << " tokens (" << Count(blocks, "block") << ", "
+      << Count(match.segments_size(), "segment") << ")  epoch "
+      << Hex64(match.epoch()) << "\n";
   if (match.segments_size() > 0) {
     Table t(
         {"SEGMENT", "BLOCKS", "CACHED_POSITION", "ROPE_DELTA", "BLOCK_IDS"});

@@ -1,5 +1,5 @@
 // prefixctl: the command line of prefixd, as a function so tests can run it
-// without a process. See `prefixctl --help` and docs/prefixctl.md.
+// without a process. See `prefixctl --help` and docs/client.md.
 //
 // Exit codes: 0 ok, 1 RPC error (or, for `health`, not SERVING), 2 usage
 // error.

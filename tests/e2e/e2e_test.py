@@ -137,7 +137,7 @@ class E2E:
                    "match 40 tokens: 32 matched, blocks 100,101", str(m))
         self.check(m.get("lease_id") == "0", "match without --pin: no lease", str(m))
         rc, out, _ = self.ctl("match", "--tokens", "1-48")
-        self.check(rc == 0 and "matched 48 of 48 tokens (3 blocks, 1 segments)" in out
+        self.check(rc == 0 and "matched 48 of 48 tokens (3 blocks, 1 segment)" in out
                    and "100-102" in out, "match table", out)
 
         tokens_file = os.path.join(self.tmp, "tokens.txt")

@@ -8,7 +8,7 @@
 //     destroyed, so a request that dies early does not leak pinned blocks;
 //   - the client remembers the first epoch the daemon reports and says when
 //     it changes: the daemon lost its cache state and every block ID the
-//     engine believes cached there is gone (docs/api.md, "Epochs").
+//     engine believes cached there is gone (docs/client.md, "Epochs").
 //
 //   auto client = prefixd::Client::Connect("unix:///run/prefixd/prefixd.sock");
 //   prefixd::PrefixOptions pin;

@@ -1,0 +1,464 @@
+#include "server/config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/hf_config.h"
+#include "core/units.h"
+#include "server/defaults.h"
+
+namespace prefixd {
+namespace {
+
+// Prefixes a field name to an error from a parser that quotes only the
+// value. Whatever the parser's code (an unknown preset is NOT_FOUND), a bad
+// config value is INVALID_ARGUMENT.
+absl::Status InField(absl::string_view field, const absl::Status& s) {
+  if (s.ok()) return s;
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", s.message()));
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (error_.empty())
+      error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::string error_;
+};
+
+absl::StatusOr<uint64_t> ParseBytesField(absl::string_view field,
+                                         const std::string& text) {
+  absl::StatusOr<uint64_t> v = ParseBytes(text);
+  if (!v.ok()) return InField(field, v.status());
+  return v;
+}
+
+absl::StatusOr<absl::Duration> ParsePositiveDuration(absl::string_view field,
+                                                     const std::string& text) {
+  absl::StatusOr<absl::Duration> d = ParseDuration(text);
+  if (!d.ok()) return InField(field, d.status());
+  if (*d <= absl::ZeroDuration()) {
+    return Invalid(field, absl::StrCat("\"", text, "\" must be longer than 0"));
+  }
+  return d;
+}
+
+absl::StatusOr<int> ModelDimension(absl::string_view field, uint32_t value) {
+  if (value > (1u << 24)) {
+    return Invalid(field, absl::StrCat(value, " is beyond any real model (max ",
+                                       1u << 24, ")"));
+  }
+  return static_cast<int>(value);
+}
+
+// The geometry and the RoPE defaults the config's rope {} then overrides.
+struct BaseModel {
+  ModelGeometry geometry;
+  RopeConfig rope;
+  std::optional<KvDtype> weights_dtype;  // from a config.json's torch_dtype
+  std::vector<std::string> notes;
+};
+
+absl::StatusOr<BaseModel> ResolveBaseModel(const v1::ModelConfig& m) {
+  bool numbers = m.layers() != 0 || m.kv_heads() != 0 || m.head_dim() != 0;
+  int ways = !m.preset().empty() + numbers + !m.hf_config_path().empty();
+  if (ways != 1) {
+    return Invalid(
+        "model",
+        absl::StrCat("set exactly one of preset, layers/kv_heads/head_dim "
+                     "or hf_config_path; got preset \"",
+                     m.preset(), "\", layers ", m.layers(),
+                     ", hf_config_path \"", m.hf_config_path(), "\""));
+  }
+  BaseModel base;
+  if (!m.preset().empty()) {
+    absl::StatusOr<ModelPreset> preset = FindPreset(m.preset());
+    if (!preset.ok()) return InField("model.preset", preset.status());
+    base.geometry = preset->geometry;
+    base.rope = preset->rope;
+    return base;
+  }
+  if (!m.hf_config_path().empty()) {
+    absl::StatusOr<ModelSpecFromHf> hf = ReadHfConfig(m.hf_config_path());
+    if (!hf.ok()) return InField("model.hf_config_path", hf.status());
+    base.geometry = hf->geometry;
+    if (base.geometry.name.empty()) base.geometry.name = m.hf_config_path();
+    base.rope = hf->rope;
+    base.weights_dtype = hf->torch_dtype;
+    base.notes = hf->notes;
+    return base;
+  }
+  base.geometry.name = "custom";
+  absl::StatusOr<int> layers = ModelDimension("model.layers", m.layers());
+  absl::StatusOr<int> kv_heads = ModelDimension("model.kv_heads", m.kv_heads());
+  absl::StatusOr<int> head_dim = ModelDimension("model.head_dim", m.head_dim());
+  absl::StatusOr<int> heads =
+      ModelDimension("model.attention_heads", m.attention_heads());
+  for (const auto* v : {&layers, &kv_heads, &head_dim, &heads}) {
+    if (!v->ok()) return v->status();
+  }
+  base.geometry.layers = *layers;
+  base.geometry.kv_heads = *kv_heads;
+  base.geometry.head_dim = *head_dim;
+  base.geometry.attention_heads = *heads;
+  return base;
+}
+
+// Fields left at zero or empty keep the preset's (or RopeConfig's) value.
+absl::Status ApplyRopeOverrides(const v1::RopeConfig& r, RopeConfig* rope) {
+  if (r.theta() != 0) rope->theta = r.theta();
+  if (!r.scaling().empty()) {
+    absl::StatusOr<RopeScaling> s = ParseRopeScaling(r.scaling());
+    if (!s.ok()) return InField("rope.scaling", s.status());
+    rope->scaling = *s;
+  }
+  if (r.factor() != 0) rope->factor = r.factor();
+  if (r.low_freq_factor() != 0) rope->low_freq_factor = r.low_freq_factor();
+  if (r.high_freq_factor() != 0) rope->high_freq_factor = r.high_freq_factor();
+  if (r.original_max_position() != 0) {
+    if (r.original_max_position() >
+        static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+      return Invalid("rope.original_max_position",
+                     absl::StrCat(r.original_max_position()));
+    }
+    rope->original_max_position = static_cast<int>(r.original_max_position());
+  }
+  if (r.beta_fast() != 0) rope->beta_fast = r.beta_fast();
+  if (r.beta_slow() != 0) rope->beta_slow = r.beta_slow();
+  if (r.rotary_dim() != 0) {
+    absl::StatusOr<int> d = ModelDimension("rope.rotary_dim", r.rotary_dim());
+    if (!d.ok()) return d.status();
+    rope->rotary_dim = *d;
+  }
+  if (!r.layout().empty()) {
+    absl::StatusOr<RopeLayout> l = ParseRopeLayout(r.layout());
+    if (!l.ok()) return InField("rope.layout", l.status());
+    rope->layout = *l;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelSpec> ResolveModel(const v1::Config& c,
+                                       std::vector<std::string>* notes) {
+  absl::StatusOr<BaseModel> base = ResolveBaseModel(c.model());
+  if (!base.ok()) return base.status();
+  ModelSpec spec;
+  spec.geometry = base->geometry;
+  spec.rope = base->rope;
+  *notes = base->notes;
+  if (c.kv_dtype().empty()) {
+    // Only a config.json leaves kv_dtype unset (FillDefaults): engines keep
+    // KV in the weights' dtype unless told to quantize it.
+    spec.kv_dtype = base->weights_dtype.value_or(KvDtype::kFp16);
+    notes->push_back(absl::StrCat(
+        "kv_dtype not set: using ", KvDtypeName(spec.kv_dtype),
+        base->weights_dtype ? " (the config.json's torch_dtype)" : ""));
+  } else {
+    absl::StatusOr<KvDtype> dtype = ParseKvDtype(c.kv_dtype());
+    if (!dtype.ok()) return InField("kv_dtype", dtype.status());
+    spec.kv_dtype = *dtype;
+  }
+  absl::StatusOr<int> block_size = ModelDimension("block_size", c.block_size());
+  if (!block_size.ok()) return block_size.status();
+  spec.block_size = *block_size;
+  if (absl::Status s = ApplyRopeOverrides(c.rope(), &spec.rope); !s.ok())
+    return s;
+  spec.shift_allow = c.rope().shift() == v1::RopeConfig::ALLOW;
+  if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
+  return spec;
+}
+
+absl::Status ResolveListen(const v1::Config& c, ServerConfig* out) {
+  absl::flat_hash_set<std::string> seen;
+  bool network_ok = c.auth().mode() != v1::AuthConfig::NONE ||
+                    c.auth().insecure_allow_unauthenticated_network();
+  for (const std::string& text : c.listen()) {
+    absl::StatusOr<ListenAddress> a = ParseListenAddress(text);
+    if (!a.ok()) return InField("listen", a.status());
+    if (!seen.insert(a->ToGrpcUri()).second) {
+      return Invalid("listen", absl::StrCat("\"", text, "\" is given twice"));
+    }
+    if (!network_ok && !a->IsLoopback()) {
+      return Invalid(
+          "listen",
+          absl::StrCat(
+              "\"", text,
+              "\" is reachable from the network but auth.mode is NONE: "
+              "anyone could read and wipe every tenant's cache. Listen on "
+              "loopback or a Unix socket, enable auth, or set "
+              "auth.insecure_allow_unauthenticated_network"));
+    }
+    out->listen.push_back(*std::move(a));
+  }
+  absl::StatusOr<ListenAddress> metrics =
+      ParseListenAddress(c.metrics_listen());
+  if (!metrics.ok()) return InField("metrics_listen", metrics.status());
+  if (metrics->kind != ListenAddress::Kind::kTcp) {
+    return Invalid("metrics_listen", absl::StrCat("\"", c.metrics_listen(),
+                                                  "\" must be host:port"));
+  }
+  out->metrics_listen = c.metrics_listen();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CacheLimits> ResolveLimits(const v1::LimitsConfig& l) {
+  CacheLimits lim;
+  auto set = [](uint64_t v, size_t* field) {
+    if (v != 0) *field = static_cast<size_t>(v);
+  };
+  set(l.max_tokens_per_request(), &lim.max_tokens_per_request);
+  set(l.max_block_ids_per_request(), &lim.max_block_ids_per_request);
+  set(l.max_namespaces_per_tenant(), &lim.max_namespaces_per_tenant);
+  set(l.max_tenants(), &lim.max_tenants);
+  set(l.max_leases_per_tenant(), &lim.max_leases_per_tenant);
+  set(l.max_namespace_bytes(), &lim.max_namespace_bytes);
+  if (!l.max_lease_ttl().empty()) {
+    absl::StatusOr<absl::Duration> ttl =
+        ParsePositiveDuration("limits.max_lease_ttl", l.max_lease_ttl());
+    if (!ttl.ok()) return ttl.status();
+    lim.max_lease_ttl = *ttl;
+  }
+  return lim;
+}
+
+absl::StatusOr<TenantQuota> ResolveQuota(absl::string_view field,
+                                         const std::string& reserved,
+                                         const std::string& limit,
+                                         uint64_t budget) {
+  TenantQuota q;
+  q.limit_bytes = budget;
+  if (!reserved.empty()) {
+    absl::StatusOr<uint64_t> r =
+        ParseBytesField(absl::StrCat(field, ".reserved"), reserved);
+    if (!r.ok()) return r.status();
+    q.reserved_bytes = *r;
+  }
+  if (!limit.empty()) {
+    absl::StatusOr<uint64_t> l =
+        ParseBytesField(absl::StrCat(field, ".limit"), limit);
+    if (!l.ok()) return l.status();
+    q.limit_bytes = *l;
+  }
+  return q;
+}
+
+// Names, duplicates and reservations against limits and the budget are
+// checked by PrefixCache::Create, with the names and numbers in its errors.
+absl::Status ResolveTenants(const v1::Config& c, CacheOptions* cache) {
+  for (int i = 0; i < c.tenants_size(); ++i) {
+    const v1::TenantConfig& t = c.tenants(i);
+    absl::StatusOr<TenantQuota> q =
+        ResolveQuota(absl::StrCat("tenants[", i, "] (", t.name(), ")"),
+                     t.reserved(), t.limit(), cache->budget_bytes);
+    if (!q.ok()) return q.status();
+    cache->tenants.push_back({t.name(), *q});
+  }
+  // Auth off means every caller names its tenant freely (DESIGN.md
+  // section 8), so tenants must be creatable on first use.
+  cache->dynamic_tenants =
+      c.auth().mode() == v1::AuthConfig::NONE || c.dynamic_tenants().enabled();
+  absl::StatusOr<TenantQuota> q =
+      ResolveQuota("dynamic_tenants", c.dynamic_tenants().reserved(),
+                   c.dynamic_tenants().limit(), cache->budget_bytes);
+  if (!q.ok()) return q.status();
+  cache->default_quota = *q;
+  return absl::OkStatus();
+}
+
+absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
+  CacheOptions& cache = out->cache;
+  cache.block_size = out->model.block_size;
+  absl::StatusOr<uint64_t> block_bytes = BlockBytes(out->model);
+  if (!block_bytes.ok()) return block_bytes.status();
+  cache.block_bytes = *block_bytes;
+  absl::StatusOr<uint64_t> budget =
+      ParseKvBudget(c.kv_budget(), out->bytes_per_token);
+  if (!budget.ok()) return InField("kv_budget", budget.status());
+  cache.budget_bytes = *budget;
+  cache.rope_shift =
+      out->model.shift_allow ? RopeShift::kAllow : RopeShift::kDeny;
+  absl::StatusOr<CacheLimits> limits = ResolveLimits(c.limits());
+  if (!limits.ok()) return limits.status();
+  cache.limits = *limits;
+  absl::StatusOr<absl::Duration> ttl =
+      ParsePositiveDuration("lease_ttl", c.lease_ttl());
+  if (!ttl.ok()) return ttl.status();
+  cache.default_lease_ttl = *ttl;
+  if (c.events_per_tenant() > (1u << 20)) {
+    return Invalid("events_per_tenant",
+                   absl::StrCat(c.events_per_tenant(), " exceeds ", 1u << 20));
+  }
+  cache.events_per_tenant = c.events_per_tenant();
+  return ResolveTenants(c, &cache);
+}
+
+absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
+  absl::StatusOr<uint64_t> msg =
+      ParseBytesField("limits.max_message_size", c.limits().max_message_size());
+  if (!msg.ok()) return msg.status();
+  constexpr uint64_t kMinMessage = 4096;
+  constexpr uint64_t kMaxMessage = std::numeric_limits<int32_t>::max();
+  if (*msg < kMinMessage || *msg > kMaxMessage) {
+    return Invalid(
+        "limits.max_message_size",
+        absl::StrCat("\"", c.limits().max_message_size(), "\" (", *msg,
+                     " bytes) is not in ", kMinMessage, "..", kMaxMessage));
+  }
+  out->max_message_bytes = *msg;
+  absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
+  if (!drain.ok()) return InField("drain_timeout", drain.status());
+  out->drain_timeout = *drain;
+  out->snapshot_path = c.snapshot_path();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
+                                            ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::Config config;
+  if (absl::EndsWith(path, ".json")) {
+    auto s = google::protobuf::util::JsonStringToMessage(text.str(), &config);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config file ", path, " (JSON): ", s.ToString()));
+    }
+    return config;
+  }
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(text.str(), &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", path, ":", errors.error()));
+  }
+  return config;
+}
+
+void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
+  if (!flags.listen.empty()) {
+    config->clear_listen();
+    for (const std::string& a : flags.listen) config->add_listen(a);
+  }
+  if (flags.metrics_listen) config->set_metrics_listen(*flags.metrics_listen);
+  if (flags.model) {
+    config->clear_model();
+    if (absl::EndsWith(*flags.model, ".json")) {
+      config->mutable_model()->set_hf_config_path(*flags.model);
+    } else {
+      config->mutable_model()->set_preset(*flags.model);
+    }
+  }
+  if (flags.kv_dtype) config->set_kv_dtype(*flags.kv_dtype);
+  if (flags.block_size) config->set_block_size(*flags.block_size);
+  if (flags.kv_budget) config->set_kv_budget(*flags.kv_budget);
+  if (flags.lease_ttl) config->set_lease_ttl(*flags.lease_ttl);
+  if (flags.snapshot_path) config->set_snapshot_path(*flags.snapshot_path);
+}
+
+void FillDefaults(v1::Config* c) {
+  auto fill = [](std::string* field, const char* value) {
+    if (field->empty()) *field = value;
+  };
+  if (c->listen().empty()) {
+    c->add_listen(defaults::kTcpListen);
+    c->add_listen(defaults::kUnixListen);
+  }
+  fill(c->mutable_metrics_listen(), defaults::kMetricsListen);
+  const v1::ModelConfig& m = c->model();
+  if (m.preset().empty() && m.hf_config_path().empty() && m.layers() == 0 &&
+      m.kv_heads() == 0 && m.head_dim() == 0) {
+    c->mutable_model()->set_preset(defaults::kModel);
+  }
+  // With a config.json, ResolveModel takes the weights' dtype instead.
+  if (c->model().hf_config_path().empty())
+    fill(c->mutable_kv_dtype(), defaults::kKvDtype);
+  if (c->block_size() == 0) c->set_block_size(defaults::kBlockSize);
+  fill(c->mutable_kv_budget(), defaults::kKvBudget);
+  fill(c->mutable_lease_ttl(), defaults::kLeaseTtl);
+  fill(c->mutable_drain_timeout(), defaults::kDrainTimeout);
+  if (c->events_per_tenant() == 0)
+    c->set_events_per_tenant(defaults::kEventsPerTenant);
+  if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
+    c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
+  }
+  if (c->rope().shift() == v1::RopeConfig::SHIFT_UNSPECIFIED) {
+    c->mutable_rope()->set_shift(v1::RopeConfig::DENY);
+  }
+  fill(c->mutable_limits()->mutable_max_message_size(),
+       defaults::kMaxMessageSize);
+}
+
+absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
+  ServerConfig out;
+  out.proto = config;
+  if (absl::Status s = ResolveListen(config, &out); !s.ok()) return s;
+  absl::StatusOr<ModelSpec> model = ResolveModel(config, &out.model_notes);
+  if (!model.ok()) return model.status();
+  out.model = *std::move(model);
+  absl::StatusOr<uint64_t> bpt = BytesPerToken(out.model);
+  if (!bpt.ok()) return bpt.status();
+  out.bytes_per_token = *bpt;
+  out.fingerprint = Fingerprint(out.model);
+  out.model_description = DescribeModel(out.model);
+  if (absl::Status s = ResolveCache(config, &out); !s.ok()) return s;
+  if (absl::Status s = ResolveServing(config, &out); !s.ok()) return s;
+  return out;
+}
+
+absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags) {
+  v1::Config config;
+  if (!flags.config_path.empty()) {
+    absl::StatusOr<v1::Config> file = ReadConfigFile(flags.config_path);
+    if (!file.ok()) return file.status();
+    config = *std::move(file);
+  }
+  ApplyCommandLine(flags, &config);
+  FillDefaults(&config);
+  return ResolveConfig(config);
+}
+
+std::string DescribeModel(const ModelSpec& spec) {
+  const ModelGeometry& g = spec.geometry;
+  const RopeConfig& r = spec.rope;
+  std::string rope = absl::StrFormat("RoPE theta %g", r.theta);
+  if (r.scaling != RopeScaling::kNone) {
+    absl::StrAppendFormat(&rope, " %s x%g", RopeScalingName(r.scaling),
+                          r.factor);
+  }
+  absl::StrAppend(&rope, " ", RopeLayoutName(r.layout), ", shift ",
+                  spec.shift_allow ? "ALLOW" : "DENY");
+  return absl::StrFormat("%s: %d layers x %d KV heads x %d head_dim, %s, %s",
+                         g.name.empty() ? "custom" : g.name, g.layers,
+                         g.kv_heads, g.head_dim, KvDtypeName(spec.kv_dtype),
+                         rope);
+}
+
+}  // namespace prefixd

@@ -1,0 +1,74 @@
+// The daemon's configuration: a textproto or JSON file (prefixd.v1.Config),
+// then the command-line flags over it, then the embedded default for
+// whatever is still unset, then validation. The result is a ServerConfig:
+// plain values the server and the core library take, with every size and
+// duration parsed and every model number resolved.
+#ifndef PREFIXD_SERVER_CONFIG_H_
+#define PREFIXD_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "core/cache.h"
+#include "core/kv_geometry.h"
+#include "prefixd/v1/config.pb.h"
+#include "server/flags.h"
+#include "server/listen_address.h"
+
+namespace prefixd {
+
+struct ServerConfig {
+  std::vector<ListenAddress> listen;
+  std::string metrics_listen;
+  std::string snapshot_path;  // "" = no snapshot
+  uint64_t max_message_bytes = 0;
+  absl::Duration drain_timeout;
+
+  ModelSpec model;
+  uint64_t bytes_per_token = 0;
+  std::string fingerprint;        // Fingerprint(model)
+  std::string model_description;  // one line for humans (GetInfo, banner)
+  std::vector<std::string>
+      model_notes;  // assumptions made reading a config.json
+
+  CacheOptions cache;  // block_size, block_bytes, budget, limits, tenants, ...
+
+  // The merged file + flags with defaults filled in. Later features (auth
+  // principals, TLS files, metrics) read their settings from here.
+  v1::Config proto;
+
+  // Background work; tests shorten these.
+  absl::Duration expire_interval = absl::Milliseconds(100);
+  absl::Duration watch_poll_interval = absl::Milliseconds(20);
+};
+
+// Reads `path` as JSON if it ends in .json, else as textproto.
+// INVALID_ARGUMENT with the file name (and line and column for textproto)
+// on a parse error; NOT_FOUND if it cannot be read.
+absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path);
+
+// Writes the set flags over `config`.
+void ApplyCommandLine(const CommandLine& flags, v1::Config* config);
+
+// Fills every unset field with the embedded default (DESIGN.md section 10).
+void FillDefaults(v1::Config* config);
+
+// Validates a filled config and resolves it. INVALID_ARGUMENT naming the
+// field and the offending value.
+absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config);
+
+// ReadConfigFile (if flags.config_path is set), ApplyCommandLine,
+// FillDefaults, ResolveConfig.
+absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
+
+// "llama-3-8b: 32 layers x 8 KV heads x 128 head_dim, fp16, RoPE theta 500000
+// neox"
+std::string DescribeModel(const ModelSpec& spec);
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_CONFIG_H_

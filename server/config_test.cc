@@ -1,0 +1,296 @@
+#include "server/config.h"
+
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+absl::StatusOr<ServerConfig> FromText(const std::string& textproto) {
+  CommandLine flags;
+  flags.config_path = WriteFile("config_test.textproto", textproto);
+  return LoadServerConfig(flags);
+}
+
+TEST(ConfigTest, EmbeddedDefault) {
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(CommandLine{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->listen.size(), 2u);
+  EXPECT_EQ(c->listen[0].ToGrpcUri(), "127.0.0.1:50051");
+  EXPECT_EQ(c->listen[1].kind, ListenAddress::Kind::kUnix);
+  EXPECT_EQ(c->listen[1].path, "/tmp/prefixd.sock");
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9464");
+  EXPECT_EQ(c->model.geometry.name, "llama-3-8b");
+  EXPECT_EQ(c->model.kv_dtype, KvDtype::kFp16);
+  EXPECT_EQ(c->bytes_per_token, 131072u);
+  EXPECT_EQ(c->cache.block_size, 16);
+  EXPECT_EQ(c->cache.block_bytes, 16u * 131072u);
+  EXPECT_EQ(c->cache.budget_bytes, uint64_t{4} << 30);
+  EXPECT_EQ(c->cache.default_lease_ttl, absl::Seconds(300));
+  EXPECT_EQ(c->cache.rope_shift, RopeShift::kDeny);
+  EXPECT_TRUE(c->cache.dynamic_tenants);
+  EXPECT_EQ(c->proto.auth().mode(), v1::AuthConfig::NONE);
+  EXPECT_EQ(c->drain_timeout, absl::Seconds(10));
+  EXPECT_EQ(c->max_message_bytes, uint64_t{16} << 20);
+  EXPECT_EQ(c->fingerprint, Fingerprint(c->model));
+  EXPECT_EQ(c->fingerprint.size(), 16u);
+  EXPECT_THAT(c->model_description,
+              HasSubstr("32 layers x 8 KV heads x 128 head_dim, fp16"));
+  EXPECT_TRUE(c->snapshot_path.empty());
+}
+
+TEST(ConfigTest, Textproto) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    listen: "127.0.0.1:7000"
+    listen: "unix:///tmp/prefixd-test/x.sock"
+    model { layers: 80 kv_heads: 8 head_dim: 128 }
+    kv_dtype: "fp8"
+    block_size: 32
+    kv_budget: "160GB"
+    lease_ttl: "5m"
+    rope { theta: 500000 shift: ALLOW }
+    tenants { name: "acme" reserved: "1GiB" limit: "2GiB" }
+    tenants { name: "beta" }
+    limits {
+      max_tokens_per_request: 4096
+      max_lease_ttl: "1h"
+      max_message_size: "1MiB"
+    }
+    drain_timeout: "30s"
+    events_per_tenant: 8
+    snapshot_path: "/var/lib/prefixd/snapshot.bin"
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->listen.size(), 2u);
+  EXPECT_EQ(c->listen[0].port, 7000);
+  EXPECT_EQ(c->bytes_per_token, 2u * 80 * 8 * 128);
+  EXPECT_EQ(c->cache.block_size, 32);
+  EXPECT_EQ(c->cache.block_bytes, 32u * c->bytes_per_token);
+  EXPECT_EQ(c->cache.budget_bytes, 160000000000u);
+  EXPECT_EQ(c->cache.default_lease_ttl, absl::Minutes(5));
+  EXPECT_EQ(c->cache.rope_shift, RopeShift::kAllow);
+  EXPECT_EQ(c->model.rope.theta, 500000);
+  ASSERT_EQ(c->cache.tenants.size(), 2u);
+  EXPECT_EQ(c->cache.tenants[0].name, "acme");
+  EXPECT_EQ(c->cache.tenants[0].quota.reserved_bytes, uint64_t{1} << 30);
+  EXPECT_EQ(c->cache.tenants[0].quota.limit_bytes, uint64_t{2} << 30);
+  EXPECT_EQ(c->cache.tenants[1].quota.reserved_bytes, 0u);
+  EXPECT_EQ(c->cache.tenants[1].quota.limit_bytes, c->cache.budget_bytes);
+  EXPECT_EQ(c->cache.limits.max_tokens_per_request, 4096u);
+  EXPECT_EQ(c->cache.limits.max_lease_ttl, absl::Hours(1));
+  EXPECT_EQ(c->max_message_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(c->drain_timeout, absl::Seconds(30));
+  EXPECT_EQ(c->cache.events_per_tenant, 8u);
+  EXPECT_EQ(c->snapshot_path, "/var/lib/prefixd/snapshot.bin");
+  // Unset fields keep the embedded default.
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9464");
+}
+
+TEST(ConfigTest, Json) {
+  CommandLine flags;
+  flags.config_path = WriteFile("config_test.json", R"({
+    "listen": ["127.0.0.1:7001"],
+    "model": {"preset": "llama-3-70b"},
+    "kvDtype": "bf16",
+    "kvBudget": "1000000tokens",
+    "rope": {"shift": "ALLOW"},
+    "auth": {"mode": "NONE"}
+  })");
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->listen[0].port, 7001);
+  EXPECT_EQ(c->bytes_per_token, 327680u);
+  EXPECT_EQ(c->cache.budget_bytes, uint64_t{1000000} * 327680);
+  EXPECT_EQ(c->cache.rope_shift, RopeShift::kAllow);
+}
+
+TEST(ConfigTest, FlagsOverrideTheFile) {
+  CommandLine flags;
+  flags.config_path = WriteFile("override.textproto", R"pb(
+    listen: "127.0.0.1:7002"
+    block_size: 32
+    kv_budget: "1GiB"
+    model { layers: 2 kv_heads: 2 head_dim: 64 }
+    lease_ttl: "10s"
+  )pb");
+  flags.listen = {"127.0.0.1:7003", "unix:///tmp/prefixd-override.sock"};
+  flags.block_size = 64;
+  flags.model = "mistral-7b";
+  flags.kv_dtype = "int8";
+  flags.metrics_listen = "127.0.0.1:9999";
+  flags.snapshot_path = "/tmp/snap.bin";
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->listen.size(), 2u);
+  EXPECT_EQ(c->listen[0].port, 7003);
+  EXPECT_EQ(c->listen[1].path, "/tmp/prefixd-override.sock");
+  EXPECT_EQ(c->cache.block_size, 64);
+  EXPECT_EQ(c->model.geometry.name,
+            "mistral-7b");  // the file's numbers are dropped
+  EXPECT_EQ(c->model.kv_dtype, KvDtype::kInt8);
+  EXPECT_EQ(c->metrics_listen, "127.0.0.1:9999");
+  EXPECT_EQ(c->snapshot_path, "/tmp/snap.bin");
+  EXPECT_EQ(c->cache.budget_bytes, uint64_t{1} << 30);       // from the file
+  EXPECT_EQ(c->cache.default_lease_ttl, absl::Seconds(10));  // from the file
+}
+
+TEST(ConfigTest, ModelFlagWithJsonPathMeansHfConfig) {
+  CommandLine flags;
+  flags.model = "/models/llama/config.json";
+  v1::Config config;
+  ApplyCommandLine(flags, &config);
+  EXPECT_EQ(config.model().hf_config_path(), "/models/llama/config.json");
+  EXPECT_TRUE(config.model().preset().empty());
+}
+
+TEST(ConfigTest, HuggingFaceConfigJson) {
+  CommandLine flags;
+  flags.model = WriteFile("hf_config.json", R"({
+    "model_type": "llama", "num_hidden_layers": 16, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "hidden_size": 2048, "torch_dtype": "bfloat16",
+    "rope_theta": 500000.0
+  })");
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.geometry.layers, 16);
+  EXPECT_EQ(c->model.geometry.kv_heads, 8);
+  EXPECT_EQ(c->model.geometry.head_dim, 64);
+  EXPECT_EQ(c->model.kv_dtype, KvDtype::kBf16);  // the weights' dtype
+  EXPECT_EQ(c->model.rope.theta, 500000);
+  EXPECT_EQ(c->bytes_per_token, 2u * 16 * 8 * 64 * 2);
+
+  flags.kv_dtype = "fp8";  // an explicit kv_dtype wins
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.kv_dtype, KvDtype::kFp8);
+
+  flags.model = "/nonexistent/config.json";
+  c = LoadServerConfig(flags);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("model.hf_config_path"),
+                    HasSubstr("/nonexistent/config.json")));
+}
+
+TEST(ConfigTest, AuthOffAllowsNetworkListenOnlyWithTheOverride) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    listen: "0.0.0.0:7004"
+    auth { insecure_allow_unauthenticated_network: true }
+  )pb");
+  EXPECT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(
+      FromText(R"pb(listen: "[::1]:7005" listen: "localhost:7006")pb").ok());
+}
+
+TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
+  CommandLine flags;
+  flags.config_path = "/nonexistent/prefixd.textproto";
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("/nonexistent/prefixd.textproto"));
+}
+
+TEST(ConfigTest, SyntaxErrorsNameFileAndLine) {
+  absl::StatusOr<ServerConfig> c =
+      FromText("block_size: 16\nkv_budgett: \"1GiB\"\n");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), AllOf(HasSubstr("config_test.textproto:2:"),
+                                          HasSubstr("kv_budgett")));
+
+  CommandLine flags;
+  flags.config_path = WriteFile("bad.json", R"({"blockSize": "many"})");
+  c = LoadServerConfig(flags);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("bad.json"));
+}
+
+struct BadValue {
+  std::string textproto;
+  std::vector<std::string> message_has;  // the field and the value
+};
+
+void PrintTo(const BadValue& v, std::ostream* os) { *os << v.textproto; }
+
+class BadValueTest : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(BadValueTest, IsInvalidArgumentNamingFieldAndValue) {
+  absl::StatusOr<ServerConfig> c = FromText(GetParam().textproto);
+  ASSERT_FALSE(c.ok()) << GetParam().textproto;
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+      << c.status();
+  for (const std::string& s : GetParam().message_has) {
+    EXPECT_THAT(c.status().message(), HasSubstr(s));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, BadValueTest,
+    ::testing::Values(
+        BadValue{R"pb(kv_budget: "4GiX")pb", {"kv_budget", "4GiX"}},
+        BadValue{R"pb(kv_budget: "-1GiB")pb", {"kv_budget", "-1GiB"}},
+        BadValue{R"pb(kv_budget: "lots tokens")pb",
+                 {"kv_budget", "lots tokens"}},
+        BadValue{R"pb(kv_dtype: "fp7")pb", {"kv_dtype", "fp7"}},
+        BadValue{R"pb(model { preset: "llama-9" })pb",
+                 {"model.preset", "llama-9"}},
+        BadValue{R"pb(model { preset: "llama-3-8b" layers: 2 })pb",
+                 {"model", "exactly one"}},
+        BadValue{R"pb(model { layers: 32 head_dim: 128 })pb", {"kv_heads 0"}},
+        BadValue{
+            R"pb(model { layers: 4000000000 kv_heads: 8 head_dim: 128 })pb",
+            {"model.layers", "4000000000"}},
+        BadValue{R"pb(rope { scaling: "dynamic" factor: 2 shift: ALLOW })pb",
+                 {"dynamic"}},
+        BadValue{R"pb(rope { scaling: "wavy" })pb", {"rope.scaling", "wavy"}},
+        BadValue{R"pb(rope { layout: "sideways" })pb",
+                 {"rope.layout", "sideways"}},
+        BadValue{R"pb(listen: "127.0.0.1:99999")pb", {"listen", "99999"}},
+        BadValue{R"pb(listen: "localhost")pb", {"listen", "localhost"}},
+        BadValue{R"pb(listen: "unix://")pb", {"listen", "unix://"}},
+        BadValue{R"pb(listen: "::1:50051")pb",
+                 {"listen", "::1:50051", "brackets"}},
+        BadValue{R"pb(listen: "127.0.0.1:7000" listen: "127.0.0.1:7000")pb",
+                 {"listen", "127.0.0.1:7000", "twice"}},
+        BadValue{R"pb(listen: "0.0.0.0:50051")pb",
+                 {"listen", "0.0.0.0:50051", "auth"}},
+        BadValue{R"pb(listen: "10.1.2.3:50051")pb",
+                 {"listen", "10.1.2.3:50051"}},
+        BadValue{R"pb(metrics_listen: "unix:///tmp/m.sock")pb",
+                 {"metrics_listen", "m.sock"}},
+        BadValue{R"pb(lease_ttl: "-5s")pb", {"lease_ttl", "-5s"}},
+        BadValue{R"pb(lease_ttl: "0s")pb", {"lease_ttl", "0s"}},
+        BadValue{R"pb(lease_ttl: "forever")pb", {"lease_ttl", "forever"}},
+        BadValue{R"pb(drain_timeout: "soon")pb", {"drain_timeout", "soon"}},
+        BadValue{R"pb(limits { max_message_size: "10" })pb",
+                 {"limits.max_message_size", "10"}},
+        BadValue{R"pb(limits { max_lease_ttl: "1y" })pb",
+                 {"limits.max_lease_ttl", "1y"}},
+        BadValue{R"pb(tenants { name: "acme" reserved: "lots" })pb",
+                 {"tenants[0] (acme).reserved", "lots"}},
+        BadValue{R"pb(dynamic_tenants { limit: "2XB" })pb",
+                 {"dynamic_tenants.limit", "2XB"}},
+        BadValue{R"pb(events_per_tenant: 100000000)pb",
+                 {"events_per_tenant", "100000000"}}));
+
+TEST(ConfigTest, UnixPathLongerThanSunPathIsRefused) {
+  std::string path(120, 'x');
+  absl::StatusOr<ServerConfig> c = FromText("listen: \"unix:///" + path + "\"");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("121 bytes"));
+}
+
+}  // namespace
+}  // namespace prefixd

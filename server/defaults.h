@@ -1,0 +1,29 @@
+// The embedded default (DESIGN.md section 10): what prefixd serves with no
+// config file and no flags. Shared by config loading and by --help, so the
+// help text cannot drift from what the daemon does.
+#ifndef PREFIXD_SERVER_DEFAULTS_H_
+#define PREFIXD_SERVER_DEFAULTS_H_
+
+#include <cstdint>
+
+namespace prefixd::defaults {
+
+inline constexpr char kTcpListen[] = "127.0.0.1:50051";
+// /tmp, not /run/prefixd: any user can create a socket there, so the
+// embedded default starts without root. Deployments pass their own path.
+inline constexpr char kUnixListen[] = "unix:///tmp/prefixd.sock";
+inline constexpr char kMetricsListen[] = "127.0.0.1:9464";
+inline constexpr char kModel[] = "llama-3-8b";
+inline constexpr char kKvDtype[] = "fp16";
+inline constexpr uint32_t kBlockSize = 16;
+inline constexpr char kKvBudget[] = "4GiB";
+inline constexpr char kLeaseTtl[] = "300s";
+inline constexpr char kDrainTimeout[] = "10s";
+inline constexpr uint32_t kEventsPerTenant = 4096;
+// Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
+// token.
+inline constexpr char kMaxMessageSize[] = "16MiB";
+
+}  // namespace prefixd::defaults
+
+#endif  // PREFIXD_SERVER_DEFAULTS_H_

@@ -1,0 +1,44 @@
+// prefixd's command line (DESIGN.md section 11). Parsed here rather than
+// with absl flags because --listen repeats (absl replaces, we append) and so
+// that tests parse argv without process-wide flag globals.
+#ifndef PREFIXD_SERVER_FLAGS_H_
+#define PREFIXD_SERVER_FLAGS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace prefixd {
+
+// Each set field overrides the config file; unset ones leave it alone.
+struct CommandLine {
+  std::string config_path;  // --config
+  std::vector<std::string>
+      listen;  // --listen, repeatable; replaces the file's list
+  std::optional<std::string> metrics_listen;
+  std::optional<std::string> model;  // preset name, or a path to a config.json
+  std::optional<std::string> kv_dtype;
+  std::optional<uint32_t> block_size;
+  std::optional<std::string> kv_budget;
+  std::optional<std::string> lease_ttl;
+  std::optional<std::string> snapshot_path;
+  bool help = false;
+  bool version = false;
+};
+
+// `args` excludes argv[0]. Accepts --name=value and --name value.
+// INVALID_ARGUMENT naming the flag for unknown flags, missing values,
+// positional arguments and a --block_size that is not a positive integer.
+absl::StatusOr<CommandLine> ParseCommandLine(
+    absl::Span<const char* const> args);
+
+// Usage text: every flag with its default and meaning.
+std::string CommandLineHelp();
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_FLAGS_H_

@@ -1,0 +1,78 @@
+#include "server/flags.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<CommandLine> Parse(std::vector<const char*> args) {
+  return ParseCommandLine(absl::MakeConstSpan(args));
+}
+
+TEST(FlagsTest, NoArgumentsSetsNothing) {
+  absl::StatusOr<CommandLine> cl = Parse({});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->config_path.empty());
+  EXPECT_TRUE(cl->listen.empty());
+  EXPECT_FALSE(cl->model.has_value());
+  EXPECT_FALSE(cl->block_size.has_value());
+  EXPECT_FALSE(cl->help);
+}
+
+TEST(FlagsTest, ListenRepeatsAndBothValueFormsWork) {
+  absl::StatusOr<CommandLine> cl =
+      Parse({"--listen=127.0.0.1:1", "--listen", "unix:///tmp/x.sock",
+             "--block_size", "32", "--model=mistral-7b", "--kv_budget=1GiB",
+             "--config", "/etc/prefixd.textproto"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->listen, ElementsAre("127.0.0.1:1", "unix:///tmp/x.sock"));
+  EXPECT_EQ(cl->block_size, 32u);
+  EXPECT_EQ(cl->model, "mistral-7b");
+  EXPECT_EQ(cl->kv_budget, "1GiB");
+  EXPECT_EQ(cl->config_path, "/etc/prefixd.textproto");
+}
+
+TEST(FlagsTest, HelpAndShortHelp) {
+  EXPECT_TRUE(Parse({"--help"})->help);
+  EXPECT_TRUE(Parse({"-h"})->help);
+}
+
+TEST(FlagsTest, ErrorsNameTheFlag) {
+  EXPECT_THAT(Parse({"--lisen=x"}).status().message(),
+              HasSubstr("unknown flag --lisen"));
+  EXPECT_THAT(Parse({"--block_size=0"}).status().message(),
+              HasSubstr("--block_size=0"));
+  EXPECT_THAT(Parse({"--block_size=-3"}).status().message(),
+              HasSubstr("--block_size=-3"));
+  EXPECT_THAT(Parse({"--kv_budget"}).status().message(),
+              HasSubstr("--kv_budget needs a value"));
+  EXPECT_THAT(Parse({"--help=yes"}).status().message(),
+              HasSubstr("--help takes no value"));
+  EXPECT_THAT(Parse({"serve"}).status().message(),
+              HasSubstr("unexpected argument \"serve\""));
+}
+
+TEST(FlagsTest, HelpListsEveryFlagWithItsDefault) {
+  std::string help = CommandLineHelp();
+  for (const char* flag :
+       {"--config=FILE", "--listen=ADDR", "--metrics_listen=HOST:PORT",
+        "--model=NAME|FILE", "--kv_dtype=DTYPE", "--block_size=TOKENS",
+        "--kv_budget=SIZE", "--lease_ttl=DURATION", "--snapshot_path=FILE",
+        "--help", "--version"}) {
+    EXPECT_THAT(help, HasSubstr(flag));
+  }
+  for (const char* value :
+       {"127.0.0.1:50051", "unix:///tmp/prefixd.sock", "127.0.0.1:9464",
+        "llama-3-8b", "fp16", "default: 16", "4GiB", "300s"}) {
+    EXPECT_THAT(help, HasSubstr(value));
+  }
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -1,0 +1,40 @@
+// Listen addresses as operators write them (`--listen`, `listen:`): TCP
+// "host:port" and Unix domain sockets "unix:///abs/path" or "unix:rel/path".
+#ifndef PREFIXD_SERVER_LISTEN_ADDRESS_H_
+#define PREFIXD_SERVER_LISTEN_ADDRESS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace prefixd {
+
+struct ListenAddress {
+  enum class Kind { kTcp, kUnix };
+  Kind kind = Kind::kTcp;
+  std::string host;  // kTcp: as written, IPv6 in brackets; "" = every interface
+  int port = 0;      // kTcp: 0 = the kernel picks one (tests)
+  std::string path;  // kUnix: the socket file
+
+  // The form gRPC's ServerBuilder takes: "host:port" or "unix:path".
+  std::string ToGrpcUri() const;
+  // Unix sockets and TCP on 127.0.0.0/8, ::1 or "localhost".
+  bool IsLoopback() const;
+};
+
+// INVALID_ARGUMENT quoting `text` for anything gRPC could not bind as meant:
+// a missing or out-of-range port, an empty host part in brackets, an empty
+// or over-long (> 107 bytes, the sun_path limit) socket path.
+absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
+
+// Makes a Unix socket path bindable: creates its directory if missing and
+// removes a socket file left by a process that is gone. FAILED_PRECONDITION
+// if another process still accepts connections there or the path is not a
+// socket (we never delete what we did not create).
+absl::Status PrepareUnixSocketPath(const std::string& path);
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_LISTEN_ADDRESS_H_

@@ -1,0 +1,115 @@
+#include "server/listen_address.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ListenAddressTest, ParsesTcpAndUnix) {
+  absl::StatusOr<ListenAddress> a = ParseListenAddress("127.0.0.1:50051");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind, ListenAddress::Kind::kTcp);
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 50051);
+  EXPECT_EQ(a->ToGrpcUri(), "127.0.0.1:50051");
+
+  a = ParseListenAddress("[::1]:0");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "[::1]");
+  EXPECT_EQ(a->port, 0);
+
+  a = ParseListenAddress("unix:///run/prefixd/prefixd.sock");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->kind, ListenAddress::Kind::kUnix);
+  EXPECT_EQ(a->path, "/run/prefixd/prefixd.sock");
+  EXPECT_EQ(a->ToGrpcUri(), "unix:///run/prefixd/prefixd.sock");
+
+  a = ParseListenAddress("unix:relative.sock");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->path, "relative.sock");
+  EXPECT_EQ(a->ToGrpcUri(), "unix:relative.sock");
+}
+
+TEST(ListenAddressTest, Loopback) {
+  for (const char* text :
+       {"127.0.0.1:1", "127.8.9.10:1", "localhost:1", "[::1]:1",
+        "[::ffff:127.0.0.1]:1", "unix:///tmp/a.sock"}) {
+    EXPECT_TRUE(ParseListenAddress(text)->IsLoopback()) << text;
+  }
+  for (const char* text :
+       {"0.0.0.0:1", ":1", "[::]:1", "10.0.0.1:1", "example.com:1"}) {
+    EXPECT_FALSE(ParseListenAddress(text)->IsLoopback()) << text;
+  }
+}
+
+class UnixSocketPathTest : public ::testing::Test {
+ protected:
+  std::string dir_ =
+      ::testing::TempDir() + "/listen_address_test." + std::to_string(getpid());
+  std::string path_ = dir_ + "/sub/prefixd.sock";
+
+  void TearDown() override {
+    unlink(path_.c_str());
+    rmdir((dir_ + "/sub").c_str());
+    rmdir(dir_.c_str());
+  }
+
+  // A bound socket file; listening or not.
+  int Bind(bool listen_on_it) {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    if (listen_on_it) {
+      EXPECT_EQ(listen(fd, 1), 0);
+    }
+    return fd;
+  }
+};
+
+TEST_F(UnixSocketPathTest, CreatesMissingDirectory) {
+  ASSERT_TRUE(PrepareUnixSocketPath(path_).ok());
+  struct stat st;
+  EXPECT_EQ(stat((dir_ + "/sub").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+}
+
+TEST_F(UnixSocketPathTest, RemovesStaleSocket) {
+  ASSERT_TRUE(PrepareUnixSocketPath(path_).ok());
+  close(Bind(/*listen_on_it=*/false));  // the file stays, nobody listens
+  ASSERT_EQ(access(path_.c_str(), F_OK), 0);
+  EXPECT_TRUE(PrepareUnixSocketPath(path_).ok());
+  EXPECT_NE(access(path_.c_str(), F_OK), 0);
+}
+
+TEST_F(UnixSocketPathTest, RefusesLiveSocketAndRegularFile) {
+  ASSERT_TRUE(PrepareUnixSocketPath(path_).ok());
+  int fd = Bind(/*listen_on_it=*/true);
+  absl::Status s = PrepareUnixSocketPath(path_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("another process"));
+  close(fd);
+  unlink(path_.c_str());
+
+  std::ofstream(path_) << "precious";
+  s = PrepareUnixSocketPath(path_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("not a socket"));
+  EXPECT_EQ(access(path_.c_str(), F_OK), 0);
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -1,0 +1,81 @@
+// prefixd: serves the prefix cache until SIGTERM or SIGINT, then drains and
+// exits 0. `prefixd --help` lists the flags.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "server/config.h"
+#include "server/flags.h"
+#include "server/server.h"
+
+namespace {
+
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+int Fail(absl::string_view what, const absl::Status& status) {
+  std::fprintf(stderr, "prefixd: %s: %s\n", std::string(what).c_str(),
+               std::string(status.message()).c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::StatusOr<prefixd::CommandLine> flags =
+      prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
+  if (!flags.ok()) return Fail("bad command line (see --help)", flags.status());
+  if (flags->help) {
+    std::fputs(prefixd::CommandLineHelp().c_str(), stdout);
+    return 0;
+  }
+  if (flags->version) {
+    std::printf("prefixd %s\n", PREFIXD_VERSION);
+    return 0;
+  }
+  absl::StatusOr<prefixd::ServerConfig> config =
+      prefixd::LoadServerConfig(*flags);
+  if (!config.ok()) return Fail("bad configuration", config.status());
+
+  // Blocked before any thread exists (gRPC starts its own), so every thread
+  // inherits the mask and the signals wait for sigwait below instead of
+  // interrupting whatever thread the kernel picks.
+  const sigset_t stop = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  const absl::Duration drain = config->drain_timeout;
+  absl::StatusOr<std::unique_ptr<prefixd::Server>> server =
+      prefixd::Server::Start(*std::move(config));
+  if (!server.ok()) return Fail("cannot start", server.status());
+  std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  std::fprintf(
+      stderr,
+      "prefixd: %s: health NOT_SERVING, draining in-flight calls (up to %s)\n",
+      sig == SIGTERM ? "SIGTERM" : "SIGINT",
+      absl::FormatDuration(drain).c_str());
+  // A second signal means the operator will not wait for the drain.
+  std::thread([stop] {
+    int again = 0;
+    sigwait(&stop, &again);
+    std::fputs("prefixd: second signal, exiting without draining\n", stderr);
+    _exit(1);
+  }).detach();
+  (*server)->Shutdown();
+  server->reset();
+  std::fputs("prefixd: stopped\n", stderr);
+  return 0;
+}

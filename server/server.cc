@@ -1,0 +1,183 @@
+#include "server/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
+
+#include <mutex>
+#include <utility>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "core/units.h"
+
+namespace prefixd {
+namespace {
+
+constexpr char kServiceName[] = "prefixd.v1.PrefixCache";
+
+uint64_t NewEpoch() {
+  absl::BitGen gen;
+  uint64_t epoch = 0;
+  while (epoch == 0) epoch = absl::Uniform<uint64_t>(gen);
+  return epoch;
+}
+
+// Process-wide gRPC switches; they must be set before the first builder.
+void InitGrpcOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerConfig config,
+                                                      ServerDeps deps) {
+  if (deps.cache == nullptr) {
+    absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
+        PrefixCache::Create(config.cache);
+    if (!cache.ok()) return cache.status();
+    deps.cache = *std::move(cache);
+  }
+  if (deps.authorizer == nullptr) {
+    absl::StatusOr<std::unique_ptr<Authorizer>> auth =
+        MakeAuthorizer(config.proto);
+    if (!auth.ok()) return auth.status();
+    deps.authorizer = *std::move(auth);
+  }
+  uint64_t epoch = deps.epoch.value_or(0) != 0 ? *deps.epoch : NewEpoch();
+  std::unique_ptr<Server> server(
+      new Server(std::move(config), std::move(deps), epoch));
+  if (absl::Status s = server->Build(); !s.ok()) return s;
+  return server;
+}
+
+Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
+    : config_(std::move(config)),
+      epoch_(epoch),
+      cache_(std::move(deps.cache)),
+      authorizer_(std::move(deps.authorizer)),
+      observer_(deps.observer) {}
+
+absl::Status Server::Build() {
+  InitGrpcOnce();
+  watchers_ = std::make_unique<EventWatchers>(cache_.get(), epoch_,
+                                              config_.watch_poll_interval);
+  service_ = std::make_unique<PrefixCacheService>(
+      cache_.get(), authorizer_.get(), watchers_.get(),
+      ServiceInfo::From(config_, epoch_), observer_);
+
+  grpc::ServerBuilder builder;
+  std::vector<int> ports(config_.listen.size(), 0);
+  for (size_t i = 0; i < config_.listen.size(); ++i) {
+    const ListenAddress& a = config_.listen[i];
+    if (a.kind == ListenAddress::Kind::kUnix) {
+      if (absl::Status s = PrepareUnixSocketPath(a.path); !s.ok()) return s;
+    }
+    builder.AddListeningPort(a.ToGrpcUri(), authorizer_->Credentials(a),
+                             &ports[i]);
+  }
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  builder.RegisterService(service_.get());
+  grpc_server_ = builder.BuildAndStart();
+
+  std::vector<std::string> uris;
+  for (const ListenAddress& a : config_.listen) uris.push_back(a.ToGrpcUri());
+  if (grpc_server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "could not listen on every address of [", absl::StrJoin(uris, ", "),
+        "]: one is in use or not bindable (gRPC logged which above)"));
+  }
+  for (size_t i = 0; i < config_.listen.size(); ++i) {
+    const ListenAddress& a = config_.listen[i];
+    if (a.kind == ListenAddress::Kind::kUnix) {
+      addresses_.push_back(uris[i]);
+    } else if (ports[i] == 0) {
+      Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("could not listen on ", uris[i]));
+    } else {
+      addresses_.push_back(absl::StrCat(a.host, ":", ports[i]));
+    }
+  }
+  grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
+  lease_expirer_ = std::make_unique<PeriodicThread>(
+      config_.expire_interval,
+      [cache = cache_.get()] { cache->ExpireLeases(); });
+  return absl::OkStatus();
+}
+
+Server::~Server() { Shutdown(); }
+
+void Server::Shutdown() {
+  // Held for the whole drain, so a second caller returns only when it is over.
+  absl::MutexLock lock(&shutdown_mu_);
+  if (shut_down_ || grpc_server_ == nullptr) return;
+  shut_down_ = true;
+  grpc_server_->GetHealthCheckService()->SetServingStatus(false);
+  watchers_->Shutdown();
+  grpc_server_->Shutdown(
+      absl::ToChronoTime(absl::Now() + config_.drain_timeout));
+  grpc_server_->Wait();
+  if (lease_expirer_ != nullptr) lease_expirer_->Stop();
+}
+
+std::string StartupBanner(const Server& server) {
+  const ServerConfig& c = server.config();
+  const CacheOptions& o = server.cache()->options();
+  const uint64_t blocks = server.cache()->budget_blocks();
+  std::string out = absl::StrFormat("prefixd %s serving, epoch %016x\n",
+                                    PREFIXD_VERSION, server.epoch());
+  for (const std::string& a : server.addresses())
+    absl::StrAppend(&out, "  listen       ", a, "\n");
+  absl::StrAppend(&out, "  metrics      ", c.metrics_listen,
+                  " (not served by this build)\n");
+  absl::StrAppend(&out, "  model        ", c.model_description, "\n");
+  for (const std::string& note : c.model_notes)
+    absl::StrAppend(&out, "  note         ", note, "\n");
+  absl::StrAppend(&out, "  fingerprint  ", c.fingerprint, "\n");
+  absl::StrAppend(&out, "  block size   ", o.block_size, " tokens\n");
+  absl::StrAppend(&out, "  bytes/token  ", FormatCount(c.bytes_per_token), " (",
+                  FormatBytes(c.bytes_per_token), ")\n");
+  absl::StrAppend(&out, "  block bytes  ", FormatCount(o.block_bytes), " (",
+                  FormatBytes(o.block_bytes), ")\n");
+  absl::StrAppend(
+      &out, "  budget       ", FormatCount(o.budget_bytes), " bytes (",
+      FormatBytes(o.budget_bytes), ") = ", FormatCount(blocks),
+      " blocks = ", FormatCount(blocks * static_cast<uint64_t>(o.block_size)),
+      " tokens\n");
+  absl::StrAppend(&out, "  lease ttl    ",
+                  absl::FormatDuration(o.default_lease_ttl), "\n");
+  absl::StrAppend(&out, "  tenants      ", o.tenants.size(), " configured",
+                  o.dynamic_tenants
+                      ? absl::StrCat(", others created on first use (up to ",
+                                     o.limits.max_tenants, " in all)")
+                      : "",
+                  "\n");
+  absl::StrAppend(&out, "  snapshot     ",
+                  c.snapshot_path.empty()
+                      ? "none"
+                      : c.snapshot_path + " (not written by this build)",
+                  "\n");
+  absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
+  if (server.authorizer().mode() == "NONE") {
+    absl::StrAppend(&out,
+                    "WARNING: authentication is OFF. Every process that can "
+                    "reach the addresses above "
+                    "can read, fill and wipe the cache of every tenant "
+                    "(x-prefixd-tenant is taken on "
+                    "trust). Serve only loopback and Unix sockets this way; "
+                    "set auth.mode for anything "
+                    "else.\n");
+  }
+  return out;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,95 @@
+// The prefixd gRPC server: the PrefixCache service, grpc.health.v1.Health
+// and server reflection on every listen address, plus the background work
+// (lease expiry, WatchEvents polling). Usable in-process: tests start it on
+// port 0, read the bound addresses, and shut it down.
+//
+//   absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(config);
+//   ... (*server)->addresses() ...
+//   (*server)->Shutdown();  // NOT_SERVING, drain, stop
+#ifndef PREFIXD_SERVER_SERVER_H_
+#define PREFIXD_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/cache.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/periodic.h"
+#include "server/service.h"
+#include "server/watch.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace prefixd {
+
+// What Start() builds from the config unless given. Restoring a snapshot
+// passes its cache and epoch; auth and metrics pass their implementations.
+struct ServerDeps {
+  std::unique_ptr<PrefixCache>
+      cache;                      // nullptr: PrefixCache::Create(config.cache)
+  std::optional<uint64_t> epoch;  // unset: a fresh random non-zero epoch
+  std::unique_ptr<Authorizer>
+      authorizer;                   // nullptr: MakeAuthorizer(config.proto)
+  RpcObserver* observer = nullptr;  // not owned; must outlive the Server
+};
+
+// Thread safety: every method may be called from any thread.
+class Server {
+ public:
+  // Binds every listen address and starts serving; health is SERVING when
+  // this returns. Errors name the address or setting at fault.
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerConfig config,
+                                                       ServerDeps deps = {});
+  // Shuts down if that has not happened yet.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Graceful stop: health NOT_SERVING, WatchEvents streams end with
+  // UNAVAILABLE, new calls are refused, in-flight calls get until
+  // config.drain_timeout to finish (then they are cancelled), background
+  // threads stop. Idempotent; returns when all of that is done.
+  void Shutdown();
+
+  // One per config.listen entry, in order, as clients dial them: TCP with
+  // the bound port (port 0 resolved), Unix as "unix:///path".
+  const std::vector<std::string>& addresses() const { return addresses_; }
+  uint64_t epoch() const { return epoch_; }
+  PrefixCache* cache() const { return cache_.get(); }
+  const Authorizer& authorizer() const { return *authorizer_; }
+  const ServerConfig& config() const { return config_; }
+
+ private:
+  Server(ServerConfig config, ServerDeps deps, uint64_t epoch);
+  absl::Status Build();
+
+  const ServerConfig config_;
+  const uint64_t epoch_;
+  std::unique_ptr<PrefixCache> cache_;
+  std::unique_ptr<Authorizer> authorizer_;
+  RpcObserver* const observer_;
+  std::unique_ptr<EventWatchers> watchers_;
+  std::unique_ptr<PrefixCacheService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<PeriodicThread> lease_expirer_;
+  absl::Mutex shutdown_mu_;
+  bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
+};
+
+// What the daemon serves, for the start-up log: addresses, model, block
+// size, bytes per token and per block, budget in bytes and blocks, auth.
+std::string StartupBanner(const Server& server);
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_SERVER_H_

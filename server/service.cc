@@ -1,0 +1,401 @@
+#include "server/service.h"
+
+#include <grpcpp/server_context.h>
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+
+namespace prefixd {
+namespace {
+
+// A WatchEvents call refused before it starts.
+class FailedStream final
+    : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
+ public:
+  explicit FailedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+absl::Duration TtlFromMs(uint64_t ms) {
+  // Beyond int64 milliseconds no limit could allow it anyway; the cache
+  // reports it against max_lease_ttl.
+  if (ms > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InfiniteDuration();
+  }
+  return absl::Milliseconds(static_cast<int64_t>(ms));
+}
+
+uint64_t ToMs(absl::Duration d) {
+  return static_cast<uint64_t>(
+      std::max<int64_t>(0, absl::ToInt64Milliseconds(d)));
+}
+
+template <typename T>
+void AddAll(const std::vector<T>& from,
+            google::protobuf::RepeatedField<T>* to) {
+  to->Add(from.begin(), from.end());
+}
+
+void LimitsToProto(const CacheLimits& l, uint64_t max_message_bytes,
+                   v1::Limits* out) {
+  out->set_max_tokens_per_request(l.max_tokens_per_request);
+  out->set_max_block_ids_per_request(l.max_block_ids_per_request);
+  out->set_max_namespaces_per_tenant(l.max_namespaces_per_tenant);
+  out->set_max_tenants(l.max_tenants);
+  out->set_max_leases_per_tenant(l.max_leases_per_tenant);
+  out->set_max_namespace_bytes(l.max_namespace_bytes);
+  out->set_max_message_bytes(max_message_bytes);
+  out->set_max_position(l.max_position);
+  out->set_max_lease_ttl_ms(ToMs(l.max_lease_ttl));
+}
+
+void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
+                        v1::TenantStats* out) {
+  out->set_tenant(t.tenant);
+  out->set_cached_blocks(t.cached_blocks);
+  out->set_cached_bytes(t.cached_blocks * block_bytes);
+  out->set_pinned_blocks(t.pinned_blocks);
+  out->set_pinned_bytes(t.pinned_blocks * block_bytes);
+  out->set_tree_nodes(t.tree_nodes);
+  out->set_namespaces(t.namespaces);
+  out->set_active_leases(t.active_leases);
+  out->set_reserved_bytes(t.reserved_bytes);
+  out->set_limit_bytes(t.limit_bytes);
+  out->set_match_requests(t.match_requests);
+  out->set_match_tokens(t.match_tokens);
+  out->set_match_hit_tokens(t.match_hit_tokens);
+  out->set_insert_requests(t.insert_requests);
+  out->set_inserted_blocks(t.inserted_blocks);
+  out->set_redundant_blocks(t.redundant_blocks);
+  out->set_lease_expired(t.lease_expired);
+  for (int r = 0; r < kNumEvictReasons; ++r) {
+    v1::EvictionCount* e = out->add_evictions();
+    e->set_reason(std::string(EvictReasonName(static_cast<EvictReason>(r))));
+    e->set_blocks(t.evicted_blocks[r]);
+    e->set_bytes(t.evicted_blocks[r] * block_bytes);
+  }
+}
+
+}  // namespace
+
+ServiceInfo ServiceInfo::From(const ServerConfig& config, uint64_t epoch) {
+  ServiceInfo info;
+  info.epoch = epoch;
+  info.fingerprint = config.fingerprint;
+  info.fingerprint_text = FingerprintText(config.model);
+  info.model_description = config.model_description;
+  info.bytes_per_token = config.bytes_per_token;
+  info.max_message_bytes = config.max_message_bytes;
+  info.version = PREFIXD_VERSION;
+  return info;
+}
+
+PrefixCacheService::PrefixCacheService(PrefixCache* cache,
+                                       const Authorizer* auth,
+                                       EventWatchers* watchers,
+                                       ServiceInfo info, RpcObserver* observer)
+    : cache_(cache),
+      auth_(auth),
+      watchers_(watchers),
+      info_(std::move(info)),
+      observer_(observer) {}
+
+template <typename Req, typename Resp>
+grpc::ServerUnaryReactor* PrefixCacheService::Unary(
+    absl::string_view method, grpc::CallbackServerContext* ctx, const Req* req,
+    Resp* resp, Handler<Req, Resp> handler) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  absl::Status status =
+      call.ok() ? (this->*handler)(*call, *req, resp) : call.status();
+  if (observer_ != nullptr)
+    observer_->OnRpcDone(method, status.code(), absl::Now() - start);
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+// --- Handlers ---------------------------------------------------------------
+
+absl::Status PrefixCacheService::DoGetInfo(const CallContext&,
+                                           const v1::GetInfoRequest&,
+                                           v1::GetInfoResponse* resp) {
+  const CacheOptions& o = cache_->options();
+  resp->set_epoch(info_.epoch);
+  resp->set_block_size(static_cast<uint32_t>(o.block_size));
+  resp->set_block_bytes(o.block_bytes);
+  resp->set_budget_bytes(o.budget_bytes);
+  resp->set_budget_blocks(cache_->budget_blocks());
+  resp->set_bytes_per_token(info_.bytes_per_token);
+  resp->set_model_fingerprint(info_.fingerprint);
+  resp->set_model(info_.model_description);
+  resp->set_rope_shift(o.rope_shift == RopeShift::kAllow ? "ALLOW" : "DENY");
+  LimitsToProto(o.limits, info_.max_message_bytes, resp->mutable_limits());
+  resp->set_version(info_.version);
+  resp->set_auth_mode(std::string(auth_->mode()));
+  resp->set_default_lease_ttl_ms(ToMs(o.default_lease_ttl));
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoHandshake(const CallContext&,
+                                             const v1::HandshakeRequest& req,
+                                             v1::HandshakeResponse* resp) {
+  if (req.model_fingerprint().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model_fingerprint is empty; send the engine's model fingerprint (the "
+        "daemon's is ",
+        info_.fingerprint, ")"));
+  }
+  if (absl::AsciiStrToLower(req.model_fingerprint()) != info_.fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model fingerprint mismatch: engine \"", req.engine_id(), "\" sent ",
+        req.model_fingerprint(), ", the daemon serves ", info_.fingerprint,
+        " (", info_.fingerprint_text,
+        "); block IDs would not mean the same KV to both. Configure both with "
+        "the same "
+        "model, kv_dtype, block_size and RoPE settings"));
+  }
+  resp->set_epoch(info_.epoch);
+  resp->set_model_fingerprint(info_.fingerprint);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoMatch(const CallContext& call,
+                                         const v1::MatchRequest& req,
+                                         v1::MatchResponse* resp) {
+  MatchRequest m;
+  m.ns = req.namespace_();
+  m.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  m.position_offset = req.position_offset();
+  m.pin = req.pin();
+  m.lease_ttl = TtlFromMs(req.lease_ttl_ms());
+  absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, m);
+  if (!r.ok()) return r.status();
+  resp->set_epoch(info_.epoch);
+  resp->set_matched_tokens(r->matched_tokens);
+  for (const Segment& s : r->segments) {
+    v1::Segment* out = resp->add_segments();
+    AddAll(s.block_ids, out->mutable_block_ids());
+    out->set_cached_position(s.cached_position);
+    out->set_rope_delta(s.rope_delta);
+  }
+  resp->set_lease_id(r->lease_id);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoInsert(const CallContext& call,
+                                          const v1::InsertRequest& req,
+                                          v1::InsertResponse* resp) {
+  InsertRequest in;
+  in.ns = req.namespace_();
+  in.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  in.block_ids =
+      absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size());
+  in.position_offset = req.position_offset();
+  in.pin = req.pin();
+  in.lease_ttl = TtlFromMs(req.lease_ttl_ms());
+  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, in);
+  if (!r.ok()) return r.status();
+  watchers_->Notify();
+  resp->set_epoch(info_.epoch);
+  resp->set_cached_tokens(r->cached_tokens);
+  AddAll(r->redundant_block_ids, resp->mutable_redundant_block_ids());
+  AddAll(r->evicted_block_ids, resp->mutable_evicted_block_ids());
+  resp->set_lease_id(r->lease_id);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoRelease(const CallContext& call,
+                                           const v1::ReleaseRequest& req,
+                                           v1::ReleaseResponse*) {
+  return cache_->Release(call.tenant, req.lease_id());
+}
+
+absl::Status PrefixCacheService::DoKeepAlive(const CallContext& call,
+                                             const v1::KeepAliveRequest& req,
+                                             v1::KeepAliveResponse* resp) {
+  absl::StatusOr<std::vector<absl::Duration>> left = cache_->KeepAlive(
+      call.tenant,
+      absl::MakeConstSpan(req.lease_ids().data(), req.lease_ids_size()));
+  if (!left.ok()) return left.status();
+  for (absl::Duration d : *left) resp->add_expires_in_ms(ToMs(d));
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoEvict(const CallContext& call,
+                                         const v1::EvictRequest& req,
+                                         v1::EvictResponse* resp) {
+  absl::StatusOr<std::vector<BlockId>> evicted =
+      cache_->Evict(call.scope, req.blocks());
+  if (!evicted.ok()) return evicted.status();
+  watchers_->Notify();
+  AddAll(*evicted, resp->mutable_evicted_block_ids());
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoInvalidate(const CallContext& call,
+                                              const v1::InvalidateRequest& req,
+                                              v1::InvalidateResponse* resp) {
+  absl::StatusOr<std::vector<BlockId>> removed = cache_->Invalidate(
+      call.scope,
+      absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size()));
+  if (!removed.ok()) return removed.status();
+  watchers_->Notify();
+  AddAll(*removed, resp->mutable_removed_block_ids());
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoReset(const CallContext& call,
+                                         const v1::ResetRequest& req,
+                                         v1::ResetResponse* resp) {
+  TenantScope scope = TenantScope::One(call.tenant);
+  if (req.all()) {
+    if (!req.tenant().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Reset names tenant \"", req.tenant(), "\" and all=true; pick one"));
+    }
+    if (!call.all_tenants) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "principal \"", call.principal, "\" may not reset all tenants"));
+    }
+    scope = TenantScope::All();
+  } else if (!req.tenant().empty()) {
+    if (!call.all_tenants && !call.scope.Contains(req.tenant())) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("principal \"", call.principal,
+                       "\" may not reset tenant \"", req.tenant(), "\""));
+    }
+    scope = TenantScope::One(req.tenant());
+  }
+  AddAll(cache_->Reset(scope), resp->mutable_removed_block_ids());
+  watchers_->Notify();
+  resp->set_epoch(info_.epoch);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoStats(const CallContext& call,
+                                         const v1::StatsRequest& req,
+                                         v1::StatsResponse* resp) {
+  if (req.all_tenants() && !call.all_tenants) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("principal \"", call.principal,
+                     "\" may not read the stats of all tenants"));
+  }
+  CacheStats s = cache_->Stats(
+      req.all_tenants() ? TenantScope::All() : TenantScope::One(call.tenant));
+  resp->set_epoch(info_.epoch);
+  resp->set_block_size(static_cast<uint32_t>(s.block_size));
+  resp->set_block_bytes(s.block_bytes);
+  resp->set_budget_bytes(s.budget_bytes);
+  resp->set_budget_blocks(s.budget_blocks);
+  for (const TenantStats& t : s.tenants) {
+    TenantStatsToProto(t, s.block_bytes, resp->add_tenants());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoDump(const CallContext& call,
+                                        const v1::DumpRequest& req,
+                                        v1::DumpResponse* resp) {
+  absl::StatusOr<std::vector<std::string>> namespaces =
+      cache_->Namespaces(call.tenant);
+  if (!namespaces.ok()) return namespaces.status();
+  absl::StatusOr<std::vector<DumpNode>> nodes =
+      cache_->Dump(call.tenant, req.namespace_());
+  // A namespace without blocks is an empty tree, not an error: the list of
+  // namespaces in the response says what exists.
+  if (!nodes.ok() && nodes.status().code() != absl::StatusCode::kNotFound) {
+    return nodes.status();
+  }
+  resp->set_epoch(info_.epoch);
+  for (const std::string& ns : *namespaces) resp->add_namespaces(ns);
+  if (!nodes.ok()) return absl::OkStatus();
+  for (const DumpNode& n : *nodes) {
+    v1::DumpNode* out = resp->add_nodes();
+    out->set_depth(static_cast<uint32_t>(n.depth));
+    out->set_position(n.position);
+    out->set_stamp(n.stamp);
+    out->set_pins(static_cast<uint32_t>(n.pins));
+    AddAll(n.tokens, out->mutable_tokens());
+    AddAll(n.block_ids, out->mutable_block_ids());
+  }
+  return absl::OkStatus();
+}
+
+// --- RPC entry points -------------------------------------------------------
+
+grpc::ServerUnaryReactor* PrefixCacheService::GetInfo(
+    grpc::CallbackServerContext* ctx, const v1::GetInfoRequest* req,
+    v1::GetInfoResponse* resp) {
+  return Unary("GetInfo", ctx, req, resp, &PrefixCacheService::DoGetInfo);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Handshake(
+    grpc::CallbackServerContext* ctx, const v1::HandshakeRequest* req,
+    v1::HandshakeResponse* resp) {
+  return Unary("Handshake", ctx, req, resp, &PrefixCacheService::DoHandshake);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Match(
+    grpc::CallbackServerContext* ctx, const v1::MatchRequest* req,
+    v1::MatchResponse* resp) {
+  return Unary("Match", ctx, req, resp, &PrefixCacheService::DoMatch);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Insert(
+    grpc::CallbackServerContext* ctx, const v1::InsertRequest* req,
+    v1::InsertResponse* resp) {
+  return Unary("Insert", ctx, req, resp, &PrefixCacheService::DoInsert);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Release(
+    grpc::CallbackServerContext* ctx, const v1::ReleaseRequest* req,
+    v1::ReleaseResponse* resp) {
+  return Unary("Release", ctx, req, resp, &PrefixCacheService::DoRelease);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::KeepAlive(
+    grpc::CallbackServerContext* ctx, const v1::KeepAliveRequest* req,
+    v1::KeepAliveResponse* resp) {
+  return Unary("KeepAlive", ctx, req, resp, &PrefixCacheService::DoKeepAlive);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Evict(
+    grpc::CallbackServerContext* ctx, const v1::EvictRequest* req,
+    v1::EvictResponse* resp) {
+  return Unary("Evict", ctx, req, resp, &PrefixCacheService::DoEvict);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Invalidate(
+    grpc::CallbackServerContext* ctx, const v1::InvalidateRequest* req,
+    v1::InvalidateResponse* resp) {
+  return Unary("Invalidate", ctx, req, resp, &PrefixCacheService::DoInvalidate);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Reset(
+    grpc::CallbackServerContext* ctx, const v1::ResetRequest* req,
+    v1::ResetResponse* resp) {
+  return Unary("Reset", ctx, req, resp, &PrefixCacheService::DoReset);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Stats(
+    grpc::CallbackServerContext* ctx, const v1::StatsRequest* req,
+    v1::StatsResponse* resp) {
+  return Unary("Stats", ctx, req, resp, &PrefixCacheService::DoStats);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::Dump(
+    grpc::CallbackServerContext* ctx, const v1::DumpRequest* req,
+    v1::DumpResponse* resp) {
+  return Unary("Dump", ctx, req, resp, &PrefixCacheService::DoDump);
+}
+
+grpc::ServerWriteReactor<v1::WatchEventsResponse>*
+PrefixCacheService::WatchEvents(grpc::CallbackServerContext* ctx,
+                                const v1::WatchEventsRequest* req) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  if (observer_ != nullptr) {
+    observer_->OnRpcDone("WatchEvents", call.status().code(),
+                         absl::Now() - start);
+  }
+  if (!call.ok()) return new FailedStream(ToGrpcStatus(call.status()));
+  return watchers_->Start(call->tenant, req->from_sequence());
+}
+
+}  // namespace prefixd

@@ -1,0 +1,73 @@
+// WatchEvents: server-streaming calls fed from core's per-tenant event rings.
+//
+// Each stream keeps its own read position. A shared PeriodicThread polls
+// the streams that have no write in flight; mutating RPCs wake it early
+// (Notify) so watchers see changes within one write, not one poll interval.
+// A write completing continues the stream directly, so a backlog drains
+// without waiting for the poll. Nothing here blocks a gRPC reaction: ring
+// reads take one tenant mutex for a copy, like any unary call.
+#ifndef PREFIXD_SERVER_WATCH_H_
+#define PREFIXD_SERVER_WATCH_H_
+
+#include <grpcpp/support/server_callback.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "core/cache.h"
+#include "prefixd/v1/prefix_cache.pb.h"
+#include "server/periodic.h"
+
+namespace prefixd {
+
+class EventStream;
+
+// Thread safety: every method may be called from any thread.
+class EventWatchers {
+ public:
+  // Events per response message.
+  static constexpr size_t kMaxBatch = 256;
+
+  EventWatchers(const PrefixCache* cache, uint64_t epoch,
+                absl::Duration poll_interval);
+  // REQUIRES: Shutdown() was called and every stream has ended (the gRPC
+  // server has been shut down).
+  ~EventWatchers();
+
+  // A stream of `tenant`'s events from `from_sequence` (0: the oldest kept,
+  // without a missed_events flag for what was dropped before).
+  grpc::ServerWriteReactor<v1::WatchEventsResponse>* Start(
+      std::string tenant, uint64_t from_sequence);
+
+  // New events may exist: poll now rather than at the next interval.
+  void Notify() { poller_.Wake(); }
+
+  // Ends every stream with UNAVAILABLE and refuses new ones the same way, so
+  // that watchers (which never end by themselves) do not hold up a drain.
+  void Shutdown();
+
+ private:
+  friend class EventStream;
+  bool Register(EventStream* s);  // false once shut down
+  void Unregister(EventStream* s);
+  void PollAll();
+
+  const PrefixCache* const cache_;
+  const uint64_t epoch_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<EventStream*> streams_ ABSL_GUARDED_BY(mu_);
+  PeriodicThread poller_;  // last: it calls PollAll until stopped
+};
+
+// Converts one core event to its wire form.
+void EventToProto(const Event& e, v1::Event* out);
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_WATCH_H_

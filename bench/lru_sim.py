@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""An independent leaf-LRU simulator of the trace replay (issue 8).
+
+It shares no code with prefixd: a plain prefix tree of trace hash ids, one
+block per id. Per request, as bench/trace_replay does through core/:
+  1. match the longest cached prefix of the request's ids; stamp the matched
+     blocks with the next logical time;
+  2. if the request has more blocks than the capacity, insert nothing (prefixd
+     refuses such an Insert with RESOURCE_EXHAUSTED and changes nothing);
+  3. otherwise insert the rest and stamp every block of the request with the
+     next logical time; then, while more blocks are cached than the capacity,
+     evict the least-recently-stamped block that has no cached child and is not
+     on the current request's path.
+
+Prints the block hit rate per capacity (a table, or JSON with --json).
+Plain Python 3, no third-party modules.
+
+  lru_sim.py --trace=../shared/data/mooncake/synthetic_trace.jsonl \\
+             --capacities=10000,50000,infinite
+"""
+
+import argparse
+import heapq
+import json
+import re
+import sys
+
+_HASH_IDS = re.compile(r'"hash_ids"\s*:\s*\[([^\]]*)\]')
+
+
+def load(path):
+    requests = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            m = _HASH_IDS.search(line)
+            if m is None:
+                sys.exit("%s:%d: no hash_ids" % (path, n))
+            body = m.group(1).strip()
+            requests.append([int(x) for x in body.split(",")] if body else [])
+    return requests
+
+
+class Block:
+    __slots__ = ("key", "parent", "children", "stamp", "cached")
+
+    def __init__(self, key, parent):
+        self.key = key
+        self.parent = parent
+        self.children = {}  # key -> cached child Block
+        self.stamp = 0
+        self.cached = True
+
+
+def simulate(requests, capacity):
+    """Returns (hit_blocks, total_blocks, evicted_blocks, refused_inserts)."""
+    root = Block(None, None)
+    cached = 0
+    clock = 0
+    hits = total = evicted = refused = 0
+    # Candidates (stamp, seq, block), checked when popped: a block is a
+    # victim only if it is still cached, childless and stamped `stamp`.
+    heap = []
+    seq = 0
+
+    def push(b):
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (b.stamp, seq, b))
+
+    for ids in requests:
+        total += len(ids)
+        node, path = root, []
+        for key in ids:
+            child = node.children.get(key)
+            if child is None:
+                break
+            path.append(child)
+            node = child
+        hits += len(path)
+        clock += 1
+        for b in path:
+            b.stamp = clock
+        if len(ids) > capacity:
+            refused += 1
+            if path and not path[-1].children:
+                push(path[-1])
+            continue
+        clock += 1
+        for b in path:
+            b.stamp = clock
+        for key in ids[len(path):]:
+            child = Block(key, node)
+            child.stamp = clock
+            node.children[key] = child
+            cached += 1
+            path.append(child)
+            node = child
+        if path and not path[-1].children:
+            push(path[-1])
+        on_path = set(map(id, path))
+        while cached > capacity:
+            stamp, _, b = heapq.heappop(heap)
+            if not b.cached or b.children or b.stamp != stamp:
+                continue  # stale entry
+            if id(b) in on_path:
+                sys.exit("simulator bug: only the current path is evictable")
+            del b.parent.children[b.key]
+            b.cached = False
+            cached -= 1
+            evicted += 1
+            parent = b.parent
+            if parent is not root and not parent.children:
+                push(parent)
+    return hits, total, evicted, refused
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", required=True, help="a Mooncake .jsonl trace")
+    ap.add_argument("--capacities", default="10000,50000,infinite",
+                    help="capacities in blocks, comma-separated")
+    ap.add_argument("--json", action="store_true", help="print JSON")
+    args = ap.parse_args()
+
+    requests = load(args.trace)
+    rows = []
+    for c in args.capacities.split(","):
+        c = c.strip()
+        cap = float("inf") if c in ("infinite", "inf") else int(c)
+        hits, total, evicted, refused = simulate(requests, cap)
+        rows.append({"capacity": c, "blocks": total, "hit_blocks": hits,
+                     "block_hit_rate": hits / total if total else 0.0,
+                     "evicted_blocks": evicted, "refused_inserts": refused})
+    if args.json:
+        print(json.dumps({"trace": args.trace, "results": rows}, indent=2))
+        return
+    print("%-10s %10s %10s %10s %10s %9s" % ("capacity", "blocks", "hit_blk",
+                                            "blk_hit", "evicted", "refused"))
+    for r in rows:
+        print("%-10s %10d %10d %9.4f%% %10d %9d" % (
+            r["capacity"], r["blocks"], r["hit_blocks"],
+            100 * r["block_hit_rate"], r["evicted_blocks"],
+            r["refused_inserts"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,553 @@
+// Replays Mooncake request traces through core/ in process (issue 8,
+// benchmark 2) and reports hit rates, block operations per second, per-request
+// latency and resident bytes per cached block.
+//
+// Each trace hash id stands for one block: block_size tokens
+// id * block_size + j, so the trace's prefix structure is kept exactly. Per
+// request, as an engine does: Match with pin; Insert of the whole prompt with
+// the matched IDs passed back and fresh IDs for the rest; Release.
+//
+//   trace_replay [--traces=conversation,synthetic]
+//                [--capacities=10000,50000,infinite] [--json]
+//
+// A block operation is one block matched or inserted, so every prompt block
+// is one operation. Throughput and latency time only the three core calls
+// (not the expansion of ids into tokens). Memory: the trace is replayed, with
+// its ids shifted on each pass, into an unbounded cache until it holds
+// --memory_blocks blocks (default 625,000 = 10^7 tokens at block_size 16);
+// VmRSS after minus VmRSS before, divided by the cached blocks. It runs first,
+// in a process that has not freed anything yet, so freed memory cannot hide
+// the growth.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "core/cache.h"
+
+ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
+          "directory of <name>_trace.jsonl files (default: ../shared/data/"
+          "mooncake next to the repository)");
+ABSL_FLAG(std::vector<std::string>, traces,
+          std::vector<std::string>({"conversation", "synthetic"}),
+          "traces to replay: names (file <trace_dir>/<name>_trace.jsonl) or "
+          "paths ending in .jsonl");
+ABSL_FLAG(std::vector<std::string>, capacities,
+          std::vector<std::string>({"10000", "50000", "infinite"}),
+          "cache capacities in blocks; 'infinite' for no limit");
+ABSL_FLAG(int, block_size, 16, "tokens per block");
+ABSL_FLAG(int, trace_block_tokens, 512,
+          "input tokens per trace hash id (Mooncake: 512), for the token hit "
+          "rate");
+ABSL_FLAG(int, runs, 3,
+          "timed runs per (trace, capacity); the run with the median "
+          "throughput is reported");
+ABSL_FLAG(uint64_t, memory_blocks, 625000,
+          "measure RSS per cached block at this many cached blocks (0: skip)");
+ABSL_FLAG(std::string, memory_trace, "conversation",
+          "trace replayed (repeatedly) for the memory measurement");
+ABSL_FLAG(bool, check, true, "CheckInvariants() after each replay (untimed)");
+ABSL_FLAG(bool, mutex_deadlock_detection, true,
+          "leave absl::Mutex deadlock detection as the library sets it (on in "
+          "Debian's abseil, which is built without NDEBUG); false turns it "
+          "off, as absl::SetMutexDeadlockDetectionMode(kIgnore) would");
+ABSL_FLAG(bool, json, false, "print JSON instead of a table");
+ABSL_FLAG(bool, progress, true, "progress lines on stderr");
+
+namespace prefixd {
+namespace {
+
+constexpr char kTenant[] = "replay";
+constexpr uint64_t kInfinite = uint64_t{1} << 62;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "trace_replay: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// --- Traces
+// -------------------------------------------------------------------
+
+struct Request {
+  size_t first = 0;  // index into Trace::ids
+  size_t blocks = 0;
+  uint64_t input_length = 0;
+};
+
+struct Trace {
+  std::string name;
+  std::vector<uint64_t> ids;  // every request's hash ids, back to back
+  std::vector<Request> requests;
+  uint64_t max_id = 0;
+  uint64_t input_tokens = 0;
+};
+
+// The value after "key": in a JSON object line; npos if absent.
+size_t ValueStart(absl::string_view line, absl::string_view key) {
+  const std::string quoted = absl::StrCat("\"", key, "\"");
+  size_t at = line.find(quoted);
+  if (at == absl::string_view::npos) return at;
+  at = line.find(':', at + quoted.size());
+  if (at == absl::string_view::npos) return at;
+  return line.find_first_not_of(" \t", at + 1);
+}
+
+bool ParseUint(absl::string_view line, size_t* at, uint64_t* out) {
+  const size_t end = line.find_first_not_of("0123456789", *at);
+  const size_t stop = end == absl::string_view::npos ? line.size() : end;
+  if (!absl::SimpleAtoi(line.substr(*at, stop - *at), out)) return false;
+  *at = stop;
+  return true;
+}
+
+// Reads only "hash_ids" and "input_length"; everything else is ignored.
+bool ParseLine(absl::string_view line, Trace* trace, std::string* error) {
+  Request r;
+  r.first = trace->ids.size();
+  size_t at = ValueStart(line, "input_length");
+  if (at == absl::string_view::npos || !ParseUint(line, &at, &r.input_length)) {
+    *error = "no \"input_length\" number";
+    return false;
+  }
+  at = ValueStart(line, "hash_ids");
+  if (at == absl::string_view::npos || line[at] != '[') {
+    *error = "no \"hash_ids\" array";
+    return false;
+  }
+  ++at;
+  while (true) {
+    at = line.find_first_not_of(" \t", at);
+    if (at == absl::string_view::npos) break;
+    if (line[at] == ']') {
+      r.blocks = trace->ids.size() - r.first;
+      trace->input_tokens += r.input_length;
+      trace->requests.push_back(r);
+      return true;
+    }
+    if (line[at] == ',') {
+      ++at;
+      continue;
+    }
+    uint64_t id;
+    if (!ParseUint(line, &at, &id)) break;
+    trace->ids.push_back(id);
+    trace->max_id = std::max(trace->max_id, id);
+  }
+  *error = "unterminated or malformed \"hash_ids\"";
+  return false;
+}
+
+Trace LoadTrace(const std::string& name_or_path, const std::string& dir) {
+  const bool is_path = absl::EndsWith(name_or_path, ".jsonl");
+  const std::string path =
+      is_path ? name_or_path
+              : absl::StrCat(dir, "/", name_or_path, "_trace.jsonl");
+  std::ifstream in(path);
+  if (!in) Die(absl::StrCat("cannot open ", path));
+  Trace t;
+  t.name = name_or_path;
+  std::string line, error;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!ParseLine(line, &t, &error))
+      Die(absl::StrCat(path, ":", n, ": ", error));
+  }
+  if (t.requests.empty()) Die(absl::StrCat(path, " has no requests"));
+  return t;
+}
+
+// --- Replay
+// -------------------------------------------------------------------
+
+uint64_t ParseCapacity(const std::string& s) {
+  if (s == "infinite" || s == "inf") return kInfinite;
+  uint64_t v;
+  if (!absl::SimpleAtoi(s, &v) || v == 0)
+    Die(absl::StrCat("bad capacity '", s, "'"));
+  return v;
+}
+
+std::string CapacityName(uint64_t cap) {
+  return cap == kInfinite ? "infinite" : absl::StrCat(cap);
+}
+
+std::unique_ptr<PrefixCache> NewCache(uint64_t capacity_blocks) {
+  CacheOptions o;
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.block_bytes = 1;
+  o.budget_bytes = capacity_blocks;
+  o.seed = 1;
+  auto cache = PrefixCache::Create(o);
+  if (!cache.ok()) Die(cache.status().ToString());
+  return *std::move(cache);
+}
+
+struct Totals {
+  uint64_t requests = 0;
+  uint64_t blocks = 0;      // prompt blocks: each one is one block operation
+  uint64_t hit_blocks = 0;  // matched
+  uint64_t inserted_blocks = 0;
+  uint64_t refused = 0;  // Inserts refused (prompt longer than the capacity)
+  uint64_t evicted_blocks = 0;
+  uint64_t input_tokens = 0;
+  uint64_t hit_input_tokens = 0;
+  double seconds = 0;  // sum of per-request latencies
+  std::vector<uint32_t> latency_ns;
+  uint64_t cached_blocks = 0;
+  uint64_t tree_nodes = 0;
+};
+
+// Replays one request: Match (pinned), Insert, Release. Returns false if
+// the Insert was refused.
+class Replayer {
+ public:
+  Replayer(PrefixCache* cache, int block_size)
+      : cache_(cache), bs_(block_size) {}
+
+  // Expands hash ids (shifted by `shift`) into tokens; untimed.
+  void Expand(absl::Span<const uint64_t> ids, uint64_t shift) {
+    tokens_.clear();
+    for (uint64_t id : ids) {
+      const uint64_t base = (id + shift) * static_cast<uint64_t>(bs_);
+      if (base + bs_ > UINT32_MAX) Die("token ids overflow uint32");
+      for (int j = 0; j < bs_; ++j)
+        tokens_.push_back(static_cast<Token>(base + j));
+    }
+  }
+
+  // Returns the matched blocks; *inserted gets the adopted ones.
+  uint64_t Run(uint64_t* inserted, uint64_t* evicted, bool* refused) {
+    MatchRequest m;
+    m.tokens = tokens_;
+    m.pin = true;
+    auto match = cache_->Match(kTenant, m);
+    if (!match.ok()) Die(match.status().ToString());
+    ids_.clear();
+    for (const Segment& s : match->segments)
+      ids_.insert(ids_.end(), s.block_ids.begin(), s.block_ids.end());
+    const uint64_t matched = ids_.size();
+    const size_t blocks = tokens_.size() / bs_;
+    while (ids_.size() < blocks) ids_.push_back(next_id_++);
+    InsertRequest ins;
+    ins.tokens = tokens_;
+    ins.block_ids = ids_;
+    auto r = cache_->Insert(kTenant, ins);
+    *refused = !r.ok();
+    *inserted = 0;
+    if (r.ok()) {
+      if (!r->redundant_block_ids.empty()) Die("Insert found redundant IDs");
+      *inserted = blocks - r->cached_tokens / bs_;
+      *evicted += r->evicted_block_ids.size();
+    } else if (!absl::IsResourceExhausted(r.status())) {
+      Die(r.status().ToString());
+    }
+    if (match->lease_id != 0) {
+      absl::Status s = cache_->Release(kTenant, match->lease_id);
+      if (!s.ok()) Die(s.ToString());
+    }
+    return matched;
+  }
+
+ private:
+  PrefixCache* cache_;
+  const int bs_;
+  std::vector<Token> tokens_;
+  std::vector<BlockId> ids_;
+  BlockId next_id_ = 1;
+};
+
+class Progress {
+ public:
+  explicit Progress(std::string what) : what_(std::move(what)) {}
+  // Cheap enough per request: looks at the clock every 256 calls.
+  void Update(size_t done, size_t total, const char* unit = "requests") {
+    if (!absl::GetFlag(FLAGS_progress) || ++calls_ % 256 != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    std::fprintf(stderr, "trace_replay: %s: %zu/%zu %s\n", what_.c_str(), done,
+                 total, unit);
+  }
+
+ private:
+  std::string what_;
+  uint64_t calls_ = 0;
+  std::chrono::steady_clock::time_point last_ =
+      std::chrono::steady_clock::now();
+};
+
+Totals ReplayOnce(const Trace& trace, uint64_t capacity,
+                  const std::string& label) {
+  auto cache = NewCache(capacity);
+  Replayer replayer(cache.get(), absl::GetFlag(FLAGS_block_size));
+  const uint64_t block_tokens = absl::GetFlag(FLAGS_trace_block_tokens);
+  Totals t;
+  t.latency_ns.reserve(trace.requests.size());
+  Progress progress(label);
+  for (const Request& r : trace.requests) {
+    replayer.Expand(absl::MakeConstSpan(trace.ids).subspan(r.first, r.blocks),
+                    0);
+    uint64_t inserted = 0;
+    bool refused = false;
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t matched =
+        replayer.Run(&inserted, &t.evicted_blocks, &refused);
+    const auto stop = std::chrono::steady_clock::now();
+    const auto ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start)
+            .count();
+    t.latency_ns.push_back(static_cast<uint32_t>(
+        std::min<int64_t>(ns, std::numeric_limits<uint32_t>::max())));
+    t.seconds += static_cast<double>(ns) * 1e-9;
+    ++t.requests;
+    t.blocks += r.blocks;
+    t.hit_blocks += matched;
+    t.inserted_blocks += inserted;
+    t.refused += refused;
+    t.input_tokens += r.input_length;
+    t.hit_input_tokens += std::min(matched * block_tokens, r.input_length);
+    progress.Update(t.requests, trace.requests.size());
+  }
+  const CacheStats s = cache->Stats(TenantScope::All());
+  t.cached_blocks = s.resident_blocks;
+  for (const TenantStats& ts : s.tenants) t.tree_nodes += ts.tree_nodes;
+  if (absl::GetFlag(FLAGS_check)) {
+    absl::Status ok = cache->CheckInvariants();
+    if (!ok.ok()) Die(ok.ToString());
+  }
+  return t;
+}
+
+double Percentile(std::vector<uint32_t> v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * v.size()));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[k];
+}
+
+struct Row {
+  std::string trace;
+  uint64_t capacity;
+  Totals t;
+  double p50_us, p99_us, ops_per_s;
+};
+
+Row Replay(const Trace& trace, uint64_t capacity) {
+  const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
+  std::vector<Totals> all;
+  for (int i = 0; i < runs; ++i) {
+    all.push_back(ReplayOnce(
+        trace, capacity,
+        absl::StrCat(trace.name, " capacity ", CapacityName(capacity), " run ",
+                     i + 1, "/", runs)));
+  }
+  std::sort(all.begin(), all.end(), [](const Totals& a, const Totals& b) {
+    return a.seconds < b.seconds;
+  });
+  Row row{trace.name, capacity, std::move(all[all.size() / 2]), 0, 0, 0};
+  row.p50_us = Percentile(row.t.latency_ns, 0.50) / 1e3;
+  row.p99_us = Percentile(row.t.latency_ns, 0.99) / 1e3;
+  row.ops_per_s = row.t.blocks / row.t.seconds;
+  return row;
+}
+
+// --- Memory
+// -------------------------------------------------------------------
+
+uint64_t VmRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) {
+      uint64_t kb = 0;
+      absl::string_view v(line);
+      v.remove_prefix(6);
+      v = absl::StripAsciiWhitespace(v);
+      absl::ConsumeSuffix(&v, "kB");
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(v), &kb)) break;
+      return kb * 1024;
+    }
+  }
+  Die("cannot read VmRSS from /proc/self/status");
+}
+
+struct Memory {
+  std::string trace;
+  uint64_t passes = 0;
+  uint64_t cached_blocks = 0;
+  uint64_t tree_nodes = 0;
+  uint64_t rss_before = 0, rss_after = 0;
+  double bytes_per_block = 0;
+};
+
+// Replays `trace` with ids shifted by (max_id + 1) on each pass into an
+// unbounded cache until it caches `target` blocks.
+Memory MeasureMemory(const Trace& trace, uint64_t target) {
+  Memory m;
+  m.trace = trace.name;
+  auto cache = NewCache(kInfinite);
+  Replayer replayer(cache.get(), absl::GetFlag(FLAGS_block_size));
+  size_t longest = 0;
+  for (const Request& r : trace.requests) longest = std::max(longest, r.blocks);
+  replayer.Expand(std::vector<uint64_t>(longest, 0), 0);  // size the buffers
+  Progress progress("memory");
+  m.rss_before = VmRssBytes();
+  uint64_t cached = 0, evicted = 0;
+  while (cached < target) {
+    const uint64_t shift = m.passes * (trace.max_id + 1);
+    ++m.passes;
+    for (const Request& r : trace.requests) {
+      replayer.Expand(absl::MakeConstSpan(trace.ids).subspan(r.first, r.blocks),
+                      shift);
+      uint64_t inserted = 0;
+      bool refused = false;
+      replayer.Run(&inserted, &evicted, &refused);
+      cached += inserted;
+      if (cached >= target) break;
+      progress.Update(cached, target, "blocks");
+    }
+  }
+  m.rss_after = VmRssBytes();
+  const CacheStats s = cache->Stats(TenantScope::All());
+  m.cached_blocks = s.resident_blocks;
+  for (const TenantStats& ts : s.tenants) m.tree_nodes += ts.tree_nodes;
+  if (m.cached_blocks != cached || evicted != 0)
+    Die("memory replay lost blocks");
+  m.bytes_per_block = static_cast<double>(m.rss_after - m.rss_before) /
+                      static_cast<double>(m.cached_blocks);
+  return m;
+}
+
+// --- Output
+// -------------------------------------------------------------------
+
+double Ratio(uint64_t a, uint64_t b) {
+  return b == 0 ? 0 : static_cast<double>(a) / static_cast<double>(b);
+}
+
+void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
+  std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %9s %12s %8s %8s\n", "trace",
+              "capacity", "requests", "blocks", "hit_blk", "blk_hit", "tok_hit",
+              "evicted", "refused", "blk_ops/s", "p50_us", "p99_us");
+  for (const Row& r : rows) {
+    std::printf(
+        "%-14s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %9llu %12.0f "
+        "%8.2f %8.2f\n",
+        r.trace.c_str(), CapacityName(r.capacity).c_str(),
+        static_cast<unsigned long long>(r.t.requests),
+        static_cast<unsigned long long>(r.t.blocks),
+        static_cast<unsigned long long>(r.t.hit_blocks),
+        100 * Ratio(r.t.hit_blocks, r.t.blocks),
+        100 * Ratio(r.t.hit_input_tokens, r.t.input_tokens),
+        static_cast<unsigned long long>(r.t.evicted_blocks),
+        static_cast<unsigned long long>(r.t.refused), r.ops_per_s, r.p50_us,
+        r.p99_us);
+  }
+  if (m) {
+    std::printf(
+        "\nmemory: %s replayed %llu time(s) (ids shifted per pass), "
+        "unbounded cache, block_size %d\n"
+        "  cached blocks %llu (%llu tokens) in %llu tree nodes; VmRSS %.1f -> "
+        "%.1f MiB\n"
+        "  resident bytes per cached block: %.1f\n",
+        m->trace.c_str(), static_cast<unsigned long long>(m->passes),
+        absl::GetFlag(FLAGS_block_size),
+        static_cast<unsigned long long>(m->cached_blocks),
+        static_cast<unsigned long long>(m->cached_blocks *
+                                        absl::GetFlag(FLAGS_block_size)),
+        static_cast<unsigned long long>(m->tree_nodes),
+        m->rss_before / 1048576.0, m->rss_after / 1048576.0,
+        m->bytes_per_block);
+  }
+}
+
+void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
+  std::vector<std::string> items;
+  for (const Row& r : rows) {
+    items.push_back(absl::StrFormat(
+        "    {\"trace\": \"%s\", \"capacity\": \"%s\", \"requests\": %d, "
+        "\"blocks\": %d, \"hit_blocks\": %d, \"inserted_blocks\": %d, "
+        "\"evicted_blocks\": %d, \"refused_inserts\": %d, "
+        "\"block_hit_rate\": %.6f, \"input_tokens\": %d, "
+        "\"hit_input_tokens\": %d, \"token_hit_rate\": %.6f, "
+        "\"block_ops_per_second\": %.0f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
+        "\"cached_blocks\": %d, \"tree_nodes\": %d}",
+        r.trace, CapacityName(r.capacity), r.t.requests, r.t.blocks,
+        r.t.hit_blocks, r.t.inserted_blocks, r.t.evicted_blocks, r.t.refused,
+        Ratio(r.t.hit_blocks, r.t.blocks), r.t.input_tokens,
+        r.t.hit_input_tokens, Ratio(r.t.hit_input_tokens, r.t.input_tokens),
+        r.ops_per_s, r.p50_us, r.p99_us, r.t.cached_blocks, r.t.tree_nodes));
+  }
+  std::printf("{\n  \"block_size\": %d,\n  \"replays\": [\n%s\n  ]",
+              absl::GetFlag(FLAGS_block_size),
+              absl::StrJoin(items, ",\n").c_str());
+  if (m) {
+    std::printf(
+        ",\n  \"memory\": {\"trace\": \"%s\", \"passes\": %llu, "
+        "\"cached_blocks\": %llu, \"tree_nodes\": %llu, \"rss_before\": %llu, "
+        "\"rss_after\": %llu, \"bytes_per_block\": %.1f}",
+        m->trace.c_str(), static_cast<unsigned long long>(m->passes),
+        static_cast<unsigned long long>(m->cached_blocks),
+        static_cast<unsigned long long>(m->tree_nodes),
+        static_cast<unsigned long long>(m->rss_before),
+        static_cast<unsigned long long>(m->rss_after), m->bytes_per_block);
+  }
+  std::printf("\n}\n");
+}
+
+int Main() {
+  const std::string dir = absl::GetFlag(FLAGS_trace_dir);
+  std::vector<uint64_t> capacities;
+  for (const std::string& c : absl::GetFlag(FLAGS_capacities))
+    capacities.push_back(ParseCapacity(c));
+  if (absl::GetFlag(FLAGS_block_size) < 1) Die("block_size must be >= 1");
+  if (!absl::GetFlag(FLAGS_mutex_deadlock_detection))
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  std::optional<Memory> memory;
+  if (absl::GetFlag(FLAGS_memory_blocks) > 0) {
+    const Trace t = LoadTrace(absl::GetFlag(FLAGS_memory_trace), dir);
+    memory = MeasureMemory(t, absl::GetFlag(FLAGS_memory_blocks));
+  }
+  std::vector<Row> rows;
+  for (const std::string& name : absl::GetFlag(FLAGS_traces)) {
+    const Trace trace = LoadTrace(name, dir);
+    for (uint64_t cap : capacities) rows.push_back(Replay(trace, cap));
+  }
+  if (absl::GetFlag(FLAGS_json)) {
+    PrintJson(rows, memory);
+  } else {
+    PrintTable(rows, memory);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace prefixd
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Replays Mooncake traces through prefixd's core in process; see "
+      "docs/performance.md.");
+  absl::ParseCommandLine(argc, argv);
+  return prefixd::Main();
+}

@@ -152,13 +152,22 @@ absl::Status PrefixCacheService::DoHandshake(const CallContext&,
         info_.fingerprint, ")"));
   }
   if (absl::AsciiStrToLower(req.model_fingerprint()) != info_.fingerprint) {
+    std::string detail;
+    if (req.model_fingerprint_text().empty()) {
+      detail = absl::StrCat("the daemon's settings: ", info_.fingerprint_text);
+    } else {
+      detail = DescribeDifference(req.model_fingerprint_text(),
+                                  info_.fingerprint_text);
+      detail = detail.empty()
+                   ? "the texts agree: the engine hashed its text wrongly"
+                   : absl::StrCat("engine vs daemon: ", detail);
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "model fingerprint mismatch: engine \"", req.engine_id(), "\" sent ",
         req.model_fingerprint(), ", the daemon serves ", info_.fingerprint,
-        " (", info_.fingerprint_text,
-        "); block IDs would not mean the same KV to both. Configure both with "
-        "the same "
-        "model, kv_dtype, block_size and RoPE settings"));
+        "; ", detail,
+        ". Block IDs would not name the same KV for both: configure both with "
+        "the same model, kv_dtype, block_size and RoPE settings"));
   }
   resp->set_epoch(info_.epoch);
   resp->set_model_fingerprint(info_.fingerprint);

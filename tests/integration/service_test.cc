@@ -252,6 +252,15 @@ TEST_P(ServiceTest, HandshakeChecksTheModelFingerprint) {
   EXPECT_THAT(s.error_message(), HasSubstr(server_->config().fingerprint));
   EXPECT_THAT(s.error_message(), HasSubstr("vllm-0"));
 
+  // With its fingerprint text the engine learns which settings differ.
+  ModelSpec engine = server_->config().model;
+  engine.kv_dtype = KvDtype::kFp8;
+  req.set_model_fingerprint(Fingerprint(engine));
+  req.set_model_fingerprint_text(FingerprintText(engine));
+  s = Call(&v1::PrefixCache::Stub::Handshake, req, &resp);
+  EXPECT_CODE(s, FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("kv_dtype: fp8 vs fp16"));
+
   req.clear_model_fingerprint();
   EXPECT_CODE(Call(&v1::PrefixCache::Stub::Handshake, req, &resp),
               INVALID_ARGUMENT);

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "core/cache.h"
@@ -259,6 +261,26 @@ void BM_StdMismatch(benchmark::State& state, uint64_t prefixes, size_t len) {
   SetTokens(state, len);
 }
 
+// One dependent load from DRAM per iteration: a pointer chase through a
+// random cycle over 256 MiB. The unit in which cold tree lookups are paid.
+void BM_DramLoad(benchmark::State& state) {
+  constexpr size_t kSlots = (size_t{256} << 20) / sizeof(uint64_t);
+  static const std::vector<uint64_t>* const next = [] {
+    auto* v = new std::vector<uint64_t>(kSlots);
+    std::vector<uint64_t> order(kSlots);
+    for (size_t i = 0; i < kSlots; ++i) order[i] = i;
+    std::shuffle(order.begin() + 1, order.end(), std::mt19937_64(7));
+    for (size_t i = 0; i < kSlots; ++i)
+      (*v)[order[i]] = order[(i + 1) % kSlots];
+    return v;
+  }();
+  uint64_t at = 0;
+  for (auto _ : state) {
+    at = (*next)[at];
+    benchmark::DoNotOptimize(at);
+  }
+}
+
 // --- Match and Insert of cached prompts. ------------------------------------
 
 void BM_Match(benchmark::State& state, uint64_t prefixes, size_t len) {
@@ -403,6 +425,7 @@ void RegisterAll() {
           BM_MatchRandomPrefix, prefixes, size_t{512});
     }
   }
+  benchmark::RegisterBenchmark("DramLoad", BM_DramLoad);
   benchmark::RegisterBenchmark("Evict/leaf_blocks", BM_Evict)
       ->Arg(1)
       ->Arg(16)
@@ -412,7 +435,20 @@ void RegisterAll() {
 }  // namespace
 }  // namespace prefixd
 
+// --mutex_deadlock_detection=false (ours, not Google Benchmark's) turns off
+// absl::Mutex deadlock detection, which Debian's abseil (built without
+// NDEBUG) leaves on; see docs/performance.md.
 int main(int argc, char** argv) {
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg(argv[i]);
+    if (arg == "--mutex_deadlock_detection=false") {
+      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    } else if (arg != "--mutex_deadlock_detection=true") {
+      argv[kept++] = argv[i];
+    }
+  }
+  argc = kept;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   prefixd::RegisterAll();

@@ -18,11 +18,14 @@
 // VmRSS after minus VmRSS before, divided by the cached blocks. It runs first,
 // in a process that has not freed anything yet, so freed memory cannot hide
 // the growth.
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -112,10 +115,15 @@ size_t ValueStart(absl::string_view line, absl::string_view key) {
 }
 
 bool ParseUint(absl::string_view line, size_t* at, uint64_t* out) {
-  const size_t end = line.find_first_not_of("0123456789", *at);
-  const size_t stop = end == absl::string_view::npos ? line.size() : end;
-  if (!absl::SimpleAtoi(line.substr(*at, stop - *at), out)) return false;
-  *at = stop;
+  size_t i = *at;
+  uint64_t v = 0;
+  for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) {
+    if (v > (std::numeric_limits<uint64_t>::max() - 9) / 10) return false;
+    v = v * 10 + static_cast<uint64_t>(line[i] - '0');
+  }
+  if (i == *at) return false;
+  *at = i;
+  *out = v;
   return true;
 }
 
@@ -210,7 +218,8 @@ struct Totals {
   uint64_t evicted_blocks = 0;
   uint64_t input_tokens = 0;
   uint64_t hit_input_tokens = 0;
-  double seconds = 0;  // sum of per-request latencies
+  double seconds = 0;      // sum of per-request latencies (wall clock)
+  double cpu_seconds = 0;  // this thread's CPU time over the whole replay
   std::vector<uint32_t> latency_ns;
   uint64_t cached_blocks = 0;
   uint64_t tree_nodes = 0;
@@ -218,26 +227,34 @@ struct Totals {
 
 // Replays one request: Match (pinned), Insert, Release. Returns false if
 // the Insert was refused.
+// Appends the tokens of hash ids (shifted by `shift`): block_size tokens
+// (id + shift) * block_size + j per id.
+void Expand(absl::Span<const uint64_t> ids, uint64_t shift, int bs,
+            std::vector<Token>* out) {
+  for (uint64_t id : ids) {
+    const uint64_t base = (id + shift) * static_cast<uint64_t>(bs);
+    if (base + bs > UINT32_MAX) Die("token ids overflow uint32");
+    for (int j = 0; j < bs; ++j) out->push_back(static_cast<Token>(base + j));
+  }
+}
+
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 class Replayer {
  public:
   Replayer(PrefixCache* cache, int block_size)
       : cache_(cache), bs_(block_size) {}
 
-  // Expands hash ids (shifted by `shift`) into tokens; untimed.
-  void Expand(absl::Span<const uint64_t> ids, uint64_t shift) {
-    tokens_.clear();
-    for (uint64_t id : ids) {
-      const uint64_t base = (id + shift) * static_cast<uint64_t>(bs_);
-      if (base + bs_ > UINT32_MAX) Die("token ids overflow uint32");
-      for (int j = 0; j < bs_; ++j)
-        tokens_.push_back(static_cast<Token>(base + j));
-    }
-  }
-
   // Returns the matched blocks; *inserted gets the adopted ones.
-  uint64_t Run(uint64_t* inserted, uint64_t* evicted, bool* refused) {
+  uint64_t Run(absl::Span<const Token> tokens, uint64_t* inserted,
+               uint64_t* evicted, bool* refused) {
     MatchRequest m;
-    m.tokens = tokens_;
+    m.tokens = tokens;
     m.pin = true;
     auto match = cache_->Match(kTenant, m);
     if (!match.ok()) Die(match.status().ToString());
@@ -245,10 +262,10 @@ class Replayer {
     for (const Segment& s : match->segments)
       ids_.insert(ids_.end(), s.block_ids.begin(), s.block_ids.end());
     const uint64_t matched = ids_.size();
-    const size_t blocks = tokens_.size() / bs_;
+    const size_t blocks = tokens.size() / bs_;
     while (ids_.size() < blocks) ids_.push_back(next_id_++);
     InsertRequest ins;
-    ins.tokens = tokens_;
+    ins.tokens = tokens;
     ins.block_ids = ids_;
     auto r = cache_->Insert(kTenant, ins);
     *refused = !r.ok();
@@ -270,7 +287,6 @@ class Replayer {
  private:
   PrefixCache* cache_;
   const int bs_;
-  std::vector<Token> tokens_;
   std::vector<BlockId> ids_;
   BlockId next_id_ = 1;
 };
@@ -295,22 +311,24 @@ class Progress {
       std::chrono::steady_clock::now();
 };
 
-Totals ReplayOnce(const Trace& trace, uint64_t capacity,
-                  const std::string& label) {
+// `tokens`: the whole trace expanded (Expand), request after request.
+Totals ReplayOnce(const Trace& trace, absl::Span<const Token> tokens,
+                  uint64_t capacity, const std::string& label) {
   auto cache = NewCache(capacity);
-  Replayer replayer(cache.get(), absl::GetFlag(FLAGS_block_size));
+  const int bs = absl::GetFlag(FLAGS_block_size);
+  Replayer replayer(cache.get(), bs);
   const uint64_t block_tokens = absl::GetFlag(FLAGS_trace_block_tokens);
   Totals t;
   t.latency_ns.reserve(trace.requests.size());
   Progress progress(label);
+  const double cpu_start = ThreadCpuSeconds();
   for (const Request& r : trace.requests) {
-    replayer.Expand(absl::MakeConstSpan(trace.ids).subspan(r.first, r.blocks),
-                    0);
+    const auto prompt = tokens.subspan(r.first * bs, r.blocks * bs);
     uint64_t inserted = 0;
     bool refused = false;
     const auto start = std::chrono::steady_clock::now();
     const uint64_t matched =
-        replayer.Run(&inserted, &t.evicted_blocks, &refused);
+        replayer.Run(prompt, &inserted, &t.evicted_blocks, &refused);
     const auto stop = std::chrono::steady_clock::now();
     const auto ns =
         std::chrono::duration_cast<std::chrono::nanoseconds>(stop - start)
@@ -327,6 +345,7 @@ Totals ReplayOnce(const Trace& trace, uint64_t capacity,
     t.hit_input_tokens += std::min(matched * block_tokens, r.input_length);
     progress.Update(t.requests, trace.requests.size());
   }
+  t.cpu_seconds = ThreadCpuSeconds() - cpu_start;
   const CacheStats s = cache->Stats(TenantScope::All());
   t.cached_blocks = s.resident_blocks;
   for (const TenantStats& ts : s.tenants) t.tree_nodes += ts.tree_nodes;
@@ -348,25 +367,29 @@ struct Row {
   std::string trace;
   uint64_t capacity;
   Totals t;
-  double p50_us, p99_us, ops_per_s;
+  double p50_us, p99_us;
+  double ops_per_s;      // block operations per second of summed latencies
+  double cpu_ops_per_s;  // block operations per second of thread CPU time
 };
 
-Row Replay(const Trace& trace, uint64_t capacity) {
+Row Replay(const Trace& trace, absl::Span<const Token> tokens,
+           uint64_t capacity) {
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   std::vector<Totals> all;
   for (int i = 0; i < runs; ++i) {
     all.push_back(ReplayOnce(
-        trace, capacity,
+        trace, tokens, capacity,
         absl::StrCat(trace.name, " capacity ", CapacityName(capacity), " run ",
                      i + 1, "/", runs)));
   }
   std::sort(all.begin(), all.end(), [](const Totals& a, const Totals& b) {
-    return a.seconds < b.seconds;
+    return a.cpu_seconds < b.cpu_seconds;
   });
-  Row row{trace.name, capacity, std::move(all[all.size() / 2]), 0, 0, 0};
+  Row row{trace.name, capacity, std::move(all[all.size() / 2]), 0, 0, 0, 0};
   row.p50_us = Percentile(row.t.latency_ns, 0.50) / 1e3;
   row.p99_us = Percentile(row.t.latency_ns, 0.99) / 1e3;
   row.ops_per_s = row.t.blocks / row.t.seconds;
+  row.cpu_ops_per_s = row.t.blocks / row.t.cpu_seconds;
   return row;
 }
 
@@ -390,13 +413,22 @@ uint64_t VmRssBytes() {
   Die("cannot read VmRSS from /proc/self/status");
 }
 
+// Bytes the allocator has handed out and not had back (small chunks plus
+// mmapped ones): what the data structures use, without page-level effects.
+uint64_t HeapInUse() {
+  const struct mallinfo2 mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
+
 struct Memory {
   std::string trace;
   uint64_t passes = 0;
   uint64_t cached_blocks = 0;
   uint64_t tree_nodes = 0;
   uint64_t rss_before = 0, rss_after = 0;
-  double bytes_per_block = 0;
+  uint64_t heap_before = 0, heap_after = 0;  // malloc'd bytes in use
+  double bytes_per_block = 0;                // VmRSS growth per cached block
+  double heap_bytes_per_block = 0;  // malloc in-use growth per cached block
 };
 
 // Replays `trace` with ids shifted by (max_id + 1) on each pass into an
@@ -408,25 +440,30 @@ Memory MeasureMemory(const Trace& trace, uint64_t target) {
   Replayer replayer(cache.get(), absl::GetFlag(FLAGS_block_size));
   size_t longest = 0;
   for (const Request& r : trace.requests) longest = std::max(longest, r.blocks);
-  replayer.Expand(std::vector<uint64_t>(longest, 0), 0);  // size the buffers
+  const int bs = absl::GetFlag(FLAGS_block_size);
+  std::vector<Token> prompt;
+  prompt.reserve(longest * bs);
   Progress progress("memory");
+  m.heap_before = HeapInUse();
   m.rss_before = VmRssBytes();
   uint64_t cached = 0, evicted = 0;
   while (cached < target) {
     const uint64_t shift = m.passes * (trace.max_id + 1);
     ++m.passes;
     for (const Request& r : trace.requests) {
-      replayer.Expand(absl::MakeConstSpan(trace.ids).subspan(r.first, r.blocks),
-                      shift);
+      prompt.clear();
+      Expand(absl::MakeConstSpan(trace.ids).subspan(r.first, r.blocks), shift,
+             bs, &prompt);
       uint64_t inserted = 0;
       bool refused = false;
-      replayer.Run(&inserted, &evicted, &refused);
+      replayer.Run(prompt, &inserted, &evicted, &refused);
       cached += inserted;
       if (cached >= target) break;
       progress.Update(cached, target, "blocks");
     }
   }
   m.rss_after = VmRssBytes();
+  m.heap_after = HeapInUse();
   const CacheStats s = cache->Stats(TenantScope::All());
   m.cached_blocks = s.resident_blocks;
   for (const TenantStats& ts : s.tenants) m.tree_nodes += ts.tree_nodes;
@@ -434,6 +471,8 @@ Memory MeasureMemory(const Trace& trace, uint64_t target) {
     Die("memory replay lost blocks");
   m.bytes_per_block = static_cast<double>(m.rss_after - m.rss_before) /
                       static_cast<double>(m.cached_blocks);
+  m.heap_bytes_per_block = static_cast<double>(m.heap_after - m.heap_before) /
+                           static_cast<double>(m.cached_blocks);
   return m;
 }
 
@@ -445,13 +484,14 @@ double Ratio(uint64_t a, uint64_t b) {
 }
 
 void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
-  std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %9s %12s %8s %8s\n", "trace",
-              "capacity", "requests", "blocks", "hit_blk", "blk_hit", "tok_hit",
-              "evicted", "refused", "blk_ops/s", "p50_us", "p99_us");
+  std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
+              "trace", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
+              "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s",
+              "p50_us", "p99_us");
   for (const Row& r : rows) {
     std::printf(
-        "%-14s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %9llu %12.0f "
-        "%8.2f %8.2f\n",
+        "%-14s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu %12.0f "
+        "%12.0f %8.2f %8.2f\n",
         r.trace.c_str(), CapacityName(r.capacity).c_str(),
         static_cast<unsigned long long>(r.t.requests),
         static_cast<unsigned long long>(r.t.blocks),
@@ -459,8 +499,8 @@ void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
         100 * Ratio(r.t.hit_blocks, r.t.blocks),
         100 * Ratio(r.t.hit_input_tokens, r.t.input_tokens),
         static_cast<unsigned long long>(r.t.evicted_blocks),
-        static_cast<unsigned long long>(r.t.refused), r.ops_per_s, r.p50_us,
-        r.p99_us);
+        static_cast<unsigned long long>(r.t.refused), r.ops_per_s,
+        r.cpu_ops_per_s, r.p50_us, r.p99_us);
   }
   if (m) {
     std::printf(
@@ -468,15 +508,15 @@ void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
         "unbounded cache, block_size %d\n"
         "  cached blocks %llu (%llu tokens) in %llu tree nodes; VmRSS %.1f -> "
         "%.1f MiB\n"
-        "  resident bytes per cached block: %.1f\n",
+        "  resident bytes per cached block: %.1f (malloc in use: %.1f)\n",
         m->trace.c_str(), static_cast<unsigned long long>(m->passes),
         absl::GetFlag(FLAGS_block_size),
         static_cast<unsigned long long>(m->cached_blocks),
         static_cast<unsigned long long>(m->cached_blocks *
                                         absl::GetFlag(FLAGS_block_size)),
         static_cast<unsigned long long>(m->tree_nodes),
-        m->rss_before / 1048576.0, m->rss_after / 1048576.0,
-        m->bytes_per_block);
+        m->rss_before / 1048576.0, m->rss_after / 1048576.0, m->bytes_per_block,
+        m->heap_bytes_per_block);
   }
 }
 
@@ -489,13 +529,15 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
         "\"evicted_blocks\": %d, \"refused_inserts\": %d, "
         "\"block_hit_rate\": %.6f, \"input_tokens\": %d, "
         "\"hit_input_tokens\": %d, \"token_hit_rate\": %.6f, "
-        "\"block_ops_per_second\": %.0f, \"p50_us\": %.3f, \"p99_us\": %.3f, "
+        "\"block_ops_per_second\": %.0f, \"block_ops_per_cpu_second\": %.0f, "
+        "\"p50_us\": %.3f, \"p99_us\": %.3f, "
         "\"cached_blocks\": %d, \"tree_nodes\": %d}",
         r.trace, CapacityName(r.capacity), r.t.requests, r.t.blocks,
         r.t.hit_blocks, r.t.inserted_blocks, r.t.evicted_blocks, r.t.refused,
         Ratio(r.t.hit_blocks, r.t.blocks), r.t.input_tokens,
         r.t.hit_input_tokens, Ratio(r.t.hit_input_tokens, r.t.input_tokens),
-        r.ops_per_s, r.p50_us, r.p99_us, r.t.cached_blocks, r.t.tree_nodes));
+        r.ops_per_s, r.cpu_ops_per_s, r.p50_us, r.p99_us, r.t.cached_blocks,
+        r.t.tree_nodes));
   }
   std::printf("{\n  \"block_size\": %d,\n  \"replays\": [\n%s\n  ]",
               absl::GetFlag(FLAGS_block_size),
@@ -504,12 +546,14 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
     std::printf(
         ",\n  \"memory\": {\"trace\": \"%s\", \"passes\": %llu, "
         "\"cached_blocks\": %llu, \"tree_nodes\": %llu, \"rss_before\": %llu, "
-        "\"rss_after\": %llu, \"bytes_per_block\": %.1f}",
+        "\"rss_after\": %llu, \"bytes_per_block\": %.1f, "
+        "\"heap_bytes_per_block\": %.1f}",
         m->trace.c_str(), static_cast<unsigned long long>(m->passes),
         static_cast<unsigned long long>(m->cached_blocks),
         static_cast<unsigned long long>(m->tree_nodes),
         static_cast<unsigned long long>(m->rss_before),
-        static_cast<unsigned long long>(m->rss_after), m->bytes_per_block);
+        static_cast<unsigned long long>(m->rss_after), m->bytes_per_block,
+        m->heap_bytes_per_block);
   }
   std::printf("\n}\n");
 }
@@ -531,7 +575,10 @@ int Main() {
   std::vector<Row> rows;
   for (const std::string& name : absl::GetFlag(FLAGS_traces)) {
     const Trace trace = LoadTrace(name, dir);
-    for (uint64_t cap : capacities) rows.push_back(Replay(trace, cap));
+    std::vector<Token> tokens;
+    tokens.reserve(trace.ids.size() * absl::GetFlag(FLAGS_block_size));
+    Expand(trace.ids, 0, absl::GetFlag(FLAGS_block_size), &tokens);
+    for (uint64_t cap : capacities) rows.push_back(Replay(trace, tokens, cap));
   }
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(rows, memory);

@@ -50,7 +50,7 @@ std::string Describe(const InsertResult& r) {
 
 class Driver {
  public:
-  Driver(uint64_t seed, RopeShift shift) : rng_(seed), shift_(shift) {
+  Driver(uint64_t seed, RopeShift shift) : rng_(seed) {
     const std::map<std::string, ReferenceModel::Quota> quotas = {
         {"a", {4, 14}}, {"b", {0, 24}}, {"c", {3, 9}}};
     CacheOptions o;
@@ -314,7 +314,6 @@ class Driver {
   }
 
   std::mt19937_64 rng_;
-  RopeShift shift_;
   ManualClock clock_;
   std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<ReferenceModel> model_;

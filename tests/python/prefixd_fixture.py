@@ -38,6 +38,13 @@ def _decode_health_status(data):
     return data[1] if len(data) >= 2 and data[0] == 0x08 else 0
 
 
+# A daemon that is starting refuses connections for a moment; gRPC's default
+# reconnect backoff (1 s, growing) would make every wait last a second.
+FAST_RECONNECT = [("grpc.initial_reconnect_backoff_ms", 20),
+                  ("grpc.min_reconnect_backoff_ms", 20),
+                  ("grpc.max_reconnect_backoff_ms", 200)]
+
+
 class DaemonFailed(Exception):
     pass
 
@@ -51,7 +58,7 @@ def free_port():
 def health_status(target, service="", timeout=5.0):
     """The grpc.health.v1 status number of `target` (1 = SERVING); raises
     grpc.RpcError when it cannot be asked within `timeout` seconds."""
-    with grpc.insecure_channel(target) as channel:
+    with grpc.insecure_channel(target, options=FAST_RECONNECT) as channel:
         check = channel.unary_unary(_HEALTH_CHECK, request_serializer=_encode_health_request,
                                     response_deserializer=_decode_health_status)
         return check(service, timeout=timeout, wait_for_ready=True)
@@ -83,8 +90,9 @@ class Daemon:
         if self.snapshot:
             cmd.append("--snapshot_path=" + os.path.join(self.tmp, "snapshot.bin"))
         cmd += self.extra_args
-        self._out = open(os.path.join(self.tmp, "prefixd.out"), "w+")
-        self._err = open(os.path.join(self.tmp, "prefixd.err"), "w+")
+        if getattr(self, "_out", None) is None:  # a restart appends to the same logs
+            self._out = open(os.path.join(self.tmp, "prefixd.out"), "a+")
+            self._err = open(os.path.join(self.tmp, "prefixd.err"), "a+")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out,
                                      stderr=self._err)
         deadline = time.monotonic() + timeout
@@ -132,6 +140,7 @@ class Daemon:
         for f in (getattr(self, "_out", None), getattr(self, "_err", None)):
             if f is not None:
                 f.close()
+        self._out = self._err = None
         if self._own_tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -1,0 +1,42 @@
+"""prefixd: the Python client of the prefixd prefix-cache daemon.
+
+    import prefixd
+    client = prefixd.Client("unix:///run/prefixd/prefixd.sock")
+    with client.match(tokens, pin=True) as m:
+        ...
+
+Modules: prefixd.client (Client, results, errors), prefixd.engine_sim (an
+engine simulator, the worked example of docs/integration.md), prefixd.sglang
+(SGLang's prefix-cache interface on top of the client). The generated gRPC
+modules are prefixd.v1.prefix_cache_pb2 and prefix_cache_pb2_grpc; they come
+from a build directory (see prefixd/_stubs.py).
+"""
+
+from prefixd import _stubs
+
+_stubs.install(__path__)
+
+from prefixd.client import (  # noqa: E402
+    HEALTH_SERVICE,
+    Client,
+    DeadlineExceeded,
+    EventStream,
+    FailedPrecondition,
+    InsertResult,
+    InvalidArgument,
+    Lease,
+    MatchResult,
+    NotFound,
+    PermissionDenied,
+    PrefixdError,
+    ResourceExhausted,
+    Segment,
+    Unauthenticated,
+    Unavailable,
+)
+
+__all__ = [
+    "HEALTH_SERVICE", "Client", "DeadlineExceeded", "EventStream", "FailedPrecondition",
+    "InsertResult", "InvalidArgument", "Lease", "MatchResult", "NotFound", "PermissionDenied",
+    "PrefixdError", "ResourceExhausted", "Segment", "Unauthenticated", "Unavailable",
+]

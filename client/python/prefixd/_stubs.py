@@ -1,0 +1,59 @@
+"""Finds the generated prefixd.v1 modules and makes them `prefixd.v1`.
+
+The stubs live in a build directory, never in the source tree (see
+client/python/gen_stubs.py). They are looked up, in order:
+
+1. $PREFIXD_PYTHON_STUBS: a directory holding prefixd/v1/prefix_cache_pb2.py;
+2. in a source checkout (../../proto exists), a per-user cache keyed by the
+   .proto's hash, generated on first use: ~/.cache/prefixd/python-stubs/<hash>.
+
+The directory's prefixd/ is appended to this package's __path__, so the
+generated code's own `from prefixd.v1 import prefix_cache_pb2` resolves.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+
+ENV = "PREFIXD_PYTHON_STUBS"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_PYTHON_DIR = os.path.dirname(_HERE)
+_PROTO = os.path.join(os.path.dirname(os.path.dirname(_PYTHON_DIR)), "proto", "prefixd", "v1",
+                      "prefix_cache.proto")
+_MODULE = os.path.join("prefixd", "v1", "prefix_cache_pb2_grpc.py")
+
+
+def _cache_dir():
+    with open(_PROTO, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "prefixd", "python-stubs", digest)
+
+
+def stubs_dir():
+    """The directory holding prefixd/v1/*_pb2*.py; generates it if needed."""
+    env = os.environ.get(ENV)
+    if env:
+        if not os.path.exists(os.path.join(env, _MODULE)):
+            raise ImportError("%s=%s holds no %s; generate it: %s %s --out %s"
+                              % (ENV, env, _MODULE, sys.executable,
+                                 os.path.join(_PYTHON_DIR, "gen_stubs.py"), env))
+        return env
+    if not os.path.exists(_PROTO):
+        raise ImportError("prefixd's gRPC stubs are not generated: run client/python/"
+                          "gen_stubs.py --out DIR and set %s=DIR" % ENV)
+    out = _cache_dir()
+    if not os.path.exists(os.path.join(out, _MODULE)):
+        r = subprocess.run([sys.executable, os.path.join(_PYTHON_DIR, "gen_stubs.py"),
+                            "--out", out], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImportError("generating prefixd's gRPC stubs failed: %s" % r.stderr.strip())
+    return out
+
+
+def install(package_path):
+    """Appends the stubs' prefixd/ directory to the package's __path__."""
+    d = os.path.join(stubs_dir(), "prefixd")
+    if d not in package_path:
+        package_path.append(d)

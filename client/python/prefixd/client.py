@@ -1,0 +1,421 @@
+"""prefixd.Client: a small typed layer over the generated PrefixCache stub.
+
+    client = prefixd.Client("unix:///run/prefixd/prefixd.sock", tenant="acme",
+                            token=os.environ.get("PREFIXD_TOKEN"), deadline=2.0,
+                            on_epoch_change=lambda old, new: engine.drop_cache_view())
+    with client.match(prompt, pin=True) as m:     # the lease is released on exit
+        reuse(m.block_ids, m.segments)            # segments carry rope_delta
+        ...
+        r = client.insert(prompt_blocks_tokens, block_ids)
+        engine.free(r.redundant_block_ids + r.evicted_block_ids)
+
+- Every call carries a deadline (the client's, or `timeout=` per call) and
+  the caller's metadata: `authorization: Bearer <token>`, `x-prefixd-tenant`.
+- Errors raise PrefixdError subclasses named after the gRPC code
+  (InvalidArgument, NotFound, ResourceExhausted, ...), message kept as is.
+- With `pin=True`, Match and Insert return a result holding a Lease; use the
+  result (or the lease) as a context manager to release it on exit. Release
+  on exit is best effort: an expired lease is already gone.
+- Epochs: the client remembers the first epoch a response carries; when a
+  later response carries another, the daemon lost its cache state and every
+  block ID the engine believed cached there is gone. `on_epoch_change(old,
+  new)` is then called once, on the calling thread, before the call returns,
+  and the new epoch becomes the baseline.
+
+Thread safety: a Client may be used from many threads at once (grpc
+channels are); a Lease belongs to one thread at a time.
+"""
+
+import threading
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import grpc
+
+from prefixd.v1 import prefix_cache_pb2 as pb
+from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc
+
+TENANT_HEADER = "x-prefixd-tenant"
+HEALTH_SERVICE = "prefixd.v1.PrefixCache"
+
+EpochCallback = Callable[[int, int], None]
+
+
+# ---- errors ------------------------------------------------------------------
+
+class PrefixdError(Exception):
+    """A failed call: `code` is the grpc.StatusCode, `details` the daemon's
+    message, `method` the RPC."""
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str):
+        super().__init__("%s: %s: %s" % (method, code.name, details))
+        self.method = method
+        self.code = code
+        self.details = details
+
+
+class InvalidArgument(PrefixdError):
+    pass
+
+
+class NotFound(PrefixdError):
+    pass
+
+
+class ResourceExhausted(PrefixdError):
+    pass
+
+
+class FailedPrecondition(PrefixdError):
+    pass
+
+
+class Unauthenticated(PrefixdError):
+    pass
+
+
+class PermissionDenied(PrefixdError):
+    pass
+
+
+class Unavailable(PrefixdError):
+    pass
+
+
+class DeadlineExceeded(PrefixdError):
+    pass
+
+
+_ERRORS = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+}
+
+
+def _error(method: str, e: grpc.RpcError) -> PrefixdError:
+    code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
+    details = e.details() if hasattr(e, "details") else str(e)
+    return _ERRORS.get(code, PrefixdError)(method, code, details or "")
+
+
+# ---- results -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Segment:
+    """Matched blocks that share one RoPE delta: re-rotate their keys by
+    `rope_delta` positions (0: reuse as they are)."""
+    block_ids: Tuple[int, ...]
+    cached_position: int
+    rope_delta: int
+
+
+class Lease:
+    """A pin on a cached path. `with lease:` releases it on exit."""
+
+    def __init__(self, client: "Client", lease_id: int):
+        self._client = client
+        self.id = lease_id
+
+    def __bool__(self) -> bool:
+        return self.id != 0
+
+    def __repr__(self) -> str:
+        return "Lease(%#x)" % self.id
+
+    def release(self) -> None:
+        """Ends the lease now; raises NotFound if it had already expired."""
+        if self.id:
+            lease_id, self.id = self.id, 0
+            self._client.release(lease_id)
+
+    def keepalive(self) -> float:
+        """Renews the lease; returns the seconds it now has left."""
+        return self._client.keepalive([self.id])[0]
+
+    def detach(self) -> int:
+        """Gives up ownership without releasing; returns the id."""
+        lease_id, self.id = self.id, 0
+        return lease_id
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        try:
+            self.release()
+        except PrefixdError:
+            pass  # best effort: the lease ends by its TTL anyway
+        return False
+
+
+class _Leased:
+    """Mixin: a result whose lease a `with` block releases."""
+    lease: Optional[Lease]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self.lease:
+            self.lease.__exit__(*exc)
+        return False
+
+
+@dataclass
+class MatchResult(_Leased):
+    epoch: int
+    matched_tokens: int
+    segments: List[Segment]
+    lease: Optional[Lease] = None  # with pin=True and a non-empty match
+
+    @property
+    def block_ids(self) -> List[int]:
+        """Every matched block ID, in order."""
+        return [b for s in self.segments for b in s.block_ids]
+
+
+@dataclass
+class InsertResult(_Leased):
+    epoch: int
+    cached_tokens: int
+    # Both lists are the engine's to free: IDs it passed for blocks that were
+    # already cached under other IDs, and blocks evicted to make room.
+    redundant_block_ids: List[int] = field(default_factory=list)
+    evicted_block_ids: List[int] = field(default_factory=list)
+    lease: Optional[Lease] = None  # with pin=True
+
+
+# ---- the client --------------------------------------------------------------
+
+class Client:
+    def __init__(self, target: str, *, tenant: Optional[str] = None,
+                 token: Optional[str] = None, deadline: float = 5.0,
+                 on_epoch_change: Optional[EpochCallback] = None,
+                 tls: bool = False, tls_ca_file: Optional[str] = None,
+                 tls_cert_file: Optional[str] = None, tls_key_file: Optional[str] = None,
+                 channel_options: Sequence[Tuple[str, object]] = ()):
+        """`target`: "host:port" or "unix:///path". `deadline`: seconds per
+        unary call. TLS when `tls` or any file is given (cert + key: mTLS)."""
+        self.target = target
+        self.deadline = deadline
+        self.on_epoch_change = on_epoch_change
+        self._metadata: List[Tuple[str, str]] = []
+        if tenant:
+            self._metadata.append((TENANT_HEADER, tenant))
+        if token:
+            self._metadata.append(("authorization", "Bearer " + token))
+        options = list(channel_options) + [("grpc.max_receive_message_length", 64 << 20),
+                                           ("grpc.max_send_message_length", 64 << 20)]
+        if tls or tls_ca_file or tls_cert_file:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca_file), private_key=_read(tls_key_file),
+                certificate_chain=_read(tls_cert_file))
+            self._channel = grpc.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.insecure_channel(target, options=options)
+        self._stub = pb_grpc.PrefixCacheStub(self._channel)
+        self._epoch_lock = threading.Lock()
+        self._epoch: Optional[int] = None
+
+    # ---- lifecycle ----
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.close()
+        return False
+
+    # ---- epochs ----
+
+    @property
+    def epoch(self) -> Optional[int]:
+        """The epoch of the daemon's cache state as last seen; None before
+        the first response."""
+        with self._epoch_lock:
+            return self._epoch
+
+    def _see_epoch(self, epoch: int) -> None:
+        if epoch == 0:
+            return
+        with self._epoch_lock:
+            old, self._epoch = self._epoch, epoch
+        if old is not None and old != epoch and self.on_epoch_change is not None:
+            self.on_epoch_change(old, epoch)
+
+    # ---- calls ----
+
+    def _call(self, method: str, request, timeout: Optional[float]):
+        try:
+            return getattr(self._stub, method)(
+                request, timeout=self.deadline if timeout is None else timeout,
+                metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _error(method, e) from None
+
+    def info(self, *, timeout: Optional[float] = None) -> pb.GetInfoResponse:
+        r = self._call("GetInfo", pb.GetInfoRequest(), timeout)
+        self._see_epoch(r.epoch)
+        return r
+
+    def handshake(self, engine_id: str, model_fingerprint: str, *,
+                  model_fingerprint_text: str = "",
+                  timeout: Optional[float] = None) -> pb.HandshakeResponse:
+        """FailedPrecondition when the daemon serves another model geometry."""
+        req = pb.HandshakeRequest(engine_id=engine_id, model_fingerprint=model_fingerprint)
+        if model_fingerprint_text and "model_fingerprint_text" in req.DESCRIPTOR.fields_by_name:
+            req.model_fingerprint_text = model_fingerprint_text
+        r = self._call("Handshake", req, timeout)
+        self._see_epoch(r.epoch)
+        return r
+
+    def match(self, tokens: Sequence[int], *, namespace: str = "", position_offset: int = 0,
+              pin: bool = False, lease_ttl: Optional[float] = None,
+              timeout: Optional[float] = None) -> MatchResult:
+        """The longest cached prefix of `tokens` (whole blocks only)."""
+        r = self._call("Match", pb.MatchRequest(
+            namespace=namespace, tokens=tokens, position_offset=position_offset, pin=pin,
+            lease_ttl_ms=_ms(lease_ttl)), timeout)
+        result = MatchResult(
+            epoch=r.epoch, matched_tokens=r.matched_tokens,
+            segments=[Segment(tuple(s.block_ids), s.cached_position, s.rope_delta)
+                      for s in r.segments],
+            lease=Lease(self, r.lease_id) if r.lease_id else None)
+        self._see_epoch(r.epoch)
+        return result
+
+    def insert(self, tokens: Sequence[int], block_ids: Sequence[int], *, namespace: str = "",
+               position_offset: int = 0, pin: bool = False, lease_ttl: Optional[float] = None,
+               timeout: Optional[float] = None) -> InsertResult:
+        """Offers `block_ids` (len(tokens) / block_size of them) to the cache.
+        Free every ID in redundant_block_ids and evicted_block_ids."""
+        r = self._call("Insert", pb.InsertRequest(
+            namespace=namespace, tokens=tokens, block_ids=block_ids,
+            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl)), timeout)
+        result = InsertResult(
+            epoch=r.epoch, cached_tokens=r.cached_tokens,
+            redundant_block_ids=list(r.redundant_block_ids),
+            evicted_block_ids=list(r.evicted_block_ids),
+            lease=Lease(self, r.lease_id) if r.lease_id else None)
+        self._see_epoch(r.epoch)
+        return result
+
+    def release(self, lease_id: int, *, timeout: Optional[float] = None) -> None:
+        self._call("Release", pb.ReleaseRequest(lease_id=lease_id), timeout)
+
+    def keepalive(self, lease_ids: Iterable[int], *,
+                  timeout: Optional[float] = None) -> List[float]:
+        """Renews the leases; seconds left for each, in order."""
+        r = self._call("KeepAlive", pb.KeepAliveRequest(lease_ids=list(lease_ids)), timeout)
+        return [ms / 1000.0 for ms in r.expires_in_ms]
+
+    def evict(self, blocks: int, *, timeout: Optional[float] = None) -> List[int]:
+        """Evicts up to `blocks` blocks now (LRU, never pinned ones); returns
+        their IDs, which the engine frees."""
+        return list(self._call("Evict", pb.EvictRequest(blocks=blocks),
+                               timeout).evicted_block_ids)
+
+    def invalidate(self, block_ids: Iterable[int], *,
+                   timeout: Optional[float] = None) -> List[int]:
+        """Removes the nodes holding `block_ids` and everything below them;
+        returns every removed ID."""
+        return list(self._call("Invalidate", pb.InvalidateRequest(block_ids=list(block_ids)),
+                               timeout).removed_block_ids)
+
+    def reset(self, tenant: str = "", *, all_tenants: bool = False,
+              timeout: Optional[float] = None) -> List[int]:
+        """Drops the tenant's trees (the caller's by default) or every
+        tenant's; returns the removed IDs."""
+        r = self._call("Reset", pb.ResetRequest(tenant=tenant, all=all_tenants), timeout)
+        self._see_epoch(r.epoch)
+        return list(r.removed_block_ids)
+
+    def stats(self, *, all_tenants: bool = False,
+              timeout: Optional[float] = None) -> pb.StatsResponse:
+        r = self._call("Stats", pb.StatsRequest(all_tenants=all_tenants), timeout)
+        self._see_epoch(r.epoch)
+        return r
+
+    def dump(self, namespace: str = "", *, timeout: Optional[float] = None) -> pb.DumpResponse:
+        """One tree of the caller's tenant, node by node (for debugging)."""
+        r = self._call("Dump", pb.DumpRequest(namespace=namespace), timeout)
+        self._see_epoch(r.epoch)
+        return r
+
+    def cached_block_ids(self, namespace: str = "", *,
+                         timeout: Optional[float] = None) -> List[int]:
+        """Every block ID in one tree (from Dump)."""
+        return [b for n in self.dump(namespace, timeout=timeout).nodes for b in n.block_ids]
+
+    def watch_events(self, from_sequence: int = 0, *,
+                     timeout: Optional[float] = None) -> "EventStream":
+        """A stream of event batches; iterate it, `cancel()` it from any thread."""
+        call = self._stub.WatchEvents(pb.WatchEventsRequest(from_sequence=from_sequence),
+                                      timeout=timeout, metadata=self._metadata)
+        return EventStream(call, self)
+
+    def health(self, service: str = "", *, timeout: Optional[float] = None) -> str:
+        """grpc.health.v1 status: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"
+        or "UNKNOWN"."""
+        check = self._channel.unary_unary(
+            "/grpc.health.v1.Health/Check", request_serializer=_health_request,
+            response_deserializer=_health_status)
+        try:
+            return check(service, timeout=self.deadline if timeout is None else timeout)
+        except grpc.RpcError as e:
+            raise _error("Health", e) from None
+
+
+class EventStream:
+    def __init__(self, call, client: Client):
+        self._call = call
+        self._client = client
+
+    def __iter__(self) -> Iterator[pb.WatchEventsResponse]:
+        try:
+            for batch in self._call:
+                self._client._see_epoch(batch.epoch)
+                yield batch
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise _error("WatchEvents", e) from None
+
+    def cancel(self) -> None:
+        self._call.cancel()
+
+
+# ---- helpers -----------------------------------------------------------------
+
+def _ms(seconds: Optional[float]) -> int:
+    return 0 if not seconds else max(1, int(round(seconds * 1000)))
+
+
+def _read(path: Optional[str]) -> Optional[bytes]:
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# grpc.health.v1 by hand (Debian's python3-grpcio has no grpc_health):
+# HealthCheckRequest{string service = 1}, HealthCheckResponse{enum status = 1}.
+_HEALTH_NAMES = {0: "UNKNOWN", 1: "SERVING", 2: "NOT_SERVING", 3: "SERVICE_UNKNOWN"}
+
+
+def _health_request(service: str) -> bytes:
+    data = service.encode()
+    return b"\x0a" + bytes([len(data)]) + data if data else b""
+
+
+def _health_status(data: bytes) -> str:
+    status = data[1] if len(data) >= 2 and data[0] == 0x08 else 0
+    return _HEALTH_NAMES.get(status, "UNKNOWN")

@@ -1,0 +1,324 @@
+#!/usr/bin/python3
+"""prefixd.Client against the real daemon (and, for what the daemon cannot
+show with auth off, against a recording fake server).
+
+The daemon runs on a free TCP port and a Unix socket in a temp dir with a
+64-block budget; it is stopped with SIGTERM and must exit 0.
+
+Usage: test_client.py --prefixd PATH [--stubs DIR] [unittest args]
+"""
+
+import sys
+import threading
+import unittest
+
+import common
+
+ARGS = common.setup(__doc__)
+
+import grpc  # noqa: E402
+from concurrent import futures  # noqa: E402
+
+import prefixd  # noqa: E402
+import prefixd_fixture  # noqa: E402
+from prefixd.v1 import prefix_cache_pb2 as pb  # noqa: E402
+from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc  # noqa: E402
+
+BLOCK = 16
+BUDGET_BLOCKS = 64
+CONFIG = 'kv_budget: "%dMiB"\nblock_size: %d\ndrain_timeout: "2s"\n' % (BUDGET_BLOCKS * 2, BLOCK)
+
+DAEMON = None
+
+
+def setUpModule():
+    global DAEMON
+    if not ARGS.prefixd:
+        raise unittest.SkipTest("--prefixd not given")
+    DAEMON = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG).start()
+
+
+def tearDownModule():
+    if DAEMON is not None:
+        rc = DAEMON.stop()
+        logs = DAEMON.logs()
+        DAEMON.close()
+        if rc != 0:
+            raise AssertionError("prefixd exited %s on SIGTERM:\n%s" % (rc, logs))
+
+
+def tokens(first_block, n_blocks):
+    """n_blocks blocks of tokens that depend only on the block numbers."""
+    return [b * BLOCK + j for b in range(first_block, first_block + n_blocks) for j in range(BLOCK)]
+
+
+class TenantTestCase(unittest.TestCase):
+    """Each test works in its own tenant, so tests never see each other."""
+
+    def client(self, tenant=None, target=None, **kw):
+        c = prefixd.Client(target or DAEMON.unix, tenant=tenant or self.id().split(".")[-1],
+                           **kw)
+        self.addCleanup(c.close)
+        return c
+
+    def tenant_stats(self, c):
+        (t,) = c.stats().tenants
+        return t
+
+
+class ClientTest(TenantTestCase):
+    def test_health_and_info_over_tcp_and_unix(self):
+        for target in (DAEMON.tcp, DAEMON.unix):
+            c = self.client(target=target)
+            self.assertEqual(c.health(), "SERVING")
+            self.assertEqual(c.health(prefixd.HEALTH_SERVICE), "SERVING")
+            info = c.info()
+            self.assertEqual(info.block_size, BLOCK)
+            self.assertEqual(info.budget_blocks, BUDGET_BLOCKS)
+            self.assertNotEqual(info.epoch, 0)
+            self.assertEqual(c.epoch, info.epoch)
+
+    def test_insert_then_match_whole_blocks(self):
+        c = self.client()
+        r = c.insert(tokens(0, 3), [100, 101, 102])
+        self.assertEqual((r.cached_tokens, r.redundant_block_ids, r.evicted_block_ids),
+                         (0, [], []))
+        self.assertIsNone(r.lease)
+        m = c.match(tokens(0, 2) + [9999] * 5)  # 37 tokens: at most 2 whole blocks
+        self.assertEqual(m.matched_tokens, 32)
+        self.assertEqual(m.block_ids, [100, 101])
+        self.assertEqual(m.segments, [prefixd.Segment((100, 101), 0, 0)])
+        self.assertIsNone(m.lease)
+        self.assertEqual(c.match(tokens(5, 2)).matched_tokens, 0)
+        self.assertEqual(c.match(tokens(0, 3), namespace="other").matched_tokens, 0)
+        self.assertEqual(sorted(c.cached_block_ids()), [100, 101, 102])
+
+    def test_insert_returns_redundant_ids_and_confirms_matched_ones(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [200, 201])
+        r = c.insert(tokens(0, 3), [300, 301, 302])
+        self.assertEqual(r.cached_tokens, 32)
+        self.assertEqual(sorted(r.redundant_block_ids), [300, 301])
+        r = c.insert(tokens(0, 4), [200, 201, 302, 303])  # as an engine does after Match
+        self.assertEqual((r.cached_tokens, r.redundant_block_ids), (48, []))
+        self.assertEqual(c.match(tokens(0, 4)).block_ids, [200, 201, 302, 303])
+
+    def test_lease_context_manager_releases_on_exit(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [400, 401])
+        with c.match(tokens(0, 2), pin=True) as m:
+            self.assertTrue(m.lease)
+            self.assertEqual(self.tenant_stats(c).pinned_blocks, 2)
+        self.assertEqual(self.tenant_stats(c).pinned_blocks, 0)
+        self.assertFalse(m.lease)  # released: the id is cleared
+        with self.assertRaises(ZeroDivisionError):
+            with c.match(tokens(0, 2), pin=True) as m:
+                lease_id = m.lease.id
+                1 / 0
+        self.assertEqual(self.tenant_stats(c).pinned_blocks, 0)
+        with self.assertRaises(prefixd.NotFound):
+            c.release(lease_id)
+        with c.insert(tokens(0, 3), [400, 401, 402], pin=True) as r:
+            self.assertEqual(self.tenant_stats(c).pinned_blocks, 3)
+            with r.lease:  # a Lease is a context manager too
+                pass
+            self.assertEqual(self.tenant_stats(c).pinned_blocks, 0)
+
+    def test_pin_on_a_miss_gives_no_lease(self):
+        c = self.client()
+        with c.match(tokens(50, 2), pin=True) as m:
+            self.assertEqual(m.matched_tokens, 0)
+            self.assertIsNone(m.lease)
+
+    def test_keepalive_and_ttl(self):
+        c = self.client()
+        c.insert(tokens(0, 1), [500])
+        m = c.match(tokens(0, 1), pin=True, lease_ttl=60)
+        left = m.lease.keepalive()
+        self.assertGreater(left, 50)
+        self.assertLessEqual(left, 60)
+        self.assertEqual(len(c.keepalive([m.lease.id, m.lease.id])), 2)
+        lease_id = m.lease.detach()
+        self.assertFalse(m.lease)
+        c.release(lease_id)
+        with self.assertRaises(prefixd.NotFound):
+            c.keepalive([lease_id])
+
+    def test_invalidate_removes_the_subtree(self):
+        c = self.client()
+        c.insert(tokens(0, 3), [700, 701, 702])
+        c.insert(tokens(0, 2) + tokens(20, 1), [700, 701, 720])
+        self.assertEqual(sorted(c.invalidate([701])), [701, 702, 720])
+        self.assertEqual(c.cached_block_ids(), [700])
+
+    def test_reset_returns_every_id(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [800, 801])
+        c.insert(tokens(5, 1), [805], namespace="lora-a")
+        self.assertEqual(sorted(c.reset()), [800, 801, 805])
+        self.assertEqual(self.tenant_stats(c).cached_blocks, 0)
+
+    def test_errors_carry_code_and_numbers(self):
+        c = self.client()
+        with self.assertRaises(prefixd.InvalidArgument) as e:
+            c.insert(tokens(0, 2), [900])
+        self.assertEqual(e.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(e.exception.method, "Insert")
+        self.assertIn("32", e.exception.details)
+        self.assertEqual(c.cached_block_ids(), [])
+        c.insert(tokens(0, 1), [901])
+        with self.assertRaises(prefixd.InvalidArgument):  # 901 is cached elsewhere
+            c.insert(tokens(3, 1), [901])
+        self.assertIsInstance(e.exception, prefixd.PrefixdError)
+
+    def test_tenants_are_isolated_by_metadata(self):
+        a, b = self.client(tenant="iso-a"), self.client(tenant="iso-b")
+        a.insert(tokens(0, 2), [1100, 1101])
+        self.assertEqual(b.match(tokens(0, 2)).matched_tokens, 0)
+        self.assertEqual(a.match(tokens(0, 2)).matched_tokens, 32)
+        self.assertEqual([t.tenant for t in b.stats().tenants], ["iso-b"])
+        lease = a.match(tokens(0, 2), pin=True).lease
+        with self.assertRaises(prefixd.NotFound):
+            b.release(lease.id)
+        lease.release()
+
+    def test_handshake_checks_the_fingerprint(self):
+        c = self.client()
+        fp = c.info().model_fingerprint
+        self.assertEqual(c.handshake("engine-0", fp).epoch, c.epoch)
+        with self.assertRaises(prefixd.FailedPrecondition) as e:
+            c.handshake("engine-0", "0123456789abcdef")
+        self.assertIn(fp, e.exception.details)
+
+    def test_watch_events_streams_stored_blocks(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [1200, 1201])
+        stream = c.watch_events(0, timeout=10)
+        seen = []
+        for batch in stream:
+            for ev in batch.events:
+                if ev.HasField("block_stored"):
+                    seen += ev.block_stored.block_ids
+            if 1201 in seen:
+                stream.cancel()
+        self.assertEqual(seen[:2], [1200, 1201])
+
+
+class FreshDaemonTest(TenantTestCase):
+    """Evict and the global budget act across tenants (auth off: the caller
+    may act for all of them), so these tests get a daemon each."""
+
+    def setUp(self):
+        self.daemon = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG)
+        self.addCleanup(self.daemon.close)
+        self.daemon.start()
+
+    def client(self, tenant=None, target=None, **kw):
+        return super().client(tenant, target or self.daemon.unix, **kw)
+
+    def test_evict_takes_lru_tails_never_pinned(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [600, 601])
+        c.insert(tokens(10, 2), [610, 611])
+        c.match(tokens(0, 2))  # 600-601 are now the most recently used
+        with c.match(tokens(10, 2), pin=True):
+            self.assertEqual(sorted(c.evict(4)), [600, 601])  # 610-611 are pinned
+        self.assertEqual(sorted(c.evict(4)), [610, 611])
+        self.assertEqual(c.evict(4), [])
+        self.assertEqual(self.tenant_stats(c).cached_blocks, 0)
+
+    def test_budget_eviction_is_reported_by_insert(self):
+        c = self.client()
+        c.insert(tokens(0, 60), list(range(1000, 1060)))
+        r = c.insert(tokens(100, 10), list(range(2000, 2010)))
+        self.assertEqual(len(r.evicted_block_ids), 6)
+        self.assertTrue(all(1000 <= b < 1060 for b in r.evicted_block_ids))
+        self.assertEqual(self.tenant_stats(c).cached_blocks, BUDGET_BLOCKS)
+        with self.assertRaises(prefixd.ResourceExhausted):
+            c.insert(tokens(200, BUDGET_BLOCKS + 1), list(range(3000, 3000 + BUDGET_BLOCKS + 1)))
+
+
+
+
+class EpochTest(unittest.TestCase):
+    def test_epoch_change_calls_back_once(self):
+        """A crash (SIGKILL: no snapshot) gives the restarted daemon a new
+        epoch; the next response tells the client."""
+        d = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG)
+        self.addCleanup(d.close)
+        d.start()
+        changes = []
+        c = prefixd.Client(d.unix, on_epoch_change=lambda old, new: changes.append((old, new)),
+                           channel_options=prefixd_fixture.FAST_RECONNECT)
+        self.addCleanup(c.close)
+        c.insert(tokens(0, 1), [1])
+        first = c.epoch
+        c.match(tokens(0, 1))
+        self.assertEqual(changes, [])
+        d.kill()
+        d.start()  # the same Unix socket path
+        m = c.match(tokens(0, 1), timeout=10)
+        self.assertEqual(m.matched_tokens, 0)
+        self.assertEqual(len(changes), 1)
+        self.assertEqual(changes[0][0], first)
+        self.assertEqual(changes[0][1], c.epoch)
+        self.assertNotEqual(first, c.epoch)
+        c.info()
+        self.assertEqual(len(changes), 1)
+        self.assertEqual(d.stop(), 0)
+
+
+class RecordingServicer(pb_grpc.PrefixCacheServicer):
+    def __init__(self):
+        self.calls = []
+        self.unblock = threading.Event()
+
+    def Match(self, request, context):
+        self.calls.append((dict(context.invocation_metadata()), context.time_remaining()))
+        return pb.MatchResponse(epoch=7, matched_tokens=0)
+
+    def GetInfo(self, request, context):
+        self.unblock.wait(timeout=30)  # past any client deadline in this test
+        return pb.GetInfoResponse(epoch=7)
+
+
+class MetadataTest(unittest.TestCase):
+    """What goes on the wire, seen by a fake server (auth is off in the real
+    daemon, which would accept anything)."""
+
+    def setUp(self):
+        self.servicer = RecordingServicer()
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pb_grpc.add_PrefixCacheServicer_to_server(self.servicer, server)
+        self.target = "127.0.0.1:%d" % server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        self.addCleanup(self.servicer.unblock.set)
+
+    def test_token_tenant_and_deadline_are_sent(self):
+        servicer = self.servicer
+        c = prefixd.Client(self.target, tenant="acme", token="s3cret", deadline=3.0)
+        self.addCleanup(c.close)
+        c.match([1, 2, 3])
+        c.match([1, 2, 3], timeout=30)
+        (md, left), (_, left30) = servicer.calls
+        self.assertEqual(md.get("authorization"), "Bearer s3cret")
+        self.assertEqual(md.get("x-prefixd-tenant"), "acme")
+        self.assertTrue(0 < left <= 3.5, left)  # server clock: a little slack
+        self.assertTrue(3.5 < left30 <= 30.5, left30)
+        anon = prefixd.Client(self.target)
+        self.addCleanup(anon.close)
+        anon.match([1])
+        self.assertNotIn("authorization", servicer.calls[-1][0])
+        self.assertNotIn("x-prefixd-tenant", servicer.calls[-1][0])
+
+    def test_a_call_past_its_deadline_raises_deadline_exceeded(self):
+        c = prefixd.Client(self.target, deadline=30.0)
+        self.addCleanup(c.close)
+        with self.assertRaises(prefixd.DeadlineExceeded) as e:
+            c.info(timeout=0.2)
+        self.assertEqual(e.exception.method, "GetInfo")
+
+
+if __name__ == "__main__":
+    unittest.main()

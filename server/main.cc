@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "server/config.h"
 #include "server/flags.h"
+#include "server/metrics.h"
 #include "server/server.h"
 
 namespace {
@@ -54,9 +55,16 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
 
   const absl::Duration drain = config->drain_timeout;
+  // Sees every RPC from the first; serves /metrics once the server is up.
+  prefixd::Metrics metrics(PREFIXD_VERSION);
+  prefixd::ServerDeps deps;
+  deps.observer = &metrics;
   absl::StatusOr<std::unique_ptr<prefixd::Server>> server =
-      prefixd::Server::Start(*std::move(config));
+      prefixd::Server::Start(*std::move(config), std::move(deps));
   if (!server.ok()) return Fail("cannot start", server.status());
+  const absl::Status metrics_up =
+      metrics.Serve((*server)->cache(), (*server)->config().metrics_listen);
+  if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
   std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
   std::fflush(stdout);
 
@@ -75,6 +83,7 @@ int main(int argc, char** argv) {
     _exit(1);
   }).detach();
   (*server)->Shutdown();
+  metrics.StopServing();  // no scrape may read the cache once it is gone
   server->reset();
   std::fputs("prefixd: stopped\n", stderr);
   return 0;

@@ -1,0 +1,392 @@
+#include "server/metrics.h"
+
+#include <unistd.h>
+
+#include <cassert>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "prometheus/exposer.h"
+#include "prometheus/text_serializer.h"
+#include "server/listen_address.h"
+
+namespace prefixd {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily NewFamily(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+void AddSample(MetricFamily* f, std::vector<ClientMetric::Label> labels,
+               double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  if (f->type == MetricType::Counter) {
+    m.counter.value = value;
+  } else {
+    m.gauge.value = value;
+  }
+  f->metric.push_back(std::move(m));
+}
+
+// One per-tenant family: its value read from a tenant's stats.
+struct TenantMetric {
+  const char* name;
+  const char* help;
+  MetricType type;
+  double (*value)(const TenantStats& t, uint64_t block_bytes);
+};
+
+#define PREFIXD_FIELD(field) \
+  [](const TenantStats& t, uint64_t) { return static_cast<double>(t.field); }
+
+constexpr TenantMetric kTenantMetrics[] = {
+    {"prefixd_match_requests_total", "Match calls the cache answered.",
+     MetricType::Counter, PREFIXD_FIELD(match_requests)},
+    {"prefixd_match_tokens_total",
+     "Tokens asked for by Match calls (the denominator of the hit rate).",
+     MetricType::Counter, PREFIXD_FIELD(match_tokens)},
+    {"prefixd_match_hit_tokens_total",
+     "Tokens Match found cached, whole blocks only (the numerator of the hit "
+     "rate).",
+     MetricType::Counter, PREFIXD_FIELD(match_hit_tokens)},
+    {"prefixd_insert_requests_total", "Insert calls that succeeded.",
+     MetricType::Counter, PREFIXD_FIELD(insert_requests)},
+    {"prefixd_inserted_blocks_total",
+     "Blocks adopted by Insert (new to the cache).", MetricType::Counter,
+     PREFIXD_FIELD(inserted_blocks)},
+    {"prefixd_redundant_blocks_total",
+     "Block IDs Insert handed back because the prefix was already cached "
+     "under other IDs.",
+     MetricType::Counter, PREFIXD_FIELD(redundant_blocks)},
+    {"prefixd_lease_expired_total",
+     "Leases that ended because their TTL passed without a KeepAlive.",
+     MetricType::Counter, PREFIXD_FIELD(lease_expired)},
+    {"prefixd_cached_blocks", "KV blocks cached now.", MetricType::Gauge,
+     PREFIXD_FIELD(cached_blocks)},
+    {"prefixd_cached_bytes",
+     "KV bytes cached now (cached blocks x block bytes).", MetricType::Gauge,
+     [](const TenantStats& t, uint64_t block_bytes) {
+       return static_cast<double>(t.cached_blocks * block_bytes);
+     }},
+    {"prefixd_pinned_blocks",
+     "Cached blocks pinned by at least one lease (never evicted).",
+     MetricType::Gauge, PREFIXD_FIELD(pinned_blocks)},
+    {"prefixd_tree_nodes", "Radix-tree nodes over all namespaces.",
+     MetricType::Gauge, PREFIXD_FIELD(tree_nodes)},
+    {"prefixd_active_leases", "Leases held now.", MetricType::Gauge,
+     PREFIXD_FIELD(active_leases)},
+    {"prefixd_tenant_reserved_bytes",
+     "Bytes of cache guaranteed to the tenant: others never evict it below.",
+     MetricType::Gauge, PREFIXD_FIELD(reserved_bytes)},
+    {"prefixd_tenant_limit_bytes", "Hard cap on the tenant's cached bytes.",
+     MetricType::Gauge, PREFIXD_FIELD(limit_bytes)},
+};
+
+#undef PREFIXD_FIELD
+
+void AddEvictions(const CacheStats& stats,
+                  std::vector<MetricFamily>* families) {
+  MetricFamily blocks = NewFamily(
+      "prefixd_evicted_blocks_total",
+      "Blocks that left the cache and were handed back to the engine, by "
+      "reason: budget (global budget full), limit (tenant over its limit), "
+      "requested (Evict), invalidated (Invalidate), reset (Reset).",
+      MetricType::Counter);
+  MetricFamily bytes =
+      NewFamily("prefixd_evicted_bytes_total",
+                "KV bytes of prefixd_evicted_blocks_total (blocks x block "
+                "bytes), by reason.",
+                MetricType::Counter);
+  for (const TenantStats& t : stats.tenants) {
+    for (int r = 0; r < kNumEvictReasons; ++r) {
+      std::vector<ClientMetric::Label> labels = {
+          {"reason", std::string(EvictReasonName(static_cast<EvictReason>(r)))},
+          {"tenant", t.tenant}};
+      const uint64_t n = t.evicted_blocks[r];
+      AddSample(&blocks, labels, static_cast<double>(n));
+      AddSample(&bytes, std::move(labels),
+                static_cast<double>(n * stats.block_bytes));
+    }
+  }
+  families->push_back(std::move(blocks));
+  families->push_back(std::move(bytes));
+}
+
+// Reads a whole small file ("" if it cannot).
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in),
+                     std::istreambuf_iterator<char>());
+}
+
+void AddGauge(std::vector<MetricFamily>* families, const char* name,
+              const char* help, MetricType type, double value) {
+  MetricFamily f = NewFamily(name, help, type);
+  AddSample(&f, {}, value);
+  families->push_back(std::move(f));
+}
+
+// /proc/<pid>/stat fields 14..24 (1-based), parsed after the ')' that ends
+// the command name (which may itself hold spaces and parentheses).
+struct ProcStat {
+  uint64_t utime_ticks = 0, stime_ticks = 0, start_ticks = 0;
+  uint64_t vsize_bytes = 0, rss_pages = 0;
+};
+
+bool ParseProcStat(const std::string& text, ProcStat* out) {
+  const size_t paren = text.rfind(')');
+  if (paren == std::string::npos) return false;
+  std::vector<absl::string_view> f = absl::StrSplit(
+      absl::string_view(text).substr(paren + 1), ' ', absl::SkipEmpty());
+  // f[0] is field 3 (state), so field N is f[N - 3].
+  if (f.size() < 22) return false;
+  return absl::SimpleAtoi(f[11], &out->utime_ticks) &&
+         absl::SimpleAtoi(f[12], &out->stime_ticks) &&
+         absl::SimpleAtoi(f[19], &out->start_ticks) &&
+         absl::SimpleAtoi(f[20], &out->vsize_bytes) &&
+         absl::SimpleAtoi(f[21], &out->rss_pages);
+}
+
+// The value of the "btime" line of /proc/stat: boot time, Unix seconds.
+bool BootTime(const std::string& proc_dir, uint64_t* out) {
+  std::istringstream in(ReadFile(proc_dir + "/stat"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "btime ")) {
+      return absl::SimpleAtoi(absl::string_view(line).substr(6), out);
+    }
+  }
+  return false;
+}
+
+// The soft "Max open files" limit of /proc/self/limits.
+bool MaxOpenFiles(const std::string& proc_dir, uint64_t* out) {
+  std::istringstream in(ReadFile(proc_dir + "/self/limits"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "Max open files")) continue;
+    std::vector<absl::string_view> f = absl::StrSplit(
+        absl::string_view(line).substr(14), ' ', absl::SkipEmpty());
+    return !f.empty() && absl::SimpleAtoi(f[0], out);
+  }
+  return false;
+}
+
+bool OpenFiles(const std::string& proc_dir, uint64_t* out) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(proc_dir + "/self/fd", ec);
+  if (ec) return false;
+  uint64_t n = 0;
+  for (; it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (ec) return false;
+    ++n;
+  }
+  *out = n;
+  return true;
+}
+
+// Serves the cache and process families at every scrape.
+class ScrapeCollector final : public prometheus::Collectable {
+ public:
+  ScrapeCollector(const PrefixCache* cache, std::string version)
+      : cache_(cache), version_(std::move(version)) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out =
+        CacheMetricFamilies(cache_->Stats(TenantScope::All()), version_);
+    std::vector<MetricFamily> process = ProcessMetricFamilies();
+    std::move(process.begin(), process.end(), std::back_inserter(out));
+    return out;
+  }
+
+ private:
+  const PrefixCache* const cache_;
+  const std::string version_;
+};
+
+// "host:port" as civetweb's listening_ports wants it: a bare port for every
+// interface, a numeric host (civetweb does not resolve names).
+absl::StatusOr<std::string> CivetListenPort(const std::string& listen) {
+  absl::StatusOr<ListenAddress> a = ParseListenAddress(listen);
+  if (!a.ok()) return a.status();
+  if (a->kind != ListenAddress::Kind::kTcp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics_listen \"", listen, "\" must be host:port"));
+  }
+  if (a->host.empty()) return absl::StrCat(a->port);
+  const std::string host = a->host == "localhost" ? "127.0.0.1" : a->host;
+  return absl::StrCat(host, ":", a->port);
+}
+
+int MethodIndex(absl::string_view method) {
+  for (size_t i = 0; i < kRpcMethods.size(); ++i) {
+    if (kRpcMethods[i] == method) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::vector<double> RpcDurationBuckets() {
+  return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3,
+          10e-3, 25e-3, 50e-3,  100e-3, 250e-3, 500e-3, 1.0};
+}
+
+std::vector<MetricFamily> CacheMetricFamilies(const CacheStats& stats,
+                                              absl::string_view version) {
+  std::vector<MetricFamily> out;
+  for (const TenantMetric& m : kTenantMetrics) {
+    MetricFamily f = NewFamily(m.name, m.help, m.type);
+    for (const TenantStats& t : stats.tenants) {
+      AddSample(&f, {{"tenant", t.tenant}}, m.value(t, stats.block_bytes));
+    }
+    out.push_back(std::move(f));
+  }
+  AddEvictions(stats, &out);
+  AddGauge(&out, "prefixd_budget_bytes",
+           "KV bytes the whole cache may hold (kv_budget).", MetricType::Gauge,
+           static_cast<double>(stats.budget_bytes));
+  AddGauge(&out, "prefixd_block_bytes",
+           "KV bytes of one block (block_size x bytes per token).",
+           MetricType::Gauge, static_cast<double>(stats.block_bytes));
+  MetricFamily build = NewFamily(
+      "prefixd_build_info", "Always 1; the version label says which prefixd.",
+      MetricType::Gauge);
+  AddSample(&build, {{"version", std::string(version)}}, 1);
+  out.push_back(std::move(build));
+  return out;
+}
+
+std::vector<MetricFamily> ProcessMetricFamilies(const std::string& proc_dir) {
+  std::vector<MetricFamily> out;
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  ProcStat st;
+  if (ParseProcStat(ReadFile(proc_dir + "/self/stat"), &st)) {
+    AddGauge(&out, "process_cpu_seconds_total",
+             "Total user and system CPU time spent in seconds.",
+             MetricType::Counter, (st.utime_ticks + st.stime_ticks) / ticks);
+    AddGauge(&out, "process_resident_memory_bytes",
+             "Resident memory size in bytes.", MetricType::Gauge,
+             st.rss_pages * page);
+    AddGauge(&out, "process_virtual_memory_bytes",
+             "Virtual memory size in bytes.", MetricType::Gauge,
+             static_cast<double>(st.vsize_bytes));
+    uint64_t boot = 0;
+    if (BootTime(proc_dir, &boot)) {
+      AddGauge(&out, "process_start_time_seconds",
+               "Start time of the process since unix epoch in seconds.",
+               MetricType::Gauge, boot + st.start_ticks / ticks);
+    }
+  }
+  uint64_t n = 0;
+  if (OpenFiles(proc_dir, &n)) {
+    AddGauge(&out, "process_open_fds", "Number of open file descriptors.",
+             MetricType::Gauge, static_cast<double>(n));
+  }
+  if (MaxOpenFiles(proc_dir, &n)) {
+    AddGauge(&out, "process_max_fds",
+             "Maximum number of open file descriptors.", MetricType::Gauge,
+             static_cast<double>(n));
+  }
+  return out;
+}
+
+Metrics::Metrics(std::string version)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      version_(std::move(version)) {
+  auto& duration =
+      prometheus::BuildHistogram()
+          .Name("prefixd_rpc_duration_seconds")
+          .Help(
+              "Time from receiving an RPC to finishing it (WatchEvents: to "
+              "the start of its stream), by method.")
+          .Register(*registry_);
+  auto& errors = prometheus::BuildCounter()
+                     .Name("prefixd_rpc_errors_total")
+                     .Help(
+                         "RPCs that ended with a status other than OK, by "
+                         "method and canonical code.")
+                     .Register(*registry_);
+  const std::vector<double> buckets = RpcDurationBuckets();
+  for (size_t m = 0; m < kRpcMethods.size(); ++m) {
+    const std::string method(kRpcMethods[m]);
+    rpc_[m].duration = &duration.Add({{"method", method}}, buckets);
+    for (int c = 1; c <= kNumErrorCodes; ++c) {
+      const std::string code =
+          absl::StatusCodeToString(static_cast<absl::StatusCode>(c));
+      rpc_[m].errors[c - 1] = &errors.Add({{"code", code}, {"method", method}});
+    }
+  }
+}
+
+Metrics::~Metrics() { StopServing(); }
+
+absl::Status Metrics::Serve(const PrefixCache* cache,
+                            const std::string& listen) {
+  assert(exposer_ == nullptr);
+  absl::StatusOr<std::string> port = CivetListenPort(listen);
+  if (!port.ok()) return port.status();
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(*port, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on \"", listen, "\": ", e.what()));
+  }
+  collector_ = std::make_shared<ScrapeCollector>(cache, version_);
+  exposer_->RegisterCollectable(registry_);
+  exposer_->RegisterCollectable(collector_);
+  return absl::OkStatus();
+}
+
+void Metrics::StopServing() {
+  exposer_.reset();  // joins the HTTP threads: no scrape runs after this
+  collector_.reset();
+}
+
+int Metrics::port() const {
+  if (exposer_ == nullptr) return 0;
+  std::vector<int> ports = exposer_->GetListeningPorts();
+  return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::ObserveRpc(absl::string_view method, absl::StatusCode code,
+                         absl::Duration elapsed) {
+  const int m = MethodIndex(method);
+  assert(m >= 0 && "ObserveRpc: method not in kRpcMethods");
+  if (m < 0) return;
+  rpc_[m].duration->Observe(absl::ToDoubleSeconds(elapsed));
+  if (code == absl::StatusCode::kOk) return;
+  int c = static_cast<int>(code);
+  if (c < 1 || c > kNumErrorCodes)
+    c = static_cast<int>(absl::StatusCode::kUnknown);
+  rpc_[m].errors[c - 1]->Increment();
+}
+
+std::string Metrics::ScrapeText() const {
+  std::vector<MetricFamily> families = registry_->Collect();
+  if (collector_ != nullptr) {
+    std::vector<MetricFamily> more = collector_->Collect();
+    std::move(more.begin(), more.end(), std::back_inserter(families));
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace prefixd

@@ -112,24 +112,6 @@ absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
   return requested == absl::ZeroDuration() ? o.default_lease_ttl : requested;
 }
 
-// Locks a set of tenants for the length of a scope. Only holders of
-// exclusive_mu_ lock more than one tenant, so any order is deadlock-free.
-class TenantsLock {
- public:
-  explicit TenantsLock(std::vector<Tenant*> tenants)
-      ABSL_NO_THREAD_SAFETY_ANALYSIS : tenants_(std::move(tenants)) {
-    for (Tenant* t : tenants_) t->mu.Lock();
-  }
-  ~TenantsLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    for (auto it = tenants_.rbegin(); it != tenants_.rend(); ++it)
-      (*it)->mu.Unlock();
-  }
-  const std::vector<Tenant*>& tenants() const { return tenants_; }
-
- private:
-  std::vector<Tenant*> tenants_;
-};
-
 uint64_t BlocksOf(uint64_t bytes, uint64_t block_bytes, uint64_t cap) {
   return std::min(bytes / block_bytes, cap);
 }

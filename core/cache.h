@@ -180,6 +180,12 @@ struct EventBatch {
   bool missed = false;
 };
 
+// The header of a snapshot: the server's, carried through untouched.
+struct SnapshotMeta {
+  std::string fingerprint;
+  uint64_t epoch = 0;
+};
+
 class PrefixCache {
  public:
   // Fails with INVALID_ARGUMENT on impossible options (block_size 0,
@@ -243,6 +249,18 @@ class PrefixCache {
   absl::StatusOr<std::vector<std::string>> Namespaces(
       absl::string_view tenant) const;
 
+  // Serializes every tenant's trees, leases (with the time they have left),
+  // counters and event sequence, with a CRC-32 (format in snapshot.cc).
+  std::string SaveSnapshot(const SnapshotMeta& meta) const;
+  // The header of a snapshot, after checking its magic and checksum:
+  // DATA_LOSS for anything truncated or corrupt.
+  static absl::StatusOr<SnapshotMeta> ReadSnapshotMeta(absl::string_view bytes);
+  // Restores a snapshot into this cache, which must be empty. DATA_LOSS for
+  // a damaged file, FAILED_PRECONDITION for one that does not fit this
+  // configuration (block size, budget, limits, unknown tenants). On error
+  // the cache is half-built: discard it and start from a new one.
+  absl::StatusOr<SnapshotMeta> LoadSnapshot(absl::string_view bytes);
+
   // Verifies every structural invariant (docs/architecture.md); returns
   // INTERNAL describing the first violation. Takes every lock: for tests.
   absl::Status CheckInvariants() const;
@@ -257,6 +275,7 @@ class PrefixCache {
   Tenant* FindTenant(absl::string_view name) const;
   std::vector<Tenant*> TenantsIn(const TenantScope& scope) const;
   std::vector<Tenant*> AllTenants() const;
+  bool AllTenantsEmpty() const;
 
   // The body of Insert with t->mu held. `all` is null on the fast path
   // (only t locked: sets *needs_exclusive if other tenants must give up

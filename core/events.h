@@ -46,6 +46,8 @@ class EventRing {
                           uint64_t* next) const;
 
   uint64_t next_sequence() const { return next_; }
+  // Continues numbering at `next` (a restored snapshot); REQUIRES empty.
+  void SkipTo(uint64_t next) { next_ = next; }
 
  private:
   size_t capacity_;

@@ -144,19 +144,7 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
     target->tokens.insert(target->tokens.end(), tokens.begin(), tokens.end());
     target->block_ids.insert(target->block_ids.end(), ids.begin(), ids.end());
   } else {
-    auto child = std::make_unique<Node>();
-    child->tree = parent->tree;
-    child->parent = parent;
-    child->block_size = block_size_;
-    child->tokens.assign(tokens.begin(), tokens.end());
-    child->block_ids.assign(ids.begin(), ids.end());
-    child->position = position;
-    child->RehashKey();
-    target = child.get();
-    parent->children.insert(std::move(child));
-    ++nodes_;
-    ++parent->tree->nodes;
-    SyncLru(parent);
+    target = AddChild(parent, tokens, ids, position);
   }
   target->tree->blocks += ids.size();
   cached_blocks_ += ids.size();
@@ -165,6 +153,24 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
   target->stamp = stamp;
   SyncLru(target);
   return target;
+}
+
+Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
+                       absl::Span<const BlockId> ids, int64_t position) {
+  auto child = std::make_unique<Node>();
+  child->tree = parent->tree;
+  child->parent = parent;
+  child->block_size = block_size_;
+  child->tokens.assign(tokens.begin(), tokens.end());
+  child->block_ids.assign(ids.begin(), ids.end());
+  child->position = position;
+  child->RehashKey();
+  Node* raw = child.get();
+  parent->children.insert(std::move(child));
+  ++nodes_;
+  ++parent->tree->nodes;
+  SyncLru(parent);
+  return raw;
 }
 
 void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {

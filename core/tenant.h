@@ -29,6 +29,7 @@
 #include "core/cache.h"
 #include "core/events.h"
 #include "core/radix_tree.h"
+#include "core/snapshot_format.h"
 
 namespace prefixd {
 
@@ -105,10 +106,18 @@ class Tenant {
   std::vector<std::string> Namespaces() const;
   std::vector<DumpNode> Dump(const Tree& tree) const;
 
+  // Snapshot support (snapshot.cc): everything but the name, which the
+  // caller writes and reads. Load REQUIRES an empty tenant; on error the
+  // tenant is left half-built and must be discarded with its cache.
+  void Save(SnapshotWriter* w, absl::Time now) const;
+  absl::Status Load(SnapshotReader* r, absl::Time now, absl::Duration max_ttl);
+
   // Appends a description of the first broken invariant to *error.
   bool CheckInvariants(const BlockIndex& index, std::string* error) const;
 
  private:
+  Node* AddChild(Node* parent, absl::Span<const Token> tokens,
+                 absl::Span<const BlockId> ids, int64_t position);
   void SyncLru(Node* n);
   void LruErase(Node* n);
   void NoteRemoved(Tree* tree, BlockId id, EvictReason reason);
@@ -122,26 +131,47 @@ class Tenant {
   const int block_size_;
   BlockIndex* const block_index_;
 
-  absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_;
-  absl::btree_set<std::pair<uint64_t, Node*>> lru_;
-  absl::flat_hash_map<LeaseId, Lease> leases_;
-  absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_;
-  uint64_t rng_state_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_
+      ABSL_GUARDED_BY(mu);
+  absl::btree_set<std::pair<uint64_t, Node*>> lru_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
+  absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
+      ABSL_GUARDED_BY(mu);
+  uint64_t rng_state_ ABSL_GUARDED_BY(mu);
 
-  uint64_t cached_blocks_ = 0;
-  uint64_t pinned_blocks_ = 0;
-  uint64_t nodes_ = 0;
-  TenantStats counters_;
+  uint64_t cached_blocks_ ABSL_GUARDED_BY(mu) = 0;
+  uint64_t pinned_blocks_ ABSL_GUARDED_BY(mu) = 0;
+  uint64_t nodes_ ABSL_GUARDED_BY(mu) = 0;
+  TenantStats counters_ ABSL_GUARDED_BY(mu);
 
-  EventRing events_;
+  EventRing events_ ABSL_GUARDED_BY(mu);
   struct PendingRemoval {
     Tree* tree;
     std::string ns;
     EvictReason reason;
     std::vector<BlockId> ids;
   };
-  std::vector<PendingRemoval> pending_removals_;
-  std::vector<std::string> maybe_empty_;  // namespaces whose tree may be empty
+  std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu);
+  std::vector<std::string> maybe_empty_
+      ABSL_GUARDED_BY(mu);  // namespaces whose tree may be empty
+};
+
+// Locks a set of tenants for the length of a scope. Only holders of
+// exclusive_mu_ lock more than one tenant, so any order is deadlock-free.
+class TenantsLock {
+ public:
+  explicit TenantsLock(std::vector<Tenant*> tenants)
+      ABSL_NO_THREAD_SAFETY_ANALYSIS : tenants_(std::move(tenants)) {
+    for (Tenant* t : tenants_) t->mu.Lock();
+  }
+  ~TenantsLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    for (auto it = tenants_.rbegin(); it != tenants_.rend(); ++it)
+      (*it)->mu.Unlock();
+  }
+  const std::vector<Tenant*>& tenants() const { return tenants_; }
+
+ private:
+  std::vector<Tenant*> tenants_;
 };
 
 }  // namespace prefixd

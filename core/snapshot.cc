@@ -1,0 +1,284 @@
+// Saving and restoring the whole cache (DESIGN.md section 10).
+//
+// File layout (all integers little-endian; varints are LEB128):
+//
+//   "PFXDSNP1"                      magic and format version
+//   string  fingerprint             the server's model fingerprint
+//   fixed64 epoch                   the epoch the state belongs to
+//   varint  block_size
+//   varint  recency counter
+//   varint  tenants, then per tenant: string name, Tenant::Save
+//   fixed32 CRC-32 of every byte before it
+//
+// Tenant::Save writes counters, the next event sequence, each tree's nodes
+// in pre-order (depth, position, stamp, blocks, tokens, IDs) and each lease
+// as (tree, node) indexes with its TTL and the time it had left.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/cache.h"
+#include "core/snapshot_format.h"
+#include "core/status_macros.h"
+#include "core/tenant.h"
+
+namespace prefixd {
+namespace {
+
+constexpr absl::string_view kMagic = "PFXDSNP1";
+constexpr size_t kMaxString = 1 << 16;
+constexpr uint64_t kMaxBlocksPerNode = uint64_t{1} << 24;
+
+uint64_t Ms(absl::Duration d) {
+  return static_cast<uint64_t>(absl::ToInt64Milliseconds(d));
+}
+
+}  // namespace
+
+// --- Tenant -----------------------------------------------------------------
+
+void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
+  const TenantStats& c = counters_;
+  for (uint64_t v :
+       {c.match_requests, c.match_tokens, c.match_hit_tokens, c.insert_requests,
+        c.inserted_blocks, c.redundant_blocks, c.lease_expired}) {
+    w->Varint(v);
+  }
+  for (uint64_t v : c.evicted_blocks) w->Varint(v);
+  w->Varint(events_.next_sequence());
+
+  std::vector<const Tree*> trees;
+  for (const auto& entry : trees_) trees.push_back(entry.second.get());
+  std::sort(trees.begin(), trees.end(),
+            [](const Tree* a, const Tree* b) { return a->ns < b->ns; });
+  absl::flat_hash_map<const Node*, std::pair<uint64_t, uint64_t>> where;
+  w->Varint(trees.size());
+  for (uint64_t ti = 0; ti < trees.size(); ++ti) {
+    const Tree* tree = trees[ti];
+    w->String(tree->ns);
+    w->Varint(tree->nodes);
+    uint64_t ni = 0;
+    ForEachBelow(tree->root, [&](const Node& n, int depth) {
+      where[&n] = {ti, ni++};
+      w->Varint(depth);
+      w->Varint(n.position);
+      w->Varint(n.stamp);
+      w->Varint(n.num_blocks());
+      for (Token t : n.tokens) w->Varint(t);
+      for (BlockId id : n.block_ids) w->Varint(id);
+    });
+  }
+  w->Varint(leases_.size());
+  for (const auto& [id, lease] : leases_) {
+    const auto [ti, ni] = where.at(lease.end);
+    w->Fixed64(id);
+    w->Varint(ti);
+    w->Varint(ni);
+    w->Varint(Ms(lease.ttl));
+    w->Varint(Ms(std::max(absl::ZeroDuration(), lease.expiry - now)));
+  }
+}
+
+absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
+                          absl::Duration max_ttl) {
+  TenantStats& c = counters_;
+  for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
+                      &c.insert_requests, &c.inserted_blocks,
+                      &c.redundant_blocks, &c.lease_expired}) {
+    if (!r->Varint(v)) return r->Error("tenant counters");
+  }
+  for (uint64_t& v : c.evicted_blocks) {
+    if (!r->Varint(&v)) return r->Error("tenant counters");
+  }
+  uint64_t next_sequence;
+  if (!r->Varint(&next_sequence) || next_sequence == 0)
+    return r->Error("event sequence");
+  events_.SkipTo(next_sequence);
+
+  uint64_t ntrees;
+  if (!r->Varint(&ntrees)) return r->Error("tree count");
+  std::vector<std::vector<Node*>> nodes_by_tree;
+  for (uint64_t ti = 0; ti < ntrees; ++ti) {
+    std::string ns;
+    uint64_t count;
+    if (!r->String(&ns, kMaxString) || !r->Varint(&count))
+      return r->Error("tree header");
+    if (FindTree(ns) != nullptr) {
+      return absl::DataLossError(
+          absl::StrCat("snapshot: namespace '", ns, "' appears twice"));
+    }
+    Tree* tree = GetOrCreateTree(ns);
+    std::vector<Node*> path = {&tree->root};  // path[d] is the node at depth d
+    std::vector<Node*>& nodes = nodes_by_tree.emplace_back();
+    for (uint64_t ni = 0; ni < count; ++ni) {
+      uint64_t depth, position, stamp, nblocks;
+      if (!r->Varint(&depth) || !r->Varint(&position) || !r->Varint(&stamp) ||
+          !r->Varint(&nblocks) || depth == 0 || depth > path.size() ||
+          nblocks == 0 || nblocks > kMaxBlocksPerNode ||
+          position > (uint64_t{1} << 62)) {
+        return r->Error("node header");
+      }
+      std::vector<Token> tokens(nblocks * block_size_);
+      std::vector<BlockId> ids(nblocks);
+      for (Token& t : tokens) {
+        uint64_t v;
+        if (!r->Varint(&v) || v > UINT32_MAX) return r->Error("token");
+        t = static_cast<Token>(v);
+      }
+      for (BlockId& id : ids) {
+        if (!r->Varint(&id)) return r->Error("block id");
+      }
+      path.resize(depth);
+      Node* parent = path.back();
+      if (parent->FindChild(
+              absl::MakeConstSpan(tokens).subspan(0, block_size_)) != nullptr) {
+        return absl::DataLossError(
+            "snapshot: two children start with the same block");
+      }
+      if (!parent->is_root() && stamp > parent->stamp) {
+        return absl::DataLossError(
+            "snapshot: a node is more recent than its parent");
+      }
+      BlockId taken;
+      if (!block_index_->ClaimAll(ids, index_, &taken)) {
+        return absl::DataLossError(
+            absl::StrFormat("snapshot: block id %d appears twice", taken));
+      }
+      Node* n = AddChild(parent, tokens, ids, static_cast<int64_t>(position));
+      n->tree->blocks += nblocks;
+      cached_blocks_ += nblocks;
+      block_index_->SetNode(ids, n);
+      LruErase(n);
+      n->stamp = stamp;
+      SyncLru(n);
+      nodes.push_back(n);
+      path.push_back(n);
+    }
+  }
+
+  uint64_t nleases;
+  if (!r->Varint(&nleases)) return r->Error("lease count");
+  for (uint64_t i = 0; i < nleases; ++i) {
+    uint64_t id, ti, ni, ttl_ms, left_ms;
+    if (!r->Fixed64(&id) || !r->Varint(&ti) || !r->Varint(&ni) ||
+        !r->Varint(&ttl_ms) || !r->Varint(&left_ms) || id == 0 ||
+        leases_.contains(id) || ti >= nodes_by_tree.size() ||
+        ni >= nodes_by_tree[ti].size() || ttl_ms == 0 ||
+        absl::Milliseconds(ttl_ms) > max_ttl || left_ms > ttl_ms) {
+      return r->Error("lease");
+    }
+    Node* end = nodes_by_tree[ti][ni];
+    PinPath(end, +1);
+    const absl::Time expiry = now + absl::Milliseconds(left_ms);
+    leases_[id] = Lease{end, absl::Milliseconds(ttl_ms), expiry};
+    lease_expiry_.insert({expiry, id});
+  }
+  if (cached_blocks_ > limit_blocks_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "snapshot: tenant '%s' holds %d blocks, over its limit of %d", name_,
+        cached_blocks_, limit_blocks_));
+  }
+  return absl::OkStatus();
+}
+
+// --- PrefixCache
+// --------------------------------------------------------------
+
+std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
+  absl::MutexLock exclusive(&exclusive_mu_);
+  absl::ReaderMutexLock tenants(&tenants_mu_);
+  TenantsLock all(tenant_order_);
+  const absl::Time now = clock_->Now();
+  SnapshotWriter w;
+  w.Raw(kMagic);
+  w.String(meta.fingerprint);
+  w.Fixed64(meta.epoch);
+  w.Varint(options_.block_size);
+  w.Varint(stamp_.load());
+  w.Varint(tenant_order_.size());
+  for (const Tenant* t : tenant_order_) {
+    w.String(t->name());
+    t->Save(&w, now);
+  }
+  w.Fixed32(Crc32(w.bytes()));
+  return std::move(w.bytes());
+}
+
+absl::StatusOr<SnapshotMeta> PrefixCache::ReadSnapshotMeta(
+    absl::string_view bytes) {
+  if (bytes.size() < kMagic.size() + 4 ||
+      bytes.substr(0, kMagic.size()) != kMagic) {
+    return absl::DataLossError(absl::StrFormat(
+        "snapshot: not a prefixd snapshot (%d bytes, no '%s' header)",
+        bytes.size(), kMagic));
+  }
+  SnapshotReader crc_reader(bytes.substr(bytes.size() - 4));
+  uint32_t want;
+  crc_reader.Fixed32(&want);
+  const uint32_t got = Crc32(bytes.substr(0, bytes.size() - 4));
+  if (got != want) {
+    return absl::DataLossError(
+        absl::StrFormat("snapshot: checksum %08x does not match the stored "
+                        "%08x (%d bytes): truncated or corrupt",
+                        got, want, bytes.size()));
+  }
+  SnapshotReader r(bytes.substr(kMagic.size()));
+  SnapshotMeta meta;
+  if (!r.String(&meta.fingerprint, kMaxString) || !r.Fixed64(&meta.epoch)) {
+    return r.Error("header");
+  }
+  return meta;
+}
+
+absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
+    absl::string_view bytes) {
+  ASSIGN_OR_RETURN(SnapshotMeta meta, ReadSnapshotMeta(bytes));
+  absl::MutexLock exclusive(&exclusive_mu_);
+  if (resident_blocks_.load() != 0 || !AllTenantsEmpty()) {
+    return absl::FailedPreconditionError(
+        "snapshot: can only be loaded into an empty cache");
+  }
+  SnapshotReader r(bytes.substr(0, bytes.size() - 4));
+  absl::string_view skip;
+  std::string fingerprint;
+  uint64_t epoch, block_size, stamp, ntenants;
+  r.Raw(kMagic.size(), &skip);
+  if (!r.String(&fingerprint, kMaxString) || !r.Fixed64(&epoch) ||
+      !r.Varint(&block_size) || !r.Varint(&stamp) || !r.Varint(&ntenants)) {
+    return r.Error("header");
+  }
+  if (block_size != static_cast<uint64_t>(options_.block_size)) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("snapshot: block_size %d, this daemon uses %d",
+                        block_size, options_.block_size));
+  }
+  const absl::Time now = clock_->Now();
+  uint64_t total = 0;
+  for (uint64_t i = 0; i < ntenants; ++i) {
+    std::string name;
+    if (!r.String(&name, kMaxString)) return r.Error("tenant name");
+    ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
+    absl::MutexLock lock(&t->mu);
+    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl));
+    total += t->cached_blocks();
+  }
+  if (!r.done()) return r.Error("trailing data");
+  if (total > budget_blocks_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "snapshot: holds %d blocks, over this daemon's budget of %d", total,
+        budget_blocks_));
+  }
+  resident_blocks_.store(static_cast<int64_t>(total));
+  stamp_.store(stamp);
+  return meta;
+}
+
+bool PrefixCache::AllTenantsEmpty() const {
+  for (Tenant* t : AllTenants()) {
+    absl::MutexLock lock(&t->mu);
+    if (t->cached_blocks() != 0 || t->num_leases() != 0) return false;
+  }
+  return true;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,146 @@
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/cache.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<PrefixCache> Make(uint64_t budget = 100, int block_size = 2) {
+    CacheOptions o;
+    o.block_size = block_size;
+    o.block_bytes = 1;
+    o.budget_bytes = budget;
+    o.clock = &clock_;
+    o.rope_shift = RopeShift::kAllow;
+    o.default_lease_ttl = absl::Seconds(30);
+    return std::move(PrefixCache::Create(o)).value();
+  }
+
+  static InsertResult Insert(PrefixCache& c, absl::string_view tenant,
+                             std::vector<Token> tokens,
+                             std::vector<BlockId> ids, int64_t offset = 0,
+                             bool pin = false) {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.position_offset = offset;
+    req.pin = pin;
+    return std::move(c.Insert(tenant, req)).value();
+  }
+
+  static std::string Dump(PrefixCache& c) {
+    std::string out;
+    for (const TenantStats& t : c.Stats(TenantScope::All()).tenants) {
+      absl::StrAppend(&out, t.tenant, ": cached ", t.cached_blocks, " pinned ",
+                      t.pinned_blocks, " leases ", t.active_leases, " matches ",
+                      t.match_requests, "\n");
+      const std::vector<std::string> namespaces =
+          c.Namespaces(t.tenant).value_or(std::vector<std::string>{});
+      for (const std::string& ns : namespaces) {
+        const std::vector<DumpNode> nodes =
+            c.Dump(t.tenant, ns).value_or(std::vector<DumpNode>{});
+        for (const DumpNode& n : nodes) {
+          absl::StrAppend(&out, "  ", ns, " d", n.depth, " @", n.position, " s",
+                          n.stamp, " p", n.pins, " ids");
+          for (BlockId id : n.block_ids) absl::StrAppend(&out, " ", id);
+          absl::StrAppend(&out, "\n");
+        }
+      }
+    }
+    return out;
+  }
+
+  ManualClock clock_;
+};
+
+TEST_F(SnapshotTest, RoundTripRestoresTreesLeasesAndCounters) {
+  auto a = Make();
+  Insert(*a, "x", {1, 1, 2, 2, 3, 3}, {10, 20, 30});
+  Insert(*a, "x", {1, 1, 2, 2, 4, 4}, {10, 20, 40}, 0, /*pin=*/true);
+  Insert(*a, "y", {7, 7}, {70}, 100);
+  MatchRequest m;
+  std::vector<Token> t = {1, 1, 2, 2, 3, 3};
+  m.tokens = t;
+  LeaseId lease = a->Match("x", m).value().lease_id;
+  EXPECT_EQ(lease, 0);
+  m.pin = true;
+  lease = a->Match("x", m).value().lease_id;
+  clock_.Advance(absl::Seconds(10));
+  const std::string bytes = a->SaveSnapshot({"fp", 77});
+
+  auto b = Make();
+  auto meta = b->LoadSnapshot(bytes);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  EXPECT_EQ(meta->fingerprint, "fp");
+  EXPECT_EQ(meta->epoch, 77);
+  EXPECT_TRUE(b->CheckInvariants().ok()) << b->CheckInvariants();
+  EXPECT_EQ(Dump(*b), Dump(*a));
+  // The lease carries its remaining 20 s, and renews by its full TTL.
+  clock_.Advance(absl::Seconds(19));
+  EXPECT_THAT(b->KeepAlive("x", {lease}).value(),
+              ElementsAre(absl::Seconds(30)));
+  // Recency order survives: the oldest leaf goes first in both.
+  EXPECT_EQ(a->Evict(TenantScope::All(), 1).value(),
+            b->Evict(TenantScope::All(), 1).value());
+  // Events continue their numbering.
+  EXPECT_EQ(b->ReadEvents("x", 1, 10).value().next_sequence,
+            a->ReadEvents("x", 1, 10).value().next_sequence);
+  EXPECT_TRUE(b->ReadEvents("x", 1, 10).value().missed);
+}
+
+TEST_F(SnapshotTest, CorruptionIsDetectedAnywhere) {
+  auto a = Make();
+  Insert(*a, "x", {1, 1, 2, 2}, {1, 2}, 0, true);
+  const std::string bytes = a->SaveSnapshot({"fp", 1});
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x20;
+    auto b = Make();
+    EXPECT_EQ(b->LoadSnapshot(bad).status().code(), absl::StatusCode::kDataLoss)
+        << "byte " << i;
+  }
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto b = Make();
+    auto r = b->LoadSnapshot(bytes.substr(0, n));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss)
+        << "truncated to " << n;
+  }
+  EXPECT_THAT(Make()->LoadSnapshot("garbage").status().message(),
+              HasSubstr("not a prefixd"));
+}
+
+TEST_F(SnapshotTest, ASnapshotThatDoesNotFitIsRefused) {
+  auto a = Make(100);
+  Insert(*a, "x", {1, 1, 2, 2, 3, 3}, {1, 2, 3});
+  const std::string bytes = a->SaveSnapshot({"fp", 1});
+  auto r = Make(2)->LoadSnapshot(bytes);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(r.status().message(), HasSubstr("limit of 2"));
+  r = Make(100, 4)->LoadSnapshot(bytes);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("block_size 2, this daemon uses 4"));
+  auto full = Make();
+  Insert(*full, "x", {9, 9}, {9});
+  EXPECT_EQ(full->LoadSnapshot(bytes).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SnapshotTest, HeaderIsReadableAlone) {
+  auto a = Make();
+  auto meta = PrefixCache::ReadSnapshotMeta(a->SaveSnapshot({"abc", 5}));
+  ASSERT_TRUE(meta.ok());
+  EXPECT_EQ(meta->fingerprint, "abc");
+  EXPECT_EQ(meta->epoch, 5);
+}
+
+}  // namespace
+}  // namespace prefixd

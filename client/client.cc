@@ -30,6 +30,7 @@ class ClientCore {
     if (deadline != absl::InfiniteDuration()) {
       ctx->set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     }
+    if (options_.wait_for_ready) ctx->set_wait_for_ready(true);
     if (!options_.token.empty())
       ctx->AddMetadata("authorization", "Bearer " + options_.token);
     if (!options_.tenant.empty())

@@ -50,6 +50,9 @@ struct ClientOptions {
   // Sent as `x-prefixd-tenant` when not empty (engine principals pick the
   // tenant of each call this way; with auth off it defaults to "default").
   std::string tenant;
+  // Unary calls wait (up to the deadline) for an unreachable daemon to come
+  // back, e.g. across a restart, instead of failing at once with UNAVAILABLE.
+  bool wait_for_ready = false;
   // TLS: used when `tls` is set or any file is given. PEM files; the client
   // certificate and key are for mTLS.
   bool tls = false;

@@ -156,6 +156,11 @@ class EngineSimTest(unittest.TestCase):
         self.assertEqual(report.cached, whole)
         self.assert_same_view(sim, c)
 
+    def test_another_model_is_refused(self):
+        c = self.start(budget_blocks=N)
+        with self.assertRaises(prefixd.FailedPrecondition):
+            engine_sim.EngineSim(c, N, model_fingerprint="0123456789abcdef")
+
     def test_command_line(self):
         self.start(budget_blocks=N)
         env = dict(os.environ, PYTHONPATH=common.PYTHON_DIR)

@@ -93,7 +93,8 @@ class SglangTestCase(unittest.TestCase):
                                      channel_options=prefixd_fixture.FAST_RECONNECT)
         self.addCleanup(self.client.close)
         self.alloc = PagedAllocator(N_PAGES, P)
-        self.cache = PrefixdRadixCache(self.client, self.alloc, P)
+        fingerprint = self.client.info().model_fingerprint
+        self.cache = PrefixdRadixCache(self.client, self.alloc, P, model_fingerprint=fingerprint)
 
     def prefill(self, key_tokens, extra_key=None):
         """One request, start to finish, as SGLang's scheduler runs it."""
@@ -125,6 +126,10 @@ class InterfaceTest(SglangTestCase):
     def test_page_size_must_equal_block_size(self):
         with self.assertRaises(ValueError):
             PrefixdRadixCache(self.client, self.alloc, P * 2)
+
+    def test_another_model_is_refused(self):
+        with self.assertRaises(prefixd.FailedPrecondition):
+            PrefixdRadixCache(self.client, self.alloc, P, model_fingerprint="0123456789abcdef")
 
     def test_match_returns_slots_page_aligned(self):
         kv = self.alloc.alloc(3 * P)

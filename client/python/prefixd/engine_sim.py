@@ -1,7 +1,8 @@
 """An inference engine's KV-block bookkeeping, driven by a real trace, using
 prefixd exactly as an engine would (docs/integration.md walks through it).
 
-The engine owns a paged pool of N block IDs. For each request:
+The engine owns a paged pool of N block IDs. At start-up it Handshakes (the
+daemon must serve the engine's model geometry). For each request:
 
   1. Match(prompt, pin=True): the cached prefix; its blocks are pinned by a
      lease, the request reads them instead of computing them.
@@ -20,7 +21,7 @@ The engine owns a paged pool of N block IDs. For each request:
 
   On an epoch change (the daemon lost its state), every block the cache held
   is reclaimed: freed at once if no running request reads it, else when the
-  last one finishes.
+  last one finishes; the leases are gone; the engine Handshakes again.
 
 Each block has a reference count (running requests reading it) and a
 `cached` flag (prefixd owns it). The ledger, checked after every step:
@@ -186,14 +187,21 @@ class Report:
 class EngineSim:
     def __init__(self, client: prefixd.Client, n_blocks: int, *, namespace: str = "",
                  batch: int = 4, max_running: int = 16, block_id_base: int = 1,
-                 check_every_step: bool = True):
+                 check_every_step: bool = True, engine_id: str = "engine-sim",
+                 model_fingerprint: Optional[str] = None):
+        """`model_fingerprint`: the engine's own (core/kv_geometry.h); the
+        simulator has no model, so by default it takes the daemon's."""
         self.client = client
+        self.engine_id = engine_id
         self.ns = namespace
         self.batch = batch
         self.max_running = max_running
         self.check_every_step = check_every_step
         self.pool = BlockPool(n_blocks, block_id_base)
-        self.block_size = client.info().block_size
+        info = client.info()
+        self.block_size = info.block_size
+        self.fingerprint = model_fingerprint or info.model_fingerprint
+        client.handshake(engine_id, self.fingerprint)  # FailedPrecondition: wrong model
         self.running: List[Running] = []
         self.report = Report()
         self.steps = 0
@@ -215,6 +223,7 @@ class EngineSim:
             for lease in r.leases:
                 lease.detach()
             r.leases.clear()
+        self.client.handshake(self.engine_id, self.fingerprint)
         if self._chain is not None:
             self._chain(old, new)
 
@@ -411,12 +420,14 @@ def main(argv=None) -> int:
                     help="engine pool size N (default: the daemon's budget_blocks)")
     ap.add_argument("--batch", type=int, default=4, help="requests admitted per step")
     ap.add_argument("--max_running", type=int, default=16)
+    ap.add_argument("--fingerprint", default=None,
+                    help="the engine's model fingerprint for Handshake (default: the daemon's)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
     client = prefixd.Client(args.addr, tenant=args.tenant, token=args.token)
     n = args.blocks or client.info().budget_blocks
     sim = EngineSim(client, n, namespace=args.namespace, batch=args.batch,
-                    max_running=args.max_running)
+                    max_running=args.max_running, model_fingerprint=args.fingerprint)
     report = sim.run(read_trace(args.trace, args.requests))
     if args.json:
         d = dict(report.__dict__, hit_rate=report.hit_rate)

@@ -88,9 +88,17 @@ def _key_of(arg: Any) -> Tuple[List[int], str]:
 
 class PrefixdRadixCache:
     def __init__(self, client: prefixd.Client, token_to_kv_pool_allocator: Any,
-                 page_size: int, *, disable: bool = False):
-        """`token_to_kv_pool_allocator`: anything with free(indices)."""
+                 page_size: int, *, disable: bool = False, engine_id: str = "sglang",
+                 model_fingerprint: Optional[str] = None):
+        """`token_to_kv_pool_allocator`: anything with free(indices).
+        `model_fingerprint`: the engine's; given, the cache Handshakes with
+        it now and after every epoch change (FailedPrecondition: the daemon
+        serves another model geometry)."""
         self.client = client
+        self.engine_id = engine_id
+        self.fingerprint = model_fingerprint
+        if model_fingerprint:
+            client.handshake(engine_id, model_fingerprint)
         self.allocator = token_to_kv_pool_allocator
         self.page_size = page_size
         self.disable = disable
@@ -249,6 +257,8 @@ class PrefixdRadixCache:
     def _on_epoch_change(self, old: int, new: int) -> None:
         lost = list(self._cached)
         self._handed_back(lost)
+        if self.fingerprint:
+            self.client.handshake(self.engine_id, self.fingerprint)
         if self._chain is not None:
             self._chain(old, new)
 

@@ -34,7 +34,7 @@ class EventStream final
   }
 
   // Sends the next batch if no write is in flight and there is something to
-  // say. A tenant that does not exist yet has no events: keep waiting.
+  // say. (A tenant that does not exist yet reads as one without events.)
   void Poll() {
     grpc::Status error;
     {
@@ -42,8 +42,6 @@ class EventStream final
       if (writing_ || finish_requested_) return;
       absl::StatusOr<EventBatch> batch =
           owner_->cache_->ReadEvents(tenant_, next_, EventWatchers::kMaxBatch);
-      if (!batch.ok() && batch.status().code() == absl::StatusCode::kNotFound)
-        return;
       if (batch.ok()) {
         bool missed = batch->missed && !ignore_first_missed_;
         ignore_first_missed_ = false;

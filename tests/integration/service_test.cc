@@ -707,6 +707,51 @@ TEST_P(ServiceTest, ShutdownGoesNotServingAndEndsWatchStreams) {
       UNAVAILABLE);
 }
 
+TEST_P(ServiceTest, ManyWatchersThroughChurnCancelsAndShutdown) {
+  constexpr int kStreams = 8;
+  std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>>>
+      streams;
+  std::vector<uint64_t> last_sequence(kStreams, 0);
+  std::vector<bool> in_order(kStreams, true);
+  std::vector<std::thread> readers;
+  for (int i = 0; i < kStreams; ++i) {
+    ctxs.push_back(Ctx());
+    streams.push_back(
+        stub_->WatchEvents(ctxs.back().get(), v1::WatchEventsRequest()));
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    readers.emplace_back([&, i] {
+      v1::WatchEventsResponse batch;
+      while (streams[i]->Read(&batch)) {
+        for (const v1::Event& e : batch.events()) {
+          in_order[i] = in_order[i] && e.sequence() == last_sequence[i] + 1;
+          last_sequence[i] = e.sequence();
+        }
+      }
+    });
+  }
+  // 40 one-block inserts into an 8-block budget: every insert past the
+  // eighth also evicts, so events outpace the poller.
+  for (uint32_t i = 0; i < 40; ++i) {
+    Insert(Tokens(10000 * i, 4), {i + 1});
+    if (i == 20) {
+      for (int j = 0; j < kStreams; j += 2) ctxs[j]->TryCancel();
+    }
+  }
+  server_->Shutdown();
+  for (std::thread& t : readers) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    grpc::Status s = streams[i]->Finish();
+    if (i % 2 == 0) {
+      EXPECT_CODE(s, CANCELLED);
+    } else {
+      EXPECT_CODE(s, UNAVAILABLE);
+    }
+    EXPECT_TRUE(in_order[i]) << "stream " << i;
+  }
+}
+
 TEST(ServerTest, SecondServerOnALiveUnixSocketFails) {
   std::string dir =
       absl::StrCat(::testing::TempDir(), "/prefixd-server-test-", getpid());

@@ -156,6 +156,18 @@ class EngineSimTest(unittest.TestCase):
         self.assertEqual(report.cached, whole)
         self.assert_same_view(sim, c)
 
+    def test_a_restarted_engine_drops_what_the_daemon_held(self):
+        c = self.start(budget_blocks=N)
+        first = engine_sim.EngineSim(c, N)
+        first.run(self.trace(40))
+        self.assertGreater(len(c.cached_block_ids()), 0)
+        second = engine_sim.EngineSim(c, N)  # a new process: its pool is empty
+        self.assertEqual(second.stale_on_start, len(first.pool.cached))
+        self.assertEqual(c.cached_block_ids(), [])
+        report = second.run(self.trace(40))
+        self.assertEqual(report.free + report.running + report.cached, N)
+        self.assertEqual(set(c.cached_block_ids()), second.pool.cached)
+
     def test_another_model_is_refused(self):
         c = self.start(budget_blocks=N)
         with self.assertRaises(prefixd.FailedPrecondition):

@@ -205,12 +205,22 @@ class InterfaceTest(SglangTestCase):
             self.cache.inc_lock_ref(node)
         self.assertEqual(node.lock_ref, 0)
 
-    def test_reset_frees_everything_unlocked(self):
+    def test_reset_forgets_everything_and_frees_nothing(self):
         self.prefill(tokens(0, 2))
         self.prefill(tokens(5, 1))
-        self.cache.reset()
-        self.assertEqual(len(self.alloc.free_pages), N_PAGES)
-        self.assert_ledger()
+        free = len(self.alloc.free_pages)
+        self.cache.reset()  # SGLang's flush_cache clears the allocator itself
+        self.assertEqual(len(self.alloc.free_pages), free)
+        self.assertEqual(self.cache.total_size(), 0)
+        self.assertEqual(self.client.cached_block_ids(), [])
+
+    def test_a_new_engine_starts_from_an_empty_cache(self):
+        self.prefill(tokens(0, 2))  # the previous engine process
+        fresh = PagedAllocator(N_PAGES, P)
+        cache = PrefixdRadixCache(self.client, fresh, P)
+        self.assertEqual(cache.match_prefix(Key(tokens(0, 2))).device_indices, [])
+        self.assertEqual(len(fresh.free_pages), N_PAGES)
+        self.assertEqual(self.client.cached_block_ids(), [])
 
     def test_epoch_change_frees_cached_pages_and_locked_ones_on_unlock(self):
         self.prefill(tokens(0, 2))

@@ -2,7 +2,8 @@
 prefixd exactly as an engine would (docs/integration.md walks through it).
 
 The engine owns a paged pool of N block IDs. At start-up it Handshakes (the
-daemon must serve the engine's model geometry). For each request:
+daemon must serve the engine's model geometry) and Resets its tenant (what
+the daemon holds names slots of a previous engine process). For each request:
 
   1. Match(prompt, pin=True): the cached prefix; its blocks are pinned by a
      lease, the request reads them instead of computing them.
@@ -202,6 +203,10 @@ class EngineSim:
         self.block_size = info.block_size
         self.fingerprint = model_fingerprint or info.model_fingerprint
         client.handshake(engine_id, self.fingerprint)  # FailedPrecondition: wrong model
+        # A new engine process has a new, empty KV pool: whatever prefixd
+        # still holds for this tenant names slots of the previous process.
+        # Drop it; the IDs that come back mean nothing to this pool.
+        self.stale_on_start = len(client.reset())
         self.running: List[Running] = []
         self.report = Report()
         self.steps = 0

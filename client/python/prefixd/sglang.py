@@ -10,7 +10,8 @@ engines' isolation rules) instead of in the scheduler's process:
     evict(num_tokens)      -> EvictResult(num_tokens_evicted); frees through the allocator
     inc_lock_ref(node)     -> change of evictable tokens (<= 0)
     dec_lock_ref(node)     -> change of evictable tokens (>= 0)
-    evictable_size(), protected_size(), total_size(), reset()
+    evictable_size(), protected_size(), total_size()
+    reset()                -> drops the tenant's trees (at start-up too), frees nothing
 
 Keys are token lists, objects with `token_ids` (and `extra_key`, which
 becomes the prefixd namespace: LoRA id, cache salt), or parameter objects
@@ -112,6 +113,7 @@ class PrefixdRadixCache:
         self._orphans: Set[int] = set()  # locked pages the daemon forgot (epoch change)
         self._chain = client.on_epoch_change
         client.on_epoch_change = self._on_epoch_change
+        self.reset()  # as SGLang's RadixCache does: a new engine starts empty
 
     # ---- page <-> slot mapping ----
 
@@ -137,8 +139,14 @@ class PrefixdRadixCache:
     # ---- SGLang's interface ----
 
     def reset(self) -> None:
-        """Drops this tenant's trees; frees every page nobody has locked."""
-        self._handed_back(self.client.reset())
+        """Drops this tenant's trees in prefixd and forgets them, freeing
+        nothing: as in SGLang, the pool is cleared by the caller (flush_cache
+        clears the allocator right after; at start-up the pages prefixd held
+        belong to a previous engine process and mean nothing to this pool)."""
+        self.client.reset()
+        self._cached.clear()
+        self._pins.clear()
+        self._orphans.clear()
 
     def match_prefix(self, key: Any, **_) -> MatchResult:
         tokens, ns = _key_of(key)

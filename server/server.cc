@@ -137,8 +137,7 @@ std::string StartupBanner(const Server& server) {
                                     PREFIXD_VERSION, server.epoch());
   for (const std::string& a : server.addresses())
     absl::StrAppend(&out, "  listen       ", a, "\n");
-  absl::StrAppend(&out, "  metrics      ", c.metrics_listen,
-                  "/metrics\n");
+  absl::StrAppend(&out, "  metrics      ", c.metrics_listen, "/metrics\n");
   absl::StrAppend(&out, "  model        ", c.model_description, "\n");
   for (const std::string& note : c.model_notes)
     absl::StrAppend(&out, "  note         ", note, "\n");

@@ -1,5 +1,6 @@
 #include "server/server.h"
 
+#include <grpc/grpc.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server.h>
@@ -85,6 +86,9 @@ absl::Status Server::Build() {
                              &ports[i]);
   }
   builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
+  // start fine and take half the connections with a cache of its own.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
   grpc_server_ = builder.BuildAndStart();
 

@@ -772,6 +772,22 @@ TEST(ServerTest, SecondServerOnALiveUnixSocketFails) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(ServerTest, SecondServerOnABoundTcpPortFails) {
+  CommandLine flags;
+  flags.listen = {"127.0.0.1:0"};
+  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Server>> first = Server::Start(*config);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // No SO_REUSEPORT: the second must not silently share the port.
+  flags.listen = {(*first)->addresses()[0]};
+  config = LoadServerConfig(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<std::unique_ptr<Server>> second = Server::Start(*config);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr((*first)->addresses()[0]));
+}
+
 TEST(ServerTest, EpochIsRandomUnlessRestored) {
   CommandLine flags;
   flags.listen = {"127.0.0.1:0"};

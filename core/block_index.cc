@@ -8,7 +8,7 @@ bool BlockIndex::ClaimAll(absl::Span<const BlockId> ids, uint32_t tenant,
     bool inserted;
     {
       Shard& s = ShardFor(ids[i]);
-      absl::MutexLock lock(&s.mu);
+      MutexLock lock(&s.mu);
       inserted = s.map.try_emplace(ids[i], BlockOwner{tenant, nullptr}).second;
     }
     if (!inserted) {
@@ -23,7 +23,7 @@ bool BlockIndex::ClaimAll(absl::Span<const BlockId> ids, uint32_t tenant,
 void BlockIndex::SetNode(absl::Span<const BlockId> ids, Node* node) {
   for (BlockId id : ids) {
     Shard& s = ShardFor(id);
-    absl::MutexLock lock(&s.mu);
+    MutexLock lock(&s.mu);
     s.map[id].node = node;
   }
 }
@@ -31,14 +31,14 @@ void BlockIndex::SetNode(absl::Span<const BlockId> ids, Node* node) {
 void BlockIndex::Erase(absl::Span<const BlockId> ids) {
   for (BlockId id : ids) {
     Shard& s = ShardFor(id);
-    absl::MutexLock lock(&s.mu);
+    MutexLock lock(&s.mu);
     s.map.erase(id);
   }
 }
 
 std::optional<BlockOwner> BlockIndex::Find(BlockId id) const {
   const Shard& s = ShardFor(id);
-  absl::MutexLock lock(&s.mu);
+  MutexLock lock(&s.mu);
   auto it = s.map.find(id);
   if (it == s.map.end()) return std::nullopt;
   return it->second;
@@ -47,7 +47,7 @@ std::optional<BlockOwner> BlockIndex::Find(BlockId id) const {
 size_t BlockIndex::size() const {
   size_t n = 0;
   for (const Shard& s : shards_) {
-    absl::MutexLock lock(&s.mu);
+    MutexLock lock(&s.mu);
     n += s.map.size();
   }
   return n;

@@ -11,8 +11,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "core/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {
@@ -43,7 +43,7 @@ class BlockIndex {
  private:
   static constexpr size_t kShards = 16;
   struct Shard {
-    mutable absl::Mutex mu;
+    mutable Mutex mu;
     absl::flat_hash_map<BlockId, BlockOwner> map ABSL_GUARDED_BY(mu);
   };
   Shard& ShardFor(BlockId id) { return shards_[Mix(id) % kShards]; }

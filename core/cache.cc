@@ -182,7 +182,7 @@ PrefixCache::PrefixCache(CacheOptions options)
       seed_(options_.seed != 0 ? options_.seed
                                : (uint64_t{std::random_device{}()} << 32) ^
                                      std::random_device{}()) {
-  absl::MutexLock lock(&tenants_mu_);
+  MutexLock lock(&tenants_mu_);
   for (const TenantSpec& spec : options_.tenants) {
     const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
     auto t = std::make_unique<Tenant>(
@@ -199,7 +199,7 @@ PrefixCache::PrefixCache(CacheOptions options)
 PrefixCache::~PrefixCache() = default;
 
 Tenant* PrefixCache::FindTenant(absl::string_view name) const {
-  absl::ReaderMutexLock lock(&tenants_mu_);
+  ReaderMutexLock lock(&tenants_mu_);
   auto it = tenants_.find(name);
   return it == tenants_.end() ? nullptr : it->second.get();
 }
@@ -214,7 +214,7 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
     return absl::PermissionDeniedError(
         absl::StrCat("tenant '", name, "' is not configured"));
   }
-  absl::MutexLock lock(&tenants_mu_);
+  MutexLock lock(&tenants_mu_);
   auto it = tenants_.find(name);
   if (it != tenants_.end()) return it->second.get();
   if (tenants_.size() >= options_.limits.max_tenants) {
@@ -237,7 +237,7 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
 }
 
 std::vector<Tenant*> PrefixCache::AllTenants() const {
-  absl::ReaderMutexLock lock(&tenants_mu_);
+  ReaderMutexLock lock(&tenants_mu_);
   return tenant_order_;
 }
 
@@ -263,7 +263,7 @@ absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
   ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
   ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
 
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
@@ -350,13 +350,13 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
 
   bool needs_exclusive = false;
   {
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     auto result = InsertLocked(t, req, /*all=*/nullptr, &needs_exclusive);
     if (!needs_exclusive) return result;
   }
   // The global budget is full: evicting other tenants' blocks needs them all.
-  absl::MutexLock exclusive(&exclusive_mu_);
-  absl::ReaderMutexLock tenants(&tenants_mu_);
+  MutexLock exclusive(&exclusive_mu_);
+  ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   const absl::Time now = clock_->Now();
   for (Tenant* u : all.tenants()) u->ExpireLeases(now);
@@ -555,7 +555,7 @@ absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   const auto not_found = absl::NotFoundError(absl::StrFormat(
       "lease %016x not found (never issued, expired or released)", lease));
   if (t == nullptr) return not_found;
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   t->ExpireLeases(clock_->Now());
   if (!t->EndLease(lease)) return not_found;
   return absl::OkStatus();
@@ -575,7 +575,7 @@ absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
         "lease %016x not found (never issued, expired or released)", id));
   };
   if (t == nullptr) return not_found(leases[0]);
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   for (LeaseId id : leases) {
@@ -593,7 +593,7 @@ size_t PrefixCache::ExpireLeases() {
   size_t n = 0;
   const absl::Time now = clock_->Now();
   for (Tenant* t : AllTenants()) {
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     n += t->ExpireLeases(now);
   }
   return n;
@@ -611,7 +611,7 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
         absl::StrFormat("blocks %d exceeds max_block_ids_per_request %d",
                         blocks, options_.limits.max_block_ids_per_request));
   }
-  absl::MutexLock exclusive(&exclusive_mu_);
+  MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   const absl::Time now = clock_->Now();
   for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
@@ -636,7 +636,7 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         "%d block_ids exceed max_block_ids_per_request %d", block_ids.size(),
         options_.limits.max_block_ids_per_request));
   }
-  absl::MutexLock exclusive(&exclusive_mu_);
+  MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   absl::flat_hash_map<uint32_t, Tenant*> by_index;
   for (Tenant* t : locked.tenants()) by_index[t->index()] = t;
@@ -672,7 +672,7 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
 }
 
 std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
-  absl::MutexLock exclusive(&exclusive_mu_);
+  MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   std::vector<BlockId> removed;
   for (Tenant* t : locked.tenants()) t->Clear(&removed);
@@ -690,7 +690,7 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   s.budget_bytes = options_.budget_bytes;
   s.budget_blocks = budget_blocks_;
   for (Tenant* t : TenantsIn(scope)) {
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     s.tenants.push_back(t->Stats(options_.block_bytes));
     s.resident_blocks += t->cached_blocks();
   }
@@ -707,7 +707,7 @@ absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
   EventBatch batch;
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return batch;  // exactly what a tenant with no events sees
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
                                   &batch.next_sequence);
   return batch;
@@ -717,7 +717,7 @@ absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(
     absl::string_view tenant, absl::string_view ns) const {
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     if (const Tree* tree = t->FindTree(ns)) return t->Dump(*tree);
   }
   return absl::NotFoundError(
@@ -728,13 +728,13 @@ absl::StatusOr<std::vector<std::string>> PrefixCache::Namespaces(
     absl::string_view tenant) const {
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return std::vector<std::string>{};
-  absl::MutexLock lock(&t->mu);
+  MutexLock lock(&t->mu);
   return t->Namespaces();
 }
 
 absl::Status PrefixCache::CheckInvariants() const {
-  absl::MutexLock exclusive(&exclusive_mu_);
-  absl::ReaderMutexLock tenants(&tenants_mu_);
+  MutexLock exclusive(&exclusive_mu_);
+  ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   uint64_t cached = 0, pinned = 0;
   std::string error;

@@ -31,12 +31,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/block_index.h"
 #include "core/clock.h"
 #include "core/events.h"
+#include "core/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {
@@ -304,8 +304,8 @@ class PrefixCache {
 
   // Held (before any tenant mutex) by every call that locks more than one
   // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.
-  mutable absl::Mutex exclusive_mu_ ABSL_ACQUIRED_BEFORE(tenants_mu_);
-  mutable absl::Mutex tenants_mu_;
+  mutable Mutex exclusive_mu_ ABSL_ACQUIRED_BEFORE(tenants_mu_);
+  mutable Mutex tenants_mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Tenant>> tenants_
       ABSL_GUARDED_BY(tenants_mu_);
   std::vector<Tenant*> tenant_order_

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "core/cache.h"
+#include "core/mutex.h"
 #include "gtest/gtest.h"
 
 namespace prefixd {
@@ -18,16 +18,16 @@ namespace {
 class Ledger {
  public:
   void Given(BlockId id) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     ++given_[id];
   }
   void Returned(absl::Span<const BlockId> ids) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     for (BlockId id : ids) ++returned_[id];
   }
   // Every ID given is cached exactly once or returned exactly once.
   std::string Check(const std::vector<BlockId>& cached) {
-    absl::MutexLock l(&mu_);
+    MutexLock l(&mu_);
     absl::flat_hash_map<BlockId, int> in_cache;
     for (BlockId id : cached) ++in_cache[id];
     for (const auto& [id, n] : given_) {
@@ -47,7 +47,7 @@ class Ledger {
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<BlockId, int> given_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<BlockId, int> returned_ ABSL_GUARDED_BY(mu_);
 };

@@ -185,8 +185,8 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
 // --------------------------------------------------------------
 
 std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
-  absl::MutexLock exclusive(&exclusive_mu_);
-  absl::ReaderMutexLock tenants(&tenants_mu_);
+  MutexLock exclusive(&exclusive_mu_);
+  ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   const absl::Time now = clock_->Now();
   SnapshotWriter w;
@@ -233,7 +233,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::ReadSnapshotMeta(
 absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
     absl::string_view bytes) {
   ASSIGN_OR_RETURN(SnapshotMeta meta, ReadSnapshotMeta(bytes));
-  absl::MutexLock exclusive(&exclusive_mu_);
+  MutexLock exclusive(&exclusive_mu_);
   if (resident_blocks_.load() != 0 || !AllTenantsEmpty()) {
     return absl::FailedPreconditionError(
         "snapshot: can only be loaded into an empty cache");
@@ -258,7 +258,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
     std::string name;
     if (!r.String(&name, kMaxString)) return r.Error("tenant name");
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl));
     total += t->cached_blocks();
   }
@@ -275,7 +275,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
 
 bool PrefixCache::AllTenantsEmpty() const {
   for (Tenant* t : AllTenants()) {
-    absl::MutexLock lock(&t->mu);
+    MutexLock lock(&t->mu);
     if (t->cached_blocks() != 0 || t->num_leases() != 0) return false;
   }
   return true;

@@ -23,11 +23,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "core/block_index.h"
 #include "core/cache.h"
 #include "core/events.h"
+#include "core/mutex.h"
 #include "core/radix_tree.h"
 #include "core/snapshot_format.h"
 
@@ -47,7 +47,7 @@ class Tenant {
          BlockIndex* block_index, uint64_t rng_seed);
   ~Tenant();
 
-  mutable absl::Mutex mu;
+  mutable Mutex mu;
 
   const std::string& name() const { return name_; }
   uint32_t index() const { return index_; }

@@ -19,16 +19,22 @@ TREES = ("deep", "bushy1e3", "bushy1e5", "bushy1e6")
 def load(path):
     with open(path) as f:
         data = json.load(f)
-    out = {}
+    out, medians = {}, {}
     for b in data["benchmarks"]:
-        if b.get("run_type", "iteration") != "iteration":
-            continue
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") != "median":
+                continue
+            target = medians  # with --benchmark_repetitions: the median
+            b = dict(b, name=b["run_name"])
+        else:
+            target = out
         # Manual-time benchmarks time only the call under test: their
         # real_time is that, their cpu_time includes the untimed set-up.
         manual = b["name"].endswith("/manual_time")
         name = b["name"].replace("/manual_time", "")
         scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}[b["time_unit"]]
-        out[name] = b["real_time" if manual else "cpu_time"] * scale
+        target[name] = b["real_time" if manual else "cpu_time"] * scale
+    out.update(medians)
     return out
 
 

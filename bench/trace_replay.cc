@@ -484,10 +484,12 @@ double Ratio(uint64_t a, uint64_t b) {
 }
 
 void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
-  std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
-              "trace", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
-              "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s",
-              "p50_us", "p99_us");
+  if (!rows.empty()) {
+    std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
+                "trace", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
+                "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s",
+                "p50_us", "p99_us");
+  }
   for (const Row& r : rows) {
     std::printf(
         "%-14s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu %12.0f "

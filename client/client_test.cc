@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -586,7 +587,8 @@ TEST(IdListTest, TokensMustFitUint32) {
 }
 
 TEST(IdListTest, ReadsFiles) {
-  const std::string path = ::testing::TempDir() + "/ids.txt";
+  const std::string path =
+      ::testing::TempDir() + "/ids." + std::to_string(getpid()) + ".txt";
   std::ofstream(path) << "1 2\n3-5,\n# done\n";
   EXPECT_THAT(*ReadIdListFile(path, 100), ElementsAre(1, 2, 3, 4, 5));
   std::ofstream(path) << "1 2 zz\n";
@@ -758,7 +760,8 @@ TEST_F(ClientTest, CtlInsertAndMatchTables) {
 }
 
 TEST_F(ClientTest, CtlReadsTokensFromFile) {
-  const std::string path = ::testing::TempDir() + "/tokens.txt";
+  const std::string path =
+      ::testing::TempDir() + "/tokens." + std::to_string(getpid()) + ".txt";
   std::ofstream(path) << "1 2 3 4 5 6 7 8\n9-16\n";
   std::string out;
   ASSERT_EQ(Ctl({"match", "--tokens_file", path, "--json"}, &out), kExitOk);

@@ -1,5 +1,7 @@
 #include "client/plan.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -135,7 +137,8 @@ TEST(PlanCommandTest, OverridesAndOptions) {
 }
 
 TEST(PlanCommandTest, HfConfigFile) {
-  const std::string path = ::testing::TempDir() + "/prefixd_plan_test.json";
+  const std::string path = ::testing::TempDir() + "/prefixd_plan_test." +
+                           std::to_string(getpid()) + ".json";
   {
     std::ofstream file(path);
     file << R"({"model_type": "llama", "hidden_size": 4096,

@@ -1,5 +1,7 @@
 #include "server/config.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <string>
 
@@ -12,8 +14,11 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
+// ctest runs each test case as its own process, in parallel: the pid keeps
+// their files apart.
 std::string WriteFile(const std::string& name, const std::string& text) {
-  std::string path = ::testing::TempDir() + "/" + name;
+  std::string path =
+      ::testing::TempDir() + "/" + std::to_string(getpid()) + "-" + name;
   std::ofstream(path) << text;
   return path;
 }

@@ -21,13 +21,8 @@ all: build
 deps:
 	bash deploy/install-deps.sh
 
-# Release at -O2 rather than CMake's -O3: GCC 12 reports false
-# -Wmaybe-uninitialized warnings inside std::string at -O3, and our targets
-# build with -Werror. -O2 is also what the developers' builds (RelWithDebInfo)
-# compile and test.
 configure: deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)

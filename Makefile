@@ -6,6 +6,7 @@
 #   make test    install missing packages, build, run every test (ctest)
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)
+#   make package build the Debian package (CPack) into $(BUILD_DIR)
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
@@ -14,7 +15,7 @@ CMAKE_ARGS ?=
 CTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: all deps configure build run test clean
+.PHONY: all deps configure build run test clean package
 
 all: build
 
@@ -32,6 +33,9 @@ run: build
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+package: build
+	cmake --build $(BUILD_DIR) --target package
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -1,0 +1,238 @@
+#include "server/snapshot_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/units.h"
+
+namespace prefixd {
+namespace {
+
+// Call right after the failing system call: reads errno first.
+absl::Status Errno(absl::string_view call, const std::string& path) {
+  const int err = errno;
+  return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound
+                                    : absl::StatusCode::kFailedPrecondition,
+                      absl::StrCat(call, " ", path, ": ", std::strerror(err)));
+}
+
+std::string Directory(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  return dir.empty() ? "." : dir;
+}
+
+// A rename is durable only once its directory is on disk.
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno("open", dir);
+  const bool ok = fsync(fd) == 0;
+  absl::Status status = ok ? absl::OkStatus() : Errno("fsync", dir);
+  close(fd);
+  return status;
+}
+
+absl::Status WriteAll(int fd, absl::string_view bytes,
+                      const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("write", path);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadAll(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open", path);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = Errno("read", path);
+      close(fd);
+      return status;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (rename(from.c_str(), to.c_str()) != 0) {
+    return Errno("rename", from);
+  }
+  return SyncDirectory(Directory(to));
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+// `<path>.bad-<unix seconds>`, with a suffix if that is taken.
+std::string AsideName(const std::string& path, absl::Time now) {
+  const std::string base =
+      absl::StrCat(path, ".bad-", absl::ToUnixSeconds(now));
+  std::string name = base;
+  for (int i = 1; Exists(name); ++i) name = absl::StrCat(base, "-", i);
+  return name;
+}
+
+// Checks everything about `bytes` that does not need a cache, then loads it
+// into `cache`.
+absl::StatusOr<SnapshotMeta> Load(absl::string_view bytes,
+                                  absl::string_view fingerprint,
+                                  PrefixCache* cache) {
+  absl::StatusOr<SnapshotMeta> meta = PrefixCache::ReadSnapshotMeta(bytes);
+  if (!meta.ok()) return meta.status();
+  if (meta->fingerprint != fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("it was written for model fingerprint ", meta->fingerprint,
+                     ", this daemon serves ", fingerprint));
+  }
+  if (meta->epoch == 0) {
+    return absl::DataLossError("it carries epoch 0, which no daemon uses");
+  }
+  return cache->LoadSnapshot(bytes);
+}
+
+std::string Describe(const PrefixCache& cache) {
+  uint64_t blocks = 0, leases = 0;
+  const CacheStats stats = cache.Stats(TenantScope::All());
+  for (const TenantStats& t : stats.tenants) {
+    blocks += t.cached_blocks;
+    leases += t.active_leases;
+  }
+  return absl::StrCat(stats.tenants.size(), " tenants, ", FormatCount(blocks),
+                      " blocks, ", FormatCount(leases), " leases");
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view bytes) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  const int fd =
+      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open", tmp);
+  absl::Status status = WriteAll(fd, bytes, tmp);
+  if (status.ok() && fsync(fd) != 0) status = Errno("fsync", tmp);
+  if (close(fd) != 0 && status.ok()) status = Errno("close", tmp);
+  if (status.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    status = Errno("rename", tmp);
+  }
+  if (!status.ok()) {
+    unlink(tmp.c_str());
+    return status;
+  }
+  return SyncDirectory(Directory(path));
+}
+
+absl::StatusOr<std::string> WriteSnapshot(const PrefixCache& cache,
+                                          const SnapshotMeta& meta,
+                                          const std::string& path) {
+  const absl::Time start = absl::Now();
+  const std::string bytes = cache.SaveSnapshot(meta);
+  if (absl::Status s = WriteFileAtomically(path, bytes); !s.ok()) return s;
+  return absl::StrFormat("snapshot written to %s: %s, %s, epoch %016x, in %s",
+                         path, Describe(cache), FormatBytes(bytes.size()),
+                         meta.epoch,
+                         absl::FormatDuration(absl::Trunc(
+                             absl::Now() - start, absl::Milliseconds(1))));
+}
+
+absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
+                                                 absl::string_view fingerprint,
+                                                 const CacheOptions& options,
+                                                 absl::Time now) {
+  RestoredSnapshot out;
+  absl::StatusOr<std::unique_ptr<PrefixCache>> fresh =
+      PrefixCache::Create(options);
+  if (!fresh.ok()) return fresh.status();
+  out.cache = *std::move(fresh);
+
+  const std::string dir = Directory(path);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || access(dir.c_str(), W_OK | X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("snapshot directory ", dir, " is not writable",
+                     ec ? absl::StrCat(" (", ec.message(), ")") : "",
+                     ": the snapshot could not be written at shutdown"));
+  }
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  std::string removed_tmp;
+  if (unlink(tmp.c_str()) == 0) {
+    removed_tmp =
+        absl::StrCat(" (removed ", tmp, ", left by an interrupted write)");
+  }
+
+  absl::StatusOr<std::string> bytes = ReadAll(path);
+  if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kNotFound) {
+    out.summary =
+        absl::StrCat("no snapshot at ", path,
+                     ": starting empty with a new epoch", removed_tmp);
+    return out;
+  }
+  std::unique_ptr<PrefixCache> restored;
+  absl::StatusOr<SnapshotMeta> meta = absl::UnknownError("unread");
+  if (bytes.ok()) {
+    absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
+        PrefixCache::Create(options);
+    if (!cache.ok()) return cache.status();
+    restored = *std::move(cache);
+    meta = Load(*bytes, fingerprint, restored.get());
+  } else {
+    meta = bytes.status();
+  }
+  if (!meta.ok()) {
+    const std::string aside = AsideName(path, now);
+    if (absl::Status s = Rename(path, aside); !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("snapshot ", path, " is unusable (",
+                       meta.status().message(), ") and cannot be moved aside (",
+                       s.message(), "); remove it by hand"));
+    }
+    out.summary = absl::StrCat(
+        "snapshot ", path, " is unusable: ", meta.status().message(),
+        "; moved to ", aside, ", starting empty with a new epoch", removed_tmp);
+    return out;
+  }
+  const std::string consumed = absl::StrCat(path, ".consumed");
+  if (absl::Status s = Rename(path, consumed); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "snapshot ", path, " cannot be consumed (", s.message(),
+        "): restoring it now would let a later start restore it again; "
+        "fix the directory's permissions or remove the file"));
+  }
+  out.cache = std::move(restored);
+  out.epoch = meta->epoch;
+  out.summary = absl::StrFormat(
+      "restored snapshot %s: %s, epoch %016x (the file is consumed: a crash "
+      "from now on restarts empty)%s",
+      path, Describe(*out.cache), meta->epoch, removed_tmp);
+  return out;
+}
+
+void DiscardConsumedSnapshot(const std::string& path) {
+  unlink(absl::StrCat(path, ".consumed").c_str());
+}
+
+absl::Status ReturnConsumedSnapshot(const std::string& path) {
+  return Rename(absl::StrCat(path, ".consumed"), path);
+}
+
+}  // namespace prefixd

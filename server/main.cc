@@ -13,6 +13,7 @@
 #include "server/flags.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/snapshot_file.h"
 
 namespace {
 
@@ -59,9 +60,27 @@ int main(int argc, char** argv) {
   prefixd::Metrics metrics(PREFIXD_VERSION);
   prefixd::ServerDeps deps;
   deps.observer = &metrics;
+  // A clean snapshot is consumed here, before anything is served; a bad one
+  // is moved aside and the daemon starts empty (server/snapshot_file.h).
+  const std::string snapshot_path = config->snapshot_path;
+  if (!snapshot_path.empty()) {
+    absl::StatusOr<prefixd::RestoredSnapshot> restored =
+        prefixd::RestoreSnapshot(snapshot_path, config->fingerprint,
+                                 config->cache);
+    if (!restored.ok()) return Fail("cannot start", restored.status());
+    std::fprintf(stderr, "prefixd: %s\n", restored->summary.c_str());
+    deps.cache = std::move(restored->cache);
+    deps.epoch = restored->epoch;
+  }
+  const bool restored = deps.epoch.has_value();
   absl::StatusOr<std::unique_ptr<prefixd::Server>> server =
       prefixd::Server::Start(*std::move(config), std::move(deps));
-  if (!server.ok()) return Fail("cannot start", server.status());
+  if (!server.ok()) {
+    // Nothing was served: the snapshot still holds for the next attempt.
+    if (restored) prefixd::ReturnConsumedSnapshot(snapshot_path).IgnoreError();
+    return Fail("cannot start", server.status());
+  }
+  if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   const absl::Status metrics_up =
       metrics.Serve((*server)->cache(), (*server)->config().metrics_listen);
   if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
@@ -84,7 +103,21 @@ int main(int argc, char** argv) {
   }).detach();
   (*server)->Shutdown();
   metrics.StopServing();  // no scrape may read the cache once it is gone
+  int exit_code = 0;
+  if (!snapshot_path.empty()) {
+    // Drained: the cache no longer changes, so the file is the final state.
+    absl::StatusOr<std::string> saved = prefixd::WriteSnapshot(
+        *(*server)->cache(),
+        {(*server)->config().fingerprint, (*server)->epoch()}, snapshot_path);
+    std::fprintf(stderr, "prefixd: %s\n",
+                 saved.ok() ? saved->c_str()
+                            : absl::StrCat("cannot write the snapshot: ",
+                                           saved.status().message(),
+                                           "; the next start will be empty")
+                                  .c_str());
+    if (!saved.ok()) exit_code = 1;
+  }
   server->reset();
   std::fputs("prefixd: stopped\n", stderr);
-  return 0;
+  return exit_code;
 }

@@ -167,7 +167,7 @@ std::string StartupBanner(const Server& server) {
   absl::StrAppend(&out, "  snapshot     ",
                   c.snapshot_path.empty()
                       ? "none"
-                      : c.snapshot_path + " (not written by this build)",
+                      : c.snapshot_path + " (written at shutdown, read once)",
                   "\n");
   absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
   if (server.authorizer().mode() == "NONE") {

@@ -120,6 +120,10 @@ absl::Status Server::Build() {
 
 Server::~Server() { Shutdown(); }
 
+std::shared_ptr<grpc::Channel> Server::InProcessChannel() {
+  return grpc_server_->InProcessChannel(grpc::ChannelArguments());
+}
+
 void Server::Shutdown() {
   // Held for the whole drain, so a second caller returns only when it is over.
   absl::MutexLock lock(&shutdown_mu_);

@@ -26,6 +26,7 @@
 #include "server/watch.h"
 
 namespace grpc {
+class Channel;
 class Server;
 }  // namespace grpc
 
@@ -63,6 +64,9 @@ class Server {
   // One per config.listen entry, in order, as clients dial them: TCP with
   // the bound port (port 0 resolved), Unix as "unix:///path".
   const std::vector<std::string>& addresses() const { return addresses_; }
+  // A channel to this server without a socket (fuzzers, benchmarks). It
+  // skips the listeners' transport security: for tests only.
+  std::shared_ptr<grpc::Channel> InProcessChannel();
   uint64_t epoch() const { return epoch_; }
   PrefixCache* cache() const { return cache_.get(); }
   const Authorizer& authorizer() const { return *authorizer_; }

@@ -112,6 +112,13 @@ absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
   return requested == absl::ZeroDuration() ? o.default_lease_ttl : requested;
 }
 
+// The same words for a lease that never existed, expired, was released or
+// belongs to another tenant: callers cannot tell these apart.
+absl::Status LeaseNotFound(LeaseId id) {
+  return absl::NotFoundError(absl::StrFormat(
+      "lease %016x not found (never issued, expired or released)", id));
+}
+
 uint64_t BlocksOf(uint64_t bytes, uint64_t block_bytes, uint64_t cap) {
   return std::min(bytes / block_bytes, cap);
 }
@@ -178,7 +185,9 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
 PrefixCache::PrefixCache(CacheOptions options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
-      budget_blocks_(options_.budget_bytes / options_.block_bytes),
+      // Clamped so that signed arithmetic on block counts cannot overflow.
+      budget_blocks_(std::min<uint64_t>(
+          options_.budget_bytes / options_.block_bytes, uint64_t{1} << 62)),
       seed_(options_.seed != 0 ? options_.seed
                                : (uint64_t{std::random_device{}()} << 32) ^
                                      std::random_device{}()) {
@@ -330,17 +339,6 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
         "%d block_ids exceed max_block_ids_per_request %d",
         req.block_ids.size(), limits.max_block_ids_per_request));
   }
-  {
-    absl::flat_hash_map<BlockId, size_t> seen;
-    for (size_t i = 0; i < req.block_ids.size(); ++i) {
-      auto [it, inserted] = seen.try_emplace(req.block_ids[i], i);
-      if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "block id %d appears twice in block_ids (at %d and %d)",
-            req.block_ids[i], it->second, i));
-      }
-    }
-  }
   RETURN_IF_ERROR(
       ValidateName("namespace", req.ns, limits.max_namespace_bytes, true));
   RETURN_IF_ERROR(
@@ -406,10 +404,17 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   claim = redundant;
   claim.insert(claim.end(), req.block_ids.begin() + cached,
                req.block_ids.end());
-  for (BlockId id : claim) {
-    if (index_.Contains(id)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("block id %d is already cached", id));
+  // Only claimed IDs can repeat without also claiming a cached one: a
+  // confirmed ID is cached, so passing it twice makes the second a claim of
+  // a cached ID, which ClaimAll refuses.
+  {
+    absl::flat_hash_set<BlockId> seen;
+    seen.reserve(claim.size());
+    for (BlockId id : claim) {
+      if (!seen.insert(id).second) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("block id %d appears twice in block_ids", id));
+      }
     }
   }
   BlockId taken = 0;
@@ -552,12 +557,12 @@ void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
 
 absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   Tenant* t = FindTenant(tenant);
-  const auto not_found = absl::NotFoundError(absl::StrFormat(
-      "lease %016x not found (never issued, expired or released)", lease));
-  if (t == nullptr) return not_found;
-  MutexLock lock(&t->mu);
-  t->ExpireLeases(clock_->Now());
-  if (!t->EndLease(lease)) return not_found;
+  if (t != nullptr) {
+    MutexLock lock(&t->mu);
+    t->ExpireLeases(clock_->Now());
+    if (t->EndLease(lease)) return absl::OkStatus();
+  }
+  return LeaseNotFound(lease);
   return absl::OkStatus();
 }
 
@@ -570,16 +575,12 @@ absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
                         leases.size(), options_.limits.max_leases_per_tenant));
   }
   Tenant* t = FindTenant(tenant);
-  auto not_found = [](LeaseId id) {
-    return absl::NotFoundError(absl::StrFormat(
-        "lease %016x not found (never issued, expired or released)", id));
-  };
-  if (t == nullptr) return not_found(leases[0]);
+  if (t == nullptr) return LeaseNotFound(leases[0]);
   MutexLock lock(&t->mu);
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   for (LeaseId id : leases) {
-    if (t->FindLease(id) == nullptr) return not_found(id);
+    if (t->FindLease(id) == nullptr) return LeaseNotFound(id);
   }
   std::vector<absl::Duration> out;
   for (LeaseId id : leases) {

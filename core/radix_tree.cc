@@ -40,6 +40,7 @@ std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
   const size_t bs = static_cast<size_t>(tree.root.block_size);
   const size_t query_blocks = tokens.size() / bs;
   std::vector<WalkStep> steps;
+  steps.reserve(8);
   const Node* node = &tree.root;
   size_t i = 0;  // query block index
   while (i < query_blocks) {
@@ -49,14 +50,18 @@ std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
         child->position != position_offset + static_cast<int64_t>(i * bs)) {
       break;
     }
-    // The first block matched by key; compare the rest of the edge in one go
-    // and round the first mismatch down to a block boundary.
+    // The first block matched by key. Compare the rest of the edge with one
+    // memcmp (the common case: all of it matches); only on a difference find
+    // the first differing block.
     const size_t len = std::min(child->tokens.size(), (query_blocks - i) * bs);
-    auto q = tokens.begin() + i * bs;
-    size_t same = std::mismatch(child->tokens.begin() + bs,
-                                child->tokens.begin() + len, q + bs)
-                      .first -
-                  child->tokens.begin();
+    const Token* cached = child->tokens.data();
+    const Token* query = tokens.data() + i * bs;
+    size_t same = len;
+    if (std::memcmp(cached + bs, query + bs, (len - bs) * sizeof(Token)) != 0) {
+      same = bs;
+      while (std::memcmp(cached + same, query + same, bs * sizeof(Token)) == 0)
+        same += bs;
+    }
     const size_t k = same / bs;
     steps.push_back(WalkStep{child, k, i});
     i += k;

@@ -99,7 +99,8 @@ void Tenant::PinPath(Node* end, int delta) {
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
   assert(blocks > 0 && blocks < node->num_blocks());
   Node* parent = node->parent;
-  auto handle = parent->children.extract(MakeBlockKey(node->block(0)));
+  auto handle =
+      parent->children.extract(BlockKey{node->block(0), node->key_hash});
   assert(!handle.empty());
   std::unique_ptr<Node> owned = std::move(handle.value());
 
@@ -120,6 +121,9 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
   node->tokens.erase(node->tokens.begin(), node->tokens.begin() + split_tokens);
   node->block_ids.erase(node->block_ids.begin(),
                         node->block_ids.begin() + blocks);
+  node->tokens
+      .shrink_to_fit();  // the head's share would otherwise stay allocated
+  node->block_ids.shrink_to_fit();
   node->position += static_cast<int64_t>(split_tokens);
   node->RehashKey();
   node->parent = head.get();
@@ -199,7 +203,7 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   // The last block of the node: the node itself goes.
   LruErase(n);
   Node* parent = n->parent;
-  auto handle = parent->children.extract(MakeBlockKey(n->block(0)));
+  auto handle = parent->children.extract(BlockKey{n->block(0), n->key_hash});
   assert(!handle.empty());
   --nodes_;
   --tree->nodes;
@@ -238,7 +242,8 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
                [&](const Node& n, int) { remove_one(const_cast<Node&>(n)); });
 
   Node* parent = node->parent;
-  auto handle = parent->children.extract(MakeBlockKey(node->block(0)));
+  auto handle =
+      parent->children.extract(BlockKey{node->block(0), node->key_hash});
   assert(!handle.empty());
   SyncLru(parent);
   if (parent->is_root()) maybe_empty_.push_back(tree->ns);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/config.h"
 #include "server/flags.h"
@@ -34,6 +35,10 @@ int Fail(absl::string_view what, const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock
+  // detector on: a process-wide lock taken on every Lock() that cost a third
+  // of the cache's throughput (docs/performance.md). The tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::StatusOr<prefixd::CommandLine> flags =
       prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
   if (!flags.ok()) return Fail("bad command line (see --help)", flags.status());

@@ -2,21 +2,32 @@
 // per call, before it touches the cache, and acts only on the CallContext it
 // gets back: the tenant is never a request field (DESIGN.md section 8).
 //
-// This file has the interface and the auth-off implementation. TOKEN and
-// MTLS modes are further Authorizer implementations returned by
-// MakeAuthorizer(); nothing else in server/ changes when they are added.
+// Modes (auth.mode in the config, docs/security.md):
+//   NONE   every caller is an engine for any tenant (loopback and Unix
+//          sockets only, unless the operator overrides that);
+//   TOKEN  principals present `authorization: Bearer <token>`; the config
+//          keeps only each token's SHA-256. TCP listeners use TLS when a
+//          certificate is configured;
+//   MTLS   TCP listeners require a client certificate signed by the client
+//          CA, and its subject names the principal; callers on Unix sockets
+//          (never TLS) authenticate with a bearer token.
 #ifndef PREFIXD_SERVER_AUTH_H_
 #define PREFIXD_SERVER_AUTH_H_
 
+#include <array>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/cache.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/listen_address.h"
+#include "server/tls.h"
 
 namespace grpc {
 class CallbackServerContext;
@@ -27,16 +38,25 @@ namespace prefixd {
 
 // Metadata keys (lower case, as gRPC delivers them).
 inline constexpr char kTenantHeader[] = "x-prefixd-tenant";
+inline constexpr char kAuthorizationHeader[] = "authorization";
 inline constexpr char kDefaultTenant[] = "default";
 
 struct CallContext {
   std::string principal;  // for logs; "anonymous" with auth off
-  std::string tenant;     // every single-tenant call acts on this tenant
+  // Every single-tenant call acts on this tenant. Empty when a principal
+  // that acts for several tenants named none: calls that need a tenant then
+  // fail (RequireTenant); GetInfo, Handshake, Evict, Invalidate and the
+  // all-tenant forms of Stats and Reset do not need one.
+  std::string tenant;
   // Tenants that Evict and Invalidate may touch and Reset may name.
   TenantScope scope;
   // May read Stats of every tenant and Reset all of them (admin, or auth off).
   bool all_tenants = false;
 };
+
+// OK when call.tenant is set; else INVALID_ARGUMENT telling the principal to
+// name the tenant in x-prefixd-tenant.
+absl::Status RequireTenant(const CallContext& call);
 
 // Thread safety: Authorize and Credentials are called concurrently from
 // gRPC threads; implementations must be safe for that and must not block.
@@ -57,6 +77,11 @@ class Authorizer {
   // is all auth-off serves (loopback and Unix sockets, see config.cc).
   virtual std::shared_ptr<grpc::ServerCredentials> Credentials(
       const ListenAddress& address) const;
+
+  // What the start-up banner must warn about for these listeners (one line
+  // each; none by default).
+  virtual std::vector<std::string> Warnings(
+      const std::vector<ListenAddress>& listen) const;
 };
 
 // Auth off: every caller is an engine for any tenant. The tenant comes from
@@ -69,10 +94,108 @@ class NoAuthAuthorizer final : public Authorizer {
       const grpc::CallbackServerContext& context) const override;
 };
 
-// The Authorizer for config.auth().mode(). UNIMPLEMENTED for modes this
-// build does not have.
+// One configured principal (v1::PrincipalConfig), validated.
+struct Principal {
+  enum class Role { kTenant, kEngine, kAdmin };
+  std::string name;
+  Role role = Role::kTenant;
+  bool has_token = false;
+  std::array<unsigned char, 32> token_sha256{};
+  std::string cert_subject;  // "" = none
+  // Engine with "*", and admin: any tenant. Otherwise `tenants` (a tenant
+  // principal has exactly one).
+  bool any_tenant = false;
+  std::vector<std::string> tenants;
+};
+
+// The principals of a TOKEN or MTLS config and the rules that map a
+// principal and the x-prefixd-tenant it sends to a CallContext:
+//   tenant  its one tenant; naming another is PERMISSION_DENIED;
+//   engine  the tenant it names, if in its list (else PERMISSION_DENIED);
+//           without the header, its only tenant, or none if it has several
+//           (RequireTenant then refuses single-tenant calls);
+//   admin   any tenant it names; also Stats and Reset of every tenant.
+// A named tenant that is not configured is PERMISSION_DENIED unless dynamic
+// tenants are on. Immutable after FromConfig: thread-safe.
+class PrincipalTable {
+ public:
+  // INVALID_ARGUMENT naming the principal (and what is wrong) for: no name
+  // or a repeated one, no or an unknown role, a token_sha256 that is not 64
+  // hex digits, two principals with one token or one certificate subject, a
+  // principal without the credential its mode needs, a tenant principal
+  // without exactly one tenant, an engine without tenants, "*" mixed with
+  // names, tenants that are not configured while dynamic tenants are off.
+  static absl::StatusOr<PrincipalTable> FromConfig(const v1::Config& config);
+
+  // The principal whose token_sha256 is SHA-256(token), or nullptr. The
+  // hash is compared with every principal's in constant time
+  // (CRYPTO_memcmp), and the loop never ends early: how long it takes says
+  // nothing about which principal, if any, matched.
+  const Principal* FindByToken(absl::string_view token) const;
+
+  // The principal whose cert_subject is the certificate's subject (when
+  // cert_subject contains '=', e.g. "CN=engine-0,O=acme") or its common name
+  // (otherwise, e.g. "engine-0"); nullptr if none.
+  const Principal* FindByCertificate(const PeerCertificate& cert) const;
+
+  // What `p` may do when it sends x-prefixd-tenant `tenant_header` ("" when
+  // absent).
+  absl::StatusOr<CallContext> Resolve(const Principal& p,
+                                      absl::string_view tenant_header) const;
+
+  const std::vector<Principal>& principals() const { return principals_; }
+
+ private:
+  std::vector<Principal> principals_;
+  absl::flat_hash_set<std::string> configured_tenants_;
+  bool dynamic_tenants_ = false;
+};
+
+// TOKEN and MTLS. In MTLS, a call on a TLS connection is the principal of
+// its (verified) client certificate; a call without one (a Unix socket)
+// authenticates with its bearer token.
+class PrincipalAuthorizer final : public Authorizer {
+ public:
+  // `tls`: the TCP listeners' certificate, or nullopt for plaintext (TOKEN
+  // only; MTLS always has one, with the client CA).
+  PrincipalAuthorizer(v1::AuthConfig::Mode mode, PrincipalTable principals,
+                      std::optional<TlsMaterial> tls);
+
+  absl::string_view mode() const override;
+  absl::StatusOr<CallContext> Authorize(
+      const grpc::CallbackServerContext& context) const override;
+  std::shared_ptr<grpc::ServerCredentials> Credentials(
+      const ListenAddress& address) const override;
+  std::vector<std::string> Warnings(
+      const std::vector<ListenAddress>& listen) const override;
+
+ private:
+  absl::StatusOr<const Principal*> Identify(
+      const grpc::CallbackServerContext& context) const;
+
+  const v1::AuthConfig::Mode mode_;
+  const PrincipalTable principals_;
+  const std::optional<TlsMaterial> tls_;
+  std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none
+};
+
+// Checks config.auth and config.principals against each other and the
+// mode (the checks of PrincipalTable::FromConfig and which TLS files each
+// mode needs) without reading any file. INVALID_ARGUMENT naming the field.
+absl::Status ValidateAuthConfig(const v1::Config& config);
+
+// The Authorizer for config.auth().mode(): validates the config and reads
+// the TLS files.
 absl::StatusOr<std::unique_ptr<Authorizer>> MakeAuthorizer(
     const v1::Config& config);
+
+// The token of an `authorization` value "Bearer <token>" (the scheme in any
+// case, RFC 6750). UNAUTHENTICATED for anything else.
+absl::StatusOr<std::string> BearerToken(absl::string_view authorization);
+
+// Lower-case hex SHA-256 of `text`, as token_sha256 stores it (for tests and
+// tools; `printf %s "$TOKEN" | sha256sum` prints the same).
+std::string Sha256Hex(absl::string_view text);
 
 // The single value of `key` in the call's metadata; "" when absent.
 // INVALID_ARGUMENT when it is given more than once.

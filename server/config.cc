@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "client/hf_config.h"
 #include "core/units.h"
+#include "server/auth.h"
 #include "server/defaults.h"
 
 namespace prefixd {
@@ -430,6 +431,7 @@ absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
   out.model_description = DescribeModel(out.model);
   if (absl::Status s = ResolveCache(config, &out); !s.ok()) return s;
   if (absl::Status s = ResolveServing(config, &out); !s.ok()) return s;
+  if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
   return out;
 }
 

@@ -177,6 +177,7 @@ absl::Status PrefixCacheService::DoHandshake(const CallContext&,
 absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          const v1::MatchRequest& req,
                                          v1::MatchResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   MatchRequest m;
   m.ns = req.namespace_();
   m.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
@@ -200,6 +201,7 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
 absl::Status PrefixCacheService::DoInsert(const CallContext& call,
                                           const v1::InsertRequest& req,
                                           v1::InsertResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   InsertRequest in;
   in.ns = req.namespace_();
   in.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
@@ -222,12 +224,14 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
 absl::Status PrefixCacheService::DoRelease(const CallContext& call,
                                            const v1::ReleaseRequest& req,
                                            v1::ReleaseResponse*) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   return cache_->Release(call.tenant, req.lease_id());
 }
 
 absl::Status PrefixCacheService::DoKeepAlive(const CallContext& call,
                                              const v1::KeepAliveRequest& req,
                                              v1::KeepAliveResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   absl::StatusOr<std::vector<absl::Duration>> left = cache_->KeepAlive(
       call.tenant,
       absl::MakeConstSpan(req.lease_ids().data(), req.lease_ids_size()));
@@ -280,6 +284,8 @@ absl::Status PrefixCacheService::DoReset(const CallContext& call,
                        "\" may not reset tenant \"", req.tenant(), "\""));
     }
     scope = TenantScope::One(req.tenant());
+  } else if (absl::Status s = RequireTenant(call); !s.ok()) {
+    return s;
   }
   AddAll(cache_->Reset(scope), resp->mutable_removed_block_ids());
   watchers_->Notify();
@@ -294,6 +300,9 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
     return absl::PermissionDeniedError(
         absl::StrCat("principal \"", call.principal,
                      "\" may not read the stats of all tenants"));
+  }
+  if (!req.all_tenants()) {
+    if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   }
   CacheStats s = cache_->Stats(
       req.all_tenants() ? TenantScope::All() : TenantScope::One(call.tenant));
@@ -311,6 +320,7 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
 absl::Status PrefixCacheService::DoDump(const CallContext& call,
                                         const v1::DumpRequest& req,
                                         v1::DumpResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   absl::StatusOr<std::vector<std::string>> namespaces =
       cache_->Namespaces(call.tenant);
   if (!namespaces.ok()) return namespaces.status();
@@ -399,6 +409,7 @@ PrefixCacheService::WatchEvents(grpc::CallbackServerContext* ctx,
                                 const v1::WatchEventsRequest* req) {
   const absl::Time start = absl::Now();
   absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  if (call.ok() && call->tenant.empty()) call = RequireTenant(*call);
   if (observer_ != nullptr) {
     observer_->OnRpcDone("WatchEvents", call.status().code(),
                          absl::Now() - start);

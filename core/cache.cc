@@ -261,25 +261,65 @@ std::vector<Tenant*> PrefixCache::TenantsIn(const TenantScope& scope) const {
 // --- Match
 // --------------------------------------------------------------------
 
-absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
-                                               const MatchRequest& req) {
+absl::Status PrefixCache::ValidateMatch(const MatchRequest& req) const {
   const CacheLimits& limits = options_.limits;
   RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
   RETURN_IF_ERROR(
       ValidateName("namespace", req.ns, limits.max_namespace_bytes, true));
   RETURN_IF_ERROR(
       ValidatePositions(req.position_offset, req.tokens.size(), limits));
-  ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
-  ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
+  return LeaseTtl(req.lease_ttl, options_).status();
+}
 
+absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
+                                               const MatchRequest& req) {
+  RETURN_IF_ERROR(ValidateMatch(req));
+  ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
   MutexLock lock(&t->mu);
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
+  return MatchLocked(t, req, now);
+}
+
+std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
+    absl::string_view tenant, absl::Span<const MatchRequest> reqs) {
+  std::vector<absl::Status> valid;
+  valid.reserve(reqs.size());
+  for (const MatchRequest& req : reqs) valid.push_back(ValidateMatch(req));
+  std::vector<absl::StatusOr<MatchResult>> out;
+  out.reserve(reqs.size());
+  for (const absl::Status& v : valid) {
+    out.push_back(v.ok() ? absl::UnknownError("not run")
+                         : v);  // replaced below
+  }
+  if (std::none_of(valid.begin(), valid.end(),
+                   [](const absl::Status& s) { return s.ok(); })) {
+    return out;  // a batch of bad requests creates no tenant
+  }
+  absl::StatusOr<Tenant*> t = FindOrCreateTenant(tenant);
+  if (!t.ok()) {
+    out.assign(reqs.size(), t.status());
+    return out;
+  }
+  MutexLock lock(&(*t)->mu);
+  const absl::Time now = clock_->Now();
+  (*t)->ExpireLeases(now);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (valid[i].ok()) out[i] = MatchLocked(*t, reqs[i], now);
+  }
+  return out;
+}
+
+absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
+    Tenant* t, const MatchRequest& req,
+    absl::Time now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const CacheLimits& limits = options_.limits;
   if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
         t->name(), t->num_leases()));
   }
+  const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
   TenantStats& c = t->counters();
   ++c.match_requests;
   c.match_tokens += req.tokens.size();
@@ -319,8 +359,7 @@ absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
 // --- Insert
 // -------------------------------------------------------------------
 
-absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
-                                                 const InsertRequest& req) {
+absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   const CacheLimits& limits = options_.limits;
   const size_t bs = options_.block_size;
   RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
@@ -344,21 +383,62 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
   RETURN_IF_ERROR(
       ValidatePositions(req.position_offset, req.tokens.size(), limits));
   RETURN_IF_ERROR(LeaseTtl(req.lease_ttl, options_).status());
-  ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
+  return absl::OkStatus();
+}
 
+absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
+                                                 const InsertRequest& req) {
+  return std::move(InsertBatch(tenant, absl::MakeConstSpan(&req, 1))[0]);
+}
+
+// Runs the batch in order. Inserts that fit the budget run with only the
+// tenant locked; from the first one that must evict other tenants' blocks
+// on, the rest run in the exclusive section, so the order never changes.
+std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
+    absl::string_view tenant, absl::Span<const InsertRequest> reqs) {
+  std::vector<absl::Status> valid;
+  valid.reserve(reqs.size());
+  for (const InsertRequest& req : reqs) valid.push_back(ValidateInsert(req));
+  std::vector<absl::StatusOr<InsertResult>> out;
+  out.reserve(reqs.size());
+  for (const absl::Status& v : valid) {
+    out.push_back(v.ok() ? absl::UnknownError("not run")
+                         : v);  // replaced below
+  }
+  if (std::none_of(valid.begin(), valid.end(),
+                   [](const absl::Status& s) { return s.ok(); })) {
+    return out;  // a batch of bad requests creates no tenant
+  }
+  absl::StatusOr<Tenant*> found = FindOrCreateTenant(tenant);
+  if (!found.ok()) {
+    out.assign(reqs.size(), found.status());
+    return out;
+  }
+  Tenant* t = *found;
   bool needs_exclusive = false;
+  size_t done = 0;
   {
     MutexLock lock(&t->mu);
-    auto result = InsertLocked(t, req, /*all=*/nullptr, &needs_exclusive);
-    if (!needs_exclusive) return result;
+    for (; done < reqs.size(); ++done) {
+      if (!valid[done].ok()) continue;
+      auto result =
+          InsertLocked(t, reqs[done], /*all=*/nullptr, &needs_exclusive);
+      if (needs_exclusive) break;
+      out[done] = std::move(result);
+    }
   }
+  if (done == reqs.size()) return out;
   // The global budget is full: evicting other tenants' blocks needs them all.
   MutexLock exclusive(&exclusive_mu_);
   ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   const absl::Time now = clock_->Now();
   for (Tenant* u : all.tenants()) u->ExpireLeases(now);
-  return InsertLocked(t, req, &all.tenants(), &needs_exclusive);
+  for (; done < reqs.size(); ++done) {
+    if (valid[done].ok())
+      out[done] = InsertLocked(t, reqs[done], &all.tenants(), &needs_exclusive);
+  }
+  return out;
 }
 
 absl::StatusOr<InsertResult> PrefixCache::InsertLocked(

@@ -207,6 +207,16 @@ class PrefixCache {
   absl::StatusOr<InsertResult> Insert(absl::string_view tenant,
                                       const InsertRequest& req);
 
+  // Many Matches or Inserts of one tenant, in order, with the tenant's lock
+  // taken once (Inserts that must evict other tenants' blocks, and all after
+  // them, run in the exclusive section). Each result is exactly what the
+  // single call would have returned at that point; a failing request does
+  // not stop the others.
+  std::vector<absl::StatusOr<MatchResult>> MatchBatch(
+      absl::string_view tenant, absl::Span<const MatchRequest> reqs);
+  std::vector<absl::StatusOr<InsertResult>> InsertBatch(
+      absl::string_view tenant, absl::Span<const InsertRequest> reqs);
+
   // Ends a lease. NOT_FOUND for unknown, expired or another tenant's lease.
   absl::Status Release(absl::string_view tenant, LeaseId lease);
 
@@ -277,6 +287,11 @@ class PrefixCache {
   std::vector<Tenant*> AllTenants() const;
   bool AllTenantsEmpty() const;
 
+  absl::Status ValidateMatch(const MatchRequest& req) const;
+  absl::Status ValidateInsert(const InsertRequest& req) const;
+  // The body of Match with t->mu held and t's leases expired at `now`.
+  absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchRequest& req,
+                                          absl::Time now);
   // The body of Insert with t->mu held. `all` is null on the fast path
   // (only t locked: sets *needs_exclusive if other tenants must give up
   // blocks) and every tenant, all locked, in the exclusive section.

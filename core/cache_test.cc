@@ -586,5 +586,95 @@ TEST_F(CacheTest, StatsCountHitsAndInserts) {
   EXPECT_EQ(s.tree_nodes, 1);
 }
 
+TEST_F(CacheTest, BatchesEqualTheSameCallsOneByOne) {
+  // Two caches, one driven by batches and one by single calls, must end up
+  // with the same results and the same trees, including a batch whose
+  // middle insert has to evict another tenant's blocks (the exclusive
+  // section) and a bad request that does not stop the rest.
+  auto make = [&] {
+    CacheOptions o;
+    o.block_size = 1;
+    o.block_bytes = 1;
+    o.budget_bytes = 6;
+    o.clock = &clock_;
+    o.seed = 7;
+    return std::move(PrefixCache::Create(o)).value();
+  };
+  auto batched = make(), single = make();
+  for (PrefixCache* c : {batched.get(), single.get()}) {
+    std::vector<Token> t{50, 51, 52};
+    std::vector<BlockId> ids{50, 51, 52};
+    InsertRequest r;
+    r.tokens = t;
+    r.block_ids = ids;
+    ASSERT_TRUE(c->Insert("other", r).ok());
+  }
+  const std::vector<std::vector<Token>> tokens = {
+      {1, 2}, {1, 3}, {7}, {9, 9}, {1, 2, 4}};
+  const std::vector<std::vector<BlockId>> ids = {
+      {1, 2}, {1, 3}, {}, {9, 9}, {1, 2, 4}};
+  std::vector<InsertRequest> inserts(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    inserts[i].tokens = tokens[i];
+    inserts[i].block_ids = ids[i];
+  }
+  auto got = batched->InsertBatch("a", inserts);
+  ASSERT_EQ(got.size(), inserts.size());
+  for (size_t i = 0; i < inserts.size(); ++i) {
+    auto want = single->Insert("a", inserts[i]);
+    ASSERT_EQ(got[i].status().code(), want.status().code()) << i;
+    if (!want.ok()) continue;
+    EXPECT_EQ(got[i]->cached_tokens, want->cached_tokens) << i;
+    EXPECT_EQ(got[i]->redundant_block_ids, want->redundant_block_ids) << i;
+    EXPECT_EQ(got[i]->evicted_block_ids, want->evicted_block_ids) << i;
+  }
+  EXPECT_EQ(got[2].status().code(),
+            absl::StatusCode::kInvalidArgument);  // 1 token, 0 ids
+  EXPECT_EQ(got[3].status().code(),
+            absl::StatusCode::kInvalidArgument);    // id 9 twice
+  EXPECT_FALSE(got[4]->evicted_block_ids.empty());  // past the budget of 6
+
+  std::vector<MatchRequest> matches(3);
+  std::vector<Token> m0{1, 2, 4}, m1{50}, m2{};
+  matches[0].tokens = m0;
+  matches[0].pin = true;
+  matches[1].tokens = m1;
+  matches[2].tokens = m2;  // empty: INVALID_ARGUMENT
+  auto mgot = batched->MatchBatch("a", matches);
+  for (size_t i = 0; i < matches.size(); ++i) {
+    auto want = single->Match("a", matches[i]);
+    ASSERT_EQ(mgot[i].status().code(), want.status().code()) << i;
+    if (want.ok()) {
+      EXPECT_EQ(MatchedIds(*mgot[i]), MatchedIds(*want)) << i;
+    }
+  }
+  EXPECT_EQ(mgot[0]->matched_tokens, 3);
+  EXPECT_NE(mgot[0]->lease_id, 0);
+  for (const std::string tenant : {"a", "other"}) {
+    for (const std::string ns : {""}) {
+      auto a = batched->Dump(tenant, ns), b = single->Dump(tenant, ns);
+      ASSERT_EQ(a.ok(), b.ok());
+      if (!a.ok()) continue;
+      ASSERT_EQ(a->size(), b->size());
+      for (size_t i = 0; i < a->size(); ++i) {
+        EXPECT_EQ((*a)[i].block_ids, (*b)[i].block_ids);
+        EXPECT_EQ((*a)[i].pins, (*b)[i].pins);
+      }
+    }
+  }
+  EXPECT_TRUE(batched->CheckInvariants().ok());
+}
+
+TEST_F(CacheTest, ABatchOfBadRequestsCreatesNoTenant) {
+  Init(2, 100);
+  std::vector<InsertRequest> bad(2);
+  std::vector<Token> odd{1, 2, 3};
+  bad[0].tokens = odd;
+  auto r = cache_->InsertBatch("newcomer", bad);
+  EXPECT_EQ(r[0].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r[1].status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(cache_->Stats(TenantScope::All()).tenants.empty());
+}
+
 }  // namespace
 }  // namespace prefixd

@@ -123,6 +123,30 @@ uint64_t BlocksOf(uint64_t bytes, uint64_t block_bytes, uint64_t cap) {
   return std::min(bytes / block_bytes, cap);
 }
 
+// The common start of a batch: validate every request (the results of bad
+// ones are their errors), and find or create the tenant only if at least one
+// is valid, so that a batch of bad requests changes nothing.
+template <typename Req, typename Result, typename Validate, typename Find>
+absl::StatusOr<Tenant*> StartBatch(absl::Span<const Req> reqs,
+                                   Validate validate, Find find_tenant,
+                                   std::vector<absl::Status>* valid,
+                                   std::vector<absl::StatusOr<Result>>* out) {
+  valid->reserve(reqs.size());
+  out->reserve(reqs.size());
+  bool any = false;
+  for (const Req& req : reqs) {
+    valid->push_back(validate(req));
+    any |= valid->back().ok();
+    // A placeholder for the valid ones, replaced when they run.
+    out->push_back(valid->back().ok() ? absl::UnknownError("not run")
+                                      : valid->back());
+  }
+  if (!any) return absl::InvalidArgumentError("no valid request in the batch");
+  absl::StatusOr<Tenant*> t = find_tenant();
+  if (!t.ok()) out->assign(reqs.size(), t.status());
+  return t;
+}
+
 }  // namespace
 
 // --- Construction and tenants -----------------------------------------------
@@ -284,23 +308,11 @@ absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
 std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
     absl::string_view tenant, absl::Span<const MatchRequest> reqs) {
   std::vector<absl::Status> valid;
-  valid.reserve(reqs.size());
-  for (const MatchRequest& req : reqs) valid.push_back(ValidateMatch(req));
   std::vector<absl::StatusOr<MatchResult>> out;
-  out.reserve(reqs.size());
-  for (const absl::Status& v : valid) {
-    out.push_back(v.ok() ? absl::UnknownError("not run")
-                         : v);  // replaced below
-  }
-  if (std::none_of(valid.begin(), valid.end(),
-                   [](const absl::Status& s) { return s.ok(); })) {
-    return out;  // a batch of bad requests creates no tenant
-  }
-  absl::StatusOr<Tenant*> t = FindOrCreateTenant(tenant);
-  if (!t.ok()) {
-    out.assign(reqs.size(), t.status());
-    return out;
-  }
+  absl::StatusOr<Tenant*> t = StartBatch(
+      reqs, [this](const MatchRequest& r) { return ValidateMatch(r); },
+      [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
+  if (!t.ok()) return out;
   MutexLock lock(&(*t)->mu);
   const absl::Time now = clock_->Now();
   (*t)->ExpireLeases(now);
@@ -397,23 +409,11 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
 std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
     absl::string_view tenant, absl::Span<const InsertRequest> reqs) {
   std::vector<absl::Status> valid;
-  valid.reserve(reqs.size());
-  for (const InsertRequest& req : reqs) valid.push_back(ValidateInsert(req));
   std::vector<absl::StatusOr<InsertResult>> out;
-  out.reserve(reqs.size());
-  for (const absl::Status& v : valid) {
-    out.push_back(v.ok() ? absl::UnknownError("not run")
-                         : v);  // replaced below
-  }
-  if (std::none_of(valid.begin(), valid.end(),
-                   [](const absl::Status& s) { return s.ok(); })) {
-    return out;  // a batch of bad requests creates no tenant
-  }
-  absl::StatusOr<Tenant*> found = FindOrCreateTenant(tenant);
-  if (!found.ok()) {
-    out.assign(reqs.size(), found.status());
-    return out;
-  }
+  absl::StatusOr<Tenant*> found = StartBatch(
+      reqs, [this](const InsertRequest& r) { return ValidateInsert(r); },
+      [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
+  if (!found.ok()) return out;
   Tenant* t = *found;
   bool needs_exclusive = false;
   size_t done = 0;

@@ -38,6 +38,18 @@ bool TenantScope::Contains(absl::string_view tenant) const {
 
 namespace {
 
+// The state of tenant i's lease-ID generator (SplitMix64, whose state steps
+// by the golden ratio G). States must not differ by a multiple of G, or two
+// tenants draw the same IDs a few leases apart and one finds the other's ID
+// in its own table: seed ^ (G * (i + 1)) did for small seeds. The finalizer
+// scatters them.
+uint64_t TenantSeed(uint64_t seed, uint32_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 // At most `max` IDs, then "... (N in all)": error messages stay readable.
 std::string FormatIds(absl::Span<const BlockId> ids, size_t max = 8) {
   std::string out =
@@ -223,7 +235,7 @@ PrefixCache::PrefixCache(CacheOptions options)
         BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
                  budget_blocks_),
         BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
-        options_, &index_, seed_ ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+        options_, &index_, TenantSeed(seed_, i));
     tenant_order_.push_back(t.get());
     tenants_[spec.name] = std::move(t);
   }
@@ -256,13 +268,13 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
                         name, options_.limits.max_tenants));
   }
   const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-  auto t = std::make_unique<Tenant>(
-      std::string(name), i,
-      BlocksOf(options_.default_quota.reserved_bytes, options_.block_bytes,
-               budget_blocks_),
-      BlocksOf(options_.default_quota.limit_bytes, options_.block_bytes,
-               budget_blocks_),
-      options_, &index_, seed_ ^ (0x9e3779b97f4a7c15ULL * (i + 1)));
+  auto t =
+      std::make_unique<Tenant>(std::string(name), i,
+                               BlocksOf(options_.default_quota.reserved_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               BlocksOf(options_.default_quota.limit_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               options_, &index_, TenantSeed(seed_, i));
   Tenant* raw = t.get();
   tenant_order_.push_back(raw);
   tenants_[std::string(name)] = std::move(t);

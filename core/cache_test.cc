@@ -1,5 +1,6 @@
 #include "core/cache.h"
 
+#include <map>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -401,6 +402,40 @@ TEST_F(CacheTest, SecondReleaseAndForeignLeasesAreNotFound) {
   absl::Status again = cache_->Release("a", r.lease_id);
   EXPECT_EQ(again.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(again.message(), HasSubstr(absl::StrFormat("%016x", r.lease_id)));
+}
+
+// Regression (core_ops_fuzzer): with seed 1, tenants a and c drew the same
+// lease IDs two leases apart, so c's lease ID released one of a's.
+TEST_F(CacheTest, TenantsNeverDrawTheSameLeaseIds) {
+  for (uint64_t seed = 1; seed <= 64; ++seed) {
+    CacheOptions o;
+    o.block_size = 1;
+    o.block_bytes = 1;
+    o.budget_bytes = 1000;
+    o.clock = &clock_;
+    o.seed = seed;
+    cache_ = std::move(PrefixCache::Create(o)).value();
+    std::map<LeaseId, std::string> owner;
+    for (int n = 0; n < 40; ++n) {
+      for (const char* t : {"a", "b", "c", "d"}) {
+        std::vector<Token> tokens = {static_cast<Token>(n)};
+        std::vector<BlockId> ids = {static_cast<BlockId>(n * 10 + t[0])};
+        InsertRequest req{"", tokens, ids, 0, true, absl::ZeroDuration()};
+        const LeaseId lease = cache_->Insert(t, req).value().lease_id;
+        ASSERT_TRUE(owner.emplace(lease, t).second)
+            << "seed " << seed << ": tenant " << t << " drew lease " << lease
+            << " of tenant " << owner[lease];
+      }
+    }
+    for (const auto& [lease, t] : owner) {
+      for (const char* other : {"a", "b", "c", "d"}) {
+        if (t == other) continue;
+        ASSERT_EQ(cache_->Release(other, lease).code(),
+                  absl::StatusCode::kNotFound)
+            << "seed " << seed;
+      }
+    }
+  }
 }
 
 TEST_F(CacheTest, KeepAliveWithOneUnknownLeaseRenewsNone) {

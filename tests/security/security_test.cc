@@ -383,6 +383,25 @@ TEST_P(SecurityTest, EngineActsOnlyForTheTenantsInItsList) {
   EXPECT_THAT(z.status().message(), HasSubstr("\"zeta\" is not configured"));
 }
 
+TEST_P(SecurityTest, DynamicTenantsTakeTheDefaultQuotaUpToMaxTenants) {
+  const uint64_t limit = 4 * kBlockBytes;
+  StartServer("", absl::StrCat("dynamic_tenants { enabled: true limit: \"",
+                               limit, "\" }\nlimits { max_tenants: 4 }\n"));
+  std::unique_ptr<Client> d = Connect("ops", "d");
+  ASSERT_TRUE(d->Insert(Tokens(1, 1), Ids(1, 1)).ok());
+  const v1::TenantStats* stats = FindTenant(StatsOf(d.get()), "d");
+  ASSERT_NE(stats, nullptr);
+  EXPECT_EQ(stats->limit_bytes(), limit);
+  EXPECT_EQ(stats->reserved_bytes(), 0u);
+  // a, b, c and d exist: a fifth is refused.
+  absl::Status e = Connect("ops", "e")->Match(Tokens(1, 1)).status();
+  EXPECT_CODE(e, kResourceExhausted);
+  EXPECT_THAT(e.message(), HasSubstr("max_tenants 4"));
+  // Dynamic tenants do not widen an engine's list.
+  EXPECT_CODE(Connect("engine-ac", "d")->Match(Tokens(1, 1)).status(),
+              kPermissionDenied);
+}
+
 // Messages of refused credentials never name a principal.
 void ExpectNoPrincipalNamed(const absl::Status& s) {
   for (const Principal& p : kPrincipals)

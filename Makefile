@@ -7,6 +7,7 @@
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)
 #   make package build the Debian package (CPack) into $(BUILD_DIR)
+#   make image-test  build the container image with buildah and check it (minutes)
 
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
@@ -36,6 +37,10 @@ test: build
 
 package: build
 	cmake --build $(BUILD_DIR) --target package
+
+.PHONY: image-test
+image-test:
+	bash deploy/test-image.sh
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -47,9 +47,10 @@ class Exposer;
 namespace prefixd {
 
 // The RPC methods of prefixd.v1.PrefixCache, as the service names them.
-inline constexpr std::array<absl::string_view, 12> kRpcMethods = {
-    "GetInfo", "Handshake",  "Match", "Insert", "Release",     "KeepAlive",
-    "Evict",   "Invalidate", "Reset", "Stats",  "WatchEvents", "Dump"};
+inline constexpr std::array<absl::string_view, 14> kRpcMethods = {
+    "GetInfo",     "Handshake", "Match",      "Insert",     "Release",
+    "KeepAlive",   "Evict",     "Invalidate", "Reset",      "Stats",
+    "WatchEvents", "Dump",      "MatchBatch", "InsertBatch"};
 
 // Upper bounds (seconds) of prefixd_rpc_duration_seconds: 25us .. 1s.
 std::vector<double> RpcDurationBuckets();

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -79,6 +81,96 @@ void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
     e->set_blocks(t.evicted_blocks[r]);
     e->set_bytes(t.evicted_blocks[r] * block_bytes);
   }
+}
+
+MatchRequest MatchFromProto(const v1::MatchRequest& req) {
+  MatchRequest m;
+  m.ns = req.namespace_();
+  m.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  m.position_offset = req.position_offset();
+  m.pin = req.pin();
+  m.lease_ttl = TtlFromMs(req.lease_ttl_ms());
+  return m;
+}
+
+void MatchResultToProto(const MatchResult& r, uint64_t epoch,
+                        v1::MatchResponse* resp) {
+  resp->set_epoch(epoch);
+  resp->set_matched_tokens(r.matched_tokens);
+  for (const Segment& s : r.segments) {
+    v1::Segment* out = resp->add_segments();
+    AddAll(s.block_ids, out->mutable_block_ids());
+    out->set_cached_position(s.cached_position);
+    out->set_rope_delta(s.rope_delta);
+  }
+  resp->set_lease_id(r.lease_id);
+}
+
+InsertRequest InsertFromProto(const v1::InsertRequest& req) {
+  InsertRequest in;
+  in.ns = req.namespace_();
+  in.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  in.block_ids =
+      absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size());
+  in.position_offset = req.position_offset();
+  in.pin = req.pin();
+  in.lease_ttl = TtlFromMs(req.lease_ttl_ms());
+  return in;
+}
+
+void InsertResultToProto(const InsertResult& r, uint64_t epoch,
+                         v1::InsertResponse* resp) {
+  resp->set_epoch(epoch);
+  resp->set_cached_tokens(r.cached_tokens);
+  AddAll(r.redundant_block_ids, resp->mutable_redundant_block_ids());
+  AddAll(r.evicted_block_ids, resp->mutable_evicted_block_ids());
+  resp->set_lease_id(r.lease_id);
+}
+
+// A batch holds its tenant's lock for all of its items, so it is bounded
+// like one request: at most max_block_ids_per_request items, together at
+// most max_tokens_per_request tokens and max_block_ids_per_request block
+// IDs. Past any of them the whole batch is INVALID_ARGUMENT.
+template <typename Req>
+absl::Status CheckBatch(absl::string_view method,
+                        const google::protobuf::RepeatedPtrField<Req>& reqs,
+                        const CacheLimits& limits) {
+  const size_t n = static_cast<size_t>(reqs.size());
+  if (n == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(method, " has no requests; send at least one"));
+  }
+  if (n > limits.max_block_ids_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, " of ", n, " requests exceeds max_block_ids_per_request ",
+        limits.max_block_ids_per_request, ", the limit on requests per batch"));
+  }
+  size_t tokens = 0, ids = 0;
+  for (const Req& r : reqs) {
+    tokens += static_cast<size_t>(r.tokens_size());
+    if constexpr (std::is_same_v<Req, v1::InsertRequest>) {
+      ids += static_cast<size_t>(r.block_ids_size());
+    }
+  }
+  if (tokens > limits.max_tokens_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, " of ", n, " requests carries ", tokens,
+        " tokens in all, past max_tokens_per_request ",
+        limits.max_tokens_per_request, ", which bounds a whole batch"));
+  }
+  if (ids > limits.max_block_ids_per_request) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        method, " of ", n, " requests carries ", ids,
+        " block_ids in all, past max_block_ids_per_request ",
+        limits.max_block_ids_per_request, ", which bounds a whole batch"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Item>
+void SetItemStatus(const absl::Status& s, Item* item) {
+  item->set_code(static_cast<int32_t>(s.code()));
+  item->set_message(std::string(s.message()));
 }
 
 }  // namespace
@@ -178,23 +270,10 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          const v1::MatchRequest& req,
                                          v1::MatchResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  MatchRequest m;
-  m.ns = req.namespace_();
-  m.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
-  m.position_offset = req.position_offset();
-  m.pin = req.pin();
-  m.lease_ttl = TtlFromMs(req.lease_ttl_ms());
-  absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, m);
+  absl::StatusOr<MatchResult> r =
+      cache_->Match(call.tenant, MatchFromProto(req));
   if (!r.ok()) return r.status();
-  resp->set_epoch(info_.epoch);
-  resp->set_matched_tokens(r->matched_tokens);
-  for (const Segment& s : r->segments) {
-    v1::Segment* out = resp->add_segments();
-    AddAll(s.block_ids, out->mutable_block_ids());
-    out->set_cached_position(s.cached_position);
-    out->set_rope_delta(s.rope_delta);
-  }
-  resp->set_lease_id(r->lease_id);
+  MatchResultToProto(*r, info_.epoch, resp);
   return absl::OkStatus();
 }
 
@@ -202,22 +281,11 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
                                           const v1::InsertRequest& req,
                                           v1::InsertResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  InsertRequest in;
-  in.ns = req.namespace_();
-  in.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
-  in.block_ids =
-      absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size());
-  in.position_offset = req.position_offset();
-  in.pin = req.pin();
-  in.lease_ttl = TtlFromMs(req.lease_ttl_ms());
-  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, in);
+  absl::StatusOr<InsertResult> r =
+      cache_->Insert(call.tenant, InsertFromProto(req));
   if (!r.ok()) return r.status();
   watchers_->Notify();
-  resp->set_epoch(info_.epoch);
-  resp->set_cached_tokens(r->cached_tokens);
-  AddAll(r->redundant_block_ids, resp->mutable_redundant_block_ids());
-  AddAll(r->evicted_block_ids, resp->mutable_evicted_block_ids());
-  resp->set_lease_id(r->lease_id);
+  InsertResultToProto(*r, info_.epoch, resp);
   return absl::OkStatus();
 }
 
@@ -346,6 +414,67 @@ absl::Status PrefixCacheService::DoDump(const CallContext& call,
   return absl::OkStatus();
 }
 
+absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
+                                              const v1::MatchBatchRequest& req,
+                                              v1::MatchBatchResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+  if (absl::Status s =
+          CheckBatch("MatchBatch", req.requests(), cache_->options().limits);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<MatchRequest> batch;
+  batch.reserve(req.requests_size());
+  for (const v1::MatchRequest& r : req.requests()) {
+    batch.push_back(MatchFromProto(r));
+  }
+  std::vector<absl::StatusOr<MatchResult>> results =
+      cache_->MatchBatch(call.tenant, batch);
+  resp->set_epoch(info_.epoch);
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  for (const absl::StatusOr<MatchResult>& r : results) {
+    v1::MatchBatchItem* item = resp->add_results();
+    if (r.ok()) {
+      MatchResultToProto(*r, info_.epoch, item->mutable_response());
+    } else {
+      SetItemStatus(r.status(), item);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrefixCacheService::DoInsertBatch(
+    const CallContext& call, const v1::InsertBatchRequest& req,
+    v1::InsertBatchResponse* resp) {
+  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+  if (absl::Status s =
+          CheckBatch("InsertBatch", req.requests(), cache_->options().limits);
+      !s.ok()) {
+    return s;
+  }
+  std::vector<InsertRequest> batch;
+  batch.reserve(req.requests_size());
+  for (const v1::InsertRequest& r : req.requests()) {
+    batch.push_back(InsertFromProto(r));
+  }
+  std::vector<absl::StatusOr<InsertResult>> results =
+      cache_->InsertBatch(call.tenant, batch);
+  resp->set_epoch(info_.epoch);
+  resp->mutable_results()->Reserve(static_cast<int>(results.size()));
+  bool changed = false;
+  for (const absl::StatusOr<InsertResult>& r : results) {
+    v1::InsertBatchItem* item = resp->add_results();
+    if (r.ok()) {
+      changed = true;
+      InsertResultToProto(*r, info_.epoch, item->mutable_response());
+    } else {
+      SetItemStatus(r.status(), item);
+    }
+  }
+  if (changed) watchers_->Notify();
+  return absl::OkStatus();
+}
+
 // --- RPC entry points -------------------------------------------------------
 
 grpc::ServerUnaryReactor* PrefixCacheService::GetInfo(
@@ -402,6 +531,18 @@ grpc::ServerUnaryReactor* PrefixCacheService::Dump(
     grpc::CallbackServerContext* ctx, const v1::DumpRequest* req,
     v1::DumpResponse* resp) {
   return Unary("Dump", ctx, req, resp, &PrefixCacheService::DoDump);
+}
+
+grpc::ServerUnaryReactor* PrefixCacheService::MatchBatch(
+    grpc::CallbackServerContext* ctx, const v1::MatchBatchRequest* req,
+    v1::MatchBatchResponse* resp) {
+  return Unary("MatchBatch", ctx, req, resp, &PrefixCacheService::DoMatchBatch);
+}
+grpc::ServerUnaryReactor* PrefixCacheService::InsertBatch(
+    grpc::CallbackServerContext* ctx, const v1::InsertBatchRequest* req,
+    v1::InsertBatchResponse* resp) {
+  return Unary("InsertBatch", ctx, req, resp,
+               &PrefixCacheService::DoInsertBatch);
 }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>*

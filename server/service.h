@@ -93,6 +93,12 @@ class PrefixCacheService final : public v1::PrefixCache::CallbackService {
   grpc::ServerUnaryReactor* Dump(grpc::CallbackServerContext* ctx,
                                  const v1::DumpRequest* req,
                                  v1::DumpResponse* resp) override;
+  grpc::ServerUnaryReactor* MatchBatch(grpc::CallbackServerContext* ctx,
+                                       const v1::MatchBatchRequest* req,
+                                       v1::MatchBatchResponse* resp) override;
+  grpc::ServerUnaryReactor* InsertBatch(grpc::CallbackServerContext* ctx,
+                                        const v1::InsertBatchRequest* req,
+                                        v1::InsertBatchResponse* resp) override;
 
  private:
   template <typename Req, typename Resp>
@@ -131,6 +137,14 @@ class PrefixCacheService final : public v1::PrefixCache::CallbackService {
                        v1::StatsResponse* resp);
   absl::Status DoDump(const CallContext& call, const v1::DumpRequest& req,
                       v1::DumpResponse* resp);
+  // A batch's items run in core's MatchBatch/InsertBatch (one tenant lock);
+  // the call fails only as a whole: auth, tenant, or the batch limits.
+  absl::Status DoMatchBatch(const CallContext& call,
+                            const v1::MatchBatchRequest& req,
+                            v1::MatchBatchResponse* resp);
+  absl::Status DoInsertBatch(const CallContext& call,
+                             const v1::InsertBatchRequest& req,
+                             v1::InsertBatchResponse* resp);
 
   PrefixCache* const cache_;
   const Authorizer* const auth_;

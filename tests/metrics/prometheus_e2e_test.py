@@ -170,7 +170,7 @@ def check_values(prom, check, expected, what):
 
 def check_rpc_metrics(prom, check, client):
     errors = series(prom, check, "prefixd_rpc_errors_total")
-    check(len(errors) == 12 * 16, "prefixd_rpc_errors_total: 12 methods x 16 codes pre-created",
+    check(len(errors) == 14 * 16, "prefixd_rpc_errors_total: 14 methods x 16 codes pre-created",
           "%d series" % len(errors))
     wrong = {}
     for labels, value in errors.items():

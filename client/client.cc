@@ -356,6 +356,24 @@ absl::StatusOr<Client::InsertResult> Client::Insert(
   return result;
 }
 
+absl::StatusOr<v1::MatchBatchResponse> Client::MatchBatch(
+    const v1::MatchBatchRequest& request) {
+  auto r = core_->Unary<v1::MatchBatchResponse>([&](auto* ctx, auto* resp) {
+    return core_->stub()->MatchBatch(ctx, request, resp);
+  });
+  if (r.ok()) core_->ObserveEpoch(r->epoch());
+  return r;
+}
+
+absl::StatusOr<v1::InsertBatchResponse> Client::InsertBatch(
+    const v1::InsertBatchRequest& request) {
+  auto r = core_->Unary<v1::InsertBatchResponse>([&](auto* ctx, auto* resp) {
+    return core_->stub()->InsertBatch(ctx, request, resp);
+  });
+  if (r.ok()) core_->ObserveEpoch(r->epoch());
+  return r;
+}
+
 absl::Status Client::Release(uint64_t lease_id) {
   v1::ReleaseRequest request;
   request.set_lease_id(lease_id);

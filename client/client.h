@@ -176,6 +176,17 @@ class Client {
   absl::StatusOr<InsertResult> Insert(absl::Span<const uint32_t> tokens,
                                       absl::Span<const uint64_t> block_ids,
                                       const PrefixOptions& options = {});
+  // Many Matches (or Inserts) in one round trip, run in order under one
+  // acquisition of the tenant's lock (docs/api.md, "Batches"). The call
+  // fails as a whole only when it is refused (auth, an empty batch, the
+  // batch limits); otherwise there is one item per request, in order, each
+  // with its own status and, when OK, the response the single call would
+  // give. Leases of pinned items are not wrapped: Release the items'
+  // lease_id yourself.
+  absl::StatusOr<v1::MatchBatchResponse> MatchBatch(
+      const v1::MatchBatchRequest& request);
+  absl::StatusOr<v1::InsertBatchResponse> InsertBatch(
+      const v1::InsertBatchRequest& request);
   absl::Status Release(uint64_t lease_id);
   // Time left for each lease, in order. NOT_FOUND (renewing none) if any is
   // unknown.

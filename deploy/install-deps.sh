@@ -17,8 +17,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # Python client and its tests (Debian's /usr/bin/python3)
   python3-grpcio python3-grpc-tools python3-protobuf
-  # deploy checks: Prometheus rules (promtool), manifests (kubectl), trace store
-  prometheus redis-server kubernetes-client
+  # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),
+  # the Redis benchmark peer, CPack's dependency scan (file)
+  prometheus redis-server kubernetes-client python3-yaml file
 )
 
 # A package whose command is already installed from another package counts

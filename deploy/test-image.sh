@@ -31,8 +31,14 @@ bah() { buildah --storage-driver=vfs "$@"; }
 log() { echo "test-image: $*"; }
 fail() { echo "test-image: FAIL: $*" >&2; exit 1; }
 
-command -v buildah >/dev/null || fail "buildah not found: apt-get install buildah"
 [[ $(id -u) -eq 0 ]] || fail "run as root (buildah with chroot isolation and vfs storage)"
+# The image tools are not build dependencies, so install-deps.sh leaves them
+# out; this target brings them from Debian's archive when missing.
+if ! command -v buildah >/dev/null || ! command -v debootstrap >/dev/null; then
+  log "installing buildah and debootstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq buildah debootstrap ||
+    fail "cannot install buildah and debootstrap"
+fi
 
 tmp=$(mktemp -d /tmp/prefixd-image.XXXXXX)
 ctr=""

@@ -13,9 +13,7 @@ ARG BASE=docker.io/library/debian:bookworm
 
 FROM ${BASE} AS build
 COPY deploy/install-deps.sh /src/deploy/install-deps.sh
-# `file`: CPack's dpkg-shlibdeps step needs it (until install-deps.sh lists it).
 RUN bash /src/deploy/install-deps.sh \
- && apt-get install -y -q --no-install-recommends file \
  && rm -rf /var/lib/apt/lists/*
 COPY . /src
 RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DPREFIXD_BUILD_BENCH=OFF \

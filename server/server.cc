@@ -65,7 +65,8 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
       epoch_(epoch),
       cache_(std::move(deps.cache)),
       authorizer_(std::move(deps.authorizer)),
-      observer_(deps.observer) {}
+      observer_(deps.observer),
+      extra_services_(std::move(deps.extra_services)) {}
 
 absl::Status Server::Build() {
   InitGrpcOnce();
@@ -90,6 +91,7 @@ absl::Status Server::Build() {
   // start fine and take half the connections with a cache of its own.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
+  for (grpc::Service* s : extra_services_) builder.RegisterService(s);
   grpc_server_ = builder.BuildAndStart();
 
   std::vector<std::string> uris;

@@ -28,6 +28,7 @@
 namespace grpc {
 class Channel;
 class Server;
+class Service;
 }  // namespace grpc
 
 namespace prefixd {
@@ -41,6 +42,9 @@ struct ServerDeps {
   std::unique_ptr<Authorizer>
       authorizer;                   // nullptr: MakeAuthorizer(config.proto)
   RpcObserver* observer = nullptr;  // not owned; must outlive the Server
+  // More services on the same listeners and threads: the benchmarks' bare
+  // baseline RPC (bench/load). Not owned; must outlive the Server.
+  std::vector<grpc::Service*> extra_services;
 };
 
 // Thread safety: every method may be called from any thread.
@@ -81,6 +85,7 @@ class Server {
   std::unique_ptr<PrefixCache> cache_;
   std::unique_ptr<Authorizer> authorizer_;
   RpcObserver* const observer_;
+  const std::vector<grpc::Service*> extra_services_;
   std::unique_ptr<EventWatchers> watchers_;
   std::unique_ptr<PrefixCacheService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -1,0 +1,93 @@
+// prefixd_bench_server: the prefixd daemon as server/main.cc runs it (same
+// flags, same Server, same metrics observer, deadlock detection off), plus
+// the bare baseline service of bench/load/bare.proto registered on the same
+// gRPC server. The load generator (bench/load/load.cc) starts it, or runs
+// against one started by hand:
+//
+//   prefixd_bench_server --listen=127.0.0.1:50051 --listen=unix:///tmp/b.sock
+//
+// It prints "listening <address>..." on stdout when it serves and stops on
+// SIGTERM or SIGINT.
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_join.h"
+#include "bench/load/bare.grpc.pb.h"
+#include "server/config.h"
+#include "server/flags.h"
+#include "server/metrics.h"
+#include "server/server.h"
+
+namespace {
+
+// Answers with `reply_bytes` of padding and nothing else.
+class BareService final : public prefixd::bench::Bare::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
+                                 const prefixd::bench::BareRequest* req,
+                                 prefixd::bench::BareResponse* resp) override {
+    const size_t n = std::min<size_t>(req->reply_bytes(), padding_.size());
+    resp->set_payload(padding_.data(), n);
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  const std::string padding_ = std::string(1 << 20, 'x');
+};
+
+int Fail(const char* what, const absl::Status& status) {
+  std::fprintf(stderr, "prefixd_bench_server: %s: %s\n", what,
+               std::string(status.message()).c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // As server/main.cc: abseil's deadlock detector off in the daemon.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::StatusOr<prefixd::CommandLine> flags =
+      prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
+  if (!flags.ok()) return Fail("bad command line", flags.status());
+  if (flags->help) {
+    std::fputs(prefixd::CommandLineHelp().c_str(), stdout);
+    return 0;
+  }
+  absl::StatusOr<prefixd::ServerConfig> config =
+      prefixd::LoadServerConfig(*flags);
+  if (!config.ok()) return Fail("bad configuration", config.status());
+
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+
+  prefixd::Metrics metrics(PREFIXD_VERSION);
+  BareService bare;
+  prefixd::ServerDeps deps;
+  deps.observer = &metrics;
+  deps.extra_services.push_back(&bare);
+  absl::StatusOr<std::unique_ptr<prefixd::Server>> server =
+      prefixd::Server::Start(*std::move(config), std::move(deps));
+  if (!server.ok()) return Fail("cannot start", server.status());
+  const absl::Status metrics_up =
+      metrics.Serve((*server)->cache(), (*server)->config().metrics_listen);
+  if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
+  std::printf("listening %s\n",
+              absl::StrJoin((*server)->addresses(), " ").c_str());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop, &sig);
+  (*server)->Shutdown();
+  metrics.StopServing();
+  server->reset();
+  return 0;
+}

@@ -14,7 +14,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libssl-dev openssl
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   # Python client and its tests (Debian's /usr/bin/python3)
   python3-grpcio python3-grpc-tools python3-protobuf
   # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),

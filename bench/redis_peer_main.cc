@@ -1,0 +1,411 @@
+// redis_peer: prefixd's Match against the way llm-d indexes prefixes in
+// Redis, on the same Mooncake trace, at the same concurrency, in one run
+// (docs/performance.md, target 9).
+//
+// Starts redis-server (no persistence) and prefixd on free ports, caches the
+// first --populate_fraction of the trace's requests in both (each hash id is
+// one block: Redis gets one chained-hash key per block, prefixd an Insert of
+// block_size tokens id*block_size+j per block with block ID id+1), then
+// looks up random requests of the whole trace with --concurrency round
+// trips in flight, each side unary and on its best path:
+//   redis-llmd   llm-d's RedisIndex.Lookup: pipelined HKEYS per block key
+//   redis-mget   one MGET of the request's keys
+//   redis-pipe   MGETs pipelined --depth lookups per round trip
+//   prefixd      one Match per lookup
+//   prefixd-batch  MatchBatch of --depth lookups
+// Every answer is checked against the expected prefix length.
+//
+//   redis_peer --prefixd=build/server/prefixd
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "bench/load/common.h"
+#include "bench/load/driver.h"
+#include "bench/redis_peer.h"
+#include "prefixd/v1/prefix_cache.grpc.pb.h"
+
+ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
+          "directory of the Mooncake traces");
+ABSL_FLAG(std::string, trace, "conversation",
+          "conversation or synthetic (<name>_trace.jsonl)");
+ABSL_FLAG(std::string, prefixd, "", "the prefixd binary to start");
+ABSL_FLAG(std::string, prefixd_args, "--kv_budget=1TiB",
+          "space-separated extra flags for prefixd");
+ABSL_FLAG(std::string, redis_server, "/usr/bin/redis-server",
+          "the redis-server binary to start");
+ABSL_FLAG(int, concurrency, 16,
+          "round trips in flight: Redis connections, prefixd calls");
+ABSL_FLAG(int, depth, 32,
+          "lookups per round trip on the best paths (pipeline depth, batch)");
+ABSL_FLAG(int, threads, 1, "client threads on each side");
+ABSL_FLAG(int, channels, 1, "gRPC channels (connections) to prefixd");
+ABSL_FLAG(absl::Duration, duration, absl::Seconds(5), "measured window");
+ABSL_FLAG(absl::Duration, warmup, absl::Seconds(1), "warm-up before it");
+ABSL_FLAG(double, populate_fraction, 0.5,
+          "leading fraction of the trace cached before the lookups");
+ABSL_FLAG(int, rounds, 1, "repeat all phases; the summary takes medians");
+ABSL_FLAG(std::string, json, "", "append every phase as a JSON line here");
+
+namespace prefixd::bench {
+namespace {
+
+struct Trace {
+  std::vector<std::vector<uint64_t>> hash_ids;
+  std::vector<std::vector<std::string>> keys;  // chained Redis keys
+  std::vector<v1::MatchRequest> match;
+  std::vector<int> expected;  // blocks cached at the front of each request
+  size_t populated = 0;       // requests 0..populated-1 were cached
+};
+
+class PrefixdSlot final : public Slot {
+ public:
+  PrefixdSlot(const Trace* trace, v1::PrefixCache::Stub* stub,
+              const std::vector<v1::MatchBatchRequest>* batches,
+              const std::vector<std::vector<size_t>>* batch_lookups,
+              int block_size, uint64_t seed)
+      : trace_(trace),
+        stub_(stub),
+        batches_(batches),
+        batch_lookups_(batch_lookups),
+        block_size_(block_size),
+        rng_(seed) {}
+
+  void Issue(grpc::CompletionQueue* cq) override {
+    ctx_.emplace();
+    ctx_->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    status_ = grpc::Status();
+    if (batches_ == nullptr) {
+      lookup_ = rng_.Below(trace_->match.size());
+      match_.Clear();
+      match_reader_ =
+          stub_->PrepareAsyncMatch(&*ctx_, trace_->match[lookup_], cq);
+      match_reader_->StartCall();
+      match_reader_->Finish(&match_, &status_, this);
+    } else {
+      lookup_ = rng_.Below(batches_->size());
+      batch_.Clear();
+      batch_reader_ =
+          stub_->PrepareAsyncMatchBatch(&*ctx_, (*batches_)[lookup_], cq);
+      batch_reader_->StartCall();
+      batch_reader_->Finish(&batch_, &status_, this);
+    }
+  }
+
+  int Done(std::string* error) override {
+    if (!status_.ok()) {
+      *error = absl::StrCat("code ", status_.error_code(), ": ",
+                            status_.error_message());
+      return -1;
+    }
+    if (batches_ == nullptr) {
+      return Check(lookup_, match_, error) ? 1 : -1;
+    }
+    const std::vector<size_t>& ls = (*batch_lookups_)[lookup_];
+    if (batch_.results_size() != static_cast<int>(ls.size())) {
+      *error = "batch answered the wrong number of items";
+      return -1;
+    }
+    for (size_t i = 0; i < ls.size(); ++i) {
+      if (!Check(ls[i], batch_.results(i).response(), error)) return -1;
+    }
+    return static_cast<int>(ls.size());
+  }
+
+ private:
+  bool Check(size_t l, const v1::MatchResponse& r, std::string* error) const {
+    const uint64_t want =
+        static_cast<uint64_t>(trace_->expected[l]) * block_size_;
+    if (r.matched_tokens() == want) return true;
+    *error = absl::StrFormat("lookup %d: %d tokens matched, %d expected", l,
+                             r.matched_tokens(), want);
+    return false;
+  }
+
+  const Trace* trace_;
+  v1::PrefixCache::Stub* stub_;
+  const std::vector<v1::MatchBatchRequest>* batches_;  // null: unary
+  const std::vector<std::vector<size_t>>* batch_lookups_;
+  const int block_size_;
+  Rng rng_;
+  size_t lookup_ = 0;
+  std::optional<grpc::ClientContext> ctx_;
+  grpc::Status status_;
+  v1::MatchResponse match_;
+  v1::MatchBatchResponse batch_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchResponse>>
+      match_reader_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchBatchResponse>>
+      batch_reader_;
+};
+
+uint64_t RssBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    absl::string_view v(line);
+    if (absl::ConsumePrefix(&v, "VmRSS:")) {
+      v = absl::StripAsciiWhitespace(v);
+      absl::ConsumeSuffix(&v, " kB");
+      uint64_t kb = 0;
+      if (absl::SimpleAtoi(v, &kb)) return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+std::unique_ptr<grpc::ClientContext> SyncContext() {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  ctx->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  return ctx;
+}
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "redis_peer: %s\n", what.c_str());
+  return 1;
+}
+
+int Run() {
+  if (absl::GetFlag(FLAGS_prefixd).empty()) {
+    return Fail("give --prefixd (the daemon binary)");
+  }
+  const std::string path =
+      absl::StrCat(absl::GetFlag(FLAGS_trace_dir), "/",
+                   absl::GetFlag(FLAGS_trace), "_trace.jsonl");
+  absl::StatusOr<std::vector<std::vector<uint64_t>>> ids = ReadHashIds(path);
+  if (!ids.ok()) return Fail(ids.status().ToString());
+
+  // prefixd first: its block size shapes the tokens and Redis's hashes.
+  absl::StatusOr<int> port = FreeTcpPort();
+  if (!port.ok()) return Fail(port.status().ToString());
+  std::vector<std::string> argv = {absl::GetFlag(FLAGS_prefixd),
+                                   absl::StrCat("--listen=127.0.0.1:", *port),
+                                   "--metrics_listen=127.0.0.1:0"};
+  for (absl::string_view a : absl::StrSplit(absl::GetFlag(FLAGS_prefixd_args),
+                                            ' ', absl::SkipEmpty())) {
+    argv.emplace_back(a);
+  }
+  absl::StatusOr<std::unique_ptr<Subprocess>> prefixd = Subprocess::Start(argv);
+  if (!prefixd.ok()) return Fail(prefixd.status().ToString());
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  std::vector<std::unique_ptr<v1::PrefixCache::Stub>> stubs;
+  for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_channels)); ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto ch = grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args);
+    if (!ch->WaitForConnected(
+            absl::ToChronoTime(absl::Now() + absl::Seconds(30)))) {
+      return Fail(absl::StrCat("prefixd on ", address, " did not come up"));
+    }
+    stubs.push_back(v1::PrefixCache::NewStub(ch));
+  }
+  v1::GetInfoResponse info;
+  grpc::Status s =
+      stubs[0]->GetInfo(SyncContext().get(), v1::GetInfoRequest(), &info);
+  if (!s.ok()) return Fail(s.error_message());
+  const int bs = static_cast<int>(info.block_size());
+
+  Trace trace;
+  trace.hash_ids = *std::move(ids);
+  trace.populated = static_cast<size_t>(absl::GetFlag(FLAGS_populate_fraction) *
+                                        trace.hash_ids.size());
+  std::vector<std::string> key_cache;
+  absl::flat_hash_set<uint64_t> cached;
+  std::vector<std::string> redis_keys;
+  for (size_t r = 0; r < trace.hash_ids.size(); ++r) {
+    const std::vector<uint64_t>& h = trace.hash_ids[r];
+    trace.keys.push_back(ChainedKeys(h, bs, &key_cache));
+    v1::MatchRequest m;
+    for (uint64_t id : h) {
+      for (int j = 0; j < bs; ++j) {
+        m.add_tokens(static_cast<uint32_t>(id * bs + j));
+      }
+    }
+    trace.match.push_back(std::move(m));
+    if (r < trace.populated) {
+      for (size_t i = 0; i < h.size(); ++i) {
+        if (cached.insert(h[i]).second) redis_keys.push_back(trace.keys[r][i]);
+      }
+    }
+  }
+  for (const std::vector<uint64_t>& h : trace.hash_ids) {
+    int n = 0;
+    while (n < static_cast<int>(h.size()) && cached.contains(h[n])) ++n;
+    trace.expected.push_back(n);
+  }
+
+  // Cache the populated requests in both.
+  const uint64_t rss_before = RssBytes((*prefixd)->pid());
+  for (size_t r = 0; r < trace.populated; ++r) {
+    v1::InsertRequest in;
+    *in.mutable_tokens() = trace.match[r].tokens();
+    for (uint64_t id : trace.hash_ids[r]) in.add_block_ids(id + 1);
+    v1::InsertResponse out;
+    s = stubs[0]->Insert(SyncContext().get(), in, &out);
+    if (!s.ok()) {
+      return Fail(absl::StrCat("prefixd Insert of request ", r, ": ",
+                               s.error_message()));
+    }
+  }
+  const uint64_t rss_after = RssBytes((*prefixd)->pid());
+  absl::StatusOr<std::unique_ptr<RedisServer>> redis =
+      RedisServer::Start(absl::GetFlag(FLAGS_redis_server));
+  if (!redis.ok()) return Fail(redis.status().ToString());
+  const uint64_t redis_before = (*redis)->UsedMemory().value_or(0);
+  if (absl::Status p = (*redis)->Populate(redis_keys); !p.ok()) {
+    return Fail(p.ToString());
+  }
+  const uint64_t redis_after = (*redis)->UsedMemory().value_or(0);
+  uint64_t expected_blocks = 0, lookup_blocks = 0;
+  for (size_t r = 0; r < trace.expected.size(); ++r) {
+    expected_blocks += trace.expected[r];
+    lookup_blocks += trace.hash_ids[r].size();
+  }
+  std::fprintf(stderr,
+               "redis_peer: %s: %zu requests, the first %zu cached (%zu "
+               "blocks); lookups hit %.1f%% of their blocks\n"
+               "redis_peer: memory for them: prefixd RSS +%.1f MiB, Redis "
+               "used_memory +%.1f MiB (two keys per block: llm-d's hash and "
+               "the MGET string)\n",
+               path.c_str(), trace.hash_ids.size(), trace.populated,
+               redis_keys.size(), 100.0 * expected_blocks / lookup_blocks,
+               (rss_after - rss_before) / 1048576.0,
+               (redis_after - redis_before) / 1048576.0);
+
+  const int depth = absl::GetFlag(FLAGS_depth);
+  Rng rng(777);
+  std::vector<v1::MatchBatchRequest> batches(512);
+  std::vector<std::vector<size_t>> batch_lookups(batches.size());
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (int i = 0; i < depth; ++i) {
+      const size_t l = rng.Below(trace.match.size());
+      batch_lookups[b].push_back(l);
+      *batches[b].add_requests() = trace.match[l];
+    }
+  }
+
+  DriveOptions o;
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.threads = absl::GetFlag(FLAGS_threads);
+  o.warmup = absl::GetFlag(FLAGS_warmup);
+  o.duration = absl::GetFlag(FLAGS_duration);
+  auto run_prefixd = [&](bool batch, const std::string& name, uint64_t seed) {
+    o.seed = seed;
+    DriveResult d = Drive(o, [&](int, int index) {
+      return std::make_unique<PrefixdSlot>(
+          &trace, stubs[index % stubs.size()].get(), batch ? &batches : nullptr,
+          batch ? &batch_lookups : nullptr, bs, seed * 1000003 + index);
+    });
+    PhaseResult r;
+    r.target = address;
+    r.phase = name;
+    r.concurrency = o.concurrency;
+    r.seconds = d.seconds;
+    r.calls = d.calls;
+    r.lookups = d.lookups;
+    r.errors = d.errors;
+    r.first_error = d.first_error;
+    r.latency = Summarize(&d.latency_ns);
+    return r;
+  };
+  auto run_redis = [&](RedisLookup lookup, int d, const std::string& name,
+                       uint64_t seed) {
+    RedisDriveOptions ro;
+    ro.lookup = lookup;
+    ro.connections = o.concurrency;
+    ro.depth = d;
+    ro.threads = o.threads;
+    ro.warmup = o.warmup;
+    ro.duration = o.duration;
+    ro.seed = seed;
+    PhaseResult r =
+        DriveRedis((*redis)->port(), trace.keys, trace.expected, ro);
+    r.phase = name;
+    return r;
+  };
+
+  FILE* json = nullptr;
+  if (!absl::GetFlag(FLAGS_json).empty()) {
+    json = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "a");
+  }
+  const int n_rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::map<std::string, std::vector<double>> lookups_per_s, ratios;
+  std::vector<std::string> order;
+  const std::string pipe = absl::StrCat("redis-pipe", depth);
+  const std::string batch = absl::StrCat("prefixd-batch", depth);
+  int failures = 0;
+  PrintHeader(stdout);
+  for (int round = 0; round < n_rounds; ++round) {
+    std::map<std::string, double> got;
+    auto record = [&](PhaseResult r) {
+      PrintRow(stdout, r);
+      if (json != nullptr) std::fprintf(json, "%s\n", ToJson(r).c_str());
+      if (r.errors > 0) ++failures;
+      if (lookups_per_s[r.phase].empty()) order.push_back(r.phase);
+      lookups_per_s[r.phase].push_back(r.lookups_per_s());
+      got[r.phase] = r.lookups_per_s();
+    };
+    const uint64_t seed = 100 * round + 1;
+    record(run_redis(RedisLookup::kLlmd, 1, "redis-llmd", seed));
+    record(run_redis(RedisLookup::kMget, 1, "redis-mget", seed + 1));
+    record(run_prefixd(false, "prefixd", seed + 2));
+    record(run_redis(RedisLookup::kMget, depth, pipe, seed + 3));
+    record(run_prefixd(true, batch, seed + 4));
+    const double redis_unary = std::max(got["redis-llmd"], got["redis-mget"]);
+    const double redis_best = std::max(redis_unary, got[pipe]);
+    if (redis_unary > 0) {
+      ratios["unary: prefixd / best unary Redis (llm-d or MGET)"].push_back(
+          got["prefixd"] / redis_unary);
+    }
+    if (got["redis-llmd"] > 0) {
+      ratios["unary: prefixd / llm-d's pipelined HKEYS"].push_back(
+          got["prefixd"] / got["redis-llmd"]);
+    }
+    if (redis_best > 0) {
+      ratios[absl::StrCat("best paths: ", batch, " / best Redis (", pipe, ")")]
+          .push_back(got[batch] / redis_best);
+    }
+  }
+  if (json != nullptr) std::fclose(json);
+  std::printf("\nlookups/s, median over %d round(s):\n", n_rounds);
+  for (const std::string& p : order) {
+    std::printf("  %-20s %12.0f\n", p.c_str(), Median(lookups_per_s[p]));
+  }
+  std::printf("ratios (median; each from one round):\n");
+  for (auto& [what, v] : ratios) {
+    std::string all;
+    for (double x : v) absl::StrAppendFormat(&all, " %.3f", x);
+    std::printf("  %-55s %.3f  [%s ]\n", what.c_str(), Median(v), all.c_str());
+  }
+  redis->reset();
+  (*prefixd)->Stop();
+  return failures > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace prefixd::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "prefixd vs llm-d-style Redis prefix lookups (docs/performance.md)");
+  absl::ParseCommandLine(argc, argv);
+  return prefixd::bench::Run();
+}

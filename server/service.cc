@@ -1,6 +1,8 @@
 #include "server/service.h"
 
+#include <google/protobuf/arena.h>
 #include <grpcpp/server_context.h>
+#include <grpcpp/support/message_allocator.h>
 
 #include <algorithm>
 #include <limits>
@@ -173,7 +175,48 @@ void SetItemStatus(const absl::Status& s, Item* item) {
   item->set_message(std::string(s.message()));
 }
 
+// A request and its response on one protobuf arena whose first block lives
+// in the holder itself: parsing a request and building a response then cost
+// one allocation (the holder) instead of one per repeated field, message and
+// string, which was a fifth of a MatchBatch's server time.
+template <typename Req, typename Resp>
+class ArenaHolder final : public grpc::MessageHolder<Req, Resp> {
+ public:
+  ArenaHolder() : arena_(Options(initial_block_, sizeof(initial_block_))) {
+    this->set_request(google::protobuf::Arena::CreateMessage<Req>(&arena_));
+    this->set_response(google::protobuf::Arena::CreateMessage<Resp>(&arena_));
+  }
+  void Release() override { delete this; }
+
+ private:
+  static google::protobuf::ArenaOptions Options(char* block, size_t size) {
+    google::protobuf::ArenaOptions o;
+    o.initial_block = block;
+    o.initial_block_size = size;
+    o.max_block_size = size_t{1} << 20;  // big batches: few, large blocks
+    return o;
+  }
+
+  alignas(16) char initial_block_[4096];  // before arena_, which uses it
+  google::protobuf::Arena arena_;
+};
+
+template <typename Req, typename Resp>
+class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
+ public:
+  grpc::MessageHolder<Req, Resp>* AllocateMessages() override {
+    return new ArenaHolder<Req, Resp>();
+  }
+};
+
 }  // namespace
+
+struct PrefixCacheService::Allocators {
+  ArenaAllocator<v1::MatchRequest, v1::MatchResponse> match;
+  ArenaAllocator<v1::InsertRequest, v1::InsertResponse> insert;
+  ArenaAllocator<v1::MatchBatchRequest, v1::MatchBatchResponse> match_batch;
+  ArenaAllocator<v1::InsertBatchRequest, v1::InsertBatchResponse> insert_batch;
+};
 
 ServiceInfo ServiceInfo::From(const ServerConfig& config, uint64_t epoch) {
   ServiceInfo info;
@@ -195,7 +238,15 @@ PrefixCacheService::PrefixCacheService(PrefixCache* cache,
       auth_(auth),
       watchers_(watchers),
       info_(std::move(info)),
-      observer_(observer) {}
+      observer_(observer),
+      allocators_(std::make_unique<Allocators>()) {
+  SetMessageAllocatorFor_Match(&allocators_->match);
+  SetMessageAllocatorFor_Insert(&allocators_->insert);
+  SetMessageAllocatorFor_MatchBatch(&allocators_->match_batch);
+  SetMessageAllocatorFor_InsertBatch(&allocators_->insert_batch);
+}
+
+PrefixCacheService::~PrefixCacheService() = default;
 
 template <typename Req, typename Resp>
 grpc::ServerUnaryReactor* PrefixCacheService::Unary(

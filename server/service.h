@@ -10,6 +10,7 @@
 #define PREFIXD_SERVER_SERVICE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -56,6 +57,7 @@ class PrefixCacheService final : public v1::PrefixCache::CallbackService {
   PrefixCacheService(PrefixCache* cache, const Authorizer* auth,
                      EventWatchers* watchers, ServiceInfo info,
                      RpcObserver* observer);
+  ~PrefixCacheService() override;
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* ctx,
                                     const v1::GetInfoRequest* req,
@@ -151,6 +153,9 @@ class PrefixCacheService final : public v1::PrefixCache::CallbackService {
   EventWatchers* const watchers_;
   const ServiceInfo info_;
   RpcObserver* const observer_;
+  // Arena allocation of the hot calls' messages (service.cc).
+  struct Allocators;
+  const std::unique_ptr<Allocators> allocators_;
 };
 
 }  // namespace prefixd

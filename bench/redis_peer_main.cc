@@ -16,6 +16,8 @@
 // Every answer is checked against the expected prefix length.
 //
 //   redis_peer --prefixd=build/server/prefixd
+#include <google/protobuf/arena.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -63,6 +65,8 @@ ABSL_FLAG(double, populate_fraction, 0.5,
           "leading fraction of the trace cached before the lookups");
 ABSL_FLAG(int, rounds, 1, "repeat all phases; the summary takes medians");
 ABSL_FLAG(std::string, json, "", "append every phase as a JSON line here");
+ABSL_FLAG(std::string, phases, "llmd,mget,prefixd,pipe,batch",
+          "which phases to run (for profiling one side)");
 
 namespace prefixd::bench {
 namespace {
@@ -75,16 +79,25 @@ struct Trace {
   size_t populated = 0;       // requests 0..populated-1 were cached
 };
 
+grpc::ByteBuffer Serialize(const google::protobuf::Message& m) {
+  const std::string bytes = m.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Sends pre-serialized requests (as the Redis side sends pre-formatted
+// commands) through a generic stub, and parses and checks every answer.
 class PrefixdSlot final : public Slot {
  public:
-  PrefixdSlot(const Trace* trace, v1::PrefixCache::Stub* stub,
-              const std::vector<v1::MatchBatchRequest>* batches,
-              const std::vector<std::vector<size_t>>* batch_lookups,
+  PrefixdSlot(const Trace* trace, grpc::GenericStub* stub,
+              const std::vector<grpc::ByteBuffer>* requests,
+              const std::vector<std::vector<size_t>>* lookups, bool batch,
               int block_size, uint64_t seed)
       : trace_(trace),
         stub_(stub),
-        batches_(batches),
-        batch_lookups_(batch_lookups),
+        requests_(requests),
+        lookups_(lookups),
+        batch_(batch),
         block_size_(block_size),
         rng_(seed) {}
 
@@ -92,21 +105,15 @@ class PrefixdSlot final : public Slot {
     ctx_.emplace();
     ctx_->set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
     status_ = grpc::Status();
-    if (batches_ == nullptr) {
-      lookup_ = rng_.Below(trace_->match.size());
-      match_.Clear();
-      match_reader_ =
-          stub_->PrepareAsyncMatch(&*ctx_, trace_->match[lookup_], cq);
-      match_reader_->StartCall();
-      match_reader_->Finish(&match_, &status_, this);
-    } else {
-      lookup_ = rng_.Below(batches_->size());
-      batch_.Clear();
-      batch_reader_ =
-          stub_->PrepareAsyncMatchBatch(&*ctx_, (*batches_)[lookup_], cq);
-      batch_reader_->StartCall();
-      batch_reader_->Finish(&batch_, &status_, this);
-    }
+    response_.Clear();
+    pick_ = rng_.Below(requests_->size());
+    reader_ =
+        stub_->PrepareUnaryCall(&*ctx_,
+                                batch_ ? "/prefixd.v1.PrefixCache/MatchBatch"
+                                       : "/prefixd.v1.PrefixCache/Match",
+                                (*requests_)[pick_], cq);
+    reader_->StartCall();
+    reader_->Finish(&response_, &status_, this);
   }
 
   int Done(std::string* error) override {
@@ -115,21 +122,35 @@ class PrefixdSlot final : public Slot {
                             status_.error_message());
       return -1;
     }
-    if (batches_ == nullptr) {
-      return Check(lookup_, match_, error) ? 1 : -1;
+    arena_.Reset();
+    const std::vector<size_t>& ls = (*lookups_)[pick_];
+    if (!batch_) {
+      auto* m =
+          google::protobuf::Arena::CreateMessage<v1::MatchResponse>(&arena_);
+      if (!Parse(m, error)) return -1;
+      return Check(ls[0], *m, error) ? 1 : -1;
     }
-    const std::vector<size_t>& ls = (*batch_lookups_)[lookup_];
-    if (batch_.results_size() != static_cast<int>(ls.size())) {
+    auto* b =
+        google::protobuf::Arena::CreateMessage<v1::MatchBatchResponse>(&arena_);
+    if (!Parse(b, error)) return -1;
+    if (b->results_size() != static_cast<int>(ls.size())) {
       *error = "batch answered the wrong number of items";
       return -1;
     }
     for (size_t i = 0; i < ls.size(); ++i) {
-      if (!Check(ls[i], batch_.results(i).response(), error)) return -1;
+      if (!Check(ls[i], b->results(i).response(), error)) return -1;
     }
     return static_cast<int>(ls.size());
   }
 
  private:
+  template <typename M>
+  bool Parse(M* m, std::string* error) {
+    grpc::Status s = grpc::SerializationTraits<M>::Deserialize(&response_, m);
+    if (!s.ok()) *error = absl::StrCat("bad response: ", s.error_message());
+    return s.ok();
+  }
+
   bool Check(size_t l, const v1::MatchResponse& r, std::string* error) const {
     const uint64_t want =
         static_cast<uint64_t>(trace_->expected[l]) * block_size_;
@@ -140,20 +161,18 @@ class PrefixdSlot final : public Slot {
   }
 
   const Trace* trace_;
-  v1::PrefixCache::Stub* stub_;
-  const std::vector<v1::MatchBatchRequest>* batches_;  // null: unary
-  const std::vector<std::vector<size_t>>* batch_lookups_;
+  grpc::GenericStub* stub_;
+  const std::vector<grpc::ByteBuffer>* requests_;
+  const std::vector<std::vector<size_t>>* lookups_;  // per request
+  const bool batch_;
   const int block_size_;
   Rng rng_;
-  size_t lookup_ = 0;
+  size_t pick_ = 0;
   std::optional<grpc::ClientContext> ctx_;
   grpc::Status status_;
-  v1::MatchResponse match_;
-  v1::MatchBatchResponse batch_;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchResponse>>
-      match_reader_;
-  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchBatchResponse>>
-      batch_reader_;
+  grpc::ByteBuffer response_;
+  google::protobuf::Arena arena_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<grpc::ByteBuffer>> reader_;
 };
 
 uint64_t RssBytes(pid_t pid) {
@@ -206,6 +225,7 @@ int Run() {
   if (!prefixd.ok()) return Fail(prefixd.status().ToString());
   const std::string address = absl::StrCat("127.0.0.1:", *port);
   std::vector<std::unique_ptr<v1::PrefixCache::Stub>> stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> generic;
   for (int i = 0; i < std::max(1, absl::GetFlag(FLAGS_channels)); ++i) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
@@ -216,6 +236,7 @@ int Run() {
       return Fail(absl::StrCat("prefixd on ", address, " did not come up"));
     }
     stubs.push_back(v1::PrefixCache::NewStub(ch));
+    generic.push_back(std::make_unique<grpc::GenericStub>(ch));
   }
   v1::GetInfoResponse info;
   grpc::Status s =
@@ -291,15 +312,22 @@ int Run() {
                (redis_after - redis_before) / 1048576.0);
 
   const int depth = absl::GetFlag(FLAGS_depth);
+  std::vector<grpc::ByteBuffer> unary, batches;
+  std::vector<std::vector<size_t>> unary_lookups, batch_lookups;
+  for (size_t l = 0; l < trace.match.size(); ++l) {
+    unary.push_back(Serialize(trace.match[l]));
+    unary_lookups.push_back({l});
+  }
   Rng rng(777);
-  std::vector<v1::MatchBatchRequest> batches(512);
-  std::vector<std::vector<size_t>> batch_lookups(batches.size());
-  for (size_t b = 0; b < batches.size(); ++b) {
+  for (int b = 0; b < 512; ++b) {
+    v1::MatchBatchRequest req;
+    std::vector<size_t> ls;
     for (int i = 0; i < depth; ++i) {
-      const size_t l = rng.Below(trace.match.size());
-      batch_lookups[b].push_back(l);
-      *batches[b].add_requests() = trace.match[l];
+      ls.push_back(rng.Below(trace.match.size()));
+      *req.add_requests() = trace.match[ls.back()];
     }
+    batches.push_back(Serialize(req));
+    batch_lookups.push_back(std::move(ls));
   }
 
   DriveOptions o;
@@ -311,8 +339,9 @@ int Run() {
     o.seed = seed;
     DriveResult d = Drive(o, [&](int, int index) {
       return std::make_unique<PrefixdSlot>(
-          &trace, stubs[index % stubs.size()].get(), batch ? &batches : nullptr,
-          batch ? &batch_lookups : nullptr, bs, seed * 1000003 + index);
+          &trace, generic[index % generic.size()].get(),
+          batch ? &batches : &unary, batch ? &batch_lookups : &unary_lookups,
+          batch, bs, seed * 1000003 + index);
     });
     PhaseResult r;
     r.target = address;
@@ -352,6 +381,11 @@ int Run() {
   const std::string pipe = absl::StrCat("redis-pipe", depth);
   const std::string batch = absl::StrCat("prefixd-batch", depth);
   int failures = 0;
+  const std::vector<std::string> phases =
+      absl::StrSplit(absl::GetFlag(FLAGS_phases), ',', absl::SkipEmpty());
+  auto run = [&](absl::string_view p) {
+    return std::find(phases.begin(), phases.end(), p) != phases.end();
+  };
   PrintHeader(stdout);
   for (int round = 0; round < n_rounds; ++round) {
     std::map<std::string, double> got;
@@ -364,11 +398,17 @@ int Run() {
       got[r.phase] = r.lookups_per_s();
     };
     const uint64_t seed = 100 * round + 1;
-    record(run_redis(RedisLookup::kLlmd, 1, "redis-llmd", seed));
-    record(run_redis(RedisLookup::kMget, 1, "redis-mget", seed + 1));
-    record(run_prefixd(false, "prefixd", seed + 2));
-    record(run_redis(RedisLookup::kMget, depth, pipe, seed + 3));
-    record(run_prefixd(true, batch, seed + 4));
+    if (run("llmd")) {
+      record(run_redis(RedisLookup::kLlmd, 1, "redis-llmd", seed));
+    }
+    if (run("mget")) {
+      record(run_redis(RedisLookup::kMget, 1, "redis-mget", seed + 1));
+    }
+    if (run("prefixd")) record(run_prefixd(false, "prefixd", seed + 2));
+    if (run("pipe")) {
+      record(run_redis(RedisLookup::kMget, depth, pipe, seed + 3));
+    }
+    if (run("batch")) record(run_prefixd(true, batch, seed + 4));
     const double redis_unary = std::max(got["redis-llmd"], got["redis-mget"]);
     const double redis_best = std::max(redis_unary, got[pipe]);
     if (redis_unary > 0) {

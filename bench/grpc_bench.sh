@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The over-the-wire benchmarks of issue 8 (docs/performance.md, targets 6-9),
+# each a single run of its binary so that every ratio comes from one run:
+#
+#   T6/T7  load: bare RPC vs Match of a cached 2k-token prompt, over TCP and
+#          the Unix socket of one prefixd_bench_server
+#   T8a    load: unary Match vs MatchBatch of 32 for 64-token prompts
+#   T8b    load: unary Match (2k tokens) closed loop, then open loop at half
+#          of the rate it reached
+#   T9     redis_peer: llm-d-style Redis vs prefixd on the Mooncake trace
+#
+# Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9]   (default: all)
+# Environment: ROUNDS (3), DURATION (3s), WARMUP (1s), CONCURRENCY (16),
+# RESULTS (BUILD_DIR/bench-results: the JSON lines and logs).
+set -euo pipefail
+
+BUILD=${1:?usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9]}
+shift
+SCENARIOS=("$@")
+[[ ${#SCENARIOS[@]} -eq 0 ]] && SCENARIOS=(T6 T8a T8b T9)
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-3s}
+WARMUP=${WARMUP:-1s}
+CONCURRENCY=${CONCURRENCY:-16}
+RESULTS=${RESULTS:-$BUILD/bench-results}
+mkdir -p "$RESULTS"
+
+LOAD=$BUILD/bench/load
+SERVER=$BUILD/bench/prefixd_bench_server
+PEER=$BUILD/bench/redis_peer
+PREFIXD=$BUILD/server/prefixd
+COMMON=(--rounds="$ROUNDS" --duration="$DURATION" --warmup="$WARMUP"
+        --concurrency="$CONCURRENCY")
+
+run() {
+  local name=$1
+  shift
+  echo "== $name: $*"
+  echo "   load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  "$@" 2>&1 | tee "$RESULTS/$name.log"
+}
+
+for s in "${SCENARIOS[@]}"; do
+  case $s in
+    T6|T7)
+      run T6 "$LOAD" --server="$SERVER" --prompt_tokens=2048 --mix=match \
+        --json="$RESULTS/T6.jsonl" "${COMMON[@]}" ;;
+    T8a)
+      run T8a "$LOAD" --server="$SERVER" --prompt_tokens=64 \
+        --mix='match;batch' --batch_size=32 --baseline=false \
+        --json="$RESULTS/T8a.jsonl" "${COMMON[@]}" ;;
+    T8b)
+      run T8b "$LOAD" --server="$SERVER" --prompt_tokens=2048 --mix=match \
+        --rate_fractions=0.5 --baseline=false \
+        --json="$RESULTS/T8b.jsonl" "${COMMON[@]}" ;;
+    T9)
+      if [[ ! -x $PEER ]]; then
+        echo "== T9 skipped: $PEER not built (needs libhiredis-dev)"
+      elif ! command -v redis-server >/dev/null; then
+        echo "== T9 skipped: redis-server is not installed"
+      else
+        run T9 "$PEER" --prefixd="$PREFIXD" --depth=32 \
+          --json="$RESULTS/T9.jsonl" "${COMMON[@]}"
+      fi ;;
+    *) echo "unknown scenario $s (T6 T8a T8b T9)" >&2; exit 2 ;;
+  esac
+done

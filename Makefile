@@ -7,6 +7,8 @@
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)
 #   make package build the Debian package (CPack) into $(BUILD_DIR)
+#   make bench   build the benchmarks and run them all (docs/performance.md;
+#                about 15 minutes; results in $(BUILD_DIR)/bench-results)
 #   make image-test  build the container image with buildah and check it (minutes)
 
 BUILD_DIR ?= build
@@ -37,6 +39,25 @@ test: build
 
 package: build
 	cmake --build $(BUILD_DIR) --target package
+
+# Benchmarks of issue 8 (docs/performance.md), not part of `make test`: the
+# hit-rate check, core_bench and its ratios, the core trace replay, then the
+# gRPC load generator and the Redis peer (bench/grpc_bench.sh; pick some with
+# BENCH_SCENARIOS). Run them on a quiet machine.
+BENCH_TARGETS = core_bench trace_replay load prefixd_bench_server redis_peer prefixd
+BENCH_SCENARIOS ?= T6 T8a T8b T9
+BENCH_OUT = $(BUILD_DIR)/bench-results
+
+.PHONY: bench
+bench: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target $(BENCH_TARGETS)
+	mkdir -p $(BENCH_OUT)
+	ctest --test-dir $(BUILD_DIR) --output-on-failure -L bench
+	$(BUILD_DIR)/bench/core_bench --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+	  --benchmark_out=$(BENCH_OUT)/core.json --benchmark_out_format=json
+	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core.json
+	$(BUILD_DIR)/bench/trace_replay
+	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 
 .PHONY: image-test
 image-test:

@@ -45,6 +45,8 @@ package: build
 # gRPC load generator and the Redis peer (bench/grpc_bench.sh; pick some with
 # BENCH_SCENARIOS). Run them on a quiet machine.
 BENCH_TARGETS = core_bench trace_replay load prefixd_bench_server redis_peer prefixd
+# and the cross-tenant timing probe (docs/security.md)
+BENCH_TARGETS += timing_probe
 BENCH_SCENARIOS ?= T6 T8a T8b T9
 BENCH_OUT = $(BUILD_DIR)/bench-results
 
@@ -58,6 +60,7 @@ bench: configure
 	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core.json
 	$(BUILD_DIR)/bench/trace_replay
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
+	$(BUILD_DIR)/bench/timing_probe
 
 .PHONY: image-test
 image-test:

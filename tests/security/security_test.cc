@@ -321,6 +321,40 @@ TEST_P(SecurityTest, PairedHitForOwnerMissForOtherTenant) {
   EXPECT_EQ(Evicted(now_a), 0u);
 }
 
+TEST_P(SecurityTest, BatchesAreAsIsolatedAsSingleCalls) {
+  ConnectAB();
+  const std::vector<uint32_t> p = Tokens(600, 2);
+  v1::InsertBatchRequest ins;
+  v1::InsertRequest* one = ins.add_requests();
+  one->mutable_tokens()->Add(p.begin(), p.end());
+  for (uint64_t id : Ids(6000, 2)) one->add_block_ids(id);
+  ASSERT_OK_AND_MOVE(ins_a, a_->InsertBatch(ins));
+  ASSERT_EQ(ins_a.results_size(), 1);
+  EXPECT_EQ(ins_a.results(0).code(), 0) << ins_a.results(0).message();
+
+  v1::MatchBatchRequest match;
+  match.add_requests()->mutable_tokens()->Add(p.begin(), p.end());
+  ASSERT_OK_AND_MOVE(hit, a_->MatchBatch(match));  // the positive control
+  EXPECT_EQ(hit.results(0).response().matched_tokens(), p.size());
+  ASSERT_OK_AND_MOVE(miss, b_->MatchBatch(match));
+  EXPECT_EQ(miss.results(0).code(), 0) << miss.results(0).message();
+  EXPECT_EQ(miss.results(0).response().matched_tokens(), 0u);
+  EXPECT_THAT(miss.results(0).response().segments(), IsEmpty());
+
+  // B's batch insert of the same prefix adopts B's own IDs.
+  for (int i = 0; i < 2; ++i) one->set_block_ids(i, 7000 + i);
+  ASSERT_OK_AND_MOVE(ins_b, b_->InsertBatch(ins));
+  EXPECT_EQ(ins_b.results(0).code(), 0) << ins_b.results(0).message();
+  EXPECT_EQ(ins_b.results(0).response().cached_tokens(), 0u);
+  EXPECT_THAT(ins_b.results(0).response().redundant_block_ids(), IsEmpty());
+
+  // A's credential naming B is refused for the whole batch.
+  EXPECT_CODE(Connect("app-a", "b")->MatchBatch(match).status(),
+              kPermissionDenied);
+  EXPECT_CODE(Connect("engine-ac")->MatchBatch(match).status(),
+              kInvalidArgument);
+}
+
 // --- 2. Impersonation -------------------------------------------------------
 
 TEST_P(SecurityTest, TenantCredentialNamingAnotherTenantIsRefused) {

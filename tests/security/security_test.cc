@@ -423,7 +423,8 @@ TEST_P(SecurityTest, DynamicTenantsTakeTheDefaultQuotaUpToMaxTenants) {
                                limit, "\" }\nlimits { max_tenants: 4 }\n"));
   std::unique_ptr<Client> d = Connect("ops", "d");
   ASSERT_TRUE(d->Insert(Tokens(1, 1), Ids(1, 1)).ok());
-  const v1::TenantStats* stats = FindTenant(StatsOf(d.get()), "d");
+  const v1::StatsResponse all = StatsOf(d.get());  // outlives `stats`
+  const v1::TenantStats* stats = FindTenant(all, "d");
   ASSERT_NE(stats, nullptr);
   EXPECT_EQ(stats->limit_bytes(), limit);
   EXPECT_EQ(stats->reserved_bytes(), 0u);

@@ -19,6 +19,7 @@ Usage: faults_test.py --prefixd PATH [--stubs DIR]
 import glob
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -196,6 +197,29 @@ class FaultTest(unittest.TestCase):
         stats = self.stub().Stats(pb.StatsRequest(all_tenants=True), timeout=10)
         self.assertEqual(sum(t.cached_blocks for t in stats.tenants), 0)
         self.assertIn("no snapshot at " + self.snapshot, self.daemon.logs())
+
+    def test_a_start_that_fails_keeps_the_snapshot(self):
+        self.stub().Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), timeout=10)
+        epoch = self.epoch()
+        self.assertEqual(self.daemon.stop(), 0, self.daemon.logs())
+        # The TCP port is taken: the daemon restores, cannot listen, and puts
+        # the snapshot back, since it served nothing from it.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            p = subprocess.run(
+                [ARGS.prefixd, "--listen=127.0.0.1:%d" % taken.getsockname()[1],
+                 "--metrics_listen=127.0.0.1:0", "--block_size=%d" % BLOCK,
+                 "--kv_budget=%dMiB" % (BUDGET_BLOCKS * 2), "--snapshot_path=" + self.snapshot],
+                capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("restored snapshot", p.stderr)
+        self.assertIn("cannot start", p.stderr)
+        self.assertTrue(os.path.exists(self.snapshot), p.stderr)
+        self.assertFalse(os.path.exists(self.snapshot + ".consumed"))
+        self.daemon.start()
+        self.assertEqual(self.epoch(), epoch)
+        self.assertEqual(self.stats("default").cached_blocks, 2)
 
     # ---- snapshots that cannot be used ----
 

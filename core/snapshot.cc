@@ -101,7 +101,9 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
   for (uint64_t ti = 0; ti < ntrees; ++ti) {
     std::string ns;
     uint64_t count;
-    if (!r->String(&ns, kMaxString) || !r->Varint(&count))
+    // Save never writes an empty tree (the cache drops them), and one would
+    // break that invariant.
+    if (!r->String(&ns, kMaxString) || !r->Varint(&count) || count == 0)
       return r->Error("tree header");
     if (FindTree(ns) != nullptr) {
       return absl::DataLossError(

@@ -84,7 +84,7 @@ struct Conn {
 };
 
 struct ThreadOut {
-  uint64_t calls = 0, lookups = 0, errors = 0;
+  uint64_t calls = 0, lookups = 0, errors = 0, all_calls = 0;
   std::string first_error;
   std::vector<int64_t> latency_ns;
 };
@@ -235,6 +235,7 @@ class RedisLoop {
     c->replies = 0;
     c->broken = false;
     if (++c->current < c->batch.size()) return false;
+    ++out_->all_calls;
     if (in_window) ++out_->calls;
     if (now < end_ns_) {
       Send(c);
@@ -419,6 +420,7 @@ PhaseResult DriveRedis(int port,
     r.calls += t.calls;
     r.lookups += t.lookups;
     r.errors += t.errors;
+    r.all_calls += t.all_calls;
     if (r.first_error.empty()) r.first_error = t.first_error;
     latency.insert(latency.end(), t.latency_ns.begin(), t.latency_ns.end());
   }

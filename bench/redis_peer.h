@@ -44,6 +44,7 @@ class RedisServer {
   static absl::StatusOr<std::unique_ptr<RedisServer>> Start(
       const std::string& binary);
   int port() const { return port_; }
+  pid_t pid() const { return process_->pid(); }
   // Pipelined writes of the index: for each key, HSET key pod ts and
   // SET s:key pod.
   absl::Status Populate(const std::vector<std::string>& keys);

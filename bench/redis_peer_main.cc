@@ -337,6 +337,8 @@ int Run() {
   o.duration = absl::GetFlag(FLAGS_duration);
   auto run_prefixd = [&](bool batch, const std::string& name, uint64_t seed) {
     o.seed = seed;
+    const double server0 = ProcessCpuSeconds((*prefixd)->pid());
+    const double self0 = SelfCpuSeconds();
     DriveResult d = Drive(o, [&](int, int index) {
       return std::make_unique<PrefixdSlot>(
           &trace, generic[index % generic.size()].get(),
@@ -353,6 +355,9 @@ int Run() {
     r.errors = d.errors;
     r.first_error = d.first_error;
     r.latency = Summarize(&d.latency_ns);
+    r.all_calls = d.all_calls;
+    SetCpuPerCall(server0, ProcessCpuSeconds((*prefixd)->pid()), self0,
+                  SelfCpuSeconds(), &r);
     return r;
   };
   auto run_redis = [&](RedisLookup lookup, int d, const std::string& name,
@@ -365,8 +370,12 @@ int Run() {
     ro.warmup = o.warmup;
     ro.duration = o.duration;
     ro.seed = seed;
+    const double server0 = ProcessCpuSeconds((*redis)->pid());
+    const double self0 = SelfCpuSeconds();
     PhaseResult r =
         DriveRedis((*redis)->port(), trace.keys, trace.expected, ro);
+    SetCpuPerCall(server0, ProcessCpuSeconds((*redis)->pid()), self0,
+                  SelfCpuSeconds(), &r);
     r.phase = name;
     return r;
   };
@@ -376,7 +385,7 @@ int Run() {
     json = std::fopen(absl::GetFlag(FLAGS_json).c_str(), "a");
   }
   const int n_rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::map<std::string, std::vector<double>> lookups_per_s, ratios;
+  std::map<std::string, std::vector<double>> lookups_per_s, ratios, srv, cli;
   std::vector<std::string> order;
   const std::string pipe = absl::StrCat("redis-pipe", depth);
   const std::string batch = absl::StrCat("prefixd-batch", depth);
@@ -395,6 +404,11 @@ int Run() {
       if (r.errors > 0) ++failures;
       if (lookups_per_s[r.phase].empty()) order.push_back(r.phase);
       lookups_per_s[r.phase].push_back(r.lookups_per_s());
+      // CPU per lookup: per call over the window's lookups per call.
+      const double per_call =
+          r.calls > 0 ? static_cast<double>(r.lookups) / r.calls : 1;
+      srv[r.phase].push_back(r.server_cpu_us / per_call);
+      cli[r.phase].push_back(r.client_cpu_us / per_call);
       got[r.phase] = r.lookups_per_s();
     };
     const uint64_t seed = 100 * round + 1;
@@ -425,9 +439,13 @@ int Run() {
     }
   }
   if (json != nullptr) std::fclose(json);
-  std::printf("\nlookups/s, median over %d round(s):\n", n_rounds);
+  std::printf(
+      "\nmedians over %d round(s): lookups/s, then server and client CPU "
+      "microseconds per lookup\n",
+      n_rounds);
   for (const std::string& p : order) {
-    std::printf("  %-20s %12.0f\n", p.c_str(), Median(lookups_per_s[p]));
+    std::printf("  %-20s %12.0f %8.2f %8.2f\n", p.c_str(),
+                Median(lookups_per_s[p]), Median(srv[p]), Median(cli[p]));
   }
   std::printf("ratios (median; each from one round):\n");
   for (auto& [what, v] : ratios) {

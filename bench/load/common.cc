@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -50,9 +52,12 @@ LatencySummary Summarize(std::vector<int64_t>* ns) {
 }
 
 void PrintHeader(FILE* out) {
-  std::fprintf(out, "%-30s %-16s %5s %9s %10s %11s %8s %8s %8s %8s %6s\n",
+  std::fprintf(out,
+               "%-30s %-16s %5s %9s %10s %11s %8s %8s %8s %8s %6s %9s "
+               "%9s\n",
                "target", "phase", "conc", "rate", "calls/s", "lookups/s",
-               "p50us", "p90us", "p99us", "p999us", "errors");
+               "p50us", "p90us", "p99us", "p999us", "errors", "srv_us/c",
+               "cli_us/c");
 }
 
 void PrintRow(FILE* out, const PhaseResult& r) {
@@ -60,11 +65,12 @@ void PrintRow(FILE* out, const PhaseResult& r) {
       r.offered_rate > 0 ? absl::StrFormat("%.0f", r.offered_rate) : "closed";
   std::fprintf(out,
                "%-30s %-16s %5d %9s %10.0f %11.0f %8.1f %8.1f %8.1f %8.1f "
-               "%6llu\n",
+               "%6llu %9.1f %9.1f\n",
                r.target.c_str(), r.phase.c_str(), r.concurrency, rate.c_str(),
                r.calls_per_s(), r.lookups_per_s(), r.latency.p50_us,
                r.latency.p90_us, r.latency.p99_us, r.latency.p999_us,
-               static_cast<unsigned long long>(r.errors));
+               static_cast<unsigned long long>(r.errors), r.server_cpu_us,
+               r.client_cpu_us);
   if (!r.first_error.empty()) {
     std::fprintf(out, "  first error: %s\n", r.first_error.c_str());
   }
@@ -83,11 +89,12 @@ std::string ToJson(const PhaseResult& r) {
       "\"offered_rate\":%.1f,\"seconds\":%.3f,\"calls\":%d,\"lookups\":%d,"
       "\"errors\":%d,\"calls_per_s\":%.1f,\"lookups_per_s\":%.1f,"
       "\"p50_us\":%.2f,\"p90_us\":%.2f,\"p99_us\":%.2f,\"p999_us\":%.2f,"
-      "\"max_us\":%.2f,\"mean_us\":%.2f}",
+      "\"max_us\":%.2f,\"mean_us\":%.2f,\"server_cpu_us_per_call\":%.2f,"
+      "\"client_cpu_us_per_call\":%.2f}",
       r.target, r.phase, r.concurrency, r.offered_rate, r.seconds, r.calls,
       r.lookups, r.errors, r.calls_per_s(), r.lookups_per_s(), r.latency.p50_us,
       r.latency.p90_us, r.latency.p99_us, r.latency.p999_us, r.latency.max_us,
-      r.latency.mean_us);
+      r.latency.mean_us, r.server_cpu_us, r.client_cpu_us);
 }
 
 double Median(std::vector<double> v) {
@@ -193,6 +200,42 @@ int Subprocess::Stop(absl::Duration grace) {
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
   return status;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return -1;
+  // The fields after the command (which may hold spaces): utime and stime
+  // are the 12th and 13th.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::vector<absl::string_view> f = absl::StrSplit(
+      absl::string_view(stat).substr(close + 2), ' ', absl::SkipEmpty());
+  uint64_t utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) ||
+      !absl::SimpleAtoi(f[12], &stime)) {
+    return -1;
+  }
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+void SetCpuPerCall(double server0, double server1, double self0, double self1,
+                   PhaseResult* r) {
+  if (r->all_calls == 0) return;
+  const double n = static_cast<double>(r->all_calls);
+  if (server0 >= 0 && server1 >= 0) {
+    r->server_cpu_us = (server1 - server0) * 1e6 / n;
+  }
+  r->client_cpu_us = (self1 - self0) * 1e6 / n;
 }
 
 absl::StatusOr<int> FreeTcpPort() {

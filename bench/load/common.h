@@ -60,6 +60,12 @@ struct PhaseResult {
   uint64_t late = 0;  // open loop: calls that found no free slot
   std::string first_error;
   LatencySummary latency;
+  // CPU per call of the server process and of this client process (all
+  // threads), warm-up included; 0 when not measured. Robust on a busy
+  // machine, unlike the rates.
+  uint64_t all_calls = 0;  // calls completed, warm-up included
+  double server_cpu_us = 0;
+  double client_cpu_us = 0;
 
   double calls_per_s() const { return seconds > 0 ? calls / seconds : 0; }
   double lookups_per_s() const { return seconds > 0 ? lookups / seconds : 0; }
@@ -100,6 +106,16 @@ class Subprocess {
   std::string buffer_;
   bool stopped_ = false;
 };
+
+// CPU seconds (user + system) process `pid` has used; -1 if unreadable.
+double ProcessCpuSeconds(pid_t pid);
+// The same for this process (every thread).
+double SelfCpuSeconds();
+
+// Fills r->server_cpu_us and r->client_cpu_us from CPU seconds sampled
+// before (0) and after (1) a phase of r->all_calls calls.
+void SetCpuPerCall(double server0, double server1, double self0, double self1,
+                   PhaseResult* r);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 absl::StatusOr<int> FreeTcpPort();

@@ -17,13 +17,14 @@ struct Window {
 
 // What one thread saw in the window.
 struct ThreadResult {
-  uint64_t calls = 0, lookups = 0, errors = 0, late = 0;
+  uint64_t calls = 0, lookups = 0, errors = 0, late = 0, all_calls = 0;
   std::string first_error;
   std::vector<int64_t> latency_ns;
 
   void Record(Slot* slot, int64_t now, const Window& w) {
     std::string error;
     const int lookups_done = slot->Done(&error);
+    ++all_calls;
     if (now < w.begin_ns || now > w.end_ns) return;
     ++calls;
     if (lookups_done < 0) {
@@ -155,6 +156,7 @@ DriveResult Drive(const DriveOptions& options, const SlotFactory& make_slot) {
     r.lookups += t.lookups;
     r.errors += t.errors;
     r.late += t.late;
+    r.all_calls += t.all_calls;
     if (r.first_error.empty()) r.first_error = t.first_error;
     r.latency_ns.insert(r.latency_ns.end(), t.latency_ns.begin(),
                         t.latency_ns.end());

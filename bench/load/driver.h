@@ -46,6 +46,7 @@ struct DriveOptions {
 struct DriveResult {
   double seconds = 0;
   uint64_t calls = 0, lookups = 0, errors = 0, late = 0;
+  uint64_t all_calls = 0;  // completed, warm-up and drain included
   std::string first_error;
   std::vector<int64_t> latency_ns;  // of the calls completed in the window
 };

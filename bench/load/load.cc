@@ -68,6 +68,9 @@ ABSL_FLAG(std::string, rate_fractions, "",
 ABSL_FLAG(int, rounds, 1, "repeat all phases; the summary takes medians");
 ABSL_FLAG(std::string, json, "", "append every phase as a JSON line here");
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(10), "per-call deadline");
+ABSL_FLAG(int, server_pid, 0,
+          "pid of the --target server, to report its CPU per call (set "
+          "when load starts --server)");
 
 namespace prefixd::bench {
 namespace {
@@ -363,7 +366,8 @@ absl::StatusOr<size_t> Prepare(Target& target, Workload* w, bool build) {
 }
 
 PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
-                     const std::string& name, double rate, uint64_t seed) {
+                     const std::string& name, double rate, uint64_t seed,
+                     pid_t server_pid) {
   DriveOptions o;
   o.concurrency = absl::GetFlag(FLAGS_concurrency);
   o.threads = absl::GetFlag(FLAGS_threads);
@@ -372,6 +376,8 @@ PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
   o.rate = rate;
   o.seed = seed;
   if (rate > 0) o.concurrency = std::max(o.concurrency, 256);
+  const double server0 = ProcessCpuSeconds(server_pid);
+  const double self0 = SelfCpuSeconds();
   DriveResult d = Drive(o, [&](int, int index) {
     return std::make_unique<LoadSlot>(w, target, &mix, index,
                                       seed * 1000003 + index);
@@ -388,6 +394,9 @@ PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
   r.late = d.late;
   r.first_error = d.first_error;
   r.latency = Summarize(&d.latency_ns);
+  r.all_calls = d.all_calls;
+  SetCpuPerCall(server0, ProcessCpuSeconds(server_pid), self0, SelfCpuSeconds(),
+                &r);
   return r;
 }
 
@@ -405,7 +414,7 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
   std::printf("\nmedians over %zu round(s):\n", rounds.size());
   PrintHeader(stdout);
   for (const auto& key : order) {
-    std::vector<double> calls, lookups, p50, p90, p99, p999;
+    std::vector<double> calls, lookups, p50, p90, p99, p999, srv, cli;
     PhaseResult m = by[key].front();
     for (const PhaseResult& r : by[key]) {
       calls.push_back(r.calls_per_s());
@@ -414,6 +423,8 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
       p90.push_back(r.latency.p90_us);
       p99.push_back(r.latency.p99_us);
       p999.push_back(r.latency.p999_us);
+      srv.push_back(r.server_cpu_us);
+      cli.push_back(r.client_cpu_us);
     }
     m.seconds = 1;
     m.calls = static_cast<uint64_t>(Median(calls));
@@ -422,6 +433,8 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
     m.latency.p90_us = Median(p90);
     m.latency.p99_us = Median(p99);
     m.latency.p999_us = Median(p999);
+    m.server_cpu_us = Median(srv);
+    m.client_cpu_us = Median(cli);
     m.first_error.clear();
     m.late = 0;
     PrintRow(stdout, m);
@@ -480,6 +493,7 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
 
 int Run() {
   std::unique_ptr<Subprocess> server;
+  pid_t server_pid = absl::GetFlag(FLAGS_server_pid);
   std::string target_list = absl::GetFlag(FLAGS_target);
   std::string socket_path;
   if (target_list.empty()) {
@@ -515,6 +529,7 @@ int Run() {
     target_list = absl::StrCat("127.0.0.1:", *port, ",unix://", socket_path);
     std::fprintf(stderr, "load: started %s (pid %d)\n", line->c_str(),
                  server->pid());
+    server_pid = server->pid();
   }
 
   std::vector<Mix> mixes;
@@ -586,17 +601,17 @@ int Run() {
     for (auto& target : targets) {
       if (absl::GetFlag(FLAGS_baseline)) {
         record(&rounds[round],
-               RunPhase(&w, target.get(), bare, "bare", 0, seed++));
+               RunPhase(&w, target.get(), bare, "bare", 0, seed++, server_pid));
       }
       for (const Mix& mix : mixes) {
         PhaseResult closed =
-            RunPhase(&w, target.get(), mix, mix.name, 0, seed++);
+            RunPhase(&w, target.get(), mix, mix.name, 0, seed++, server_pid);
         const double peak = closed.calls_per_s();
         record(&rounds[round], std::move(closed));
         for (double f : fractions) {
           record(&rounds[round], RunPhase(&w, target.get(), mix,
                                           absl::StrFormat("%s@%g", mix.name, f),
-                                          f * peak, seed++));
+                                          f * peak, seed++, server_pid));
         }
       }
     }

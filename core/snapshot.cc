@@ -117,7 +117,10 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
       if (!r->Varint(&depth) || !r->Varint(&position) || !r->Varint(&stamp) ||
           !r->Varint(&nblocks) || depth == 0 || depth > path.size() ||
           nblocks == 0 || nblocks > kMaxBlocksPerNode ||
-          position > (uint64_t{1} << 62)) {
+          position > (uint64_t{1} << 62) ||
+          // Each token and ID takes a byte at least: a count the rest of
+          // the file cannot hold must not size an allocation.
+          nblocks * (block_size_ + 1) > r->remaining()) {
         return r->Error("node header");
       }
       std::vector<Token> tokens(nblocks * block_size_);

@@ -37,6 +37,7 @@ class SnapshotReader {
   bool String(std::string* s, size_t max_len);
   bool Raw(size_t n, absl::string_view* s);
   size_t offset() const { return pos_; }
+  size_t remaining() const { return in_.size() - pos_; }
   bool done() const { return pos_ == in_.size(); }
   // DATA_LOSS naming what was being read and where.
   absl::Status Error(absl::string_view what) const;

@@ -176,6 +176,32 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
   EXPECT_TRUE(c->CheckInvariants().ok());
 }
 
+// Regression (snapshot_fuzzer): a node claiming 2^24 blocks in a file of a
+// few bytes made the loader allocate for all of them before reading any.
+TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
+  SnapshotWriter w;
+  w.Raw("PFXDSNP1");
+  w.String("fp");
+  w.Fixed64(1);
+  w.Varint(2);
+  w.Varint(0);
+  w.Varint(1);
+  w.String("x");
+  for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);
+  w.Varint(1);
+  w.Varint(1);  // trees
+  w.String("");
+  w.Varint(1);        // nodes
+  w.Varint(1);        // depth
+  w.Varint(0);        // position
+  w.Varint(0);        // stamp
+  w.Varint(1 << 24);  // blocks: 2^25 tokens, 128 MiB
+  w.Fixed32(Crc32(w.bytes()));
+  const absl::Status s = Make()->LoadSnapshot(w.bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("node header"));
+}
+
 TEST_F(SnapshotTest, HeaderIsReadableAlone) {
   auto a = Make();
   auto meta = PrefixCache::ReadSnapshotMeta(a->SaveSnapshot({"abc", 5}));

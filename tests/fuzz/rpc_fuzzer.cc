@@ -35,6 +35,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/clock.h"
+#include "google/protobuf/stubs/logging.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -61,6 +62,9 @@ struct Fixture {
   std::shared_ptr<grpc::Channel> channel;
 
   Fixture() {
+    // Requests with invalid UTF-8 in string fields are refused; protobuf
+    // would also log each one.
+    google::protobuf::SetLogHandler(nullptr);
     CommandLine flags;
     flags.block_size = 2;
     flags.kv_budget = absl::StrCat(32 * 2 * 131072);  // 32 blocks

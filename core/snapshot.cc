@@ -15,6 +15,7 @@
 // as (tree, node) indexes with its TTL and the time it had left.
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/cache.h"
@@ -259,9 +260,16 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
   }
   const absl::Time now = clock_->Now();
   uint64_t total = 0;
+  absl::flat_hash_set<std::string> names;
   for (uint64_t i = 0; i < ntenants; ++i) {
     std::string name;
     if (!r.String(&name, kMaxString)) return r.Error("tenant name");
+    // A second record would load into the same tenant and count its blocks
+    // twice.
+    if (!names.insert(name).second) {
+      return absl::DataLossError(
+          absl::StrCat("snapshot: tenant '", name, "' appears twice"));
+    }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
     MutexLock lock(&t->mu);
     RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl));

@@ -202,6 +202,28 @@ TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
   EXPECT_THAT(s.message(), HasSubstr("node header"));
 }
 
+// Regression (snapshot_fuzzer): a tenant recorded twice loaded both records
+// into one tenant and counted its blocks twice against the budget.
+TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {
+  auto a = Make();
+  Insert(*a, "x", {1, 1, 2, 2}, {1, 2});
+  const std::string good = a->SaveSnapshot({"fp", 1});
+  // Header, then "1 tenant" (one byte), then the tenant record, then CRC.
+  const size_t header = std::string("PFXDSNP1").size() + 1 + 2 + 8 + 1 + 1;
+  ASSERT_EQ(good[header], 1);  // tenant count
+  const std::string record =
+      good.substr(header + 1, good.size() - 4 - header - 1);
+  SnapshotWriter w;
+  w.Raw(good.substr(0, header));
+  w.Varint(2);
+  w.Raw(record);
+  w.Raw(record);
+  w.Fixed32(Crc32(w.bytes()));
+  const absl::Status s = Make()->LoadSnapshot(w.bytes()).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), HasSubstr("tenant 'x' appears twice"));
+}
+
 TEST_F(SnapshotTest, HeaderIsReadableAlone) {
   auto a = Make();
   auto meta = PrefixCache::ReadSnapshotMeta(a->SaveSnapshot({"abc", 5}));

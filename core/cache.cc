@@ -183,6 +183,11 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         "default lease ttl ", absl::FormatDuration(o.default_lease_ttl),
         " is not in (0, ", absl::FormatDuration(o.limits.max_lease_ttl), "]"));
   }
+  if (o.limits.max_tenants > BlockIndex::kMaxTenants) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tenants %d is above the supported %d",
+                        o.limits.max_tenants, BlockIndex::kMaxTenants));
+  }
   if (o.tenants.size() > o.limits.max_tenants) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%d tenants configured, max_tenants is %d",
@@ -351,12 +356,12 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
   MatchResult result;
   Tree* tree = t->FindTree(req.ns);
   if (tree == nullptr) return result;
-  const std::vector<WalkStep> steps =
-      Walk(*tree, req.tokens, req.position_offset,
-           options_.rope_shift == RopeShift::kDeny);
+  const WalkPath steps = Walk(*tree, req.tokens, req.position_offset,
+                              options_.rope_shift == RopeShift::kDeny);
   if (steps.empty()) return result;
 
   const size_t bs = options_.block_size;
+  const size_t total_blocks = steps.back().first_block + steps.back().blocks;
   size_t matched_blocks = 0;
   for (const WalkStep& s : steps) {
     const int64_t requested =
@@ -364,10 +369,11 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
     const int64_t delta = requested - s.node->position;
     if (result.segments.empty() || result.segments.back().rope_delta != delta) {
       result.segments.push_back(Segment{{}, s.node->position, delta});
+      result.segments.back().block_ids.reserve(total_blocks - matched_blocks);
     }
     auto& ids = result.segments.back().block_ids;
-    ids.insert(ids.end(), s.node->block_ids.begin(),
-               s.node->block_ids.begin() + s.blocks);
+    ids.insert(ids.end(), s.node->block_ids().begin(),
+               s.node->block_ids().begin() + s.blocks);
     matched_blocks += s.blocks;
   }
   Node* end = steps.back().node;
@@ -477,9 +483,9 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
 
   // Which leading blocks are cached, and which of the caller's IDs are
   // confirmed (the very ID cached there) or redundant (another ID).
-  const std::vector<WalkStep> steps =
+  const WalkPath steps =
       tree != nullptr ? Walk(*tree, req.tokens, req.position_offset, false)
-                      : std::vector<WalkStep>{};
+                      : WalkPath{};
   const size_t nblocks = req.block_ids.size();
   size_t cached = 0;
   uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
@@ -487,7 +493,7 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   for (const WalkStep& s : steps) {
     for (size_t j = 0; j < s.blocks; ++j) {
       const BlockId want = req.block_ids[s.first_block + j];
-      if (want != s.node->block_ids[j]) redundant.push_back(want);
+      if (want != s.node->block_ids()[j]) redundant.push_back(want);
     }
     cached += s.blocks;
     if (s.node->pins == 0) protected_blocks += s.blocks;
@@ -496,23 +502,17 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   claim = redundant;
   claim.insert(claim.end(), req.block_ids.begin() + cached,
                req.block_ids.end());
-  // Only claimed IDs can repeat without also claiming a cached one: a
-  // confirmed ID is cached, so passing it twice makes the second a claim of
-  // a cached ID, which ClaimAll refuses.
-  {
-    absl::flat_hash_set<BlockId> seen;
-    seen.reserve(claim.size());
-    for (BlockId id : claim) {
-      if (!seen.insert(id).second) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("block id %d appears twice in block_ids", id));
-      }
-    }
-  }
-  BlockId taken = 0;
-  if (!index_.ClaimAll(claim, t->index(), &taken)) {
+  // ClaimAll refuses an ID that is cached or repeated. Only claimed IDs can
+  // repeat without also claiming a cached one: a confirmed ID is cached, so
+  // passing it twice makes the second a claim of a cached ID.
+  size_t failed = 0;
+  if (!index_.ClaimAll(claim, t->index(), &failed)) {
+    const BlockId id = claim[failed];
+    const bool repeated = std::find(claim.begin(), claim.begin() + failed,
+                                    id) != claim.begin() + failed;
     return absl::InvalidArgumentError(
-        absl::StrFormat("block id %d is already cached", taken));
+        repeated ? absl::StrFormat("block id %d appears twice in block_ids", id)
+                 : absl::StrFormat("block id %d is already cached", id));
   }
 
   // Budget. Own limit first: a tenant over its limit evicts its own blocks.
@@ -753,8 +753,8 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
     Tenant* t = by_index[owner->tenant];
     Node* node = owner->node;
     const size_t j =
-        std::find(node->block_ids.begin(), node->block_ids.end(), id) -
-        node->block_ids.begin();
+        std::find(node->block_ids().begin(), node->block_ids().end(), id) -
+        node->block_ids().begin();
     if (j > 0)
       t->SplitAt(node, j);  // `node` keeps the tail that starts at `id`
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);

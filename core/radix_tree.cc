@@ -1,6 +1,8 @@
 #include "core/radix_tree.h"
 
 #include <algorithm>
+#include <cassert>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/hash/hash.h"
@@ -25,22 +27,83 @@ bool ChildEq::operator()(const std::unique_ptr<Node>& a,
 bool ChildEq::operator()(const std::unique_ptr<Node>& a,
                          const BlockKey& k) const {
   return a->key_hash == k.hash &&
-         std::memcmp(a->tokens.data(), k.tokens.data(),
+         std::memcmp(a->tokens().data(), k.tokens.data(),
                      k.tokens.size() * sizeof(Token)) == 0;
 }
 
+void Node::Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
+                   absl::Span<const Token> t2, absl::Span<const BlockId> i2) {
+  const size_t blocks = i1.size() + i2.size();
+  assert(t1.size() + t2.size() == blocks * static_cast<size_t>(block_size));
+  assert(blocks <= UINT32_MAX);
+  const size_t offset = IdsOffset(blocks);
+  auto data = std::make_unique_for_overwrite<std::byte[]>(
+      offset + blocks * sizeof(BlockId));
+  std::byte* p = data.get();
+  if (!t1.empty()) std::memcpy(p, t1.data(), t1.size() * sizeof(Token));
+  if (!t2.empty())
+    std::memcpy(p + t1.size() * sizeof(Token), t2.data(),
+                t2.size() * sizeof(Token));
+  p += offset;
+  if (!i1.empty()) std::memcpy(p, i1.data(), i1.size() * sizeof(BlockId));
+  if (!i2.empty())
+    std::memcpy(p + i1.size() * sizeof(BlockId), i2.data(),
+                i2.size() * sizeof(BlockId));
+  data_ = std::move(data);
+  num_blocks_ = static_cast<uint32_t>(blocks);
+}
+
+void Node::Assign(absl::Span<const Token> tokens,
+                  absl::Span<const BlockId> ids) {
+  Rebuild(tokens, ids, {}, {});
+  key_hash = MakeBlockKey(block(0)).hash;
+}
+
+void Node::Append(absl::Span<const Token> tokens,
+                  absl::Span<const BlockId> ids) {
+  Rebuild(this->tokens(), block_ids(), tokens, ids);
+}
+
+void Node::DropFront(size_t blocks) {
+  assert(blocks < num_blocks_);
+  const size_t bs = static_cast<size_t>(block_size);
+  Rebuild(tokens().subspan(blocks * bs), block_ids().subspan(blocks), {}, {});
+  key_hash = MakeBlockKey(block(0)).hash;
+}
+
+void Node::DropBack() {
+  assert(num_blocks_ > 1);
+  // The IDs move down to the new end of the tokens; the allocation keeps its
+  // size until the node is rebuilt or freed.
+  const size_t from = IdsOffset(num_blocks_), to = IdsOffset(num_blocks_ - 1);
+  --num_blocks_;
+  std::memmove(data_.get() + to, data_.get() + from,
+               num_blocks_ * sizeof(BlockId));
+}
+
 Node* Node::FindChild(absl::Span<const Token> first_block) const {
+  // Most inner nodes have one or two children: comparing their first blocks
+  // costs less than hashing the query block for a probe.
+  if (children.size() <= 2) {
+    for (const auto& c : children) {
+      const Token* key = reinterpret_cast<const Token*>(c->data_.get());
+      if (key[0] == first_block[0] &&
+          std::memcmp(key, first_block.data(),
+                      first_block.size() * sizeof(Token)) == 0) {
+        return c.get();
+      }
+    }
+    return nullptr;
+  }
   auto it = children.find(MakeBlockKey(first_block));
   return it == children.end() ? nullptr : it->get();
 }
 
-std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
-                           int64_t position_offset,
-                           bool stop_at_position_change) {
+WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
+              int64_t position_offset, bool stop_at_position_change) {
   const size_t bs = static_cast<size_t>(tree.root.block_size);
   const size_t query_blocks = tokens.size() / bs;
-  std::vector<WalkStep> steps;
-  steps.reserve(8);
+  WalkPath steps;
   const Node* node = &tree.root;
   size_t i = 0;  // query block index
   while (i < query_blocks) {
@@ -53,8 +116,9 @@ std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
     // The first block matched by key. Compare the rest of the edge with one
     // memcmp (the common case: all of it matches); only on a difference find
     // the first differing block.
-    const size_t len = std::min(child->tokens.size(), (query_blocks - i) * bs);
-    const Token* cached = child->tokens.data();
+    const size_t len =
+        std::min(child->tokens().size(), (query_blocks - i) * bs);
+    const Token* cached = child->tokens().data();
     const Token* query = tokens.data() + i * bs;
     size_t same = len;
     if (std::memcmp(cached + bs, query + bs, (len - bs) * sizeof(Token)) != 0) {

@@ -22,12 +22,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/types/span.h"
 #include "core/types.h"
 
 namespace prefixd {
 
-struct Node;
+class Node;
 struct Tree;
 
 // A lookup key: the tokens of one block and their hash.
@@ -54,35 +55,71 @@ struct ChildEq {
 };
 using ChildSet = absl::flat_hash_set<std::unique_ptr<Node>, ChildHash, ChildEq>;
 
-struct Node {
+// A node's tokens and block IDs live in one exact-size allocation (tokens,
+// then the IDs at the next 8-byte boundary): at 10^7 cached tokens a node
+// holds about 12 blocks, and two vectors cost 5 bytes per cached block more
+// (docs/performance.md, target 4).
+class Node {
+ public:
+  Node() = default;
+  Node(const Node&) = delete;
+  Node& operator=(const Node&) = delete;
+
   Tree* tree = nullptr;
   Node* parent = nullptr;  // nullptr for the root
-  std::vector<Token> tokens;
-  std::vector<BlockId> block_ids;
-  int64_t position = 0;  // absolute position tokens[0] was computed at
-  uint64_t stamp = 0;    // recency: the logical time of the last touch
-  int32_t pins =
-      0;  // leases (and in-flight inserts) whose path runs through here
-  bool in_lru = false;  // in the tenant's evictable-leaf set
-  int block_size = 0;
+  int64_t position = 0;    // absolute position tokens[0] was computed at
+  uint64_t stamp = 0;      // recency: the logical time of the last touch
   size_t key_hash =
       0;  // hash of the first block (children of the parent are keyed by it)
+  int32_t pins =
+      0;  // leases (and in-flight inserts) whose path runs through here
+  int32_t block_size = 0;
+  bool in_lru = false;  // in the tenant's evictable-leaf set
   ChildSet children;
 
+  absl::Span<const Token> tokens() const {
+    return {reinterpret_cast<const Token*>(data_.get()),
+            size_t{num_blocks_} * static_cast<size_t>(block_size)};
+  }
+  absl::Span<const BlockId> block_ids() const {
+    return {
+        reinterpret_cast<const BlockId*>(data_.get() + IdsOffset(num_blocks_)),
+        num_blocks_};
+  }
   bool is_root() const { return parent == nullptr; }
-  size_t num_blocks() const { return block_ids.size(); }
+  size_t num_blocks() const { return num_blocks_; }
   absl::Span<const Token> block(size_t i) const {
-    return absl::MakeConstSpan(tokens).subspan(i * block_size, block_size);
+    return tokens().subspan(i * block_size, block_size);
   }
   int64_t end_position() const {
-    return position + static_cast<int64_t>(tokens.size());
+    return position + static_cast<int64_t>(num_blocks_) * block_size;
   }
   // A node is evictable from its tail when nothing hangs below it and no
   // lease pins it.
   bool evictable() const { return !is_root() && children.empty() && pins == 0; }
 
+  // Edge edits. `tokens` must be ids.size() whole blocks. Assign replaces the
+  // edge, Append extends it, DropFront(k) keeps blocks [k, n) and DropBack
+  // removes the last block. Only Assign and DropFront recompute key_hash.
+  void Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
+  void Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
+  void DropFront(size_t blocks);
+  void DropBack();
+
   Node* FindChild(absl::Span<const Token> first_block) const;
-  void RehashKey() { key_hash = MakeBlockKey(block(0)).hash; }
+
+ private:
+  size_t IdsOffset(size_t blocks) const {
+    const size_t token_bytes =
+        blocks * static_cast<size_t>(block_size) * sizeof(Token);
+    return (token_bytes + alignof(BlockId) - 1) & ~(alignof(BlockId) - 1);
+  }
+  // Replaces the edge with the concatenation of two (tokens, ids) parts.
+  void Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
+               absl::Span<const Token> t2, absl::Span<const BlockId> i2);
+
+  std::unique_ptr<std::byte[]> data_;
+  uint32_t num_blocks_ = 0;
 };
 
 struct Tree {
@@ -104,13 +141,16 @@ struct WalkStep {
   size_t first_block;
 };
 
+// A walk's steps; inline up to 16 nodes (an 8k-token match on a tree that
+// branches every 512 tokens) so that a Match allocates nothing for them.
+using WalkPath = absl::InlinedVector<WalkStep, 16>;
+
 // Follows whole blocks of `tokens` (tokens.size() / block_size of them) from
 // the root. When `stop_at_position_change` is set (RoPE DENY), the walk stops
 // before any node whose cached position differs from the requested one,
 // taking `position_offset` as the position of tokens[0].
-std::vector<WalkStep> Walk(const Tree& tree, absl::Span<const Token> tokens,
-                           int64_t position_offset,
-                           bool stop_at_position_change);
+WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
+              int64_t position_offset, bool stop_at_position_change);
 
 // Pre-order visit of every node below (not including) `from`.
 template <typename F>

@@ -65,8 +65,8 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
       w->Varint(n.position);
       w->Varint(n.stamp);
       w->Varint(n.num_blocks());
-      for (Token t : n.tokens) w->Varint(t);
-      for (BlockId id : n.block_ids) w->Varint(id);
+      for (Token t : n.tokens()) w->Varint(t);
+      for (BlockId id : n.block_ids()) w->Varint(id);
     });
   }
   w->Varint(leases_.size());
@@ -145,10 +145,10 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
         return absl::DataLossError(
             "snapshot: a node is more recent than its parent");
       }
-      BlockId taken;
-      if (!block_index_->ClaimAll(ids, index_, &taken)) {
-        return absl::DataLossError(
-            absl::StrFormat("snapshot: block id %d appears twice", taken));
+      size_t failed = 0;
+      if (!block_index_->ClaimAll(ids, index_, &failed)) {
+        return absl::DataLossError(absl::StrFormat(
+            "snapshot: block id %d appears twice", ids[failed]));
       }
       Node* n = AddChild(parent, tokens, ids, static_cast<int64_t>(position));
       n->tree->blocks += nblocks;

@@ -109,27 +109,18 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
   head->tree = node->tree;
   head->parent = parent;
   head->block_size = block_size_;
-  head->tokens.assign(node->tokens.begin(),
-                      node->tokens.begin() + split_tokens);
-  head->block_ids.assign(node->block_ids.begin(),
-                         node->block_ids.begin() + blocks);
+  head->Assign(node->tokens().subspan(0, split_tokens),
+               node->block_ids().subspan(0, blocks));
   head->position = node->position;
   head->stamp = node->stamp;
   head->pins = node->pins;
-  head->key_hash = node->key_hash;
 
-  node->tokens.erase(node->tokens.begin(), node->tokens.begin() + split_tokens);
-  node->block_ids.erase(node->block_ids.begin(),
-                        node->block_ids.begin() + blocks);
-  node->tokens
-      .shrink_to_fit();  // the head's share would otherwise stay allocated
-  node->block_ids.shrink_to_fit();
+  node->DropFront(blocks);
   node->position += static_cast<int64_t>(split_tokens);
-  node->RehashKey();
   node->parent = head.get();
 
   Node* h = head.get();
-  block_index_->SetNode(h->block_ids, h);
+  block_index_->SetNode(h->block_ids(), h);
   h->children.insert(std::move(owned));
   parent->children.insert(std::move(head));
   ++nodes_;
@@ -145,8 +136,7 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
       parent->end_position() == position) {
     // Extending a leaf keeps chains of single children in one node.
     target = parent;
-    target->tokens.insert(target->tokens.end(), tokens.begin(), tokens.end());
-    target->block_ids.insert(target->block_ids.end(), ids.begin(), ids.end());
+    target->Append(tokens, ids);
   } else {
     target = AddChild(parent, tokens, ids, position);
   }
@@ -165,10 +155,8 @@ Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
   child->tree = parent->tree;
   child->parent = parent;
   child->block_size = block_size_;
-  child->tokens.assign(tokens.begin(), tokens.end());
-  child->block_ids.assign(ids.begin(), ids.end());
+  child->Assign(tokens, ids);
   child->position = position;
-  child->RehashKey();
   Node* raw = child.get();
   parent->children.insert(std::move(child));
   ++nodes_;
@@ -190,18 +178,18 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   assert(!lru_.empty());
   Node* n = lru_.begin()->second;
   Tree* tree = n->tree;
-  const BlockId id = n->block_ids.back();
+  const BlockId id = n->block_ids().back();
   block_index_->Erase(id);
   --cached_blocks_;
   --tree->blocks;
   NoteRemoved(tree, id, reason);
   if (n->num_blocks() > 1) {
-    n->block_ids.pop_back();
-    n->tokens.resize(n->tokens.size() - block_size_);
+    n->DropBack();
     return id;
   }
-  // The last block of the node: the node itself goes.
-  LruErase(n);
+  // The last block of the node: the node itself goes (it is lru_.begin()).
+  lru_.erase(lru_.begin());
+  n->in_lru = false;
   Node* parent = n->parent;
   auto handle = parent->children.extract(BlockKey{n->block(0), n->key_hash});
   assert(!handle.empty());
@@ -227,11 +215,11 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   Tree* tree = node->tree;
   auto remove_one = [&](Node& n) {
     LruErase(&n);
-    for (BlockId id : n.block_ids) {
+    for (BlockId id : n.block_ids()) {
       removed->push_back(id);
       NoteRemoved(tree, id, reason);
     }
-    block_index_->Erase(n.block_ids);
+    block_index_->Erase(n.block_ids());
     cached_blocks_ -= n.num_blocks();
     tree->blocks -= n.num_blocks();
     --nodes_;
@@ -252,8 +240,9 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
 void Tenant::Clear(std::vector<BlockId>* removed) {
   for (auto& [ns, tree] : trees_) {
     ForEachBelow(tree->root, [&](const Node& n, int) {
-      removed->insert(removed->end(), n.block_ids.begin(), n.block_ids.end());
-      block_index_->Erase(n.block_ids);
+      removed->insert(removed->end(), n.block_ids().begin(),
+                      n.block_ids().end());
+      block_index_->Erase(n.block_ids());
     });
   }
   counters_.evicted_blocks[static_cast<int>(EvictReason::kReset)] +=
@@ -381,11 +370,15 @@ std::vector<DumpNode> Tenant::Dump(const Tree& tree) const {
     std::vector<const Node*> kids;
     for (const auto& c : node.children) kids.push_back(c.get());
     std::sort(kids.begin(), kids.end(), [](const Node* a, const Node* b) {
-      return a->tokens < b->tokens;
+      const auto x = a->tokens(), y = b->tokens();
+      return std::lexicographical_compare(x.begin(), x.end(), y.begin(),
+                                          y.end());
     });
     for (const Node* c : kids) {
-      out.push_back(DumpNode{depth, c->position, c->stamp, c->pins, c->tokens,
-                             c->block_ids});
+      out.push_back(DumpNode{
+          depth, c->position, c->stamp, c->pins,
+          std::vector<Token>(c->tokens().begin(), c->tokens().end()),
+          std::vector<BlockId>(c->block_ids().begin(), c->block_ids().end())});
       self(self, *c, depth + 1);
     }
   };
@@ -427,11 +420,10 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
         const Node& n = *c;
         if (n.parent != &parent) return fail("child's parent pointer is wrong");
         if (n.tree != tree) return fail("node points at another tree");
-        if (n.block_ids.empty()) return fail("empty non-root node");
-        if (n.tokens.size() != n.block_ids.size() * block_size_) {
-          return fail(absl::StrFormat(
-              "edge of %d tokens is not %d whole blocks of %d", n.tokens.size(),
-              n.block_ids.size(), block_size_));
+        if (n.num_blocks() == 0) return fail("empty non-root node");
+        if (n.block_size != block_size_) {
+          return fail(absl::StrFormat("node has block_size %d, the tenant %d",
+                                      n.block_size, block_size_));
         }
         if (n.key_hash != MakeBlockKey(n.block(0)).hash)
           return fail("stale child key");
@@ -449,7 +441,7 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
           return fail("evictable-leaf set disagrees with the tree");
         }
         lru_members += n.in_lru;
-        for (BlockId id : n.block_ids) {
+        for (BlockId id : n.block_ids()) {
           auto owner = index.Find(id);
           if (!owner || owner->tenant != index_ || owner->node != &n) {
             return fail(

@@ -76,8 +76,8 @@ void PrintRow(FILE* out, const PhaseResult& r) {
   }
   if (r.late > 0) {
     std::fprintf(out,
-                 "  %llu calls started over 1 ms late (latency counts "
-                 "from their scheduled time)\n",
+                 "  %llu calls started over 1 ms after their scheduled "
+                 "time (those that waited for a slot count from it)\n",
                  static_cast<unsigned long long>(r.late));
   }
   std::fflush(out);

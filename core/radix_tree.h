@@ -65,15 +65,22 @@ class Node {
   Node(const Node&) = delete;
   Node& operator=(const Node&) = delete;
 
+ private:
+  // First, next to key_hash: a lookup reads the key and the tokens pointer
+  // of a child it has not touched yet, and both sit in one cache line.
+  std::unique_ptr<std::byte[]> data_;
+  uint32_t num_blocks_ = 0;
+
+ public:
+  int32_t block_size = 0;
+  size_t key_hash =
+      0;  // hash of the first block (children of the parent are keyed by it)
   Tree* tree = nullptr;
   Node* parent = nullptr;  // nullptr for the root
   int64_t position = 0;    // absolute position tokens[0] was computed at
   uint64_t stamp = 0;      // recency: the logical time of the last touch
-  size_t key_hash =
-      0;  // hash of the first block (children of the parent are keyed by it)
   int32_t pins =
       0;  // leases (and in-flight inserts) whose path runs through here
-  int32_t block_size = 0;
   bool in_lru = false;  // in the tenant's evictable-leaf set
   ChildSet children;
 
@@ -117,9 +124,6 @@ class Node {
   // Replaces the edge with the concatenation of two (tokens, ids) parts.
   void Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
                absl::Span<const Token> t2, absl::Span<const BlockId> i2);
-
-  std::unique_ptr<std::byte[]> data_;
-  uint32_t num_blocks_ = 0;
 };
 
 struct Tree {

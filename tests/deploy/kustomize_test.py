@@ -29,27 +29,13 @@ import sys
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import common  # noqa: E402  (tests/python/common.py)
 
 try:
     import yaml
 except ImportError:
     print("FAIL: python3 yaml module missing: apt-get install python3-yaml")
     sys.exit(1)
-
-
-class Checker:
-    def __init__(self):
-        self.failed = 0
-        self.passed = 0
-
-    def check(self, cond, what, detail=""):
-        if cond:
-            self.passed += 1
-            print("ok    %s" % what)
-        else:
-            self.failed += 1
-            print("FAIL  %s%s" % (what, ("\n      " + str(detail)) if detail else ""))
-        return cond
 
 
 def render(repo):
@@ -89,7 +75,7 @@ def effective(pod, container, key):
     return sc[key] if key in sc else pod.get("securityContext", {}).get(key)
 
 
-class KustomizeTest(Checker):
+class KustomizeTest(common.Checker):
     def __init__(self, repo, docs):
         super().__init__()
         self.repo = repo
@@ -352,30 +338,16 @@ class KustomizeTest(Checker):
         # As the init container joins them; the fixture's flags replace the
         # pod's listeners and snapshot path with free ports and a temp dir.
         text = self.config_text + "\n" + self.principals_text
-        err = self.serve_config(prefixd, text)
+        err = common.serve_config(prefixd, text)
         if err and "not supported by this build" in err:
             print("note  this prefixd build cannot load the pod's config: %s"
                   % err.strip().splitlines()[-1])
             print("note  retrying with auth NONE and no principals (the rest of the config)")
             text = re.sub(r"^auth\s*\{[^}]*\}", "auth { mode: NONE }", self.config_text,
                           flags=re.M)
-            err = self.serve_config(prefixd, text)
+            err = common.serve_config(prefixd, text)
         self.check(err is None, "prefixd serves with the rendered config, exits 0 on SIGTERM",
                    err)
-
-    @staticmethod
-    def serve_config(prefixd, text):
-        """None if prefixd serves `text` and stops cleanly, else what went wrong."""
-        import prefixd_fixture
-        d = prefixd_fixture.Daemon(prefixd, text)
-        try:
-            d.start()
-            rc = d.stop()
-            return None if rc == 0 else "exit %s on SIGTERM:\n%s" % (rc, d.logs())
-        except prefixd_fixture.DaemonFailed as e:
-            return str(e)
-        finally:
-            d.close()
 
 
 def decode_secret(secret, key):
@@ -412,8 +384,7 @@ def main():
     t.test_prometheus_rule()
     t.test_dashboard()
     t.test_sync()
-    print("%d passed, %d failed" % (t.passed, t.failed))
-    return 1 if t.failed else 0
+    return t.exit_code()
 
 
 if __name__ == "__main__":

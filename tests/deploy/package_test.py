@@ -19,6 +19,7 @@ import tempfile
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import common  # noqa: E402  (tests/python/common.py)
 
 FILES = {  # path in the package -> mode
     "./usr/bin/prefixd": 0o755,
@@ -33,21 +34,6 @@ SAME_AS_REPO = {
     "usr/lib/sysusers.d/prefixd.conf": "deploy/systemd/prefixd.sysusers",
     "etc/prefixd/config.textproto": "deploy/config/prefixd.textproto",
 }
-
-
-class Checker:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, cond, what, detail=""):
-        if cond:
-            self.passed += 1
-            print("ok    %s" % what)
-        else:
-            self.failed += 1
-            print("FAIL  %s%s" % (what, ("\n      " + str(detail)) if detail else ""))
-        return cond
 
 
 def run(cmd, **kw):
@@ -74,7 +60,7 @@ def main():
         print("SKIP: dpkg-deb or cpack not found")
         return SKIP
     config = os.path.abspath(os.path.join(args.build, "CPackConfig.cmake"))
-    t = Checker()
+    t = common.Checker()
     if not t.check(os.path.exists(config), "%s exists (configure ran)" % config):
         return 1
     with tempfile.TemporaryDirectory(prefix="prefixd-pkg-") as tmp:
@@ -93,8 +79,7 @@ def main():
         root = os.path.join(tmp, "root")
         run(["dpkg-deb", "-x", deb, root])
         check_files(t, root, args.repo, args.version)
-    print("%d passed, %d failed" % (t.passed, t.failed))
-    return 1 if t.failed else 0
+    return t.exit_code()
 
 
 def check_metadata(t, deb, version, arch):
@@ -154,17 +139,9 @@ def check_files(t, root, repo, version):
     t.check(r.returncode == 0 and version in r.stdout, "packaged prefixd --version", r.stdout)
     r = run([os.path.join(root, "usr", "bin", "prefixctl"), "--help"])
     t.check(r.returncode == 0 and "health" in r.stdout + r.stderr, "packaged prefixctl --help")
-    import prefixd_fixture
     with open(os.path.join(root, "etc", "prefixd", "config.textproto")) as f:
-        d = prefixd_fixture.Daemon(prefixd, f.read())
-    try:
-        d.start()
-        t.check(d.stop() == 0, "packaged prefixd serves the packaged config, exits 0 on SIGTERM",
-                d.logs())
-    except prefixd_fixture.DaemonFailed as e:
-        t.check(False, "packaged prefixd serves the packaged config", e)
-    finally:
-        d.close()
+        err = common.serve_config(prefixd, f.read())
+    t.check(err is None, "packaged prefixd serves the packaged config, exits 0 on SIGTERM", err)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ SKIP = 77
 MAX_EXPOSURE = 2.0  # systemd-analyze security: 0 (locked down) .. 10 (exposed)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+import common  # noqa: E402  (tests/python/common.py)
 
 REQUIRED = {
     "User": "prefixd",
@@ -44,21 +45,6 @@ REQUIRED = {
     "PrivateDevices": "yes",
     "CapabilityBoundingSet": "",
 }
-
-
-class Checker:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, cond, what, detail=""):
-        if cond:
-            self.passed += 1
-            print("ok    %s" % what)
-        else:
-            self.failed += 1
-            print("FAIL  %s%s" % (what, ("\n      " + str(detail)) if detail else ""))
-        return cond
 
 
 def parse_unit(text):
@@ -85,7 +71,7 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)
 
 
-class SystemdTest(Checker):
+class SystemdTest(common.Checker):
     def __init__(self, repo):
         super().__init__()
         self.unit_path = os.path.join(repo, "deploy", "systemd", "prefixd.service")
@@ -167,17 +153,9 @@ class SystemdTest(Checker):
         return True
 
     def test_daemon(self, prefixd):
-        import prefixd_fixture
-        d = prefixd_fixture.Daemon(prefixd, self.config)
-        try:
-            d.start()
-            rc = d.stop()
-            self.check(rc == 0, "prefixd serves with the default config, exits 0 on SIGTERM",
-                       d.logs())
-        except prefixd_fixture.DaemonFailed as e:
-            self.check(False, "prefixd serves with the default config", e)
-        finally:
-            d.close()
+        err = common.serve_config(prefixd, self.config)
+        self.check(err is None, "prefixd serves with the default config, exits 0 on SIGTERM",
+                   err)
 
 
 def main():
@@ -192,8 +170,7 @@ def main():
     if args.prefixd:
         t.test_daemon(args.prefixd)
     verified = t.test_verify(args.prefixd)
-    print("%d passed, %d failed" % (t.passed, t.failed))
-    if t.failed:
+    if t.exit_code():
         return 1
     if not verified:
         print("SKIP: systemd-analyze not found: the unit was not verified (apt-get install systemd)")

@@ -13,12 +13,10 @@ Exits 77 (skip) only when /usr/bin/promtool is absent.
 Usage: check_metrics_test.py --prefixd PATH --repo DIR
 """
 
-import argparse
 import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import harness
 import workload
@@ -73,20 +71,5 @@ def run(args, tmp, check):
           "the scrape shows acme's 144 hit tokens")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--repo", required=True, help="the source tree")
-    args = parser.parse_args()
-    harness.skip_unless(harness.PROMTOOL)
-    check = harness.Check()
-    tmp = tempfile.mkdtemp(prefix="prefixd-check-metrics-")
-    try:
-        run(args, tmp, check)
-    finally:
-        harness.cleanup(tmp)
-    return check.exit_code()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(__doc__, harness.PROMTOOL, "prefixd-check-metrics-", run))

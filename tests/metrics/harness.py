@@ -1,9 +1,12 @@
 """Shared pieces of the metrics tests: free ports, the real prefixd binary,
-Python gRPC stubs generated at test time, a real Prometheus, and promtool.
+Python gRPC stubs generated at test time, a real Prometheus, and promtool;
+main() runs a test against the daemon. The pass/fail counter and stopping a
+process come from tests/python/common.py.
 
 Every wait polls with a deadline; nothing sleeps blindly.
 """
 
+import argparse
 import collections
 import importlib
 import json
@@ -12,10 +15,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+import common  # noqa: E402  (tests/python/common.py)
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
@@ -62,25 +70,9 @@ def http_get(url, timeout_s=10):
         return r.read().decode("utf-8")
 
 
-class Check:
-    """Counts and prints assertions; the test exits 1 if any failed."""
-
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def __call__(self, cond, what, detail=""):
-        if cond:
-            self.passed += 1
-            print("ok    %s" % what)
-        else:
-            self.failed += 1
-            print("FAIL  %s%s" % (what, ("\n      " + str(detail)) if detail else ""))
-        return cond
-
-    def exit_code(self):
-        print("%d passed, %d failed" % (self.passed, self.failed))
-        return 1 if self.failed else 0
+# Counts and prints assertions: check(cond, what, detail); the test exits
+# with check.exit_code(), 1 if any failed.
+Check = common.Checker
 
 
 def load_stubs(proto_dir, out_dir):
@@ -175,14 +167,7 @@ class Daemon:
 
     def stop(self):
         """SIGTERM, then the exit code (kills after a deadline)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return common.stop_process(self.proc)
 
 
 class Prometheus:
@@ -238,14 +223,26 @@ class Prometheus:
         return self.out.read()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        common.stop_process(self.proc)
 
 
 def cleanup(tmp):
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(doc, tool, tmp_prefix, run):
+    """A test against the real daemon: parses --prefixd PATH --repo DIR,
+    skips unless `tool` is installed, calls run(args, tmp, check) with a
+    fresh temp dir (removed afterwards) and a Check; returns the exit code."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--prefixd", required=True)
+    parser.add_argument("--repo", required=True, help="the source tree")
+    args = parser.parse_args()
+    skip_unless(tool)
+    check = Check()
+    tmp = tempfile.mkdtemp(prefix=tmp_prefix)
+    try:
+        run(args, tmp, check)
+    finally:
+        cleanup(tmp)
+    return check.exit_code()

@@ -21,12 +21,10 @@ Exits 77 (skip) only when /usr/bin/prometheus is absent.
 Usage: prometheus_e2e_test.py --prefixd PATH --repo DIR
 """
 
-import argparse
 import json
 import os
 import re
 import sys
-import tempfile
 import time
 
 import harness
@@ -274,20 +272,5 @@ def run(args, tmp, check):
         print("--- prefixd log ---\n" + daemon.log())
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--repo", required=True, help="the source tree")
-    args = parser.parse_args()
-    harness.skip_unless(harness.PROMETHEUS)
-    check = harness.Check()
-    tmp = tempfile.mkdtemp(prefix="prefixd-metrics-e2e-")
-    try:
-        run(args, tmp, check)
-    finally:
-        harness.cleanup(tmp)
-    return check.exit_code()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(harness.main(__doc__, harness.PROMETHEUS, "prefixd-metrics-e2e-", run))

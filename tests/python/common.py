@@ -1,4 +1,6 @@
-"""Shared set-up of the Python tests: command line, stubs, import path.
+"""Shared pieces of the Python tests: command line, stubs, import path;
+the pass/fail counter of the script-style tests; stopping a process; the
+real daemon served once on a given config.
 
     args = common.setup(__doc__)     # before importing prefixd
 
@@ -12,6 +14,7 @@ import argparse
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -40,3 +43,59 @@ def setup(doc, extra=None):
         gen_stubs.generate(args.stubs)
     os.environ["PREFIXD_PYTHON_STUBS"] = args.stubs
     return args
+
+
+class Checker:
+    """Counts and prints checks, for the tests that are scripts rather than
+    unittest cases: t.check(cond, what, detail) or t(cond, what, detail)
+    prints "ok    what" or "FAIL  what" (and the detail) and returns cond;
+    t.exit_code() prints the totals and returns 1 if any check failed."""
+
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, cond, what, detail=""):
+        if cond:
+            self.passed += 1
+            print("ok    %s" % what)
+        else:
+            self.failed += 1
+            print("FAIL  %s%s" % (what, ("\n      " + str(detail)) if detail else ""))
+        return cond
+
+    __call__ = check
+
+    def exit_code(self):
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        return 1 if self.failed else 0
+
+
+def stop_process(proc, timeout=20):
+    """SIGTERM, then the exit code; kills the process if it is still running
+    after `timeout` seconds (the exit code is then the kill's)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def serve_config(binary, config_text):
+    """Starts the real daemon `binary` on `config_text` (prefixd_fixture.Daemon:
+    free ports and a temp dir replace the config's listeners and snapshot
+    path), waits until it serves, stops it with SIGTERM. Returns None if it
+    served and exited 0, else what went wrong (the logs included)."""
+    import prefixd_fixture  # needs grpc: imported only by the tests that serve
+    d = prefixd_fixture.Daemon(binary, config_text)
+    try:
+        d.start()
+        rc = d.stop()
+        return None if rc == 0 else "exit %s on SIGTERM:\n%s" % (rc, d.logs())
+    except prefixd_fixture.DaemonFailed as e:
+        return str(e)
+    finally:
+        d.close()

@@ -435,18 +435,25 @@ void RegisterAll() {
 }  // namespace
 }  // namespace prefixd
 
-// --mutex_deadlock_detection=false (ours, not Google Benchmark's) turns off
-// absl::Mutex deadlock detection, which Debian's abseil (built without
-// NDEBUG) leaves on; see docs/performance.md.
+// Like the daemon (server/main.cc), the benchmarks run with absl::Mutex
+// deadlock detection off; Debian's abseil (built without NDEBUG) leaves it on,
+// which --mutex_deadlock_detection=true (ours, not Google Benchmark's) keeps
+// for comparison (docs/performance.md).
 int main(int argc, char** argv) {
+  bool detect = false;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg(argv[i]);
     if (arg == "--mutex_deadlock_detection=false") {
-      absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-    } else if (arg != "--mutex_deadlock_detection=true") {
+      detect = false;
+    } else if (arg == "--mutex_deadlock_detection=true") {
+      detect = true;
+    } else {
       argv[kept++] = argv[i];
     }
+  }
+  if (!detect) {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   }
   argc = kept;
   benchmark::Initialize(&argc, argv);

@@ -69,10 +69,10 @@ ABSL_FLAG(uint64_t, memory_blocks, 625000,
 ABSL_FLAG(std::string, memory_trace, "conversation",
           "trace replayed (repeatedly) for the memory measurement");
 ABSL_FLAG(bool, check, true, "CheckInvariants() after each replay (untimed)");
-ABSL_FLAG(bool, mutex_deadlock_detection, true,
-          "leave absl::Mutex deadlock detection as the library sets it (on in "
-          "Debian's abseil, which is built without NDEBUG); false turns it "
-          "off, as absl::SetMutexDeadlockDetectionMode(kIgnore) would");
+ABSL_FLAG(bool, mutex_deadlock_detection, false,
+          "keep absl::Mutex deadlock detection on, as Debian's abseil (built "
+          "without NDEBUG) sets it; false (the default) turns it off, as the "
+          "daemon does (server/main.cc)");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(bool, progress, true, "progress lines on stderr");
 

@@ -20,33 +20,27 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+from common import Checker  # noqa: E402  (tests/python/common.py)
+
 # How long prefixd may take to start serving and to drain.
 START_TIMEOUT_S = 30
 DRAIN_TIMEOUT = "3s"
 STOP_TIMEOUT_S = 20
 
 
-class E2E:
+class E2E(Checker):
     def __init__(self, prefixd, prefixctl, tmp):
+        super().__init__()
         self.prefixd = prefixd
         self.prefixctl = prefixctl
         self.tmp = tmp
         self.tcp = "127.0.0.1:%d" % free_port()
         self.unix = "unix://" + os.path.join(tmp, "prefixd.sock")
         self.proc = None
-        self.passed = 0
-        self.failed = 0
 
     # ---- helpers ----
-
-    def check(self, cond, what, detail=""):
-        if cond:
-            self.passed += 1
-            print("ok    %s" % what)
-        else:
-            self.failed += 1
-            print("FAIL  %s%s" % (what, ("\n      " + detail) if detail else ""))
-        return cond
 
     def ctl(self, *args, addr=None, tenant=None, timeout=30):
         """Runs prefixctl; returns (exit code, stdout, stderr)."""

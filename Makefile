@@ -66,6 +66,7 @@ bench: configure
 	  --benchmark_out=$(BENCH_OUT)/core.json --benchmark_out_format=json
 	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core.json
 	$(BUILD_DIR)/bench/trace_replay
+	$(BUILD_DIR)/bench/trace_replay --paths=core,tcp,unix --runs=1 --memory_blocks=0
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe
 

@@ -19,6 +19,7 @@
 // in a process that has not freed anything yet, so freed memory cannot hide
 // the growth.
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,14 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cache.h"
+#ifdef PREFIXD_TRACE_REPLAY_RPC
+#include "bench/load/common.h"
+#include "client/client.h"
+#endif
+
+#ifndef PREFIXD_DAEMON_PATH
+#define PREFIXD_DAEMON_PATH ""
+#endif
 
 ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
           "directory of <name>_trace.jsonl files (default: ../shared/data/"
@@ -73,6 +82,13 @@ ABSL_FLAG(bool, mutex_deadlock_detection, false,
           "keep absl::Mutex deadlock detection on, as Debian's abseil (built "
           "without NDEBUG) sets it; false (the default) turns it off, as the "
           "daemon does (server/main.cc)");
+ABSL_FLAG(std::vector<std::string>, paths, {"core"},
+          "where to send the calls: core (in process), tcp and unix (a prefixd "
+          "daemon started per replay with --prefixd, over TCP or its Unix "
+          "socket); every path must reach the same hits and evictions as "
+          "core's");
+ABSL_FLAG(std::string, prefixd, PREFIXD_DAEMON_PATH,
+          "the prefixd binary for the tcp and unix paths");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(bool, progress, true, "progress lines on stderr");
 
@@ -245,47 +261,201 @@ double ThreadCpuSeconds() {
          1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-class Replayer {
+// Where a replay sends its calls: core in process, or a prefixd daemon over
+// gRPC (TCP or a Unix socket). One request is Match (pinned), Insert of the
+// whole prompt (matched IDs passed back, fresh IDs for the rest), Release.
+class Backend {
  public:
-  Replayer(PrefixCache* cache, int block_size)
-      : cache_(cache), bs_(block_size) {}
+  virtual ~Backend() = default;
+  // The matched block IDs in order into *ids; *lease is 0 if none.
+  virtual void Match(absl::Span<const Token> tokens, std::vector<BlockId>* ids,
+                     uint64_t* lease) = 0;
+  // False if the Insert was refused (RESOURCE_EXHAUSTED: the prompt is
+  // longer than the capacity); else the tokens already cached.
+  virtual bool Insert(absl::Span<const Token> tokens,
+                      absl::Span<const BlockId> ids, uint64_t* cached_tokens,
+                      uint64_t* evicted) = 0;
+  virtual void Release(uint64_t lease) = 0;
+  // Fills cached blocks and tree nodes, and checks what it can.
+  virtual void Finish(Totals* t) = 0;
+  // CPU seconds spent by both sides so far (this thread for core).
+  virtual double CpuSeconds() = 0;
+};
 
-  // Returns the matched blocks; *inserted gets the adopted ones.
-  uint64_t Run(absl::Span<const Token> tokens, uint64_t* inserted,
-               uint64_t* evicted, bool* refused) {
+class CoreBackend final : public Backend {
+ public:
+  explicit CoreBackend(uint64_t capacity) : cache_(NewCache(capacity)) {}
+
+  void Match(absl::Span<const Token> tokens, std::vector<BlockId>* ids,
+             uint64_t* lease) override {
     MatchRequest m;
     m.tokens = tokens;
     m.pin = true;
     auto match = cache_->Match(kTenant, m);
     if (!match.ok()) Die(match.status().ToString());
-    ids_.clear();
     for (const Segment& s : match->segments)
-      ids_.insert(ids_.end(), s.block_ids.begin(), s.block_ids.end());
+      ids->insert(ids->end(), s.block_ids.begin(), s.block_ids.end());
+    *lease = match->lease_id;
+  }
+  bool Insert(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+              uint64_t* cached_tokens, uint64_t* evicted) override {
+    InsertRequest ins;
+    ins.tokens = tokens;
+    ins.block_ids = ids;
+    auto r = cache_->Insert(kTenant, ins);
+    if (!r.ok()) {
+      if (!absl::IsResourceExhausted(r.status())) Die(r.status().ToString());
+      return false;
+    }
+    if (!r->redundant_block_ids.empty()) Die("Insert found redundant IDs");
+    *cached_tokens = r->cached_tokens;
+    *evicted += r->evicted_block_ids.size();
+    return true;
+  }
+  void Release(uint64_t lease) override {
+    absl::Status s = cache_->Release(kTenant, lease);
+    if (!s.ok()) Die(s.ToString());
+  }
+  void Finish(Totals* t) override {
+    const CacheStats s = cache_->Stats(TenantScope::All());
+    t->cached_blocks = s.resident_blocks;
+    for (const TenantStats& ts : s.tenants) t->tree_nodes += ts.tree_nodes;
+    if (absl::GetFlag(FLAGS_check)) {
+      absl::Status ok = cache_->CheckInvariants();
+      if (!ok.ok()) Die(ok.ToString());
+    }
+  }
+  double CpuSeconds() override { return ThreadCpuSeconds(); }
+
+ private:
+  std::unique_ptr<PrefixCache> cache_;
+};
+
+#ifdef PREFIXD_TRACE_REPLAY_RPC
+// A prefixd daemon started for one replay (--prefixd), with a budget of
+// `capacity` blocks, reached over TCP or its Unix socket.
+class RpcBackend final : public Backend {
+ public:
+  RpcBackend(uint64_t capacity, bool unix_socket) {
+    const int bs = absl::GetFlag(FLAGS_block_size);
+    absl::StatusOr<int> port = bench::FreeTcpPort();
+    if (!port.ok()) Die(port.status().ToString());
+    socket_ = absl::StrCat("/tmp/prefixd-replay-", getpid(), ".sock");
+    const std::string tcp = absl::StrCat("127.0.0.1:", *port);
+    const uint64_t budget_tokens =
+        capacity == kInfinite ? uint64_t{1} << 40 : capacity * bs;
+    std::vector<std::string> argv = {
+        absl::GetFlag(FLAGS_prefixd),
+        absl::StrCat("--listen=", tcp),
+        absl::StrCat("--listen=unix://", socket_),
+        "--metrics_listen=127.0.0.1:0",
+        absl::StrCat("--block_size=", bs),
+        absl::StrCat("--kv_budget=", budget_tokens, "tokens")};
+    auto daemon = bench::Subprocess::Start(argv);
+    if (!daemon.ok()) Die(daemon.status().ToString());
+    daemon_ = *std::move(daemon);
+    ClientOptions o;
+    o.tenant = kTenant;
+    o.wait_for_ready = true;
+    o.deadline = absl::Seconds(30);
+    auto client = Client::Connect(
+        unix_socket ? absl::StrCat("unix://", socket_) : tcp, o);
+    if (!client.ok()) Die(client.status().ToString());
+    client_ = *std::move(client);
+    auto info = client_->GetInfo();
+    if (!info.ok()) Die(info.status().ToString());
+    if (capacity != kInfinite && info->budget_blocks() != capacity) {
+      Die(absl::StrCat("daemon budget is ", info->budget_blocks(),
+                       " blocks, wanted ", capacity));
+    }
+  }
+  ~RpcBackend() override {
+    client_.reset();
+    daemon_->Stop();
+    unlink(socket_.c_str());
+  }
+
+  void Match(absl::Span<const Token> tokens, std::vector<BlockId>* ids,
+             uint64_t* lease) override {
+    PrefixOptions pin;
+    pin.pin = true;
+    auto m = client_->Match(tokens, pin);
+    if (!m.ok()) Die(m.status().ToString());
+    for (const auto& s : m->response.segments())
+      ids->insert(ids->end(), s.block_ids().begin(), s.block_ids().end());
+    *lease = m->lease.Detach();
+  }
+  bool Insert(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+              uint64_t* cached_tokens, uint64_t* evicted) override {
+    auto r = client_->Insert(tokens, ids);
+    if (!r.ok()) {
+      if (!absl::IsResourceExhausted(r.status())) Die(r.status().ToString());
+      return false;
+    }
+    if (r->response.redundant_block_ids_size() != 0)
+      Die("Insert found redundant IDs");
+    *cached_tokens = r->response.cached_tokens();
+    *evicted += static_cast<uint64_t>(r->response.evicted_block_ids_size());
+    return true;
+  }
+  void Release(uint64_t lease) override {
+    absl::Status s = client_->Release(lease);
+    if (!s.ok()) Die(s.ToString());
+  }
+  void Finish(Totals* t) override {
+    auto stats = client_->Stats();
+    if (!stats.ok()) Die(stats.status().ToString());
+    for (const auto& ts : stats->tenants()) {
+      t->cached_blocks += ts.cached_blocks();
+      t->tree_nodes += ts.tree_nodes();
+    }
+  }
+  double CpuSeconds() override {
+    return bench::SelfCpuSeconds() + bench::ProcessCpuSeconds(daemon_->pid());
+  }
+
+ private:
+  std::string socket_;
+  std::unique_ptr<bench::Subprocess> daemon_;
+  std::unique_ptr<Client> client_;
+};
+#endif  // PREFIXD_TRACE_REPLAY_RPC
+
+std::unique_ptr<Backend> NewBackend(const std::string& path,
+                                    uint64_t capacity) {
+  if (path == "core") return std::make_unique<CoreBackend>(capacity);
+#ifdef PREFIXD_TRACE_REPLAY_RPC
+  if (path == "tcp" || path == "unix") {
+    return std::make_unique<RpcBackend>(capacity, path == "unix");
+  }
+#endif
+  Die(absl::StrCat("unknown or unbuilt path '", path,
+                   "' (core; tcp and unix need the gRPC client)"));
+}
+
+class Replayer {
+ public:
+  Replayer(Backend* backend, int block_size)
+      : backend_(backend), bs_(block_size) {}
+
+  // Returns the matched blocks; *inserted gets the adopted ones.
+  uint64_t Run(absl::Span<const Token> tokens, uint64_t* inserted,
+               uint64_t* evicted, bool* refused) {
+    ids_.clear();
+    uint64_t lease = 0;
+    backend_->Match(tokens, &ids_, &lease);
     const uint64_t matched = ids_.size();
     const size_t blocks = tokens.size() / bs_;
     while (ids_.size() < blocks) ids_.push_back(next_id_++);
-    InsertRequest ins;
-    ins.tokens = tokens;
-    ins.block_ids = ids_;
-    auto r = cache_->Insert(kTenant, ins);
-    *refused = !r.ok();
-    *inserted = 0;
-    if (r.ok()) {
-      if (!r->redundant_block_ids.empty()) Die("Insert found redundant IDs");
-      *inserted = blocks - r->cached_tokens / bs_;
-      *evicted += r->evicted_block_ids.size();
-    } else if (!absl::IsResourceExhausted(r.status())) {
-      Die(r.status().ToString());
-    }
-    if (match->lease_id != 0) {
-      absl::Status s = cache_->Release(kTenant, match->lease_id);
-      if (!s.ok()) Die(s.ToString());
-    }
+    uint64_t cached_tokens = 0;
+    *refused = !backend_->Insert(tokens, ids_, &cached_tokens, evicted);
+    *inserted = *refused ? 0 : blocks - cached_tokens / bs_;
+    if (lease != 0) backend_->Release(lease);
     return matched;
   }
 
  private:
-  PrefixCache* cache_;
+  Backend* backend_;
   const int bs_;
   std::vector<BlockId> ids_;
   BlockId next_id_ = 1;
@@ -313,15 +483,16 @@ class Progress {
 
 // `tokens`: the whole trace expanded (Expand), request after request.
 Totals ReplayOnce(const Trace& trace, absl::Span<const Token> tokens,
-                  uint64_t capacity, const std::string& label) {
-  auto cache = NewCache(capacity);
+                  const std::string& path, uint64_t capacity,
+                  const std::string& label) {
+  std::unique_ptr<Backend> backend = NewBackend(path, capacity);
   const int bs = absl::GetFlag(FLAGS_block_size);
-  Replayer replayer(cache.get(), bs);
+  Replayer replayer(backend.get(), bs);
   const uint64_t block_tokens = absl::GetFlag(FLAGS_trace_block_tokens);
   Totals t;
   t.latency_ns.reserve(trace.requests.size());
   Progress progress(label);
-  const double cpu_start = ThreadCpuSeconds();
+  const double cpu_start = backend->CpuSeconds();
   for (const Request& r : trace.requests) {
     const auto prompt = tokens.subspan(r.first * bs, r.blocks * bs);
     uint64_t inserted = 0;
@@ -345,14 +516,8 @@ Totals ReplayOnce(const Trace& trace, absl::Span<const Token> tokens,
     t.hit_input_tokens += std::min(matched * block_tokens, r.input_length);
     progress.Update(t.requests, trace.requests.size());
   }
-  t.cpu_seconds = ThreadCpuSeconds() - cpu_start;
-  const CacheStats s = cache->Stats(TenantScope::All());
-  t.cached_blocks = s.resident_blocks;
-  for (const TenantStats& ts : s.tenants) t.tree_nodes += ts.tree_nodes;
-  if (absl::GetFlag(FLAGS_check)) {
-    absl::Status ok = cache->CheckInvariants();
-    if (!ok.ok()) Die(ok.ToString());
-  }
+  t.cpu_seconds = backend->CpuSeconds() - cpu_start;
+  backend->Finish(&t);
   return t;
 }
 
@@ -365,27 +530,30 @@ double Percentile(std::vector<uint32_t> v, double q) {
 
 struct Row {
   std::string trace;
+  std::string path;  // core, tcp or unix
   uint64_t capacity;
   Totals t;
   double p50_us, p99_us;
   double ops_per_s;      // block operations per second of summed latencies
-  double cpu_ops_per_s;  // block operations per second of thread CPU time
+  double cpu_ops_per_s;  // block operations per second of CPU time (core:
+                         // this thread; tcp/unix: this process + the daemon)
 };
 
 Row Replay(const Trace& trace, absl::Span<const Token> tokens,
-           uint64_t capacity) {
+           const std::string& path, uint64_t capacity) {
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   std::vector<Totals> all;
   for (int i = 0; i < runs; ++i) {
     all.push_back(ReplayOnce(
-        trace, tokens, capacity,
-        absl::StrCat(trace.name, " capacity ", CapacityName(capacity), " run ",
-                     i + 1, "/", runs)));
+        trace, tokens, path, capacity,
+        absl::StrCat(trace.name, " ", path, " capacity ",
+                     CapacityName(capacity), " run ", i + 1, "/", runs)));
   }
   std::sort(all.begin(), all.end(), [](const Totals& a, const Totals& b) {
     return a.cpu_seconds < b.cpu_seconds;
   });
-  Row row{trace.name, capacity, std::move(all[all.size() / 2]), 0, 0, 0, 0};
+  Row row{trace.name, path, capacity, std::move(all[all.size() / 2]),
+          0,          0,    0,        0};
   row.p50_us = Percentile(row.t.latency_ns, 0.50) / 1e3;
   row.p99_us = Percentile(row.t.latency_ns, 0.99) / 1e3;
   row.ops_per_s = row.t.blocks / row.t.seconds;
@@ -436,8 +604,8 @@ struct Memory {
 Memory MeasureMemory(const Trace& trace, uint64_t target) {
   Memory m;
   m.trace = trace.name;
-  auto cache = NewCache(kInfinite);
-  Replayer replayer(cache.get(), absl::GetFlag(FLAGS_block_size));
+  CoreBackend backend(kInfinite);
+  Replayer replayer(&backend, absl::GetFlag(FLAGS_block_size));
   size_t longest = 0;
   for (const Request& r : trace.requests) longest = std::max(longest, r.blocks);
   const int bs = absl::GetFlag(FLAGS_block_size);
@@ -464,9 +632,10 @@ Memory MeasureMemory(const Trace& trace, uint64_t target) {
   }
   m.rss_after = VmRssBytes();
   m.heap_after = HeapInUse();
-  const CacheStats s = cache->Stats(TenantScope::All());
-  m.cached_blocks = s.resident_blocks;
-  for (const TenantStats& ts : s.tenants) m.tree_nodes += ts.tree_nodes;
+  Totals t;
+  backend.Finish(&t);
+  m.cached_blocks = t.cached_blocks;
+  m.tree_nodes = t.tree_nodes;
   if (m.cached_blocks != cached || evicted != 0)
     Die("memory replay lost blocks");
   m.bytes_per_block = static_cast<double>(m.rss_after - m.rss_before) /
@@ -485,16 +654,17 @@ double Ratio(uint64_t a, uint64_t b) {
 
 void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
   if (!rows.empty()) {
-    std::printf("%-14s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
-                "trace", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
-                "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s",
-                "p50_us", "p99_us");
+    std::printf(
+        "%-14s %-5s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
+        "trace", "path", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
+        "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s", "p50_us",
+        "p99_us");
   }
   for (const Row& r : rows) {
     std::printf(
-        "%-14s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu %12.0f "
+        "%-14s %-5s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu %12.0f "
         "%12.0f %8.2f %8.2f\n",
-        r.trace.c_str(), CapacityName(r.capacity).c_str(),
+        r.trace.c_str(), r.path.c_str(), CapacityName(r.capacity).c_str(),
         static_cast<unsigned long long>(r.t.requests),
         static_cast<unsigned long long>(r.t.blocks),
         static_cast<unsigned long long>(r.t.hit_blocks),
@@ -526,7 +696,8 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
   std::vector<std::string> items;
   for (const Row& r : rows) {
     items.push_back(absl::StrFormat(
-        "    {\"trace\": \"%s\", \"capacity\": \"%s\", \"requests\": %d, "
+        "    {\"trace\": \"%s\", \"path\": \"%s\", \"capacity\": \"%s\", "
+        "\"requests\": %d, "
         "\"blocks\": %d, \"hit_blocks\": %d, \"inserted_blocks\": %d, "
         "\"evicted_blocks\": %d, \"refused_inserts\": %d, "
         "\"block_hit_rate\": %.6f, \"input_tokens\": %d, "
@@ -534,7 +705,7 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
         "\"block_ops_per_second\": %.0f, \"block_ops_per_cpu_second\": %.0f, "
         "\"p50_us\": %.3f, \"p99_us\": %.3f, "
         "\"cached_blocks\": %d, \"tree_nodes\": %d}",
-        r.trace, CapacityName(r.capacity), r.t.requests, r.t.blocks,
+        r.trace, r.path, CapacityName(r.capacity), r.t.requests, r.t.blocks,
         r.t.hit_blocks, r.t.inserted_blocks, r.t.evicted_blocks, r.t.refused,
         Ratio(r.t.hit_blocks, r.t.blocks), r.t.input_tokens,
         r.t.hit_input_tokens, Ratio(r.t.hit_input_tokens, r.t.input_tokens),
@@ -580,7 +751,27 @@ int Main() {
     std::vector<Token> tokens;
     tokens.reserve(trace.ids.size() * absl::GetFlag(FLAGS_block_size));
     Expand(trace.ids, 0, absl::GetFlag(FLAGS_block_size), &tokens);
-    for (uint64_t cap : capacities) rows.push_back(Replay(trace, tokens, cap));
+    for (uint64_t cap : capacities) {
+      std::optional<size_t> core;  // index of this capacity's core row
+      for (const std::string& path : absl::GetFlag(FLAGS_paths)) {
+        rows.push_back(Replay(trace, tokens, path, cap));
+        if (path == "core") core = rows.size() - 1;
+        // Every path must reach the same cache: same hits, adoptions,
+        // evictions and refusals, block for block.
+        if (core.has_value() && *core != rows.size() - 1) {
+          const Totals &a = rows[*core].t, &b = rows.back().t;
+          if (a.hit_blocks != b.hit_blocks ||
+              a.inserted_blocks != b.inserted_blocks ||
+              a.evicted_blocks != b.evicted_blocks || a.refused != b.refused ||
+              a.cached_blocks != b.cached_blocks) {
+            Die(absl::StrCat(trace.name, " capacity ", CapacityName(cap), ": ",
+                             path, " differs from core (hit ", b.hit_blocks,
+                             " vs ", a.hit_blocks, ", evicted ",
+                             b.evicted_blocks, " vs ", a.evicted_blocks, ")"));
+          }
+        }
+      }
+    }
   }
   if (absl::GetFlag(FLAGS_json)) {
     PrintJson(rows, memory);
@@ -595,7 +786,8 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "Replays Mooncake traces through prefixd's core in process; see "
+      "Replays Mooncake traces through prefixd's core in process, or "
+      "through the daemon over TCP and a Unix socket (--paths); see "
       "docs/performance.md.");
   absl::ParseCommandLine(argc, argv);
   return prefixd::Main();

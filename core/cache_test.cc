@@ -580,6 +580,12 @@ TEST_F(CacheTest, CreateRejectsImpossibleOptions) {
   o.tenants = {{"a", {2, 1}}};
   EXPECT_THAT(PrefixCache::Create(o).status().message(),
               HasSubstr("above its limit"));
+  o.tenants = {};
+  o.limits.max_tenants = 70000;  // the block index keeps 16 bits of tenant
+  EXPECT_THAT(PrefixCache::Create(o).status().message(),
+              HasSubstr("max_tenants 70000 is above the supported 65535"));
+  o.limits.max_tenants = 65535;
+  EXPECT_TRUE(PrefixCache::Create(o).ok());
 }
 
 TEST_F(CacheTest, EventsRecordStoresAndRemovals) {

@@ -247,20 +247,6 @@ void BM_Memcmp(benchmark::State& state, uint64_t prefixes, size_t len) {
   SetTokens(state, len);
 }
 
-// What core's Walk does today to compare an edge (std::mismatch, one token
-// at a time): shows what replacing it with memcmp would gain.
-void BM_StdMismatch(benchmark::State& state, uint64_t prefixes, size_t len) {
-  TreeFixture& f = Tree(prefixes);
-  size_t p = 0;
-  for (auto _ : state) {
-    auto a = f.probe(p, len), b = f.stored(p, len);
-    auto r = std::mismatch(a.begin(), a.end(), b.begin());
-    benchmark::DoNotOptimize(r);
-    if (++p == f.num_probes()) p = 0;
-  }
-  SetTokens(state, len);
-}
-
 // One dependent load from DRAM per iteration: a pointer chase through a
 // random cycle over 256 MiB. The unit in which cold tree lookups are paid.
 void BM_DramLoad(benchmark::State& state) {
@@ -409,8 +395,6 @@ void RegisterAll() {
       const std::string suffix = absl::StrCat("/", tree, "/", len);
       benchmark::RegisterBenchmark(("Memcmp" + suffix).c_str(), BM_Memcmp,
                                    prefixes, len);
-      benchmark::RegisterBenchmark(("StdMismatch" + suffix).c_str(),
-                                   BM_StdMismatch, prefixes, len);
       benchmark::RegisterBenchmark(("Match" + suffix).c_str(), BM_Match,
                                    prefixes, len);
       benchmark::RegisterBenchmark(("InsertConfirm" + suffix).c_str(),

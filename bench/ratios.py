@@ -47,20 +47,14 @@ def main():
         return t.get(name)
 
     print("Match vs memcmp token throughput (target at 8k: >= 0.50)")
-    print("  %-9s %6s %11s %11s %7s %9s" % ("tree", "tokens", "match_ns",
-                                            "memcmp_ns", "ratio",
-                                            "if_memcmp"))
+    print("  %-9s %6s %11s %11s %7s" % ("tree", "tokens", "match_ns",
+                                       "memcmp_ns", "ratio"))
     for tree in TREES:
         for n in LENGTHS:
             m, c = get("Match/%s/%d" % (tree, n)), get("Memcmp/%s/%d" % (tree, n))
-            s = get("StdMismatch/%s/%d" % (tree, n))
             if m is None or c is None:
                 continue
-            # What Match would cost if Walk compared edges with memcmp
-            # instead of std::mismatch: swap the two baselines' times.
-            proj = c / (m - s + c) if s is not None else float("nan")
-            print("  %-9s %6d %11.0f %11.0f %7.3f %9.3f" % (tree, n, m, c,
-                                                          c / m, proj))
+            print("  %-9s %6d %11.0f %11.0f %7.3f" % (tree, n, m, c, c / m))
 
     print("\nMatch at 10^6 cached prefixes vs at 10^3 (target: <= 2.0)")
     print("  %-26s %11s %11s %7s" % ("benchmark", "1e3_ns", "1e6_ns", "ratio"))

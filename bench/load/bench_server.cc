@@ -8,10 +8,13 @@
 //
 // It prints "listening <address>..." on stdout when it serves and stops on
 // SIGTERM or SIGINT.
+#include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -24,15 +27,35 @@
 
 namespace {
 
-// Answers with `reply_bytes` of padding and nothing else.
+// The load generator's NowNs (bench/load/common.cc): steady_clock is
+// CLOCK_MONOTONIC, which processes on one machine share.
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Answers with `reply_bytes` of padding and the handler's start and end
+// times, and nothing else.
 class BareService final : public prefixd::bench::Bare::CallbackService {
  public:
   grpc::ServerUnaryReactor* Call(grpc::CallbackServerContext* ctx,
                                  const prefixd::bench::BareRequest* req,
                                  prefixd::bench::BareResponse* resp) override {
-    const size_t n = std::min<size_t>(req->reply_bytes(), padding_.size());
+    const int64_t start = MonotonicNs();
+    resp->set_handler_start_ns(start);
+    // The whole response is `reply_bytes` long (to a byte): two stamps of
+    // about the same size, then the payload's tag and length.
+    const size_t stamps =
+        2 * (1 + google::protobuf::io::CodedOutputStream::VarintSize64(
+                     static_cast<uint64_t>(start)));
+    const size_t overhead = stamps + 3;
+    const size_t n = std::min<size_t>(
+        req->reply_bytes() > overhead ? req->reply_bytes() - overhead : 0,
+        padding_.size());
     resp->set_payload(padding_.data(), n);
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    resp->set_handler_end_ns(MonotonicNs());
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }

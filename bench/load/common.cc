@@ -80,6 +80,7 @@ void PrintRow(FILE* out, const PhaseResult& r) {
                  "time (those that waited for a slot count from it)\n",
                  static_cast<unsigned long long>(r.late));
   }
+  if (!r.slow_calls.empty()) std::fprintf(out, "%s\n", r.slow_calls.c_str());
   std::fflush(out);
 }
 

@@ -60,6 +60,7 @@ struct PhaseResult {
   uint64_t late = 0;  // open loop: calls that found no free slot
   std::string first_error;
   LatencySummary latency;
+  std::string slow_calls;  // where the slow calls' time went, if known
   // CPU per call of the server process and of this client process (all
   // threads), warm-up included; 0 when not measured. Robust on a busy
   // machine, unlike the rates.

@@ -20,6 +20,7 @@ struct ThreadResult {
   uint64_t calls = 0, lookups = 0, errors = 0, late = 0, all_calls = 0;
   std::string first_error;
   std::vector<int64_t> latency_ns;
+  std::vector<SlowCall> slow;
 
   void Record(Slot* slot, int64_t now, const Window& w) {
     std::string error;
@@ -34,6 +35,13 @@ struct ThreadResult {
     }
     lookups += static_cast<uint64_t>(lookups_done);
     latency_ns.push_back(now - slot->start_ns);
+    int64_t handler_start, handler_end;
+    if (now - slot->start_ns > 1000000 &&
+        slot->HandlerTimes(&handler_start, &handler_end)) {
+      slow.push_back({slot->issued_ns - slot->start_ns,
+                      handler_start - slot->issued_ns,
+                      handler_end - handler_start, now - handler_end});
+    }
   }
 };
 
@@ -46,7 +54,7 @@ void ClosedLoop(std::vector<std::unique_ptr<Slot>>& slots, const Window& w,
                 ThreadResult* out) {
   grpc::CompletionQueue cq;
   for (auto& s : slots) {
-    s->start_ns = NowNs();
+    s->start_ns = s->issued_ns = NowNs();
     s->Issue(&cq);
   }
   size_t in_flight = slots.size();
@@ -57,7 +65,7 @@ void ClosedLoop(std::vector<std::unique_ptr<Slot>>& slots, const Window& w,
     const int64_t now = NowNs();
     out->Record(slot, now, w);
     if (now < w.end_ns) {
-      slot->start_ns = now;
+      slot->start_ns = slot->issued_ns = now;
       slot->Issue(&cq);
     } else {
       --in_flight;
@@ -103,6 +111,7 @@ void OpenLoop(std::vector<std::unique_ptr<Slot>>& slots, double rate,
       // timer (gRPC's poller) has millisecond granularity, not the server.
       s->start_ns = i < waiting ? scheduled : now;
       if (now - scheduled > 1000000 && scheduled >= w.begin_ns) ++out->late;
+      s->issued_ns = NowNs();
       s->Issue(&cq);
       ++in_flight;
     }
@@ -163,6 +172,7 @@ DriveResult Drive(const DriveOptions& options, const SlotFactory& make_slot) {
     if (r.first_error.empty()) r.first_error = t.first_error;
     r.latency_ns.insert(r.latency_ns.end(), t.latency_ns.begin(),
                         t.latency_ns.end());
+    r.slow.insert(r.slow.end(), t.slow.begin(), t.slow.end());
   }
   return r;
 }

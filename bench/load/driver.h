@@ -28,8 +28,25 @@ class Slot {
   // The call ended. Returns how many lookups it did, or -1 on an error
   // (described in *error).
   virtual int Done(std::string* error) = 0;
+  // For a call that reports them (the bare baseline): when its handler
+  // started and ended, in NowNs()'s clock. False otherwise.
+  virtual bool HandlerTimes(int64_t* start_ns, int64_t* end_ns) const {
+    (void)start_ns;
+    (void)end_ns;
+    return false;
+  }
 
-  int64_t start_ns = 0;  // set by the driver
+  int64_t start_ns = 0;   // set by the driver: where the latency counts from
+  int64_t issued_ns = 0;  // set by the driver: when Issue was called
+};
+
+// Where a slow call's time went: a call over 1 ms whose handler reported
+// its start and end (HandlerTimes).
+struct SlowCall {
+  int64_t driver_ns;    // scheduled time to Issue: the driver was late
+  int64_t inbound_ns;   // Issue to the handler's start: client, wire, server
+  int64_t handler_ns;   // the handler
+  int64_t outbound_ns;  // the handler's end to the driver seeing the reply
 };
 
 using SlotFactory = std::function<std::unique_ptr<Slot>(int thread, int index)>;
@@ -49,6 +66,8 @@ struct DriveResult {
   uint64_t all_calls = 0;  // completed, warm-up and drain included
   std::string first_error;
   std::vector<int64_t> latency_ns;  // of the calls completed in the window
+  std::vector<SlowCall> slow;       // of those, the ones over 1 ms that
+                                    // reported HandlerTimes
 };
 
 // Runs the slots for warmup + duration and returns what completed in the

@@ -186,6 +186,13 @@ class LoadSlot final : public Slot {
     }
   }
 
+  bool HandlerTimes(int64_t* start_ns, int64_t* end_ns) const override {
+    if (kind_ != kBare || !status_.ok()) return false;
+    *start_ns = bare_resp_.handler_start_ns();
+    *end_ns = bare_resp_.handler_end_ns();
+    return true;
+  }
+
   int Done(std::string* error) override {
     if (!status_.ok()) {
       *error = absl::StrCat(kKindNames[kind_], ": code ", status_.error_code(),
@@ -365,6 +372,41 @@ absl::StatusOr<size_t> Prepare(Target& target, Workload* w, bool build) {
   return reply;
 }
 
+// Where the slow calls' time went, for PrintRow: the median and maximum of
+// each part, and how often each part was the largest.
+std::string DescribeSlowCalls(const std::vector<SlowCall>& slow) {
+  if (slow.empty()) return "";
+  constexpr int kParts = 4;
+  const char* const names[kParts] = {"driver late", "to the handler",
+                                     "in the handler", "back to the driver"};
+  auto part = [](const SlowCall& c, int i) {
+    const int64_t v[kParts] = {c.driver_ns, c.inbound_ns, c.handler_ns,
+                               c.outbound_ns};
+    return v[i];
+  };
+  std::string out = absl::StrFormat(
+      "  %zu calls over 1 ms reported their handler's times; ms, median / "
+      "max / largest part in how many:",
+      slow.size());
+  for (int i = 0; i < kParts; ++i) {
+    std::vector<int64_t> v;
+    size_t largest = 0;
+    for (const SlowCall& c : slow) {
+      v.push_back(part(c, i));
+      int top = 0;
+      for (int j = 1; j < kParts; ++j) {
+        if (part(c, j) > part(c, top)) top = j;
+      }
+      largest += top == i;
+    }
+    std::sort(v.begin(), v.end());
+    absl::StrAppendFormat(&out, "%s %s %.2f / %.2f / %zu", i == 0 ? "" : ";",
+                          names[i], v[v.size() / 2] / 1e6, v.back() / 1e6,
+                          largest);
+  }
+  return out;
+}
+
 PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
                      const std::string& name, double rate, uint64_t seed,
                      pid_t server_pid) {
@@ -394,6 +436,7 @@ PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
   r.late = d.late;
   r.first_error = d.first_error;
   r.latency = Summarize(&d.latency_ns);
+  r.slow_calls = DescribeSlowCalls(d.slow);
   r.all_calls = d.all_calls;
   SetCpuPerCall(server0, ProcessCpuSeconds(server_pid), self0, SelfCpuSeconds(),
                 &r);
@@ -437,6 +480,7 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
     m.client_cpu_us = Median(cli);
     m.first_error.clear();
     m.late = 0;
+    m.slow_calls.clear();
     PrintRow(stdout, m);
   }
   // Ratios within a round: phase vs bare and vs the first mix (same

@@ -300,7 +300,8 @@ class PrefixCache {
                                             bool* needs_exclusive);
   // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
   // below their reservation when respect_reserved. REQUIRES: every tenant's
-  // mutex held by the caller.
+  // mutex held exclusively by the caller (reading a tenant's oldest stamp
+  // normalizes its LRU set, tenant.h).
   void EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
                    bool respect_reserved, EvictReason reason,
                    std::vector<BlockId>* out);

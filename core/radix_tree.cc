@@ -27,14 +27,14 @@ bool ChildEq::operator()(const std::unique_ptr<Node>& a,
 bool ChildEq::operator()(const std::unique_ptr<Node>& a,
                          const BlockKey& k) const {
   return a->key_hash == k.hash &&
-         std::memcmp(a->tokens().data(), k.tokens.data(),
+         std::memcmp(a->token_data(), k.tokens.data(),
                      k.tokens.size() * sizeof(Token)) == 0;
 }
 
 void Node::Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
                    absl::Span<const Token> t2, absl::Span<const BlockId> i2) {
   const size_t blocks = i1.size() + i2.size();
-  assert(t1.size() + t2.size() == blocks * static_cast<size_t>(block_size));
+  assert(t1.size() + t2.size() == blocks * static_cast<size_t>(block_size()));
   assert(blocks <= UINT32_MAX);
   const size_t offset = IdsOffset(blocks);
   auto data = std::make_unique_for_overwrite<std::byte[]>(
@@ -66,7 +66,7 @@ void Node::Append(absl::Span<const Token> tokens,
 
 void Node::DropFront(size_t blocks) {
   assert(blocks < num_blocks_);
-  const size_t bs = static_cast<size_t>(block_size);
+  const size_t bs = static_cast<size_t>(block_size());
   Rebuild(tokens().subspan(blocks * bs), block_ids().subspan(blocks), {}, {});
   key_hash = MakeBlockKey(block(0)).hash;
 }
@@ -101,7 +101,7 @@ Node* Node::FindChild(absl::Span<const Token> first_block) const {
 
 WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
               int64_t position_offset, bool stop_at_position_change) {
-  const size_t bs = static_cast<size_t>(tree.root.block_size);
+  const size_t bs = static_cast<size_t>(tree.block_size);
   const size_t query_blocks = tokens.size() / bs;
   WalkPath steps;
   const Node* node = &tree.root;
@@ -116,9 +116,8 @@ WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
     // The first block matched by key. Compare the rest of the edge with one
     // memcmp (the common case: all of it matches); only on a difference find
     // the first differing block.
-    const size_t len =
-        std::min(child->tokens().size(), (query_blocks - i) * bs);
-    const Token* cached = child->tokens().data();
+    const size_t len = std::min(child->num_blocks(), query_blocks - i) * bs;
+    const Token* cached = child->token_data();
     const Token* query = tokens.data() + i * bs;
     size_t same = len;
     if (std::memcmp(cached + bs, query + bs, (len - bs) * sizeof(Token)) != 0) {

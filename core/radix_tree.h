@@ -16,6 +16,7 @@
 #ifndef PREFIXD_CORE_RADIX_TREE_H_
 #define PREFIXD_CORE_RADIX_TREE_H_
 
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,7 +59,8 @@ using ChildSet = absl::flat_hash_set<std::unique_ptr<Node>, ChildHash, ChildEq>;
 // A node's tokens and block IDs live in one exact-size allocation (tokens,
 // then the IDs at the next 8-byte boundary): at 10^7 cached tokens a node
 // holds about 12 blocks, and two vectors cost 5 bytes per cached block more
-// (docs/performance.md, target 4).
+// (docs/performance.md, target 4). The block size is the tree's (every node
+// points at its tree, which is hot), so that a node stays at 104 bytes.
 class Node {
  public:
   Node() = default;
@@ -72,21 +74,28 @@ class Node {
   uint32_t num_blocks_ = 0;
 
  public:
-  int32_t block_size = 0;
+  int32_t pins =
+      0;  // leases (and in-flight inserts) whose path runs through here
   size_t key_hash =
       0;  // hash of the first block (children of the parent are keyed by it)
   Tree* tree = nullptr;
   Node* parent = nullptr;  // nullptr for the root
   int64_t position = 0;    // absolute position tokens[0] was computed at
   uint64_t stamp = 0;      // recency: the logical time of the last touch
-  int32_t pins =
-      0;  // leases (and in-flight inserts) whose path runs through here
-  bool in_lru = false;  // in the tenant's evictable-leaf set
+  // The key of this node's entry in the tenant's LRU set, (lru_key, this);
+  // 0 if it has none. The entry may be stale (tenant.h): lru_key <= stamp.
+  uint64_t lru_key = 0;
   ChildSet children;
 
+  int block_size() const;  // tokens per block: the tree's
+  // The first token of the edge (the key of the first block), without the
+  // block size.
+  const Token* token_data() const {
+    return reinterpret_cast<const Token*>(data_.get());
+  }
   absl::Span<const Token> tokens() const {
-    return {reinterpret_cast<const Token*>(data_.get()),
-            size_t{num_blocks_} * static_cast<size_t>(block_size)};
+    return {token_data(),
+            size_t{num_blocks_} * static_cast<size_t>(block_size())};
   }
   absl::Span<const BlockId> block_ids() const {
     return {
@@ -96,10 +105,12 @@ class Node {
   bool is_root() const { return parent == nullptr; }
   size_t num_blocks() const { return num_blocks_; }
   absl::Span<const Token> block(size_t i) const {
-    return tokens().subspan(i * block_size, block_size);
+    assert(i < num_blocks_);
+    const size_t bs = static_cast<size_t>(block_size());
+    return {token_data() + i * bs, bs};
   }
   int64_t end_position() const {
-    return position + static_cast<int64_t>(num_blocks_) * block_size;
+    return position + static_cast<int64_t>(num_blocks_) * block_size();
   }
   // A node is evictable from its tail when nothing hangs below it and no
   // lease pins it.
@@ -108,6 +119,7 @@ class Node {
   // Edge edits. `tokens` must be ids.size() whole blocks. Assign replaces the
   // edge, Append extends it, DropFront(k) keeps blocks [k, n) and DropBack
   // removes the last block. Only Assign and DropFront recompute key_hash.
+  // REQUIRES: `tree` is set.
   void Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
   void Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
   void DropFront(size_t blocks);
@@ -118,7 +130,7 @@ class Node {
  private:
   size_t IdsOffset(size_t blocks) const {
     const size_t token_bytes =
-        blocks * static_cast<size_t>(block_size) * sizeof(Token);
+        blocks * static_cast<size_t>(block_size()) * sizeof(Token);
     return (token_bytes + alignof(BlockId) - 1) & ~(alignof(BlockId) - 1);
   }
   // Replaces the edge with the concatenation of two (tokens, ids) parts.
@@ -126,16 +138,23 @@ class Node {
                absl::Span<const Token> t2, absl::Span<const BlockId> i2);
 };
 
+// Memory per cached block is a target (docs/performance.md, target 4): a
+// field more must make room for itself.
+static_assert(sizeof(Node) <= 104, "Node grew past 104 bytes");
+
 struct Tree {
-  Tree(std::string ns_, int block_size) : ns(std::move(ns_)) {
+  Tree(std::string ns_, int block_size_)
+      : ns(std::move(ns_)), block_size(block_size_) {
     root.tree = this;
-    root.block_size = block_size;
   }
   std::string ns;
+  const int block_size;  // tokens per block, for every node of the tree
   Node root;
   uint64_t nodes = 0;  // excluding the root
   uint64_t blocks = 0;
 };
+
+inline int Node::block_size() const { return tree->block_size; }
 
 // One step of a walk from the root: `blocks` leading blocks of `node` matched
 // the query from query block index `first_block` on.

@@ -81,7 +81,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
 }
 
 absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
-                          absl::Duration max_ttl) {
+                          absl::Duration max_ttl, uint64_t max_stamp) {
   TenantStats& c = counters_;
   for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
                       &c.insert_requests, &c.inserted_blocks,
@@ -117,8 +117,11 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
       uint64_t depth, position, stamp, nblocks;
       if (!r->Varint(&depth) || !r->Varint(&position) || !r->Varint(&stamp) ||
           !r->Varint(&nblocks) || depth == 0 || depth > path.size() ||
-          nblocks == 0 || nblocks > kMaxBlocksPerNode ||
-          position > (uint64_t{1} << 62) ||
+          // Save writes stamps the recency counter handed out (from 1 on):
+          // 0 would read as "no LRU entry" (tenant.h), and a stamp ahead of
+          // the counter would be newer than the next touch's.
+          stamp == 0 || stamp > max_stamp || nblocks == 0 ||
+          nblocks > kMaxBlocksPerNode || position > (uint64_t{1} << 62) ||
           // Each token and ID takes a byte at least: a count the rest of
           // the file cannot hold must not size an allocation.
           nblocks * (block_size_ + 1) > r->remaining()) {
@@ -154,7 +157,6 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
       n->tree->blocks += nblocks;
       cached_blocks_ += nblocks;
       block_index_->SetNode(ids, n);
-      LruErase(n);
       n->stamp = stamp;
       SyncLru(n);
       nodes.push_back(n);
@@ -272,7 +274,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
     }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
     MutexLock lock(&t->mu);
-    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl));
+    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp));
     total += t->cached_blocks();
   }
   if (!r.done()) return r.Error("trailing data");

@@ -1,4 +1,5 @@
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -143,7 +144,7 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
   w.String("fp");
   w.Fixed64(1);  // epoch
   w.Varint(2);   // block_size
-  w.Varint(0);   // recency counter
+  w.Varint(1);   // recency counter
   w.Varint(1);   // tenants
   w.String("x");
   for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
@@ -164,7 +165,7 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
   ok.Varint(1);  // nodes
   ok.Varint(1);  // depth
   ok.Varint(0);  // position
-  ok.Varint(0);  // stamp
+  ok.Varint(1);  // stamp
   ok.Varint(1);  // blocks
   ok.Varint(5);  // tokens
   ok.Varint(5);
@@ -184,7 +185,7 @@ TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
   w.String("fp");
   w.Fixed64(1);
   w.Varint(2);
-  w.Varint(0);
+  w.Varint(1);  // recency counter
   w.Varint(1);
   w.String("x");
   for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);
@@ -194,12 +195,55 @@ TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
   w.Varint(1);        // nodes
   w.Varint(1);        // depth
   w.Varint(0);        // position
-  w.Varint(0);        // stamp
+  w.Varint(1);        // stamp
   w.Varint(1 << 24);  // blocks: 2^25 tokens, 128 MiB
   w.Fixed32(Crc32(w.bytes()));
   const absl::Status s = Make()->LoadSnapshot(w.bytes()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("node header"));
+}
+
+// Stamps come from the recency counter, which starts at 1: a node stamped 0
+// would have no place in the LRU set (0 means "no entry", tenant.h), and one
+// stamped ahead of the counter would be newer than the next touch.
+TEST_F(SnapshotTest, AStampOutsideTheRecencyCounterIsRefused) {
+  auto file = [](uint64_t counter, uint64_t stamp) {
+    SnapshotWriter w;
+    w.Raw("PFXDSNP1");
+    w.String("fp");
+    w.Fixed64(1);       // epoch
+    w.Varint(2);        // block_size
+    w.Varint(counter);  // recency counter
+    w.Varint(1);        // tenants
+    w.String("x");
+    for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
+    w.Varint(1);      // next event sequence
+    w.Varint(1);      // trees
+    w.String("");     // namespace
+    w.Varint(1);      // nodes
+    w.Varint(1);      // depth
+    w.Varint(0);      // position
+    w.Varint(stamp);  // stamp
+    w.Varint(1);      // blocks
+    w.Varint(5);      // tokens
+    w.Varint(5);
+    w.Varint(99);  // block id
+    w.Varint(0);   // leases
+    w.Fixed32(Crc32(w.bytes()));
+    return w.bytes();
+  };
+  for (auto [counter, stamp] :
+       {std::pair<uint64_t, uint64_t>{0, 0}, {5, 0}, {5, 6}, {0, 1}}) {
+    const absl::Status s = Make()->LoadSnapshot(file(counter, stamp)).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss)
+        << "counter " << counter << ", stamp " << stamp;
+    EXPECT_THAT(s.message(), HasSubstr("node header"));
+  }
+  for (uint64_t stamp : {1, 5}) {
+    auto c = Make();
+    ASSERT_TRUE(c->LoadSnapshot(file(5, stamp)).ok()) << "stamp " << stamp;
+    EXPECT_TRUE(c->CheckInvariants().ok());
+  }
 }
 
 // Regression (snapshot_fuzzer): a tenant recorded twice loaded both records

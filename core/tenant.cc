@@ -49,32 +49,44 @@ Tree* Tenant::GetOrCreateTree(absl::string_view ns) {
   return slot.get();
 }
 
-// --- The evictable-leaf set -------------------------------------------------
+// --- The LRU set (lazily kept; see tenant.h) --------------------------------
 
 void Tenant::LruErase(Node* n) {
-  if (!n->in_lru) return;
-  lru_.erase({n->stamp, n});
-  n->in_lru = false;
+  if (n->lru_key == 0) return;
+  lru_.erase({n->lru_key, n});
+  n->lru_key = 0;
 }
 
 void Tenant::SyncLru(Node* n) {
-  if (n->is_root()) return;
-  const bool want = n->evictable();
-  if (want == n->in_lru) return;
-  if (want) {
-    lru_.insert({n->stamp, n});
-  } else {
-    lru_.erase({n->stamp, n});
+  if (n->lru_key != 0 || !n->evictable()) return;
+  // Stamps start at 1: 0 is "no entry".
+  assert(n->stamp != 0);
+  // Usually a fresh stamp, which sorts last: the hint saves the descent.
+  lru_.insert(lru_.end(), {n->stamp, n});
+  n->lru_key = n->stamp;
+}
+
+void Tenant::NormalizeLruHead() {
+  while (!lru_.empty()) {
+    auto head = lru_.begin();
+    Node* n = head->second;
+    assert(n->lru_key == head->first);
+    if (n->evictable() && head->first == n->stamp) return;
+    lru_.erase(head);
+    n->lru_key = 0;
+    SyncLru(n);  // back in at (stamp, n) if still evictable
   }
-  n->in_lru = want;
+}
+
+uint64_t Tenant::OldestEvictableStamp() {
+  NormalizeLruHead();
+  return lru_.empty() ? 0 : lru_.begin()->first;
 }
 
 void Tenant::TouchPath(Node* end, uint64_t stamp) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
-    const bool was = n->in_lru;
-    LruErase(n);
+    assert(stamp >= n->stamp);  // so that lru_key <= stamp stays true
     n->stamp = stamp;
-    if (was) SyncLru(n);
   }
 }
 
@@ -95,7 +107,8 @@ void Tenant::PinPath(Node* end, int delta) {
 // becomes
 //   parent -> head [b0 .. bk-1] -> node [bk .. bm-1] -> children
 // `node` keeps its identity (so leases ending at it and its LRU entry stay
-// valid); the head is new and inherits stamp and pins.
+// valid); the head is new and inherits stamp and pins (it has a child, so it
+// needs no LRU entry).
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
   assert(blocks > 0 && blocks < node->num_blocks());
   Node* parent = node->parent;
@@ -108,7 +121,6 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
   const size_t split_tokens = blocks * block_size_;
   head->tree = node->tree;
   head->parent = parent;
-  head->block_size = block_size_;
   head->Assign(node->tokens().subspan(0, split_tokens),
                node->block_ids().subspan(0, blocks));
   head->position = node->position;
@@ -143,7 +155,7 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
   target->tree->blocks += ids.size();
   cached_blocks_ += ids.size();
   block_index_->SetNode(ids, target);
-  LruErase(target);
+  // A leaf extended in place keeps its entry (its key is older than stamp).
   target->stamp = stamp;
   SyncLru(target);
   return target;
@@ -154,14 +166,14 @@ Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
   auto child = std::make_unique<Node>();
   child->tree = parent->tree;
   child->parent = parent;
-  child->block_size = block_size_;
   child->Assign(tokens, ids);
   child->position = position;
   Node* raw = child.get();
   parent->children.insert(std::move(child));
   ++nodes_;
   ++parent->tree->nodes;
-  SyncLru(parent);
+  // The parent stops being evictable and keeps its LRU entry, if any; the
+  // child gets one once the caller has stamped it.
   return raw;
 }
 
@@ -175,6 +187,7 @@ void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
 }
 
 BlockId Tenant::EvictOne(EvictReason reason) {
+  NormalizeLruHead();
   assert(!lru_.empty());
   Node* n = lru_.begin()->second;
   Tree* tree = n->tree;
@@ -189,7 +202,7 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   }
   // The last block of the node: the node itself goes (it is lru_.begin()).
   lru_.erase(lru_.begin());
-  n->in_lru = false;
+  n->lru_key = 0;
   Node* parent = n->parent;
   auto handle = parent->children.extract(BlockKey{n->block(0), n->key_hash});
   assert(!handle.empty());
@@ -406,13 +419,20 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     return fail("lease expiry order has extra entries");
 
   uint64_t cached = 0, pinned = 0, nodes = 0;
-  size_t lru_members = 0;
+  size_t lru_members = 0;                 // nodes with an LRU entry
+  absl::flat_hash_set<const Node*> live;  // every node of this tenant
   for (const auto& entry : trees_) {
     const std::string& ns = entry.first;
     const Tree* tree = entry.second.get();
     if (tree->ns != ns) return fail("tree keyed under another namespace");
     if (tree->root.children.empty())
       return fail(absl::StrCat("empty tree '", ns, "' kept"));
+    if (tree->block_size != block_size_) {
+      return fail(absl::StrFormat("tree '%s' has block_size %d, the tenant %d",
+                                  ns, tree->block_size, block_size_));
+    }
+    if (tree->root.tree != tree) return fail("root points at another tree");
+    if (tree->root.lru_key != 0) return fail("a root has an LRU entry");
     uint64_t tree_blocks = 0, tree_nodes = 0;
     std::string err;
     auto check = [&](auto&& self, const Node& parent) -> bool {
@@ -421,10 +441,6 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
         if (n.parent != &parent) return fail("child's parent pointer is wrong");
         if (n.tree != tree) return fail("node points at another tree");
         if (n.num_blocks() == 0) return fail("empty non-root node");
-        if (n.block_size != block_size_) {
-          return fail(absl::StrFormat("node has block_size %d, the tenant %d",
-                                      n.block_size, block_size_));
-        }
         if (n.key_hash != MakeBlockKey(n.block(0)).hash)
           return fail("stale child key");
         if (!parent.is_root() && n.stamp > parent.stamp) {
@@ -436,11 +452,21 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
           return fail(absl::StrFormat("node pinned %d times, leases say %d",
                                       n.pins, want));
         }
-        if (n.in_lru != n.evictable() ||
-            (n.in_lru && !lru_.contains({n.stamp, const_cast<Node*>(&n)}))) {
-          return fail("evictable-leaf set disagrees with the tree");
+        // The lazy LRU set (tenant.h): an evictable node has an entry; an
+        // entry's key is its node's lru_key and no newer than its stamp.
+        if (n.evictable() && n.lru_key == 0)
+          return fail("an evictable node has no LRU entry");
+        if (n.lru_key != 0) {
+          if (n.lru_key > n.stamp) {
+            return fail(absl::StrFormat(
+                "LRU entry at %d is newer than its node's stamp %d", n.lru_key,
+                n.stamp));
+          }
+          if (!lru_.contains({n.lru_key, const_cast<Node*>(&n)}))
+            return fail("a node's LRU entry is missing");
+          ++lru_members;
         }
-        lru_members += n.in_lru;
+        live.insert(&n);
         for (BlockId id : n.block_ids()) {
           auto owner = index.Find(id);
           if (!owner || owner->tenant != index_ || owner->node != &n) {
@@ -462,8 +488,20 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     cached += tree_blocks;
     nodes += tree_nodes;
   }
+  // Each node with an entry found it above; every entry must name a live
+  // node of this tenant under that node's lru_key (never a freed one), so
+  // the counts agree and no node has two.
+  for (const auto& [key, node] : lru_) {
+    if (!live.contains(node))
+      return fail("an LRU entry names a node that is not in the trees");
+    if (key == 0 || node->lru_key != key) {
+      return fail(absl::StrFormat("LRU entry at %d, its node says %d", key,
+                                  node->lru_key));
+    }
+  }
   if (lru_members != lru_.size())
-    return fail("evictable-leaf set holds stale nodes");
+    return fail(absl::StrFormat("%d nodes have an LRU entry, the set holds %d",
+                                lru_members, lru_.size()));
   if (cached != cached_blocks_) {
     return fail(absl::StrFormat("cached_blocks %d, trees hold %d",
                                 cached_blocks_, cached));

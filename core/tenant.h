@@ -1,13 +1,25 @@
 // Tenant: everything one isolation domain owns — its trees (one per
-// namespace), its evictable-leaf set, its leases, its event ring and its
-// counters — behind one mutex.
+// namespace), its LRU set of evictable leaves, its leases, its event ring and
+// its counters — behind one mutex.
 //
 // Bookkeeping kept exact on every change:
 //   cached_blocks  = blocks in all trees
 //   pinned_blocks  = blocks in nodes with pins > 0
-//   lru            = {(stamp, node) : node.evictable()}, ordered by stamp
 //   node.pins      = number of leases (and in-flight Insert guards) whose
 //                    end node is in node's subtree
+// The LRU set lru_ of (key, node) entries is kept lazily, so that a touch
+// (every Match) costs no btree operation:
+//   - every evictable node has exactly one entry, (node.lru_key, node), with
+//     lru_key <= node.stamp; a node that is not evictable has one or none;
+//   - node.lru_key is 0 exactly when the node has no entry, and no entry
+//     ever names a freed node (a node's entry goes before the node does).
+// A touch only writes stamps; a node that stops being evictable keeps its
+// entry; a node that becomes evictable gets one at (stamp, node) if it has
+// none. Before the head is read (OldestEvictableStamp, EvictOne) it is
+// normalized: an entry of a node that is not evictable is dropped, and one
+// whose key is not its node's stamp is re-inserted at (stamp, node), until
+// the head is exact. It is then the minimum of {(stamp, node) : evictable},
+// the same leaf an eagerly re-keyed set would give.
 // PrefixCache (cache.h) orchestrates calls across tenants and the budget;
 // nothing here locks anything.
 #ifndef PREFIXD_CORE_TENANT_H_
@@ -63,9 +75,9 @@ class Tenant {
   Tree* GetOrCreateTree(absl::string_view ns);
 
   // Recency stamp of the least-recently-used evictable block; 0 if none.
-  uint64_t OldestEvictableStamp() const {
-    return lru_.empty() ? 0 : lru_.begin()->first;
-  }
+  // Normalizes the head of the LRU set first (btree changes): REQUIRES mu
+  // held exclusively, like every other mutating method.
+  uint64_t OldestEvictableStamp();
   // Removes the tail block of the LRU evictable leaf and returns its ID.
   // REQUIRES: OldestEvictableStamp() != 0.
   BlockId EvictOne(EvictReason reason);
@@ -78,7 +90,8 @@ class Tenant {
   // that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
                absl::Span<const BlockId> ids, int64_t position, uint64_t stamp);
-  // Sets `stamp` on every node from `end` up to the root.
+  // Sets `stamp` on every node from `end` up to the root (no LRU change).
+  // REQUIRES: `stamp` is not older than any stamp on the path.
   void TouchPath(Node* end, uint64_t stamp);
   void PinPath(Node* end, int delta);
   // Removes `node` and everything below it; appends their IDs to *removed.
@@ -108,9 +121,11 @@ class Tenant {
 
   // Snapshot support (snapshot.cc): everything but the name, which the
   // caller writes and reads. Load REQUIRES an empty tenant; on error the
-  // tenant is left half-built and must be discarded with its cache.
+  // tenant is left half-built and must be discarded with its cache. Stamps
+  // must lie in [1, max_stamp] (the snapshot's recency counter).
   void Save(SnapshotWriter* w, absl::Time now) const;
-  absl::Status Load(SnapshotReader* r, absl::Time now, absl::Duration max_ttl);
+  absl::Status Load(SnapshotReader* r, absl::Time now, absl::Duration max_ttl,
+                    uint64_t max_stamp);
 
   // Appends a description of the first broken invariant to *error.
   bool CheckInvariants(const BlockIndex& index, std::string* error) const;
@@ -118,8 +133,13 @@ class Tenant {
  private:
   Node* AddChild(Node* parent, absl::Span<const Token> tokens,
                  absl::Span<const BlockId> ids, int64_t position);
+  // Gives `n` an LRU entry if it is evictable and has none.
   void SyncLru(Node* n);
+  // Erases n's LRU entry, if any. Every node must go through it before it
+  // is freed.
   void LruErase(Node* n);
+  // Makes lru_.begin() the exact LRU evictable leaf (or empties lru_).
+  void NormalizeLruHead();
   void NoteRemoved(Tree* tree, BlockId id, EvictReason reason);
   void DropTreeIfEmpty(const std::string& ns);
   LeaseId NextLeaseId();
@@ -133,6 +153,7 @@ class Tenant {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_
       ABSL_GUARDED_BY(mu);
+  // (key, node), oldest first; lazily kept (see the top of this file).
   absl::btree_set<std::pair<uint64_t, Node*>> lru_ ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
   absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_

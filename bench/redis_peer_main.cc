@@ -13,7 +13,9 @@
 //   redis-pipe   MGETs pipelined --depth lookups per round trip
 //   prefixd      one Match per lookup
 //   prefixd-batch  MatchBatch of --depth lookups
-// Every answer is checked against the expected prefix length.
+// prefixd's requests carry their tokens in --token_field (tokens_le32: 4
+// bytes each, no varints). Every answer is checked against the expected prefix
+// length.
 //
 //   redis_peer --prefixd=build/server/prefixd
 #include <google/protobuf/arena.h>
@@ -42,6 +44,7 @@
 #include "bench/load/common.h"
 #include "bench/load/driver.h"
 #include "bench/redis_peer.h"
+#include "client/client.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 
 ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
@@ -57,6 +60,9 @@ ABSL_FLAG(int, concurrency, 16,
           "round trips in flight: Redis connections, prefixd calls");
 ABSL_FLAG(int, depth, 32,
           "lookups per round trip on the best paths (pipeline depth, batch)");
+ABSL_FLAG(std::string, token_field, "tokens_le32",
+          "the MatchRequest field prefixd's lookups carry their tokens in: "
+          "tokens_le32 (4 bytes each, the best path) or tokens (varints)");
 ABSL_FLAG(int, threads, 1, "client threads on each side");
 ABSL_FLAG(int, channels, 1, "gRPC channels (connections) to prefixd");
 ABSL_FLAG(absl::Duration, duration, absl::Seconds(5), "measured window");
@@ -244,6 +250,12 @@ int Run() {
   if (!s.ok()) return Fail(s.error_message());
   const int bs = static_cast<int>(info.block_size());
 
+  const std::string token_field = absl::GetFlag(FLAGS_token_field);
+  if (token_field != "tokens" && token_field != "tokens_le32") {
+    return Fail(absl::StrCat("--token_field is \"", token_field,
+                             "\"; use tokens_le32 or tokens"));
+  }
+  const bool le32 = token_field == "tokens_le32";
   Trace trace;
   trace.hash_ids = *std::move(ids);
   trace.populated = static_cast<size_t>(absl::GetFlag(FLAGS_populate_fraction) *
@@ -254,11 +266,17 @@ int Run() {
   for (size_t r = 0; r < trace.hash_ids.size(); ++r) {
     const std::vector<uint64_t>& h = trace.hash_ids[r];
     trace.keys.push_back(ChainedKeys(h, bs, &key_cache));
-    v1::MatchRequest m;
+    std::vector<uint32_t> tokens;
     for (uint64_t id : h) {
       for (int j = 0; j < bs; ++j) {
-        m.add_tokens(static_cast<uint32_t>(id * bs + j));
+        tokens.push_back(static_cast<uint32_t>(id * bs + j));
       }
+    }
+    v1::MatchRequest m;
+    if (le32) {
+      m.set_tokens_le32(TokensLe32(tokens));
+    } else {
+      m.mutable_tokens()->Add(tokens.begin(), tokens.end());
     }
     trace.match.push_back(std::move(m));
     if (r < trace.populated) {
@@ -278,6 +296,7 @@ int Run() {
   for (size_t r = 0; r < trace.populated; ++r) {
     v1::InsertRequest in;
     *in.mutable_tokens() = trace.match[r].tokens();
+    in.set_tokens_le32(trace.match[r].tokens_le32());
     for (uint64_t id : trace.hash_ids[r]) in.add_block_ids(id + 1);
     v1::InsertResponse out;
     s = stubs[0]->Insert(SyncContext().get(), in, &out);

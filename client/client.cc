@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <bit>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -320,7 +322,7 @@ absl::StatusOr<Client::MatchResult> Client::Match(
     absl::Span<const uint32_t> tokens, const PrefixOptions& options) {
   v1::MatchRequest request;
   request.set_namespace_(options.ns);
-  request.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  request.set_tokens_le32(TokensLe32(tokens));
   request.set_position_offset(options.position_offset);
   request.set_pin(options.pin);
   request.set_lease_ttl_ms(absl::ToInt64Milliseconds(options.lease_ttl));
@@ -340,7 +342,7 @@ absl::StatusOr<Client::InsertResult> Client::Insert(
     const PrefixOptions& options) {
   v1::InsertRequest request;
   request.set_namespace_(options.ns);
-  request.mutable_tokens()->Add(tokens.begin(), tokens.end());
+  request.set_tokens_le32(TokensLe32(tokens));
   request.mutable_block_ids()->Add(block_ids.begin(), block_ids.end());
   request.set_position_offset(options.position_offset);
   request.set_pin(options.pin);
@@ -491,5 +493,19 @@ bool Client::epoch_changed() const { return core_->changed(); }
 uint64_t Client::epoch() const { return core_->epoch(); }
 void Client::AcceptEpoch() { core_->Accept(); }
 const ClientOptions& Client::options() const { return core_->options(); }
+
+std::string TokensLe32(absl::Span<const uint32_t> tokens) {
+  std::string out(tokens.size() * sizeof(uint32_t), '\0');
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!tokens.empty()) std::memcpy(out.data(), tokens.data(), out.size());
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      for (size_t b = 0; b < sizeof(uint32_t); ++b) {
+        out[i * sizeof(uint32_t) + b] = static_cast<char>(tokens[i] >> (8 * b));
+      }
+    }
+  }
+  return out;
+}
 
 }  // namespace prefixd

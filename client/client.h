@@ -244,6 +244,11 @@ class Client {
 // grpc::Status -> absl::Status, keeping code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// `tokens` as MatchRequest/InsertRequest.tokens_le32 carries them: 4 bytes
+// each, little-endian. Client::Match and Client::Insert send them so; code
+// that builds requests itself (MatchBatch) can too.
+std::string TokensLe32(absl::Span<const uint32_t> tokens);
+
 }  // namespace prefixd
 
 #endif  // PREFIXD_CLIENT_CLIENT_H_

@@ -34,6 +34,22 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+// The tokens a request carries, from whichever field: the fake service
+// decodes tokens_le32 itself (4 bytes each, little-endian), so the tests
+// check what went over the wire.
+template <typename Req>
+std::vector<uint32_t> SentTokens(const Req& req) {
+  std::vector<uint32_t> t(req.tokens().begin(), req.tokens().end());
+  const std::string& b = req.tokens_le32();
+  for (size_t i = 0; i + 4 <= b.size(); i += 4) {
+    t.push_back(static_cast<uint8_t>(b[i]) |
+                static_cast<uint32_t>(static_cast<uint8_t>(b[i + 1])) << 8 |
+                static_cast<uint32_t>(static_cast<uint8_t>(b[i + 2])) << 16 |
+                static_cast<uint32_t>(static_cast<uint8_t>(b[i + 3])) << 24);
+  }
+  return t;
+}
+
 constexpr uint64_t kEpoch = 0x1234abcd5678ef00;
 constexpr uint64_t kLease = 42;
 
@@ -81,7 +97,7 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
       last_match_ = *request;
     }
     response->set_epoch(epoch);
-    const uint64_t blocks = request->tokens_size() / 16;
+    const uint64_t blocks = SentTokens(*request).size() / 16;
     response->set_matched_tokens(blocks * 16);
     if (blocks > 0) {
       v1::Segment* s = response->add_segments();
@@ -97,10 +113,9 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
                       const v1::InsertRequest* request,
                       v1::InsertResponse* response) override {
     Record(ctx);
-    if (static_cast<size_t>(request->tokens_size()) !=
-        16u * request->block_ids_size()) {
+    if (SentTokens(*request).size() != 16u * request->block_ids_size()) {
       return {grpc::StatusCode::INVALID_ARGUMENT,
-              absl::StrCat("len(tokens)=", request->tokens_size(),
+              absl::StrCat("len(tokens)=", SentTokens(*request).size(),
                            " != len(block_ids)=", request->block_ids_size(),
                            " x block_size=16")};
     }
@@ -387,7 +402,8 @@ TEST_F(ClientTest, MatchSendsOptionsAndReturnsBlocks) {
   EXPECT_FALSE(m->lease.valid());
   const v1::MatchRequest sent = service_.last_match();
   EXPECT_EQ(sent.namespace_(), "lora-a");
-  EXPECT_EQ(sent.tokens_size(), 37);
+  EXPECT_EQ(sent.tokens_size(), 0);  // they travel in tokens_le32
+  EXPECT_EQ(SentTokens(sent), Tokens(37));
   EXPECT_EQ(sent.position_offset(), 5);
   EXPECT_EQ(sent.lease_ttl_ms(), 3000u);
   EXPECT_FALSE(sent.pin());
@@ -765,7 +781,7 @@ TEST_F(ClientTest, CtlReadsTokensFromFile) {
   std::ofstream(path) << "1 2 3 4 5 6 7 8\n9-16\n";
   std::string out;
   ASSERT_EQ(Ctl({"match", "--tokens_file", path, "--json"}, &out), kExitOk);
-  EXPECT_EQ(service_.last_match().tokens_size(), 16);
+  EXPECT_EQ(SentTokens(service_.last_match()), Tokens(16));
   EXPECT_THAT(out, HasSubstr("\"matched_tokens\":\"16\""));
 }
 

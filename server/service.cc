@@ -5,7 +5,10 @@
 #include <grpcpp/support/message_allocator.h>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -86,10 +89,65 @@ void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
   }
 }
 
-MatchRequest MatchFromProto(const v1::MatchRequest& req) {
+// How many tokens a request carries, in whichever field it uses.
+template <typename Req>
+size_t TokenCount(const Req& req) {
+  return static_cast<size_t>(req.tokens_size()) +
+         req.tokens_le32().size() / sizeof(Token);
+}
+
+// Names batch item `item` in an error message; -1 is a request of its own.
+std::string ItemPrefix(int item) {
+  return item < 0 ? "" : absl::StrCat("requests[", item, "]: ");
+}
+
+// The request's tokens: `tokens`, or `tokens_le32` read in place (on a
+// little-endian host, when its bytes are 4-aligned, as protobuf's heap and
+// arena strings are) or else decoded into *copy. `item` is the request's
+// index in a batch, for errors; -1 outside one.
+template <typename Req>
+absl::StatusOr<absl::Span<const Token>> RequestTokens(
+    const Req& req, int item, std::vector<Token>* copy) {
+  const std::string& le32 = req.tokens_le32();
+  if (le32.empty()) {
+    return absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  }
+  if (le32.size() % sizeof(Token) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        ItemPrefix(item), "tokens_le32 is ", le32.size(),
+        " bytes, not a multiple of 4 (one little-endian uint32 per token)"));
+  }
+  const size_t n = le32.size() / sizeof(Token);
+  if (req.tokens_size() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ItemPrefix(item), "both tokens (", req.tokens_size(),
+                     " tokens) and tokens_le32 (", n,
+                     " tokens) are set; send the tokens in one of them"));
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(le32.data());
+  if constexpr (std::endian::native == std::endian::little) {
+    if (reinterpret_cast<uintptr_t>(bytes) % alignof(Token) == 0) {
+      return absl::MakeConstSpan(reinterpret_cast<const Token*>(bytes), n);
+    }
+  }
+  copy->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char* b = bytes + i * sizeof(Token);
+    (*copy)[i] =
+        Token{b[0]} | Token{b[1]} << 8 | Token{b[2]} << 16 | Token{b[3]} << 24;
+  }
+  return absl::MakeConstSpan(*copy);
+}
+
+absl::StatusOr<MatchRequest> MatchFromProto(const v1::MatchRequest& req,
+                                            int item,
+                                            std::vector<Token>* copy) {
   MatchRequest m;
+  absl::StatusOr<absl::Span<const Token>> tokens =
+      RequestTokens(req, item, copy);
+  if (!tokens.ok()) return tokens.status();
   m.ns = req.namespace_();
-  m.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  m.tokens = *tokens;
   m.position_offset = req.position_offset();
   m.pin = req.pin();
   m.lease_ttl = TtlFromMs(req.lease_ttl_ms());
@@ -109,10 +167,15 @@ void MatchResultToProto(const MatchResult& r, uint64_t epoch,
   resp->set_lease_id(r.lease_id);
 }
 
-InsertRequest InsertFromProto(const v1::InsertRequest& req) {
+absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
+                                              int item,
+                                              std::vector<Token>* copy) {
   InsertRequest in;
+  absl::StatusOr<absl::Span<const Token>> tokens =
+      RequestTokens(req, item, copy);
+  if (!tokens.ok()) return tokens.status();
   in.ns = req.namespace_();
-  in.tokens = absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
+  in.tokens = *tokens;
   in.block_ids =
       absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size());
   in.position_offset = req.position_offset();
@@ -150,7 +213,7 @@ absl::Status CheckBatch(absl::string_view method,
   }
   size_t tokens = 0, ids = 0;
   for (const Req& r : reqs) {
-    tokens += static_cast<size_t>(r.tokens_size());
+    tokens += TokenCount(r);
     if constexpr (std::is_same_v<Req, v1::InsertRequest>) {
       ids += static_cast<size_t>(r.block_ids_size());
     }
@@ -369,8 +432,10 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          const v1::MatchRequest& req,
                                          v1::MatchResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  absl::StatusOr<MatchResult> r =
-      cache_->Match(call.tenant, MatchFromProto(req));
+  std::vector<Token> copy;
+  absl::StatusOr<MatchRequest> m = MatchFromProto(req, -1, &copy);
+  if (!m.ok()) return m.status();
+  absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, *m);
   if (!r.ok()) return r.status();
   MatchResultToProto(*r, info_.epoch, resp);
   return absl::OkStatus();
@@ -380,8 +445,10 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
                                           const v1::InsertRequest& req,
                                           v1::InsertResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  absl::StatusOr<InsertResult> r =
-      cache_->Insert(call.tenant, InsertFromProto(req));
+  std::vector<Token> copy;
+  absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copy);
+  if (!in.ok()) return in.status();
+  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in);
   if (!r.ok()) return r.status();
   watchers_->Notify();
   InsertResultToProto(*r, info_.epoch, resp);
@@ -522,10 +589,15 @@ absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
       !s.ok()) {
     return s;
   }
+  // A malformed item (tokens_le32) fails the whole batch, before any work.
   std::vector<MatchRequest> batch;
+  std::vector<std::vector<Token>> copies(req.requests_size());
   batch.reserve(req.requests_size());
-  for (const v1::MatchRequest& r : req.requests()) {
-    batch.push_back(MatchFromProto(r));
+  for (int i = 0; i < req.requests_size(); ++i) {
+    absl::StatusOr<MatchRequest> m =
+        MatchFromProto(req.requests(i), i, &copies[i]);
+    if (!m.ok()) return m.status();
+    batch.push_back(*std::move(m));
   }
   std::vector<absl::StatusOr<MatchResult>> results =
       cache_->MatchBatch(call.tenant, batch);
@@ -552,9 +624,13 @@ absl::Status PrefixCacheService::DoInsertBatch(
     return s;
   }
   std::vector<InsertRequest> batch;
+  std::vector<std::vector<Token>> copies(req.requests_size());
   batch.reserve(req.requests_size());
-  for (const v1::InsertRequest& r : req.requests()) {
-    batch.push_back(InsertFromProto(r));
+  for (int i = 0; i < req.requests_size(); ++i) {
+    absl::StatusOr<InsertRequest> in =
+        InsertFromProto(req.requests(i), i, &copies[i]);
+    if (!in.ok()) return in.status();
+    batch.push_back(*std::move(in));
   }
   std::vector<absl::StatusOr<InsertResult>> results =
       cache_->InsertBatch(call.tenant, batch);

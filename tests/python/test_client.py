@@ -171,6 +171,27 @@ class ClientTest(TenantTestCase):
             c.insert(tokens(3, 1), [901])
         self.assertIsInstance(e.exception, prefixd.PrefixdError)
 
+    def test_tokens_travel_as_le32_and_both_encodings_agree(self):
+        self.assertEqual(prefixd.tokens_le32([1, 0x01020304, 0xFFFFFFFF]),
+                         b"\x01\0\0\0\x04\x03\x02\x01\xff\xff\xff\xff")
+        for bad in (-1, 2**32):
+            with self.assertRaises(OverflowError):
+                prefixd.tokens_le32([bad])
+        c = self.client()
+        c.insert(tokens(0, 2), [1000, 1001])  # sent as tokens_le32
+        channel = grpc.insecure_channel(DAEMON.unix)
+        self.addCleanup(channel.close)
+        stub = pb_grpc.PrefixCacheStub(channel)
+        meta = (("x-prefixd-tenant", self.id().split(".")[-1]),)
+        r = stub.Match(pb.MatchRequest(tokens=tokens(0, 2)), metadata=meta)
+        self.assertEqual((r.matched_tokens, list(r.segments[0].block_ids)), (32, [1000, 1001]))
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.Match(pb.MatchRequest(tokens=tokens(0, 1),
+                                       tokens_le32=prefixd.tokens_le32(tokens(0, 1))),
+                       metadata=meta)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("both tokens (16 tokens) and tokens_le32 (16 tokens)", e.exception.details())
+
     def test_tenants_are_isolated_by_metadata(self):
         a, b = self.client(tenant="iso-a"), self.client(tenant="iso-b")
         a.insert(tokens(0, 2), [1100, 1101])

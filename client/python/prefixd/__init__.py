@@ -33,10 +33,12 @@ from prefixd.client import (  # noqa: E402
     Segment,
     Unauthenticated,
     Unavailable,
+    tokens_le32,
 )
 
 __all__ = [
     "HEALTH_SERVICE", "Client", "DeadlineExceeded", "EventStream", "FailedPrecondition",
     "InsertResult", "InvalidArgument", "Lease", "MatchResult", "NotFound", "PermissionDenied",
     "PrefixdError", "ResourceExhausted", "Segment", "Unauthenticated", "Unavailable",
+    "tokens_le32",
 ]

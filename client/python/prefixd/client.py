@@ -26,6 +26,8 @@ Thread safety: a Client may be used from many threads at once (grpc
 channels are); a Lease belongs to one thread at a time.
 """
 
+import array
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -283,8 +285,8 @@ class Client:
               timeout: Optional[float] = None) -> MatchResult:
         """The longest cached prefix of `tokens` (whole blocks only)."""
         r = self._call("Match", pb.MatchRequest(
-            namespace=namespace, tokens=tokens, position_offset=position_offset, pin=pin,
-            lease_ttl_ms=_ms(lease_ttl)), timeout)
+            namespace=namespace, tokens_le32=tokens_le32(tokens),
+            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl)), timeout)
         result = MatchResult(
             epoch=r.epoch, matched_tokens=r.matched_tokens,
             segments=[Segment(tuple(s.block_ids), s.cached_position, s.rope_delta)
@@ -299,7 +301,7 @@ class Client:
         """Offers `block_ids` (len(tokens) / block_size of them) to the cache.
         Free every ID in redundant_block_ids and evicted_block_ids."""
         r = self._call("Insert", pb.InsertRequest(
-            namespace=namespace, tokens=tokens, block_ids=block_ids,
+            namespace=namespace, tokens_le32=tokens_le32(tokens), block_ids=block_ids,
             position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl)), timeout)
         result = InsertResult(
             epoch=r.epoch, cached_tokens=r.cached_tokens,
@@ -394,6 +396,21 @@ class EventStream:
 
 
 # ---- helpers -----------------------------------------------------------------
+
+def tokens_le32(tokens: Iterable[int]) -> bytes:
+    """`tokens` as MatchRequest/InsertRequest.tokens_le32 carries them: 4 bytes each,
+    little-endian, which is much faster to build than the repeated `tokens` field
+    (a numpy array can be passed as tokens.astype("<u4").tobytes() directly).
+    A token outside 0..2**32-1 raises OverflowError."""
+    a = array.array("I", tokens)
+    if a.itemsize != 4:  # not on Linux x86-64 or ARM64, but C leaves it open
+        a = array.array("L", a)
+        if a.itemsize != 4:
+            raise RuntimeError("no 4-byte unsigned array type on this platform")
+    if sys.byteorder == "big":
+        a.byteswap()
+    return a.tobytes()
+
 
 def _ms(seconds: Optional[float]) -> int:
     return 0 if not seconds else max(1, int(round(seconds * 1000)))

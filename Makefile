@@ -65,6 +65,12 @@ bench: configure
 	$(BUILD_DIR)/bench/core_bench --benchmark_min_time=0.1 --benchmark_repetitions=3 \
 	  --benchmark_out=$(BENCH_OUT)/core.json --benchmark_out_format=json
 	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core.json
+	# target 2b again with malloc on transparent huge pages (docs/operations.md)
+	GLIBC_TUNABLES=glibc.malloc.hugetlb=1 $(BUILD_DIR)/bench/core_bench \
+	  --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+	  --benchmark_filter='^MatchRandomPrefix/|DramLoad' \
+	  --benchmark_out=$(BENCH_OUT)/core-thp.json --benchmark_out_format=json
+	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core-thp.json
 	$(BUILD_DIR)/bench/trace_replay
 	$(BUILD_DIR)/bench/trace_replay --paths=core,tcp,unix --runs=1 --memory_blocks=0
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)

@@ -5,8 +5,9 @@
 #   T6/T7  load: bare RPC vs Match of a cached 2k-token prompt, over TCP and
 #          the Unix socket of one prefixd_bench_server
 #   T8a    load: unary Match vs MatchBatch of 32 for 64-token prompts
-#   T8b    load: unary Match (2k tokens) closed loop, then open loop at half
-#          of the rate it reached
+#   T8b    load: the bare RPC and unary Match (2k tokens), each closed loop,
+#          then open loop at 0.1, 0.25 and 0.5 of the rate it reached; the
+#          bare calls over 1 ms are split into where their time went
 #   T9     redis_peer: llm-d-style Redis vs prefixd on the Mooncake trace
 #
 # Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9]   (default: all)
@@ -50,8 +51,8 @@ for s in "${SCENARIOS[@]}"; do
         --mix='match;batch' --batch_size=32 --baseline=false \
         --json="$RESULTS/T8a.jsonl" "${COMMON[@]}" ;;
     T8b)
-      run T8b "$LOAD" --server="$SERVER" --prompt_tokens=2048 --mix=match \
-        --rate_fractions=0.5 --baseline=false \
+      run T8b "$LOAD" --server="$SERVER" --prompt_tokens=2048 \
+        --mix='bare;match' --rate_fractions=0.1,0.25,0.5 --baseline=false \
         --json="$RESULTS/T8b.jsonl" "${COMMON[@]}" ;;
     T9)
       if [[ ! -x $PEER ]]; then

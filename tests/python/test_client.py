@@ -192,6 +192,37 @@ class ClientTest(TenantTestCase):
         self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("both tokens (16 tokens) and tokens_le32 (16 tokens)", e.exception.details())
 
+    def test_batches_answer_per_item_in_one_call(self):
+        c = self.client()
+        ins = c.insert_batch([(tokens(0, 2), [5100, 5101]),
+                              (tokens(10, 2), [5110]),  # one ID for two blocks
+                              (tokens(0, 3), [5200, 5201, 5202])])
+        self.assertIsInstance(ins[0], prefixd.InsertResult)
+        self.assertIsInstance(ins[1], prefixd.InvalidArgument)
+        self.assertEqual(ins[1].method, "InsertBatch")
+        self.assertIn("1 block_ids for 32 tokens", ins[1].details)
+        self.assertEqual((ins[2].cached_tokens, ins[2].redundant_block_ids), (32, [5200, 5201]))
+        self.assertEqual(sorted(c.cached_block_ids()), [5100, 5101, 5202])
+
+        got = c.match_batch([tokens(0, 3), tokens(10, 2), [], tokens(0, 1) + [7]],
+                            position_offsets=[0, 0, 0, 0], pin=True)
+        self.assertEqual(len(got), 4)
+        self.assertEqual(got[0].block_ids, [5100, 5101, 5202])
+        self.assertTrue(got[0].lease)
+        self.assertEqual((got[1].matched_tokens, got[1].lease), (0, None))
+        self.assertIsInstance(got[2], prefixd.InvalidArgument)  # empty tokens
+        self.assertEqual(got[3].block_ids, [5100])
+        self.assertEqual(self.tenant_stats(c).pinned_blocks, 3)
+        for m in (got[0], got[3]):
+            m.lease.release()
+        self.assertEqual(self.tenant_stats(c).pinned_blocks, 0)
+
+        with self.assertRaises(prefixd.InvalidArgument) as e:  # the whole batch
+            c.match_batch([])
+        self.assertIn("has no requests", e.exception.details)
+        with self.assertRaises(ValueError):
+            c.match_batch([tokens(0, 1)], position_offsets=[0, 16])
+
     def test_tenants_are_isolated_by_metadata(self):
         a, b = self.client(tenant="iso-a"), self.client(tenant="iso-b")
         a.insert(tokens(0, 2), [1100, 1101])

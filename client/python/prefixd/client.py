@@ -30,7 +30,8 @@ import array
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import (Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar,
+                    Union)
 
 import grpc
 
@@ -193,6 +194,11 @@ class InsertResult(_Leased):
     lease: Optional[Lease] = None  # with pin=True
 
 
+R = TypeVar("R")
+# One entry of a batch's answer: the item's result, or its own error.
+BatchItem = Union[R, PrefixdError]
+
+
 # ---- the client --------------------------------------------------------------
 
 class Client:
@@ -284,32 +290,79 @@ class Client:
               pin: bool = False, lease_ttl: Optional[float] = None,
               timeout: Optional[float] = None) -> MatchResult:
         """The longest cached prefix of `tokens` (whole blocks only)."""
-        r = self._call("Match", pb.MatchRequest(
-            namespace=namespace, tokens_le32=tokens_le32(tokens),
-            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl)), timeout)
-        result = MatchResult(
-            epoch=r.epoch, matched_tokens=r.matched_tokens,
-            segments=[Segment(tuple(s.block_ids), s.cached_position, s.rope_delta)
-                      for s in r.segments],
-            lease=Lease(self, r.lease_id) if r.lease_id else None)
+        r = self._call("Match", self._match_request(
+            tokens, namespace, position_offset, pin, lease_ttl), timeout)
         self._see_epoch(r.epoch)
-        return result
+        return self._match_result(r)
 
     def insert(self, tokens: Sequence[int], block_ids: Sequence[int], *, namespace: str = "",
                position_offset: int = 0, pin: bool = False, lease_ttl: Optional[float] = None,
                timeout: Optional[float] = None) -> InsertResult:
         """Offers `block_ids` (len(tokens) / block_size of them) to the cache.
         Free every ID in redundant_block_ids and evicted_block_ids."""
-        r = self._call("Insert", pb.InsertRequest(
+        r = self._call("Insert", self._insert_request(
+            tokens, block_ids, namespace, position_offset, pin, lease_ttl), timeout)
+        self._see_epoch(r.epoch)
+        return self._insert_result(r)
+
+    def match_batch(self, prompts: Sequence[Sequence[int]], *, namespace: str = "",
+                    position_offsets: Optional[Sequence[int]] = None, pin: bool = False,
+                    lease_ttl: Optional[float] = None,
+                    timeout: Optional[float] = None) -> List[BatchItem[MatchResult]]:
+        """Matches every prompt in one round trip (MatchBatch): one entry per
+        prompt, in order, a MatchResult or that prompt's own PrefixdError
+        (returned, not raised: the other prompts ran). Raises only when the
+        daemon refuses the whole batch (empty, past the limits)."""
+        offsets = _offsets(position_offsets, len(prompts))
+        r = self._call("MatchBatch", pb.MatchBatchRequest(requests=[
+            self._match_request(t, namespace, o, pin, lease_ttl)
+            for t, o in zip(prompts, offsets)]), timeout)
+        self._see_epoch(r.epoch)
+        return [self._match_result(i.response) if i.code == 0
+                else _item_error("MatchBatch", i.code, i.message) for i in r.results]
+
+    def insert_batch(self, items: Sequence[Tuple[Sequence[int], Sequence[int]]], *,
+                     namespace: str = "", position_offsets: Optional[Sequence[int]] = None,
+                     pin: bool = False, lease_ttl: Optional[float] = None,
+                     timeout: Optional[float] = None) -> List[BatchItem[InsertResult]]:
+        """Inserts every (tokens, block_ids) pair in one round trip
+        (InsertBatch), in order: an InsertResult (free its redundant and
+        evicted IDs, as for insert) or that item's own PrefixdError (its IDs
+        stay the engine's). Raises only when the whole batch is refused."""
+        offsets = _offsets(position_offsets, len(items))
+        r = self._call("InsertBatch", pb.InsertBatchRequest(requests=[
+            self._insert_request(t, ids, namespace, o, pin, lease_ttl)
+            for (t, ids), o in zip(items, offsets)]), timeout)
+        self._see_epoch(r.epoch)
+        return [self._insert_result(i.response) if i.code == 0
+                else _item_error("InsertBatch", i.code, i.message) for i in r.results]
+
+    @staticmethod
+    def _match_request(tokens, namespace, position_offset, pin, lease_ttl) -> pb.MatchRequest:
+        return pb.MatchRequest(
+            namespace=namespace, tokens_le32=tokens_le32(tokens),
+            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl))
+
+    @staticmethod
+    def _insert_request(tokens, block_ids, namespace, position_offset, pin,
+                        lease_ttl) -> pb.InsertRequest:
+        return pb.InsertRequest(
             namespace=namespace, tokens_le32=tokens_le32(tokens), block_ids=block_ids,
-            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl)), timeout)
-        result = InsertResult(
+            position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl))
+
+    def _match_result(self, r: pb.MatchResponse) -> MatchResult:
+        return MatchResult(
+            epoch=r.epoch, matched_tokens=r.matched_tokens,
+            segments=[Segment(tuple(s.block_ids), s.cached_position, s.rope_delta)
+                      for s in r.segments],
+            lease=Lease(self, r.lease_id) if r.lease_id else None)
+
+    def _insert_result(self, r: pb.InsertResponse) -> InsertResult:
+        return InsertResult(
             epoch=r.epoch, cached_tokens=r.cached_tokens,
             redundant_block_ids=list(r.redundant_block_ids),
             evicted_block_ids=list(r.evicted_block_ids),
             lease=Lease(self, r.lease_id) if r.lease_id else None)
-        self._see_epoch(r.epoch)
-        return result
 
     def release(self, lease_id: int, *, timeout: Optional[float] = None) -> None:
         self._call("Release", pb.ReleaseRequest(lease_id=lease_id), timeout)
@@ -410,6 +463,23 @@ def tokens_le32(tokens: Iterable[int]) -> bytes:
     if sys.byteorder == "big":
         a.byteswap()
     return a.tobytes()
+
+
+def _offsets(offsets: Optional[Sequence[int]], n: int) -> Sequence[int]:
+    if offsets is None:
+        return [0] * n
+    if len(offsets) != n:
+        raise ValueError("%d position_offsets for %d requests; give one per request"
+                         % (len(offsets), n))
+    return offsets
+
+
+_CODES = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def _item_error(method: str, code: int, message: str) -> PrefixdError:
+    status = _CODES.get(code, grpc.StatusCode.UNKNOWN)
+    return _ERRORS.get(status, PrefixdError)(method, status, message)
 
 
 def _ms(seconds: Optional[float]) -> int:

@@ -27,6 +27,25 @@ class SnapshotTest : public ::testing::Test {
     return std::move(PrefixCache::Create(o)).value();
   }
 
+  // A hand-built file up to its first tree's node count: block_size 2, the
+  // recency counter `counter`, one tenant "x" with zero counters, one tree
+  // in namespace "". Tests append nodes, leases and the CRC.
+  static SnapshotWriter OneTreeHeader(uint64_t counter = 1) {
+    SnapshotWriter w;
+    w.Raw("PFXDSNP1");
+    w.String("fp");
+    w.Fixed64(1);       // epoch
+    w.Varint(2);        // block_size
+    w.Varint(counter);  // recency counter
+    w.Varint(1);        // tenants
+    w.String("x");
+    for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
+    w.Varint(1);   // next event sequence
+    w.Varint(1);   // trees
+    w.String("");  // namespace
+    return w;
+  }
+
   static InsertResult Insert(PrefixCache& c, absl::string_view tenant,
                              std::vector<Token> tokens,
                              std::vector<BlockId> ids, int64_t offset = 0,
@@ -139,20 +158,9 @@ TEST_F(SnapshotTest, ASnapshotThatDoesNotFitIsRefused) {
 // Regression (snapshot_fuzzer): a well-formed file whose tenant has a tree
 // without nodes loaded, and left an empty tree that broke an invariant.
 TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
-  SnapshotWriter w;
-  w.Raw("PFXDSNP1");
-  w.String("fp");
-  w.Fixed64(1);  // epoch
-  w.Varint(2);   // block_size
-  w.Varint(1);   // recency counter
-  w.Varint(1);   // tenants
-  w.String("x");
-  for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
-  w.Varint(1);   // next event sequence
-  w.Varint(1);   // trees
-  w.String("");  // namespace
-  w.Varint(0);   // nodes
-  w.Varint(0);   // leases
+  SnapshotWriter w = OneTreeHeader();
+  w.Varint(0);  // nodes
+  w.Varint(0);  // leases
   w.Fixed32(Crc32(w.bytes()));
   auto b = Make();
   const absl::Status s = b->LoadSnapshot(w.bytes()).status();
@@ -180,18 +188,7 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
 // Regression (snapshot_fuzzer): a node claiming 2^24 blocks in a file of a
 // few bytes made the loader allocate for all of them before reading any.
 TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
-  SnapshotWriter w;
-  w.Raw("PFXDSNP1");
-  w.String("fp");
-  w.Fixed64(1);
-  w.Varint(2);
-  w.Varint(1);  // recency counter
-  w.Varint(1);
-  w.String("x");
-  for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);
-  w.Varint(1);
-  w.Varint(1);  // trees
-  w.String("");
+  SnapshotWriter w = OneTreeHeader();
   w.Varint(1);        // nodes
   w.Varint(1);        // depth
   w.Varint(0);        // position
@@ -208,18 +205,7 @@ TEST_F(SnapshotTest, ABlockCountTheFileCannotHoldIsRefusedBeforeAllocating) {
 // stamped ahead of the counter would be newer than the next touch.
 TEST_F(SnapshotTest, AStampOutsideTheRecencyCounterIsRefused) {
   auto file = [](uint64_t counter, uint64_t stamp) {
-    SnapshotWriter w;
-    w.Raw("PFXDSNP1");
-    w.String("fp");
-    w.Fixed64(1);       // epoch
-    w.Varint(2);        // block_size
-    w.Varint(counter);  // recency counter
-    w.Varint(1);        // tenants
-    w.String("x");
-    for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
-    w.Varint(1);      // next event sequence
-    w.Varint(1);      // trees
-    w.String("");     // namespace
+    SnapshotWriter w = OneTreeHeader(counter);
     w.Varint(1);      // nodes
     w.Varint(1);      // depth
     w.Varint(0);      // position

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <forward_list>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -101,13 +102,17 @@ std::string ItemPrefix(int item) {
   return item < 0 ? "" : absl::StrCat("requests[", item, "]: ");
 }
 
+// Decoded copies of tokens_le32 that could not be read in place. Empty (and
+// allocation-free) in the usual case; its elements never move.
+using TokenCopies = std::forward_list<std::vector<Token>>;
+
 // The request's tokens: `tokens`, or `tokens_le32` read in place (on a
 // little-endian host, when its bytes are 4-aligned, as protobuf's heap and
-// arena strings are) or else decoded into *copy. `item` is the request's
-// index in a batch, for errors; -1 outside one.
+// arena strings are) or else decoded into a new element of *copies. `item`
+// is the request's index in a batch, for errors; -1 outside one.
 template <typename Req>
-absl::StatusOr<absl::Span<const Token>> RequestTokens(
-    const Req& req, int item, std::vector<Token>* copy) {
+absl::StatusOr<absl::Span<const Token>> RequestTokens(const Req& req, int item,
+                                                      TokenCopies* copies) {
   const std::string& le32 = req.tokens_le32();
   if (le32.empty()) {
     return absl::MakeConstSpan(req.tokens().data(), req.tokens_size());
@@ -130,21 +135,20 @@ absl::StatusOr<absl::Span<const Token>> RequestTokens(
       return absl::MakeConstSpan(reinterpret_cast<const Token*>(bytes), n);
     }
   }
-  copy->resize(n);
+  std::vector<Token>& copy = copies->emplace_front(n);
   for (size_t i = 0; i < n; ++i) {
     const unsigned char* b = bytes + i * sizeof(Token);
-    (*copy)[i] =
+    copy[i] =
         Token{b[0]} | Token{b[1]} << 8 | Token{b[2]} << 16 | Token{b[3]} << 24;
   }
-  return absl::MakeConstSpan(*copy);
+  return absl::MakeConstSpan(copy);
 }
 
 absl::StatusOr<MatchRequest> MatchFromProto(const v1::MatchRequest& req,
-                                            int item,
-                                            std::vector<Token>* copy) {
+                                            int item, TokenCopies* copies) {
   MatchRequest m;
   absl::StatusOr<absl::Span<const Token>> tokens =
-      RequestTokens(req, item, copy);
+      RequestTokens(req, item, copies);
   if (!tokens.ok()) return tokens.status();
   m.ns = req.namespace_();
   m.tokens = *tokens;
@@ -168,11 +172,10 @@ void MatchResultToProto(const MatchResult& r, uint64_t epoch,
 }
 
 absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
-                                              int item,
-                                              std::vector<Token>* copy) {
+                                              int item, TokenCopies* copies) {
   InsertRequest in;
   absl::StatusOr<absl::Span<const Token>> tokens =
-      RequestTokens(req, item, copy);
+      RequestTokens(req, item, copies);
   if (!tokens.ok()) return tokens.status();
   in.ns = req.namespace_();
   in.tokens = *tokens;
@@ -432,8 +435,8 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          const v1::MatchRequest& req,
                                          v1::MatchResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  std::vector<Token> copy;
-  absl::StatusOr<MatchRequest> m = MatchFromProto(req, -1, &copy);
+  TokenCopies copies;
+  absl::StatusOr<MatchRequest> m = MatchFromProto(req, -1, &copies);
   if (!m.ok()) return m.status();
   absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, *m);
   if (!r.ok()) return r.status();
@@ -445,8 +448,8 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
                                           const v1::InsertRequest& req,
                                           v1::InsertResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  std::vector<Token> copy;
-  absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copy);
+  TokenCopies copies;
+  absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copies);
   if (!in.ok()) return in.status();
   absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in);
   if (!r.ok()) return r.status();
@@ -591,11 +594,11 @@ absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
   }
   // A malformed item (tokens_le32) fails the whole batch, before any work.
   std::vector<MatchRequest> batch;
-  std::vector<std::vector<Token>> copies(req.requests_size());
+  TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
     absl::StatusOr<MatchRequest> m =
-        MatchFromProto(req.requests(i), i, &copies[i]);
+        MatchFromProto(req.requests(i), i, &copies);
     if (!m.ok()) return m.status();
     batch.push_back(*std::move(m));
   }
@@ -624,11 +627,11 @@ absl::Status PrefixCacheService::DoInsertBatch(
     return s;
   }
   std::vector<InsertRequest> batch;
-  std::vector<std::vector<Token>> copies(req.requests_size());
+  TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
     absl::StatusOr<InsertRequest> in =
-        InsertFromProto(req.requests(i), i, &copies[i]);
+        InsertFromProto(req.requests(i), i, &copies);
     if (!in.ok()) return in.status();
     batch.push_back(*std::move(in));
   }

@@ -38,9 +38,9 @@ struct ThreadResult {
     int64_t handler_start, handler_end;
     if (now - slot->start_ns > 1000000 &&
         slot->HandlerTimes(&handler_start, &handler_end)) {
-      slow.push_back({slot->issued_ns - slot->start_ns,
-                      handler_start - slot->issued_ns,
-                      handler_end - handler_start, now - handler_end});
+      slow.push_back(
+          {{slot->issued_ns - slot->start_ns, handler_start - slot->issued_ns,
+            handler_end - handler_start, now - handler_end}});
     }
   }
 };

@@ -42,11 +42,14 @@ class Slot {
 
 // Where a slow call's time went: a call over 1 ms whose handler reported
 // its start and end (HandlerTimes).
+// Its parts, in nanoseconds, in this order:
+//   0 scheduled time to Issue: the driver was late
+//   1 Issue to the handler's start: client, wire, server
+//   2 the handler
+//   3 the handler's end to the driver seeing the reply
 struct SlowCall {
-  int64_t driver_ns;    // scheduled time to Issue: the driver was late
-  int64_t inbound_ns;   // Issue to the handler's start: client, wire, server
-  int64_t handler_ns;   // the handler
-  int64_t outbound_ns;  // the handler's end to the driver seeing the reply
+  static constexpr int kParts = 4;
+  int64_t part_ns[kParts];
 };
 
 using SlotFactory = std::function<std::unique_ptr<Slot>(int thread, int index)>;

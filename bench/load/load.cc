@@ -376,33 +376,26 @@ absl::StatusOr<size_t> Prepare(Target& target, Workload* w, bool build) {
 // each part, and how often each part was the largest.
 std::string DescribeSlowCalls(const std::vector<SlowCall>& slow) {
   if (slow.empty()) return "";
-  constexpr int kParts = 4;
+  constexpr int kParts = SlowCall::kParts;
   const char* const names[kParts] = {"driver late", "to the handler",
                                      "in the handler", "back to the driver"};
-  auto part = [](const SlowCall& c, int i) {
-    const int64_t v[kParts] = {c.driver_ns, c.inbound_ns, c.handler_ns,
-                               c.outbound_ns};
-    return v[i];
-  };
+  std::vector<int64_t> parts[kParts];
+  size_t largest[kParts] = {};
+  for (const SlowCall& c : slow) {
+    const int64_t* p = c.part_ns;
+    ++largest[std::max_element(p, p + kParts) - p];
+    for (int i = 0; i < kParts; ++i) parts[i].push_back(p[i]);
+  }
   std::string out = absl::StrFormat(
       "  %zu calls over 1 ms reported their handler's times; ms, median / "
       "max / largest part in how many:",
       slow.size());
   for (int i = 0; i < kParts; ++i) {
-    std::vector<int64_t> v;
-    size_t largest = 0;
-    for (const SlowCall& c : slow) {
-      v.push_back(part(c, i));
-      int top = 0;
-      for (int j = 1; j < kParts; ++j) {
-        if (part(c, j) > part(c, top)) top = j;
-      }
-      largest += top == i;
-    }
+    std::vector<int64_t>& v = parts[i];
     std::sort(v.begin(), v.end());
     absl::StrAppendFormat(&out, "%s %s %.2f / %.2f / %zu", i == 0 ? "" : ";",
                           names[i], v[v.size() / 2] / 1e6, v.back() / 1e6,
-                          largest);
+                          largest[i]);
   }
   return out;
 }

@@ -99,6 +99,61 @@ Node* Node::FindChild(absl::Span<const Token> first_block) const {
   return it == children.end() ? nullptr : it->get();
 }
 
+Node* SplitNode(Node* node, size_t blocks) {
+  assert(blocks > 0 && blocks < node->num_blocks());
+  Node* parent = node->parent;
+  auto handle =
+      parent->children.extract(BlockKey{node->block(0), node->key_hash});
+  assert(!handle.empty());
+  std::unique_ptr<Node> owned = std::move(handle.value());
+
+  auto head = std::make_unique<Node>();
+  const size_t split_tokens = blocks * static_cast<size_t>(node->block_size());
+  head->tree = node->tree;
+  head->parent = parent;
+  head->Assign(node->tokens().subspan(0, split_tokens),
+               node->block_ids().subspan(0, blocks));
+  head->position = node->position;
+  head->stamp = node->stamp;
+  head->pins = node->pins;
+
+  node->DropFront(blocks);
+  node->position += static_cast<int64_t>(split_tokens);
+  node->parent = head.get();
+
+  Node* h = head.get();
+  h->children.insert(std::move(owned));
+  parent->children.insert(std::move(head));
+  ++h->tree->nodes;
+  return h;
+}
+
+Node* AddChild(Node* parent, absl::Span<const Token> tokens,
+               absl::Span<const BlockId> ids, int64_t position) {
+  auto child = std::make_unique<Node>();
+  child->tree = parent->tree;
+  child->parent = parent;
+  child->Assign(tokens, ids);
+  child->position = position;
+  Node* raw = child.get();
+  auto [it, inserted] = parent->children.insert(std::move(child));
+  assert(inserted);
+  (void)it;
+  (void)inserted;
+  ++parent->tree->nodes;
+  return raw;
+}
+
+void RemoveLeaf(Node* node) {
+  assert(!node->is_root() && node->children.empty());
+  Tree* tree = node->tree;
+  auto handle =
+      node->parent->children.extract(BlockKey{node->block(0), node->key_hash});
+  assert(!handle.empty());
+  --tree->nodes;
+  // `handle` frees the node here.
+}
+
 WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
               int64_t position_offset, bool stop_at_position_change) {
   const size_t bs = static_cast<size_t>(tree.block_size);

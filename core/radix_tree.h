@@ -175,6 +175,25 @@ using WalkPath = absl::InlinedVector<WalkStep, 16>;
 WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
               int64_t position_offset, bool stop_at_position_change);
 
+// Structural edits, shared by the sidecar's tenants (core/tenant.h) and the
+// fleet index (index/fleet_index.h). They keep child sets and tree.nodes
+// right; block counts, block lookups and eviction order are the caller's.
+//
+//   parent -> [b0 .. bk-1 | bk .. bm-1] -> children
+// becomes
+//   parent -> head [b0 .. bk-1] -> node [bk .. bm-1] -> children
+// `node` keeps its identity (whatever points at it stays valid: leases, LRU
+// entries, block lookups of the tail) and its children; the new head
+// inherits position, stamp and pins. Returns the head.
+// REQUIRES: 0 < blocks < node->num_blocks().
+Node* SplitNode(Node* node, size_t blocks);
+// A new child of `parent` holding `tokens` / `ids`, computed at `position`.
+// REQUIRES: parent has no child starting with tokens' first block.
+Node* AddChild(Node* parent, absl::Span<const Token> tokens,
+               absl::Span<const BlockId> ids, int64_t position);
+// Unlinks a childless non-root node from its parent and frees it.
+void RemoveLeaf(Node* node);
+
 // Pre-order visit of every node below (not including) `from`.
 template <typename F>
 void ForEachBelow(const Node& from, F&& f, int depth = 1) {

@@ -103,41 +103,14 @@ void Tenant::PinPath(Node* end, int delta) {
 
 // --- Structural changes -----------------------------------------------------
 
-//   parent -> [b0 .. bk-1 | bk .. bm-1] -> children
-// becomes
-//   parent -> head [b0 .. bk-1] -> node [bk .. bm-1] -> children
-// `node` keeps its identity (so leases ending at it and its LRU entry stay
-// valid); the head is new and inherits stamp and pins (it has a child, so it
-// needs no LRU entry).
+// The split itself is core's (radix_tree.h); here the head's IDs are
+// re-pointed in the block index. The head has a child, so it needs no LRU
+// entry.
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
-  assert(blocks > 0 && blocks < node->num_blocks());
-  Node* parent = node->parent;
-  auto handle =
-      parent->children.extract(BlockKey{node->block(0), node->key_hash});
-  assert(!handle.empty());
-  std::unique_ptr<Node> owned = std::move(handle.value());
-
-  auto head = std::make_unique<Node>();
-  const size_t split_tokens = blocks * block_size_;
-  head->tree = node->tree;
-  head->parent = parent;
-  head->Assign(node->tokens().subspan(0, split_tokens),
-               node->block_ids().subspan(0, blocks));
-  head->position = node->position;
-  head->stamp = node->stamp;
-  head->pins = node->pins;
-
-  node->DropFront(blocks);
-  node->position += static_cast<int64_t>(split_tokens);
-  node->parent = head.get();
-
-  Node* h = head.get();
-  block_index_->SetNode(h->block_ids(), h);
-  h->children.insert(std::move(owned));
-  parent->children.insert(std::move(head));
+  Node* head = SplitNode(node, blocks);
+  block_index_->SetNode(head->block_ids(), head);
   ++nodes_;
-  ++h->tree->nodes;
-  return h;
+  return head;
 }
 
 Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
@@ -163,18 +136,10 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
 
 Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
                        absl::Span<const BlockId> ids, int64_t position) {
-  auto child = std::make_unique<Node>();
-  child->tree = parent->tree;
-  child->parent = parent;
-  child->Assign(tokens, ids);
-  child->position = position;
-  Node* raw = child.get();
-  parent->children.insert(std::move(child));
   ++nodes_;
-  ++parent->tree->nodes;
   // The parent stops being evictable and keeps its LRU entry, if any; the
   // child gets one once the caller has stamped it.
-  return raw;
+  return prefixd::AddChild(parent, tokens, ids, position);
 }
 
 void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
@@ -204,10 +169,8 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   lru_.erase(lru_.begin());
   n->lru_key = 0;
   Node* parent = n->parent;
-  auto handle = parent->children.extract(BlockKey{n->block(0), n->key_hash});
-  assert(!handle.empty());
+  RemoveLeaf(n);
   --nodes_;
-  --tree->nodes;
   SyncLru(parent);
   if (parent->is_root()) maybe_empty_.push_back(tree->ns);
   return id;

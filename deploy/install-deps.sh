@@ -13,10 +13,14 @@ PACKAGES=(
   # gRPC, protobuf, abseil, metrics, TLS
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libssl-dev openssl
+  # the fleet index: KV events over ZeroMQ, msgpack payloads
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   # Python client and its tests (Debian's /usr/bin/python3)
   python3-grpcio python3-grpc-tools python3-protobuf
+  # engine-event publishers in the index tests
+  python3-zmq python3-msgpack
   # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),
   # the Redis benchmark peer, CPack's dependency scan (file)
   prometheus redis-server kubernetes-client python3-yaml file

@@ -230,6 +230,19 @@ absl::StatusOr<PrincipalTable> PrincipalTable::FromConfig(
                          "'s; every principal needs its own token"));
       }
     }
+    for (const std::string& salt : pc.cache_salts()) {
+      if (salt.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": cache_salts holds an empty salt"));
+      }
+      p.cache_salts.push_back(salt);
+    }
+    if (!p.cache_salts.empty() && p.role != Principal::Role::kTenant) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who,
+          ": cache_salts is for TENANT principals; ENGINE and ADMIN "
+          "principals Route over every namespace"));
+    }
     p.cert_subject = pc.cert_subject();
     if (!p.cert_subject.empty()) {
       if (mode != v1::AuthConfig::MTLS) {
@@ -325,6 +338,7 @@ absl::StatusOr<CallContext> PrincipalTable::Resolve(
       }
       call.tenant = p.tenants[0];
       call.scope = TenantScope::One(call.tenant);
+      call.cache_salts = p.cache_salts;
       break;
     case Principal::Role::kEngine:
       if (!tenant_header.empty() && !p.any_tenant &&
@@ -341,11 +355,13 @@ absl::StatusOr<CallContext> PrincipalTable::Resolve(
       }
       call.scope =
           p.any_tenant ? TenantScope::All() : TenantScope{false, p.tenants};
+      call.index_all = true;
       break;
     case Principal::Role::kAdmin:
       call.tenant = std::string(tenant_header);
       call.scope = TenantScope::All();
       call.all_tenants = true;
+      call.index_all = true;
       break;
   }
   if (!call.tenant.empty() && !dynamic_tenants_ &&
@@ -388,6 +404,7 @@ absl::StatusOr<CallContext> NoAuthAuthorizer::Authorize(
   call.tenant = *std::move(tenant);
   call.scope = TenantScope::All();
   call.all_tenants = true;
+  call.index_all = true;
   return call;
 }
 

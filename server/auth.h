@@ -1,6 +1,6 @@
 // Who is calling and for which tenant. The service asks its Authorizer once
 // per call, before it touches the cache, and acts only on the CallContext it
-// gets back: the tenant is never a request field (DESIGN.md section 8).
+// gets back: the tenant is never a request field.
 //
 // Modes (auth.mode in the config, docs/security.md):
 //   NONE   every caller is an engine for any tenant (loopback and Unix
@@ -52,6 +52,11 @@ struct CallContext {
   TenantScope scope;
   // May read Stats of every tenant and Reset all of them (admin, or auth off).
   bool all_tenants = false;
+  // The fleet index (docs/index.md): engines, admins and auth off Route over
+  // every namespace and list workers; a tenant principal Routes only with
+  // one of its configured cache_salts.
+  bool index_all = false;
+  std::vector<std::string> cache_salts;
 };
 
 // OK when call.tenant is set; else INVALID_ARGUMENT telling the principal to
@@ -106,6 +111,7 @@ struct Principal {
   // principal has exactly one).
   bool any_tenant = false;
   std::vector<std::string> tenants;
+  std::vector<std::string> cache_salts;  // tenant principals: Route's salts
 };
 
 // The principals of a TOKEN or MTLS config and the rules that map a

@@ -275,8 +275,8 @@ absl::Status ResolveTenants(const v1::Config& c, CacheOptions* cache) {
     if (!q.ok()) return q.status();
     cache->tenants.push_back({t.name(), *q});
   }
-  // Auth off means every caller names its tenant freely (DESIGN.md
-  // section 8), so tenants must be creatable on first use.
+  // Auth off means every caller names its tenant freely (docs/security.md),
+  // so tenants must be creatable on first use.
   cache->dynamic_tenants =
       c.auth().mode() == v1::AuthConfig::NONE || c.dynamic_tenants().enabled();
   absl::StatusOr<TenantQuota> q =
@@ -334,6 +334,40 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
   return absl::OkStatus();
 }
 
+absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
+  const v1::IndexConfig& ic = c.index();
+  out->index_enabled = !ic.sources().empty() || !ic.listen().empty();
+  if (ic.block_size() > (1u << 16)) {
+    return Invalid("index.block_size",
+                   absl::StrCat(ic.block_size(), " exceeds ", 1u << 16));
+  }
+  out->index.block_size = static_cast<int>(ic.block_size());
+  out->index.max_entries = ic.max_entries();
+  IngestOptions& in = out->ingest;
+  in.listen = ic.listen();
+  absl::StatusOr<absl::Duration> replay =
+      ParsePositiveDuration("index.replay_timeout", ic.replay_timeout());
+  if (!replay.ok()) return replay.status();
+  in.replay_timeout = *replay;
+  for (const v1::IndexSourceConfig& sc : ic.sources()) {
+    IndexSource s;
+    s.name = sc.name();
+    s.endpoint = sc.endpoint();
+    s.replay_endpoint = sc.replay_endpoint();
+    s.replay_port = static_cast<int>(sc.replay_port());
+    if (!sc.resolve_interval().empty()) {
+      absl::StatusOr<absl::Duration> every = ParsePositiveDuration(
+          absl::StrCat("index.sources[", sc.name(), "].resolve_interval"),
+          sc.resolve_interval());
+      if (!every.ok()) return every.status();
+      s.resolve_interval = *every;
+    }
+    in.sources.push_back(std::move(s));
+  }
+  if (absl::Status s = ValidateIngestOptions(in); !s.ok()) return s;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
@@ -382,6 +416,25 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
   if (flags.kv_budget) config->set_kv_budget(*flags.kv_budget);
   if (flags.lease_ttl) config->set_lease_ttl(*flags.lease_ttl);
   if (flags.snapshot_path) config->set_snapshot_path(*flags.snapshot_path);
+  if (!flags.index_sources.empty()) {
+    v1::IndexConfig* index = config->mutable_index();
+    index->clear_sources();
+    for (const std::string& flag : flags.index_sources) {
+      // NAME=ENDPOINT[,REPLAY] (ParseCommandLine checked the '=').
+      const size_t eq = flag.find('=');
+      v1::IndexSourceConfig* s = index->add_sources();
+      s->set_name(flag.substr(0, eq));
+      const std::string rest = flag.substr(eq + 1);
+      const size_t comma = rest.find(',');
+      s->set_endpoint(rest.substr(0, comma));
+      if (comma != std::string::npos)
+        s->set_replay_endpoint(rest.substr(comma + 1));
+    }
+  }
+  if (flags.index_listen)
+    config->mutable_index()->set_listen(*flags.index_listen);
+  if (flags.index_block_size)
+    config->mutable_index()->set_block_size(*flags.index_block_size);
 }
 
 void FillDefaults(v1::Config* c) {
@@ -415,6 +468,12 @@ void FillDefaults(v1::Config* c) {
   }
   fill(c->mutable_limits()->mutable_max_message_size(),
        defaults::kMaxMessageSize);
+  v1::IndexConfig* index = c->mutable_index();
+  if (index->block_size() == 0)
+    index->set_block_size(defaults::kIndexBlockSize);
+  if (index->max_entries() == 0)
+    index->set_max_entries(defaults::kIndexMaxEntries);
+  fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
 }
 
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
@@ -432,6 +491,7 @@ absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
   if (absl::Status s = ResolveCache(config, &out); !s.ok()) return s;
   if (absl::Status s = ResolveServing(config, &out); !s.ok()) return s;
   if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
+  if (absl::Status s = ResolveIndex(config, &out); !s.ok()) return s;
   return out;
 }
 

@@ -15,6 +15,8 @@
 #include "absl/time/time.h"
 #include "core/cache.h"
 #include "core/kv_geometry.h"
+#include "index/fleet_index.h"
+#include "index/ingest.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
 #include "server/listen_address.h"
@@ -36,6 +38,10 @@ struct ServerConfig {
       model_notes;  // assumptions made reading a config.json
 
   CacheOptions cache;  // block_size, block_bytes, budget, limits, tenants, ...
+  // The fleet index (docs/index.md): on when a source or listen is set.
+  bool index_enabled = false;
+  IndexOptions index;
+  IngestOptions ingest;
 
   // The merged file + flags with defaults filled in. Later features (auth
   // principals, TLS files, metrics) read their settings from here.
@@ -54,7 +60,7 @@ absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path);
 // Writes the set flags over `config`.
 void ApplyCommandLine(const CommandLine& flags, v1::Config* config);
 
-// Fills every unset field with the embedded default (DESIGN.md section 10).
+// Fills every unset field with the embedded default.
 void FillDefaults(v1::Config* config);
 
 // Validates a filled config and resolves it. INVALID_ARGUMENT naming the

@@ -1,4 +1,4 @@
-// The embedded default (DESIGN.md section 10): what prefixd serves with no
+// The embedded default: what prefixd serves with no
 // config file and no flags. Shared by config loading and by --help, so the
 // help text cannot drift from what the daemon does.
 #ifndef PREFIXD_SERVER_DEFAULTS_H_
@@ -23,6 +23,10 @@ inline constexpr uint32_t kEventsPerTenant = 4096;
 // Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
 // token.
 inline constexpr char kMaxMessageSize[] = "16MiB";
+// The fleet index (docs/index.md): vLLM's default block size.
+inline constexpr uint32_t kIndexBlockSize = 16;
+inline constexpr uint64_t kIndexMaxEntries = 50000000;
+inline constexpr char kIndexReplayTimeout[] = "2s";
 
 }  // namespace prefixd::defaults
 

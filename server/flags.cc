@@ -93,6 +93,40 @@ const std::vector<FlagSpec>& Flags() {
        [](absl::string_view v, CommandLine* cl) {
          return SetString(&cl->snapshot_path, v);
        }},
+      {"index_source", "NAME=ENDPOINT[,REPLAY]", "none",
+       "Fleet index: subscribe to an engine's KV events (vLLM/SGLang "
+       "--kv-events-config), e.g. vllm-0=tcp://10.0.0.7:5557,"
+       "tcp://10.0.0.7:5558 (the PUB endpoint, then the replay endpoint). "
+       "A host name resolving to several addresses gives one worker per "
+       "address. Repeat for several engines; any --index_source replaces "
+       "the config file's sources. See docs/index.md.",
+       [](absl::string_view v, CommandLine* cl) {
+         const size_t eq = v.find('=');
+         if (eq == 0 || eq == absl::string_view::npos || eq + 1 == v.size()) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--index_source=", v, ": want NAME=ENDPOINT[,REPLAY_ENDPOINT]"));
+         }
+         cl->index_sources.emplace_back(v);
+         return absl::OkStatus();
+       }},
+      {"index_listen", "ENDPOINT", "none",
+       "Fleet index: bind a SUB socket (tcp://0.0.0.0:5557) that engines "
+       "connect to; each names itself by its topic kv@<worker>@<model>.",
+       [](absl::string_view v, CommandLine* cl) {
+         return SetString(&cl->index_listen, v);
+       }},
+      {"index_block_size", "TOKENS", "16",
+       "Fleet index: the engines' block size (events of another size put "
+       "the worker in ERROR).",
+       [](absl::string_view v, CommandLine* cl) {
+         uint32_t n = 0;
+         if (!absl::SimpleAtoi(v, &n) || n == 0) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--index_block_size=", v, ": want a positive integer"));
+         }
+         cl->index_block_size = n;
+         return absl::OkStatus();
+       }},
       {"help", nullptr, "", "Print this help and exit.",
        [](absl::string_view, CommandLine* cl) {
          cl->help = true;

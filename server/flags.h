@@ -1,4 +1,4 @@
-// prefixd's command line (DESIGN.md section 11). Parsed here rather than
+// prefixd's command line. Parsed here rather than
 // with absl flags because --listen repeats (absl replaces, we append) and so
 // that tests parse argv without process-wide flag globals.
 #ifndef PREFIXD_SERVER_FLAGS_H_
@@ -26,6 +26,11 @@ struct CommandLine {
   std::optional<std::string> kv_budget;
   std::optional<std::string> lease_ttl;
   std::optional<std::string> snapshot_path;
+  // The fleet index (docs/index.md). --index_source=NAME=ENDPOINT[,REPLAY]
+  // repeats and replaces the file's sources.
+  std::vector<std::string> index_sources;
+  std::optional<std::string> index_listen;
+  std::optional<uint32_t> index_block_size;
   bool help = false;
   bool version = false;
 };

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -202,15 +203,20 @@ bool OpenFiles(const std::string& proc_dir, uint64_t* out) {
   return true;
 }
 
-// Serves the cache and process families at every scrape.
+// Serves the cache, index and process families at every scrape.
 class ScrapeCollector final : public prometheus::Collectable {
  public:
-  ScrapeCollector(const PrefixCache* cache, std::string version)
-      : cache_(cache), version_(std::move(version)) {}
+  ScrapeCollector(const PrefixCache* cache, const FleetIndex* index,
+                  std::string version)
+      : cache_(cache), index_(index), version_(std::move(version)) {}
 
   std::vector<MetricFamily> Collect() const override {
     std::vector<MetricFamily> out =
         CacheMetricFamilies(cache_->Stats(TenantScope::All()), version_);
+    if (index_ != nullptr) {
+      std::vector<MetricFamily> index = IndexMetricFamilies(index_->Stats());
+      std::move(index.begin(), index.end(), std::back_inserter(out));
+    }
     std::vector<MetricFamily> process = ProcessMetricFamilies();
     std::move(process.begin(), process.end(), std::back_inserter(out));
     return out;
@@ -218,8 +224,28 @@ class ScrapeCollector final : public prometheus::Collectable {
 
  private:
   const PrefixCache* const cache_;
+  const FleetIndex* const index_;  // may be null
   const std::string version_;
 };
+
+// Per-worker counters of the index: one family, one sample per worker
+// (and per value of `label`, when the counter is an array).
+template <size_t N>
+void AddWorkerCounters(std::vector<MetricFamily>* out, const char* name,
+                       const char* help, const IndexStats& stats,
+                       const char* label,
+                       const std::array<absl::string_view, N>& values,
+                       std::array<uint64_t, N> (*get)(const WorkerStatus&)) {
+  MetricFamily f = NewFamily(name, help, MetricType::Counter);
+  for (const WorkerStatus& w : stats.workers) {
+    const std::array<uint64_t, N> v = get(w);
+    for (size_t i = 0; i < N; ++i) {
+      AddSample(&f, {{label, std::string(values[i])}, {"worker", w.worker}},
+                static_cast<double>(v[i]));
+    }
+  }
+  out->push_back(std::move(f));
+}
 
 // "host:port" as civetweb's listening_ports wants it: a bare port for every
 // interface, a numeric host (civetweb does not resolve names).
@@ -243,6 +269,123 @@ int MethodIndex(absl::string_view method) {
 }
 
 }  // namespace
+
+std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
+  std::vector<MetricFamily> out;
+  AddWorkerCounters<kNumEventTypes>(
+      &out, "prefixd_index_events_total",
+      "KV events received from each worker, by type (unknown: types the "
+      "index does not know, skipped).",
+      stats, "type", kEventTypeNames,
+      [](const WorkerStatus& w) { return w.events_by_type; });
+  AddWorkerCounters<2>(
+      &out, "prefixd_index_replays_total",
+      "Replay requests to a worker's replay endpoint, by result (ok: the "
+      "missing batches came; failed: the worker was cleared).",
+      stats, "result", std::array<absl::string_view, 2>{"ok", "failed"},
+      [](const WorkerStatus& w) {
+        return std::array<uint64_t, 2>{w.replays_ok, w.replays_failed};
+      });
+  std::array<absl::string_view, kNumClearReasons> clear_names;
+  for (int r = 0; r < kNumClearReasons; ++r)
+    clear_names[r] = ClearReasonName(static_cast<ClearReason>(r));
+  AddWorkerCounters<kNumClearReasons>(
+      &out, "prefixd_index_clears_total",
+      "Times a worker's blocks were all dropped from the index, by reason.",
+      stats, "reason", clear_names,
+      [](const WorkerStatus& w) { return w.clears; });
+
+  MetricFamily gaps =
+      NewFamily("prefixd_index_gaps_total",
+                "Sequence gaps seen in a worker's event stream (lost batches).",
+                MetricType::Counter);
+  MetricFamily blocks =
+      NewFamily("prefixd_index_blocks",
+                "Blocks the index lists a worker as holding, by medium.",
+                MetricType::Gauge);
+  MetricFamily state =
+      NewFamily("prefixd_index_worker_state",
+                "1 for the state a worker is in now, 0 for the others.",
+                MetricType::Gauge);
+  constexpr WorkerState kStates[] = {
+      WorkerState::kConnecting, WorkerState::kLive, WorkerState::kReplaying,
+      WorkerState::kError};
+  MetricFamily unknown_fields =
+      NewFamily("prefixd_index_unknown_fields_total",
+                "Fields of a worker's events the index does not know (a newer "
+                "engine), skipped.",
+                MetricType::Counter);
+  for (const WorkerStatus& w : stats.workers) {
+    AddSample(&gaps, {{"worker", w.worker}}, static_cast<double>(w.gaps));
+    AddSample(&unknown_fields, {{"worker", w.worker}},
+              static_cast<double>(w.unknown_fields));
+    for (const MediumCount& m : w.mediums) {
+      AddSample(&blocks, {{"medium", m.medium}, {"worker", w.worker}},
+                static_cast<double>(m.blocks));
+    }
+    for (WorkerState s : kStates) {
+      AddSample(
+          &state,
+          {{"state", std::string(WorkerStateName(s))}, {"worker", w.worker}},
+          w.state == s ? 1 : 0);
+    }
+  }
+  out.push_back(std::move(gaps));
+  out.push_back(std::move(unknown_fields));
+  out.push_back(std::move(blocks));
+  out.push_back(std::move(state));
+
+  MetricFamily dropped = NewFamily(
+      "prefixd_index_dropped_blocks_total",
+      "Blocks of stored events the index did not keep, by reason: "
+      "unknown_parent, extra_keys (multimodal), group (KV-cache group > 0), "
+      "max_entries, block_size.",
+      MetricType::Counter);
+  for (int r = 0; r < kNumDropReasons; ++r) {
+    AddSample(
+        &dropped,
+        {{"reason", std::string(DropReasonName(static_cast<DropReason>(r)))}},
+        static_cast<double>(stats.dropped[r]));
+  }
+  out.push_back(std::move(dropped));
+
+  MetricFamily lag = NewFamily(
+      "prefixd_index_event_lag_seconds",
+      "Time from an engine stamping a batch to the index applying it.",
+      MetricType::Histogram);
+  ClientMetric h;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < kLagBuckets.size(); ++i) {
+    cumulative += stats.lag_counts[i];
+    h.histogram.bucket.push_back({cumulative, kLagBuckets[i]});
+  }
+  cumulative += stats.lag_counts.back();
+  h.histogram.bucket.push_back(
+      {cumulative, std::numeric_limits<double>::infinity()});
+  h.histogram.sample_count = cumulative;
+  h.histogram.sample_sum = stats.lag_sum;
+  lag.metric.push_back(std::move(h));
+  out.push_back(std::move(lag));
+
+  AddGauge(&out, "prefixd_index_route_requests_total",
+           "Route requests answered (each item of a RouteBatch counts).",
+           MetricType::Counter, static_cast<double>(stats.route_requests));
+  AddGauge(&out, "prefixd_index_route_prompt_blocks_total",
+           "Whole blocks in the prompts Route was asked about.",
+           MetricType::Counter, static_cast<double>(stats.route_prompt_blocks));
+  AddGauge(&out, "prefixd_index_route_matched_blocks_total",
+           "Blocks the best worker held of those prompts (routed hit rate = "
+           "rate of this / rate of prompt blocks).",
+           MetricType::Counter,
+           static_cast<double>(stats.route_matched_blocks));
+  AddGauge(&out, "prefixd_index_entries",
+           "(block, holder) entries in the index now.", MetricType::Gauge,
+           static_cast<double>(stats.entries));
+  AddGauge(&out, "prefixd_index_max_entries",
+           "index.max_entries: past it the least recent leaf blocks go.",
+           MetricType::Gauge, static_cast<double>(stats.max_entries));
+  return out;
+}
 
 std::vector<double> RpcDurationBuckets() {
   return {25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3,   2.5e-3, 5e-3,
@@ -339,8 +482,8 @@ Metrics::Metrics(std::string version)
 
 Metrics::~Metrics() { StopServing(); }
 
-absl::Status Metrics::Serve(const PrefixCache* cache,
-                            const std::string& listen) {
+absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
+                            const FleetIndex* index) {
   assert(exposer_ == nullptr);
   absl::StatusOr<std::string> port = CivetListenPort(listen);
   if (!port.ok()) return port.status();
@@ -350,7 +493,7 @@ absl::Status Metrics::Serve(const PrefixCache* cache,
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on \"", listen, "\": ", e.what()));
   }
-  collector_ = std::make_shared<ScrapeCollector>(cache, version_);
+  collector_ = std::make_shared<ScrapeCollector>(cache, index, version_);
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(collector_);
   return absl::OkStatus();

@@ -1,4 +1,4 @@
-// Prometheus metrics (DESIGN.md section 9, docs/metrics.md): an HTTP
+// Prometheus metrics (docs/metrics.md): an HTTP
 // /metrics endpoint (prometheus-cpp's Exposer) serving three sources.
 //
 //  - The cache: every prefixd_* counter and gauge is built at scrape time
@@ -33,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
+#include "index/fleet_index.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
@@ -46,11 +47,13 @@ class Exposer;
 
 namespace prefixd {
 
-// The RPC methods of prefixd.v1.PrefixCache, as the service names them.
-inline constexpr std::array<absl::string_view, 14> kRpcMethods = {
-    "GetInfo",     "Handshake", "Match",      "Insert",     "Release",
-    "KeepAlive",   "Evict",     "Invalidate", "Reset",      "Stats",
-    "WatchEvents", "Dump",      "MatchBatch", "InsertBatch"};
+// The RPC methods of prefixd.v1.PrefixCache and prefixd.v1.PrefixIndex, as
+// the services name them.
+inline constexpr std::array<absl::string_view, 17> kRpcMethods = {
+    "GetInfo",     "Handshake", "Match",      "Insert",      "Release",
+    "KeepAlive",   "Evict",     "Invalidate", "Reset",       "Stats",
+    "WatchEvents", "Dump",      "MatchBatch", "InsertBatch", "Route",
+    "RouteBatch",  "ListWorkers"};
 
 // Upper bounds (seconds) of prefixd_rpc_duration_seconds: 25us .. 1s.
 std::vector<double> RpcDurationBuckets();
@@ -58,6 +61,10 @@ std::vector<double> RpcDurationBuckets();
 // The prefixd_* families of `stats` (all tenants) plus prefixd_build_info.
 std::vector<prometheus::MetricFamily> CacheMetricFamilies(
     const CacheStats& stats, absl::string_view version);
+
+// The prefixd_index_* families of the fleet index (docs/index.md).
+std::vector<prometheus::MetricFamily> IndexMetricFamilies(
+    const IndexStats& stats);
 
 // process_* families read from `proc_dir` (normally "/proc"): resident and
 // virtual memory, CPU seconds, open and max file descriptors, start time.
@@ -76,7 +83,9 @@ class Metrics final : public RpcObserver {
   // reading `cache` at every scrape. REQUIRES: `cache` outlives serving
   // (call StopServing before destroying it); not already serving.
   // UNAVAILABLE naming the address if it cannot be bound.
-  absl::Status Serve(const PrefixCache* cache, const std::string& listen);
+  // With `index` (the fleet index, may be null) its families too.
+  absl::Status Serve(const PrefixCache* cache, const std::string& listen,
+                     const FleetIndex* index = nullptr);
 
   // Stops the endpoint; when it returns no scrape is running or will run.
   // Idempotent.

@@ -20,6 +20,7 @@ namespace prefixd {
 namespace {
 
 constexpr char kServiceName[] = "prefixd.v1.PrefixCache";
+constexpr char kIndexServiceName[] = "prefixd.v1.PrefixIndex";
 
 uint64_t NewEpoch() {
   absl::BitGen gen;
@@ -76,6 +77,12 @@ absl::Status Server::Build() {
       cache_.get(), authorizer_.get(), watchers_.get(),
       ServiceInfo::From(config_, epoch_), observer_);
 
+  if (config_.index_enabled) {
+    index_ = std::make_unique<FleetIndex>(config_.index);
+    index_service_ = std::make_unique<PrefixIndexService>(
+        index_.get(), authorizer_.get(), cache_->options().limits, observer_);
+  }
+
   grpc::ServerBuilder builder;
   std::vector<int> ports(config_.listen.size(), 0);
   for (size_t i = 0; i < config_.listen.size(); ++i) {
@@ -91,6 +98,7 @@ absl::Status Server::Build() {
   // start fine and take half the connections with a cache of its own.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(service_.get());
+  if (index_service_ != nullptr) builder.RegisterService(index_service_.get());
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);
   grpc_server_ = builder.BuildAndStart();
 
@@ -112,6 +120,17 @@ absl::Status Server::Build() {
     } else {
       addresses_.push_back(absl::StrCat(a.host, ":", ports[i]));
     }
+  }
+  if (index_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<Ingest>> ingest =
+        Ingest::Start(index_.get(), config_.ingest);
+    if (!ingest.ok()) {
+      Shutdown();
+      return ingest.status();
+    }
+    ingest_ = *std::move(ingest);
+    grpc_server_->GetHealthCheckService()->SetServingStatus(kIndexServiceName,
+                                                            true);
   }
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   lease_expirer_ = std::make_unique<PeriodicThread>(
@@ -136,6 +155,7 @@ void Server::Shutdown() {
   grpc_server_->Shutdown(
       absl::ToChronoTime(absl::Now() + config_.drain_timeout));
   grpc_server_->Wait();
+  if (ingest_ != nullptr) ingest_->Stop();
   if (lease_expirer_ != nullptr) lease_expirer_->Stop();
 }
 
@@ -175,6 +195,23 @@ std::string StartupBanner(const Server& server) {
                       ? "none"
                       : c.snapshot_path + " (written at shutdown, read once)",
                   "\n");
+  if (server.index() != nullptr) {
+    const IngestOptions& in = c.ingest;
+    absl::StrAppend(&out, "  index        block size ", c.index.block_size,
+                    ", max ", FormatCount(c.index.max_entries),
+                    " entries, service prefixd.v1.PrefixIndex\n");
+    for (const IndexSource& src : in.sources) {
+      absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
+                      src.replay_endpoint.empty()
+                          ? " (no replay endpoint: a lost batch clears it)"
+                          : absl::StrCat(" replay ", src.replay_endpoint),
+                      "\n");
+    }
+    if (!in.listen.empty()) {
+      absl::StrAppend(&out, "  index listen ", server.index_listen_endpoint(),
+                      "\n");
+    }
+  }
   absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
   for (const std::string& w : server.authorizer().Warnings(c.listen))
     absl::StrAppend(&out, "WARNING: ", w, "\n");

@@ -19,8 +19,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/cache.h"
+#include "index/fleet_index.h"
+#include "index/ingest.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/index_service.h"
 #include "server/periodic.h"
 #include "server/service.h"
 #include "server/watch.h"
@@ -73,6 +76,12 @@ class Server {
   std::shared_ptr<grpc::Channel> InProcessChannel();
   uint64_t epoch() const { return epoch_; }
   PrefixCache* cache() const { return cache_.get(); }
+  // The fleet index; nullptr unless config.index_enabled.
+  FleetIndex* index() const { return index_.get(); }
+  // The bound index listen endpoint (a wildcard port resolved); "" if none.
+  std::string index_listen_endpoint() const {
+    return ingest_ == nullptr ? "" : ingest_->listen_endpoint();
+  }
   const Authorizer& authorizer() const { return *authorizer_; }
   const ServerConfig& config() const { return config_; }
 
@@ -88,6 +97,9 @@ class Server {
   const std::vector<grpc::Service*> extra_services_;
   std::unique_ptr<EventWatchers> watchers_;
   std::unique_ptr<PrefixCacheService> service_;
+  std::unique_ptr<FleetIndex> index_;
+  std::unique_ptr<Ingest> ingest_;
+  std::unique_ptr<PrefixIndexService> index_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> addresses_;
   std::unique_ptr<PeriodicThread> lease_expirer_;

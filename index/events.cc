@@ -1,0 +1,657 @@
+// Decoding walks msgpack-cxx's object tree in place: one unpack per payload,
+// then type switches on each msgpack::object, with no conversion through STL
+// containers on the way (the ingest path handles millions of blocks a second
+// on one thread). Strings and bytes point into the payload, not copies.
+#include "index/events.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+// Debian's msgpack-cxx is header-only and needs Boost unless told not to.
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+#include <msgpack.hpp>
+
+namespace prefixd {
+namespace {
+
+using msgpack::object;
+namespace mtype = msgpack::type;
+
+// Bounds on what one payload may declare (a fuzzed or hostile payload must
+// not exhaust memory). Real batches stay far below them: a batch holds
+// hundreds of events, and extra_keys nest about six levels deep.
+constexpr size_t kMaxArray = size_t{1} << 24;
+constexpr size_t kMaxMap = size_t{1} << 16;
+constexpr size_t kMaxBytes = size_t{1} << 24;  // one str, bin or ext
+constexpr size_t kMaxDepth = 32;
+
+// msgpack-cxx allocates a container's elements as soon as it reads the
+// declared count, before their bytes arrive. Every array element takes at
+// least one byte and every map entry two, so a count is also capped by the
+// payload's size: a few bytes cannot ask for hundreds of megabytes.
+msgpack::unpack_limit Limits(size_t payload_size) {
+  return msgpack::unpack_limit(std::min(kMaxArray, payload_size),
+                               std::min(kMaxMap, payload_size / 2), kMaxBytes,
+                               kMaxBytes, kMaxBytes, kMaxDepth);
+}
+
+// Strings, bytes and exts reference the payload instead of being copied
+// into the zone: the payload outlives the object tree (both live within
+// DecodeEventBatch). msgpack-cxx checks the size limits only on the copy
+// path, so oversized ones take it and are refused there.
+bool ReferenceInPayload(mtype::object_type /*type*/, size_t size,
+                        void* /*user_data*/) {
+  return size <= kMaxBytes;
+}
+
+absl::string_view Str(const object& o) {
+  return absl::string_view(o.via.str.ptr, o.via.str.size);
+}
+
+absl::string_view Bin(const object& o) {
+  return absl::string_view(o.via.bin.ptr, o.via.bin.size);
+}
+
+// nullptr: the field was absent (a map without the key, an array that ends
+// before its position); both mean the same as nil.
+bool IsNull(const object* o) { return o == nullptr || o->type == mtype::NIL; }
+
+absl::string_view TypeName(const object& o) {
+  switch (o.type) {
+    case mtype::NIL:
+      return "nil";
+    case mtype::BOOLEAN:
+      return "bool";
+    case mtype::POSITIVE_INTEGER:
+    case mtype::NEGATIVE_INTEGER:
+      return "int";
+    case mtype::FLOAT32:
+    case mtype::FLOAT64:
+      return "float";
+    case mtype::STR:
+      return "str";
+    case mtype::BIN:
+      return "bin";
+    case mtype::ARRAY:
+      return "array";
+    case mtype::MAP:
+      return "map";
+    case mtype::EXT:
+      return "ext";
+  }
+  return "unknown";
+}
+
+// An int as text, whichever sign it was encoded with.
+std::string IntText(const object& o) {
+  return o.type == mtype::NEGATIVE_INTEGER ? absl::StrCat(o.via.i64)
+                                           : absl::StrCat(o.via.u64);
+}
+
+bool IsInt(const object& o) {
+  return o.type == mtype::POSITIVE_INTEGER || o.type == mtype::NEGATIVE_INTEGER;
+}
+
+// An int that fits int64_t (msgpack ints reach 2^64 - 1).
+bool ToInt64(const object& o, int64_t* v) {
+  if (o.type == mtype::NEGATIVE_INTEGER) {
+    *v = o.via.i64;
+    return true;
+  }
+  if (o.type == mtype::POSITIVE_INTEGER &&
+      o.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    *v = static_cast<int64_t>(o.via.u64);
+    return true;
+  }
+  return false;
+}
+
+bool ToHash(const object& o, EngineHash* h) {
+  switch (o.type) {
+    case mtype::POSITIVE_INTEGER:
+      *h = o.via.u64;
+      return true;
+    case mtype::NEGATIVE_INTEGER:
+      // msgspec sends Python's signed hashes as they are; the index keys on
+      // their 64-bit pattern.
+      *h = static_cast<uint64_t>(o.via.i64);
+      return true;
+    case mtype::STR:
+      *h = FoldHashBytes(Str(o));
+      return true;
+    case mtype::BIN:
+      *h = FoldHashBytes(Bin(o));
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The fields of the event types, in msgspec declaration order, which is
+// their position (after the tag) in the array form.
+enum Field : int {
+  kBlockHashes,
+  kParentBlockHash,
+  kTokenIds,
+  kBlockSize,
+  kLoraId,
+  kMedium,
+  kLoraName,
+  kExtraKeys,
+  kGroupIdx,
+  // Known so they are not counted as unknown; the index has no use for them.
+  kKvCacheSpecKind,
+  kKvCacheSpecSlidingWindow,
+  kNumFields,
+};
+
+constexpr absl::string_view kFieldNames[kNumFields] = {
+    "block_hashes",
+    "parent_block_hash",
+    "token_ids",
+    "block_size",
+    "lora_id",
+    "medium",
+    "lora_name",
+    "extra_keys",
+    "group_idx",
+    "kv_cache_spec_kind",
+    "kv_cache_spec_sliding_window",
+};
+
+constexpr Field kStoredFields[] = {
+    kBlockHashes,
+    kParentBlockHash,
+    kTokenIds,
+    kBlockSize,
+    kLoraId,
+    kMedium,
+    kLoraName,
+    kExtraKeys,
+    kGroupIdx,
+    kKvCacheSpecKind,
+    kKvCacheSpecSlidingWindow,
+};
+constexpr Field kRemovedFields[] = {kBlockHashes, kMedium, kGroupIdx};
+
+enum class Kind { kStored, kRemoved, kCleared, kUnknown };
+
+Kind KindOf(absl::string_view type) {
+  if (type == "BlockStored") return Kind::kStored;
+  if (type == "BlockRemoved") return Kind::kRemoved;
+  if (type == "AllBlocksCleared") return Kind::kCleared;
+  return Kind::kUnknown;
+}
+
+absl::Span<const Field> FieldsOf(Kind kind) {
+  switch (kind) {
+    case Kind::kStored:
+      return kStoredFields;
+    case Kind::kRemoved:
+      return kRemovedFields;
+    default:
+      return {};
+  }
+}
+
+// The next event of *out: an existing element is reused when it holds the
+// same type, so its vectors keep their capacity from batch to batch.
+template <typename T>
+T& NextSlot(std::vector<KvEvent>* events, size_t* used) {
+  if (*used < events->size()) {
+    KvEvent& slot = (*events)[(*used)++];
+    if (T* same = std::get_if<T>(&slot)) return *same;
+    return slot.emplace<T>();
+  }
+  ++*used;
+  return std::get<T>(events->emplace_back(std::in_place_type<T>));
+}
+
+// Decodes the events of one batch. Errors name the event's index in the
+// batch, its type and the field.
+class EventDecoder {
+ public:
+  explicit EventDecoder(KvEventBatch* out) : out_(out) {}
+
+  absl::Status Decode(const object& events) {
+    for (uint32_t i = 0; i < events.via.array.size; ++i) {
+      index_ = i;
+      type_ = "";
+      if (absl::Status s = DecodeEvent(events.via.array.ptr[i]); !s.ok()) {
+        return s;
+      }
+    }
+    out_->events.erase(out_->events.begin() + used_, out_->events.end());
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    if (type_.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("event ", index_, ": ", what));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("event ", index_, " (", type_, "): ", what));
+  }
+
+  absl::Status WrongType(Field f, const object& o,
+                         absl::string_view want) const {
+    return Error(
+        absl::StrCat(kFieldNames[f], " is a ", TypeName(o), ", want ", want));
+  }
+
+  absl::Status DecodeEvent(const object& ev) {
+    const object* fields[kNumFields] = {};
+    Kind kind;
+    if (ev.type == mtype::ARRAY) {
+      const object* items = ev.via.array.ptr;
+      const uint32_t size = ev.via.array.size;
+      if (size == 0 || items[0].type != mtype::STR) {
+        return Error("an array event must start with its type name (a str)");
+      }
+      type_ = Str(items[0]);
+      kind = KindOf(type_);
+      if (kind == Kind::kUnknown) {
+        ++out_->unknown_events;
+        return absl::OkStatus();
+      }
+      const absl::Span<const Field> known = FieldsOf(kind);
+      for (uint32_t j = 1; j < size; ++j) {
+        if (j - 1 < known.size()) {
+          fields[known[j - 1]] = &items[j];
+        } else {
+          ++out_->unknown_fields;
+        }
+      }
+    } else if (ev.type == mtype::MAP) {
+      const msgpack::object_kv* kvs = ev.via.map.ptr;
+      const uint32_t size = ev.via.map.size;
+      const object* type = nullptr;
+      for (uint32_t j = 0; j < size; ++j) {
+        if (kvs[j].key.type == mtype::STR && Str(kvs[j].key) == "type") {
+          type = &kvs[j].val;
+        }
+      }
+      if (type == nullptr || type->type != mtype::STR) {
+        return Error("a map event must have a str \"type\"");
+      }
+      type_ = Str(*type);
+      kind = KindOf(type_);
+      if (kind == Kind::kUnknown) {
+        ++out_->unknown_events;
+        return absl::OkStatus();
+      }
+      const absl::Span<const Field> known = FieldsOf(kind);
+      for (uint32_t j = 0; j < size; ++j) {
+        const object& key = kvs[j].key;
+        if (key.type != mtype::STR) {
+          ++out_->unknown_fields;
+          continue;
+        }
+        const absl::string_view name = Str(key);
+        if (name == "type") continue;
+        const auto it =
+            std::find_if(known.begin(), known.end(),
+                         [name](Field f) { return kFieldNames[f] == name; });
+        if (it == known.end()) {
+          ++out_->unknown_fields;
+        } else {
+          fields[*it] = &kvs[j].val;
+        }
+      }
+    } else {
+      return Error(absl::StrCat("an event is a ", TypeName(ev),
+                                ", want an array or a map"));
+    }
+
+    switch (kind) {
+      case Kind::kStored:
+        return DecodeStored(fields,
+                            &NextSlot<BlockStoredEvent>(&out_->events, &used_));
+      case Kind::kRemoved:
+        return DecodeRemoved(
+            fields, &NextSlot<BlockRemovedEvent>(&out_->events, &used_));
+      case Kind::kCleared:
+        NextSlot<AllBlocksClearedEvent>(&out_->events, &used_);
+        return absl::OkStatus();
+      case Kind::kUnknown:
+        break;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DecodeStored(const object* const* f, BlockStoredEvent* ev) {
+    if (absl::Status s = BlockHashes(f[kBlockHashes], &ev->block_hashes);
+        !s.ok()) {
+      return s;
+    }
+    const uint64_t blocks = ev->block_hashes.size();
+
+    const object* size = f[kBlockSize];
+    if (IsNull(size)) return Error("block_size is missing");
+    if (!IsInt(*size)) return WrongType(kBlockSize, *size, "a positive int");
+    if (!ToInt64(*size, &ev->block_size) || ev->block_size <= 0) {
+      return Error(
+          absl::StrCat("block_size ", IntText(*size), " is not positive"));
+    }
+
+    const object* tokens = f[kTokenIds];
+    if (IsNull(tokens)) return Error("token_ids is missing");
+    if (tokens->type != mtype::ARRAY) {
+      return WrongType(kTokenIds, *tokens, "an array");
+    }
+    const uint64_t count = tokens->via.array.size;
+    const uint64_t bs = static_cast<uint64_t>(ev->block_size);
+    // A huge block_size must not wrap the product around to the count.
+    const bool fits =
+        blocks == 0 || bs <= std::numeric_limits<uint64_t>::max() / blocks;
+    if (!fits || count != blocks * bs) {
+      return Error(absl::StrCat(
+          "token_ids has ", count, " tokens, want block_hashes * block_size = ",
+          blocks, " * ", bs, fits ? absl::StrCat(" = ", blocks * bs) : ""));
+    }
+    ev->token_ids.resize(count);
+    Token* out = ev->token_ids.data();
+    const object* in = tokens->via.array.ptr;
+    for (uint64_t i = 0; i < count; ++i) {
+      const object& t = in[i];
+      if (t.type != mtype::POSITIVE_INTEGER ||
+          t.via.u64 > std::numeric_limits<Token>::max()) {
+        if (!IsInt(t)) {
+          return Error(absl::StrCat("token_ids[", i, "] is a ", TypeName(t),
+                                    ", want an int"));
+        }
+        return Error(absl::StrCat("token_ids[", i, "] = ", IntText(t),
+                                  " is not a token id (0 <= id < 2^32)"));
+      }
+      out[i] = static_cast<Token>(t.via.u64);
+    }
+
+    const object* parent = f[kParentBlockHash];
+    if (IsNull(parent)) {
+      ev->parent_block_hash.reset();
+    } else {
+      EngineHash h;
+      if (!ToHash(*parent, &h)) {
+        return WrongType(kParentBlockHash, *parent, "an int, bytes or nil");
+      }
+      ev->parent_block_hash = h;
+    }
+
+    if (absl::Status s = OptionalInt(kLoraId, f[kLoraId], &ev->lora_id);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Medium(f[kMedium], &ev->medium); !s.ok()) return s;
+
+    const object* lora_name = f[kLoraName];
+    if (IsNull(lora_name)) {
+      ev->lora_name.reset();
+    } else if (lora_name->type == mtype::STR) {
+      // Assigned in place: a reused event keeps the string's capacity.
+      if (ev->lora_name.has_value()) {
+        ev->lora_name->assign(lora_name->via.str.ptr, lora_name->via.str.size);
+      } else {
+        ev->lora_name.emplace(Str(*lora_name));
+      }
+    } else {
+      return WrongType(kLoraName, *lora_name, "a str or nil");
+    }
+
+    if (absl::Status s = GroupIdx(f[kGroupIdx], &ev->group_idx); !s.ok()) {
+      return s;
+    }
+    return ExtraKeys(f[kExtraKeys], ev);
+  }
+
+  absl::Status DecodeRemoved(const object* const* f, BlockRemovedEvent* ev) {
+    if (absl::Status s = BlockHashes(f[kBlockHashes], &ev->block_hashes);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Medium(f[kMedium], &ev->medium); !s.ok()) return s;
+    return GroupIdx(f[kGroupIdx], &ev->group_idx);
+  }
+
+  absl::Status BlockHashes(const object* o, std::vector<EngineHash>* out) {
+    if (IsNull(o)) return Error("block_hashes is missing");
+    if (o->type != mtype::ARRAY) {
+      return WrongType(kBlockHashes, *o, "an array");
+    }
+    const uint32_t n = o->via.array.size;
+    out->resize(n);
+    EngineHash* dst = out->data();
+    const object* src = o->via.array.ptr;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!ToHash(src[i], &dst[i])) {
+        return Error(absl::StrCat("block_hashes[", i, "] is a ",
+                                  TypeName(src[i]), ", want an int or bytes"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status OptionalInt(Field field, const object* o,
+                           std::optional<int64_t>* out) {
+    if (IsNull(o)) {
+      out->reset();
+      return absl::OkStatus();
+    }
+    int64_t v;
+    if (!IsInt(*o)) return WrongType(field, *o, "an int or nil");
+    if (!ToInt64(*o, &v)) {
+      return Error(absl::StrCat(kFieldNames[field], " ", IntText(*o),
+                                " is out of range"));
+    }
+    *out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status GroupIdx(const object* o, int64_t* out) {
+    std::optional<int64_t> v;
+    if (absl::Status s = OptionalInt(kGroupIdx, o, &v); !s.ok()) return s;
+    *out = v.value_or(0);
+    return absl::OkStatus();
+  }
+
+  absl::Status Medium(const object* o, std::string* out) {
+    if (IsNull(o)) {
+      *out = "GPU";
+      return absl::OkStatus();
+    }
+    if (o->type != mtype::STR) return WrongType(kMedium, *o, "a str or nil");
+    out->assign(o->via.str.ptr, o->via.str.size);
+    absl::AsciiStrToUpper(out);
+    return absl::OkStatus();
+  }
+
+  // cache_salt and chain_blocks from extra_keys (see events.h). A block
+  // whose keys hold anything beyond the LoRA name (and a root event's salt)
+  // ends the chain: its hash depends on content its tokens do not show.
+  absl::Status ExtraKeys(const object* o, BlockStoredEvent* ev) {
+    const size_t blocks = ev->block_hashes.size();
+    ev->cache_salt.clear();
+    ev->chain_blocks = blocks;
+    if (IsNull(o)) return absl::OkStatus();
+    if (o->type != mtype::ARRAY) {
+      return WrongType(kExtraKeys, *o, "an array or nil");
+    }
+    // Entries past the blocks describe nothing; missing ones are plain.
+    const size_t entries = std::min<size_t>(o->via.array.size, blocks);
+    for (size_t i = 0; i < entries; ++i) {
+      const object& entry = o->via.array.ptr[i];
+      if (entry.type == mtype::NIL) continue;
+      if (entry.type != mtype::ARRAY) {
+        // Not what msgspec sends (a tuple or None); nothing says what the
+        // block's hash covered, so it is not indexed.
+        ev->chain_blocks = i;
+        return absl::OkStatus();
+      }
+      bool lora_removed = !ev->lora_name.has_value();
+      uint32_t left = 0;
+      const object* last = nullptr;
+      for (uint32_t k = 0; k < entry.via.array.size; ++k) {
+        const object& item = entry.via.array.ptr[k];
+        if (!lora_removed && item.type == mtype::STR &&
+            Str(item) == *ev->lora_name) {
+          lora_removed = true;
+          continue;
+        }
+        ++left;
+        last = &item;
+      }
+      if (left == 0) continue;
+      if (i == 0 && !ev->parent_block_hash.has_value() && left == 1 &&
+          last->type == mtype::STR) {
+        ev->cache_salt.assign(last->via.str.ptr, last->via.str.size);
+        continue;
+      }
+      ev->chain_blocks = i;
+      return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  KvEventBatch* const out_;
+  size_t used_ = 0;         // events of out_->events filled so far
+  uint32_t index_ = 0;      // of the event being decoded, in the batch
+  absl::string_view type_;  // its type name, once known
+};
+
+absl::Status BatchError(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("event batch: ", what));
+}
+
+absl::Status Ts(const object* o, double* ts) {
+  if (o == nullptr) return BatchError("ts is missing");
+  switch (o->type) {
+    case mtype::POSITIVE_INTEGER:
+      *ts = static_cast<double>(o->via.u64);
+      return absl::OkStatus();
+    case mtype::NEGATIVE_INTEGER:
+      *ts = static_cast<double>(o->via.i64);
+      return absl::OkStatus();
+    case mtype::FLOAT32:
+    case mtype::FLOAT64:
+      *ts = o->via.f64;
+      return absl::OkStatus();
+    default:
+      return BatchError(
+          absl::StrCat("ts is a ", TypeName(*o), ", want a number"));
+  }
+}
+
+absl::Status Rank(const object* o, std::optional<int64_t>* rank) {
+  rank->reset();
+  if (IsNull(o)) return absl::OkStatus();
+  int64_t v;
+  if (!IsInt(*o)) {
+    return BatchError(absl::StrCat("data_parallel_rank is a ", TypeName(*o),
+                                   ", want an int or nil"));
+  }
+  if (!ToInt64(*o, &v)) {
+    return BatchError(
+        absl::StrCat("data_parallel_rank ", IntText(*o), " is out of range"));
+  }
+  *rank = v;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+EngineHash FoldHashBytes(absl::string_view bytes) {
+  return static_cast<EngineHash>(absl::Hash<absl::string_view>{}(bytes));
+}
+
+absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
+  out->ts = 0;
+  out->data_parallel_rank.reset();
+  out->unknown_events = 0;
+  out->unknown_fields = 0;
+
+  msgpack::object_handle handle;
+  size_t offset = 0;
+  try {
+    bool referenced;
+    msgpack::unpack(handle, payload.data(), payload.size(), offset, referenced,
+                    ReferenceInPayload, nullptr, Limits(payload.size()));
+  } catch (const msgpack::unpack_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload is not valid msgpack: ", e.what()));
+  } catch (const std::bad_alloc&) {
+    return absl::InvalidArgumentError(
+        "payload is not valid msgpack: it declares more than fits in memory");
+  } catch (const std::exception& e) {
+    // Nothing else is documented to come out of unpack; still, no exception
+    // may leave the decoder.
+    return absl::InvalidArgumentError(
+        absl::StrCat("payload could not be unpacked: ", e.what()));
+  }
+  if (offset != payload.size()) {
+    return BatchError(absl::StrCat(payload.size() - offset,
+                                   " trailing bytes after the batch (", offset,
+                                   " bytes)"));
+  }
+
+  const object& root = handle.get();
+  const object* ts = nullptr;
+  const object* events = nullptr;
+  const object* rank = nullptr;
+  if (root.type == mtype::ARRAY) {
+    // msgspec array_like: [ts, events, data_parallel_rank], trailing
+    // defaults omitted.
+    const uint32_t size = root.via.array.size;
+    const object* items = root.via.array.ptr;
+    if (size > 0) ts = &items[0];
+    if (size > 1) events = &items[1];
+    if (size > 2) rank = &items[2];
+    if (size > 3) out->unknown_fields += size - 3;
+  } else if (root.type == mtype::MAP) {
+    for (uint32_t j = 0; j < root.via.map.size; ++j) {
+      const msgpack::object_kv& kv = root.via.map.ptr[j];
+      const absl::string_view key =
+          kv.key.type == mtype::STR ? Str(kv.key) : absl::string_view();
+      if (kv.key.type == mtype::STR && key == "ts") {
+        ts = &kv.val;
+      } else if (kv.key.type == mtype::STR && key == "events") {
+        events = &kv.val;
+      } else if (kv.key.type == mtype::STR && key == "data_parallel_rank") {
+        rank = &kv.val;
+      } else {
+        ++out->unknown_fields;
+      }
+    }
+  } else {
+    return BatchError(absl::StrCat("the payload is a ", TypeName(root),
+                                   ", want an array or a map"));
+  }
+
+  if (absl::Status s = Ts(ts, &out->ts); !s.ok()) return s;
+  if (events == nullptr) return BatchError("events is missing");
+  if (events->type != mtype::ARRAY) {
+    return BatchError(
+        absl::StrCat("events is a ", TypeName(*events), ", want an array"));
+  }
+  if (absl::Status s = Rank(rank, &out->data_parallel_rank); !s.ok()) return s;
+  return EventDecoder(out).Decode(*events);
+}
+
+}  // namespace prefixd

@@ -1,0 +1,819 @@
+#include "index/events.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+// Debian's msgpack-cxx is header-only and needs Boost unless told not to.
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+#include <msgpack.hpp>
+
+namespace prefixd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A msgpack value, packed with msgpack-cxx's packer: enough of the format to
+// write what msgspec sends, and what it never would.
+struct V {
+  enum Kind { kNil, kBool, kInt, kUint, kDouble, kStr, kBin, kArray, kMap };
+  Kind kind = kNil;
+  bool b = false;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double d = 0;
+  std::string s;
+  std::vector<V> items;  // an array's elements; a map's keys and values
+
+  V() = default;  // nil
+  V(int v) : kind(kInt), i(v) {}
+  V(int64_t v) : kind(kInt), i(v) {}
+  V(const char* v) : kind(kStr), s(v) {}
+};
+
+const V kNil;
+
+V Uint(uint64_t v) {
+  V x;
+  x.kind = V::kUint;
+  x.u = v;
+  return x;
+}
+
+// msgpack-cxx packs a double with an integral value as an int (msgspec
+// never does), so the tests' floats have fractions.
+V Float(double v) {
+  V x;
+  x.kind = V::kDouble;
+  x.d = v;
+  return x;
+}
+
+V Bool(bool v) {
+  V x;
+  x.kind = V::kBool;
+  x.b = v;
+  return x;
+}
+
+V Bin(std::string bytes) {
+  V x;
+  x.kind = V::kBin;
+  x.s = std::move(bytes);
+  return x;
+}
+
+V Arr(std::initializer_list<V> items) {
+  V x;
+  x.kind = V::kArray;
+  x.items = items;
+  return x;
+}
+
+V Map(std::initializer_list<std::pair<V, V>> entries) {
+  V x;
+  x.kind = V::kMap;
+  for (const auto& [k, v] : entries) {
+    x.items.push_back(k);
+    x.items.push_back(v);
+  }
+  return x;
+}
+
+// [first, first + n) as an array of ints.
+V Tokens(int first, int n) {
+  V x = Arr({});
+  for (int t = first; t < first + n; ++t) x.items.push_back(t);
+  return x;
+}
+
+void Pack(msgpack::packer<msgpack::sbuffer>& p, const V& v) {
+  switch (v.kind) {
+    case V::kNil:
+      p.pack_nil();
+      break;
+    case V::kBool:
+      v.b ? p.pack_true() : p.pack_false();
+      break;
+    case V::kInt:
+      p.pack_int64(v.i);
+      break;
+    case V::kUint:
+      p.pack_uint64(v.u);
+      break;
+    case V::kDouble:
+      p.pack_double(v.d);
+      break;
+    case V::kStr:
+      p.pack_str(static_cast<uint32_t>(v.s.size()));
+      p.pack_str_body(v.s.data(), static_cast<uint32_t>(v.s.size()));
+      break;
+    case V::kBin:
+      p.pack_bin(static_cast<uint32_t>(v.s.size()));
+      p.pack_bin_body(v.s.data(), static_cast<uint32_t>(v.s.size()));
+      break;
+    case V::kArray:
+      p.pack_array(static_cast<uint32_t>(v.items.size()));
+      for (const V& item : v.items) Pack(p, item);
+      break;
+    case V::kMap:
+      p.pack_map(static_cast<uint32_t>(v.items.size() / 2));
+      for (const V& item : v.items) Pack(p, item);
+      break;
+  }
+}
+
+std::string Bytes(const V& v) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> packer(buf);
+  Pack(packer, v);
+  return std::string(buf.data(), buf.size());
+}
+
+absl::Status Decode(const V& v, KvEventBatch* out) {
+  return DecodeEventBatch(Bytes(v), out);
+}
+
+absl::Status DecodeError(const V& v) {
+  KvEventBatch batch;
+  return Decode(v, &batch);
+}
+
+const BlockStoredEvent* Stored(const KvEventBatch& b, size_t i) {
+  return i < b.events.size() ? std::get_if<BlockStoredEvent>(&b.events[i])
+                             : nullptr;
+}
+
+const BlockRemovedEvent* Removed(const KvEventBatch& b, size_t i) {
+  return i < b.events.size() ? std::get_if<BlockRemovedEvent>(&b.events[i])
+                             : nullptr;
+}
+
+// A BlockStored in the array form with every field vLLM knows today.
+V StoredArray(V hashes, V parent, V tokens, V block_size, V lora_id = kNil,
+              V medium = kNil, V lora_name = kNil, V extra_keys = kNil,
+              V group_idx = kNil) {
+  return Arr({"BlockStored", hashes, parent, tokens, block_size, lora_id,
+              medium, lora_name, extra_keys, group_idx, "full_attention",
+              kNil});
+}
+
+// A root BlockStored of n blocks of 2 tokens, in the map form, with the
+// given LoRA name and extra_keys.
+V StoredWithKeys(int n, V lora_name, V extra_keys, V parent = kNil) {
+  V hashes = Arr({});
+  for (int i = 0; i < n; ++i) hashes.items.push_back(100 + i);
+  return Map({{"type", "BlockStored"},
+              {"block_hashes", hashes},
+              {"parent_block_hash", parent},
+              {"token_ids", Tokens(0, 2 * n)},
+              {"block_size", 2},
+              {"lora_id", kNil},
+              {"medium", "GPU"},
+              {"lora_name", lora_name},
+              {"extra_keys", extra_keys}});
+}
+
+V ArrayBatch(std::initializer_list<V> events) {
+  return Arr({Float(1.5), Arr(events)});
+}
+
+TEST(DecodeEventBatchTest, ArrayBatchOfArrayEventsDecodesEveryField) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(Arr({Float(1700000000.25),
+                  Arr({StoredArray(Arr({11, 12}), 10, Tokens(0, 8), 4, 7, "gpu",
+                                   "adapter", Arr({Arr({"adapter"}), kNil}), 1),
+                       Arr({"BlockRemoved", Arr({11}), "CPU", 1}),
+                       Arr({"AllBlocksCleared"})}),
+                  3}),
+             &b)
+          .ok());
+  EXPECT_EQ(b.ts, 1700000000.25);
+  EXPECT_EQ(b.data_parallel_rank, 3);
+  ASSERT_EQ(b.events.size(), 3u);
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(11u, 12u));
+  EXPECT_EQ(s->parent_block_hash, 10u);
+  EXPECT_THAT(s->token_ids, ElementsAre(0, 1, 2, 3, 4, 5, 6, 7));
+  EXPECT_EQ(s->block_size, 4);
+  EXPECT_EQ(s->lora_id, 7);
+  EXPECT_EQ(s->medium, "GPU");
+  EXPECT_EQ(s->lora_name, "adapter");
+  EXPECT_EQ(s->cache_salt, "");
+  EXPECT_EQ(s->chain_blocks, 2u);
+  EXPECT_EQ(s->group_idx, 1);
+  const BlockRemovedEvent* r = Removed(b, 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(11u));
+  EXPECT_EQ(r->medium, "CPU");
+  EXPECT_EQ(r->group_idx, 1);
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[2]));
+  EXPECT_EQ(b.unknown_events, 0u);
+  EXPECT_EQ(b.unknown_fields, 0u);
+}
+
+TEST(DecodeEventBatchTest, MapBatchOfMapEventsDecodesEveryField) {
+  KvEventBatch b;
+  const V payload = Map(
+      {{"ts", Float(2.5)},
+       {"events", Arr({Map({{"block_size", 2},  // keys in any order
+                            {"token_ids", Tokens(5, 4)},
+                            {"type", "BlockStored"},
+                            {"block_hashes", Arr({-3, 4})},
+                            {"parent_block_hash", kNil},
+                            {"lora_id", kNil},
+                            {"medium", kNil},
+                            {"lora_name", kNil},
+                            {"extra_keys", Arr({Arr({"tenant-salt"}), kNil})},
+                            {"group_idx", 2},
+                            {"kv_cache_spec_kind", "sliding_window"},
+                            {"kv_cache_spec_sliding_window", 128}}),
+                       Map({{"type", "BlockRemoved"},
+                            {"block_hashes", Arr({4})},
+                            {"medium", "cpu_offload"}}),
+                       Map({{"type", "AllBlocksCleared"}})})},
+       {"data_parallel_rank", 2}});
+  ASSERT_TRUE(Decode(payload, &b).ok());
+  EXPECT_EQ(b.ts, 2.5);
+  EXPECT_EQ(b.data_parallel_rank, 2);
+  ASSERT_EQ(b.events.size(), 3u);
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(static_cast<uint64_t>(-3), 4u));
+  EXPECT_FALSE(s->parent_block_hash.has_value());
+  EXPECT_THAT(s->token_ids, ElementsAre(5, 6, 7, 8));
+  EXPECT_EQ(s->block_size, 2);
+  EXPECT_FALSE(s->lora_id.has_value());
+  EXPECT_EQ(s->medium, "GPU");
+  EXPECT_FALSE(s->lora_name.has_value());
+  EXPECT_EQ(s->cache_salt, "tenant-salt");
+  EXPECT_EQ(s->chain_blocks, 2u);
+  EXPECT_EQ(s->group_idx, 2);
+  const BlockRemovedEvent* r = Removed(b, 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(4u));
+  EXPECT_EQ(r->medium, "CPU_OFFLOAD");
+  EXPECT_EQ(r->group_idx, 0);
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[2]));
+  // kv_cache_spec_* are known fields, merely unused.
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(b.unknown_events, 0u);
+}
+
+TEST(DecodeEventBatchTest, ArrayEventsInAMapBatchAndMapEventsInAnArrayBatch) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(Map({{"ts", 9}, {"events", Arr({Arr({"AllBlocksCleared"})})}}), &b)
+          .ok());
+  EXPECT_EQ(b.ts, 9.0);  // an int ts is a number too
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[0]));
+
+  ASSERT_TRUE(Decode(ArrayBatch({Map({{"type", "BlockRemoved"},
+                                      {"block_hashes", Arr({1, 2})},
+                                      {"medium", "GPU"}})}),
+                     &b)
+                  .ok());
+  const BlockRemovedEvent* r = Removed(b, 0);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(1u, 2u));
+}
+
+TEST(DecodeEventBatchTest, DataParallelRankIsOptional) {
+  KvEventBatch b;
+  b.data_parallel_rank = 5;  // must not survive from an earlier batch
+  ASSERT_TRUE(Decode(Map({{"ts", Float(0.5)}, {"events", Arr({})}}), &b).ok());
+  EXPECT_FALSE(b.data_parallel_rank.has_value());
+  EXPECT_TRUE(b.events.empty());
+
+  ASSERT_TRUE(Decode(Arr({Float(0.5), Arr({}), kNil}), &b).ok());
+  EXPECT_FALSE(b.data_parallel_rank.has_value());
+
+  ASSERT_TRUE(Decode(Arr({Float(0.5), Arr({})}), &b).ok());
+  EXPECT_FALSE(b.data_parallel_rank.has_value());
+
+  ASSERT_TRUE(Decode(Arr({Float(0.5), Arr({}), 0}), &b).ok());
+  EXPECT_EQ(b.data_parallel_rank, 0);
+
+  ASSERT_TRUE(Decode(Map({{"data_parallel_rank", kNil},
+                          {"ts", Float(0.5)},
+                          {"events", Arr({})}}),
+                     &b)
+                  .ok());
+  EXPECT_FALSE(b.data_parallel_rank.has_value());
+}
+
+TEST(DecodeEventBatchTest, IntHashesKeepTheir64BitTwosComplement) {
+  KvEventBatch b;
+  const uint64_t big = (uint64_t{1} << 63) + 5;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(
+                         Arr({0, -1, Uint(big), int64_t{-(int64_t{1} << 62)},
+                              Uint(UINT64_MAX)}),
+                         int64_t{-42}, Tokens(0, 5), 1)}),
+                     &b)
+                  .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes,
+              ElementsAre(0u, UINT64_MAX, big, uint64_t{3} << 62, UINT64_MAX));
+  EXPECT_EQ(s->parent_block_hash, static_cast<uint64_t>(int64_t{-42}));
+}
+
+TEST(DecodeEventBatchTest, BytesHashesAreFoldedTheSameAsStrOrBin) {
+  KvEventBatch b;
+  const std::string h1(32, '\x01');
+  const std::string h2 = std::string("\x00\xff", 2) + std::string(30, 'z');
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({Bin(h1), Bin(h2), h1.c_str()}),
+                                     Bin(h2), Tokens(0, 6), 2),
+                         Arr({"BlockRemoved", Arr({Bin(h2)}), kNil})}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(FoldHashBytes(h1), FoldHashBytes(h2),
+                                           FoldHashBytes(h1)));
+  EXPECT_NE(FoldHashBytes(h1), FoldHashBytes(h2));
+  EXPECT_EQ(s->parent_block_hash, FoldHashBytes(h2));
+  const BlockRemovedEvent* r = Removed(b, 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(FoldHashBytes(h2)));
+}
+
+TEST(DecodeEventBatchTest, OlderVllmOmitsTrailingBlockStoredFields) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(
+          ArrayBatch({
+              // Up to lora_id (5 fields after the tag).
+              Arr({"BlockStored", Arr({1, 2}), kNil, Tokens(0, 4), 2, 3}),
+              // Up to medium (6 fields).
+              Arr({"BlockStored", Arr({3}), 2, Tokens(4, 2), 2, kNil, "cpu"}),
+              // Even lora_id left out.
+              Arr({"BlockStored", Arr({4}), 3, Tokens(6, 2), 2}),
+          }),
+          &b)
+          .ok());
+  ASSERT_EQ(b.events.size(), 3u);
+  const BlockStoredEvent* a = Stored(b, 0);
+  ASSERT_NE(a, nullptr);
+  EXPECT_THAT(a->block_hashes, ElementsAre(1u, 2u));
+  EXPECT_FALSE(a->parent_block_hash.has_value());
+  EXPECT_EQ(a->lora_id, 3);
+  EXPECT_EQ(a->medium, "GPU");
+  EXPECT_FALSE(a->lora_name.has_value());
+  EXPECT_EQ(a->chain_blocks, 2u);
+  EXPECT_EQ(a->group_idx, 0);
+  const BlockStoredEvent* c = Stored(b, 1);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->parent_block_hash, 2u);
+  EXPECT_FALSE(c->lora_id.has_value());
+  EXPECT_EQ(c->medium, "CPU");
+  EXPECT_EQ(c->chain_blocks, 1u);
+  const BlockStoredEvent* d = Stored(b, 2);
+  ASSERT_NE(d, nullptr);
+  EXPECT_FALSE(d->lora_id.has_value());
+  EXPECT_THAT(d->token_ids, ElementsAre(6, 7));
+  EXPECT_EQ(b.unknown_fields, 0u);
+}
+
+TEST(DecodeEventBatchTest, OlderVllmBlockRemovedWithoutGroupIdx) {
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({Arr({"BlockRemoved", Arr({5}), "cpu"}),
+                                 Arr({"BlockRemoved", Arr({6})})}),
+                     &b)
+                  .ok());
+  const BlockRemovedEvent* r = Removed(b, 0);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->medium, "CPU");
+  EXPECT_EQ(r->group_idx, 0);
+  const BlockRemovedEvent* r2 = Removed(b, 1);
+  ASSERT_NE(r2, nullptr);
+  EXPECT_EQ(r2->medium, "GPU");
+}
+
+TEST(DecodeEventBatchTest, UnknownArrayTailsAndMapKeysAreSkippedAndCounted) {
+  KvEventBatch b;
+  V stored = StoredArray(Arr({1}), kNil, Tokens(0, 2), 2);
+  stored.items.push_back("future");  // position 12
+  stored.items.push_back(Arr({1, 2}));
+  const V payload = Map(
+      {{"ts", Float(0.5)},
+       {"events",
+        Arr({stored, Arr({"BlockRemoved", Arr({1}), "GPU", 0, Map({{"x", 1}})}),
+             Arr({"AllBlocksCleared", 1}),
+             Map({{"type", "BlockRemoved"},
+                  {"block_hashes", Arr({1})},
+                  {"medium", "GPU"},
+                  {"eviction_reason", "lru"},
+                  {7, 8}})})},
+       {"producer", "vllm-0.20"}});
+  ASSERT_TRUE(Decode(payload, &b).ok());
+  EXPECT_EQ(b.events.size(), 4u);
+  // 2 (stored) + 1 (removed) + 1 (cleared) + 2 (map event) + 1 (batch).
+  EXPECT_EQ(b.unknown_fields, 7u);
+  EXPECT_EQ(b.unknown_events, 0u);
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(1u));
+
+  ASSERT_TRUE(Decode(Arr({Float(0.5), Arr({}), 0, "extra"}), &b).ok());
+  EXPECT_EQ(b.unknown_fields, 1u);  // reset per batch, then the 4th element
+}
+
+TEST(DecodeEventBatchTest, UnknownEventTypeIsSkippedAndTheNextEventDecodes) {
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({Arr({"BlockMoved", Arr({1}), 17, "x"}),
+                                 Arr({"BlockRemoved", Arr({9}), kNil}),
+                                 Map({{"type", "CacheResized"}, {"blocks", 9}}),
+                                 Arr({"AllBlocksCleared"})}),
+                     &b)
+                  .ok());
+  EXPECT_EQ(b.unknown_events, 2u);
+  EXPECT_EQ(b.unknown_fields, 0u);  // an unknown event's fields are not counted
+  ASSERT_EQ(b.events.size(), 2u);
+  const BlockRemovedEvent* r = Removed(b, 0);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(9u));
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[1]));
+}
+
+TEST(DecodeEventBatchTest, ExtraKeysSetTheLoraNameAside) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(
+                 3, "adapter",
+                 Arr({Arr({"adapter"}), Arr({"adapter"}), Arr({"adapter"})}),
+                 55)}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->lora_name, "adapter");
+  EXPECT_EQ(s->cache_salt, "");
+  EXPECT_EQ(s->chain_blocks, 3u);
+}
+
+TEST(DecodeEventBatchTest, ExtraKeysSetOnlyOneCopyOfTheLoraNameAside) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(
+                 2, "adapter",
+                 Arr({Arr({"adapter"}), Arr({"adapter", "adapter"})}))}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->chain_blocks, 1u);
+}
+
+TEST(DecodeEventBatchTest, SaltComesFromTheFirstBlockOfARootEvent) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(
+                 3, "adapter",
+                 Arr({Arr({"adapter", "salt-1"}), Arr({"adapter"}), kNil}))}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cache_salt, "salt-1");
+  EXPECT_EQ(s->chain_blocks, 3u);
+}
+
+TEST(DecodeEventBatchTest, MultimodalKeyInTheThirdBlockEndsTheChainThere) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(
+                 4, kNil,
+                 Arr({Arr({"salt"}), Arr({}), Arr({"mm-hash-0f3a"}), kNil}))}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cache_salt, "salt");
+  EXPECT_EQ(s->chain_blocks, 2u);
+  EXPECT_EQ(s->block_hashes.size(), 4u);  // still reported, just not chained
+}
+
+TEST(DecodeEventBatchTest, NonStringExtraKeysEndTheChain) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch(
+                 {StoredWithKeys(
+                      3, kNil, Arr({kNil, Arr({Bin("embeds-digest")}), kNil})),
+                  StoredWithKeys(2, kNil, Arr({Arr({Arr({"mm", 0})}), kNil}))}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->chain_blocks, 1u);
+  const BlockStoredEvent* t = Stored(b, 1);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->chain_blocks, 0u);  // a tuple in block 0 is no salt either
+  EXPECT_EQ(t->cache_salt, "");
+}
+
+TEST(DecodeEventBatchTest, SecondStringInTheFirstBlockEndsTheChainAtZero) {
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredWithKeys(
+                         2, "adapter",
+                         Arr({Arr({"adapter", "salt", "mm-hash"}), kNil}))}),
+                     &b)
+                  .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->chain_blocks, 0u);
+  EXPECT_EQ(s->cache_salt, "");
+}
+
+TEST(DecodeEventBatchTest, SaltLikeStringInANonRootEventEndsTheChain) {
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredWithKeys(
+                         2, kNil, Arr({Arr({"salt"}), kNil}), /*parent=*/77)}),
+                     &b)
+                  .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->parent_block_hash, 77u);
+  EXPECT_EQ(s->chain_blocks, 0u);
+  EXPECT_EQ(s->cache_salt, "");
+}
+
+TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(3, kNil, Arr({Arr({"salt"})})),
+                         StoredWithKeys(
+                             1, kNil, Arr({kNil, Arr({"mm"}), Arr({1, 2})}))}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cache_salt, "salt");
+  EXPECT_EQ(s->chain_blocks, 3u);  // missing entries are plain
+  const BlockStoredEvent* t = Stored(b, 1);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->chain_blocks, 1u);  // entries past the blocks describe nothing
+}
+
+TEST(DecodeEventBatchTest, GroupIdxIsReadAndNilMeansZero) {
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2,
+                                             kNil, "GPU", kNil, kNil, 4),
+                                 StoredArray(Arr({2}), kNil, Tokens(0, 2), 2,
+                                             kNil, "GPU", kNil, kNil, kNil),
+                                 Map({{"type", "BlockRemoved"},
+                                      {"block_hashes", Arr({1})},
+                                      {"medium", "GPU"},
+                                      {"group_idx", 4}})}),
+                     &b)
+                  .ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_EQ(Stored(b, 0)->group_idx, 4);
+  ASSERT_NE(Stored(b, 1), nullptr);
+  EXPECT_EQ(Stored(b, 1)->group_idx, 0);
+  ASSERT_NE(Removed(b, 2), nullptr);
+  EXPECT_EQ(Removed(b, 2)->group_idx, 4);
+}
+
+TEST(DecodeEventBatchTest, ReusedBatchKeepsNothingFromTheLastOne) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(2, "adapter",
+                                        Arr({Arr({"adapter", "salt"}), kNil})),
+                         Arr({"BlockRemoved", Arr({1, 2, 3}), "cpu", 5}),
+                         Arr({"AllBlocksCleared"})}),
+             &b)
+          .ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  ASSERT_EQ(Stored(b, 0)->cache_salt, "salt");
+  // Slot 0 is a BlockStored again, slot 1 changes type, slot 2 goes away.
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({9}), 8, Tokens(3, 1), 1),
+                                 Arr({"AllBlocksCleared"})}),
+                     &b)
+                  .ok());
+  ASSERT_EQ(b.events.size(), 2u);
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(9u));
+  EXPECT_EQ(s->parent_block_hash, 8u);
+  EXPECT_THAT(s->token_ids, ElementsAre(3));
+  EXPECT_EQ(s->block_size, 1);
+  EXPECT_EQ(s->medium, "GPU");
+  EXPECT_FALSE(s->lora_name.has_value());
+  EXPECT_EQ(s->cache_salt, "");
+  EXPECT_EQ(s->chain_blocks, 1u);
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[1]));
+}
+
+// Errors.
+
+TEST(DecodeEventBatchTest, GarbageBytesAreAnError) {
+  KvEventBatch b;
+  // 0xc1 is the one byte msgpack never uses.
+  const absl::Status s = DecodeEventBatch("\xc1\x01\x02", &b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("not valid msgpack"));
+  EXPECT_EQ(DecodeEventBatch("", &b).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DecodeEventBatchTest, TruncatedPayloadIsAnError) {
+  const std::string full = Bytes(ArrayBatch({StoredArray(
+      Arr({1, 2}), kNil, Tokens(0, 4), 2, kNil, "GPU", "adapter")}));
+  KvEventBatch b;
+  ASSERT_TRUE(DecodeEventBatch(full, &b).ok());
+  for (size_t cut = 0; cut < full.size(); ++cut) {
+    const absl::Status s =
+        DecodeEventBatch(absl::string_view(full).substr(0, cut), &b);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << "cut " << cut;
+  }
+}
+
+TEST(DecodeEventBatchTest, TrailingBytesAreAnError) {
+  KvEventBatch b;
+  const absl::Status s =
+      DecodeEventBatch(Bytes(ArrayBatch({})) + std::string("\x90\x90", 2), &b);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("2 trailing bytes"));
+}
+
+TEST(DecodeEventBatchTest, TokenCountMismatchNamesBothNumbers) {
+  const absl::Status s = DecodeError(
+      ArrayBatch({Arr({"AllBlocksCleared"}),
+                  StoredArray(Arr({1, 2}), kNil, Tokens(0, 30), 16)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("event 1"));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids has 30 tokens"));
+  EXPECT_THAT(s.message(), HasSubstr("= 32"));
+}
+
+TEST(DecodeEventBatchTest, HugeBlockSizeDoesNotWrapTheTokenCount) {
+  // 4 * 2^62 wraps to 0 in 64 bits, which an empty token list would match.
+  const absl::Status s = DecodeError(ArrayBatch(
+      {StoredArray(Arr({1, 2, 3, 4}), kNil, Arr({}), int64_t{1} << 62)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("token_ids has 0 tokens"));
+}
+
+TEST(DecodeEventBatchTest, TokenIdOutOfRangeIsAnErrorNamingTheValue) {
+  absl::Status s = DecodeError(
+      ArrayBatch({Arr({"AllBlocksCleared"}),
+                  StoredArray(Arr({1}), kNil, Arr({1, int64_t{1} << 32}), 2)}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("event 1"));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids[1] = 4294967296"));
+
+  s = DecodeError(ArrayBatch({StoredArray(Arr({1}), kNil, Arr({-7, 1}), 2)}));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids[0] = -7"));
+
+  s = DecodeError(
+      ArrayBatch({StoredArray(Arr({1}), kNil, Arr({1, Float(2.5)}), 2)}));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids[1] is a float"));
+
+  // The largest token id is fine.
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({1}), kNil,
+                                             Arr({Uint(UINT32_MAX)}), 1)}),
+                     &b)
+                  .ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_THAT(Stored(b, 0)->token_ids, ElementsAre(UINT32_MAX));
+}
+
+TEST(DecodeEventBatchTest, EventsThatAreNotAnArrayAreAnError) {
+  absl::Status s = DecodeError(Arr({Float(0.5), "events"}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("events is a str"));
+  s = DecodeError(Map({{"ts", Float(0.5)}, {"events", Map({})}}));
+  EXPECT_THAT(s.message(), HasSubstr("events is a map"));
+  s = DecodeError(Map({{"ts", Float(0.5)}}));
+  EXPECT_THAT(s.message(), HasSubstr("events is missing"));
+  s = DecodeError(Arr({Float(0.5)}));
+  EXPECT_THAT(s.message(), HasSubstr("events is missing"));
+}
+
+TEST(DecodeEventBatchTest, BatchThatIsNeitherArrayNorMapIsAnError) {
+  absl::Status s = DecodeError(V(42));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("the payload is a int"));
+  s = DecodeError(Bin("abc"));
+  EXPECT_THAT(s.message(), HasSubstr("the payload is a bin"));
+}
+
+TEST(DecodeEventBatchTest, TsThatIsNotANumberIsAnError) {
+  absl::Status s = DecodeError(Arr({"now", Arr({})}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("ts is a str"));
+  s = DecodeError(Arr({kNil, Arr({})}));
+  EXPECT_THAT(s.message(), HasSubstr("ts is a nil"));
+  s = DecodeError(Map({{"events", Arr({})}}));
+  EXPECT_THAT(s.message(), HasSubstr("ts is missing"));
+}
+
+TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {
+  struct Case {
+    V event;
+    std::string message;
+  };
+  const Case cases[] = {
+      {7, "event 1: an event is a int"},
+      {Arr({}), "event 1: an array event must start with its type name"},
+      {Arr({3, Arr({})}), "event 1: an array event must start"},
+      {Map({{"block_hashes", Arr({})}}), "event 1: a map event must have"},
+      {Map({{"type", 1}}), "event 1: a map event must have"},
+      {Arr({"BlockRemoved"}),
+       "event 1 (BlockRemoved): block_hashes is missing"},
+      {Arr({"BlockRemoved", 5}), "block_hashes is a int, want an array"},
+      {Arr({"BlockRemoved", Arr({Float(0.5)})}), "block_hashes[0] is a float"},
+      {Arr({"BlockRemoved", Arr({1}), 5}), "medium is a int"},
+      {Arr({"BlockRemoved", Arr({1}), "GPU", "0"}), "group_idx is a str"},
+      {Arr({"BlockStored", Arr({1}), kNil, Tokens(0, 2)}),
+       "block_size is missing"},
+      {StoredArray(Arr({1}), kNil, Arr({}), 0), "block_size 0 is not positive"},
+      {StoredArray(Arr({1}), kNil, Arr({}), -4),
+       "block_size -4 is not positive"},
+      {StoredArray(Arr({1}), kNil, Arr({}), Uint(UINT64_MAX)),
+       "block_size 18446744073709551615 is not positive"},
+      {StoredArray(Arr({1}), kNil, kNil, 2), "token_ids is missing"},
+      {StoredArray(Arr({1}), kNil, "ab", 2), "token_ids is a str"},
+      {StoredArray(Arr({1}), Float(0.5), Tokens(0, 2), 2),
+       "parent_block_hash is a float"},
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, "x"), "lora_id is a str"},
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil, "GPU", 3),
+       "lora_name is a int"},
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil, "GPU", kNil, "k"),
+       "extra_keys is a str"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s =
+        DecodeError(ArrayBatch({Arr({"AllBlocksCleared"}), c.event}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(s.message(), HasSubstr(c.message));
+  }
+}
+
+TEST(DecodeEventBatchTest, DeclaredSizesBeyondThePayloadAreRefusedCheaply) {
+  KvEventBatch b;
+  // An array32 header claiming 2^32 - 1 elements, and one claiming 2^24.
+  EXPECT_EQ(DecodeEventBatch(std::string("\xdd\xff\xff\xff\xff", 5), &b).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEventBatch(std::string("\x92\xcb\0\0\0\0\0\0\0\0"
+                                         "\xdd\x01\0\0\0",
+                                         15),
+                             &b)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A map16 claiming 65535 entries, a str32 claiming 4 GiB.
+  EXPECT_EQ(DecodeEventBatch(std::string("\xde\xff\xff", 3), &b).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeEventBatch(std::string("\xdb\xff\xff\xff\xff", 5), &b).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DecodeEventBatchTest, DeepNestingIsRefused) {
+  // extra_keys items may nest, but not without bound.
+  V deep = Arr({});
+  for (int i = 0; i < 100; ++i) deep = Arr({deep});
+  const absl::Status s =
+      DecodeError(ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil,
+                                          "GPU", kNil, Arr({Arr({deep})}))}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("depth"));
+
+  // Nesting as deep as real extra_keys go is fine.
+  V shallow = Arr({"mm", 0});
+  for (int i = 0; i < 10; ++i) shallow = Arr({shallow});
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({1, 2}), kNil, Tokens(0, 4), 2,
+                                             kNil, "GPU", kNil,
+                                             Arr({kNil, Arr({shallow})}))}),
+                     &b)
+                  .ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u);
+}
+
+TEST(DecodeEventBatchTest, BoolsAreNotInts) {
+  const absl::Status s = DecodeError(
+      ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), Bool(true))}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("block_size is a bool"));
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -1,0 +1,447 @@
+#include "index/fleet_index.h"
+
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/hash/hash.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBs = 4;
+
+// Block `b` of a test prompt: kBs tokens that name it.
+std::vector<Token> BlockTokens(Token b) {
+  return {b * 10 + 1, b * 10 + 2, b * 10 + 3, b * 10 + 4};
+}
+
+// An engine's chained hash: the hash of every block up to this one.
+EngineHash ChainHash(const std::vector<Token>& path_blocks) {
+  return absl::Hash<std::vector<Token>>()(path_blocks) | 1;
+}
+
+// BlockStored for blocks `blocks` after `parent_path` (the blocks before).
+BlockStoredEvent Stored(const std::vector<Token>& parent_path,
+                        const std::vector<Token>& blocks,
+                        std::string medium = "GPU") {
+  BlockStoredEvent ev;
+  std::vector<Token> path = parent_path;
+  if (!parent_path.empty()) ev.parent_block_hash = ChainHash(parent_path);
+  for (Token b : blocks) {
+    path.push_back(b);
+    ev.block_hashes.push_back(ChainHash(path));
+    for (Token t : BlockTokens(b)) ev.token_ids.push_back(t);
+  }
+  ev.block_size = kBs;
+  ev.medium = std::move(medium);
+  ev.chain_blocks = blocks.size();
+  return ev;
+}
+
+BlockRemovedEvent Removed(const std::vector<std::vector<Token>>& paths,
+                          std::string medium = "GPU") {
+  BlockRemovedEvent ev;
+  for (const auto& p : paths) ev.block_hashes.push_back(ChainHash(p));
+  ev.medium = std::move(medium);
+  return ev;
+}
+
+std::vector<Token> Prompt(const std::vector<Token>& blocks) {
+  std::vector<Token> out;
+  for (Token b : blocks)
+    for (Token t : BlockTokens(b)) out.push_back(t);
+  return out;
+}
+
+class FleetIndexTest : public ::testing::Test {
+ protected:
+  FleetIndexTest() : index_(IndexOptions{kBs, 1000000}) {
+    w0_ = index_.AddWorker("w0", "tcp://a:1");
+    w1_ = index_.AddWorker("w1", "tcp://b:1");
+  }
+
+  void Apply(WorkerId w, std::vector<KvEvent> events) {
+    KvEventBatch batch;
+    batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    batch.events = std::move(events);
+    index_.Apply(w, batch, ++seq_[w], absl::Now());
+    std::string error;
+    ASSERT_TRUE(index_.CheckInvariants(&error)) << error;
+  }
+
+  // matched_blocks per worker name.
+  std::map<std::string, uint64_t> Route(const std::vector<Token>& blocks,
+                                        absl::string_view salt = "",
+                                        absl::string_view lora = "") {
+    std::vector<Token> tokens = Prompt(blocks);
+    RouteQuery q;
+    q.tokens = tokens;
+    q.cache_salt = salt;
+    q.lora_name = lora;
+    std::map<std::string, uint64_t> out;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      out[m.worker] = m.matched_blocks;
+    return out;
+  }
+
+  FleetIndex index_;
+  WorkerId w0_, w1_;
+  std::map<WorkerId, int64_t> seq_;
+};
+
+TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  EXPECT_EQ(Route({1, 2, 3, 4}),
+            (std::map<std::string, uint64_t>{{"w0", 3}, {"w1", 0}}));
+  RouteQuery q;
+  std::vector<Token> tokens = Prompt({1, 2});
+  q.tokens = tokens;
+  RouteResult r = index_.Route(q);
+  EXPECT_EQ(r.best_worker, "w0");
+  EXPECT_EQ(r.prompt_blocks, 2u);
+  EXPECT_EQ(r.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(r.workers[1].state, WorkerState::kConnecting);
+  EXPECT_EQ(index_.entries(), 3u);
+}
+
+TEST_F(FleetIndexTest, OnlyWholeBlocksOfThePromptCount) {
+  Apply(w0_, {Stored({}, {1, 2})});
+  std::vector<Token> tokens = Prompt({1, 2});
+  tokens.pop_back();  // the second block is no longer whole
+  RouteQuery q;
+  q.tokens = tokens;
+  EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 1u);
+}
+
+TEST_F(FleetIndexTest, SharedPrefixListsEveryHolder) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  Apply(w1_, {Stored({}, {1, 2, 5})});
+  EXPECT_EQ(Route({1, 2, 3}),
+            (std::map<std::string, uint64_t>{{"w0", 3}, {"w1", 2}}));
+  EXPECT_EQ(Route({1, 2, 5, 6}),
+            (std::map<std::string, uint64_t>{{"w0", 2}, {"w1", 3}}));
+  // Blocks 1 and 2 have two holders each: 6 entries over 4 blocks.
+  EXPECT_EQ(index_.entries(), 6u);
+  EXPECT_EQ(index_.Stats().blocks, 4u);
+}
+
+TEST_F(FleetIndexTest, StoredEventExtendsItsParent) {
+  Apply(w0_, {Stored({}, {1, 2})});
+  Apply(w0_, {Stored({1, 2}, {3, 4})});
+  EXPECT_EQ(Route({1, 2, 3, 4})["w0"], 4u);
+  // A parent inside a node: the edge splits.
+  Apply(w1_, {Stored({}, {1})});
+  Apply(w1_, {Stored({1}, {7})});
+  EXPECT_EQ(Route({1, 7})["w1"], 2u);
+  EXPECT_EQ(Route({1, 2, 3, 4})["w0"], 4u);
+}
+
+TEST_F(FleetIndexTest, UnknownParentDropsTheEventsBlocks) {
+  Apply(w0_, {Stored({}, {1})});
+  // w1 never stored block 1: its child cannot be placed.
+  Apply(w1_, {Stored({1}, {2, 3})});
+  EXPECT_EQ(Route({1, 2, 3})["w1"], 0u);
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.dropped[static_cast<int>(DropReason::kUnknownParent)], 2u);
+  EXPECT_EQ(s.workers[1].dropped_blocks, 2u);
+}
+
+TEST_F(FleetIndexTest, RemovalDropsTheHolderAndPrunesEmptyLeaves) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  Apply(w1_, {Stored({}, {1, 2})});
+  Apply(w0_, {Removed({{1, 2, 3}})});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 2u);
+  EXPECT_EQ(index_.Stats().blocks, 2u);
+  // w0 drops block 2 (the middle of its path): block 1 still counts.
+  Apply(w0_, {Removed({{1, 2}})});
+  EXPECT_EQ(Route({1, 2})["w0"], 1u);
+  EXPECT_EQ(Route({1, 2})["w1"], 2u);
+  Apply(w1_, {Removed({{1, 2}, {1}})});
+  Apply(w0_, {Removed({{1}})});
+  EXPECT_EQ(index_.entries(), 0u);
+  EXPECT_EQ(index_.Stats().blocks, 0u);
+  EXPECT_EQ(index_.Stats().nodes, 0u);
+}
+
+TEST_F(FleetIndexTest, BlockWithoutHoldersStaysWhileAChildIsHeld) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  Apply(w0_, {Removed({{1}})});
+  // The worker holds 2 and 3 but not 1: its run from the start is 0.
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 0u);
+  EXPECT_EQ(index_.Stats().blocks, 3u);
+  Apply(w0_, {Removed({{1, 2, 3}, {1, 2}})});
+  EXPECT_EQ(index_.Stats().blocks, 0u);
+}
+
+TEST_F(FleetIndexTest, MediumsAreHoldersOfTheirOwn) {
+  Apply(w0_, {Stored({}, {1, 2, 3}, "GPU")});
+  Apply(w0_, {Stored({}, {1, 2}, "CPU")});
+  RouteQuery q;
+  std::vector<Token> tokens = Prompt({1, 2, 3});
+  q.tokens = tokens;
+  RouteResult r = index_.Route(q);
+  ASSERT_EQ(r.workers[0].worker, "w0");
+  EXPECT_EQ(r.workers[0].matched_blocks, 3u);
+  ASSERT_EQ(r.workers[0].mediums.size(), 2u);
+  EXPECT_EQ(r.workers[0].mediums[0].medium, "GPU");
+  EXPECT_EQ(r.workers[0].mediums[0].blocks, 3u);
+  EXPECT_EQ(r.workers[0].mediums[1].medium, "CPU");
+  EXPECT_EQ(r.workers[0].mediums[1].blocks, 2u);
+  // Losing the GPU copy of block 1: the CPU copy keeps the run going (any
+  // medium counts), while the GPU run now ends before block 1.
+  Apply(w0_, {Removed({{1}}, "GPU")});
+  r = index_.Route(q);
+  EXPECT_EQ(r.workers[0].matched_blocks, 3u);
+  ASSERT_EQ(r.workers[0].mediums.size(), 1u);
+  EXPECT_EQ(r.workers[0].mediums[0].medium, "CPU");
+  EXPECT_EQ(r.workers[0].mediums[0].blocks, 2u);
+  // Storing a block again in the same medium changes nothing.
+  const uint64_t before = index_.entries();
+  Apply(w0_, {Stored({}, {1, 2}, "CPU")});
+  EXPECT_EQ(index_.entries(), before);
+}
+
+TEST_F(FleetIndexTest, NamespacesNeverMeet) {
+  BlockStoredEvent salted = Stored({}, {1, 2});
+  salted.cache_salt = "A";
+  Apply(w0_, {salted});
+  BlockStoredEvent lora = Stored({}, {1, 2});
+  lora.lora_name = "adapter";
+  Apply(w1_, {lora});
+  EXPECT_EQ(Route({1, 2}, "A")["w0"], 2u);
+  EXPECT_EQ(Route({1, 2}, "B")["w0"], 0u);
+  EXPECT_EQ(Route({1, 2})["w0"], 0u);
+  EXPECT_EQ(Route({1, 2})["w1"], 0u);
+  EXPECT_EQ(Route({1, 2}, "", "adapter")["w1"], 2u);
+  EXPECT_EQ(Route({1, 2}, "A", "adapter")["w1"], 0u);
+  // A child event inherits the namespace of its parent.
+  Apply(w0_, {Stored({1, 2}, {3})});
+  EXPECT_EQ(Route({1, 2, 3}, "A")["w0"], 3u);
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 0u);
+}
+
+TEST_F(FleetIndexTest, LoraIdNamesTheNamespaceWithoutAName) {
+  BlockStoredEvent ev = Stored({}, {1});
+  ev.lora_id = 7;
+  Apply(w0_, {ev});
+  RouteQuery q;
+  std::vector<Token> tokens = Prompt({1});
+  q.tokens = tokens;
+  q.lora_id = 7;
+  EXPECT_EQ(index_.Route(q).best_worker, "w0");
+  q.lora_id = 8;
+  EXPECT_EQ(index_.Route(q).best_worker, "");
+}
+
+TEST_F(FleetIndexTest, AllBlocksClearedEmptiesTheWorker) {
+  Apply(w0_, {Stored({}, {1, 2})});
+  Apply(w1_, {Stored({}, {1, 2})});
+  Apply(w0_, {AllBlocksClearedEvent{}});
+  EXPECT_EQ(Route({1, 2}),
+            (std::map<std::string, uint64_t>{{"w0", 0}, {"w1", 2}}));
+  EXPECT_EQ(index_.Stats()
+                .workers[0]
+                .clears[static_cast<int>(ClearReason::kAllBlocksCleared)],
+            1u);
+  // Its old hashes name nothing any more: a child of them is dropped.
+  Apply(w0_, {Stored({1, 2}, {3})});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 0u);
+}
+
+TEST_F(FleetIndexTest, WrongBlockSizePutsTheWorkerInError) {
+  Apply(w0_, {Stored({}, {1})});
+  BlockStoredEvent bad = Stored({}, {2});
+  bad.block_size = 16;
+  Apply(w0_, {bad});
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].state, WorkerState::kError);
+  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("block_size 16"));
+  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("is 4"));
+  EXPECT_EQ(Route({1})["w0"], 0u);  // cleared
+  // The right size again: LIVE, rebuilt from new events.
+  Apply(w0_, {Stored({}, {1})});
+  EXPECT_EQ(index_.Stats().workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(Route({1})["w0"], 1u);
+}
+
+TEST_F(FleetIndexTest, ExtraKeysEndTheChain) {
+  BlockStoredEvent ev = Stored({}, {1, 2, 3});
+  ev.chain_blocks = 1;  // block 2 carried a multimodal key
+  Apply(w0_, {ev});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 1u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kExtraKeys)],
+            2u);
+}
+
+TEST_F(FleetIndexTest, OtherKvCacheGroupsAreSkipped) {
+  BlockStoredEvent ev = Stored({}, {1});
+  ev.group_idx = 1;
+  Apply(w0_, {ev});
+  EXPECT_EQ(Route({1})["w0"], 0u);
+  Apply(w0_, {Stored({}, {1})});
+  BlockRemovedEvent rm = Removed({{1}});
+  rm.group_idx = 1;
+  Apply(w0_, {rm});  // a group-1 removal must not touch group 0's block
+  EXPECT_EQ(Route({1})["w0"], 1u);
+}
+
+TEST_F(FleetIndexTest, WorkerFilterAndOrder) {
+  Apply(w0_, {Stored({}, {1})});
+  Apply(w1_, {Stored({}, {1, 2})});
+  RouteQuery q;
+  std::vector<Token> tokens = Prompt({1, 2});
+  q.tokens = tokens;
+  RouteResult r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].worker, "w1");
+  EXPECT_EQ(r.best_worker, "w1");
+  q.workers = {"w0"};
+  r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_EQ(r.best_worker, "w0");
+}
+
+TEST_F(FleetIndexTest, RetiredWorkerLeavesRouteAndComesBack) {
+  Apply(w1_, {Stored({}, {1})});
+  index_.RetireWorker(w1_);
+  EXPECT_EQ(Route({1}).count("w1"), 0u);
+  EXPECT_EQ(index_.entries(), 0u);
+  EXPECT_EQ(index_.AddWorker("w1", "tcp://b:1"), w1_);
+  EXPECT_EQ(Route({1})["w1"], 0u);
+}
+
+TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
+  FleetIndex index(IndexOptions{kBs, 10});
+  const WorkerId w = index.AddWorker("w", "");
+  int64_t seq = 0;
+  auto apply = [&](KvEvent e) {
+    KvEventBatch b;
+    b.events.push_back(std::move(e));
+    index.Apply(w, b, seq++, absl::Now());
+  };
+  apply(Stored({}, {1, 2, 3, 4}));
+  apply(Stored({}, {5, 6, 7, 8}));
+  // Route touches chain 1: chain 2 is now the least recent.
+  std::vector<Token> first = Prompt({1, 2, 3, 4});
+  RouteQuery q;
+  q.tokens = first;
+  EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
+  apply(Stored({}, {9, 10, 11}));  // 11 entries > 10
+  EXPECT_LE(index.entries(), 10u);
+  EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
+  std::vector<Token> second = Prompt({5, 6, 7, 8});
+  q.tokens = second;
+  EXPECT_LT(index.Route(q).workers[0].matched_blocks, 4u);
+  std::string error;
+  EXPECT_TRUE(index.CheckInvariants(&error)) << error;
+  EXPECT_GT(index.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)],
+            0u);
+  // A later removal of an evicted block's hash is harmless.
+  apply(Removed({{5, 6, 7, 8}, {5, 6, 7}}));
+  EXPECT_TRUE(index.CheckInvariants(&error)) << error;
+}
+
+// Random stores, removals and clears on 3 workers x 2 mediums, against a
+// model that keeps, per worker and medium, the set of block paths it holds.
+// After every batch the invariants hold and Route agrees with the model
+// for every prompt of a fixed set.
+TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
+  std::mt19937 rng(12345);
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  constexpr int kWorkers = 3;
+  const std::vector<std::string> mediums = {"GPU", "CPU"};
+  std::vector<WorkerId> ids;
+  for (int w = 0; w < kWorkers; ++w)
+    ids.push_back(index.AddWorker("w" + std::to_string(w), ""));
+  // model[w][m]: paths held.
+  std::vector<std::vector<std::set<std::vector<Token>>>> model(
+      kWorkers, std::vector<std::set<std::vector<Token>>>(2));
+  // Prompts over a small alphabet so that paths collide a lot.
+  std::vector<std::vector<Token>> prompts;
+  for (int i = 0; i < 40; ++i) {
+    std::vector<Token> p;
+    const int len = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < len; ++k) p.push_back(1 + rng() % 3);
+    prompts.push_back(p);
+  }
+  auto held_any = [&](int w, const std::vector<Token>& path) {
+    return model[w][0].count(path) > 0 || model[w][1].count(path) > 0;
+  };
+  std::vector<int64_t> seq(kWorkers, 0);
+  for (int step = 0; step < 3000; ++step) {
+    const int w = static_cast<int>(rng() % kWorkers);
+    const int m = static_cast<int>(rng() % 2);
+    KvEventBatch batch;
+    const int op = static_cast<int>(rng() % 100);
+    const std::vector<Token>& p = prompts[rng() % prompts.size()];
+    if (op < 55) {
+      // Store a run of p after a prefix the worker holds (or the root), as
+      // an engine would: its parent is a block it holds.
+      size_t start = 0;
+      std::vector<size_t> options = {0};
+      for (size_t k = 1; k < p.size(); ++k) {
+        if (held_any(w, std::vector<Token>(p.begin(), p.begin() + k)))
+          options.push_back(k);
+      }
+      start = options[rng() % options.size()];
+      const size_t end = start + 1 + rng() % (p.size() - start);
+      std::vector<Token> parent(p.begin(), p.begin() + start);
+      std::vector<Token> blocks(p.begin() + start, p.begin() + end);
+      batch.events.push_back(Stored(parent, blocks, mediums[m]));
+      for (size_t k = start; k < end; ++k)
+        model[w][m].insert(std::vector<Token>(p.begin(), p.begin() + k + 1));
+    } else if (op < 95) {
+      // Remove some held paths of the worker in medium m.
+      std::vector<std::vector<Token>> gone;
+      for (size_t k = 1; k <= p.size(); ++k) {
+        std::vector<Token> path(p.begin(), p.begin() + k);
+        if (model[w][m].count(path) > 0 && rng() % 2 == 0) {
+          gone.push_back(path);
+          model[w][m].erase(path);
+        }
+      }
+      batch.events.push_back(Removed(gone, mediums[m]));
+    } else {
+      batch.events.push_back(AllBlocksClearedEvent{});
+      model[w][0].clear();
+      model[w][1].clear();
+    }
+    index.Apply(ids[w], batch, seq[w]++, absl::Now());
+    std::string error;
+    ASSERT_TRUE(index.CheckInvariants(&error))
+        << "step " << step << ": " << error;
+    for (const auto& prompt : prompts) {
+      std::vector<Token> tokens = Prompt(prompt);
+      RouteQuery q;
+      q.tokens = tokens;
+      RouteResult r = index.Route(q);
+      for (const WorkerMatch& got : r.workers) {
+        const int wi = got.worker[1] - '0';
+        size_t want = 0;
+        while (want < prompt.size() &&
+               held_any(wi, std::vector<Token>(prompt.begin(),
+                                               prompt.begin() + want + 1))) {
+          ++want;
+        }
+        ASSERT_EQ(got.matched_blocks, want)
+            << "step " << step << " worker " << got.worker;
+      }
+    }
+  }
+  // Nothing leaks: clearing everyone empties the index.
+  for (int w = 0; w < kWorkers; ++w)
+    index.ClearWorker(ids[w], ClearReason::kRestart);
+  EXPECT_EQ(index.entries(), 0u);
+  EXPECT_EQ(index.Stats().blocks, 0u);
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -1,0 +1,593 @@
+#include "index/ingest.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "index/events.h"
+#include "index/sequence.h"
+
+namespace prefixd {
+namespace {
+
+// One context for the process, never destroyed: zmq_ctx_term blocks until
+// every socket is closed, which exit-time destructors cannot promise.
+zmq::context_t& Context() {
+  static zmq::context_t* ctx = new zmq::context_t(1);
+  return *ctx;
+}
+
+std::string Be64(int64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
+  }
+  return out;
+}
+
+std::optional<int64_t> ReadBe64(const zmq::message_t& m) {
+  if (m.size() != 8) return std::nullopt;
+  const auto* p = static_cast<const unsigned char*>(m.data());
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return static_cast<int64_t>(v);
+}
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+// "tcp://HOST:PORT" -> HOST, PORT ([v6] brackets removed); nullopt if not.
+std::optional<HostPort> SplitTcp(absl::string_view endpoint) {
+  if (!absl::ConsumePrefix(&endpoint, "tcp://")) return std::nullopt;
+  const size_t colon = endpoint.rfind(':');
+  if (colon == absl::string_view::npos || colon == 0) return std::nullopt;
+  absl::string_view host = endpoint.substr(0, colon);
+  absl::string_view port = endpoint.substr(colon + 1);
+  int p;
+  if (port != "*" && (!absl::SimpleAtoi(port, &p) || p < 0 || p > 65535))
+    return std::nullopt;
+  if (absl::ConsumePrefix(&host, "[")) {
+    if (!absl::ConsumeSuffix(&host, "]")) return std::nullopt;
+  }
+  return HostPort{std::string(host), std::string(port)};
+}
+
+std::string JoinHostPort(absl::string_view host, absl::string_view port) {
+  return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
+                                      : absl::StrCat(host, ":", port);
+}
+
+// Numeric addresses HOST resolves to (TCP), sorted; empty on failure.
+std::vector<std::string> ResolveHost(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::vector<std::string> out;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    char buf[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, buf, sizeof(buf), nullptr, 0,
+                    NI_NUMERICHOST) == 0) {
+      out.emplace_back(buf);
+    }
+  }
+  freeaddrinfo(res);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
+  if (absl::StartsWith(ep, "ipc://") || absl::StartsWith(ep, "inproc://"))
+    return absl::OkStatus();
+  if (!SplitTcp(ep).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", ep, "\" is not tcp://HOST:PORT (or ipc://PATH)"));
+  }
+  return absl::OkStatus();
+}
+
+// The worker an engine names by its topic: `kv@<worker>@<model>` (llm-d's
+// convention); any other topic names the worker as it is.
+std::string WorkerFromTopic(absl::string_view topic) {
+  std::vector<absl::string_view> parts = absl::StrSplit(topic, '@');
+  if (parts.size() >= 3 && parts[0] == "kv" && !parts[1].empty())
+    return std::string(parts[1]);
+  return topic.empty() ? "listen" : std::string(topic);
+}
+
+class StreamMonitor : public zmq::monitor_t {
+ public:
+  void on_event_connected(const zmq_event_t&, const char*) override {
+    connected = true;
+  }
+  void on_event_disconnected(const zmq_event_t&, const char*) override {
+    disconnected = true;
+  }
+  bool connected = false;
+  bool disconnected = false;
+};
+
+using ReplayFrames = std::vector<std::pair<int64_t, std::string>>;
+
+// Asks a replay endpoint for batches from `from` on: `["", from]` to its
+// ROUTER, which answers `["", seq, payload]` per batch and `["", -1, ""]`.
+absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
+                                         int64_t from, absl::Duration timeout) {
+  zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::ipv6, 1);
+  dealer.connect(endpoint);
+  const std::string start = Be64(from);  // outlives the send
+  std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
+                                              zmq::buffer(start)};
+  if (!zmq::send_multipart(dealer, request, zmq::send_flags::dontwait)) {
+    // The request is queued until the connection is up; a full queue means
+    // no peer at all.
+  }
+  ReplayFrames frames;
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("replay from ", endpoint, " did not finish within ",
+                       absl::FormatDuration(timeout), " (", frames.size(),
+                       " batches received)"));
+    }
+    zmq::pollitem_t item{static_cast<void*>(dealer), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1,
+              std::chrono::milliseconds(
+                  std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
+    if ((item.revents & ZMQ_POLLIN) == 0) continue;
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(dealer, std::back_inserter(parts),
+                             zmq::recv_flags::dontwait)) {
+      continue;
+    }
+    // [empty delimiter, seq, payload]
+    if (parts.size() != 3 || parts[0].size() != 0) {
+      return absl::DataLossError(
+          absl::StrCat("replay from ", endpoint, " answered a frame of ",
+                       parts.size(), " parts, not [\"\", seq, payload]"));
+    }
+    std::optional<int64_t> seq = ReadBe64(parts[1]);
+    if (!seq.has_value()) {
+      return absl::DataLossError(absl::StrCat("replay from ", endpoint,
+                                              " sent a ", parts[1].size(),
+                                              "-byte sequence number, not 8"));
+    }
+    if (*seq == -1) return frames;
+    frames.emplace_back(*seq, parts[2].to_string());
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateIngestOptions(const IngestOptions& o) {
+  absl::flat_hash_map<std::string, int> names;
+  for (const IndexSource& s : o.sources) {
+    if (s.name.empty() || absl::StrContains(s.name, '/')) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "index source name \"", s.name,
+          "\" must be non-empty and contain no '/' (it names the worker)"));
+    }
+    if (++names[s.name] > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index source name \"", s.name, "\" is used twice"));
+    }
+    if (absl::Status st = CheckEndpoint(
+            absl::StrCat("index source ", s.name, " endpoint"), s.endpoint);
+        !st.ok()) {
+      return st;
+    }
+    if (!s.replay_endpoint.empty()) {
+      if (absl::Status st = CheckEndpoint(
+              absl::StrCat("index source ", s.name, " replay_endpoint"),
+              s.replay_endpoint);
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (s.replay_port < 0 || s.replay_port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index source ", s.name, " replay_port ", s.replay_port,
+                       " is not a port (0-65535)"));
+    }
+    const bool pool =
+        s.replay_port != 0 || s.resolve_interval > absl::ZeroDuration();
+    if (pool && !SplitTcp(s.endpoint).has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index source ", s.name,
+                       " is a pool (replay_port or "
+                       "resolve_interval set) but its endpoint \"",
+                       s.endpoint, "\" is not tcp://HOST:PORT"));
+    }
+  }
+  if (!o.listen.empty()) {
+    if (absl::Status st = CheckEndpoint("index listen", o.listen); !st.ok())
+      return st;
+  }
+  if (o.replay_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index replay_timeout ", absl::FormatDuration(o.replay_timeout),
+        " must be positive"));
+  }
+  return absl::OkStatus();
+}
+
+// One thread: a source (one engine, or a pool of them) or the listen
+// socket, with every stream it reads.
+class Ingest::Runner {
+ public:
+  // A source.
+  Runner(FleetIndex* index, const IngestOptions& options, IndexSource source)
+      : index_(index), options_(options), source_(std::move(source)) {}
+  // The listen socket, already bound.
+  Runner(FleetIndex* index, const IngestOptions& options,
+         std::unique_ptr<zmq::socket_t> listen, std::string endpoint)
+      : index_(index),
+        options_(options),
+        listen_(std::move(listen)),
+        listen_endpoint_(std::move(endpoint)) {}
+  ~Runner() { Stop(); }
+
+  void Start() {
+    if (listen_ == nullptr) Setup();
+    thread_ = std::thread([this] { Loop(); });
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Stream {
+    std::string name;  // the worker of rank 0; rank r is name/dp<r>
+    std::string endpoint;
+    std::string replay_endpoint;
+    std::unique_ptr<zmq::socket_t> sub;  // null: reads the listen socket
+    std::unique_ptr<StreamMonitor> monitor;
+    SeqTracker seq;
+    std::map<int64_t, WorkerId> workers;  // by data-parallel rank
+  };
+
+  void Setup() {
+    const std::optional<HostPort> hp = SplitTcp(source_.endpoint);
+    pool_ = source_.replay_port != 0 ||
+            source_.resolve_interval > absl::ZeroDuration();
+    if (!pool_ && hp.has_value() && ResolveHost(hp->host).size() > 1)
+      pool_ = true;
+    if (!pool_) {
+      AddStream(source_.name, source_.endpoint, source_.replay_endpoint);
+      return;
+    }
+    resolve_interval_ = source_.resolve_interval > absl::ZeroDuration()
+                            ? source_.resolve_interval
+                            : options_.default_resolve_interval;
+    Resolve();
+  }
+
+  // Pools: one stream per address; addresses that went away retire.
+  void Resolve() {
+    next_resolve_ = absl::Now() + resolve_interval_;
+    const HostPort hp = *SplitTcp(source_.endpoint);
+    std::vector<std::string> now = ResolveHost(hp.host);
+    absl::flat_hash_map<std::string, bool> keep;
+    for (const std::string& addr : now) {
+      const std::string key = JoinHostPort(addr, hp.port);
+      keep[key] = true;
+      if (streams_.contains(key)) continue;
+      const std::string replay =
+          source_.replay_port != 0
+              ? absl::StrCat(
+                    "tcp://",
+                    JoinHostPort(addr, absl::StrCat(source_.replay_port)))
+              : "";
+      AddStream(absl::StrCat(source_.name, "/", key),
+                absl::StrCat("tcp://", key), replay, key);
+    }
+    for (auto it = streams_.begin(); it != streams_.end();) {
+      if (keep.contains(it->first)) {
+        ++it;
+        continue;
+      }
+      for (const auto& [rank, w] : it->second->workers) index_->RetireWorker(w);
+      streams_.erase(it++);
+    }
+  }
+
+  Stream* AddStream(std::string name, std::string endpoint, std::string replay,
+                    std::string key = "") {
+    auto s = std::make_unique<Stream>();
+    s->name = std::move(name);
+    s->endpoint = std::move(endpoint);
+    s->replay_endpoint = std::move(replay);
+    s->workers[0] = index_->AddWorker(s->name, s->endpoint);
+    if (listen_ == nullptr) {
+      s->sub =
+          std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::sub);
+      s->sub->set(zmq::sockopt::linger, 0);
+      s->sub->set(zmq::sockopt::ipv6, 1);  // pools resolve to v6 too
+      s->sub->set(zmq::sockopt::rcvhwm, 100000);
+      s->sub->set(zmq::sockopt::subscribe, "");
+      s->monitor = std::make_unique<StreamMonitor>();
+      static std::atomic<uint64_t> next_monitor{0};
+      s->monitor->init(*s->sub,
+                       absl::StrCat("inproc://prefixd-index-monitor-",
+                                    next_monitor.fetch_add(1)),
+                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+      s->sub->connect(s->endpoint);
+    }
+    Stream* raw = s.get();
+    streams_[key.empty() ? raw->name : key] = std::move(s);
+    return raw;
+  }
+
+  void Loop() {
+    const auto timeout = std::chrono::milliseconds(std::max<int64_t>(
+        1, absl::ToInt64Milliseconds(options_.poll_interval)));
+    while (!stop_) {
+      if (pool_ && absl::Now() >= next_resolve_) Resolve();
+      if (listen_ != nullptr) {
+        PollListen(timeout);
+      } else {
+        PollStreams(timeout);
+      }
+    }
+  }
+
+  void PollListen(std::chrono::milliseconds timeout) {
+    zmq::pollitem_t item{static_cast<void*>(*listen_), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, timeout);
+    for (int i = 0; i < 1024 && (item.revents & ZMQ_POLLIN) != 0; ++i) {
+      std::vector<zmq::message_t> parts;
+      if (!zmq::recv_multipart(*listen_, std::back_inserter(parts),
+                               zmq::recv_flags::dontwait)) {
+        break;
+      }
+      if (parts.size() != 3) continue;  // not [topic, seq, payload]
+      const std::string worker = WorkerFromTopic(parts[0].to_string());
+      auto it = streams_.find(worker);
+      Stream* s = it != streams_.end()
+                      ? it->second.get()
+                      : AddStream(worker, listen_endpoint_, "");
+      Receive(*s, parts);
+    }
+  }
+
+  void PollStreams(std::chrono::milliseconds timeout) {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<Stream*> order;
+    for (auto& [key, s] : streams_) {
+      items.push_back({static_cast<void*>(*s->sub), 0, ZMQ_POLLIN, 0});
+      order.push_back(s.get());
+    }
+    if (items.empty()) {
+      std::this_thread::sleep_for(timeout);
+      return;
+    }
+    zmq::poll(items, timeout);
+    for (size_t i = 0; i < order.size(); ++i) {
+      Stream& s = *order[i];
+      s.monitor->check_event(0);
+
+      if (s.monitor->disconnected) {
+        s.monitor->disconnected = false;
+        SetAll(s, WorkerState::kConnecting,
+               absl::StrCat("disconnected from ", s.endpoint));
+      }
+      if (s.monitor->connected) {
+        // Connected: catch up on what the engine still buffers; without a
+        // replay endpoint, what it cached before now stays unknown (the
+        // index under-reports it, never the reverse).
+        s.monitor->connected = false;
+        if (!s.replay_endpoint.empty()) {
+          Replay(s, /*catch_up=*/true);
+        } else {
+          SetAll(s, WorkerState::kLive, "");
+        }
+      }
+      // A bounded number per wake-up, so one busy engine cannot starve the
+      // others' monitors.
+      for (int n = 0; n < 1024; ++n) {
+        std::vector<zmq::message_t> parts;
+        if (!zmq::recv_multipart(*s.sub, std::back_inserter(parts),
+                                 zmq::recv_flags::dontwait)) {
+          break;
+        }
+        // [topic, seq, payload]; publishers without a topic send two.
+        if (parts.size() == 2) parts.insert(parts.begin(), zmq::message_t());
+        if (parts.size() != 3) continue;
+        Receive(s, parts);
+      }
+    }
+  }
+
+  void Receive(Stream& s, std::vector<zmq::message_t>& parts) {
+    const std::optional<int64_t> seq = ReadBe64(parts[1]);
+    if (!seq.has_value() || *seq < 0) {
+      ClearAll(s, ClearReason::kUndecodable,
+               absl::StrCat("a batch's sequence number is ", parts[1].size(),
+                            " bytes, not 8"));
+      return;
+    }
+    const absl::string_view payload(static_cast<const char*>(parts[2].data()),
+                                    parts[2].size());
+    switch (s.seq.Classify(*seq)) {
+      case SeqTracker::Verdict::kDuplicate:
+        return;
+      case SeqTracker::Verdict::kRestart:
+        ClearAll(s, ClearReason::kRestart,
+                 absl::StrCat("sequence went back from ", s.seq.last(), " to ",
+                              *seq, ": the engine restarted"));
+        s.seq.Reset();
+        break;
+      case SeqTracker::Verdict::kGap:
+        for (const auto& [rank, w] : s.workers) index_->CountGap(w);
+        Replay(s, /*catch_up=*/false);
+        if (s.seq.last() >= *seq) return;  // the replay brought this batch
+        if (s.seq.Classify(*seq) == SeqTracker::Verdict::kGap) {
+          // The replay ended before this batch: still a hole.
+          ClearAll(s, ClearReason::kReplayFailed,
+                   absl::StrCat("replay ended at batch ", s.seq.last(),
+                                ", before batch ", *seq));
+          s.seq.Reset();
+        }
+        break;
+      case SeqTracker::Verdict::kApply:
+        break;
+    }
+    DecodeApply(s, *seq, payload);
+    s.seq.Applied(*seq);
+  }
+
+  // Fetches the batches after the last applied one and applies them. A
+  // catch-up (on connect) takes whatever the engine still buffers. A gap
+  // must be filled from its first missing batch; if it cannot be, the
+  // stream's workers are cleared, the sequence starts over, and what the
+  // replay did bring is applied as new events.
+  void Replay(Stream& s, bool catch_up) {
+    const int64_t from = s.seq.last() + 1;
+    absl::StatusOr<ReplayFrames> frames =
+        absl::UnavailableError("the source has no replay endpoint");
+    if (!s.replay_endpoint.empty()) {
+      SetAll(s, WorkerState::kReplaying, "");
+      frames = FetchReplay(s.replay_endpoint, from, options_.replay_timeout);
+    }
+    const bool filled =
+        frames.ok() &&
+        (frames->empty() ? catch_up || s.seq.last() < 0
+                         : frames->front().first <= from || s.seq.last() < 0);
+    if (!s.replay_endpoint.empty())
+      for (const auto& [rank, w] : s.workers) index_->CountReplay(w, filled);
+    if (!filled) {
+      if (catch_up && !frames.ok()) {
+        SetAll(s, WorkerState::kConnecting, frames.status().message());
+        return;
+      }
+      ClearAll(s, ClearReason::kReplayFailed,
+               frames.ok()
+                   ? absl::StrCat("batch ", from,
+                                  " is gone from the replay buffer "
+                                  "of ",
+                                  s.replay_endpoint)
+                   : absl::StrCat("batches from ", from,
+                                  " were lost: ", frames.status().message()));
+      s.seq.Reset();
+      if (!frames.ok()) return;
+    }
+    s.seq.BeginReplay();
+    for (const auto& [seq, payload] : *frames) {
+      if (s.seq.last() >= 0 && seq <= s.seq.last()) continue;
+      DecodeApply(s, seq, payload);
+      s.seq.ReplayApplied(seq);
+    }
+    if (frames->empty()) SetAll(s, WorkerState::kLive, "");
+  }
+
+  void DecodeApply(Stream& s, int64_t seq, absl::string_view payload) {
+    if (absl::Status st = DecodeEventBatch(payload, &batch_); !st.ok()) {
+      ClearAll(
+          s, ClearReason::kUndecodable,
+          absl::StrCat("batch ", seq, " could not be decoded: ", st.message()));
+      for (const auto& [rank, w] : s.workers) index_->SetLastSeq(w, seq);
+      return;
+    }
+    index_->Apply(WorkerFor(s, batch_.data_parallel_rank.value_or(0)), batch_,
+                  seq, absl::Now());
+  }
+
+  WorkerId WorkerFor(Stream& s, int64_t rank) {
+    auto it = s.workers.find(rank);
+    if (it != s.workers.end()) return it->second;
+    const WorkerId w = index_->AddWorker(
+        rank == 0 ? s.name : absl::StrCat(s.name, "/dp", rank), s.endpoint);
+    s.workers[rank] = w;
+    return w;
+  }
+
+  void ClearAll(Stream& s, ClearReason reason, absl::string_view detail) {
+    for (const auto& [rank, w] : s.workers)
+      index_->ClearWorker(w, reason, detail);
+  }
+  void SetAll(Stream& s, WorkerState state, absl::string_view detail) {
+    for (const auto& [rank, w] : s.workers) index_->SetState(w, state, detail);
+  }
+
+  FleetIndex* const index_;
+  const IngestOptions& options_;
+  IndexSource source_;
+  std::unique_ptr<zmq::socket_t> listen_;
+  std::string listen_endpoint_;
+  bool pool_ = false;
+  absl::Duration resolve_interval_;
+  absl::Time next_resolve_ = absl::InfiniteFuture();
+  std::map<std::string, std::unique_ptr<Stream>> streams_;
+  KvEventBatch batch_;  // reused: its vectors keep their capacity
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(FleetIndex* index,
+                                                      IngestOptions options) {
+  if (absl::Status s = ValidateIngestOptions(options); !s.ok()) return s;
+  std::unique_ptr<Ingest> ingest(new Ingest());
+  ingest->options_ = std::move(options);
+  const IngestOptions& o = ingest->options_;
+  if (!o.listen.empty()) {
+    auto sock =
+        std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::sub);
+    sock->set(zmq::sockopt::linger, 0);
+    // IPv6 only when asked for: with it on, a v4 address is reported back
+    // v4-mapped ([::ffff:127.0.0.1]).
+    const std::optional<HostPort> hp = SplitTcp(o.listen);
+    if (hp.has_value() && (absl::StrContains(hp->host, ':') || hp->host == "*"))
+      sock->set(zmq::sockopt::ipv6, 1);
+    sock->set(zmq::sockopt::rcvhwm, 100000);
+    sock->set(zmq::sockopt::subscribe, "");
+    try {
+      sock->bind(o.listen);
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(
+          absl::StrCat("could not bind the index listen endpoint ", o.listen,
+                       ": ", e.what()));
+    }
+    ingest->listen_endpoint_ = sock->get(zmq::sockopt::last_endpoint);
+    ingest->runners_.push_back(std::make_unique<Runner>(
+        index, o, std::move(sock), ingest->listen_endpoint_));
+  }
+  for (const IndexSource& s : o.sources)
+    ingest->runners_.push_back(std::make_unique<Runner>(index, o, s));
+  for (auto& r : ingest->runners_) r->Start();
+  return ingest;
+}
+
+Ingest::~Ingest() { Stop(); }
+
+void Ingest::Stop() {
+  for (auto& r : runners_) r->Stop();
+  runners_.clear();
+}
+
+}  // namespace prefixd

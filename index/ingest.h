@@ -1,0 +1,83 @@
+// Ingest: the ZeroMQ side of the fleet index (docs/index.md, "Wire"). It
+// subscribes to engines' KV event streams, keeps each stream's sequence
+// numbers, fetches missing batches from the engine's replay endpoint, and
+// applies decoded batches to a FleetIndex.
+//
+//   sources { name: "vllm-0" endpoint: "tcp://10.0.0.7:5557"
+//             replay_endpoint: "tcp://10.0.0.7:5558" }      one worker
+//   sources { name: "pool" endpoint: "tcp://vllm.svc:5557" replay_port: 5558 }
+//                          one worker per address, re-resolved
+//   listen: "tcp://0.0.0.0:5557"       engines connect; topic names them
+//
+// Each source runs on its own thread (the listen socket on one more), so a
+// stream's batches are decoded and applied in order, and one slow replay
+// holds up only its own source. On connecting to an engine with a replay
+// endpoint, the stream first replays what the engine still buffers, so an
+// index that starts (or restarts) next to running engines catches up
+// without waiting for their next events.
+//
+// Thread safety: Start and Stop from one thread; the index is shared.
+#ifndef PREFIXD_INDEX_INGEST_H_
+#define PREFIXD_INDEX_INGEST_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "index/fleet_index.h"
+
+namespace prefixd {
+
+struct IndexSource {
+  std::string name;
+  std::string endpoint;         // tcp://HOST:PORT (or ipc://PATH)
+  std::string replay_endpoint;  // the engine's ROUTER socket; empty: none
+  // A pool: one worker per address HOST resolves to, each replayed at
+  // tcp://ADDRESS:replay_port (0: no replay). Re-resolved every
+  // resolve_interval. A source is a pool when replay_port or
+  // resolve_interval is set, or when HOST resolves to several addresses.
+  int replay_port = 0;
+  absl::Duration resolve_interval = absl::ZeroDuration();
+};
+
+struct IngestOptions {
+  std::vector<IndexSource> sources;
+  std::string listen;  // a SUB socket to bind; empty: none
+  absl::Duration replay_timeout = absl::Seconds(2);
+  absl::Duration default_resolve_interval = absl::Seconds(10);
+  // How often threads look at their stop flag and resolve timers.
+  absl::Duration poll_interval = absl::Milliseconds(50);
+};
+
+// Checks endpoints and names; the message names the offending value.
+absl::Status ValidateIngestOptions(const IngestOptions& options);
+
+class Ingest {
+ public:
+  // Starts a thread per source (and one for `listen`, bound before this
+  // returns). UNAVAILABLE if `listen` cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Ingest>> Start(FleetIndex* index,
+                                                       IngestOptions options);
+  ~Ingest();
+  Ingest(const Ingest&) = delete;
+  Ingest& operator=(const Ingest&) = delete;
+
+  // Stops every thread and closes the sockets. Idempotent.
+  void Stop();
+  // The bound listen endpoint, with a wildcard port resolved; empty if none.
+  const std::string& listen_endpoint() const { return listen_endpoint_; }
+
+ private:
+  class Runner;
+  Ingest() = default;
+
+  IngestOptions options_;  // the runners keep a reference
+  std::string listen_endpoint_;
+  std::vector<std::unique_ptr<Runner>> runners_;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_INDEX_INGEST_H_

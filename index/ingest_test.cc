@@ -1,0 +1,359 @@
+// Ingest over real ZeroMQ sockets on loopback: a publisher in the test
+// speaks vLLM's wire (PUB [topic, seq, payload], ROUTER replay) with
+// msgpack payloads, and the index must follow it.
+#include "index/ingest.h"
+
+#include <atomic>
+#include <deque>
+#include <msgpack.hpp>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kBs = 4;
+
+std::string Be64(int64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
+  }
+  return out;
+}
+
+// An array-form KvEventBatch with one BlockStored of `blocks` (block b has
+// tokens b*10+1 .. b*10+4 and hash 1000+b) after `parent` (0: root).
+std::string StoredPayload(const std::vector<uint32_t>& blocks, uint64_t parent,
+                          int block_size = kBs) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(2);
+  pk.pack_double(1.0e9);
+  pk.pack_array(1);
+  pk.pack_array(7);
+  pk.pack(std::string("BlockStored"));
+  pk.pack_array(static_cast<uint32_t>(blocks.size()));
+  for (uint32_t b : blocks) pk.pack_uint64(1000 + b);
+  if (parent == 0) {
+    pk.pack_nil();
+  } else {
+    pk.pack_uint64(parent);
+  }
+  pk.pack_array(static_cast<uint32_t>(blocks.size() * kBs));
+  for (uint32_t b : blocks)
+    for (uint32_t t = 1; t <= kBs; ++t) pk.pack_uint32(b * 10 + t);
+  pk.pack_int(block_size);
+  pk.pack_nil();
+  pk.pack(std::string("GPU"));
+  return std::string(buf.data(), buf.size());
+}
+
+std::string ClearedPayload() {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_map(2);
+  pk.pack(std::string("ts"));
+  pk.pack_double(1.0e9);
+  pk.pack(std::string("events"));
+  pk.pack_array(1);
+  pk.pack_map(1);
+  pk.pack(std::string("type"));
+  pk.pack(std::string("AllBlocksCleared"));
+  return std::string(buf.data(), buf.size());
+}
+
+std::vector<Token> Prompt(const std::vector<uint32_t>& blocks) {
+  std::vector<Token> out;
+  for (uint32_t b : blocks)
+    for (uint32_t t = 1; t <= kBs; ++t) out.push_back(b * 10 + t);
+  return out;
+}
+
+// vLLM's publisher, reduced to what the index relies on. The replay socket
+// is served on its own thread; every send happens on the test's thread.
+class Publisher {
+ public:
+  explicit Publisher(size_t buffer = 100) : buffer_(buffer) {
+    pub_.set(zmq::sockopt::linger, 0);
+    pub_.bind("tcp://127.0.0.1:*");
+    router_.set(zmq::sockopt::linger, 0);
+    router_.bind("tcp://127.0.0.1:*");
+    endpoint_ = pub_.get(zmq::sockopt::last_endpoint);
+    replay_endpoint_ = router_.get(zmq::sockopt::last_endpoint);
+    thread_ = std::thread([this] { ServeReplay(); });
+  }
+  ~Publisher() {
+    stop_ = true;
+    thread_.join();
+  }
+
+  // Publishes the next batch; `drop` keeps it from the wire (a loss in
+  // transit) but not from the replay buffer.
+  void Publish(const std::string& payload, bool drop = false,
+               const std::string& topic = "") {
+    const int64_t seq = next_++;
+    {
+      absl::MutexLock lock(&mu_);
+      replay_.emplace_back(seq, payload);
+      if (replay_.size() > buffer_) replay_.pop_front();
+    }
+    if (drop) return;
+    const std::string seq_bytes = Be64(seq);  // outlives the send
+    std::array<zmq::const_buffer, 3> parts = {
+        zmq::buffer(topic), zmq::buffer(seq_bytes), zmq::buffer(payload)};
+    ASSERT_TRUE(zmq::send_multipart(pub_, parts));
+  }
+  void Restart() {
+    next_ = 0;
+    absl::MutexLock lock(&mu_);
+    replay_.clear();
+  }
+  int64_t last_seq() const { return next_ - 1; }
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& replay_endpoint() const { return replay_endpoint_; }
+
+ private:
+  void ServeReplay() {
+    while (!stop_) {
+      zmq::pollitem_t item{static_cast<void*>(router_), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if ((item.revents & ZMQ_POLLIN) == 0) continue;
+      std::vector<zmq::message_t> req;
+      if (!zmq::recv_multipart(router_, std::back_inserter(req))) continue;
+      if (req.size() != 3) continue;
+      const auto* p = static_cast<const unsigned char*>(req[2].data());
+      int64_t start = 0;
+      for (int i = 0; i < 8; ++i) start = (start << 8) | p[i];
+      std::vector<std::pair<int64_t, std::string>> frames;
+      {
+        absl::MutexLock lock(&mu_);
+        for (const auto& f : replay_)
+          if (f.first >= start) frames.push_back(f);
+      }
+      const std::string id = req[0].to_string();
+      for (const auto& [seq, payload] : frames) {
+        const std::string seq_bytes = Be64(seq);
+        std::array<zmq::const_buffer, 4> out = {
+            zmq::buffer(id), zmq::const_buffer("", 0), zmq::buffer(seq_bytes),
+            zmq::buffer(payload)};
+        (void)zmq::send_multipart(router_, out);
+      }
+      const std::string end_seq = Be64(-1);
+      std::array<zmq::const_buffer, 4> end = {
+          zmq::buffer(id), zmq::const_buffer("", 0), zmq::buffer(end_seq),
+          zmq::const_buffer("", 0)};
+      (void)zmq::send_multipart(router_, end);
+    }
+  }
+
+  zmq::context_t ctx_{1};
+  zmq::socket_t pub_{ctx_, zmq::socket_type::pub};
+  zmq::socket_t router_{ctx_, zmq::socket_type::router};
+  std::string endpoint_, replay_endpoint_;
+  const size_t buffer_;
+  absl::Mutex mu_;
+  std::deque<std::pair<int64_t, std::string>> replay_ ABSL_GUARDED_BY(mu_);
+  int64_t next_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Waits (bounded) until `done` holds for the index's stats.
+template <typename F>
+bool WaitFor(const FleetIndex& index, F done) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (done(index.Stats())) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return false;
+}
+
+uint64_t Matched(const FleetIndex& index, const std::vector<uint32_t>& blocks,
+                 const std::string& worker) {
+  std::vector<Token> tokens = Prompt(blocks);
+  RouteQuery q;
+  q.tokens = tokens;
+  q.workers = {worker};
+  RouteResult r = index.Route(q);
+  return r.workers.empty() ? 0 : r.workers[0].matched_blocks;
+}
+
+class IngestTest : public ::testing::Test {
+ protected:
+  void Start(bool with_replay = true) {
+    IngestOptions o;
+    IndexSource s;
+    s.name = "e0";
+    s.endpoint = pub_.endpoint();
+    if (with_replay) s.replay_endpoint = pub_.replay_endpoint();
+    o.sources.push_back(s);
+    o.replay_timeout = absl::Seconds(2);
+    o.poll_interval = absl::Milliseconds(5);
+    auto ingest = Ingest::Start(&index_, o);
+    ASSERT_TRUE(ingest.ok()) << ingest.status();
+    ingest_ = *std::move(ingest);
+    // Connected (LIVE after the catch-up) before anything is published, so
+    // that no batch is lost to ZeroMQ's subscription delay.
+    ASSERT_TRUE(WaitFor(index_, [](const IndexStats& s) {
+      return s.workers.size() == 1 && s.workers[0].state == WorkerState::kLive;
+    }));
+    absl::SleepFor(absl::Milliseconds(200));  // the subscription travels
+  }
+  bool WaitApplied(int64_t seq) {
+    return WaitFor(index_, [seq](const IndexStats& s) {
+      return !s.workers.empty() && s.workers[0].last_seq >= seq;
+    });
+  }
+
+  FleetIndex index_{IndexOptions{kBs, 1000000}};
+  Publisher pub_;
+  std::unique_ptr<Ingest> ingest_;
+};
+
+TEST_F(IngestTest, AppliesBatchesInOrder) {
+  Start();
+  pub_.Publish(StoredPayload({1, 2}, 0));
+  pub_.Publish(StoredPayload({3}, 1002));
+  ASSERT_TRUE(WaitApplied(1));
+  EXPECT_EQ(Matched(index_, {1, 2, 3}, "e0"), 3u);
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(s.workers[0].endpoint, pub_.endpoint());
+  EXPECT_EQ(s.workers[0].gaps, 0u);
+}
+
+TEST_F(IngestTest, ALostBatchIsReplayed) {
+  Start();
+  pub_.Publish(StoredPayload({1}, 0));
+  pub_.Publish(StoredPayload({2}, 1001), /*drop=*/true);
+  pub_.Publish(StoredPayload({3}, 1002));
+  ASSERT_TRUE(WaitApplied(2));
+  EXPECT_EQ(Matched(index_, {1, 2, 3}, "e0"), 3u);
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].gaps, 1u);
+  EXPECT_EQ(s.workers[0].replays_ok, 2u);  // the catch-up and the gap
+  EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
+}
+
+TEST_F(IngestTest, AGapTheReplayCannotFillClearsTheWorker) {
+  pub_.Publish(StoredPayload({9}, 0));  // before the index connects
+  Start(/*with_replay=*/false);
+  pub_.Publish(StoredPayload({1}, 0));
+  ASSERT_TRUE(WaitApplied(1));
+  pub_.Publish(StoredPayload({2}, 1001), /*drop=*/true);
+  pub_.Publish(StoredPayload({5}, 0));
+  ASSERT_TRUE(WaitApplied(3));
+  // Block 1 was cleared with the gap; 5 came after it.
+  EXPECT_EQ(Matched(index_, {1}, "e0"), 0u);
+  EXPECT_EQ(Matched(index_, {5}, "e0"), 1u);
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].clears[static_cast<int>(ClearReason::kReplayFailed)],
+            1u);
+  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("no replay endpoint"));
+}
+
+TEST_F(IngestTest, ARestartClearsTheWorker) {
+  Start();
+  pub_.Publish(StoredPayload({1}, 0));
+  pub_.Publish(StoredPayload({2}, 1001));
+  ASSERT_TRUE(WaitApplied(1));
+  pub_.Restart();
+  pub_.Publish(StoredPayload({7}, 0));  // seq 0 again
+  ASSERT_TRUE(WaitFor(index_, [](const IndexStats& s) {
+    return s.workers[0].clears[static_cast<int>(ClearReason::kRestart)] == 1;
+  }));
+  ASSERT_TRUE(WaitFor(
+      index_, [](const IndexStats& s) { return s.workers[0].last_seq == 0; }));
+  EXPECT_EQ(Matched(index_, {1}, "e0"), 0u);
+  EXPECT_EQ(Matched(index_, {7}, "e0"), 1u);
+}
+
+TEST_F(IngestTest, GarbageClearsTheWorkerAndIngestGoesOn) {
+  Start();
+  pub_.Publish(StoredPayload({1}, 0));
+  pub_.Publish("\xc1 not msgpack");
+  pub_.Publish(StoredPayload({4}, 0));
+  ASSERT_TRUE(WaitApplied(2));
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].clears[static_cast<int>(ClearReason::kUndecodable)],
+            1u);
+  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("batch 1"));
+  EXPECT_EQ(Matched(index_, {1}, "e0"), 0u);
+  EXPECT_EQ(Matched(index_, {4}, "e0"), 1u);
+}
+
+TEST_F(IngestTest, AllBlocksClearedInAMapEncodedBatch) {
+  Start();
+  pub_.Publish(StoredPayload({1}, 0));
+  pub_.Publish(ClearedPayload());
+  ASSERT_TRUE(WaitApplied(1));
+  EXPECT_EQ(Matched(index_, {1}, "e0"), 0u);
+}
+
+TEST_F(IngestTest, CatchesUpOnConnectFromTheReplayBuffer) {
+  // Published before the index exists: only the replay can bring it.
+  pub_.Publish(StoredPayload({1, 2}, 0));
+  pub_.Publish(StoredPayload({3}, 1002));
+  Start();
+  ASSERT_TRUE(WaitApplied(1));
+  EXPECT_EQ(Matched(index_, {1, 2, 3}, "e0"), 3u);
+}
+
+TEST(IngestListen, EnginesConnectAndNameThemselvesByTopic) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.listen = "tcp://127.0.0.1:*";
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  const std::string ep = (*ingest)->listen_endpoint();
+  ASSERT_THAT(ep, HasSubstr("tcp://127.0.0.1:"));
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.connect(ep);
+  // A connecting PUB may drop until the subscription arrives: resend
+  // seq 0 until the worker shows up (a restart of seq 0 is harmless).
+  const std::string payload = StoredPayload({1}, 0);
+  const bool seen = WaitFor(index, [&](const IndexStats& s) {
+    const std::string seq0 = Be64(0);
+    std::array<zmq::const_buffer, 3> parts = {
+        zmq::str_buffer("kv@vllm-7@llama"), zmq::buffer(seq0),
+        zmq::buffer(payload)};
+    (void)zmq::send_multipart(pub, parts);
+    return s.workers.size() == 1 && s.workers[0].last_seq == 0;
+  });
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(index.Stats().workers[0].worker, "vllm-7");
+  EXPECT_EQ(Matched(index, {1}, "vllm-7"), 1u);
+}
+
+TEST(IngestOptions, BadEndpointsAreNamed) {
+  IngestOptions o;
+  o.sources.push_back({"e", "http://x:1", "", 0, absl::ZeroDuration()});
+  absl::Status s = ValidateIngestOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("http://x:1"));
+  o.sources[0] = {"a/b", "tcp://x:1", "", 0, absl::ZeroDuration()};
+  EXPECT_THAT(ValidateIngestOptions(o).message(), HasSubstr("a/b"));
+  o.sources[0] = {"e", "tcp://x:1", "", 70000, absl::ZeroDuration()};
+  EXPECT_THAT(ValidateIngestOptions(o).message(), HasSubstr("70000"));
+}
+
+}  // namespace
+}  // namespace prefixd

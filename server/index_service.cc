@@ -1,0 +1,180 @@
+#include "server/index_service.h"
+
+#include <grpcpp/server_context.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/grpc_status.h"
+#include "server/request_util.h"
+
+namespace prefixd {
+namespace {
+
+// The index's own tenant rule: see the top of index_service.h.
+absl::Status MayRoute(const CallContext& call, absl::string_view salt,
+                      int item) {
+  if (call.index_all) return absl::OkStatus();
+  if (salt.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        ItemPrefix(item), "principal \"", call.principal,
+        "\" may Route only with one of its cache_salts; this request has "
+        "none"));
+  }
+  if (std::find(call.cache_salts.begin(), call.cache_salts.end(), salt) ==
+      call.cache_salts.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(ItemPrefix(item), "principal \"", call.principal,
+                     "\" may not Route with cache_salt \"", salt,
+                     "\": it is not among the principal's cache_salts"));
+  }
+  return absl::OkStatus();
+}
+
+void Finish(grpc::CallbackServerContext* ctx, RpcObserver* observer,
+            absl::string_view method, absl::Time start,
+            const absl::Status& status, grpc::ServerUnaryReactor** reactor) {
+  if (observer != nullptr)
+    observer->OnRpcDone(method, status.code(), absl::Now() - start);
+  *reactor = ctx->DefaultReactor();
+  (*reactor)->Finish(ToGrpcStatus(status));
+}
+
+void RouteToProto(const RouteResult& r, int block_size,
+                  v1::RouteResponse* out) {
+  out->set_best_worker(r.best_worker);
+  out->set_prompt_blocks(r.prompt_blocks);
+  out->set_block_size(static_cast<uint32_t>(block_size));
+  out->mutable_workers()->Reserve(static_cast<int>(r.workers.size()));
+  for (const WorkerMatch& m : r.workers) {
+    v1::WorkerMatch* w = out->add_workers();
+    w->set_worker(m.worker);
+    w->set_matched_blocks(m.matched_blocks);
+    for (const MediumCount& c : m.mediums) {
+      v1::MediumMatch* mm = w->add_mediums();
+      mm->set_medium(c.medium);
+      mm->set_matched_blocks(c.blocks);
+    }
+    w->set_state(static_cast<v1::WorkerState>(m.state));
+    w->set_last_seq(m.last_seq);
+    w->set_lag_ms(m.lag_ms);
+  }
+}
+
+}  // namespace
+
+PrefixIndexService::PrefixIndexService(const FleetIndex* index,
+                                       const Authorizer* auth,
+                                       CacheLimits limits,
+                                       RpcObserver* observer)
+    : index_(index), auth_(auth), limits_(limits), observer_(observer) {}
+
+absl::Status PrefixIndexService::DoRoute(const CallContext& call,
+                                         const v1::RouteRequest& req, int item,
+                                         v1::RouteResponse* resp) const {
+  if (absl::Status s = MayRoute(call, req.cache_salt(), item); !s.ok())
+    return s;
+  TokenCopies copies;
+  absl::StatusOr<absl::Span<const Token>> tokens =
+      RequestTokens(req, item, &copies);
+  if (!tokens.ok()) return tokens.status();
+  if (tokens->size() > limits_.max_tokens_per_request) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ItemPrefix(item), "Route of ", tokens->size(),
+                     " tokens exceeds max_tokens_per_request ",
+                     limits_.max_tokens_per_request));
+  }
+  RouteQuery q;
+  q.tokens = *tokens;
+  q.lora_name = req.lora_name();
+  q.lora_id = req.lora_id();
+  q.cache_salt = req.cache_salt();
+  q.workers.assign(req.workers().begin(), req.workers().end());
+  RouteToProto(index_->Route(q), index_->options().block_size, resp);
+  return absl::OkStatus();
+}
+
+grpc::ServerUnaryReactor* PrefixIndexService::Route(
+    grpc::CallbackServerContext* ctx, const v1::RouteRequest* req,
+    v1::RouteResponse* resp) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  absl::Status status =
+      call.ok() ? DoRoute(*call, *req, -1, resp) : call.status();
+  grpc::ServerUnaryReactor* reactor;
+  Finish(ctx, observer_, "Route", start, status, &reactor);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
+    grpc::CallbackServerContext* ctx, const v1::RouteBatchRequest* req,
+    v1::RouteBatchResponse* resp) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  absl::Status status = call.status();
+  if (status.ok()) status = CheckBatch("RouteBatch", req->requests(), limits_);
+  if (status.ok()) {
+    resp->mutable_responses()->Reserve(req->requests_size());
+    for (int i = 0; i < req->requests_size(); ++i) {
+      v1::RouteBatchItem* item = resp->add_responses();
+      absl::Status s =
+          DoRoute(*call, req->requests(i), i, item->mutable_response());
+      if (!s.ok()) {
+        item->clear_response();
+        SetItemStatus(s, item);
+      }
+    }
+  }
+  grpc::ServerUnaryReactor* reactor;
+  Finish(ctx, observer_, "RouteBatch", start, status, &reactor);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* PrefixIndexService::ListWorkers(
+    grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
+    v1::ListWorkersResponse* resp) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
+  absl::Status status = call.status();
+  if (status.ok() && !call->index_all) {
+    status = absl::PermissionDeniedError(
+        absl::StrCat("principal \"", call->principal,
+                     "\" may not list the index's workers: ListWorkers needs "
+                     "an ENGINE or ADMIN principal"));
+  }
+  if (status.ok()) {
+    const IndexStats stats = index_->Stats();
+    resp->set_block_size(static_cast<uint32_t>(index_->options().block_size));
+    resp->set_entries(stats.entries);
+    resp->set_max_entries(stats.max_entries);
+    for (const WorkerStatus& w : stats.workers) {
+      v1::WorkerInfo* out = resp->add_workers();
+      out->set_worker(w.worker);
+      out->set_endpoint(w.endpoint);
+      out->set_state(static_cast<v1::WorkerState>(w.state));
+      out->set_state_detail(w.state_detail);
+      for (const MediumCount& m : w.mediums) {
+        v1::MediumBlocks* mb = out->add_mediums();
+        mb->set_medium(m.medium);
+        mb->set_blocks(m.blocks);
+      }
+      out->set_events(w.events);
+      out->set_gaps(w.gaps);
+      out->set_replays(w.replays_ok + w.replays_failed);
+      out->set_dropped_blocks(w.dropped_blocks);
+      out->set_last_seq(w.last_seq);
+      out->set_last_event_unix_ms(w.last_event_unix_ms);
+      uint64_t clears = 0;
+      for (uint64_t c : w.clears) clears += c;
+      out->set_clears(clears);
+    }
+  }
+  grpc::ServerUnaryReactor* reactor;
+  Finish(ctx, observer_, "ListWorkers", start, status, &reactor);
+  return reactor;
+}
+
+}  // namespace prefixd

@@ -1,0 +1,49 @@
+// The PrefixIndex gRPC service (docs/index.md): Route, RouteBatch and
+// ListWorkers over the fleet index, on the daemon's listeners. Translates
+// proto <-> index/ and checks who may ask; the index logic lives in index/.
+//
+// Who may call (docs/security.md): with auth off, anyone who reaches the
+// listeners; otherwise ENGINE and ADMIN principals, and TENANT principals
+// for Route only, with a cache_salt from their configured cache_salts.
+#ifndef PREFIXD_SERVER_INDEX_SERVICE_H_
+#define PREFIXD_SERVER_INDEX_SERVICE_H_
+
+#include "absl/status/status.h"
+#include "core/cache.h"
+#include "index/fleet_index.h"
+#include "prefixd/v1/prefix_index.grpc.pb.h"
+#include "server/auth.h"
+#include "server/service.h"
+
+namespace prefixd {
+
+// Thread safety: handlers run concurrently; FleetIndex is thread-safe.
+// `index`, `auth` and `observer` (nullable) must outlive the service.
+class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
+ public:
+  PrefixIndexService(const FleetIndex* index, const Authorizer* auth,
+                     CacheLimits limits, RpcObserver* observer);
+
+  grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* ctx,
+                                  const v1::RouteRequest* req,
+                                  v1::RouteResponse* resp) override;
+  grpc::ServerUnaryReactor* RouteBatch(grpc::CallbackServerContext* ctx,
+                                       const v1::RouteBatchRequest* req,
+                                       v1::RouteBatchResponse* resp) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const v1::ListWorkersRequest* req,
+                                        v1::ListWorkersResponse* resp) override;
+
+ private:
+  absl::Status DoRoute(const CallContext& call, const v1::RouteRequest& req,
+                       int item, v1::RouteResponse* resp) const;
+
+  const FleetIndex* const index_;
+  const Authorizer* const auth_;
+  const CacheLimits limits_;
+  RpcObserver* const observer_;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_INDEX_SERVICE_H_

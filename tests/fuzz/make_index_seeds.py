@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of index_events_fuzzer (tests/fuzz/corpus/index_events_fuzzer/).
+
+    /usr/bin/python3 tests/fuzz/make_index_seeds.py
+
+Each seed is one KV event payload as stock engines publish it: msgspec's
+msgpack of an EventBatch, in the array form (older vLLM, SGLang;
+array_like=True) or the map form (newer vLLM), with the event shapes
+index/events.h decodes. The output is deterministic, so rerunning the
+script changes nothing unless the script changed.
+"""
+
+import os
+
+import msgpack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TS = 1735689600.125
+
+
+def tokens(first, n):
+    return list(range(first, first + n))
+
+
+def pack(obj):
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def stored_array(hashes, parent, block_size, first_token=0, lora_id=None, medium="GPU",
+                 lora_name=None, extra_keys=None, group_idx=None, upto=None):
+    """A BlockStored in the array form; upto keeps only the first fields (older vLLM)."""
+    event = ["BlockStored", hashes, parent, tokens(first_token, len(hashes) * block_size),
+             block_size, lora_id, medium, lora_name, extra_keys, group_idx,
+             "full_attention", None]
+    return event[:upto] if upto else event
+
+
+def stored_map(hashes, parent, block_size, first_token=0, lora_name=None, extra_keys=None,
+               group_idx=None, medium="GPU"):
+    """A BlockStored in the map form: fields left at their default are omitted."""
+    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent,
+             "token_ids": tokens(first_token, len(hashes) * block_size),
+             "block_size": block_size, "lora_id": None, "medium": medium,
+             "lora_name": lora_name}
+    if extra_keys is not None:
+        event["extra_keys"] = extra_keys
+    if group_idx is not None:
+        event["group_idx"] = group_idx
+        event["kv_cache_spec_kind"] = "sliding_window"
+        event["kv_cache_spec_sliding_window"] = 1024
+    return event
+
+
+def seeds():
+    s = {}
+    # SGLang: array batch, array events, int hashes, dp rank.
+    s["sglang_array"] = pack([TS, [
+        stored_array([101, 102], None, 4),
+        stored_array([103], 102, 4, first_token=8),
+        ["BlockRemoved", [101], "GPU"],
+    ], 0])
+    # Older vLLM: BlockStored up to lora_id, then up to medium; no dp rank.
+    s["vllm_old_short_fields"] = pack([TS, [
+        stored_array([-5, 2 ** 63 + 1], None, 2, upto=6),
+        stored_array([7], 2 ** 63 + 1, 2, first_token=4, medium="cpu", upto=7),
+        ["BlockRemoved", [-5], None],
+        ["AllBlocksCleared"],
+    ]])
+    # Newer vLLM: map batch, map events, bytes hashes (sha256 digests).
+    h = [bytes([i]) * 32 for i in range(1, 4)]
+    s["vllm_map_bytes_hashes"] = pack({"ts": TS, "events": [
+        stored_map(h[:2], None, 16),
+        stored_map(h[2:], h[1], 16, first_token=32),
+        {"type": "BlockRemoved", "block_hashes": [h[0]], "medium": "GPU"},
+    ], "data_parallel_rank": 1})
+    # LoRA and cache salt in extra_keys; group_idx and cache spec fields.
+    s["vllm_map_lora_salt"] = pack({"ts": TS, "events": [
+        stored_map([11, 12, 13], None, 2, lora_name="sql-adapter",
+                   extra_keys=[("sql-adapter", "tenant-a"), ("sql-adapter",), ("sql-adapter",)],
+                   group_idx=1),
+        {"type": "BlockRemoved", "block_hashes": [13], "medium": "GPU", "group_idx": 1},
+    ]})
+    # Multimodal keys, (identifier, offset in the block) as vLLM sends them:
+    # an image from the third block on ends the chain there; the last block
+    # also carries a prompt-embeds digest.
+    s["vllm_map_multimodal"] = pack({"ts": TS, "events": [
+        stored_map([21, 22, 23, 24], None, 4,
+                   extra_keys=[None, None, (("mm-9f86d081884c7d65", 2),),
+                               (("mm-9f86d081884c7d65", -2), b"\x01" * 32)]),
+    ], "data_parallel_rank": 0})
+    # Array events with every field, extra_keys, in an array batch.
+    s["vllm_array_full"] = pack([TS, [
+        stored_array([31, 32], None, 8, lora_id=3, lora_name="chat",
+                     extra_keys=[("chat", "salt-b"), None], group_idx=0),
+        stored_array([33], 32, 8, first_token=16, lora_id=3, medium="cpu",
+                     lora_name="chat", extra_keys=[("chat",)], group_idx=0),
+        ["BlockRemoved", [31, 32, 33], "CPU", 0],
+    ], 2])
+    # Unknown event types and fields, which are skipped and counted.
+    s["unknown_types_fields"] = pack({"ts": TS, "producer": "vllm-next", "events": [
+        ["BlockMoved", [1], "GPU", "CPU"],
+        {"type": "CacheResized", "num_blocks": 4096},
+        stored_array([41], None, 2) + ["future_field", [1, 2]],
+        {"type": "BlockRemoved", "block_hashes": [41], "medium": "GPU",
+         "eviction_reason": "lru"},
+        ["AllBlocksCleared", 0],
+    ]})
+    # A cleared-only batch with an int ts and an explicit nil dp rank.
+    s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
+    return s
+
+
+def main():
+    out = os.path.join(HERE, "corpus", "index_events_fuzzer")
+    os.makedirs(out, exist_ok=True)
+    for name, data in seeds().items():
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+
+if __name__ == "__main__":
+    main()

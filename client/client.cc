@@ -23,6 +23,7 @@ class ClientCore {
   ClientCore(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
       : channel_(std::move(channel)),
         stub_(v1::PrefixCache::NewStub(channel_)),
+        index_stub_(v1::PrefixIndex::NewStub(channel_)),
         options_(std::move(options)) {}
 
   // A context with the deadline (unless infinite) and the credentials.
@@ -87,11 +88,13 @@ class ClientCore {
 
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   v1::PrefixCache::Stub* stub() const { return stub_.get(); }
+  v1::PrefixIndex::Stub* index_stub() const { return index_stub_.get(); }
   const ClientOptions& options() const { return options_; }
 
  private:
   const std::shared_ptr<grpc::Channel> channel_;
   const std::unique_ptr<v1::PrefixCache::Stub> stub_;
+  const std::unique_ptr<v1::PrefixIndex::Stub> index_stub_;
   const ClientOptions options_;
 
   mutable absl::Mutex mu_;
@@ -474,6 +477,28 @@ absl::Status Client::WatchEvents(
   return stream->Finish();
 }
 
+absl::StatusOr<v1::RouteResponse> Client::Route(
+    absl::Span<const uint32_t> tokens, const RouteOptions& options) {
+  const v1::RouteRequest request = RouteRequestFor(tokens, options);
+  return core_->Unary<v1::RouteResponse>([&](auto* ctx, auto* resp) {
+    return core_->index_stub()->Route(ctx, request, resp);
+  });
+}
+
+absl::StatusOr<v1::RouteBatchResponse> Client::RouteBatch(
+    const v1::RouteBatchRequest& request) {
+  return core_->Unary<v1::RouteBatchResponse>([&](auto* ctx, auto* resp) {
+    return core_->index_stub()->RouteBatch(ctx, request, resp);
+  });
+}
+
+absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
+  return core_->Unary<v1::ListWorkersResponse>([&](auto* ctx, auto* resp) {
+    return core_->index_stub()->ListWorkers(ctx, v1::ListWorkersRequest(),
+                                            resp);
+  });
+}
+
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service) {
   std::unique_ptr<grpc::ClientContext> ctx =
       core_->NewContext(core_->options().deadline);
@@ -506,6 +531,18 @@ std::string TokensLe32(absl::Span<const uint32_t> tokens) {
     }
   }
   return out;
+}
+
+v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
+                                 const RouteOptions& options) {
+  v1::RouteRequest request;
+  request.set_tokens_le32(TokensLe32(tokens));
+  request.set_lora_name(options.lora_name);
+  request.set_lora_id(options.lora_id);
+  request.set_cache_salt(options.cache_salt);
+  request.mutable_workers()->Add(options.workers.begin(),
+                                 options.workers.end());
+  return request;
 }
 
 }  // namespace prefixd

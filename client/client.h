@@ -1,4 +1,5 @@
-// prefixd::Client: the C++ client of the PrefixCache service.
+// prefixd::Client: the C++ client of the PrefixCache service and of the
+// fleet index (PrefixIndex: Route, RouteBatch, ListWorkers; docs/index.md).
 //
 // A thin, typed layer over the generated stub that an engine links in:
 //   - every call carries a deadline (ClientOptions::deadline) and the
@@ -32,6 +33,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
+#include "prefixd/v1/prefix_index.grpc.pb.h"
 
 namespace grpc {
 class Channel;
@@ -68,6 +70,15 @@ struct PrefixOptions {
   bool pin = false;             // return a Lease on the matched/inserted path
   absl::Duration lease_ttl =
       absl::ZeroDuration();  // zero: the daemon's default
+};
+
+// Options of a Route (the fleet index): the namespace the engines hashed the
+// prompt under, and which workers to answer for.
+struct RouteOptions {
+  std::string lora_name;  // wins over lora_id when both are set
+  int64_t lora_id = 0;    // 0: none
+  std::string cache_salt;
+  std::vector<std::string> workers;  // only these (empty: every worker)
 };
 
 // grpc.health.v1 serving status, numbered as on the wire.
@@ -215,6 +226,23 @@ class Client {
       const std::function<bool(const v1::WatchEventsResponse&)>& on_batch,
       absl::Duration deadline = absl::InfiniteDuration());
 
+  // The fleet index (prefixd.v1.PrefixIndex, docs/index.md), on the same
+  // channel and credentials. A daemon that does not run the index answers
+  // UNIMPLEMENTED (code and message kept as they are, like any error).
+  //
+  // How many leading whole blocks of the prompt each worker holds, best
+  // first. The tokens travel in tokens_le32.
+  absl::StatusOr<v1::RouteResponse> Route(absl::Span<const uint32_t> tokens,
+                                          const RouteOptions& options = {});
+  // Many Routes in one round trip (build the items with RouteRequestFor).
+  // The call fails as a whole only when it is refused; otherwise there is
+  // one item per request, in order, each with its own code and, when OK,
+  // the response the single call would give.
+  absl::StatusOr<v1::RouteBatchResponse> RouteBatch(
+      const v1::RouteBatchRequest& request);
+  // Every worker the index knows: state, endpoint, blocks, event counters.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+
   // grpc.health.v1.Health/Check; service "" is the whole server.
   absl::StatusOr<HealthStatus> Health(const std::string& service = "");
   std::unique_ptr<HealthStream> WatchHealth(
@@ -248,6 +276,11 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // each, little-endian. Client::Match and Client::Insert send them so; code
 // that builds requests itself (MatchBatch) can too.
 std::string TokensLe32(absl::Span<const uint32_t> tokens);
+
+// The RouteRequest Client::Route sends (tokens in tokens_le32), for
+// RouteBatch items.
+v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
+                                 const RouteOptions& options = {});
 
 }  // namespace prefixd
 

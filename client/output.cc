@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "client/id_list.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -32,6 +33,39 @@ std::string Count(uint64_t n, const char* noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
 }
 
+// "GPU=3,CPU=1" (in the response's order), "-" for none.
+template <typename Medium, typename Blocks>
+std::string MediumList(const google::protobuf::RepeatedPtrField<Medium>& list,
+                       Blocks blocks) {
+  if (list.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const Medium& m : list)
+    parts.push_back(absl::StrCat(m.medium(), "=", blocks(m)));
+  return absl::StrJoin(parts, ",");
+}
+
+// A sequence number; "-" for -1 (nothing applied yet).
+std::string Seq(int64_t seq) { return seq < 0 ? "-" : absl::StrCat(seq); }
+
+// How long ago `unix_ms` was: "250ms ago", "3.5s ago", "2m3s ago"; "never"
+// for 0.
+std::string Ago(int64_t unix_ms, absl::Time now) {
+  if (unix_ms == 0) return "never";
+  absl::Duration age = now - absl::FromUnixMillis(unix_ms);
+  if (age <= absl::ZeroDuration()) return "now";
+  age = absl::Trunc(
+      age, age < absl::Minutes(1) ? absl::Milliseconds(1) : absl::Seconds(1));
+  return absl::StrCat(absl::FormatDuration(age), " ago");
+}
+
+// One line: control characters (newlines) become spaces.
+std::string OneLine(std::string s) {
+  for (char& c : s) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  return s;
+}
+
 uint64_t EvictedBlocks(const v1::TenantStats& t, const std::string& reason) {
   for (const v1::EvictionCount& e : t.evictions()) {
     if (e.reason() == reason) return e.blocks();
@@ -48,7 +82,9 @@ void Table::Print(std::ostream& out) const {
     for (size_t i = 0; i < row.size(); ++i)
       width[i] = std::max(width[i], row[i].size());
   }
-  for (const auto& row : rows_) {
+  auto note = notes_.begin();
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    const std::vector<std::string>& row = rows_[r];
     std::string line;
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
@@ -56,6 +92,8 @@ void Table::Print(std::ostream& out) const {
         line += std::string(width[i] - row[i].size() + 2, ' ');
     }
     out << line << "\n";
+    for (; note != notes_.end() && note->first == r; ++note)
+      out << note->second << "\n";
   }
 }
 
@@ -240,6 +278,70 @@ void PrintDump(const v1::DumpResponse& dump, const std::string& ns,
       out << ",...(+" << n.tokens_size() - shown << ")";
     out << "\n";
   }
+}
+
+std::string WorkerStateName(int state) {
+  constexpr absl::string_view kPrefix = "WORKER_STATE_";
+  if (!v1::WorkerState_IsValid(state)) return absl::StrCat(state);
+  absl::string_view name =
+      v1::WorkerState_Name(static_cast<v1::WorkerState>(state));
+  absl::ConsumePrefix(&name, kPrefix);
+  return std::string(name);
+}
+
+void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
+                std::ostream& out) {
+  out << "prompt " << Count(route.prompt_blocks(), "block") << " ("
+      << Count(query_tokens, "token") << ", block_size " << route.block_size()
+      << ")  ";
+  if (route.best_worker().empty()) {
+    out << "no worker holds the first block\n";
+  } else {
+    out << "best worker " << route.best_worker();
+    for (const v1::WorkerMatch& w : route.workers()) {
+      if (w.worker() == route.best_worker()) {
+        out << " (" << Count(w.matched_blocks(), "block") << ")";
+        break;
+      }
+    }
+    out << "\n";
+  }
+  Table t({"WORKER", "MATCHED_BLOCKS", "MATCHED_TOKENS", "MEDIUMS", "STATE",
+           "LAST_SEQ", "LAG"});
+  for (const v1::WorkerMatch& w : route.workers()) {
+    t.AddRow({w.worker(), absl::StrCat(w.matched_blocks()),
+              absl::StrCat(w.matched_blocks() * route.block_size()),
+              MediumList(
+                  w.mediums(),
+                  [](const v1::MediumMatch& m) { return m.matched_blocks(); }),
+              WorkerStateName(w.state()), Seq(w.last_seq()),
+              w.last_seq() < 0
+                  ? "-"
+                  : absl::FormatDuration(absl::Milliseconds(w.lag_ms()))});
+  }
+  t.Print(out);
+}
+
+void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
+                  std::ostream& out) {
+  out << Count(workers.workers_size(), "worker") << "  entries "
+      << workers.entries() << "/" << workers.max_entries() << "  block_size "
+      << workers.block_size() << "\n";
+  Table t({"WORKER", "STATE", "ENDPOINT", "BLOCKS", "EVENTS", "GAPS", "REPLAYS",
+           "CLEARS", "DROPPED", "LAST_SEQ", "LAST_EVENT"});
+  for (const v1::WorkerInfo& w : workers.workers()) {
+    t.AddRow({w.worker(), WorkerStateName(w.state()),
+              w.endpoint().empty() ? "-" : w.endpoint(),
+              MediumList(w.mediums(),
+                         [](const v1::MediumBlocks& m) { return m.blocks(); }),
+              absl::StrCat(w.events()), absl::StrCat(w.gaps()),
+              absl::StrCat(w.replays()), absl::StrCat(w.clears()),
+              absl::StrCat(w.dropped_blocks()), Seq(w.last_seq()),
+              Ago(w.last_event_unix_ms(), now)});
+    if (!w.state_detail().empty())
+      t.AddNote(absl::StrCat("  state_detail: ", OneLine(w.state_detail())));
+  }
+  t.Print(out);
 }
 
 }  // namespace prefixd

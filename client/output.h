@@ -8,10 +8,13 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "prefixd/v1/prefix_cache.pb.h"
+#include "prefixd/v1/prefix_index.pb.h"
 
 namespace prefixd {
 
@@ -22,10 +25,16 @@ class Table {
     rows_.push_back(std::move(header));
   }
   void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // A line printed as is under the last row added; it takes no part in the
+  // column widths.
+  void AddNote(std::string line) {
+    notes_.push_back({rows_.size() - 1, std::move(line)});
+  }
   void Print(std::ostream& out) const;
 
  private:
   std::vector<std::vector<std::string>> rows_;
+  std::vector<std::pair<size_t, std::string>> notes_;  // (row, line)
 };
 
 // "0 B", "512 B", "2.0 MiB", "4.0 GiB".
@@ -49,6 +58,16 @@ void PrintInsert(const v1::InsertResponse& insert, size_t tokens, size_t blocks,
 void PrintEvent(const v1::Event& event, std::ostream& out);
 void PrintDump(const v1::DumpResponse& dump, const std::string& ns,
                std::ostream& out);
+
+// The fleet index. "CONNECTING", "LIVE", "REPLAYING", "ERROR",
+// "UNSPECIFIED"; the number for a state this build does not know.
+std::string WorkerStateName(int state);
+// query_tokens: how many tokens were asked for.
+void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
+                std::ostream& out);
+// `now` dates LAST_EVENT ("1.5s ago").
+void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
+                  std::ostream& out);
 
 }  // namespace prefixd
 

@@ -15,6 +15,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "client/cli_flags.h"
 #include "client/client.h"
@@ -123,6 +125,18 @@ int RpcError(Context& ctx, const absl::Status& status) {
   return kExitRpcError;
 }
 
+// The fleet index's calls: UNIMPLEMENTED means the daemon runs no index,
+// which deserves a way out rather than gRPC's bare code.
+int IndexRpcError(Context& ctx, const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kUnimplemented)
+    return RpcError(ctx, status);
+  ctx.err << "error: the daemon at " << ctx.addr
+          << " does not serve the fleet index: start it with "
+             "--index_source=NAME=ENDPOINT or an index { } config "
+             "(docs/index.md)\n";
+  return kExitRpcError;
+}
+
 // Reads an ID list from --NAME or --NAME_file; nullopt when neither is given.
 absl::StatusOr<std::optional<std::vector<uint64_t>>> IdsFlag(
     const ParsedFlags& flags, const std::string& name, uint64_t max_value) {
@@ -163,6 +177,34 @@ absl::StatusOr<PrefixOptions> PrefixFlags(const ParsedFlags& flags) {
       flags.Duration("lease_ttl", absl::ZeroDuration());
   if (!ttl.ok()) return ttl.status();
   options.lease_ttl = *ttl;
+  return options;
+}
+
+// --lora_name, --lora_id, --cache_salt, --workers of `route`.
+absl::StatusOr<RouteOptions> RouteFlags(const ParsedFlags& flags) {
+  RouteOptions options;
+  options.lora_name = flags.String("lora_name");
+  options.cache_salt = flags.String("cache_salt");
+  absl::StatusOr<uint64_t> lora_id = flags.Uint("lora_id", 0);
+  if (!lora_id.ok()) return lora_id.status();
+  if (*lora_id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lora_id ", flags.String("lora_id"), " is above the maximum ",
+        std::numeric_limits<int64_t>::max()));
+  }
+  options.lora_id = static_cast<int64_t>(*lora_id);
+  if (flags.Has("workers")) {
+    const std::string list = flags.String("workers");
+    for (absl::string_view name : absl::StrSplit(list, ',')) {
+      name = absl::StripAsciiWhitespace(name);
+      if (name.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--workers takes worker names separated by commas; '",
+                         list, "' has an empty name"));
+      }
+      options.workers.emplace_back(name);
+    }
+  }
   return options;
 }
 
@@ -416,6 +458,35 @@ int RunDump(Context& ctx) {
   return kExitOk;
 }
 
+int RunRoute(Context& ctx) {
+  absl::StatusOr<std::vector<uint32_t>> tokens = TokensFlag(ctx.flags);
+  if (!tokens.ok())
+    return Usage(ctx, "route", std::string(tokens.status().message()));
+  absl::StatusOr<RouteOptions> options = RouteFlags(ctx.flags);
+  if (!options.ok())
+    return Usage(ctx, "route", std::string(options.status().message()));
+  absl::StatusOr<v1::RouteResponse> route =
+      ctx.client->Route(*tokens, *options);
+  if (!route.ok()) return IndexRpcError(ctx, route.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*route) << "\n";
+  } else {
+    PrintRoute(*route, tokens->size(), ctx.out);
+  }
+  return kExitOk;
+}
+
+int RunWorkers(Context& ctx) {
+  absl::StatusOr<v1::ListWorkersResponse> workers = ctx.client->ListWorkers();
+  if (!workers.ok()) return IndexRpcError(ctx, workers.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*workers) << "\n";
+  } else {
+    PrintWorkers(*workers, absl::Now(), ctx.out);
+  }
+  return kExitOk;
+}
+
 const FlagSpec kNamespace = {"namespace", "NS",
                              "namespace (LoRA adapter, cache salt)", "\"\""};
 const FlagSpec kTokens = {"tokens", "LIST", "token IDs: 1,2,3 or ranges 1-64",
@@ -496,6 +567,28 @@ const std::vector<Command>& Commands() {
        "print one tree of the tenant, node by node",
        {kNamespace},
        RunDump},
+      {"route",
+       "--tokens LIST [--lora_name X] [--lora_id N] [--cache_salt S] "
+       "[--workers A,B]",
+       "fleet index: how many leading blocks of the prompt each worker holds",
+       {kTokens,
+        kTokensFile,
+        {"lora_name", "NAME",
+         "LoRA adapter the engines hashed the prompt under (wins over "
+         "--lora_id)",
+         ""},
+        {"lora_id", "N", "LoRA adapter by integer ID", "0 (none)"},
+        {"cache_salt", "SALT", "cache salt the engines hashed the prompt with",
+         ""},
+        {"workers", "A,B", "only these workers, comma separated",
+         "every worker"}},
+       RunRoute},
+      {"workers",
+       "",
+       "fleet index: each worker's state, endpoint, blocks per medium, "
+       "event counters",
+       {},
+       RunWorkers},
       {"plan",
        "[flags]",
        "capacity planning from the model geometry (offline; see prefixctl plan "
@@ -513,10 +606,39 @@ const Command* FindCommand(const std::string& name) {
   return nullptr;
 }
 
+// What a command's --help says beyond its summary; "" for most.
+const char* CommandNotes(const std::string& name) {
+  if (name == "route") {
+    return R"(The first line: the prompt's whole blocks and the best worker, the one
+holding the longest run of blocks from the start of the prompt. Then one row
+per worker, in the daemon's order (most blocks first): MATCHED_BLOCKS and
+MATCHED_TOKENS it holds in any medium, MEDIUMS the run it holds in each
+medium (GPU=3,CPU=1), the STATE of its event stream, LAST_SEQ the last event
+batch applied (- for none) and LAG how far behind its engine that batch was.
+Needs a daemon that runs the fleet index (docs/index.md).
+)";
+  }
+  if (name == "workers") {
+    return R"(The first line: how many workers, the index's (block, worker) entries out
+of its maximum, and its block size. Then one row per worker: the STATE of its
+event stream (CONNECTING, LIVE, REPLAYING, ERROR), the ENDPOINT its events
+come from, BLOCKS held per medium, EVENTS applied, sequence GAPS seen,
+REPLAYS requested, CLEARS (engine restarts, AllBlocksCleared, unfillable
+gaps), DROPPED blocks it holds that the index could not take, LAST_SEQ the
+last batch applied and LAST_EVENT how long ago; under a worker whose state
+has a reason, a state_detail line. Needs a daemon that runs the fleet index
+(docs/index.md).
+)";
+  }
+  return "";
+}
+
 void PrintCommandHelp(const Command& c, std::ostream& out) {
   out << "usage: prefixctl [global flags] " << c.name << " " << c.synopsis
       << "\n\n"
       << c.summary << "\n";
+  if (const std::string notes = CommandNotes(c.name); !notes.empty())
+    out << "\n" << notes;
   if (!c.flags.empty()) {
     out << "\nflags:\n";
     PrintFlagHelp(c.flags, out);
@@ -550,8 +672,11 @@ void PrintHelp(std::ostream& out) {
 #endif
   out << "\nLists (--tokens, --block_ids, --lease) take items separated by "
          "commas or spaces;\n"
-      << "an item is N or an inclusive range A-B. Exit codes: 0 ok, 1 RPC "
-         "error, 2 usage error.\n"
+      << "an item is N or an inclusive range A-B. --workers takes names "
+         "separated by commas.\n"
+      << "route and workers need a daemon running the fleet index "
+         "(docs/index.md).\n"
+      << "Exit codes: 0 ok, 1 RPC error, 2 usage error.\n"
       << "Example: prefixctl insert --tokens 1-32 --block_ids 100,101\n";
 }
 

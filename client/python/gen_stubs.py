@@ -4,7 +4,8 @@
     /usr/bin/python3 client/python/gen_stubs.py --out build/python-stubs
     export PREFIXD_PYTHON_STUBS=$PWD/build/python-stubs
 
-writes OUT/prefixd/v1/prefix_cache_pb2.py and prefix_cache_pb2_grpc.py. The
+writes OUT/prefixd/v1/prefix_cache_pb2.py, prefix_cache_pb2_grpc.py and the
+fleet index's prefix_index_pb2.py, prefix_index_pb2_grpc.py. The
 `prefixd` package (client/python/prefixd) finds them through
 $PREFIXD_PYTHON_STUBS; they are never committed.
 
@@ -23,7 +24,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_PROTO_ROOT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "proto")
-PROTOS = ["prefixd/v1/prefix_cache.proto"]
+PROTOS = ["prefixd/v1/prefix_cache.proto", "prefixd/v1/prefix_index.proto"]
 
 
 def have_grpc_tools(python):

@@ -39,8 +39,9 @@ def setup(doc, extra=None):
         atexit.register(shutil.rmtree, args.stubs, True)
     sys.path.insert(0, PYTHON_DIR)
     import gen_stubs  # client/python/gen_stubs.py
-    if not os.path.exists(os.path.join(args.stubs, "prefixd", "v1", "prefix_cache_pb2_grpc.py")):
-        gen_stubs.generate(args.stubs)
+    if not all(os.path.exists(os.path.join(args.stubs, "prefixd", "v1", m))
+               for m in ("prefix_cache_pb2_grpc.py", "prefix_index_pb2_grpc.py")):
+        gen_stubs.generate(args.stubs)  # none yet, or from before prefix_index.proto
     os.environ["PREFIXD_PYTHON_STUBS"] = args.stubs
     return args
 

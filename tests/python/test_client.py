@@ -3,7 +3,10 @@
 show with auth off, against a recording fake server).
 
 The daemon runs on a free TCP port and a Unix socket in a temp dir with a
-64-block budget; it is stopped with SIGTERM and must exit 0.
+64-block budget; it is stopped with SIGTERM and must exit 0. The fleet
+index's calls (route, route_batch, list_workers) run against a daemon with
+one index source nobody publishes on (IndexTest), and against a fake
+PrefixIndex for what goes on the wire (IndexFakeTest).
 
 Usage: test_client.py --prefixd PATH [--stubs DIR] [unittest args]
 """
@@ -23,6 +26,8 @@ import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
 from prefixd.v1 import prefix_cache_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc  # noqa: E402
+from prefixd.v1 import prefix_index_pb2 as ipb  # noqa: E402
+from prefixd.v1 import prefix_index_pb2_grpc as ipb_grpc  # noqa: E402
 
 BLOCK = 16
 BUDGET_BLOCKS = 64
@@ -242,6 +247,16 @@ class ClientTest(TenantTestCase):
             c.handshake("engine-0", "0123456789abcdef")
         self.assertIn(fp, e.exception.details)
 
+    def test_the_fleet_index_is_unimplemented_without_an_index(self):
+        c = self.client()
+        for method, call in (("Route", lambda: c.route(tokens(0, 1))),
+                             ("RouteBatch", lambda: c.route_batch([tokens(0, 1)])),
+                             ("ListWorkers", c.list_workers)):
+            with self.assertRaises(prefixd.Unimplemented) as e:
+                call()
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNIMPLEMENTED)
+            self.assertEqual(e.exception.method, method)
+
     def test_watch_events_streams_stored_blocks(self):
         c = self.client()
         c.insert(tokens(0, 2), [1200, 1201])
@@ -290,6 +305,71 @@ class FreshDaemonTest(TenantTestCase):
             c.insert(tokens(200, BUDGET_BLOCKS + 1), list(range(3000, 3000 + BUDGET_BLOCKS + 1)))
 
 
+
+
+class IndexTest(unittest.TestCase):
+    """A daemon with a fleet index of one source, w0, whose endpoint nobody
+    listens on: ZeroMQ connects lazily, so w0 stays CONNECTING, holds
+    nothing and has applied no batch (needs the daemon's --index_source)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.endpoint = "tcp://127.0.0.1:%d" % prefixd_fixture.free_port()
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG,
+                                            args=["--index_source=w0=" + cls.endpoint])
+        try:
+            cls.daemon.start()
+        except BaseException:
+            cls.daemon.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.daemon.stop()
+        logs = cls.daemon.logs()
+        cls.daemon.close()
+        if rc != 0:
+            raise AssertionError("prefixd exited %s on SIGTERM:\n%s" % (rc, logs))
+
+    def client(self, target=None):
+        c = prefixd.Client(target or self.daemon.unix)
+        self.addCleanup(c.close)
+        return c
+
+    def assert_nothing_held(self, r, prompt_blocks):
+        self.assertIsInstance(r, prefixd.RouteResult)
+        self.assertEqual((r.best_worker, r.best), ("", None))
+        self.assertEqual((r.prompt_blocks, r.block_size), (prompt_blocks, BLOCK))
+        self.assertEqual(r.workers, [prefixd.WorkerMatch(
+            worker="w0", matched_blocks=0, mediums={}, state=prefixd.WorkerState.CONNECTING,
+            last_seq=-1,
+            lag_ms=r.workers[0].lag_ms if r.workers else 0)])
+
+    def test_route_answers_for_the_connecting_worker(self):
+        for target in (self.daemon.tcp, self.daemon.unix):
+            c = self.client(target)
+            self.assert_nothing_held(c.route(tokens(0, 4)), 4)
+        c = self.client()
+        self.assert_nothing_held(c.route(tokens(0, 2) + [7] * 5, lora_name="sql-adapter",
+                                         cache_salt="salt", workers=["w0"]), 2)
+        self.assert_nothing_held(c.route(tokens(0, 1), lora_id=3), 1)
+
+    def test_route_batch_answers_every_item(self):
+        c = self.client()
+        got = c.route_batch([tokens(0, 2), prefixd.RouteQuery(tokens(0, 3), workers=["w0"])],
+                            cache_salt="salt")
+        self.assertEqual(len(got), 2)
+        self.assert_nothing_held(got[0], 2)
+        self.assert_nothing_held(got[1], 3)
+
+    def test_list_workers_shows_the_source(self):
+        r = self.client().list_workers()
+        self.assertEqual((r.block_size, r.entries), (BLOCK, 0))
+        self.assertGreater(r.max_entries, 0)
+        self.assertEqual(r.workers, [prefixd.WorkerInfo(
+            worker="w0", endpoint=self.endpoint, state=prefixd.WorkerState.CONNECTING,
+            state_detail=r.workers[0].state_detail if r.workers else "", mediums={}, events=0,
+            gaps=0, replays=0, clears=0, dropped_blocks=0, last_seq=-1, last_event_unix_ms=0)])
 
 
 class EpochTest(unittest.TestCase):
@@ -370,6 +450,151 @@ class MetadataTest(unittest.TestCase):
         with self.assertRaises(prefixd.DeadlineExceeded) as e:
             c.info(timeout=0.2)
         self.assertEqual(e.exception.method, "GetInfo")
+
+
+ROUTE = ipb.RouteResponse(
+    best_worker="vllm-1", prompt_blocks=4, block_size=16, workers=[
+        ipb.WorkerMatch(worker="vllm-1", matched_blocks=3, state=ipb.LIVE, last_seq=1042,
+                        lag_ms=12, mediums=[ipb.MediumMatch(medium="GPU", matched_blocks=3),
+                                            ipb.MediumMatch(medium="CPU", matched_blocks=1)]),
+        ipb.WorkerMatch(worker="vllm-2", state=ipb.WORKER_STATE_UNSPECIFIED, last_seq=-1)])
+
+WORKERS = ipb.ListWorkersResponse(block_size=16, entries=1234, max_entries=50000000, workers=[
+    ipb.WorkerInfo(worker="vllm-0", endpoint="tcp://10.0.0.5:5557", state=ipb.LIVE,
+                   mediums=[ipb.MediumBlocks(medium="GPU", blocks=120),
+                            ipb.MediumBlocks(medium="CPU", blocks=8)],
+                   events=5230, gaps=1, replays=1, clears=0, dropped_blocks=2, last_seq=1042,
+                   last_event_unix_ms=1735689600000),
+    ipb.WorkerInfo(worker="vllm-1", endpoint="tcp://10.0.0.6:5557", state=ipb.ERROR,
+                   state_detail="batch 17: unknown event tag", last_seq=-1),
+    ipb.WorkerInfo(worker="vllm-9", state=7, last_seq=-1)])  # a state from a newer daemon
+
+
+class IndexServicer(ipb_grpc.PrefixIndexServicer):
+    """Answers ROUTE and WORKERS; an item whose lora_name is "bad" fails."""
+
+    def __init__(self):
+        self.requests = []
+        self.metadata = []
+
+    def Route(self, request, context):
+        self.metadata.append(dict(context.invocation_metadata()))
+        self.requests.append(request)
+        return ROUTE
+
+    def RouteBatch(self, request, context):
+        items = []
+        for r in request.requests:
+            self.requests.append(r)
+            if r.lora_name == "bad":
+                items.append(ipb.RouteBatchItem(code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                                                message="unknown LoRA adapter 'bad'"))
+            else:
+                items.append(ipb.RouteBatchItem(code=0, response=ROUTE))
+        return ipb.RouteBatchResponse(responses=items)
+
+    def ListWorkers(self, request, context):
+        self.metadata.append(dict(context.invocation_metadata()))
+        return WORKERS
+
+
+class IndexFakeTest(unittest.TestCase):
+    """What route, route_batch and list_workers send and how they convert
+    the answers, seen by a fake PrefixIndex; a server without it is
+    Unimplemented."""
+
+    def serve(self, add):
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        add(server)
+        target = "127.0.0.1:%d" % server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        self.addCleanup(server.stop, None)
+        return target
+
+    def setUp(self):
+        self.servicer = IndexServicer()
+        target = self.serve(lambda s: ipb_grpc.add_PrefixIndexServicer_to_server(self.servicer, s))
+        self.c = prefixd.Client(target, tenant="acme", token="s3cret")
+        self.addCleanup(self.c.close)
+
+    def test_route_sends_tokens_as_le32_and_the_namespace(self):
+        r = self.c.route([1, 2, 0xFFFFFFFF], lora_name="sql", lora_id=7, cache_salt="s",
+                         workers=["vllm-1", "vllm-2"])
+        (sent,) = self.servicer.requests
+        self.assertEqual(list(sent.tokens), [])
+        self.assertEqual(sent.tokens_le32, prefixd.tokens_le32([1, 2, 0xFFFFFFFF]))
+        self.assertEqual((sent.lora_name, sent.lora_id, sent.cache_salt), ("sql", 7, "s"))
+        self.assertEqual(list(sent.workers), ["vllm-1", "vllm-2"])
+        md = self.servicer.metadata[0]
+        self.assertEqual((md.get("authorization"), md.get("x-prefixd-tenant")),
+                         ("Bearer s3cret", "acme"))
+        self.assertEqual(r, prefixd.RouteResult(
+            workers=[prefixd.WorkerMatch("vllm-1", 3, {"GPU": 3, "CPU": 1},
+                                         prefixd.WorkerState.LIVE, 1042, 12),
+                     prefixd.WorkerMatch("vllm-2", 0, {}, prefixd.WorkerState.UNSPECIFIED, -1, 0)],
+            best_worker="vllm-1", prompt_blocks=4, block_size=16))
+        self.assertIs(r.best, r.workers[0])
+        state = r.workers[0].state
+        self.assertEqual(state, ipb.LIVE)  # the proto's number
+        self.assertEqual((state.name, str(state), "%s|%-6s|" % (state, state), f"{state:>5}"),
+                         ("LIVE", "LIVE", "LIVE|LIVE  |", " LIVE"))
+        self.assertEqual(list(r.workers[0].mediums), ["GPU", "CPU"])  # the daemon's order
+
+    def test_route_defaults_send_no_namespace_and_every_worker(self):
+        self.c.route([5])
+        (sent,) = self.servicer.requests
+        self.assertEqual((sent.lora_name, sent.lora_id, sent.cache_salt, list(sent.workers)),
+                         ("", 0, "", []))
+        with self.assertRaises(TypeError):  # a lone name, not a list of them
+            self.c.route([5], workers="vllm-1")
+        with self.assertRaises(OverflowError):
+            self.c.route([-1])
+
+    def test_route_batch_returns_each_items_error(self):
+        got = self.c.route_batch([[1, 2], prefixd.RouteQuery([3], lora_name="bad"),
+                                  prefixd.RouteQuery([4], lora_id=9, workers=["vllm-1"])],
+                                 cache_salt="s", workers=["vllm-2"])
+        self.assertEqual(len(got), 3)
+        self.assertIsInstance(got[0], prefixd.RouteResult)
+        self.assertEqual(got[0].best_worker, "vllm-1")
+        self.assertIsInstance(got[1], prefixd.InvalidArgument)
+        self.assertEqual(got[1].method, "RouteBatch")
+        self.assertEqual(got[1].details, "unknown LoRA adapter 'bad'")
+        self.assertIsInstance(got[2], prefixd.RouteResult)
+        first, bad, third = self.servicer.requests
+        # A bare token list takes the call's options; a RouteQuery only its own.
+        self.assertEqual((first.tokens_le32, first.cache_salt, list(first.workers)),
+                         (prefixd.tokens_le32([1, 2]), "s", ["vllm-2"]))
+        self.assertEqual((bad.lora_name, bad.cache_salt, list(bad.workers)), ("bad", "", []))
+        self.assertEqual((third.lora_id, list(third.workers)), (9, ["vllm-1"]))
+
+    def test_list_workers_converts_every_field(self):
+        r = self.c.list_workers()
+        self.assertEqual((r.block_size, r.entries, r.max_entries), (16, 1234, 50000000))
+        self.assertEqual([w.worker for w in r.workers], ["vllm-0", "vllm-1", "vllm-9"])
+        self.assertEqual(r.workers[0], prefixd.WorkerInfo(
+            worker="vllm-0", endpoint="tcp://10.0.0.5:5557", state=prefixd.WorkerState.LIVE,
+            state_detail="",
+            mediums={"GPU": 120, "CPU": 8}, events=5230, gaps=1, replays=1, clears=0,
+            dropped_blocks=2, last_seq=1042, last_event_unix_ms=1735689600000))
+        self.assertEqual((r.workers[1].state, r.workers[1].state_detail),
+                         (prefixd.WorkerState.ERROR, "batch 17: unknown event tag"))
+        self.assertEqual(r.workers[2].state, 7)  # unknown here: the number
+        self.assertNotIsInstance(r.workers[2].state, prefixd.WorkerState)
+        self.assertEqual(self.servicer.metadata[0].get("x-prefixd-tenant"), "acme")
+
+    def test_a_server_without_the_index_is_unimplemented(self):
+        target = self.serve(lambda s: pb_grpc.add_PrefixCacheServicer_to_server(
+            pb_grpc.PrefixCacheServicer(), s))
+        c = prefixd.Client(target)
+        self.addCleanup(c.close)
+        with self.assertRaises(prefixd.Unimplemented) as e:
+            c.route([1])
+        self.assertEqual((e.exception.method, e.exception.code),
+                         ("Route", grpc.StatusCode.UNIMPLEMENTED))
+        self.assertIsInstance(e.exception, prefixd.PrefixdError)
+        with self.assertRaises(prefixd.Unimplemented):
+            c.list_workers()
 
 
 if __name__ == "__main__":

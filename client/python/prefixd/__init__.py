@@ -8,8 +8,9 @@
 Modules: prefixd.client (Client, results, errors), prefixd.engine_sim (an
 engine simulator, the worked example of docs/integration.md), prefixd.sglang
 (SGLang's prefix-cache interface on top of the client). The generated gRPC
-modules are prefixd.v1.prefix_cache_pb2 and prefix_cache_pb2_grpc; they come
-from a build directory (see prefixd/_stubs.py).
+modules are prefixd.v1.prefix_cache_pb2 and prefix_cache_pb2_grpc (and
+prefix_index_pb2, prefix_index_pb2_grpc: the fleet index); they come from a
+build directory (see prefixd/_stubs.py).
 """
 
 from prefixd import _stubs
@@ -25,20 +26,28 @@ from prefixd.client import (  # noqa: E402
     InsertResult,
     InvalidArgument,
     Lease,
+    ListWorkersResult,
     MatchResult,
     NotFound,
     PermissionDenied,
     PrefixdError,
     ResourceExhausted,
+    RouteQuery,
+    RouteResult,
     Segment,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
+    WorkerInfo,
+    WorkerMatch,
+    WorkerState,
     tokens_le32,
 )
 
 __all__ = [
     "HEALTH_SERVICE", "Client", "DeadlineExceeded", "EventStream", "FailedPrecondition",
-    "InsertResult", "InvalidArgument", "Lease", "MatchResult", "NotFound", "PermissionDenied",
-    "PrefixdError", "ResourceExhausted", "Segment", "Unauthenticated", "Unavailable",
-    "tokens_le32",
+    "InsertResult", "InvalidArgument", "Lease", "ListWorkersResult", "MatchResult", "NotFound",
+    "PermissionDenied", "PrefixdError", "ResourceExhausted", "RouteQuery", "RouteResult",
+    "Segment", "Unauthenticated", "Unavailable", "Unimplemented", "WorkerInfo", "WorkerMatch",
+    "WorkerState", "tokens_le32",
 ]

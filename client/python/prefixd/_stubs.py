@@ -3,9 +3,10 @@
 The stubs live in a build directory, never in the source tree (see
 client/python/gen_stubs.py). They are looked up, in order:
 
-1. $PREFIXD_PYTHON_STUBS: a directory holding prefixd/v1/prefix_cache_pb2.py;
+1. $PREFIXD_PYTHON_STUBS: a directory holding prefixd/v1/prefix_cache_pb2.py
+   (and prefix_index_pb2.py, the fleet index's);
 2. in a source checkout (../../proto exists), a per-user cache keyed by the
-   .proto's hash, generated on first use: ~/.cache/prefixd/python-stubs/<hash>.
+   .protos' hash, generated on first use: ~/.cache/prefixd/python-stubs/<hash>.
 
 The directory's prefixd/ is appended to this package's __path__, so the
 generated code's own `from prefixd.v1 import prefix_cache_pb2` resolves.
@@ -19,14 +20,20 @@ import sys
 ENV = "PREFIXD_PYTHON_STUBS"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _PYTHON_DIR = os.path.dirname(_HERE)
-_PROTO = os.path.join(os.path.dirname(os.path.dirname(_PYTHON_DIR)), "proto", "prefixd", "v1",
-                      "prefix_cache.proto")
-_MODULE = os.path.join("prefixd", "v1", "prefix_cache_pb2_grpc.py")
+_PROTO_DIR = os.path.join(os.path.dirname(os.path.dirname(_PYTHON_DIR)), "proto", "prefixd", "v1")
+_PROTO = os.path.join(_PROTO_DIR, "prefix_cache.proto")
+# The protos gen_stubs.py compiles (its PROTOS), and one module each must exist.
+_PROTOS = ("prefix_cache.proto", "prefix_index.proto")
+_MODULES = tuple(os.path.join("prefixd", "v1", p[:-len(".proto")] + "_pb2_grpc.py")
+                 for p in _PROTOS)
 
 
 def _cache_dir():
-    with open(_PROTO, "rb") as f:
-        digest = hashlib.sha256(f.read()).hexdigest()[:16]
+    h = hashlib.sha256()
+    for p in _PROTOS:
+        with open(os.path.join(_PROTO_DIR, p), "rb") as f:
+            h.update(f.read())
+    digest = h.hexdigest()[:16]
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "prefixd", "python-stubs", digest)
 
@@ -35,16 +42,17 @@ def stubs_dir():
     """The directory holding prefixd/v1/*_pb2*.py; generates it if needed."""
     env = os.environ.get(ENV)
     if env:
-        if not os.path.exists(os.path.join(env, _MODULE)):
+        missing = [m for m in _MODULES if not os.path.exists(os.path.join(env, m))]
+        if missing:  # none, or stubs from before a proto was added
             raise ImportError("%s=%s holds no %s; generate it: %s %s --out %s"
-                              % (ENV, env, _MODULE, sys.executable,
+                              % (ENV, env, missing[0], sys.executable,
                                  os.path.join(_PYTHON_DIR, "gen_stubs.py"), env))
         return env
     if not os.path.exists(_PROTO):
         raise ImportError("prefixd's gRPC stubs are not generated: run client/python/"
                           "gen_stubs.py --out DIR and set %s=DIR" % ENV)
     out = _cache_dir()
-    if not os.path.exists(os.path.join(out, _MODULE)):
+    if not all(os.path.exists(os.path.join(out, m)) for m in _MODULES):
         r = subprocess.run([sys.executable, os.path.join(_PYTHON_DIR, "gen_stubs.py"),
                             "--out", out], capture_output=True, text=True)
         if r.returncode != 0:

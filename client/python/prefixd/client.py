@@ -1,4 +1,6 @@
-"""prefixd.Client: a small typed layer over the generated PrefixCache stub.
+"""prefixd.Client: a small typed layer over the generated PrefixCache stub,
+and over PrefixIndex (the fleet index, docs/index.md: route, route_batch,
+list_workers) on the same channel.
 
     client = prefixd.Client("unix:///run/prefixd/prefixd.sock", tenant="acme",
                             token=os.environ.get("PREFIXD_TOKEN"), deadline=2.0,
@@ -22,21 +24,29 @@
   new)` is then called once, on the calling thread, before the call returns,
   and the new epoch becomes the baseline.
 
+- The fleet index: `route(tokens, lora_name=..., cache_salt=...)` says how
+  many leading blocks of a prompt each worker (engine) holds, best first;
+  `list_workers()` what the index knows of each worker. A daemon that runs
+  no index raises Unimplemented.
+
 Thread safety: a Client may be used from many threads at once (grpc
 channels are); a Lease belongs to one thread at a time.
 """
 
 import array
+import enum
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import (Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar,
-                    Union)
+from typing import (Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
+                    TypeVar, Union)
 
 import grpc
 
 from prefixd.v1 import prefix_cache_pb2 as pb
 from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc
+from prefixd.v1 import prefix_index_pb2 as ipb
+from prefixd.v1 import prefix_index_pb2_grpc as ipb_grpc
 
 TENANT_HEADER = "x-prefixd-tenant"
 HEALTH_SERVICE = "prefixd.v1.PrefixCache"
@@ -89,6 +99,12 @@ class DeadlineExceeded(PrefixdError):
     pass
 
 
+class Unimplemented(PrefixdError):
+    """The daemon does not serve the method: for route, route_batch and
+    list_workers, it runs no fleet index (start it with
+    --index_source=NAME=ENDPOINT or an index { } config: docs/index.md)."""
+
+
 _ERRORS = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -98,6 +114,7 @@ _ERRORS = {
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
 }
 
 
@@ -194,6 +211,93 @@ class InsertResult(_Leased):
     lease: Optional[Lease] = None  # with pin=True
 
 
+# ---- fleet index results -----------------------------------------------------
+
+class WorkerState(enum.IntEnum):
+    """The state of a worker's event stream (WorkerState in
+    prefix_index.proto). Equal to the proto's numbers (prefix_index_pb2.LIVE
+    == WorkerState.LIVE); prints as its name."""
+    UNSPECIFIED = 0
+    CONNECTING = 1  # not connected (or just cleared after a broken batch)
+    LIVE = 2        # connected; every batch seen was applied in sequence
+    REPLAYING = 3   # a gap was seen; missing batches are being fetched
+    ERROR = 4       # events cannot be applied (state_detail says why)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __format__(self, spec: str) -> str:
+        return format(self.name, spec)
+
+
+# A state this client does not know (a newer daemon's) stays a plain int.
+State = Union[WorkerState, int]
+
+
+@dataclass
+class WorkerMatch:
+    """How much of a prompt one worker holds (an entry of RouteResult)."""
+    worker: str
+    # The longest run of whole blocks from the start of the prompt that the
+    # worker holds in any medium.
+    matched_blocks: int
+    mediums: Dict[str, int]  # per medium ("GPU", "CPU", ...), the run held there
+    state: State             # WorkerState.LIVE, ...
+    last_seq: int            # the last event batch applied; -1: none yet
+    lag_ms: int              # now - that batch's engine timestamp
+
+
+@dataclass
+class RouteResult:
+    workers: List[WorkerMatch]  # most matched_blocks first, then by name
+    best_worker: str            # "" when no worker holds the first block
+    prompt_blocks: int          # whole blocks in the prompt
+    block_size: int
+
+    @property
+    def best(self) -> Optional[WorkerMatch]:
+        """The best worker's entry; None when no worker holds the first block."""
+        for w in self.workers:
+            if self.best_worker and w.worker == self.best_worker:
+                return w
+        return None
+
+
+@dataclass(frozen=True)
+class RouteQuery:
+    """One prompt of route_batch with its own namespace and worker filter."""
+    tokens: Sequence[int]
+    lora_name: Optional[str] = None
+    lora_id: Optional[int] = None
+    cache_salt: Optional[str] = None
+    workers: Optional[Sequence[str]] = None
+
+
+@dataclass
+class WorkerInfo:
+    """One worker as the index knows it (an entry of ListWorkersResult)."""
+    worker: str
+    endpoint: str          # where its events come from
+    state: State           # WorkerState.LIVE, ...
+    state_detail: str      # why, when there is something to say ("" otherwise)
+    mediums: Dict[str, int]  # blocks held per medium
+    events: int            # events applied
+    gaps: int              # sequence gaps seen
+    replays: int           # replay requests made
+    clears: int            # AllBlocksCleared, engine restarts, unfillable gaps
+    dropped_blocks: int    # blocks of this worker the index did not take
+    last_seq: int          # the last batch applied; -1: none yet
+    last_event_unix_ms: int  # when that batch was applied; 0: never
+
+
+@dataclass
+class ListWorkersResult:
+    workers: List[WorkerInfo]
+    block_size: int
+    entries: int       # (block, worker) entries in the index
+    max_entries: int
+
+
 R = TypeVar("R")
 # One entry of a batch's answer: the item's result, or its own error.
 BatchItem = Union[R, PrefixdError]
@@ -228,6 +332,7 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(target, options=options)
         self._stub = pb_grpc.PrefixCacheStub(self._channel)
+        self._index_stub = ipb_grpc.PrefixIndexStub(self._channel)
         self._epoch_lock = threading.Lock()
         self._epoch: Optional[int] = None
 
@@ -262,9 +367,9 @@ class Client:
 
     # ---- calls ----
 
-    def _call(self, method: str, request, timeout: Optional[float]):
+    def _call(self, method: str, request, timeout: Optional[float], stub=None):
         try:
-            return getattr(self._stub, method)(
+            return getattr(stub or self._stub, method)(
                 request, timeout=self.deadline if timeout is None else timeout,
                 metadata=self._metadata)
         except grpc.RpcError as e:
@@ -411,6 +516,54 @@ class Client:
         """Every block ID in one tree (from Dump)."""
         return [b for n in self.dump(namespace, timeout=timeout).nodes for b in n.block_ids]
 
+    # ---- the fleet index (PrefixIndex) ----
+
+    def route(self, tokens: Sequence[int], *, lora_name: Optional[str] = None,
+              lora_id: Optional[int] = None, cache_salt: Optional[str] = None,
+              workers: Optional[Sequence[str]] = None,
+              timeout: Optional[float] = None) -> RouteResult:
+        """How many leading whole blocks of `tokens` each worker holds, best
+        first. The namespace is what the engines mixed into the first block's
+        hash: `lora_name` (wins over `lora_id`), `cache_salt`. `workers`:
+        only these (default: all). Unimplemented when the daemon runs no
+        fleet index."""
+        r = self._call("Route", _route_request(tokens, lora_name, lora_id, cache_salt, workers),
+                       timeout, self._index_stub)
+        return _route_result(r)
+
+    def route_batch(self, queries: Sequence[Union[RouteQuery, Sequence[int]]], *,
+                    lora_name: Optional[str] = None, lora_id: Optional[int] = None,
+                    cache_salt: Optional[str] = None, workers: Optional[Sequence[str]] = None,
+                    timeout: Optional[float] = None) -> List[BatchItem[RouteResult]]:
+        """Routes every prompt in one round trip (RouteBatch). An item is a
+        RouteQuery (its own options) or a token sequence (this call's
+        keyword options). One entry per item, in order: a RouteResult or
+        that item's own PrefixdError (returned, not raised: the others ran).
+        Raises only when the daemon refuses the whole batch."""
+        requests = []
+        for q in queries:
+            if isinstance(q, RouteQuery):
+                requests.append(_route_request(q.tokens, q.lora_name, q.lora_id, q.cache_salt,
+                                               q.workers))
+            else:
+                requests.append(_route_request(q, lora_name, lora_id, cache_salt, workers))
+        r = self._call("RouteBatch", ipb.RouteBatchRequest(requests=requests), timeout,
+                       self._index_stub)
+        return [_route_result(i.response) if i.code == 0
+                else _item_error("RouteBatch", i.code, i.message) for i in r.responses]
+
+    def list_workers(self, *, timeout: Optional[float] = None) -> ListWorkersResult:
+        """Every worker the fleet index knows, with its state and counters."""
+        r = self._call("ListWorkers", ipb.ListWorkersRequest(), timeout, self._index_stub)
+        return ListWorkersResult(
+            workers=[WorkerInfo(
+                worker=w.worker, endpoint=w.endpoint, state=_state(w.state),
+                state_detail=w.state_detail, mediums={m.medium: m.blocks for m in w.mediums},
+                events=w.events, gaps=w.gaps, replays=w.replays, clears=w.clears,
+                dropped_blocks=w.dropped_blocks, last_seq=w.last_seq,
+                last_event_unix_ms=w.last_event_unix_ms) for w in r.workers],
+            block_size=r.block_size, entries=r.entries, max_entries=r.max_entries)
+
     def watch_events(self, from_sequence: int = 0, *,
                      timeout: Optional[float] = None) -> "EventStream":
         """A stream of event batches; iterate it, `cancel()` it from any thread."""
@@ -451,7 +604,7 @@ class EventStream:
 # ---- helpers -----------------------------------------------------------------
 
 def tokens_le32(tokens: Iterable[int]) -> bytes:
-    """`tokens` as MatchRequest/InsertRequest.tokens_le32 carries them: 4 bytes each,
+    """`tokens` as MatchRequest/InsertRequest/RouteRequest.tokens_le32 carries them: 4 bytes each,
     little-endian, which is much faster to build than the repeated `tokens` field
     (a numpy array can be passed as tokens.astype("<u4").tobytes() directly).
     A token outside 0..2**32-1 raises OverflowError."""
@@ -463,6 +616,30 @@ def tokens_le32(tokens: Iterable[int]) -> bytes:
     if sys.byteorder == "big":
         a.byteswap()
     return a.tobytes()
+
+
+def _route_request(tokens, lora_name, lora_id, cache_salt, workers) -> ipb.RouteRequest:
+    if isinstance(workers, str):  # a lone name would be split into letters
+        raise TypeError("workers is a sequence of worker names, not the string %r" % workers)
+    return ipb.RouteRequest(tokens_le32=tokens_le32(tokens), lora_name=lora_name or "",
+                            lora_id=lora_id or 0, cache_salt=cache_salt or "",
+                            workers=list(workers or ()))
+
+
+def _route_result(r: ipb.RouteResponse) -> RouteResult:
+    return RouteResult(
+        workers=[WorkerMatch(worker=w.worker, matched_blocks=w.matched_blocks,
+                             mediums={m.medium: m.matched_blocks for m in w.mediums},
+                             state=_state(w.state), last_seq=w.last_seq, lag_ms=w.lag_ms)
+                 for w in r.workers],
+        best_worker=r.best_worker, prompt_blocks=r.prompt_blocks, block_size=r.block_size)
+
+
+def _state(state: int) -> State:
+    try:
+        return WorkerState(state)
+    except ValueError:
+        return state  # from a newer daemon
 
 
 def _offsets(offsets: Optional[Sequence[int]], n: int) -> Sequence[int]:

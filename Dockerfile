@@ -1,11 +1,14 @@
 # prefixd container image (docs/deploy.md). Two stages on Debian 12:
 #
-#   build    the dependency script the README uses (deploy/install-deps.sh),
-#            a Release build of prefixd and prefixctl, and the Debian package
-#            (CPack, deploy/package)
+#   build    the dependency script the README uses (deploy/install-deps.sh,
+#            which includes the fleet index's libzmq3-dev, cppzmq-dev and
+#            libmsgpack-cxx-dev), a Release build of prefixd and prefixctl,
+#            and the Debian package (CPack, deploy/package)
 #   runtime  debian:bookworm with that package installed: apt pulls in the
-#            runtime libraries its Depends names (from dpkg-shlibdeps) and
-#            nothing else; a non-root user (uid 65532, as deploy/k8s runs it)
+#            runtime libraries its Depends names (from dpkg-shlibdeps: gRPC,
+#            protobuf, abseil, prometheus-cpp, OpenSSL, and libzmq5 for the
+#            fleet index; msgpack-cxx is header-only) and nothing else; a
+#            non-root user (uid 65532, as deploy/k8s runs it)
 #
 #   buildah bud --format docker -t prefixd .     (or docker build -t prefixd .)
 #   deploy/test-image.sh                         (make image-test) builds and checks it
@@ -35,6 +38,8 @@ COPY deploy/config/container.textproto /etc/prefixd/config.textproto
 USER 65532:65532
 VOLUME ["/run/prefixd", "/var/lib/prefixd"]
 # gRPC (loopback unless the config enables auth and 0.0.0.0) and metrics.
+# The fleet index connects out to engines' event sockets; its optional
+# `index.listen` port (docs/index.md) is the deployment's to publish.
 EXPOSE 50051 9464
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

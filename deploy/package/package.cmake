@@ -6,7 +6,11 @@
 #   /etc/prefixd/config.textproto (conffile)    deploy/config/prefixd.textproto
 #   /usr/share/doc/prefixd/                     README.md, docs/*.md
 #
-# Depends comes from dpkg-shlibdeps on the binaries. The maintainer scripts
+# Depends comes from dpkg-shlibdeps on the binaries: gRPC, protobuf, abseil,
+# prometheus-cpp, OpenSSL, libzmq5 (the fleet index's ZeroMQ; msgpack-cxx is
+# header-only), libstdc++ and libc, each at the version the build saw;
+# tests/deploy/package_test.py checks that it covers every library the
+# binaries link. Nothing is listed by hand. The maintainer scripts
 # create the prefixd user, enable and (re)start the service, and stop it on
 # removal, like dh_installsystemd's.
 include_guard(GLOBAL)

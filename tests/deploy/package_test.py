@@ -2,8 +2,10 @@
 """Builds the Debian package with CPack (what `make package` does) into a
 temporary directory and checks it with dpkg-deb: metadata, file list and
 modes, conffiles, maintainer scripts, that the packaged unit, sysusers file
-and config are the repository's, and that the packaged (stripped) daemon
-serves the packaged config and exits 0 on SIGTERM.
+and config are the repository's, that Depends names the Debian package of
+every shared library the binaries link (libzmq5 when the daemon has the
+fleet index), and that the packaged (stripped) daemon serves the packaged
+config and exits 0 on SIGTERM.
 
 Exit 0 pass, 1 fail, 77 skip (dpkg-deb or cpack absent).
 Usage: package_test.py --build DIR --version X.Y.Z [--cpack PATH] [--repo DIR]
@@ -11,6 +13,7 @@ Usage: package_test.py --build DIR --version X.Y.Z [--cpack PATH] [--repo DIR]
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,6 +82,7 @@ def main():
         root = os.path.join(tmp, "root")
         run(["dpkg-deb", "-x", deb, root])
         check_files(t, root, args.repo, args.version)
+        check_runtime_depends(t, deb, root)
     return t.exit_code()
 
 
@@ -127,6 +131,54 @@ def check_control(t, deb, tmp):
     t.check("systemd-sysusers /usr/lib/sysusers.d/prefixd.conf" in text,
             "postinst creates the prefixd user")
     t.check("deb-systemd-helper enable prefixd.service" in text, "postinst enables the service")
+
+
+def path_variants(path):
+    """`path` and its real path, each also with /usr added or taken away:
+    with merged /usr, dpkg may know a library under /lib or /usr/lib."""
+    out = []
+    for p in (path, os.path.realpath(path)):
+        out += [p, p[len("/usr"):] if p.startswith("/usr/") else "/usr" + p]
+    return out
+
+
+def check_runtime_depends(t, deb, root):
+    """Every library a packaged binary links directly (ELF NEEDED) must come
+    from a package that Depends names, so that `apt-get install` of the .deb
+    (the Dockerfile's runtime stage does exactly that) brings it."""
+    depends = {d.strip().split()[0].split(":")[0]
+               for d in run(["dpkg-deb", "-f", deb, "Depends"]).stdout.replace("|", ",")
+               .split(",") if d.strip()}
+    libs = {}  # binary -> {soname: resolved path or None}
+    for name in ("prefixd", "prefixctl"):
+        binary = os.path.join(root, "usr", "bin", name)
+        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                            run(["readelf", "-d", binary]).stdout)
+        resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", run(["ldd", binary]).stdout, re.M))
+        libs[name] = {soname: resolved.get(soname) for soname in needed}
+    # One dpkg-query for every path (each call reads dpkg's whole file list).
+    paths = sorted({v for m in libs.values() for p in m.values() if p for v in path_variants(p)})
+    owner = {}
+    for line in run(["dpkg-query", "-S"] + paths).stdout.splitlines():
+        pkgs, _, path = line.partition(": ")
+        for pkg in pkgs.split(", "):
+            owner.setdefault(path.strip(), pkg.split(":")[0])
+    for name, needed in libs.items():
+        missing = {}
+        for soname, path in needed.items():
+            pkg = next((owner[v] for v in path_variants(path) if v in owner), None) if path else None
+            if pkg not in depends:
+                missing[soname] = pkg
+        t.check(needed and not missing,
+                "Depends covers the %d libraries %s links" % (len(needed), name),
+                "not in Depends (library: package): %s; Depends: %s"
+                % (missing, sorted(depends)))
+    help_text = run([os.path.join(root, "usr", "bin", "prefixd"), "--help"])
+    if "index_source" in help_text.stdout + help_text.stderr:
+        t.check("libzmq5" in depends, "Depends names libzmq5 (the fleet index's ZeroMQ)",
+                sorted(depends))
+    else:
+        print("note  this prefixd has no fleet index: libzmq5 not required")
 
 
 def check_files(t, root, repo, version):

@@ -7,7 +7,7 @@ deploy/prometheus/alerts.yml. Drives a workload whose counts are known
 (workload.py) through Python gRPC stubs generated at test time, waits for a
 scrape taken after the workload, then asks Prometheus' HTTP API:
 
-  - every counter of DESIGN.md section 9 has the exact expected value, per
+  - every counter of docs/metrics.md has the exact expected value, per
     tenant and reason (prefixd_rpc_* per method and code included);
   - every gauge has the expected value;
   - every PromQL expression of deploy/grafana/prefixd.json parses and returns
@@ -15,6 +15,15 @@ scrape taken after the workload, then asks Prometheus' HTTP API:
   - every alert rule was loaded and evaluated without error, and its
     expression, with comparisons made `bool` so that thresholds do not
     filter, parses and returns data.
+
+When the daemon has the fleet index (`--index_source` in its --help), it also
+runs it (docs/index.md): the test plays a vLLM engine's KV-event publisher
+(a ZeroMQ PUB socket and a replay ROUTER socket, msgpack batches as vLLM
+encodes them); after the index's catch-up replay on connecting, it publishes
+batches with a lost one that the index must replay, an AllBlocksCleared and
+a new chain, Routes prompts, and checks the Route answers and the exact
+prefixd_index_* values. Without the index, the
+dashboard's and rules' index expressions are only checked to parse.
 
 Exits 77 (skip) only when /usr/bin/prometheus is absent.
 
@@ -24,7 +33,9 @@ Usage: prometheus_e2e_test.py --prefixd PATH --repo DIR
 import json
 import os
 import re
+import subprocess
 import sys
+import threading
 import time
 
 import harness
@@ -121,13 +132,20 @@ def label_values_query(expr):
     return (m.group(1), m.group(2)) if m else (expr, None)
 
 
-def check_dashboard(prom, check, path):
+INDEX_METRICS = "prefixd_index_"
+
+
+def check_dashboard(prom, check, path, index_on):
     queries = dashboard_queries(path)
     check(len(queries) >= 20, "dashboard has %d expressions" % len(queries))
     for where, expr in queries:
         q, label = label_values_query(substitute(expr))
         r = prom.query(q)
         result = r.get("data", {}).get("result", [])
+        if INDEX_METRICS in q and not index_on:
+            check(r.get("status") == "success", "dashboard %s parses (no index: no data)" % where,
+                  "%s\n      -> %s" % (q, json.dumps(r)[:400]))
+            continue
         ok = r.get("status") == "success" and len(result) > 0
         if label:
             ok = ok and all(label in s["metric"] for s in result)
@@ -135,7 +153,7 @@ def check_dashboard(prom, check, path):
               "%s\n      -> %s" % (q, json.dumps(r)[:400]))
 
 
-def check_rules(prom, check):
+def check_rules(prom, check, index_on):
     def all_evaluated():
         r = prom.api("rules")
         rules = [rule for g in r["data"]["groups"] for rule in g["rules"]]
@@ -152,6 +170,11 @@ def check_rules(prom, check):
         q = boolify(rule["query"])
         r = prom.query(q)
         result = r.get("data", {}).get("result", [])
+        if INDEX_METRICS in q and not index_on:
+            check(r.get("status") == "success",
+                  "rule %s: expression parses (no index: no data)" % rule["name"],
+                  "%s\n      -> %s" % (q, json.dumps(r)[:400]))
+            continue
         check(r.get("status") == "success" and len(result) > 0,
               "rule %s: expression returns data" % rule["name"],
               "%s\n      -> %s" % (q, json.dumps(r)[:400]))
@@ -168,7 +191,7 @@ def check_values(prom, check, expected, what):
 
 def check_rpc_metrics(prom, check, client):
     errors = series(prom, check, "prefixd_rpc_errors_total")
-    check(len(errors) == 14 * 16, "prefixd_rpc_errors_total: 14 methods x 16 codes pre-created",
+    check(len(errors) == 17 * 16, "prefixd_rpc_errors_total: 17 methods x 16 codes pre-created",
           "%d series" % len(errors))
     wrong = {}
     for labels, value in errors.items():
@@ -208,11 +231,237 @@ def check_process(prom, check, started):
           "0 < process_open_fds < process_max_fds", "%s %s" % (fds, max_fds))
 
 
+# ---- the fleet index (docs/index.md) ----------------------------------------
+
+INDEX_BLOCK_SIZE = 16
+INDEX_MAX_ENTRIES = 1000
+INDEX_WORKER = "vllm-0"
+INDEX_TIMEOUT_S = 30
+
+
+def index_supported(prefixd):
+    r = subprocess.run([prefixd, "--help"], capture_output=True, text=True, timeout=30)
+    return "index_source" in r.stdout + r.stderr
+
+
+def index_config(engine):
+    return """
+index {
+  block_size: %d
+  max_entries: %d
+  sources { name: "%s" endpoint: "tcp://127.0.0.1:%d" replay_endpoint: "tcp://127.0.0.1:%d" }
+}
+""" % (INDEX_BLOCK_SIZE, INDEX_MAX_ENTRIES, INDEX_WORKER, engine.pub_port, engine.replay_port)
+
+
+class FakeVllmPublisher:
+    """A vLLM engine's KV-event publisher, as --kv-events-config with
+    publisher zmq, a wildcard endpoint and a replay_endpoint sets it up: a
+    bound PUB socket sending [topic, seq (8 bytes big-endian), msgpack
+    payload], and a ROUTER socket that answers a start sequence number with
+    every buffered (seq, payload) from there, then seq -1. The PUB is an
+    XPUB so the test sees prefixd subscribe before it publishes (no
+    slow-joiner loss). A batch can be "lost": buffered for replay, never
+    published."""
+
+    TOPIC = b"kv@vllm-0@llama-3-8b"
+
+    def __init__(self, zmq, msgpack):
+        self.zmq, self.msgpack = zmq, msgpack
+        self.ctx = zmq.Context()
+        self.pub = self.ctx.socket(zmq.XPUB)
+        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.replay = self.ctx.socket(zmq.ROUTER)
+        self.replay_port = self.replay.bind_to_random_port("tcp://127.0.0.1")
+        self.buffer = {}  # seq -> payload
+        self.lock = threading.Lock()
+        self.replay_requests = []  # start sequence numbers asked for
+        self.next_seq = 0
+        self.running = True
+        self.thread = threading.Thread(target=self._serve_replay, daemon=True)
+        self.thread.start()
+
+    def wait_subscribed(self, timeout_s):
+        if not self.pub.poll(int(timeout_s * 1000)):
+            raise TimeoutError("prefixd did not subscribe to the fake engine's events "
+                               "within %ss" % timeout_s)
+        self.pub.recv()  # b"\x01" + the topic prefix
+
+    @staticmethod
+    def stored(hashes, parent, tokens):
+        # vLLM's BlockStored, array-like, omit_defaults: block_hashes,
+        # parent_block_hash, token_ids, block_size, lora_id, medium, lora_name.
+        return ["BlockStored", hashes, parent, tokens, INDEX_BLOCK_SIZE, None, "GPU", None]
+
+    def publish(self, events, lost=False):
+        seq = self.next_seq
+        self.next_seq += 1
+        payload = self.msgpack.packb([time.time(), events], use_bin_type=True)
+        with self.lock:
+            self.buffer[seq] = payload
+        if not lost:
+            self.pub.send_multipart([self.TOPIC, seq.to_bytes(8, "big"), payload])
+        return seq
+
+    def _serve_replay(self):
+        while self.running:
+            if not self.replay.poll(50):
+                continue
+            frames = self.replay.recv_multipart()
+            envelope, start = frames[:-1], int.from_bytes(frames[-1], "big", signed=True)
+            self.replay_requests.append(start)
+            with self.lock:
+                batches = sorted((s, p) for s, p in self.buffer.items() if s >= start)
+            for seq, payload in batches:
+                self.replay.send_multipart(envelope + [seq.to_bytes(8, "big"), payload])
+            self.replay.send_multipart(envelope + [(-1).to_bytes(8, "big", signed=True), b""])
+
+    def close(self):
+        self.running = False
+        self.thread.join(5)
+        self.pub.close(0)
+        self.replay.close(0)
+        self.ctx.term()
+
+
+def load_index_stubs(proto_dir, out_dir):
+    """prefix_index_pb2(_grpc), generated next to harness.load_stubs' output."""
+    import importlib
+    subprocess.run(
+        [sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir,
+         "--python_out", out_dir, "--grpc_python_out", out_dir,
+         os.path.join(proto_dir, "prefixd", "v1", "prefix_index.proto")],
+        check=True)
+    return (importlib.import_module("prefixd.v1.prefix_index_pb2"),
+            importlib.import_module("prefixd.v1.prefix_index_pb2_grpc"))
+
+
+class IndexClient:
+    """PrefixIndex calls, counted in the cache client's call and error
+    counters (in case prefixd_rpc_* counts the index's methods too)."""
+
+    def __init__(self, grpc_module, pb2, pb2_grpc, channel, counted):
+        self.grpc, self.pb2, self.counted = grpc_module, pb2, counted
+        self.stub = pb2_grpc.PrefixIndexStub(channel)
+
+    def call(self, method, request):
+        self.counted.calls[method] += 1
+        try:
+            return getattr(self.stub, method)(request, timeout=10)
+        except self.grpc.RpcError as e:
+            self.counted.errors[(method, e.code().name)] += 1
+            raise
+
+    def route(self, tokens):
+        return self.call("Route", self.pb2.RouteRequest(tokens=tokens))
+
+    def worker(self):
+        r = self.call("ListWorkers", self.pb2.ListWorkersRequest())
+        return {w.worker: w for w in r.workers}.get(INDEX_WORKER)
+
+    def wait_live(self, what, last_seq=None, replays=None):
+        live = self.pb2.WorkerState.Value("LIVE")
+
+        def ready():
+            w = self.worker()
+            if w is None or w.state != live:
+                return None
+            if last_seq is not None and w.last_seq != last_seq:
+                return None
+            if replays is not None and w.replays != replays:
+                return None
+            return w
+        return harness.wait_for("index worker %s LIVE (%s)" % (INDEX_WORKER, what),
+                                ready, INDEX_TIMEOUT_S, 0.05)
+
+
+def run_index_workload(engine, index, check):
+    """Returns the prefixd_index_* values the workload implies."""
+    toks = workload.toks
+    engine.wait_subscribed(INDEX_TIMEOUT_S)
+    # On connecting, the index first replays what the engine buffers (here
+    # nothing yet): one replay, ok.
+    w = index.wait_live("after its catch-up replay", replays=1)
+    check(engine.replay_requests == [0] and w.last_seq == -1,
+          "on connecting, the index asked the replay socket for everything from seq 0",
+          (engine.replay_requests, w))
+    # Batches 0 and 1: a chain of 3 blocks (tokens 0..47) from the root.
+    engine.publish([engine.stored([101, 102], None, toks(0, 32))])
+    s = engine.publish([engine.stored([103], 102, toks(32, 16))])
+    index.wait_live("a 3-block chain", last_seq=s)
+    # Route 1: 4 prompt blocks, the worker holds the first 3.
+    r = index.route(toks(0, 64))
+    check(r.best_worker == INDEX_WORKER and r.prompt_blocks == 4 and r.block_size == 16
+          and [(w.worker, w.matched_blocks) for w in r.workers] == [(INDEX_WORKER, 3)]
+          and [(m.medium, m.matched_blocks) for m in r.workers[0].mediums] == [("GPU", 3)],
+          "Route: %s holds 3 of 4 prompt blocks, on GPU" % INDEX_WORKER, r)
+    # Batch 2 is lost (only in the replay buffer); batch 3 reveals the gap,
+    # and the index must replay 2 before applying 3.
+    engine.publish([engine.stored([104], 103, toks(48, 16))], lost=True)
+    s = engine.publish([engine.stored([105], 104, toks(64, 16))])
+    w = index.wait_live("the gap replayed", last_seq=s, replays=2)
+    check(engine.replay_requests == [0, 2], "on the gap, the index asked for seq 2 on",
+          engine.replay_requests)
+    check(w.gaps == 1 and w.clears == 0, "ListWorkers: 1 gap, no clear", w)
+    # Route 2: all 5 blocks, block 4 from the replay.
+    r = index.route(toks(0, 80))
+    check(r.best_worker == INDEX_WORKER and r.prompt_blocks == 5
+          and r.workers[0].matched_blocks == 5,
+          "Route after the replay: all 5 blocks (the lost one replayed)", r)
+    # Batch 4: AllBlocksCleared; batch 5: a new chain of 3 blocks.
+    engine.publish([["AllBlocksCleared"]])
+    s = engine.publish([engine.stored([201, 202, 203], None, toks(0, 48))])
+    index.wait_live("cleared, then a new chain", last_seq=s)
+    # Route 3: 2 whole blocks (+8 tokens), both held. Route 4: nobody.
+    r = index.route(toks(0, 40))
+    check(r.prompt_blocks == 2 and r.workers[0].matched_blocks == 2, "Route: 2 of 2 blocks", r)
+    r = index.route(toks(1000, 32))
+    check(r.best_worker == "" and r.prompt_blocks == 2
+          and all(w.matched_blocks == 0 for w in r.workers),
+          "Route of an unknown prompt: no best worker", r)
+    def of(**labels):  # the label tuple check_values compares (sorted, no instance/job)
+        return tuple(sorted(dict(labels, worker=INDEX_WORKER).items()))
+    expected = {
+        ("prefixd_index_events_total", of(type="BlockStored")): 5,
+        ("prefixd_index_events_total", of(type="BlockRemoved")): 0,
+        ("prefixd_index_events_total", of(type="AllBlocksCleared")): 1,
+        ("prefixd_index_events_total", of(type="unknown")): 0,
+        ("prefixd_index_gaps_total", of()): 1,
+        ("prefixd_index_replays_total", of(result="ok")): 2,  # catch-up, gap
+        ("prefixd_index_replays_total", of(result="failed")): 0,
+        ("prefixd_index_clears_total", of(reason="all_blocks_cleared")): 1,
+        ("prefixd_index_clears_total", of(reason="restart")): 0,
+        ("prefixd_index_clears_total", of(reason="replay_failed")): 0,
+        ("prefixd_index_clears_total", of(reason="undecodable")): 0,
+        ("prefixd_index_clears_total", of(reason="block_size")): 0,
+        ("prefixd_index_blocks", of(medium="GPU")): 3,
+        ("prefixd_index_entries", ()): 3,
+        ("prefixd_index_max_entries", ()): INDEX_MAX_ENTRIES,
+        ("prefixd_index_route_requests_total", ()): 4,
+        ("prefixd_index_route_prompt_blocks_total", ()): 4 + 5 + 2 + 2,
+        ("prefixd_index_route_matched_blocks_total", ()): 3 + 5 + 2 + 0,
+    }
+    for state in ("CONNECTING", "LIVE", "REPLAYING", "ERROR"):
+        expected[("prefixd_index_worker_state", of(state=state))] = 1 if state == "LIVE" else 0
+    return expected
+
+
 def run(args, tmp, check):
     import grpc  # Debian's python3-grpcio
     pb2, pb2_grpc = harness.load_stubs(os.path.join(args.repo, "proto"), os.path.join(tmp, "gen"))
+    index_on = index_supported(args.prefixd)
+    engine = None
+    config = workload.CONFIG
+    if index_on:
+        import msgpack  # Debian's python3-msgpack
+        import zmq  # Debian's python3-zmq
+        engine = FakeVllmPublisher(zmq, msgpack)
+        config += index_config(engine)
+    else:
+        print("note  this prefixd has no fleet index (no --index_source): "
+              "index expressions are only checked to parse")
     started = time.time()
-    daemon = harness.Daemon(args.prefixd, tmp, workload.CONFIG)
+    daemon = harness.Daemon(args.prefixd, tmp, config)
     prom = None
     client = harness.Client(grpc, pb2, pb2_grpc, daemon.grpc_address)
     try:
@@ -228,6 +477,18 @@ def run(args, tmp, check):
             "a scrape shows both tenants",
             lambda: scalar_value(prom, 'sum(prefixd_match_requests_total{tenant=~"acme|beta"})') == 2,
             SCRAPE_TIMEOUT_S)
+
+        index_expected = {}
+        if index_on:
+            ipb2, ipb2_grpc = load_index_stubs(os.path.join(args.repo, "proto"),
+                                               os.path.join(tmp, "gen"))
+            index = IndexClient(grpc, ipb2, ipb2_grpc, client.channel, client)
+            index_expected = run_index_workload(engine, index, check)
+            index_done = time.time()
+            # rate() in the dashboard needs two scrapes of the new series.
+            harness.wait_for("two scrapes after the index workload",
+                             lambda: (scalar_value(prom, "timestamp(prefixd_build_info)") or 0)
+                             > index_done + 1.05, SCRAPE_TIMEOUT_S)
 
         workload.phase2(client)
         workload.wait_for_lease_expiry(client, harness.wait_for)
@@ -246,6 +507,8 @@ def run(args, tmp, check):
         tenants = set(dict(k).get("tenant") for k in series(prom, check, "prefixd_cached_blocks"))
         check(tenants == {"acme", "beta"}, "tenant label: exactly the tenants used", tenants)
         check_rpc_metrics(prom, check, client)
+        if index_on:
+            check_values(prom, check, index_expected, "index")
         check_process(prom, check, started)
 
         hit_rate = ('sum by (tenant) (rate(prefixd_match_hit_tokens_total[5m]))'
@@ -255,8 +518,9 @@ def run(args, tmp, check):
         check(set(rates) == {"acme", "beta"} and all(0 < v <= 1 for v in rates.values()),
               "documented hit-rate PromQL gives a ratio per tenant", rates)
 
-        check_dashboard(prom, check, os.path.join(args.repo, "deploy", "grafana", "prefixd.json"))
-        check_rules(prom, check)
+        check_dashboard(prom, check, os.path.join(args.repo, "deploy", "grafana", "prefixd.json"),
+                        index_on)
+        check_rules(prom, check, index_on)
     except Exception:
         print("--- prefixd log ---\n" + daemon.log())
         if prom:
@@ -267,6 +531,8 @@ def run(args, tmp, check):
         if prom:
             prom.stop()
         rc = daemon.stop()
+        if engine:
+            engine.close()
     check(rc == 0, "prefixd exits 0 on SIGTERM", daemon.log() if rc else "")
     if check.failed:
         print("--- prefixd log ---\n" + daemon.log())

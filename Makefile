@@ -48,13 +48,15 @@ package: build
 	cmake --build $(BUILD_DIR) --target package
 
 # Benchmarks of issue 8 (docs/performance.md), not part of `make test`: the
-# hit-rate check, core_bench and its ratios, the core trace replay, then the
-# gRPC load generator and the Redis peer (bench/grpc_bench.sh; pick some with
+# hit-rate check, core_bench and its ratios, the core trace replay, the fleet
+# index's ingest and memory (index_bench), then the gRPC load generator and
+# the Redis peer (bench/grpc_bench.sh, Route included; pick some with
 # BENCH_SCENARIOS). Run them on a quiet machine.
 BENCH_TARGETS = core_bench trace_replay load prefixd_bench_server redis_peer prefixd
 # and the cross-tenant timing probe (docs/security.md)
 BENCH_TARGETS += timing_probe
-BENCH_SCENARIOS ?= T6 T8a T8b T9
+BENCH_TARGETS += index_bench
+BENCH_SCENARIOS ?= T6 T8a T8b T9 T10 T10b
 BENCH_OUT = $(BUILD_DIR)/bench-results
 
 .PHONY: bench
@@ -73,6 +75,7 @@ bench: configure
 	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core-thp.json
 	$(BUILD_DIR)/bench/trace_replay
 	$(BUILD_DIR)/bench/trace_replay --paths=core,tcp,unix --runs=1 --memory_blocks=0
+	bash -o pipefail -c '$(BUILD_DIR)/bench/index_bench | tee $(BENCH_OUT)/index.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe
 
@@ -92,7 +95,7 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_st
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 # Python-driven tests run the daemon binary and need no second run here.
-SANITIZE_SKIP = ^(e2e_test|python_.*|deploy_.*|metrics_.*_test|reliability_(stress|faults|soak)_test)$$
+SANITIZE_SKIP = ^(e2e_test|python_.*|deploy_.*|metrics_.*_test|reliability_(stress|faults|soak)_test|index_publisher_test)$$
 TSAN_TESTS = core_concurrency_test core_cache_test core_differential_test core_snapshot_test
 FUZZ_TARGETS = core_ops_fuzzer rpc_fuzzer snapshot_fuzzer index_events_fuzzer
 

@@ -5,7 +5,7 @@
 #
 #   check_hit_rate.sh TRACE_REPLAY [TRACE_DIR] [TRACES] [CAPACITIES]
 #
-# TRACE_DIR defaults to ../shared/data/mooncake next to the repository,
+# TRACE_DIR defaults to the repository's tests/data/mooncake,
 # TRACES to "synthetic" (space-separated names), CAPACITIES to a list that
 # includes capacities below the longest request (refused inserts). Exits 77
 # (ctest: skipped) when the trace data is missing.
@@ -13,7 +13,7 @@ set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 replay=${1:?usage: check_hit_rate.sh TRACE_REPLAY [TRACE_DIR] [TRACES] [CAPACITIES]}
-dir=${2:-$here/../../shared/data/mooncake}
+dir=${2:-$here/../tests/data/mooncake}
 traces=${3:-synthetic}
 caps=${4:-64,200,1000,3000,10000,50000,infinite}
 python=${PYTHON:-python3}

@@ -15,7 +15,7 @@ block per id. Per request, as bench/trace_replay does through core/:
 Prints the block hit rate per capacity (a table, or JSON with --json).
 Plain Python 3, no third-party modules.
 
-  lru_sim.py --trace=../shared/data/mooncake/synthetic_trace.jsonl \\
+  lru_sim.py --trace=tests/data/mooncake/synthetic_trace.jsonl \\
              --capacities=10000,50000,infinite
 """
 

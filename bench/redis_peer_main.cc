@@ -47,7 +47,7 @@
 #include "client/client.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 
-ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
+ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/tests/data/mooncake",
           "directory of the Mooncake traces");
 ABSL_FLAG(std::string, trace, "conversation",
           "conversation or synthetic (<name>_trace.jsonl)");

@@ -56,9 +56,9 @@
 #define PREFIXD_DAEMON_PATH ""
 #endif
 
-ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/../shared/data/mooncake",
-          "directory of <name>_trace.jsonl files (default: ../shared/data/"
-          "mooncake next to the repository)");
+ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/tests/data/mooncake",
+          "directory of <name>_trace.jsonl files (default: the repository's "
+          "tests/data/mooncake)");
 ABSL_FLAG(std::vector<std::string>, traces,
           std::vector<std::string>({"conversation", "synthetic"}),
           "traces to replay: names (file <trace_dir>/<name>_trace.jsonl) or "

@@ -202,7 +202,7 @@ class PrefixCache {
   absl::StatusOr<MatchResult> Match(absl::string_view tenant,
                                     const MatchRequest& req);
 
-  // Adopts req.block_ids for req.tokens (DESIGN.md section 4). On any error
+  // Adopts req.block_ids for req.tokens (docs/api.md, "Insert"). On any error
   // nothing changes.
   absl::StatusOr<InsertResult> Insert(absl::string_view tenant,
                                       const InsertRequest& req);

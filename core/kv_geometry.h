@@ -2,7 +2,7 @@
 // it is stored in, the block size, and the RoPE settings the keys were
 // rotated with. Everything the budget and the RoPE bookkeeping depend on.
 //
-// The governing formula (DESIGN.md section 1):
+// The governing formula (docs/capacity.md):
 //
 //   bytes_per_token = 2 x layers x kv_heads x head_dim x dtype_bits / 8
 //

@@ -1,4 +1,4 @@
-// Saving and restoring the whole cache (DESIGN.md section 10).
+// Saving and restoring the whole cache (docs/operations.md).
 //
 // File layout (all integers little-endian; varints are LEB128):
 //

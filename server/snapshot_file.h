@@ -1,4 +1,4 @@
-// The snapshot on disk (DESIGN.md section 10, docs/operations.md): written
+// The snapshot on disk (docs/operations.md): written
 // atomically when the daemon stops cleanly, read at most once at start-up.
 //
 //   start:  RestoreSnapshot(path, ...)      restored cache + epoch, or empty

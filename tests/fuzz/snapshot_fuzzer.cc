@@ -1,6 +1,6 @@
 // libFuzzer: snapshot files with a valid checksum but arbitrary contents,
 // the kind a buggy or older writer could leave, must never crash the daemon
-// or leave a broken cache (DESIGN.md section 10, docs/operations.md).
+// or leave a broken cache (docs/operations.md).
 //
 // The input is a snapshot's body (everything between the magic and the
 // CRC); the target wraps it in "PFXDSNP1" and the right CRC-32, so every

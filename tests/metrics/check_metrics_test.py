@@ -5,8 +5,8 @@ Starts prefixd on free ports, drives the known workload (workload.py:
 hits, misses, inserts, every eviction reason, leases, errors), scrapes
 /metrics and feeds it to promtool, which must report nothing: names, types,
 help text, units and suffixes all follow Prometheus' conventions. Also checks
-that the scrape has help text on every family and the families of DESIGN.md
-section 9.
+that the scrape has help text on every family and the families of
+docs/metrics.md.
 
 Exits 77 (skip) only when /usr/bin/promtool is absent.
 

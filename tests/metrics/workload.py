@@ -5,7 +5,8 @@ Geometry: llama-3-8b fp16, block_size 16, so one block is 16 x 131072 B =
 reserved 8 MiB (4 blocks) and limit 16 MiB (8 blocks); tenant beta is created
 on first use with the default quota (reserved 0, limit the whole budget).
 
-The counts below follow from DESIGN.md sections 4 and 5; each step says why.
+The counts below follow from docs/api.md (Match, Insert, Evict) and
+docs/architecture.md (recency and eviction); each step says why.
 """
 
 MIB = 1 << 20

@@ -20,7 +20,7 @@ import unittest
 import common
 
 ARGS = common.setup(__doc__, extra=lambda ap: ap.add_argument(
-    "--trace", default=os.path.join(common.REPO, "..", "shared", "data", "mooncake",
+    "--trace", default=os.path.join(common.REPO, "tests", "data", "mooncake",
                                     "synthetic_trace.jsonl")))
 
 import prefixd  # noqa: E402
@@ -42,7 +42,7 @@ class EngineSimTest(unittest.TestCase):
         if not ARGS.prefixd:
             self.skipTest("--prefixd not given")
         self.assertTrue(os.path.exists(ARGS.trace),
-                        "trace %s missing (../shared/data/mooncake from the repository root)"
+                        "trace %s missing (tests/data/mooncake in the repository)"
                         % ARGS.trace)
 
     def start(self, budget_blocks):

@@ -18,7 +18,7 @@ import unittest
 import common
 
 ARGS = common.setup(__doc__, extra=lambda ap: ap.add_argument(
-    "--trace", default=os.path.join(common.REPO, "..", "shared", "data", "mooncake",
+    "--trace", default=os.path.join(common.REPO, "tests", "data", "mooncake",
                                     "synthetic_trace.jsonl")))
 
 import prefixd  # noqa: E402

@@ -1,5 +1,5 @@
-// Malformed and hostile requests over a real gRPC channel (DESIGN.md section
-// 10, docs/api.md "Errors"). Each row of the table gets its documented code,
+// Malformed and hostile requests over a real gRPC channel (docs/api.md
+// "Errors"). Each row of the table gets its documented code,
 // a message that names the offending values, and leaves the daemon's state
 // byte-identical: Stats of every tenant and a Dump of every namespace of
 // every tenant are compared before and after.

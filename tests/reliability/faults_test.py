@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Faults against the real daemon (DESIGN.md section 10, docs/operations.md):
+"""Faults against the real daemon (docs/operations.md):
 
 - a client that dies holding leases: they expire on their short TTL and the
   blocks they pinned become evictable;

@@ -29,7 +29,7 @@ Each block has a reference count (running requests reading it) and a
 free + held by running requests + held by the cache == N, with the free list
 exactly the blocks nobody holds.
 
-Requests come from a Mooncake trace (../shared/data/mooncake, one JSON object
+Requests come from a Mooncake trace (tests/data/mooncake, one JSON object
 per line; every hash id is one block of 512 tokens, expanded into block_size
 synthetic tokens that depend only on the id).
 
@@ -50,7 +50,7 @@ import prefixd
 TRACE_BLOCK_TOKENS = 512  # Mooncake: tokens per hash id
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-DEFAULT_TRACE = os.path.join(REPO, "..", "shared", "data", "mooncake", "synthetic_trace.jsonl")
+DEFAULT_TRACE = os.path.join(REPO, "tests", "data", "mooncake", "synthetic_trace.jsonl")
 
 
 @dataclass
@@ -418,7 +418,7 @@ def main(argv=None) -> int:
     ap.add_argument("--token", default=os.environ.get("PREFIXD_TOKEN"))
     ap.add_argument("--namespace", default="")
     ap.add_argument("--trace", default=DEFAULT_TRACE,
-                    help="Mooncake JSONL trace (default: ../shared/data/mooncake/"
+                    help="Mooncake JSONL trace (default: tests/data/mooncake/"
                     "synthetic_trace.jsonl from the repository root)")
     ap.add_argument("--requests", type=int, default=None, help="replay only the first N")
     ap.add_argument("--blocks", type=int, default=None,

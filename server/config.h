@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
 #include "server/listen_address.h"

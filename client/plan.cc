@@ -18,11 +18,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "client/hf_config.h"
-#include "core/kv_geometry.h"
-#include "core/planner.h"
-#include "core/status_macros.h"
-#include "core/units.h"
+#include "model/hf_config.h"
+#include "model/kv_geometry.h"
+#include "model/planner.h"
+#include "model/status_macros.h"
+#include "model/units.h"
 
 namespace prefixd {
 namespace {

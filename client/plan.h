@@ -1,5 +1,5 @@
 // `prefixctl plan`: the capacity planner on the command line. Needs no
-// daemon; the arithmetic is core/planner.h, this file turns flags into a
+// daemon; the arithmetic is model/planner.h, this file turns flags into a
 // PlanInput and the Plan into tables (default) or JSON (--json).
 //
 //   prefixctl plan --model llama-3-70b --kv_dtype fp16

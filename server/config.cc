@@ -15,8 +15,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/hf_config.h"
-#include "core/units.h"
+#include "model/hf_config.h"
+#include "model/units.h"
 #include "server/auth.h"
 #include "server/defaults.h"
 

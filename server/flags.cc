@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 #include "server/defaults.h"
 
 namespace prefixd {

@@ -14,7 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/units.h"
+#include "model/units.h"
 
 namespace prefixd {
 namespace {

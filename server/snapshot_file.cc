@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/units.h"
+#include "model/units.h"
 
 namespace prefixd {
 namespace {

@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
-#include "client/rope.h"
-#include "core/kv_geometry.h"
 #include "gtest/gtest.h"
+#include "model/kv_geometry.h"
+#include "model/rope.h"
 #include "server/config.h"
 #include "server/server.h"
 

@@ -190,7 +190,7 @@ class EngineSim:
                  batch: int = 4, max_running: int = 16, block_id_base: int = 1,
                  check_every_step: bool = True, engine_id: str = "engine-sim",
                  model_fingerprint: Optional[str] = None):
-        """`model_fingerprint`: the engine's own (core/kv_geometry.h); the
+        """`model_fingerprint`: the engine's own (model/kv_geometry.h); the
         simulator has no model, so by default it takes the daemon's."""
         self.client = client
         self.engine_id = engine_id

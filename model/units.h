@@ -8,8 +8,8 @@
 // that quotes the offending text.
 //
 // Thread safety: pure functions.
-#ifndef PREFIXD_CORE_UNITS_H_
-#define PREFIXD_CORE_UNITS_H_
+#ifndef PREFIXD_MODEL_UNITS_H_
+#define PREFIXD_MODEL_UNITS_H_
 
 #include <cstdint>
 #include <string>
@@ -56,4 +56,4 @@ std::string FormatCount(uint64_t value);
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CORE_UNITS_H_
+#endif  // PREFIXD_MODEL_UNITS_H_

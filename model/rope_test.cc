@@ -1,12 +1,12 @@
-#include "client/rope.h"
+#include "model/rope.h"
 
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "core/kv_geometry.h"
 #include "gtest/gtest.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 namespace {

@@ -1,13 +1,13 @@
-#include "client/hf_config.h"
+#include "model/hf_config.h"
 
 #include <cstdio>
 #include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/kv_geometry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 namespace {

@@ -1,4 +1,4 @@
-#include "client/hf_config.h"
+#include "model/hf_config.h"
 
 #include <cmath>
 #include <cstdint>
@@ -11,10 +11,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/kv_geometry.h"
-#include "core/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "model/kv_geometry.h"
+#include "model/status_macros.h"
 
 namespace prefixd {
 namespace {

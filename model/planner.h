@@ -16,8 +16,8 @@
 // bytes (e.g. "4x80GiB") to plan with the real figure.
 //
 // Thread safety: pure functions.
-#ifndef PREFIXD_CORE_PLANNER_H_
-#define PREFIXD_CORE_PLANNER_H_
+#ifndef PREFIXD_MODEL_PLANNER_H_
+#define PREFIXD_MODEL_PLANNER_H_
 
 #include <cstdint>
 #include <optional>
@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 
@@ -135,4 +135,4 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& input);
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CORE_PLANNER_H_
+#endif  // PREFIXD_MODEL_PLANNER_H_

@@ -30,8 +30,8 @@
 // is used, as Hugging Face does.
 //
 // Thread safety: pure functions.
-#ifndef PREFIXD_CLIENT_HF_CONFIG_H_
-#define PREFIXD_CLIENT_HF_CONFIG_H_
+#ifndef PREFIXD_MODEL_HF_CONFIG_H_
+#define PREFIXD_MODEL_HF_CONFIG_H_
 
 #include <optional>
 #include <string>
@@ -39,7 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 
@@ -68,4 +68,4 @@ absl::StatusOr<ModelSpecFromHf> ReadHfConfig(const std::string& path);
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CLIENT_HF_CONFIG_H_
+#endif  // PREFIXD_MODEL_HF_CONFIG_H_

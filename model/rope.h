@@ -55,14 +55,14 @@
 // RotateKey sets the key to NaN, so that misuse cannot pass silently.
 //
 // Thread safety: pure functions.
-#ifndef PREFIXD_CLIENT_ROPE_H_
-#define PREFIXD_CLIENT_ROPE_H_
+#ifndef PREFIXD_MODEL_ROPE_H_
+#define PREFIXD_MODEL_ROPE_H_
 
 #include <cstdint>
 #include <vector>
 
 #include "absl/types/span.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 
@@ -91,4 +91,4 @@ double YarnAttentionFactor(const RopeConfig& rope);
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CLIENT_ROPE_H_
+#endif  // PREFIXD_MODEL_ROPE_H_

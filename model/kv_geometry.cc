@@ -1,4 +1,4 @@
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 
 #include <cstdint>
 #include <string>

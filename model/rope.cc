@@ -1,4 +1,4 @@
-#include "client/rope.h"
+#include "model/rope.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "core/kv_geometry.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/planner.h"
+#include "model/planner.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,8 +13,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "core/status_macros.h"
-#include "core/units.h"
+#include "model/status_macros.h"
+#include "model/units.h"
 
 namespace prefixd {
 namespace {

@@ -14,8 +14,8 @@
 // formula change can silently truncate.
 //
 // Thread safety: everything here is a value type or a pure function.
-#ifndef PREFIXD_CORE_KV_GEOMETRY_H_
-#define PREFIXD_CORE_KV_GEOMETRY_H_
+#ifndef PREFIXD_MODEL_KV_GEOMETRY_H_
+#define PREFIXD_MODEL_KV_GEOMETRY_H_
 
 #include <cstdint>
 #include <string>
@@ -190,4 +190,4 @@ std::vector<std::string> PresetNames();
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CORE_KV_GEOMETRY_H_
+#endif  // PREFIXD_MODEL_KV_GEOMETRY_H_

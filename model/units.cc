@@ -1,4 +1,4 @@
-#include "core/units.h"
+#include "model/units.h"
 
 #include <cstdint>
 #include <limits>

@@ -1,12 +1,12 @@
-#include "core/planner.h"
+#include "model/planner.h"
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
-#include "core/kv_geometry.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/kv_geometry.h"
 
 namespace prefixd {
 namespace {

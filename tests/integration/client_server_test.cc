@@ -330,9 +330,7 @@ int FreePort() {
 // and has applied no batch. The config is a file (the `index` message of
 // config.proto), so these tests need nothing of the server's C++ API.
 //
-// DISABLED_ until the daemon serves PrefixIndex (index/, server/: in
-// progress when these were written); remove the prefix then. What they
-// expect of the daemon:
+// What they expect of the daemon:
 //   Route:       one WorkerMatch {worker "w0", matched_blocks 0, no mediums,
 //                state CONNECTING, last_seq -1}, best_worker "",
 //                prompt_blocks = len(tokens) / 16, block_size 16;

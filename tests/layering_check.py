@@ -1,0 +1,200 @@
+#!/usr/bin/python3
+"""The include graph must be the layer picture of docs/architecture.md.
+
+Every .h and .cc under core/, model/, index/, server/ and client/ is scanned
+for #include lines. A header whose first path component is a directory of
+this repository belongs to that layer ("prefixd/v1/..." are the generated
+headers of proto/); any other header is third-party and allowed, except:
+
+    core/, index/  never gRPC, protobuf or Prometheus;
+    model/         never gRPC or Prometheus; protobuf only in hf_config.cc,
+                   for its JSON parser.
+
+The layers each one may include (dependencies point one way):
+
+    core    core
+    model   model
+    index   index, core
+    server  server, core, model, index, proto
+    client  client, proto, model
+
+Nothing includes client/, bench/ or tests/. model/status_macros.h repeats
+core/status_macros.h (model includes nothing of core); their #define lines
+must stay the same.
+
+Prints each violation as file:line and exits 1; exits 0 when there is none.
+--self_test checks on a scratch tree that violations are caught.
+"""
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+
+ALLOWED = {
+    "core": {"core"},
+    "model": {"model"},
+    "index": {"index", "core"},
+    "server": {"server", "core", "model", "index", "proto"},
+    "client": {"client", "proto", "model"},
+}
+# Top-level directories whose headers are ours, and the layer they are in.
+PROJECT_DIRS = {
+    "core": "core",
+    "model": "model",
+    "index": "index",
+    "server": "server",
+    "client": "client",
+    "bench": "bench",
+    "tests": "tests",
+    "proto": "proto",
+    "prefixd": "proto",  # prefixd/v1/*.pb.h, generated from proto/
+}
+NO_RPC = ("grpc/", "grpcpp/", "google/protobuf/", "prometheus/")
+FORBIDDEN_THIRD_PARTY = {
+    "core": NO_RPC,
+    "index": NO_RPC,
+    "model": ("grpc/", "grpcpp/", "prometheus/"),
+}
+# Files allowed a third-party prefix their layer otherwise forbids.
+THIRD_PARTY_EXCEPTIONS = {
+    ("model/hf_config.cc", "google/protobuf/"),
+}
+MODEL_PROTOBUF_ONLY_IN = "model/hf_config.cc"
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
+DEFINE = re.compile(r"^\s*#\s*define\s+(?!PREFIXD_\w*_H_\b)")
+
+
+def sources(root, layer):
+    top = os.path.join(root, layer)
+    if not os.path.isdir(top):  # index/ may not exist yet
+        return
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith((".h", ".cc")):
+                path = os.path.join(dirpath, name)
+                yield os.path.relpath(path, root).replace(os.sep, "/"), path
+
+
+def check_file(rel, path, layer):
+    problems = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, 1):
+            m = INCLUDE.match(line)
+            if not m:
+                continue
+            header = m.group(1)
+            first = header.split("/", 1)[0] if "/" in header else None
+            target = PROJECT_DIRS.get(first)
+            if target is not None:
+                if target not in ALLOWED[layer]:
+                    problems.append(
+                        f'{rel}:{lineno}: #include "{header}": {layer}/ may '
+                        f"not include {target}/ (allowed: "
+                        f"{', '.join(sorted(ALLOWED[layer]))})")
+                continue
+            for prefix in FORBIDDEN_THIRD_PARTY.get(layer, ()):
+                if header.startswith(prefix):
+                    problems.append(
+                        f'{rel}:{lineno}: #include "{header}": {layer}/ never '
+                        f"includes {prefix.rstrip('/')} headers")
+            if (layer == "model" and header.startswith("google/protobuf/")
+                    and rel != MODEL_PROTOBUF_ONLY_IN):
+                problems.append(
+                    f'{rel}:{lineno}: #include "{header}": in model/ only '
+                    f"{MODEL_PROTOBUF_ONLY_IN} may include protobuf")
+    return problems
+
+
+def defines(path):
+    with open(path, encoding="utf-8") as f:
+        text = f.read().replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines()
+            if DEFINE.match(line)]
+
+
+def check_status_macros(root):
+    core = os.path.join(root, "core", "status_macros.h")
+    model = os.path.join(root, "model", "status_macros.h")
+    if not (os.path.exists(core) and os.path.exists(model)):
+        return []
+    if defines(core) != defines(model):
+        return ["model/status_macros.h:1: its #define lines differ from "
+                "core/status_macros.h's; keep the two copies the same"]
+    return []
+
+
+def check(root):
+    problems = []
+    for layer in ALLOWED:
+        for rel, path in sources(root, layer):
+            problems += check_file(rel, path, layer)
+    problems += check_status_macros(root)
+    return problems
+
+
+def self_test():
+    """Violations in a scratch tree are each reported; a clean one passes."""
+    files = {
+        "core/ok.h": '#include "core/types.h"\n#include "absl/status/status.h"\n',
+        "core/bad.cc": '#include "core/ok.h"\n#include "model/units.h"\n',
+        "core/rpc.h": "#include <grpcpp/grpcpp.h>\n",
+        "model/bad.h": '#include "core/types.h"\n',
+        "model/pb.cc": '#include "google/protobuf/struct.pb.h"\n',
+        "model/hf_config.cc": '#include "google/protobuf/struct.pb.h"\n',
+        "server/bad.cc": '#include "index/a.h"\n#include "client/client.h"\n',
+        "server/sub/bench.h": '#  include "bench/load/common.h"\n',
+        "client/bad.cc": ('#include "prefixd/v1/prefix_cache.pb.h"\n'
+                          '#include "model/rope.h"\n#include "core/cache.h"\n'),
+        "core/status_macros.h": "#define RETURN_IF_ERROR(e) \\\n  return e\n",
+        "model/status_macros.h": "#define RETURN_IF_ERROR(e) return (e)\n",
+    }
+    expected = [
+        "client/bad.cc:3:", "core/bad.cc:2:", "core/rpc.h:1:",
+        "model/bad.h:1:", "model/pb.cc:1:", "model/status_macros.h:1:",
+        "server/bad.cc:2:", "server/sub/bench.h:1:",
+    ]
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in files.items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        got = sorted(p.split(" ", 1)[0] for p in check(root))
+        if got != expected:
+            print(f"self test: reported {got}, expected {expected}")
+            return 1
+        for rel in {e.split(":", 1)[0] for e in expected}:
+            os.remove(os.path.join(root, rel))
+        if check(root):
+            print(f"self test: a clean tree reported {check(root)}")
+            return 1
+    print("self test: every violation reported, a clean tree passes")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), help="the repository (default: this one)")
+    parser.add_argument("--self_test", action="store_true")
+    args = parser.parse_args()
+    if args.self_test:
+        return self_test()
+    problems = check(args.root)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f"{len(problems)} include(s) against the layering "
+              "(docs/architecture.md, tests/layering_check.py)")
+        return 1
+    scanned = [d for d in ALLOWED if os.path.isdir(os.path.join(args.root, d))]
+    print(f"layering ok: {', '.join(d + '/' for d in scanned)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -66,9 +66,10 @@ enum class ClearReason : int {
   kReplayFailed = 2,
   kUndecodable = 3,
   kBlockSize = 4,
-  kRemoved = 5,  // the worker left (a pool address no longer resolves)
+  kRemoved = 5,    // the worker left (a pool address no longer resolves)
+  kReconnect = 6,  // the connection came back: the engine may have restarted
 };
-inline constexpr int kNumClearReasons = 6;
+inline constexpr int kNumClearReasons = 7;
 absl::string_view ClearReasonName(ClearReason reason);
 
 // Why blocks were not indexed or were dropped

@@ -400,8 +400,17 @@ class Ingest::Runner {
       if (s.monitor->connected) {
         // Connected: catch up on what the engine still buffers; without a
         // replay endpoint, what it cached before now stays unknown (the
-        // index under-reports it, never the reverse).
+        // index under-reports it, never the reverse). A connection that
+        // comes back may be a restarted engine whose new numbers already
+        // passed ours, which no sequence check could tell from a
+        // continuation: start over from its whole replay buffer instead.
         s.monitor->connected = false;
+        if (s.seq.last() >= 0) {
+          ClearAll(s, ClearReason::kReconnect,
+                   absl::StrCat("reconnected to ", s.endpoint,
+                                ": rebuilt from the engine's replay buffer"));
+          s.seq.Reset();
+        }
         if (!s.replay_endpoint.empty()) {
           Replay(s, /*catch_up=*/true);
         } else {
@@ -496,6 +505,16 @@ class Ingest::Runner {
                                   " were lost: ", frames.status().message()));
       s.seq.Reset();
       if (!frames.ok()) return;
+    }
+    if (catch_up && s.seq.last() < 0 && !frames->empty() &&
+        frames->front().first > 0) {
+      // Joined late: what the engine stored before its oldest buffered
+      // batch is unknown (blocks extending it are dropped as unknown
+      // parents) until the engine stores it again.
+      SetAll(s, WorkerState::kReplaying,
+             absl::StrCat("joined at batch ", frames->front().first,
+                          ": blocks the engine stored before it are not "
+                          "indexed until stored again"));
     }
     s.seq.BeginReplay();
     for (const auto& [seq, payload] : *frames) {

@@ -38,10 +38,10 @@ std::string Be64(int64_t v) {
 // An array-form KvEventBatch with one BlockStored of `blocks` (block b has
 // tokens b*10+1 .. b*10+4 and hash 1000+b) after `parent` (0: root).
 std::string StoredPayload(const std::vector<uint32_t>& blocks, uint64_t parent,
-                          int block_size = kBs) {
+                          int block_size = kBs, int dp_rank = -1) {
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk(buf);
-  pk.pack_array(2);
+  pk.pack_array(dp_rank < 0 ? 2 : 3);
   pk.pack_double(1.0e9);
   pk.pack_array(1);
   pk.pack_array(7);
@@ -59,6 +59,7 @@ std::string StoredPayload(const std::vector<uint32_t>& blocks, uint64_t parent,
   pk.pack_int(block_size);
   pk.pack_nil();
   pk.pack(std::string("GPU"));
+  if (dp_rank >= 0) pk.pack_int(dp_rank);
   return std::string(buf.data(), buf.size());
 }
 
@@ -87,11 +88,15 @@ std::vector<Token> Prompt(const std::vector<uint32_t>& blocks) {
 // is served on its own thread; every send happens on the test's thread.
 class Publisher {
  public:
-  explicit Publisher(size_t buffer = 100) : buffer_(buffer) {
+  // Binds fresh ports, or the given ones (an engine restarting in place).
+  explicit Publisher(size_t buffer = 100,
+                     const std::string& pub_at = "tcp://127.0.0.1:*",
+                     const std::string& replay_at = "tcp://127.0.0.1:*")
+      : buffer_(buffer) {
     pub_.set(zmq::sockopt::linger, 0);
-    pub_.bind("tcp://127.0.0.1:*");
+    pub_.bind(pub_at);
     router_.set(zmq::sockopt::linger, 0);
-    router_.bind("tcp://127.0.0.1:*");
+    router_.bind(replay_at);
     endpoint_ = pub_.get(zmq::sockopt::last_endpoint);
     replay_endpoint_ = router_.get(zmq::sockopt::last_endpoint);
     thread_ = std::thread([this] { ServeReplay(); });
@@ -312,6 +317,94 @@ TEST_F(IngestTest, CatchesUpOnConnectFromTheReplayBuffer) {
   Start();
   ASSERT_TRUE(WaitApplied(1));
   EXPECT_EQ(Matched(index_, {1, 2, 3}, "e0"), 3u);
+}
+
+// An engine that restarts in place while the index is disconnected, and
+// publishes past the index's last sequence number before the index is back:
+// only clearing on reconnect keeps its old blocks from being reported.
+TEST(IngestReconnect, ARestartedEngineIsRebuiltFromItsReplayBuffer) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  auto first = std::make_unique<Publisher>();
+  const std::string pub_at = first->endpoint();
+  const std::string replay_at = first->replay_endpoint();
+  IngestOptions o;
+  o.sources.push_back({"e0", pub_at, replay_at, 0, absl::ZeroDuration()});
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return s.workers[0].state == WorkerState::kLive;
+  }));
+  absl::SleepFor(absl::Milliseconds(200));
+  first->Publish(StoredPayload({1}, 0));
+  ASSERT_TRUE(WaitFor(
+      index, [](const IndexStats& s) { return s.workers[0].last_seq == 0; }));
+  ASSERT_EQ(Matched(index, {1}, "e0"), 1u);
+  first.reset();  // the engine goes away; block 1 goes with it
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return s.workers[0].state == WorkerState::kConnecting;
+  }));
+  // Back on the same ports, already 3 batches in before the index returns.
+  Publisher second(100, pub_at, replay_at);
+  second.Publish(StoredPayload({5}, 0));
+  second.Publish(StoredPayload({6}, 0));
+  second.Publish(StoredPayload({7}, 0));
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return s.workers[0].last_seq == 2 &&
+           s.workers[0].state == WorkerState::kLive;
+  }));
+  EXPECT_EQ(Matched(index, {1}, "e0"), 0u);
+  EXPECT_EQ(Matched(index, {5}, "e0"), 1u);
+  EXPECT_EQ(Matched(index, {7}, "e0"), 1u);
+  EXPECT_EQ(index.Stats()
+                .workers[0]
+                .clears[static_cast<int>(ClearReason::kReconnect)],
+            1u);
+}
+
+TEST_F(IngestTest, EachDataParallelRankIsAWorker) {
+  Start();
+  pub_.Publish(StoredPayload({1}, 0, kBs, /*dp_rank=*/0));
+  pub_.Publish(StoredPayload({2}, 0, kBs, /*dp_rank=*/2));
+  ASSERT_TRUE(WaitFor(index_, [](const IndexStats& s) {
+    return s.workers.size() == 2 && s.workers[1].last_seq == 1;
+  }));
+  IndexStats s = index_.Stats();
+  EXPECT_EQ(s.workers[0].worker, "e0");
+  EXPECT_EQ(s.workers[1].worker, "e0/dp2");
+  EXPECT_EQ(Matched(index_, {1}, "e0"), 1u);
+  EXPECT_EQ(Matched(index_, {2}, "e0"), 0u);
+  EXPECT_EQ(Matched(index_, {2}, "e0/dp2"), 1u);
+}
+
+// A pool source resolves its host name and subscribes to every address, one
+// worker each, replayed at the pool's replay_port.
+TEST(IngestPool, OneWorkerPerAddressTheHostResolvesTo) {
+  Publisher pub;
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  const std::string port = pub.endpoint().substr(pub.endpoint().rfind(':') + 1);
+  const std::string replay_port =
+      pub.replay_endpoint().substr(pub.replay_endpoint().rfind(':') + 1);
+  pub.Publish(StoredPayload({1, 2}, 0));  // before: only a replay brings it
+  IngestOptions o;
+  IndexSource s;
+  s.name = "pool";
+  s.endpoint = absl::StrCat("tcp://localhost:", port);
+  s.replay_port = std::stoi(replay_port);
+  o.sources.push_back(s);
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  const std::string worker = absl::StrCat("pool/127.0.0.1:", port);
+  ASSERT_TRUE(WaitFor(index, [&](const IndexStats& st) {
+    for (const WorkerStatus& w : st.workers)
+      if (w.worker == worker && w.last_seq == 0) return true;
+    return false;
+  }));
+  EXPECT_EQ(Matched(index, {1, 2}, worker), 2u);
+  for (const WorkerStatus& w : index.Stats().workers) {
+    EXPECT_THAT(w.worker, ::testing::StartsWith("pool/")) << w.worker;
+  }
 }
 
 TEST(IngestListen, EnginesConnectAndNameThemselvesByTopic) {

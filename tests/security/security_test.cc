@@ -55,14 +55,16 @@ std::string ModeName(const ::testing::TestParamInfo<Mode>& info) {
 struct Principal {
   const char* name;
   const char* role;
-  const char* tenants;       // textproto list body
-  const char* cert_subject;  // MTLS: full subject or common name
+  const char* tenants;                // textproto list body
+  const char* cert_subject;           // MTLS: full subject or common name
+  const char* cache_salts = nullptr;  // textproto list body, if any
 };
 
 // app-a by its full subject (RFC 2253, as gRPC reports it), the others by
 // common name.
 constexpr Principal kPrincipals[] = {
-    {"app-a", "TENANT", "\"a\"", "CN=app-a,O=prefixd test"},
+    {"app-a", "TENANT", "\"a\"", "CN=app-a,O=prefixd test",
+     "[\"salt-a\", \"salt-a2\"]"},
     {"app-b", "TENANT", "\"b\"", "app-b"},
     {"engine-ac", "ENGINE", "[\"a\", \"c\"]", "engine-ac"},
     {"ops", "ADMIN", "[]", "ops"},
@@ -111,6 +113,12 @@ uint64_t Evicted(const v1::TenantStats& t) {
   do {                                                             \
     const absl::Status status_ = (expr);                           \
     EXPECT_EQ(status_.code(), absl::StatusCode::code_) << status_; \
+  } while (0)
+
+#define EXPECT_OK_STATUS(expr)            \
+  do {                                    \
+    const absl::Status status_ = (expr);  \
+    EXPECT_TRUE(status_.ok()) << status_; \
   } while (0)
 
 const testing::Pki& TestPki();
@@ -192,6 +200,9 @@ class SecurityTest : public ::testing::TestWithParam<Mode> {
           " tenants: ", p.tenants, " token_sha256: \"",
           Sha256Hex(TokenOf(p.name)), "\"",
           mtls ? absl::StrCat(" cert_subject: \"", p.cert_subject, "\"") : "",
+          p.cache_salts != nullptr
+              ? absl::StrCat(" cache_salts: ", p.cache_salts)
+              : "",
           " }\n");
     }
     absl::StrAppend(&text, extra);
@@ -736,6 +747,88 @@ TEST_P(SecurityTest, PrefixctlSpeaksTlsAndPresentsItsCredential) {
   EXPECT_EQ(rc, 0) << cmd << "\n" << out;
   EXPECT_THAT(out, HasSubstr("\"matched_tokens\""));
   EXPECT_THAT(out, HasSubstr(absl::StrCat(2 * kBlockSize))) << out;
+}
+
+// --- The fleet index: who may Route over which namespace -----------------
+
+// A fleet index whose one worker holds a chain under salt-a and another
+// under salt-b: TENANT app-a may Route with its own salts only, and never
+// list the workers; engines and admins may do both.
+TEST_P(SecurityTest, IndexRoutesATenantOnlyOverItsOwnSalts) {
+  StartServer("", "index { block_size: 4 listen: \"tcp://127.0.0.1:*\" }\n");
+  FleetIndex* index = server_->index();
+  ASSERT_NE(index, nullptr);
+  const WorkerId w = index->AddWorker("w0", "test");
+  const std::vector<uint32_t> p = Tokens(100, 2);
+  int64_t seq = 0;
+  for (const char* salt : {"salt-a", "salt-b"}) {
+    BlockStoredEvent ev;
+    ev.block_hashes = {static_cast<EngineHash>(seq * 10 + 1),
+                       static_cast<EngineHash>(seq * 10 + 2)};
+    ev.token_ids = p;
+    ev.block_size = kBlockSize;
+    ev.cache_salt = salt;
+    ev.chain_blocks = 2;
+    KvEventBatch batch;
+    batch.events.push_back(ev);
+    index->Apply(w, batch, seq++, absl::Now());
+  }
+  auto app_a = Connect("app-a");
+  auto app_b = Connect("app-b");
+  auto engine = Connect("engine-ac");
+  auto ops = Connect("ops");
+  RouteOptions salt_a;
+  salt_a.cache_salt = "salt-a";
+  RouteOptions salt_b;
+  salt_b.cache_salt = "salt-b";
+
+  // Positive control: app-a over its own salt sees the worker's 2 blocks.
+  ASSERT_OK_AND_MOVE(own, app_a->Route(p, salt_a));
+  EXPECT_EQ(own.best_worker(), "w0");
+  EXPECT_EQ(own.workers(0).matched_blocks(), 2u);
+  // Another tenant's salt, or none: refused, not answered with 0.
+  absl::Status other = app_a->Route(p, salt_b).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_THAT(other.message(), HasSubstr("salt-b"));
+  EXPECT_CODE(app_a->Route(p).status(), kPermissionDenied);
+  // app-b has no salts at all.
+  EXPECT_CODE(app_b->Route(p, salt_a).status(), kPermissionDenied);
+  // In a batch, the item with a foreign salt fails alone.
+  v1::RouteBatchRequest batch;
+  *batch.add_requests() = RouteRequestFor(p, salt_a);
+  *batch.add_requests() = RouteRequestFor(p, salt_b);
+  ASSERT_OK_AND_MOVE(items, app_a->RouteBatch(batch));
+  ASSERT_EQ(items.responses_size(), 2);
+  EXPECT_EQ(items.responses(0).code(), 0);
+  EXPECT_EQ(items.responses(0).response().workers(0).matched_blocks(), 2u);
+  EXPECT_EQ(items.responses(1).code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(items.responses(1).has_response());
+  // ListWorkers: engines and admins only.
+  EXPECT_CODE(app_a->ListWorkers().status(), kPermissionDenied);
+  ASSERT_OK_AND_MOVE(listed, engine->ListWorkers());
+  ASSERT_EQ(listed.workers_size(), 1);
+  EXPECT_EQ(listed.workers(0).worker(), "w0");
+  EXPECT_OK_STATUS(ops->ListWorkers().status());
+  // Engines and admins Route over any namespace; salts still partition.
+  ASSERT_OK_AND_MOVE(by_engine, engine->Route(p, salt_b));
+  EXPECT_EQ(by_engine.workers(0).matched_blocks(), 2u);
+  ASSERT_OK_AND_MOVE(unsalted, ops->Route(p));
+  EXPECT_EQ(unsalted.best_worker(), "");
+}
+
+TEST(IndexAuthConfig, CacheSaltsAreForTenantPrincipalsOnly) {
+  v1::Config proto;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(
+      "auth { mode: TOKEN }\n"
+      "principals { name: \"e\" role: ENGINE tenants: \"*\" token_sha256: "
+      "\"" +
+          Sha256Hex("t") + "\" cache_salts: \"s\" }\n",
+      &proto));
+  FillDefaults(&proto);
+  absl::StatusOr<ServerConfig> config = ResolveConfig(proto);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("cache_salts"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SecurityTest,

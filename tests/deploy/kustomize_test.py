@@ -11,8 +11,22 @@ through the Service and the ServiceMonitor; the PrometheusRule in step with
 deploy/prometheus/alerts.yml and the dashboard ConfigMap with
 deploy/grafana/prefixd.json (when those exist); the example token hash.
 
-With --prefixd, the rendered config (ConfigMap + principals Secret, joined as
-the pod's init container joins them) is also loaded by the real daemon.
+Then the fleet index component (deploy/k8s/index), rendered with the base by
+an overlay in a temporary directory outside the repository (as users include
+it: kustomize refuses an overlay inside its base's directory): its objects;
+the index Deployment's 2 replicas, gRPC probes on prefixd.v1.PrefixIndex,
+config assembly, security context and resources; its config's pool source
+(the headless Service's name, port 5557, replay_port 5558), block size and
+auth; the headless Service vllm-events (clusterIP None) selecting the engine
+pods on 5557/5558; the Route and metrics Services, the ServiceMonitor (job
+"prefixd", no pod scraped twice) and the index alerts in the PrometheusRule;
+the NetworkPolicies, evaluated for routers, engines, Prometheus and other
+pods; the engine's --kv-events-config (valid JSON, the endpoints, the topic
+from the downward API's POD_NAME) and a vLLM image that has it.
+
+With --prefixd, the rendered configs (ConfigMap + principals Secret, joined as
+the pods' init containers join them) are also loaded by the real daemon; the
+index's must make it report prefixd.v1.PrefixIndex SERVING (its probes).
 
 Exit 0 pass, 1 fail, 77 skip (kubectl absent).
 Usage: kustomize_test.py [--repo DIR] [--prefixd PATH]
@@ -20,11 +34,13 @@ Usage: kustomize_test.py [--repo DIR] [--prefixd PATH]
 
 import argparse
 import hashlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -38,13 +54,38 @@ except ImportError:
     sys.exit(1)
 
 
-def render(repo):
-    r = subprocess.run(["kubectl", "kustomize", os.path.join(repo, "deploy", "k8s")],
+def render(repo, path=None, what="deploy/k8s"):
+    r = subprocess.run(["kubectl", "kustomize", path or os.path.join(repo, "deploy", "k8s")],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
-        print("FAIL  kubectl kustomize deploy/k8s: exit %d\n%s" % (r.returncode, r.stderr))
+        print("FAIL  kubectl kustomize %s: exit %d\n%s" % (what, r.returncode, r.stderr))
         sys.exit(1)
     return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+INDEX_OVERLAY = """\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+components:
+  - %s
+"""
+
+
+def render_index(repo):
+    """The base plus the index component, through an overlay of the kind
+    docs/index.md shows, in a temporary directory (kustomize wants relative
+    paths, and refuses an overlay inside its base's directory)."""
+    tmp = tempfile.mkdtemp(prefix="prefixd-kustomize-")
+    try:
+        k8s = os.path.join(os.path.realpath(repo), "deploy", "k8s")
+        with open(os.path.join(tmp, "kustomization.yaml"), "w") as f:
+            f.write(INDEX_OVERLAY % (os.path.relpath(k8s, tmp),
+                                     os.path.relpath(os.path.join(k8s, "index"), tmp)))
+        return render(repo, tmp, "of an overlay with deploy/k8s and the component deploy/k8s/index")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def textproto_strings(text, field):
@@ -350,6 +391,402 @@ class KustomizeTest(common.Checker):
                    err)
 
 
+# ---- the fleet index component (deploy/k8s/index) ----
+
+_TEXTPROTO_TOKEN = re.compile(r'\s+|#[^\n]*|"((?:[^"\\]|\\.)*)"|([{}:])|([^\s{}:"#]+)')
+
+
+def parse_textproto(text):
+    """A textproto as {field: [values]}, a message's value being such a dict
+    and a scalar's its text (strings unquoted). Enough for the configs here."""
+    tokens = []
+    pos = 0
+    while pos < len(text):
+        m = _TEXTPROTO_TOKEN.match(text, pos)
+        if m is None:
+            raise ValueError("textproto: cannot read %r" % text[pos:pos + 20])
+        pos = m.end()
+        if m.group(1) is not None:
+            tokens.append(("str", m.group(1)))
+        elif m.group(2):
+            tokens.append((m.group(2), m.group(2)))
+        elif m.group(3):
+            tokens.append(("word", m.group(3)))
+
+    def message(i, closing):
+        out = {}
+        while i < len(tokens) and tokens[i][0] != "}":
+            kind, name = tokens[i]
+            if kind != "word":
+                raise ValueError("textproto: a field name expected, not %r" % name)
+            i += 1
+            if i < len(tokens) and tokens[i][0] == ":":
+                i += 1
+            if i < len(tokens) and tokens[i][0] == "{":
+                value, i = message(i + 1, True)
+            elif i < len(tokens) and tokens[i][0] in ("str", "word"):
+                value = tokens[i][1]
+                i += 1
+                while i < len(tokens) and tokens[i][0] == "str":  # "a" "b" concatenate
+                    value += tokens[i][1]
+                    i += 1
+            else:
+                raise ValueError("textproto: no value for %s" % name)
+            out.setdefault(name, []).append(value)
+        if closing:
+            if i >= len(tokens):
+                raise ValueError("textproto: a message is not closed")
+            i += 1
+        elif i < len(tokens):
+            raise ValueError("textproto: an unmatched }")
+        return out, i
+    return message(0, False)[0]
+
+
+def selects(selector, labels):
+    """A matchLabels selector (or a Service's plain selector) against labels."""
+    sel = selector.get("matchLabels", selector) if isinstance(selector, dict) else {}
+    if isinstance(selector, dict) and selector.get("matchExpressions"):
+        return False  # none here; never guessed
+    return all(labels.get(k) == v for k, v in sel.items())
+
+
+def peer_admits(peer, labels, same_namespace):
+    """One NetworkPolicy peer against a pod: podSelector alone means this
+    namespace; with a namespaceSelector, {} means any namespace (a selector
+    with labels is taken to mean another namespace). ipBlock: no pod."""
+    if "ipBlock" in peer:
+        return False
+    if "namespaceSelector" in peer:
+        ns = peer["namespaceSelector"] or {}
+        if (ns.get("matchLabels") or ns.get("matchExpressions")) and same_namespace:
+            return False
+    elif not same_namespace:
+        return False  # a podSelector alone: this namespace only
+    return selects(peer.get("podSelector") or {}, labels)
+
+
+def policy_admits(policy, direction, labels, port, same_namespace=True, protocol="TCP"):
+    """Whether `policy` lets traffic on `port` in `direction` ("ingress"
+    from a pod with `labels`, "egress" to it)."""
+    key = "from" if direction == "ingress" else "to"
+    for rule in policy["spec"].get(direction, []) or []:
+        ports = rule.get("ports")
+        if ports and not any(p.get("port") == port and p.get("protocol", "TCP") == protocol
+                             for p in ports):
+            continue
+        peers = rule.get(key)
+        if not peers or any(peer_admits(p, labels, same_namespace) for p in peers):
+            return True
+    return False
+
+
+class IndexTest(KustomizeTest):
+    """The base plus deploy/k8s/index, rendered by render_index()."""
+
+    ROUTER = {"app.kubernetes.io/name": "my-router", "app.kubernetes.io/component": "router"}
+    PROMETHEUS = {"app.kubernetes.io/name": "prometheus", "prometheus": "k8s"}
+    OTHER = {"app": "anything-else"}
+
+    def named(self, kind, name):
+        """The object `name`, or the generated `name-<hash>`; None if not one."""
+        objs = [o for o in self.by_kind.get(kind, [])
+                if re.fullmatch(re.escape(name) + r"(-[a-z0-9]{10})?", o["metadata"]["name"])]
+        return objs[0] if len(objs) == 1 else None
+
+    def test_index_kinds(self):
+        base = {(d["kind"], re.sub(r"-[a-z0-9]{10}$", "", d["metadata"]["name"]))
+                for d in render(self.repo)}
+        have = {(d["kind"], re.sub(r"-[a-z0-9]{10}$", "", d["metadata"]["name"]))
+                for d in self.docs}
+        want = {("Deployment", "prefixd-index"), ("PodDisruptionBudget", "prefixd-index"),
+                ("Service", "vllm-events"), ("Service", "prefixd-index"),
+                ("Service", "prefixd-index-metrics"), ("ServiceMonitor", "prefixd-index"),
+                ("NetworkPolicy", "prefixd-index"), ("NetworkPolicy", "llm-engine"),
+                ("ConfigMap", "prefixd-index-config"), ("Secret", "prefixd-index-principals"),
+                ("Secret", "prefixd-router-token")}
+        self.check(have == base | want and len(self.docs) == len(have),
+                   "index overlay: the base's objects plus %d of the component's" % len(want),
+                   "missing %s, unexpected %s" % (sorted((base | want) - have),
+                                                  sorted(have - base - want)))
+        for d in self.docs:
+            self.check(d["metadata"].get("labels", {}).get("app.kubernetes.io/part-of")
+                       == "prefixd", "index overlay: %s/%s labelled part-of prefixd"
+                       % (d["kind"], d["metadata"]["name"]))
+
+    def load_index(self):
+        dep = self.named("Deployment", "prefixd-index")
+        eng = self.named("Deployment", "llm-engine")
+        if not (self.check(dep is not None, "index overlay: Deployment prefixd-index")
+                and self.check(eng is not None, "index overlay: Deployment llm-engine")):
+            return False
+        self.deployment = dep
+        self.pod = dep["spec"]["template"]["spec"]
+        self.index_labels = dep["spec"]["template"]["metadata"]["labels"]
+        self.engine_pod = eng["spec"]["template"]["spec"]
+        self.engine_labels = eng["spec"]["template"]["metadata"]["labels"]
+        self.engine = {c["name"]: c for c in self.engine_pod["containers"]}.get("engine")
+        self.prefixd = {c["name"]: c for c in self.pod.get("containers", [])}.get("prefixd")
+        cm = self.named("ConfigMap", "prefixd-index-config")
+        self.config_text = (cm or {}).get("data", {}).get("prefixd-index.textproto", "")
+        self.principals_text = decode_secret(self.named("Secret", "prefixd-index-principals"),
+                                             "principals.textproto")
+        try:
+            self.config = parse_textproto(self.config_text)
+            self.principals = parse_textproto(self.principals_text)
+        except ValueError as e:
+            return self.check(False, "index config and principals parse", e)
+        return (self.check(self.engine is not None, "index overlay: the engine container")
+                and self.check(self.prefixd is not None, "index Deployment: a prefixd container")
+                and self.check(bool(self.config_text),
+                               "ConfigMap prefixd-index-config holds prefixd-index.textproto"))
+
+    def test_index_deployment(self):
+        dep = self.deployment
+        self.check(dep["spec"].get("replicas") == 2, "index Deployment: 2 replicas",
+                   dep["spec"].get("replicas"))
+        self.check(selects(dep["spec"]["selector"], self.index_labels)
+                   and not selects(dep["spec"]["selector"], self.engine_labels),
+                   "index Deployment: its selector matches its pods, not the engines'")
+        pdb = self.named("PodDisruptionBudget", "prefixd-index")
+        self.check(pdb is not None and selects(pdb["spec"]["selector"], self.index_labels)
+                   and pdb["spec"].get("maxUnavailable") == 1,
+                   "PodDisruptionBudget: one index replica at a time", pdb and pdb["spec"])
+        # The config file: --config, written by an init container from both sources.
+        c = self.prefixd
+        args = c.get("args", []) + c.get("command", [])
+        configs = [a.split("=", 1)[1] for a in args if a.startswith("--config=")]
+        if self.check(len(configs) == 1, "index prefixd gets --config=FILE", args):
+            writers = [x for x in self.pod.get("initContainers", [])
+                       if configs[0] in " ".join(x.get("command", []))]
+            self.check(len(writers) == 1 and "prefixd-index.textproto" in
+                       " ".join(writers[0]["command"]) and "principals.textproto" in
+                       " ".join(writers[0]["command"]),
+                       "an init container joins the config and the principals into %s"
+                       % configs[0])
+            m = volume_for_path(c, configs[0])
+            self.check(m is not None and writers and
+                       (volume_for_path(writers[0], configs[0]) or {}).get("name") == m["name"],
+                       "the config file is on a volume both containers mount", m)
+        names = {(d["kind"], d["metadata"]["name"]) for d in self.docs}
+        for v in self.pod.get("volumes", []):
+            ref = (("ConfigMap", v["configMap"]["name"]) if "configMap" in v else
+                   ("Secret", v["secret"]["secretName"]) if "secret" in v else None)
+            if ref:
+                self.check(ref in names, "index pod: %s %s is rendered" % ref)
+        # Probes: the kubelet's gRPC probes, on the port the config listens on.
+        ports = {p["containerPort"]: p for p in c.get("ports", [])}
+        listen = self.config.get("listen", [])
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            g = (c.get(kind) or {}).get("grpc")
+            if not self.check(g is not None, "index %s is a native gRPC probe" % kind,
+                              c.get(kind)):
+                continue
+            self.check(g.get("port") == 50051 and 50051 in ports
+                       and "0.0.0.0:50051" in listen,
+                       "index %s on 50051, a container port prefixd listens on (pod IP)" % kind,
+                       (g, listen))
+            want = None if kind == "livenessProbe" else "prefixd.v1.PrefixIndex"
+            self.check(g.get("service") == want or (want is None and not g.get("service")),
+                       "index %s asks for %s" % (kind, want or "the whole server"), g)
+        self.check(self.principals_text and not re.search(
+            r"^\s*(principals\s*\{|token_sha256)", self.config_text, re.M),
+            "no principals (token hashes) in the index ConfigMap")
+        self.test_security()
+
+    def test_index_config(self):
+        cfg = self.config
+        self.check(cfg.get("metrics_listen") == ["0.0.0.0:9464"],
+                   "index metrics_listen 0.0.0.0:9464", cfg.get("metrics_listen"))
+        auth = (cfg.get("auth") or [{}])[0]
+        self.check(auth.get("mode") == ["TOKEN"],
+                   "index auth TOKEN (a non-loopback listener needs auth)", auth)
+        index = cfg.get("index") or []
+        if not self.check(len(index) == 1, "the config has one index { }", index):
+            return
+        index = index[0]
+        self.check(index.get("block_size") == ["16"], "index block_size 16",
+                   index.get("block_size"))
+        sources = index.get("sources", [])
+        self.check(len(sources) == 1 and not index.get("listen"),
+                   "index: one source, no listen socket", index)
+        src = sources[0] if sources else {}
+        endpoint = (src.get("endpoint") or [""])[0]
+        m = re.fullmatch(r"tcp://([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:(\d+)",
+                         endpoint)
+        self.check(m is not None and m.group(3) == "5557",
+                   "pool source endpoint tcp://<service>.<namespace>.svc.cluster.local:5557",
+                   endpoint)
+        self.check(src.get("replay_port") == ["5558"] and not src.get("replay_endpoint"),
+                   "pool source replay_port 5558 (one replay endpoint per address)", src)
+        self.check(src.get("resolve_interval") == ["10s"], "pool source resolve_interval 10s",
+                   src.get("resolve_interval"))
+        self.events_service_name = m.group(1) if m else None
+        # The routers' principal: the example token's hash, a role that may Route.
+        tok = decode_secret(self.named("Secret", "prefixd-router-token"), "token")
+        digest = hashlib.sha256(tok.encode()).hexdigest()
+        routers = [p for p in self.principals.get("principals", [])
+                   if p.get("token_sha256") == [digest]]
+        self.check(tok and len(routers) == 1 and routers[0].get("role")[0] in ("ENGINE", "ADMIN"),
+                   "the router token's SHA-256 is an ENGINE or ADMIN principal (Route, "
+                   "ListWorkers)", routers)
+
+    def test_index_services(self):
+        ev = self.named("Service", "vllm-events")
+        if self.check(ev is not None and ev["metadata"]["name"] == self.events_service_name,
+                      "the pool source's host names the Service vllm-events",
+                      self.events_service_name):
+            spec = ev["spec"]
+            self.check(spec.get("clusterIP") == "None", "vllm-events is headless (clusterIP None)",
+                       spec.get("clusterIP"))
+            self.check(selects(spec.get("selector", {}), self.engine_labels)
+                       and not selects(spec.get("selector", {}), self.index_labels),
+                       "vllm-events selects the engine pods (not the index's)",
+                       spec.get("selector"))
+            self.check(spec.get("publishNotReadyAddresses") is True,
+                       "vllm-events publishes engines that are not ready (no retire on a "
+                       "readiness blip)")
+            cports = {p.get("name"): p["containerPort"] for p in self.engine.get("ports", [])}
+            got = sorted((p["port"], cports.get(p.get("targetPort"), p.get("targetPort")))
+                         for p in spec.get("ports", []))
+            self.check(got == [(5557, 5557), (5558, 5558)],
+                       "vllm-events ports 5557 and 5558 reach the engine's container ports", got)
+        route = self.named("Service", "prefixd-index")
+        if self.check(route is not None, "Service prefixd-index (Route)"):
+            spec = route["spec"]
+            cports = {p.get("name"): p["containerPort"] for p in self.prefixd.get("ports", [])}
+            got = [(p["port"], cports.get(p.get("targetPort"), p.get("targetPort")))
+                   for p in spec.get("ports", [])]
+            self.check(selects(spec.get("selector", {}), self.index_labels)
+                       and not selects(spec.get("selector", {}), self.engine_labels)
+                       and got == [(50051, 50051)],
+                       "prefixd-index selects the index pods, port 50051 -> gRPC", (spec, got))
+        metrics = self.named("Service", "prefixd-index-metrics")
+        monitors = self.by_kind.get("ServiceMonitor", [])
+        mine = self.named("ServiceMonitor", "prefixd-index")
+        if not self.check(metrics is not None and mine is not None,
+                          "Service prefixd-index-metrics and ServiceMonitor prefixd-index"):
+            return
+        cports = {p.get("name"): p["containerPort"] for p in self.prefixd.get("ports", [])}
+        mp = metrics["spec"]["ports"]
+        self.check(selects(metrics["spec"]["selector"], self.index_labels)
+                   and [cports.get(p.get("targetPort")) for p in mp] == [9464],
+                   "prefixd-index-metrics selects the index pods' metrics port", mp)
+        svc_labels = {s["metadata"]["name"]: s["metadata"].get("labels", {})
+                      for s in self.by_kind.get("Service", [])}
+        scraped = {sm["metadata"]["name"]: sorted(n for n, l in svc_labels.items()
+                                                  if selects(sm["spec"]["selector"], l))
+                   for sm in monitors}
+        self.check(scraped.get("prefixd-index") == ["prefixd-index-metrics"]
+                   and all("prefixd-index-metrics" not in v for k, v in scraped.items()
+                           if k != "prefixd-index"),
+                   "ServiceMonitor prefixd-index scrapes prefixd-index-metrics, no other "
+                   "monitor does", scraped)
+        job = svc_labels["prefixd-index-metrics"].get(mine["spec"].get("jobLabel", ""))
+        self.check(job == "prefixd", "index scraped as job=\"prefixd\" (what the alerts expect)",
+                   job)
+        self.check([e.get("port") for e in mine["spec"].get("endpoints", [])]
+                   == [mp[0].get("name")], "ServiceMonitor prefixd-index scrapes port metrics")
+        rule = self.one("PrometheusRule")
+        alerts = {r.get("alert") for g in (rule or {}).get("spec", {}).get("groups", [])
+                  for r in g.get("rules", [])}
+        self.check({"PrefixdIndexWorkerNotLive", "PrefixdIndexEventLag", "PrefixdDown"} <= alerts,
+                   "PrometheusRule holds PrefixdDown and the index alerts", sorted(alerts))
+
+    def test_index_network_policy(self):
+        pols = {p["metadata"]["name"]: p for p in self.by_kind.get("NetworkPolicy", [])}
+        idx = [p for p in pols.values() if selects(p["spec"]["podSelector"], self.index_labels)]
+        eng = [p for p in pols.values() if selects(p["spec"]["podSelector"], self.engine_labels)]
+        if not self.check(len(idx) == 1 and len(eng) == 1,
+                          "one NetworkPolicy selects the index pods, one the engine pods",
+                          sorted(pols)):
+            return
+        idx, eng = idx[0], eng[0]
+        self.check(set(idx["spec"].get("policyTypes", [])) == {"Ingress", "Egress"}
+                   and set(eng["spec"].get("policyTypes", [])) >= {"Ingress"},
+                   "index pods isolated both ways, engine pods for ingress")
+        expect = [
+            (idx, "ingress", self.ROUTER, 50051, True, "router pods reach the index's gRPC port"),
+            (idx, "ingress", self.OTHER, 50051, False, "other pods do not reach the index's gRPC"),
+            (idx, "ingress", self.engine_labels, 50051, False,
+             "engine pods do not reach the index's gRPC"),
+            (idx, "ingress", self.PROMETHEUS, 9464, True, "Prometheus scrapes the index"),
+            (idx, "ingress", self.ROUTER, 9464, False, "routers do not reach the index's metrics"),
+            (idx, "egress", self.engine_labels, 5557, True, "the index reaches the engines' 5557"),
+            (idx, "egress", self.engine_labels, 5558, True, "the index reaches the engines' 5558"),
+            (idx, "egress", self.engine_labels, 8000, False, "the index reaches no other engine "
+             "port"),
+            (idx, "egress", self.OTHER, 5557, False, "the index reaches no other pod"),
+            (eng, "ingress", self.index_labels, 5557, True, "engines admit the index on 5557"),
+            (eng, "ingress", self.index_labels, 5558, True, "engines admit the index on 5558"),
+            (eng, "ingress", self.ROUTER, 5557, False, "engines' 5557: not from routers"),
+            (eng, "ingress", self.OTHER, 5558, False, "engines' 5558: not from other pods"),
+            (eng, "ingress", self.ROUTER, 8000, True, "engines still serve HTTP to the routers"),
+            (eng, "ingress", self.PROMETHEUS, 9464, True, "Prometheus still scrapes the "
+             "sidecars"),
+        ]
+        for pol, direction, labels, port, want, what in expect:
+            self.check(policy_admits(pol, direction, labels, port) == want,
+                       "NetworkPolicy %s: %s" % (pol["metadata"]["name"], what))
+        self.check(not policy_admits(idx, "ingress", self.ROUTER, 50051, same_namespace=False),
+                   "NetworkPolicy prefixd-index: routers of another namespace are not admitted "
+                   "unless named")
+        dns = [policy_admits(idx, "egress", {"k8s-app": "kube-dns"}, 53, same_namespace=False,
+                             protocol=proto) for proto in ("UDP", "TCP")]
+        self.check(dns == [True, True], "NetworkPolicy prefixd-index: DNS (53, UDP and TCP) to "
+                   "kube-dns in another namespace: the pool resolves vllm-events", dns)
+
+    def test_engine_kv_events(self):
+        args = self.engine.get("args", []) + self.engine.get("command", [])
+        kv = [a.split("=", 1)[1] for a in args if a.startswith("--kv-events-config=")]
+        if not self.check(len(kv) == 1, "engine: one --kv-events-config=JSON", args):
+            return
+        try:
+            cfg = json.loads(kv[0])
+        except ValueError as e:
+            self.check(False, "engine: --kv-events-config is valid JSON", e)
+            return
+        self.check(cfg.get("enable_kv_cache_events") is True and cfg.get("publisher") == "zmq"
+                   and cfg.get("endpoint") == "tcp://*:5557"
+                   and cfg.get("replay_endpoint") == "tcp://*:5558",
+                   "engine: KV events on, zmq, PUB bound on tcp://*:5557, replay on "
+                   "tcp://*:5558", cfg)
+        topic = cfg.get("topic", "")
+        self.check(re.fullmatch(r"kv@\$\(POD_NAME\)@[^@]+", topic) is not None,
+                   "engine: topic kv@$(POD_NAME)@<model>", topic)
+        env = {e["name"]: e for e in self.engine.get("env", [])}
+        self.check(env.get("POD_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+                   .get("fieldPath") == "metadata.name",
+                   "engine: POD_NAME from the downward API (metadata.name)", env.get("POD_NAME"))
+        sizes = [a.split("=", 1)[1] for a in args if a.startswith("--block-size=")]
+        self.check(sizes == (self.config.get("index", [{}])[0].get("block_size") or ["16"]),
+                   "engine --block-size == index block_size", sizes)
+        ports = sorted(p["containerPort"] for p in self.engine.get("ports", []))
+        self.check({5557, 5558} <= set(ports), "engine: container ports 5557 and 5558", ports)
+        image = self.engine.get("image", "")
+        m = re.search(r":v?(\d+)\.(\d+)", image)
+        self.check(m is not None and (int(m.group(1)), int(m.group(2))) >= (0, 10),
+                   "engine: a vLLM image with --kv-events-config (0.10 or later)", image)
+
+    def test_index_daemon(self, prefixd):
+        """The rendered config, as the init container joins it, served by the
+        real daemon: PrefixIndex SERVING (what the probes ask), exit 0."""
+        import prefixd_fixture
+        text = self.config_text + "\n" + self.principals_text
+        d = prefixd_fixture.Daemon(prefixd, text)
+        try:
+            d.start()
+            status = prefixd_fixture.health_status(d.tcp, "prefixd.v1.PrefixIndex")
+            rc = d.stop()
+            self.check(status == 1 and rc == 0,
+                       "prefixd serves the index config: prefixd.v1.PrefixIndex SERVING, exits "
+                       "0 on SIGTERM", "status %s, exit %s:\n%s" % (status, rc, d.logs()))
+        except prefixd_fixture.DaemonFailed as e:
+            self.check(False, "prefixd serves the rendered index config", e)
+        finally:
+            d.close()
+
+
 def decode_secret(secret, key):
     import base64
     if not secret:
@@ -384,6 +821,19 @@ def main():
     t.test_prometheus_rule()
     t.test_dashboard()
     t.test_sync()
+    print("---- the base with the index component (deploy/k8s/index) ----")
+    i = IndexTest(args.repo, render_index(args.repo))
+    i.test_index_kinds()
+    if i.load_index():
+        i.test_index_deployment()
+        i.test_index_config()
+        i.test_index_services()
+        i.test_index_network_policy()
+        i.test_engine_kv_events()
+        if args.prefixd:
+            i.test_index_daemon(args.prefixd)
+    t.passed += i.passed
+    t.failed += i.failed
     return t.exit_code()
 
 

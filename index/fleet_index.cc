@@ -266,16 +266,12 @@ Tree* FleetIndex::GetOrCreateTree(const std::string& key) {
 void FleetIndex::ApplyStored(Worker& w, const BlockStoredEvent& ev,
                              uint64_t stamp) {
   const size_t n = ev.block_hashes.size();
-  const auto drop = [&](DropReason reason, size_t blocks) {
-    dropped_[static_cast<int>(reason)] += blocks;
-    w.dropped_blocks += blocks;
-  };
   if (ev.group_idx != 0) {
-    drop(DropReason::kGroup, n);
+    CountDropped(w, DropReason::kGroup, n);
     return;
   }
   const size_t chain = std::min(ev.chain_blocks, n);
-  if (chain < n) drop(DropReason::kExtraKeys, n - chain);
+  if (chain < n) CountDropped(w, DropReason::kExtraKeys, n - chain);
   if (chain == 0) return;
 
   // Where the new blocks start: after `used` blocks of `node`.
@@ -290,7 +286,7 @@ void FleetIndex::ApplyStored(Worker& w, const BlockStoredEvent& ev,
     auto it = w.blocks.find(*ev.parent_block_hash);
     Slot* parent = it == w.blocks.end() ? nullptr : Resolve(it->second);
     if (parent == nullptr) {
-      drop(DropReason::kUnknownParent, chain);
+      CountDropped(w, DropReason::kUnknownParent, chain);
       return;
     }
     node = parent->node;
@@ -347,6 +343,11 @@ void FleetIndex::ApplyStored(Worker& w, const BlockStoredEvent& ev,
     }
     return;
   }
+}
+
+void FleetIndex::CountDropped(Worker& w, DropReason reason, size_t blocks) {
+  dropped_[static_cast<int>(reason)] += blocks;
+  w.dropped_blocks += blocks;
 }
 
 void FleetIndex::ApplyRemoved(Worker& w, const BlockRemovedEvent& ev) {
@@ -678,30 +679,34 @@ bool FleetIndex::CheckInvariants(std::string* error) const {
   absl::flat_hash_set<uint32_t> live;
   for (const auto& [key, tree] : trees_) {
     if (tree->root.children.empty()) return fail("an empty tree is kept");
-    uint64_t blocks = 0, nodes = 0;
+    uint64_t blocks = 0;
     bool ok = true;
-    ForEachBelow(tree->root, [&](const Node& n, int) {
-      ++nodes;
-      blocks += n.num_blocks();
-      for (BlockId id : n.block_ids()) {
+    // Gathered first, so that slots_ is read where lock analysis sees it.
+    std::vector<const Node*> nodes;
+    ForEachBelow(tree->root, [&](const Node& n, int) { nodes.push_back(&n); });
+    for (const Node* n : nodes) {
+      blocks += n->num_blocks();
+      for (BlockId id : n->block_ids()) {
         const Slot& s = slots_[id];
-        if (s.node != &n) ok = false;
+        if (s.node != n) ok = false;
         live.insert(static_cast<uint32_t>(id));
         entries += s.holders.size();
         for (uint32_t h : s.holders) ++held[HolderWorker(h)][HolderMedium(h)];
       }
-      if (n.children.empty() && slots_[n.block_ids().back()].holders.empty()) {
+      if (n->children.empty() &&
+          slots_[n->block_ids().back()].holders.empty()) {
         ok = false;
       }
-    });
+    }
     if (!ok) {
       return fail(absl::StrCat("tree ", key,
                                ": a slot names another node, or a leaf ends "
                                "in a block nobody holds"));
     }
-    if (blocks != tree->blocks || nodes != tree->nodes) {
+    if (blocks != tree->blocks || nodes.size() != tree->nodes) {
       return fail(absl::StrCat("tree ", key, ": counts ", tree->blocks, "/",
-                               tree->nodes, " but holds ", blocks, "/", nodes));
+                               tree->nodes, " but holds ", blocks, "/",
+                               nodes.size()));
     }
   }
   if (entries != entries_) {

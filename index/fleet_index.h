@@ -221,6 +221,8 @@ class FleetIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyRemoved(Worker& w, const BlockRemovedEvent& ev)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountDropped(Worker& w, DropReason reason, size_t blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Hold(Worker& w, uint32_t slot, uint8_t medium, EngineHash hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes (w, medium) from the slot; returns true if w holds it no more.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The over-the-wire benchmarks of issue 8 (docs/performance.md, targets 6-9),
-# each a single run of its binary so that every ratio comes from one run:
+# The over-the-wire benchmarks of issue 8 (docs/performance.md, targets 6-9,
+# and the fleet index's Route), each a single run of its binary so that every
+# ratio comes from one run:
 #
 #   T6/T7  load: bare RPC vs Match of a cached 2k-token prompt, over TCP and
 #          the Unix socket of one prefixd_bench_server
@@ -9,16 +10,21 @@
 #          then open loop at 0.1, 0.25 and 0.5 of the rate it reached; the
 #          bare calls over 1 ms are split into where their time went
 #   T9     redis_peer: llm-d-style Redis vs prefixd on the Mooncake trace
+#   T10    load: bare RPC vs Route of a 2k-token prompt over 16 workers
+#          (prefixd_bench_server's fleet index), over TCP
+#   T10b   load: unary Route vs RouteBatch of 32 for 64-token prompts, over
+#          TCP (as T8a for Match)
 #
-# Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9]   (default: all)
+# Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b]
+#        (default: all)
 # Environment: ROUNDS (3), DURATION (3s), WARMUP (1s), CONCURRENCY (16),
 # RESULTS (BUILD_DIR/bench-results: the JSON lines and logs).
 set -euo pipefail
 
-BUILD=${1:?usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9]}
+BUILD=${1:?usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b]}
 shift
 SCENARIOS=("$@")
-[[ ${#SCENARIOS[@]} -eq 0 ]] && SCENARIOS=(T6 T8a T8b T9)
+[[ ${#SCENARIOS[@]} -eq 0 ]] && SCENARIOS=(T6 T8a T8b T9 T10 T10b)
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
@@ -63,6 +69,14 @@ for s in "${SCENARIOS[@]}"; do
         run T9 "$PEER" --prefixd="$PREFIXD" --depth=32 \
           --json="$RESULTS/T9.jsonl" "${COMMON[@]}"
       fi ;;
-    *) echo "unknown scenario $s (T6 T8a T8b T9)" >&2; exit 2 ;;
+    T10)
+      run T10 "$LOAD" --server="$SERVER" --transports=tcp --prompt_tokens=2048 \
+        --mix=route --index_workers=16 \
+        --json="$RESULTS/T10.jsonl" "${COMMON[@]}" ;;
+    T10b)
+      run T10b "$LOAD" --server="$SERVER" --transports=tcp --prompt_tokens=64 \
+        --mix='route;routebatch' --batch_size=32 --index_workers=16 \
+        --baseline=false --json="$RESULTS/T10b.jsonl" "${COMMON[@]}" ;;
+    *) echo "unknown scenario $s (T6 T8a T8b T9 T10 T10b)" >&2; exit 2 ;;
   esac
 done

@@ -8,6 +8,13 @@
 //
 // It prints "listening <address>..." on stdout when it serves and stops on
 // SIGTERM or SIGINT.
+//
+// With --bench_index_workers=N (N > 0) it also serves prefixd.v1.PrefixIndex,
+// its fleet index (block size 16, no event sources) filled in process
+// before it listens: N workers holding growing shares of
+// --bench_index_prompts prompts of --bench_index_prompt_tokens tokens
+// (bench/load/route_index.h). The load generator's route mixes pass these.
+// The --bench_* flags are this binary's own; the rest are the daemon's.
 #include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -17,9 +24,15 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "bench/load/bare.grpc.pb.h"
+#include "bench/load/route_index.h"
 #include "server/config.h"
 #include "server/flags.h"
 #include "server/metrics.h"
@@ -70,13 +83,50 @@ int Fail(const char* what, const absl::Status& status) {
   return 1;
 }
 
+// The fleet index to fill (--bench_index_*); workers == 0: none.
+struct BenchIndex {
+  int workers = 0;
+  int prompts = 64;
+  int prompt_tokens = 2048;
+};
+
+// Takes the --bench_index_* flags out of `args`. False on a bad value.
+bool TakeBenchFlags(std::vector<const char*>* args, BenchIndex* out) {
+  std::vector<const char*> rest;
+  for (const char* a : *args) {
+    const absl::string_view arg(a);
+    int* field = nullptr;
+    absl::string_view value;
+    for (auto [name, f] : {std::pair{"--bench_index_workers=", &out->workers},
+                           {"--bench_index_prompts=", &out->prompts},
+                           {"--bench_index_prompt_tokens=",
+                            &out->prompt_tokens}}) {
+      if (absl::StartsWith(arg, name)) {
+        field = f;
+        value = arg.substr(std::string_view(name).size());
+      }
+    }
+    if (field == nullptr) {
+      rest.push_back(a);
+    } else if (!absl::SimpleAtoi(value, field) || *field < 0) {
+      std::fprintf(stderr, "prefixd_bench_server: bad %s\n", a);
+      return false;
+    }
+  }
+  *args = std::move(rest);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // As server/main.cc: abseil's deadlock detector off in the daemon.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  std::vector<const char*> args(argv + 1, argv + argc);
+  BenchIndex bench_index;
+  if (!TakeBenchFlags(&args, &bench_index)) return 2;
   absl::StatusOr<prefixd::CommandLine> flags =
-      prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
+      prefixd::ParseCommandLine(absl::MakeConstSpan(args));
   if (!flags.ok()) return Fail("bad command line", flags.status());
   if (flags->help) {
     std::fputs(prefixd::CommandLineHelp().c_str(), stdout);
@@ -85,6 +135,12 @@ int main(int argc, char** argv) {
   absl::StatusOr<prefixd::ServerConfig> config =
       prefixd::LoadServerConfig(*flags);
   if (!config.ok()) return Fail("bad configuration", config.status());
+  if (bench_index.workers > 0) {
+    config->index_enabled = true;
+    config->index.block_size = 16;
+    config->ingest.sources.clear();
+    config->ingest.listen.clear();
+  }
 
   sigset_t stop;
   sigemptyset(&stop);
@@ -100,6 +156,17 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<prefixd::Server>> server =
       prefixd::Server::Start(*std::move(config), std::move(deps));
   if (!server.ok()) return Fail("cannot start", server.status());
+  if (bench_index.workers > 0) {
+    const uint64_t entries = prefixd::bench::FillRouteIndex(
+        (*server)->index(), bench_index.workers, bench_index.prompts,
+        bench_index.prompt_tokens);
+    std::fprintf(stderr,
+                 "prefixd_bench_server: index: %d workers, %d prompts of %d "
+                 "tokens, %llu entries\n",
+                 bench_index.workers, bench_index.prompts,
+                 bench_index.prompt_tokens,
+                 static_cast<unsigned long long>(entries));
+  }
   const absl::Status metrics_up =
       metrics.Serve((*server)->cache(), (*server)->config().metrics_listen);
   if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);

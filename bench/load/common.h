@@ -39,6 +39,17 @@ class Rng {
   uint64_t s_;
 };
 
+// Prompt `index` of the fleet-index benchmarks (the route mixes of load.cc,
+// prefixd_bench_server's --bench_index_*, index_bench): `tokens` token ids
+// that depend only on (index, position), so that the server indexes the
+// same prompts the generator asks about without being told them.
+inline std::vector<uint32_t> IndexPrompt(int index, int tokens) {
+  Rng rng(0x5eed0000ULL + static_cast<uint64_t>(index));
+  std::vector<uint32_t> out(static_cast<size_t>(tokens));
+  for (uint32_t& t : out) t = static_cast<uint32_t>(rng.Below(128256));
+  return out;
+}
+
 struct LatencySummary {
   uint64_t count = 0;
   double mean_us = 0, p50_us = 0, p90_us = 0, p99_us = 0, p999_us = 0,

@@ -8,16 +8,27 @@
 //          response's size);
 //   <mix>  each ';'-separated --mix, e.g. "match" or
 //          "match:8,insert:1,batch:1": weights of Match (a cached prompt),
-//          Insert (half of a cached prompt confirmed, half new blocks) and
-//          MatchBatch (--batch_size cached prompts);
+//          Insert (half of a cached prompt confirmed, half new blocks),
+//          MatchBatch (--batch_size cached prompts), and the fleet index's
+//          Route (one prompt the index holds, in tokens_le32) and
+//          RouteBatch (--batch_size of them): mixes "route" and
+//          "routebatch" (docs/performance.md, "Fleet index");
 //   <mix>@f an open loop (Poisson arrivals) at f times that mix's measured
 //          calls/s, for each f of --rate_fractions: latency at a set load.
 // It reports calls/s, lookups/s and latency percentiles per phase, and with
 // --rounds > 1 the medians and the ratios (mix / bare, target / first
 // target, batch / first mix) per round.
 //
+// When a mix routes, the prompts are --prompts prompts of --prompt_tokens
+// tokens that the server's fleet index holds (bench/load/route_index.h: a
+// started --server gets --bench_index_* flags to fill it; a --target must
+// have been started with them), and the bare phase mirrors a Route instead
+// of a Match: the same tokens_le32 in, a reply padded to the Route
+// response's size.
+//
 //   load --server=build/bench/prefixd_bench_server --prompt_tokens=2048
 //   load --target=127.0.0.1:50051,unix:///tmp/prefixd.sock --mix='match;batch'
+//   load --server=build/bench/prefixd_bench_server --transports=tcp --mix=route
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -35,11 +46,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "bench/load/bare.grpc.pb.h"
 #include "bench/load/common.h"
 #include "bench/load/driver.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
+#include "prefixd/v1/prefix_index.grpc.pb.h"
 
 ABSL_FLAG(std::string, target, "",
           "comma-separated gRPC targets (host:port, unix:///path), each "
@@ -68,6 +81,12 @@ ABSL_FLAG(std::string, rate_fractions, "",
 ABSL_FLAG(int, rounds, 1, "repeat all phases; the summary takes medians");
 ABSL_FLAG(std::string, json, "", "append every phase as a JSON line here");
 ABSL_FLAG(absl::Duration, deadline, absl::Seconds(10), "per-call deadline");
+ABSL_FLAG(int, index_workers, 16,
+          "route mixes: workers of the server's fleet index (--server is "
+          "started with --bench_index_workers=this)");
+ABSL_FLAG(std::string, transports, "tcp,unix",
+          "which listeners of the started --server to drive: tcp, unix or "
+          "both, in this order");
 ABSL_FLAG(int, server_pid, 0,
           "pid of the --target server, to report its CPU per call (set "
           "when load starts --server)");
@@ -75,13 +94,14 @@ ABSL_FLAG(int, server_pid, 0,
 namespace prefixd::bench {
 namespace {
 
-enum Kind { kBare, kMatch, kInsert, kBatch, kNumKinds };
-constexpr const char* kKindNames[kNumKinds] = {"bare", "match", "insert",
-                                               "batch"};
+enum Kind { kBare, kMatch, kInsert, kBatch, kRoute, kRouteBatch, kNumKinds };
+constexpr const char* kKindNames[kNumKinds] = {"bare",  "match",     "insert",
+                                               "batch", "route", "routebatch"};
 
 struct Mix {
   std::string name;
   double cumulative[kNumKinds] = {};  // cumulative weights, last = total
+  bool routes = false;                // has route or routebatch
 };
 
 absl::StatusOr<Mix> ParseMix(absl::string_view spec) {
@@ -97,13 +117,15 @@ absl::StatusOr<Mix> ParseMix(absl::string_view spec) {
     if (k == kNumKinds) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown operation \"", name, "\" in mix \"", spec,
-                       "\"; use match, insert, batch or bare"));
+                       "\"; use match, insert, batch, route, routebatch "
+                       "or bare"));
     }
     w[k] += weight;
   }
   double sum = 0;
   for (int k = 0; k < kNumKinds; ++k) mix.cumulative[k] = sum += w[k];
   if (sum <= 0) return absl::InvalidArgumentError("mix weighs nothing");
+  mix.routes = w[kRoute] > 0 || w[kRouteBatch] > 0;
   return mix;
 }
 
@@ -122,10 +144,22 @@ struct Target {
   std::string address;
   std::vector<std::unique_ptr<v1::PrefixCache::Stub>> stubs;
   std::vector<std::unique_ptr<bench::Bare::Stub>> bare_stubs;
+  std::vector<std::unique_ptr<v1::PrefixIndex::Stub>> index_stubs;
+};
+
+// The fleet index's prompts (IndexPrompt) and the requests built from them.
+struct RouteData {
+  std::vector<v1::RouteRequest> route;
+  std::vector<v1::RouteBatchRequest> batches;
+  std::vector<bench::BareRequest> bare;  // the bare phase's, beside Route
+  uint64_t prompt_blocks = 0;            // each Route must report these
 };
 
 struct Workload {
   std::vector<TenantData> tenants;
+  bool routes = false;  // a mix routes: bare mirrors Route, not Match
+  RouteData index;
+  int index_workers = 16;  // each Route must report these
   int block_size = 16;
   int batch_size = 32;
   absl::Duration deadline;
@@ -139,6 +173,8 @@ class LoadSlot final : public Slot {
       : w_(w),
         stub_(target->stubs[index % target->stubs.size()].get()),
         bare_stub_(target->bare_stubs[index % target->bare_stubs.size()].get()),
+        index_stub_(
+            target->index_stubs[index % target->index_stubs.size()].get()),
         mix_(mix),
         rng_(seed) {}
 
@@ -157,7 +193,11 @@ class LoadSlot final : public Slot {
     switch (kind_) {
       case kBare:
         bare_resp_.Clear();
-        bare_reader_ = bare_stub_->PrepareAsyncCall(&*ctx_, t.bare[p], cq);
+        bare_reader_ = bare_stub_->PrepareAsyncCall(
+            &*ctx_,
+            w_->routes ? w_->index.bare[rng_.Below(w_->index.bare.size())]
+                       : t.bare[p],
+            cq);
         bare_reader_->StartCall();
         bare_reader_->Finish(&bare_resp_, &status_, this);
         break;
@@ -180,6 +220,21 @@ class LoadSlot final : public Slot {
             &*ctx_, t.batches[rng_.Below(t.batches.size())], cq);
         batch_reader_->StartCall();
         batch_reader_->Finish(&batch_resp_, &status_, this);
+        break;
+      case kRoute:
+        route_resp_.Clear();
+        route_reader_ = index_stub_->PrepareAsyncRoute(
+            &*ctx_, w_->index.route[rng_.Below(w_->index.route.size())], cq);
+        route_reader_->StartCall();
+        route_reader_->Finish(&route_resp_, &status_, this);
+        break;
+      case kRouteBatch:
+        route_batch_resp_.Clear();
+        route_batch_reader_ = index_stub_->PrepareAsyncRouteBatch(
+            &*ctx_, w_->index.batches[rng_.Below(w_->index.batches.size())],
+            cq);
+        route_batch_reader_->StartCall();
+        route_batch_reader_->Finish(&route_batch_resp_, &status_, this);
         break;
       case kNumKinds:
         break;
@@ -209,6 +264,18 @@ class LoadSlot final : public Slot {
           }
         }
         return batch_resp_.results_size();
+      case kRoute:
+        return CheckRoute(route_resp_, error) ? 1 : -1;
+      case kRouteBatch:
+        for (const v1::RouteBatchItem& item : route_batch_resp_.responses()) {
+          if (item.code() != 0) {
+            *error = absl::StrCat("routebatch item: code ", item.code(), ": ",
+                                  item.message());
+            return -1;
+          }
+          if (!CheckRoute(item.response(), error)) return -1;
+        }
+        return route_batch_resp_.responses_size();
       case kInsert:
         return 0;  // not a lookup
       default:
@@ -235,9 +302,22 @@ class LoadSlot final : public Slot {
     for (size_t i = 0; i < blocks - keep; ++i) ids->Add(first + i);
   }
 
+  // Every worker is scored and the whole prompt was walked.
+  bool CheckRoute(const v1::RouteResponse& r, std::string* error) const {
+    if (r.workers_size() == w_->index_workers &&
+        r.prompt_blocks() == w_->index.prompt_blocks) {
+      return true;
+    }
+    *error = absl::StrCat("route: ", r.workers_size(), " workers and ",
+                          r.prompt_blocks(), " prompt blocks, want ",
+                          w_->index_workers, " and ", w_->index.prompt_blocks);
+    return false;
+  }
+
   Workload* const w_;
   v1::PrefixCache::Stub* const stub_;
   bench::Bare::Stub* const bare_stub_;
+  v1::PrefixIndex::Stub* const index_stub_;
   const Mix* const mix_;
   Rng rng_;
   Kind kind_ = kMatch;
@@ -248,6 +328,8 @@ class LoadSlot final : public Slot {
   v1::InsertResponse insert_resp_;
   v1::MatchBatchResponse batch_resp_;
   bench::BareResponse bare_resp_;
+  v1::RouteResponse route_resp_;
+  v1::RouteBatchResponse route_batch_resp_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchResponse>>
       match_reader_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::InsertResponse>>
@@ -256,6 +338,10 @@ class LoadSlot final : public Slot {
       batch_reader_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<bench::BareResponse>>
       bare_reader_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RouteResponse>>
+      route_reader_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::RouteBatchResponse>>
+      route_batch_reader_;
 };
 
 absl::StatusOr<Target> Connect(const std::string& address, int channels) {
@@ -275,6 +361,7 @@ absl::StatusOr<Target> Connect(const std::string& address, int channels) {
     }
     t.stubs.push_back(v1::PrefixCache::NewStub(ch));
     t.bare_stubs.push_back(bench::Bare::NewStub(ch));
+    t.index_stubs.push_back(v1::PrefixIndex::NewStub(ch));
   }
   return t;
 }
@@ -372,6 +459,73 @@ absl::StatusOr<size_t> Prepare(Target& target, Workload* w, bool build) {
   return reply;
 }
 
+// Builds the Route requests (route mixes) and checks through `target` that
+// the server's fleet index holds their prompts; sizes the bare phase to
+// mirror a Route. Returns the Route response's byte size.
+absl::StatusOr<size_t> PrepareRoute(Target& target, Workload* w, bool build) {
+  const int prompt_tokens = absl::GetFlag(FLAGS_prompt_tokens);
+  const int n_prompts = absl::GetFlag(FLAGS_prompts);
+  RouteData& d = w->index;
+  if (build) {
+    for (int p = 0; p < n_prompts; ++p) {
+      const std::vector<uint32_t> tokens = IndexPrompt(p, prompt_tokens);
+      std::string le32(tokens.size() * 4, '\0');
+      for (size_t i = 0; i < tokens.size(); ++i) {
+        for (int b = 0; b < 4; ++b) {
+          le32[i * 4 + b] = static_cast<char>((tokens[i] >> (8 * b)) & 0xff);
+        }
+      }
+      v1::RouteRequest r;
+      r.set_tokens_le32(le32);
+      d.route.push_back(std::move(r));
+      bench::BareRequest b;
+      b.set_tokens_le32(le32);
+      d.bare.push_back(std::move(b));
+    }
+    Rng rng(54321);
+    for (int b = 0; b < 64; ++b) {
+      v1::RouteBatchRequest batch;
+      for (int i = 0; i < w->batch_size; ++i) {
+        *batch.add_requests() = d.route[rng.Below(d.route.size())];
+      }
+      d.batches.push_back(std::move(batch));
+    }
+  }
+  const std::string fix = absl::StrFormat(
+      "; start prefixd_bench_server with --bench_index_workers=%d "
+      "--bench_index_prompts=%d --bench_index_prompt_tokens=%d",
+      w->index_workers, n_prompts, prompt_tokens);
+  v1::RouteResponse probe;
+  const grpc::Status s = target.index_stubs[0]->Route(
+      SyncContext("default").get(), d.route[0], &probe);
+  if (!s.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "Route on ", target.address, ": ", s.error_message(), fix));
+  }
+  const uint64_t blocks =
+      probe.block_size() > 0 ? prompt_tokens / probe.block_size() : 0;
+  // The last worker holds every block (route_index.h).
+  const std::string last = absl::StrCat("w", w->index_workers - 1);
+  uint64_t last_holds = 0;
+  for (const v1::WorkerMatch& m : probe.workers()) {
+    if (m.worker() == last) last_holds = m.matched_blocks();
+  }
+  if (probe.workers_size() != w->index_workers || blocks == 0 ||
+      probe.prompt_blocks() != blocks || last_holds != blocks) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the fleet index of ", target.address, " answered ",
+        probe.workers_size(), " workers, ", last, " holding ", last_holds,
+        " of ", probe.prompt_blocks(), " blocks; want ", w->index_workers,
+        " workers, ", last, " holding all ", blocks, fix));
+  }
+  d.prompt_blocks = blocks;
+  const size_t reply = probe.ByteSizeLong();
+  for (bench::BareRequest& b : d.bare) {
+    b.set_reply_bytes(static_cast<uint32_t>(reply));
+  }
+  return reply;
+}
+
 // Where the slow calls' time went, for PrintRow: the median and maximum of
 // each part, and how often each part was the largest.
 std::string DescribeSlowCalls(const std::vector<SlowCall>& slow) {
@@ -434,6 +588,16 @@ PhaseResult RunPhase(Workload* w, Target* target, const Mix& mix,
   SetCpuPerCall(server0, ProcessCpuSeconds(server_pid), self0, SelfCpuSeconds(),
                 &r);
   return r;
+}
+
+// Server + client CPU per call (or per lookup) of a phase, in µs; 0 when
+// not measured.
+double CpuPerLookup(const PhaseResult& r, bool per_lookup) {
+  if (r.server_cpu_us <= 0 || r.client_cpu_us <= 0 || r.lookups == 0) return 0;
+  const double per_call = r.server_cpu_us + r.client_cpu_us;
+  if (!per_lookup) return per_call;
+  return per_call * static_cast<double>(r.calls) /
+         static_cast<double>(r.lookups);
 }
 
 // Medians over rounds, and ratios taken within each round.
@@ -508,6 +672,22 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
                             r.phase, first_mix),
             r.lookups_per_s() / unary->second->lookups_per_s());
       }
+      // The same ratios per CPU second of both processes (server + client
+      // CPU per call or lookup): what the rates come to when the two share
+      // the machine's cores and nothing else runs, steadier than the rates
+      // on a busy machine.
+      if (bare != in.end() && CpuPerLookup(*bare->second, false) > 0 &&
+          CpuPerLookup(r, false) > 0) {
+        add(absl::StrFormat("%s: %s calls / bare calls, per CPU second",
+                            r.target, r.phase),
+            CpuPerLookup(*bare->second, false) / CpuPerLookup(r, false));
+      }
+      if (r.phase != first_mix && unary != in.end() &&
+          CpuPerLookup(*unary->second, true) > 0 && CpuPerLookup(r, true) > 0) {
+        add(absl::StrFormat("%s: %s lookups / %s lookups, per CPU second",
+                            r.target, r.phase, first_mix),
+            CpuPerLookup(*unary->second, true) / CpuPerLookup(r, true));
+      }
     }
     for (const PhaseResult& r : round) {
       if (r.target == first_target || r.offered_rate > 0) continue;
@@ -529,6 +709,26 @@ void PrintSummary(const std::vector<std::vector<PhaseResult>>& rounds) {
 }
 
 int Run() {
+  std::vector<Mix> mixes;
+  bool routes = false;
+  for (absl::string_view spec :
+       absl::StrSplit(absl::GetFlag(FLAGS_mix), ';', absl::SkipWhitespace())) {
+    absl::StatusOr<Mix> mix = ParseMix(spec);
+    if (!mix.ok()) {
+      std::fprintf(stderr, "load: %s\n", mix.status().ToString().c_str());
+      return 2;
+    }
+    routes = routes || mix->routes;
+    mixes.push_back(*mix);
+  }
+  std::vector<std::string> transports =
+      absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
+  for (const std::string& t : transports) {
+    if (t != "tcp" && t != "unix") {
+      std::fprintf(stderr, "load: bad --transports (tcp, unix)\n");
+      return 2;
+    }
+  }
   std::unique_ptr<Subprocess> server;
   pid_t server_pid = absl::GetFlag(FLAGS_server_pid);
   std::string target_list = absl::GetFlag(FLAGS_target);
@@ -549,6 +749,14 @@ int Run() {
                                               ' ', absl::SkipEmpty())) {
       argv.emplace_back(a);
     }
+    if (routes) {
+      argv.push_back(absl::StrCat("--bench_index_workers=",
+                                  absl::GetFlag(FLAGS_index_workers)));
+      argv.push_back(
+          absl::StrCat("--bench_index_prompts=", absl::GetFlag(FLAGS_prompts)));
+      argv.push_back(absl::StrCat("--bench_index_prompt_tokens=",
+                                  absl::GetFlag(FLAGS_prompt_tokens)));
+    }
     absl::StatusOr<std::unique_ptr<Subprocess>> started =
         Subprocess::Start(argv);
     if (!started.ok()) {
@@ -563,22 +771,17 @@ int Run() {
                    line.status().ToString().c_str());
       return 1;
     }
-    target_list = absl::StrCat("127.0.0.1:", *port, ",unix://", socket_path);
+    std::vector<std::string> addresses;
+    for (const std::string& t : transports) {
+      addresses.push_back(t == "tcp" ? absl::StrCat("127.0.0.1:", *port)
+                                     : absl::StrCat("unix://", socket_path));
+    }
+    target_list = absl::StrJoin(addresses, ",");
     std::fprintf(stderr, "load: started %s (pid %d)\n", line->c_str(),
                  server->pid());
     server_pid = server->pid();
   }
 
-  std::vector<Mix> mixes;
-  for (absl::string_view spec :
-       absl::StrSplit(absl::GetFlag(FLAGS_mix), ';', absl::SkipWhitespace())) {
-    absl::StatusOr<Mix> mix = ParseMix(spec);
-    if (!mix.ok()) {
-      std::fprintf(stderr, "load: %s\n", mix.status().ToString().c_str());
-      return 2;
-    }
-    mixes.push_back(*mix);
-  }
   std::vector<double> fractions;
   for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_rate_fractions),
                                             ',', absl::SkipWhitespace())) {
@@ -594,6 +797,8 @@ int Run() {
   Workload w;
   w.batch_size = absl::GetFlag(FLAGS_batch_size);
   w.deadline = absl::GetFlag(FLAGS_deadline);
+  w.routes = routes;
+  w.index_workers = absl::GetFlag(FLAGS_index_workers);
   std::vector<std::unique_ptr<Target>> targets;
   for (absl::string_view a :
        absl::StrSplit(target_list, ',', absl::SkipWhitespace())) {
@@ -617,6 +822,21 @@ int Run() {
                  absl::GetFlag(FLAGS_prompts),
                  static_cast<int>(w.tenants[0].tokens[0].size()),
                  w.tenants[0].match[0].ByteSizeLong(), *reply);
+    if (routes) {
+      absl::StatusOr<size_t> route =
+          PrepareRoute(*targets.back(), &w, targets.size() == 1);
+      if (!route.ok()) {
+        std::fprintf(stderr, "load: %s\n", route.status().ToString().c_str());
+        return 1;
+      }
+      std::fprintf(stderr,
+                   "load: %s: the fleet index holds %d prompts of %d tokens "
+                   "for %d workers; a Route request is %zu bytes, its "
+                   "response %zu (the bare phase mirrors Route)\n",
+                   std::string(a).c_str(), absl::GetFlag(FLAGS_prompts),
+                   absl::GetFlag(FLAGS_prompt_tokens), w.index_workers,
+                   w.index.route[0].ByteSizeLong(), *route);
+    }
   }
 
   FILE* json = nullptr;

@@ -70,7 +70,10 @@ PrefixIndexService::PrefixIndexService(const FleetIndex* index,
                                        const Authorizer* auth,
                                        CacheLimits limits,
                                        RpcObserver* observer)
-    : index_(index), auth_(auth), limits_(limits), observer_(observer) {}
+    : index_(index), auth_(auth), limits_(limits), observer_(observer) {
+  SetMessageAllocatorFor_Route(&route_messages_);
+  SetMessageAllocatorFor_RouteBatch(&route_batch_messages_);
+}
 
 absl::Status PrefixIndexService::DoRoute(const CallContext& call,
                                          const v1::RouteRequest& req, int item,

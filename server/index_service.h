@@ -12,6 +12,7 @@
 #include "core/cache.h"
 #include "index/fleet_index.h"
 #include "prefixd/v1/prefix_index.grpc.pb.h"
+#include "server/arena_allocator.h"
 #include "server/auth.h"
 #include "server/service.h"
 
@@ -42,6 +43,12 @@ class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
   const Authorizer* const auth_;
   const CacheLimits limits_;
   RpcObserver* const observer_;
+  // Route's answers list every worker: on an arena, building and freeing
+  // them costs no malloc (docs/performance.md, Fleet index).
+  ArenaAllocator<v1::RouteRequest, v1::RouteResponse, kUnaryBlock>
+      route_messages_;
+  ArenaAllocator<v1::RouteBatchRequest, v1::RouteBatchResponse, kBatchBlock>
+      route_batch_messages_;
 };
 
 }  // namespace prefixd

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/arena_allocator.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"
 
@@ -142,85 +143,6 @@ void InsertResultToProto(const InsertResult& r, uint64_t epoch,
   AddAll(r.evicted_block_ids, resp->mutable_evicted_block_ids());
   resp->set_lease_id(r.lease_id);
 }
-
-// Requests and responses of the hot calls live on a protobuf arena whose
-// first block (Block bytes) is part of a holder, and holders are reused: in
-// the steady state parsing a request and building its response allocate
-// nothing (a Match of 4k tokens, a batch of 32 prompts of 1k tokens fit;
-// bigger ones add blocks, freed when the holder comes back). Without this,
-// malloc, free and the page faults of trimmed heap were a fifth of a
-// MatchBatch's server time. At most kPooledHolders idle holders are kept
-// per method: 1 MiB for each unary method, 4 MiB for each batch method.
-constexpr size_t kUnaryBlock = 32 << 10;
-constexpr size_t kBatchBlock = 128 << 10;
-constexpr size_t kPooledHolders = 32;
-
-template <typename Req, typename Resp, size_t Block>
-class ArenaAllocator;
-
-template <typename Req, typename Resp, size_t Block>
-class ArenaHolder final : public grpc::MessageHolder<Req, Resp> {
- public:
-  explicit ArenaHolder(ArenaAllocator<Req, Resp, Block>* pool)
-      : pool_(pool), arena_(Options(initial_block_, sizeof(initial_block_))) {}
-  // Fresh messages for the next call.
-  void Start() {
-    this->set_request(google::protobuf::Arena::CreateMessage<Req>(&arena_));
-    this->set_response(google::protobuf::Arena::CreateMessage<Resp>(&arena_));
-  }
-  void Release() override {
-    arena_.Reset();  // keeps the initial block only
-    pool_->Recycle(this);
-  }
-
- private:
-  static google::protobuf::ArenaOptions Options(char* block, size_t size) {
-    google::protobuf::ArenaOptions o;
-    o.initial_block = block;
-    o.initial_block_size = size;
-    o.max_block_size = size_t{1} << 20;  // big batches: few, large blocks
-    return o;
-  }
-
-  ArenaAllocator<Req, Resp, Block>* const pool_;
-  alignas(16) char initial_block_[Block];  // before arena_, which uses it
-  google::protobuf::Arena arena_;
-};
-
-template <typename Req, typename Resp, size_t Block>
-class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
- public:
-  ~ArenaAllocator() override {
-    for (ArenaHolder<Req, Resp, Block>* h : idle_) delete h;
-  }
-  grpc::MessageHolder<Req, Resp>* AllocateMessages() override {
-    ArenaHolder<Req, Resp, Block>* h = nullptr;
-    {
-      absl::MutexLock lock(&mu_);
-      if (!idle_.empty()) {
-        h = idle_.back();
-        idle_.pop_back();
-      }
-    }
-    if (h == nullptr) h = new ArenaHolder<Req, Resp, Block>(this);
-    h->Start();
-    return h;
-  }
-  void Recycle(ArenaHolder<Req, Resp, Block>* h) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (idle_.size() < kPooledHolders) {
-        idle_.push_back(h);
-        return;
-      }
-    }
-    delete h;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<ArenaHolder<Req, Resp, Block>*> idle_ ABSL_GUARDED_BY(mu_);
-};
 
 }  // namespace
 

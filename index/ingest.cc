@@ -130,6 +130,12 @@ class StreamMonitor : public zmq::monitor_t {
 
 using ReplayFrames = std::vector<std::pair<int64_t, std::string>>;
 
+// How long a new connection waits for its first batch before it replays
+// the engine's buffer anyway: long enough for a subscription to reach the
+// engine, so that a busy engine's replay starts where the live stream does
+// instead of racing it (a small replay buffer could roll over meanwhile).
+constexpr absl::Duration kCatchUpGrace = absl::Milliseconds(250);
+
 // Asks a replay endpoint for batches from `from` on: `["", from]` to its
 // ROUTER, which answers `["", seq, payload]` per batch and `["", -1, ""]`.
 absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
@@ -270,6 +276,10 @@ class Ingest::Runner {
     std::unique_ptr<StreamMonitor> monitor;
     SeqTracker seq;
     std::map<int64_t, WorkerId> workers;  // by data-parallel rank
+    // The catch-up of a new connection: done with the first batch that
+    // arrives (replaying only what came before it), or at this time if
+    // none has (an idle engine with a history).
+    absl::Time catch_up_at = absl::InfiniteFuture();
   };
 
   void Setup() {
@@ -412,7 +422,7 @@ class Ingest::Runner {
           s.seq.Reset();
         }
         if (!s.replay_endpoint.empty()) {
-          Replay(s, /*catch_up=*/true);
+          s.catch_up_at = absl::Now() + kCatchUpGrace;
         } else {
           SetAll(s, WorkerState::kLive, "");
         }
@@ -430,6 +440,11 @@ class Ingest::Runner {
         if (parts.size() != 3) continue;
         Receive(s, parts);
       }
+      // After reading what arrived: a batch that did so made the catch-up.
+      if (absl::Now() >= s.catch_up_at) {
+        s.catch_up_at = absl::InfiniteFuture();
+        Replay(s, /*catch_up=*/true);
+      }
     }
   }
 
@@ -443,6 +458,15 @@ class Ingest::Runner {
     }
     const absl::string_view payload(static_cast<const char*>(parts[2].data()),
                                     parts[2].size());
+    if (s.catch_up_at != absl::InfiniteFuture()) {
+      // The first batch of a new connection: what the engine published
+      // before it comes from the replay buffer; batch 0 needs none.
+      s.catch_up_at = absl::InfiniteFuture();
+      if (*seq > 0 && s.seq.last() < 0) {
+        Replay(s, /*catch_up=*/true);
+        if (s.seq.last() >= *seq) return;  // the replay brought this batch
+      }
+    }
     switch (s.seq.Classify(*seq)) {
       case SeqTracker::Verdict::kDuplicate:
         return;

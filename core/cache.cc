@@ -240,7 +240,7 @@ PrefixCache::PrefixCache(CacheOptions options)
         BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
                  budget_blocks_),
         BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
-        options_, &index_, TenantSeed(seed_, i));
+        options_, &index_, &event_order_, TenantSeed(seed_, i));
     tenant_order_.push_back(t.get());
     tenants_[spec.name] = std::move(t);
   }
@@ -273,13 +273,13 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
                         name, options_.limits.max_tenants));
   }
   const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-  auto t =
-      std::make_unique<Tenant>(std::string(name), i,
-                               BlocksOf(options_.default_quota.reserved_bytes,
-                                        options_.block_bytes, budget_blocks_),
-                               BlocksOf(options_.default_quota.limit_bytes,
-                                        options_.block_bytes, budget_blocks_),
-                               options_, &index_, TenantSeed(seed_, i));
+  auto t = std::make_unique<Tenant>(
+      std::string(name), i,
+      BlocksOf(options_.default_quota.reserved_bytes, options_.block_bytes,
+               budget_blocks_),
+      BlocksOf(options_.default_quota.limit_bytes, options_.block_bytes,
+               budget_blocks_),
+      options_, &index_, &event_order_, TenantSeed(seed_, i));
   Tenant* raw = t.get();
   tenant_order_.push_back(raw);
   tenants_[std::string(name)] = std::move(t);
@@ -588,7 +588,9 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
     t->LogStored(*tree,
                  cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
                             : std::nullopt,
-                 req.block_ids.subspan(cached), position);
+                 req.tokens.subspan(cached * bs, n_new * bs),
+                 req.block_ids.subspan(cached), position,
+                 static_cast<int64_t>(cached * bs));
   }
   // The guard pin keeps this insert's own path out of the victims.
   t->PinPath(end, +1);
@@ -804,6 +806,14 @@ absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
   batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
                                   &batch.next_sequence);
   return batch;
+}
+
+std::vector<std::string> PrefixCache::TenantNames() const {
+  ReaderMutexLock lock(&tenants_mu_);
+  std::vector<std::string> out;
+  out.reserve(tenant_order_.size());
+  for (const Tenant* t : tenant_order_) out.push_back(t->name());
+  return out;
 }
 
 absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(

@@ -74,6 +74,10 @@ struct CacheOptions {
   RopeShift rope_shift = RopeShift::kDeny;
   absl::Duration default_lease_ttl = absl::Seconds(300);
   size_t events_per_tenant = 4096;  // size of each event ring
+  // Stored events carry their tokens, and a tenant's Cleared event the IDs
+  // it removed: what a reader needs to tell others exactly what changed
+  // (the KV event publisher, docs/index.md). Off, events stay small.
+  bool detailed_events = false;
   CacheLimits limits;
   // Tenants known up front. Others are created on first use when
   // dynamic_tenants is set (with default_quota), else PERMISSION_DENIED.
@@ -250,6 +254,12 @@ class PrefixCache {
   absl::StatusOr<EventBatch> ReadEvents(absl::string_view tenant,
                                         uint64_t from_sequence,
                                         size_t max_events) const;
+  // The highest Event::order handed out so far (0: none). Every event whose
+  // order is <= a value read here is in its ring by the time a ReadEvents
+  // that starts after the read can see it.
+  uint64_t last_event_order() const { return event_order_.load(); }
+  // Every tenant that exists, in creation order.
+  std::vector<std::string> TenantNames() const;
 
   // The tree of (tenant, ns), pre-order. NOT_FOUND for an unknown tenant or
   // namespace.
@@ -317,6 +327,7 @@ class PrefixCache {
   BlockIndex index_;                // block ID -> owning tenant and node
   std::atomic<uint64_t> stamp_{0};  // logical recency clock
   std::atomic<int64_t> resident_blocks_{0};  // cached blocks over all tenants
+  std::atomic<uint64_t> event_order_{0};     // the last Event::order taken
 
   // Held (before any tenant mutex) by every call that locks more than one
   // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.

@@ -7,6 +7,7 @@ namespace prefixd {
 
 void EventRing::Append(Event e) {
   e.sequence = next_++;
+  e.order = order_ != nullptr ? order_->fetch_add(1) + 1 : e.sequence;
   if (ring_.size() == capacity_) ring_.pop_front();
   ring_.push_back(std::move(e));
 }

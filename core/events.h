@@ -2,9 +2,15 @@
 // Event with the next sequence number to a bounded ring. When the ring is
 // full the oldest event is dropped; a reader asking for it learns that it
 // missed events instead of silently skipping them.
+//
+// Events of different tenants are ordered by `order`, a cache-wide counter
+// taken under the tenant's mutex as the event is appended: a reader that
+// merges several rings (the KV event publisher, docs/index.md) publishes a
+// block ID's removal from one tenant before its store in another.
 #ifndef PREFIXD_CORE_EVENTS_H_
 #define PREFIXD_CORE_EVENTS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -22,22 +28,33 @@ enum class EventType : int {
 
 struct Event {
   uint64_t sequence = 0;  // per tenant, from 1, no gaps
+  uint64_t order = 0;     // cache-wide append order, from 1 (see above)
   EventType type = EventType::kBlockStored;
   std::string ns;
+  // kBlockStored, kBlockRemoved: the blocks. kCleared: every block the reset
+  // removed, with CacheOptions::detailed_events (else empty).
   std::vector<BlockId> block_ids;
   bool has_parent = false;  // kBlockStored: false when stored at the root
   BlockId parent_block_id = 0;
   int64_t position = 0;  // kBlockStored: position of the first block
+  // kBlockStored: tokens on the tree path before the first block, so that
+  // position - prefix_tokens is the Insert's position_offset.
+  int64_t prefix_tokens = 0;
+  // kBlockStored, with CacheOptions::detailed_events: the stored blocks'
+  // tokens, block_size per block (else empty).
+  std::vector<Token> tokens;
   EvictReason reason = EvictReason::kBudget;  // kBlockRemoved, kCleared
 };
 
 // Thread safety: none; the owning tenant's mutex guards it.
 class EventRing {
  public:
-  explicit EventRing(size_t capacity)
-      : capacity_(capacity == 0 ? 1 : capacity) {}
+  // `order`: the cache-wide counter events take their `order` from (not
+  // owned; nullptr: the ring's own sequence numbers).
+  explicit EventRing(size_t capacity, std::atomic<uint64_t>* order = nullptr)
+      : capacity_(capacity == 0 ? 1 : capacity), order_(order) {}
 
-  // Assigns the next sequence number and appends.
+  // Assigns the next sequence number and order, and appends.
   void Append(Event e);
 
   // Events with sequence >= from, at most max. *missed is set when events in
@@ -51,6 +68,7 @@ class EventRing {
 
  private:
   size_t capacity_;
+  std::atomic<uint64_t>* order_;
   uint64_t next_ = 1;
   std::deque<Event> ring_;
 };

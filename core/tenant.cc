@@ -23,15 +23,16 @@ uint64_t SplitMix64(uint64_t* state) {
 Tenant::Tenant(std::string name, uint32_t tenant_index,
                uint64_t reserved_blocks, uint64_t limit_blocks,
                const CacheOptions& options, BlockIndex* block_index,
-               uint64_t rng_seed)
+               std::atomic<uint64_t>* event_order, uint64_t rng_seed)
     : name_(std::move(name)),
       index_(tenant_index),
       reserved_blocks_(reserved_blocks),
       limit_blocks_(limit_blocks),
       block_size_(options.block_size),
+      detailed_events_(options.detailed_events),
       block_index_(block_index),
       rng_state_(rng_seed),
-      events_(options.events_per_tenant) {
+      events_(options.events_per_tenant, event_order) {
   counters_.tenant = name_;
 }
 
@@ -214,6 +215,7 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
 }
 
 void Tenant::Clear(std::vector<BlockId>* removed) {
+  const size_t first = removed->size();
   for (auto& [ns, tree] : trees_) {
     ForEachBelow(tree->root, [&](const Node& n, int) {
       removed->insert(removed->end(), n.block_ids().begin(),
@@ -233,6 +235,8 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
   Event e;
   e.type = EventType::kCleared;
   e.reason = EvictReason::kReset;
+  if (detailed_events_)
+    e.block_ids.assign(removed->begin() + first, removed->end());
   events_.Append(std::move(e));
 }
 
@@ -293,12 +297,16 @@ size_t Tenant::ExpireLeases(absl::Time now) {
 // --- Events -----------------------------------------------------------------
 
 void Tenant::LogStored(const Tree& tree, std::optional<BlockId> parent,
-                       absl::Span<const BlockId> ids, int64_t position) {
+                       absl::Span<const Token> tokens,
+                       absl::Span<const BlockId> ids, int64_t position,
+                       int64_t prefix_tokens) {
   Event e;
   e.type = EventType::kBlockStored;
   e.ns = tree.ns;
   e.block_ids.assign(ids.begin(), ids.end());
   e.position = position;
+  e.prefix_tokens = prefix_tokens;
+  if (detailed_events_) e.tokens.assign(tokens.begin(), tokens.end());
   e.has_parent = parent.has_value();
   e.parent_block_id = parent.value_or(0);
   events_.Append(std::move(e));

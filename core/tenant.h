@@ -25,6 +25,7 @@
 #ifndef PREFIXD_CORE_TENANT_H_
 #define PREFIXD_CORE_TENANT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,9 +55,11 @@ struct Lease {
 // All methods REQUIRE mu held (by the caller; see PrefixCache's locking).
 class Tenant {
  public:
+  // `event_order`: the cache-wide counter of Event::order (EventRing).
   Tenant(std::string name, uint32_t tenant_index, uint64_t reserved_blocks,
          uint64_t limit_blocks, const CacheOptions& options,
-         BlockIndex* block_index, uint64_t rng_seed);
+         BlockIndex* block_index, std::atomic<uint64_t>* event_order,
+         uint64_t rng_seed);
   ~Tenant();
 
   mutable Mutex mu;
@@ -109,8 +112,11 @@ class Tenant {
   size_t ExpireLeases(absl::Time now);
 
   // Events: removals are gathered during a call and logged at its end.
+  // `tokens`: the stored blocks' (kept with CacheOptions::detailed_events);
+  // `prefix_tokens`: the tokens before them on the path.
   void LogStored(const Tree& tree, std::optional<BlockId> parent,
-                 absl::Span<const BlockId> ids, int64_t position);
+                 absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+                 int64_t position, int64_t prefix_tokens);
   void FlushRemovals();
   const EventRing& events() const { return events_; }
 
@@ -149,6 +155,7 @@ class Tenant {
   const uint64_t reserved_blocks_;
   const uint64_t limit_blocks_;
   const int block_size_;
+  const bool detailed_events_;
   BlockIndex* const block_index_;
 
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_

@@ -368,6 +368,28 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   return absl::OkStatus();
 }
 
+absl::Status ResolveEventsPublish(const v1::Config& c, ServerConfig* out) {
+  const v1::EventsPublishConfig& ec = c.events_publish();
+  out->events_publish_enabled = !ec.endpoint().empty();
+  if (!out->events_publish_enabled) {
+    if (!ec.replay_endpoint().empty()) {
+      return Invalid("events_publish.endpoint",
+                     "is empty, but replay_endpoint is set (a replay needs "
+                     "the PUB socket)");
+    }
+    return absl::OkStatus();
+  }
+  KvPublisherOptions& o = out->events_publish;
+  o.endpoint = ec.endpoint();
+  o.replay_endpoint = ec.replay_endpoint();
+  o.topic = ec.topic();
+  o.buffer_batches = ec.buffer_batches();
+  if (absl::Status s = ValidateKvPublisherOptions(o); !s.ok()) return s;
+  // Stores must carry their tokens, and a tenant's reset the IDs it removed.
+  out->cache.detailed_events = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
@@ -435,6 +457,15 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
     config->mutable_index()->set_listen(*flags.index_listen);
   if (flags.index_block_size)
     config->mutable_index()->set_block_size(*flags.index_block_size);
+  if (flags.events_publish) {
+    // ENDPOINT[,REPLAY_ENDPOINT]
+    v1::EventsPublishConfig* p = config->mutable_events_publish();
+    const size_t comma = flags.events_publish->find(',');
+    p->set_endpoint(flags.events_publish->substr(0, comma));
+    p->set_replay_endpoint(comma == std::string::npos
+                               ? ""
+                               : flags.events_publish->substr(comma + 1));
+  }
 }
 
 void FillDefaults(v1::Config* c) {
@@ -474,6 +505,10 @@ void FillDefaults(v1::Config* c) {
   if (index->max_entries() == 0)
     index->set_max_entries(defaults::kIndexMaxEntries);
   fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
+  if (c->events_publish().buffer_batches() == 0) {
+    c->mutable_events_publish()->set_buffer_batches(
+        defaults::kEventsPublishBufferBatches);
+  }
 }
 
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
@@ -492,6 +527,7 @@ absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
   if (absl::Status s = ResolveServing(config, &out); !s.ok()) return s;
   if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
   if (absl::Status s = ResolveIndex(config, &out); !s.ok()) return s;
+  if (absl::Status s = ResolveEventsPublish(config, &out); !s.ok()) return s;
   return out;
 }
 

@@ -16,6 +16,7 @@
 #include "core/cache.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
+#include "index/publisher.h"
 #include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
@@ -42,6 +43,10 @@ struct ServerConfig {
   bool index_enabled = false;
   IndexOptions index;
   IngestOptions ingest;
+  // events_publish (docs/index.md, "The sidecar publishes too"): on when its
+  // endpoint is set; then cache.detailed_events is on too.
+  bool events_publish_enabled = false;
+  KvPublisherOptions events_publish;
 
   // The merged file + flags with defaults filled in. Later features (auth
   // principals, TLS files, metrics) read their settings from here.
@@ -50,6 +55,9 @@ struct ServerConfig {
   // Background work; tests shorten these.
   absl::Duration expire_interval = absl::Milliseconds(100);
   absl::Duration watch_poll_interval = absl::Milliseconds(20);
+  // How often events_publish reads the event rings: the most a change
+  // waits before it is published, and so the batch rate (at most 100/s).
+  absl::Duration events_publish_interval = absl::Milliseconds(10);
 };
 
 // Reads `path` as JSON if it ends in .json, else as textproto.

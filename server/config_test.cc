@@ -199,6 +199,36 @@ TEST(ConfigTest, AuthOffAllowsNetworkListenOnlyWithTheOverride) {
       FromText(R"pb(listen: "[::1]:7005" listen: "localhost:7006")pb").ok());
 }
 
+TEST(ConfigTest, EventsPublish) {
+  absl::StatusOr<ServerConfig> off = LoadServerConfig(CommandLine{});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->events_publish_enabled);
+  EXPECT_FALSE(off->cache.detailed_events);
+
+  absl::StatusOr<ServerConfig> c = FromText(
+      "events_publish { endpoint: \"tcp://*:5557\" replay_endpoint: "
+      "\"tcp://*:5558\" topic: \"kv@s0@m\" }");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->events_publish_enabled);
+  EXPECT_TRUE(c->cache.detailed_events);
+  EXPECT_EQ(c->events_publish.endpoint, "tcp://*:5557");
+  EXPECT_EQ(c->events_publish.replay_endpoint, "tcp://*:5558");
+  EXPECT_EQ(c->events_publish.topic, "kv@s0@m");
+  EXPECT_EQ(c->events_publish.buffer_batches, 10000u);
+
+  CommandLine flags;
+  flags.events_publish = "ipc:///tmp/pub";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->events_publish.endpoint, "ipc:///tmp/pub");
+  EXPECT_EQ(c->events_publish.replay_endpoint, "");
+
+  c = FromText("events_publish { endpoint: \"5557\" }");
+  EXPECT_THAT(c.status().message(), HasSubstr("\"5557\""));
+  c = FromText("events_publish { replay_endpoint: \"tcp://*:5558\" }");
+  EXPECT_THAT(c.status().message(), HasSubstr("events_publish.endpoint"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
   CommandLine flags;
   flags.config_path = "/nonexistent/prefixd.textproto";

@@ -27,6 +27,8 @@ inline constexpr char kMaxMessageSize[] = "16MiB";
 inline constexpr uint32_t kIndexBlockSize = 16;
 inline constexpr uint64_t kIndexMaxEntries = 50000000;
 inline constexpr char kIndexReplayTimeout[] = "2s";
+// events_publish: vLLM's default replay buffer (buffer_steps).
+inline constexpr uint32_t kEventsPublishBufferBatches = 10000;
 
 }  // namespace prefixd::defaults
 

@@ -127,6 +127,19 @@ const std::vector<FlagSpec>& Flags() {
          cl->index_block_size = n;
          return absl::OkStatus();
        }},
+      {"events_publish", "ENDPOINT[,REPLAY]", "none",
+       "Publish this daemon's own cache changes as vLLM KV events, for a "
+       "prefixd index, llm-d or Dynamo: the PUB endpoint (tcp://*:5557 "
+       "binds; without a wildcard it connects), then the replay (ROUTER) "
+       "endpoint it binds, e.g. tcp://*:5557,tcp://*:5558. Topic and buffer "
+       "size: events_publish { } in the config file. See docs/index.md.",
+       [](absl::string_view v, CommandLine* cl) {
+         if (v.empty() || v.front() == ',' || v.back() == ',') {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--events_publish=", v, ": want ENDPOINT[,REPLAY_ENDPOINT]"));
+         }
+         return SetString(&cl->events_publish, v);
+       }},
       {"help", nullptr, "", "Print this help and exit.",
        [](absl::string_view, CommandLine* cl) {
          cl->help = true;

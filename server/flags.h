@@ -31,6 +31,9 @@ struct CommandLine {
   std::vector<std::string> index_sources;
   std::optional<std::string> index_listen;
   std::optional<uint32_t> index_block_size;
+  // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
+  // publishes too"); replaces the file's endpoints.
+  std::optional<std::string> events_publish;
   bool help = false;
   bool version = false;
 };

@@ -38,6 +38,15 @@ TEST(FlagsTest, ListenRepeatsAndBothValueFormsWork) {
   EXPECT_EQ(cl->config_path, "/etc/prefixd.textproto");
 }
 
+TEST(FlagsTest, EventsPublish) {
+  absl::StatusOr<CommandLine> cl =
+      Parse({"--events_publish=tcp://*:5557,tcp://*:5558"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->events_publish, "tcp://*:5557,tcp://*:5558");
+  EXPECT_THAT(Parse({"--events_publish=,tcp://*:5558"}).status().message(),
+              HasSubstr("ENDPOINT[,REPLAY_ENDPOINT]"));
+}
+
 TEST(FlagsTest, HelpAndShortHelp) {
   EXPECT_TRUE(Parse({"--help"})->help);
   EXPECT_TRUE(Parse({"-h"})->help);

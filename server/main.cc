@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   const absl::Status metrics_up =
       metrics.Serve((*server)->cache(), (*server)->config().metrics_listen,
-                    (*server)->index());
+                    (*server)->index(), (*server)->events_publisher());
   if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
   std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
   std::fflush(stdout);

@@ -207,8 +207,11 @@ bool OpenFiles(const std::string& proc_dir, uint64_t* out) {
 class ScrapeCollector final : public prometheus::Collectable {
  public:
   ScrapeCollector(const PrefixCache* cache, const FleetIndex* index,
-                  std::string version)
-      : cache_(cache), index_(index), version_(std::move(version)) {}
+                  const EventsPublisher* events_publisher, std::string version)
+      : cache_(cache),
+        index_(index),
+        events_publisher_(events_publisher),
+        version_(std::move(version)) {}
 
   std::vector<MetricFamily> Collect() const override {
     std::vector<MetricFamily> out =
@@ -217,6 +220,11 @@ class ScrapeCollector final : public prometheus::Collectable {
       std::vector<MetricFamily> index = IndexMetricFamilies(index_->Stats());
       std::move(index.begin(), index.end(), std::back_inserter(out));
     }
+    if (events_publisher_ != nullptr) {
+      std::vector<MetricFamily> events =
+          EventsPublishMetricFamilies(events_publisher_->stats());
+      std::move(events.begin(), events.end(), std::back_inserter(out));
+    }
     std::vector<MetricFamily> process = ProcessMetricFamilies();
     std::move(process.begin(), process.end(), std::back_inserter(out));
     return out;
@@ -224,7 +232,8 @@ class ScrapeCollector final : public prometheus::Collectable {
 
  private:
   const PrefixCache* const cache_;
-  const FleetIndex* const index_;  // may be null
+  const FleetIndex* const index_;                  // may be null
+  const EventsPublisher* const events_publisher_;  // may be null
   const std::string version_;
 };
 
@@ -269,6 +278,42 @@ int MethodIndex(absl::string_view method) {
 }
 
 }  // namespace
+
+std::vector<MetricFamily> EventsPublishMetricFamilies(
+    const EventsPublishStats& stats) {
+  std::vector<MetricFamily> out;
+  AddGauge(&out, "prefixd_events_published_batches_total",
+           "KV event batches this daemon published (events_publish); the "
+           "last sequence number is this minus 1.",
+           MetricType::Counter, static_cast<double>(stats.wire.batches));
+  AddGauge(&out, "prefixd_events_published_bytes_total",
+           "Bytes of msgpack payload in the published batches.",
+           MetricType::Counter, static_cast<double>(stats.wire.bytes));
+  MetricFamily events = NewFamily("prefixd_events_published_total",
+                                  "KV events this daemon published, by type.",
+                                  MetricType::Counter);
+  for (size_t i = 0; i < stats.events.size(); ++i) {
+    AddSample(&events, {{"type", std::string(kEventTypeNames[i])}},
+              static_cast<double>(stats.events[i]));
+  }
+  out.push_back(std::move(events));
+  MetricFamily resyncs = NewFamily(
+      "prefixd_events_resyncs_total",
+      "Times the whole cache was published again after AllBlocksCleared, "
+      "by reason: start, overflow (an event ring dropped events before "
+      "they were published).",
+      MetricType::Counter);
+  for (int r = 0; r < kNumResyncReasons; ++r) {
+    AddSample(&resyncs, {{"reason", std::string(kResyncReasonNames[r])}},
+              static_cast<double>(stats.resyncs[r]));
+  }
+  out.push_back(std::move(resyncs));
+  AddGauge(&out, "prefixd_events_replay_requests_total",
+           "Replay requests answered on the events_publish replay socket.",
+           MetricType::Counter,
+           static_cast<double>(stats.wire.replay_requests));
+  return out;
+}
 
 std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   std::vector<MetricFamily> out;
@@ -483,7 +528,8 @@ Metrics::Metrics(std::string version)
 Metrics::~Metrics() { StopServing(); }
 
 absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
-                            const FleetIndex* index) {
+                            const FleetIndex* index,
+                            const EventsPublisher* events_publisher) {
   assert(exposer_ == nullptr);
   absl::StatusOr<std::string> port = CivetListenPort(listen);
   if (!port.ok()) return port.status();
@@ -493,7 +539,8 @@ absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on \"", listen, "\": ", e.what()));
   }
-  collector_ = std::make_shared<ScrapeCollector>(cache, index, version_);
+  collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
+                                                 version_);
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(collector_);
   return absl::OkStatus();

@@ -39,6 +39,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/events_publish.h"
 #include "server/service.h"
 
 namespace prometheus {
@@ -50,9 +51,9 @@ namespace prefixd {
 // The RPC methods of prefixd.v1.PrefixCache and prefixd.v1.PrefixIndex, as
 // the services name them.
 inline constexpr std::array<absl::string_view, 17> kRpcMethods = {
-    "GetInfo",     "Handshake", "Match",      "Insert",      "Release",
-    "KeepAlive",   "Evict",     "Invalidate", "Reset",       "Stats",
-    "WatchEvents", "Dump",      "MatchBatch", "InsertBatch", "Route",
+    "GetInfo",     "Handshake",  "Match",      "Insert",      "Release",
+    "KeepAlive",   "Evict",      "Invalidate", "Reset",       "Stats",
+    "WatchEvents", "Dump",       "MatchBatch", "InsertBatch", "Route",
     "RouteBatch",  "ListWorkers"};
 
 // Upper bounds (seconds) of prefixd_rpc_duration_seconds: 25us .. 1s.
@@ -65,6 +66,11 @@ std::vector<prometheus::MetricFamily> CacheMetricFamilies(
 // The prefixd_index_* families of the fleet index (docs/index.md).
 std::vector<prometheus::MetricFamily> IndexMetricFamilies(
     const IndexStats& stats);
+
+// The prefixd_events_* families of events_publish (docs/index.md, "The
+// sidecar publishes too").
+std::vector<prometheus::MetricFamily> EventsPublishMetricFamilies(
+    const EventsPublishStats& stats);
 
 // process_* families read from `proc_dir` (normally "/proc"): resident and
 // virtual memory, CPU seconds, open and max file descriptors, start time.
@@ -83,9 +89,11 @@ class Metrics final : public RpcObserver {
   // reading `cache` at every scrape. REQUIRES: `cache` outlives serving
   // (call StopServing before destroying it); not already serving.
   // UNAVAILABLE naming the address if it cannot be bound.
-  // With `index` (the fleet index, may be null) its families too.
+  // With `index` (the fleet index, may be null) its families too, and
+  // likewise with `events_publisher`; both must outlive serving too.
   absl::Status Serve(const PrefixCache* cache, const std::string& listen,
-                     const FleetIndex* index = nullptr);
+                     const FleetIndex* index = nullptr,
+                     const EventsPublisher* events_publisher = nullptr);
 
   // Stops the endpoint; when it returns no scrape is running or will run.
   // Idempotent.

@@ -141,6 +141,36 @@ TEST(CacheMetricFamiliesTest, NamesFollowPrometheusConventions) {
   }
 }
 
+TEST(EventsPublishMetricFamiliesTest, CountersComeFromStats) {
+  EventsPublishStats st;
+  st.wire.batches = 12;
+  st.wire.bytes = 3456;
+  st.wire.replay_requests = 2;
+  st.events = {30, 7, 1};
+  st.resyncs = {1, 3};
+  const std::vector<MetricFamily> f = EventsPublishMetricFamilies(st);
+  EXPECT_EQ(Value(f, "prefixd_events_published_batches_total"), 12);
+  EXPECT_EQ(Value(f, "prefixd_events_published_bytes_total"), 3456);
+  EXPECT_EQ(Value(f, "prefixd_events_replay_requests_total"), 2);
+  EXPECT_EQ(
+      Value(f, "prefixd_events_published_total", {{"type", "BlockStored"}}),
+      30);
+  EXPECT_EQ(
+      Value(f, "prefixd_events_published_total", {{"type", "BlockRemoved"}}),
+      7);
+  EXPECT_EQ(Value(f, "prefixd_events_published_total",
+                  {{"type", "AllBlocksCleared"}}),
+            1);
+  EXPECT_EQ(Value(f, "prefixd_events_resyncs_total", {{"reason", "start"}}), 1);
+  EXPECT_EQ(Value(f, "prefixd_events_resyncs_total", {{"reason", "overflow"}}),
+            3);
+  for (const MetricFamily& family : f) {
+    EXPECT_EQ(family.type, MetricType::Counter) << family.name;
+    EXPECT_TRUE(absl::EndsWith(family.name, "_total")) << family.name;
+    EXPECT_FALSE(family.help.empty()) << family.name;
+  }
+}
+
 TEST(ProcessMetricFamiliesTest, ReadsThisProcess) {
   const std::vector<MetricFamily> f = ProcessMetricFamilies();
   EXPECT_GT(Value(f, "process_resident_memory_bytes"), 1 << 20);

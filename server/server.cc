@@ -83,6 +83,19 @@ absl::Status Server::Build() {
         index_.get(), authorizer_.get(), cache_->options().limits, observer_);
   }
 
+  if (config_.events_publish_enabled) {
+    if (!cache_->options().detailed_events) {
+      return absl::FailedPreconditionError(
+          "events_publish needs a cache created with detailed_events (stored "
+          "events carrying their tokens)");
+    }
+    absl::StatusOr<std::unique_ptr<EventsPublisher>> publisher =
+        EventsPublisher::Start(cache_.get(), config_.events_publish,
+                               config_.events_publish_interval);
+    if (!publisher.ok()) return publisher.status();
+    events_publisher_ = *std::move(publisher);
+  }
+
   grpc::ServerBuilder builder;
   std::vector<int> ports(config_.listen.size(), 0);
   for (size_t i = 0; i < config_.listen.size(); ++i) {
@@ -156,6 +169,7 @@ void Server::Shutdown() {
       absl::ToChronoTime(absl::Now() + config_.drain_timeout));
   grpc_server_->Wait();
   if (ingest_ != nullptr) ingest_->Stop();
+  if (events_publisher_ != nullptr) events_publisher_->Stop();
   if (lease_expirer_ != nullptr) lease_expirer_->Stop();
 }
 
@@ -201,16 +215,31 @@ std::string StartupBanner(const Server& server) {
                     ", max ", FormatCount(c.index.max_entries),
                     " entries, service prefixd.v1.PrefixIndex\n");
     for (const IndexSource& src : in.sources) {
+      std::string replay =
+          src.replay_port != 0
+              ? absl::StrCat(" (a pool) replay port ", src.replay_port,
+                             " on every address")
+          : src.replay_endpoint.empty()
+              ? " (no replay endpoint: a lost batch clears it)"
+              : absl::StrCat(" replay ", src.replay_endpoint);
       absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
-                      src.replay_endpoint.empty()
-                          ? " (no replay endpoint: a lost batch clears it)"
-                          : absl::StrCat(" replay ", src.replay_endpoint),
-                      "\n");
+                      replay, "\n");
     }
     if (!in.listen.empty()) {
       absl::StrAppend(&out, "  index listen ", server.index_listen_endpoint(),
                       "\n");
     }
+  }
+  if (const EventsPublisher* p = server.events_publisher(); p != nullptr) {
+    absl::StrAppend(&out, "  events pub   ", p->endpoint(), " topic \"",
+                    p->options().topic, "\"\n");
+    absl::StrAppend(
+        &out, "  events replay ",
+        p->replay_endpoint().empty()
+            ? "none (a lost batch clears this daemon in the index)"
+            : absl::StrCat(p->replay_endpoint(), " (last ",
+                           p->options().buffer_batches, " batches)"),
+        "\n");
   }
   absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
   for (const std::string& w : server.authorizer().Warnings(c.listen))

@@ -23,6 +23,7 @@
 #include "index/ingest.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/events_publish.h"
 #include "server/index_service.h"
 #include "server/periodic.h"
 #include "server/service.h"
@@ -82,6 +83,10 @@ class Server {
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();
   }
+  // The KV event publisher; nullptr unless config.events_publish_enabled.
+  const EventsPublisher* events_publisher() const {
+    return events_publisher_.get();
+  }
   const Authorizer& authorizer() const { return *authorizer_; }
   const ServerConfig& config() const { return config_; }
 
@@ -100,6 +105,7 @@ class Server {
   std::unique_ptr<FleetIndex> index_;
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<PrefixIndexService> index_service_;
+  std::unique_ptr<EventsPublisher> events_publisher_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> addresses_;
   std::unique_ptr<PeriodicThread> lease_expirer_;

@@ -1,0 +1,365 @@
+// The KV event encoder and publisher (index/publisher.h): what it encodes
+// decodes back with index/events.h, its sockets speak vLLM's wire (PUB
+// frames, ROUTER replay from a bounded buffer), and prefixd's own ingest
+// follows it into a FleetIndex.
+#include "index/publisher.h"
+
+#include <array>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "index/events.h"
+#include "index/fleet_index.h"
+#include "index/ingest.h"
+
+// Debian's msgpack-cxx is header-only and needs Boost unless told not to.
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+#include <msgpack.hpp>
+
+namespace prefixd {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kBs = 4;
+
+BlockStoredEvent Stored(std::vector<EngineHash> hashes,
+                        std::optional<EngineHash> parent,
+                        std::optional<std::string> lora = std::nullopt,
+                        std::string salt = "") {
+  BlockStoredEvent e;
+  e.block_hashes = std::move(hashes);
+  e.parent_block_hash = parent;
+  for (size_t b = 0; b < e.block_hashes.size(); ++b)
+    for (int t = 1; t <= kBs; ++t)
+      e.token_ids.push_back(static_cast<Token>(e.block_hashes[b] * 10 + t));
+  e.block_size = kBs;
+  e.lora_name = std::move(lora);
+  e.cache_salt = std::move(salt);
+  return e;
+}
+
+KvEventBatch RoundTrip(const KvEventBatch& in) {
+  KvEventBatch out;
+  const absl::Status s = DecodeEventBatch(EncodeEventBatch(in), &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(EncodeEventBatchTest, DecodesBackToWhatWasEncoded) {
+  KvEventBatch in;
+  in.ts = 1712345678.25;
+  in.events.push_back(Stored({1, 2, 3}, std::nullopt));
+  in.events.push_back(Stored({4}, 3));
+  in.events.push_back(
+      Stored({~uint64_t{0}, 1ull << 63}, std::nullopt, "adapter", "acme"));
+  BlockRemovedEvent removed;
+  removed.block_hashes = {2, 3, ~uint64_t{0}};
+  in.events.push_back(removed);
+  in.events.push_back(AllBlocksClearedEvent{});
+
+  const KvEventBatch out = RoundTrip(in);
+  EXPECT_EQ(out.ts, in.ts);
+  EXPECT_FALSE(out.data_parallel_rank.has_value());
+  EXPECT_EQ(out.unknown_events, 0);
+  EXPECT_EQ(out.unknown_fields, 0);
+  ASSERT_EQ(out.events.size(), 5);
+
+  const auto& root = std::get<BlockStoredEvent>(out.events[0]);
+  EXPECT_THAT(root.block_hashes, ElementsAre(1, 2, 3));
+  EXPECT_FALSE(root.parent_block_hash.has_value());
+  EXPECT_EQ(root.token_ids, std::get<BlockStoredEvent>(in.events[0]).token_ids);
+  EXPECT_EQ(root.block_size, kBs);
+  EXPECT_FALSE(root.lora_id.has_value());
+  EXPECT_FALSE(root.lora_name.has_value());
+  EXPECT_EQ(root.medium, "GPU");
+  EXPECT_EQ(root.cache_salt, "");
+  EXPECT_EQ(root.chain_blocks, 3);
+  EXPECT_EQ(root.group_idx, 0);
+
+  const auto& child = std::get<BlockStoredEvent>(out.events[1]);
+  EXPECT_THAT(child.block_hashes, ElementsAre(4));
+  EXPECT_EQ(child.parent_block_hash, std::optional<EngineHash>(3));
+  EXPECT_THAT(child.token_ids, ElementsAre(41, 42, 43, 44));
+
+  // A namespace (LoRA name) and a salt, hashes with the top bit set.
+  const auto& salted = std::get<BlockStoredEvent>(out.events[2]);
+  EXPECT_THAT(salted.block_hashes, ElementsAre(~uint64_t{0}, 1ull << 63));
+  EXPECT_EQ(salted.lora_name, std::optional<std::string>("adapter"));
+  EXPECT_EQ(salted.cache_salt, "acme");
+  EXPECT_EQ(salted.chain_blocks, 2);
+
+  const auto& rm = std::get<BlockRemovedEvent>(out.events[3]);
+  EXPECT_THAT(rm.block_hashes, ElementsAre(2, 3, ~uint64_t{0}));
+  EXPECT_EQ(rm.medium, "GPU");
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(out.events[4]));
+}
+
+TEST(EncodeEventBatchTest, SaltEqualToTheLoraNameStaysTheSalt) {
+  // vLLM's order (LoRA name, then salt) keeps them apart even when equal.
+  KvEventBatch in;
+  in.events.push_back(Stored({7}, std::nullopt, "acme", "acme"));
+  const KvEventBatch out = RoundTrip(in);
+  const auto& e = std::get<BlockStoredEvent>(out.events[0]);
+  EXPECT_EQ(e.lora_name, std::optional<std::string>("acme"));
+  EXPECT_EQ(e.cache_salt, "acme");
+  EXPECT_EQ(e.chain_blocks, 1);
+}
+
+TEST(EncodeEventBatchTest, SaltOnlyInTheFirstBlockOfARootStore) {
+  KvEventBatch in;
+  in.events.push_back(Stored({1, 2}, std::nullopt, std::nullopt, "acme"));
+  in.events.push_back(Stored({3}, 2, std::nullopt, "acme"));  // not a root
+  in.data_parallel_rank = 3;
+  const std::string payload = EncodeEventBatch(in);
+  KvEventBatch out;
+  ASSERT_TRUE(DecodeEventBatch(payload, &out).ok());
+  EXPECT_EQ(out.data_parallel_rank, std::optional<int64_t>(3));
+  EXPECT_EQ(std::get<BlockStoredEvent>(out.events[0]).cache_salt, "acme");
+  EXPECT_EQ(std::get<BlockStoredEvent>(out.events[1]).cache_salt, "");
+
+  // The raw layout: the map form, extra_keys [["acme"], nil] and nil.
+  const msgpack::object_handle h =
+      msgpack::unpack(payload.data(), payload.size());
+  const msgpack::object& root = h.get();
+  ASSERT_EQ(root.type, msgpack::type::MAP);
+  const msgpack::object* events = nullptr;
+  for (uint32_t i = 0; i < root.via.map.size; ++i) {
+    if (root.via.map.ptr[i].key.as<std::string>() == "events")
+      events = &root.via.map.ptr[i].val;
+  }
+  ASSERT_NE(events, nullptr);
+  auto extra_keys = [&](int e) {
+    const msgpack::object& ev = events->via.array.ptr[e];
+    for (uint32_t i = 0; i < ev.via.map.size; ++i) {
+      if (ev.via.map.ptr[i].key.as<std::string>() == "extra_keys")
+        return ev.via.map.ptr[i].val;
+    }
+    return msgpack::object();
+  };
+  const msgpack::object first = extra_keys(0);
+  ASSERT_EQ(first.type, msgpack::type::ARRAY);
+  ASSERT_EQ(first.via.array.size, 2);
+  EXPECT_EQ(first.via.array.ptr[0].as<std::vector<std::string>>(),
+            std::vector<std::string>{"acme"});
+  EXPECT_EQ(first.via.array.ptr[1].type, msgpack::type::NIL);
+  EXPECT_EQ(extra_keys(1).type, msgpack::type::NIL);
+}
+
+TEST(EncodeEventBatchTest, EmptyBatch) {
+  KvEventBatch in;
+  in.ts = 5;
+  const KvEventBatch out = RoundTrip(in);
+  EXPECT_EQ(out.ts, 5);
+  EXPECT_TRUE(out.events.empty());
+}
+
+TEST(KvPublisherOptionsTest, RefusesMalformedEndpointsAndBuffers) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://*:5557";
+  o.replay_endpoint = "tcp://*:5558";
+  EXPECT_TRUE(ValidateKvPublisherOptions(o).ok());
+  o.endpoint = "127.0.0.1:5557";
+  EXPECT_THAT(ValidateKvPublisherOptions(o).message(),
+              HasSubstr("endpoint \"127.0.0.1:5557\""));
+  o.endpoint = "ipc:///tmp/x";
+  o.replay_endpoint = "tcp://host:99999";
+  EXPECT_THAT(ValidateKvPublisherOptions(o).message(),
+              HasSubstr("replay_endpoint \"tcp://host:99999\""));
+  o.replay_endpoint = "";
+  o.buffer_batches = 0;
+  EXPECT_THAT(ValidateKvPublisherOptions(o).message(),
+              HasSubstr("buffer_batches 0"));
+}
+
+int64_t ReadBe64(const zmq::message_t& m) {
+  const auto* p = static_cast<const unsigned char*>(m.data());
+  uint64_t v = 0;
+  for (size_t i = 0; i < m.size(); ++i) v = (v << 8) | p[i];
+  return static_cast<int64_t>(v);
+}
+
+std::string Be64(int64_t v) {
+  std::string out(8, '\0');
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
+  }
+  return out;
+}
+
+std::vector<zmq::message_t> Receive(zmq::socket_t& s) {
+  std::vector<zmq::message_t> parts;
+  zmq::pollitem_t item{static_cast<void*>(s), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+  if ((item.revents & ZMQ_POLLIN) != 0)
+    (void)zmq::recv_multipart(s, std::back_inserter(parts));
+  return parts;
+}
+
+KvEventBatch Batch(EngineHash hash) {
+  KvEventBatch b;
+  b.ts = 1;
+  b.events.push_back(Stored({hash}, std::nullopt));
+  return b;
+}
+
+TEST(KvEventPublisherTest, PublishesFramesAndReplaysTheBuffer) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  o.topic = "kv@sidecar@model";
+  o.buffer_batches = 2;
+  absl::StatusOr<std::unique_ptr<KvEventPublisher>> p =
+      KvEventPublisher::Start(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_THAT((*p)->endpoint(), HasSubstr("tcp://127.0.0.1:"));
+  EXPECT_NE((*p)->endpoint(), "tcp://127.0.0.1:*");
+
+  zmq::context_t ctx(1);
+  zmq::socket_t sub(ctx, zmq::socket_type::sub);
+  sub.set(zmq::sockopt::linger, 0);
+  sub.set(zmq::sockopt::subscribe, "");
+  sub.connect((*p)->endpoint());
+  // PUB drops what it sends before the subscription arrives: publish until
+  // the subscriber sees a batch.
+  std::vector<zmq::message_t> parts;
+  for (int i = 0; i < 200 && parts.empty(); ++i) {
+    (*p)->Publish(Batch(100 + i));
+    zmq::pollitem_t item{static_cast<void*>(sub), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(20));
+    if ((item.revents & ZMQ_POLLIN) != 0)
+      (void)zmq::recv_multipart(sub, std::back_inserter(parts));
+  }
+  ASSERT_EQ(parts.size(), 3);
+  EXPECT_EQ(parts[0].to_string(), "kv@sidecar@model");
+  EXPECT_EQ(parts[1].size(), 8);
+  const int64_t first = ReadBe64(parts[1]);
+  KvEventBatch got;
+  ASSERT_TRUE(DecodeEventBatch(parts[2].to_string(), &got).ok());
+  EXPECT_THAT(std::get<BlockStoredEvent>(got.events[0]).block_hashes,
+              ElementsAre(100 + first));
+  const int64_t last = (*p)->Publish(Batch(999));
+  parts = Receive(sub);
+  while (!parts.empty() && ReadBe64(parts[1]) != last) parts = Receive(sub);
+  ASSERT_EQ(parts.size(), 3);
+  EXPECT_EQ((*p)->counters().batches, static_cast<uint64_t>(last + 1));
+
+  // The replay socket keeps the last 2 batches: asked from 0, it sends
+  // last-1 and last, then -1.
+  zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.connect((*p)->replay_endpoint());
+  const std::string start = Be64(0);
+  std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
+                                              zmq::buffer(start)};
+  ASSERT_TRUE(zmq::send_multipart(dealer, request));
+  std::vector<int64_t> seqs;
+  while (true) {
+    std::vector<zmq::message_t> r = Receive(dealer);
+    ASSERT_EQ(r.size(), 3);
+    EXPECT_EQ(r[0].size(), 0);
+    ASSERT_EQ(r[1].size(), 8);
+    seqs.push_back(ReadBe64(r[1]));
+    if (seqs.back() == -1) {
+      EXPECT_EQ(r[2].size(), 0);
+      break;
+    }
+    KvEventBatch b;
+    ASSERT_TRUE(DecodeEventBatch(r[2].to_string(), &b).ok());
+  }
+  EXPECT_THAT(seqs, ElementsAre(last - 1, last, -1));
+  EXPECT_EQ((*p)->counters().replay_requests, 1);
+  EXPECT_EQ((*p)->counters().replayed_batches, 2);
+  (*p)->Stop();
+  (*p)->Stop();  // idempotent
+}
+
+TEST(KvEventPublisherTest, BindFailureNamesTheEndpoint) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  auto a = KvEventPublisher::Start(o);
+  ASSERT_TRUE(a.ok());
+  o.replay_endpoint = (*a)->replay_endpoint();  // taken
+  auto b = KvEventPublisher::Start(o);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(b.status().message(), HasSubstr(o.replay_endpoint));
+}
+
+// prefixd's own ingest follows the publisher: a catch-up replay of what was
+// published before it connected, then live batches, then a removal.
+TEST(KvEventPublisherTest, PrefixdIngestFollowsIt) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  auto p = KvEventPublisher::Start(o);
+  ASSERT_TRUE(p.ok());
+  KvEventBatch first;
+  first.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  first.events.push_back(Stored({1, 2}, std::nullopt, std::nullopt, "acme"));
+  (*p)->Publish(first);  // before anyone listens: only the replay has it
+
+  IndexOptions io;
+  io.block_size = kBs;
+  FleetIndex index(io);
+  IngestOptions in;
+  IndexSource source;
+  source.name = "sidecar";
+  source.endpoint = (*p)->endpoint();
+  source.replay_endpoint = (*p)->replay_endpoint();
+  in.sources.push_back(source);
+  in.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, in);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+
+  std::vector<Token> prompt;
+  for (EngineHash h : {1, 2, 3})
+    for (int t = 1; t <= kBs; ++t)
+      prompt.push_back(static_cast<Token>(h * 10 + t));
+  auto matched = [&](absl::string_view salt) {
+    RouteQuery q;
+    q.tokens = prompt;
+    q.cache_salt = salt;
+    RouteResult r = index.Route(q);
+    return r.workers.empty() ? uint64_t{0} : r.workers[0].matched_blocks;
+  };
+  auto eventually = [&](absl::string_view salt, uint64_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (matched(salt) == want) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  };
+  EXPECT_TRUE(eventually("acme", 2));
+  EXPECT_EQ(matched(""), 0);  // another namespace
+
+  KvEventBatch more;
+  more.events.push_back(Stored({3}, 2));
+  (*p)->Publish(more);
+  EXPECT_TRUE(eventually("acme", 3));
+  KvEventBatch gone;
+  BlockRemovedEvent rm;
+  rm.block_hashes = {2, 3};
+  gone.events.push_back(rm);
+  (*p)->Publish(gone);
+  EXPECT_TRUE(eventually("acme", 1));
+  (*ingest)->Stop();
+}
+
+}  // namespace
+}  // namespace prefixd

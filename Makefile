@@ -78,6 +78,7 @@ bench: configure
 	bash -o pipefail -c '$(BUILD_DIR)/bench/index_bench | tee $(BENCH_OUT)/index.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe
+	bash -o pipefail -c '/usr/bin/python3 tests/index/fleet_sim.py --full --prefixd $(BUILD_DIR)/server/prefixd | tee $(BENCH_OUT)/fleet.log'
 
 .PHONY: image-test
 image-test:

@@ -22,33 +22,10 @@
 #include "absl/time/clock.h"
 #include "index/events.h"
 #include "index/sequence.h"
+#include "index/zmq_wire.h"
 
 namespace prefixd {
 namespace {
-
-// One context for the process, never destroyed: zmq_ctx_term blocks until
-// every socket is closed, which exit-time destructors cannot promise.
-zmq::context_t& Context() {
-  static zmq::context_t* ctx = new zmq::context_t(1);
-  return *ctx;
-}
-
-std::string Be64(int64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
-    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
-  }
-  return out;
-}
-
-std::optional<int64_t> ReadBe64(const zmq::message_t& m) {
-  if (m.size() != 8) return std::nullopt;
-  const auto* p = static_cast<const unsigned char*>(m.data());
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return static_cast<int64_t>(v);
-}
 
 struct HostPort {
   std::string host;
@@ -140,7 +117,7 @@ constexpr absl::Duration kCatchUpGrace = absl::Milliseconds(250);
 // ROUTER, which answers `["", seq, payload]` per batch and `["", -1, ""]`.
 absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
                                          int64_t from, absl::Duration timeout) {
-  zmq::socket_t dealer(Context(), zmq::socket_type::dealer);
+  zmq::socket_t dealer(ZmqContext(), zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::ipv6, 1);
   dealer.connect(endpoint);
@@ -336,7 +313,7 @@ class Ingest::Runner {
     s->workers[0] = index_->AddWorker(s->name, s->endpoint);
     if (listen_ == nullptr) {
       s->sub =
-          std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::sub);
+          std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
       s->sub->set(zmq::sockopt::linger, 0);
       s->sub->set(zmq::sockopt::ipv6, 1);  // pools resolve to v6 too
       s->sub->set(zmq::sockopt::rcvhwm, 100000);
@@ -600,7 +577,7 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(FleetIndex* index,
   const IngestOptions& o = ingest->options_;
   if (!o.listen.empty()) {
     auto sock =
-        std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::sub);
+        std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
     sock->set(zmq::sockopt::linger, 0);
     // IPv6 only when asked for: with it on, a v4 address is reported back
     // v4-mapped ([::ffff:127.0.0.1]).

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/zmq_wire.h"
 
 namespace prefixd {
 namespace {
@@ -25,15 +26,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int kBs = 4;
-
-std::string Be64(int64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
-    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
-  }
-  return out;
-}
 
 // An array-form KvEventBatch with one BlockStored of `blocks` (block b has
 // tokens b*10+1 .. b*10+4 and hash 1000+b) after `parent` (0: root).

@@ -24,6 +24,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "index/zmq_wire.h"
 
 // Debian's msgpack-cxx is header-only and needs Boost unless told not to.
 #ifndef MSGPACK_NO_BOOST
@@ -33,13 +34,6 @@
 
 namespace prefixd {
 namespace {
-
-// One context for the process, never destroyed (as in ingest.cc):
-// zmq_ctx_term blocks until every socket is closed.
-zmq::context_t& Context() {
-  static zmq::context_t* ctx = new zmq::context_t(1);
-  return *ctx;
-}
 
 // The most batches a replay buffer may keep.
 constexpr size_t kMaxBufferBatches = size_t{1} << 24;
@@ -129,24 +123,6 @@ void PackRemoved(Packer& pk, const BlockRemovedEvent& ev) {
   PackHashes(pk, ev.block_hashes);
   PackStr(pk, "medium");
   PackStr(pk, ev.medium);
-}
-
-std::string Be64(int64_t v) {
-  std::string out(8, '\0');
-  uint64_t u = static_cast<uint64_t>(v);
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<size_t>(i)] = static_cast<char>(u & 0xff);
-    u >>= 8;
-  }
-  return out;
-}
-
-std::optional<int64_t> ReadBe64(const zmq::message_t& m) {
-  if (m.size() != 8) return std::nullopt;
-  const auto* p = static_cast<const unsigned char*>(m.data());
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
-  return static_cast<int64_t>(v);
 }
 
 // vLLM's rule: a PUB endpoint with a wildcard (or an IPC/in-process one)
@@ -239,7 +215,7 @@ class KvEventPublisher::Impl {
   absl::Status Open(std::string* endpoint, std::string* replay_endpoint) {
     // Nothing else runs yet; the lock is for the analysis (and is cheap).
     absl::MutexLock lock(&mu_);
-    pub_ = std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::pub);
+    pub_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::pub);
     pub_->set(zmq::sockopt::linger, 0);
     pub_->set(zmq::sockopt::sndhwm, 100000);  // vLLM's
     SetIpv6IfLiteral(*pub_, options_.endpoint);
@@ -259,7 +235,7 @@ class KvEventPublisher::Impl {
         bind ? pub_->get(zmq::sockopt::last_endpoint) : options_.endpoint;
     if (options_.replay_endpoint.empty()) return absl::OkStatus();
     router_ =
-        std::make_unique<zmq::socket_t>(Context(), zmq::socket_type::router);
+        std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::router);
     router_->set(zmq::sockopt::linger, 0);
     // A full queue to a requester blocks the send (up to the timeout)
     // instead of silently dropping the rest of its replay.

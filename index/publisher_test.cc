@@ -20,6 +20,7 @@
 #include "index/events.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
+#include "index/zmq_wire.h"
 
 // Debian's msgpack-cxx is header-only and needs Boost unless told not to.
 #ifndef MSGPACK_NO_BOOST
@@ -189,15 +190,6 @@ int64_t ReadBe64(const zmq::message_t& m) {
   uint64_t v = 0;
   for (size_t i = 0; i < m.size(); ++i) v = (v << 8) | p[i];
   return static_cast<int64_t>(v);
-}
-
-std::string Be64(int64_t v) {
-  std::string out(8, '\0');
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
-    v = static_cast<int64_t>(static_cast<uint64_t>(v) >> 8);
-  }
-  return out;
 }
 
 std::vector<zmq::message_t> Receive(zmq::socket_t& s) {

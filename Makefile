@@ -8,7 +8,8 @@
 #   make clean   remove $(BUILD_DIR)
 #   make package build the Debian package (CPack) into $(BUILD_DIR)
 #   make bench   build the benchmarks and run them all (docs/performance.md;
-#                about 15 minutes; results in $(BUILD_DIR)/bench-results)
+#                about 30 minutes with the fleet index and the simulated fleet;
+#                results in $(BUILD_DIR)/bench-results)
 #   make image-test  build the container image with buildah and check it (minutes)
 #   make sanitize  clang: unit and integration tests under ASan+UBSan
 #                (build-asan), core tests under TSan (build-tsan)

@@ -137,9 +137,9 @@ Trace LoadTrace(const std::string& path) {
     if (end == std::string::npos)
       Die(absl::StrCat(path, ":", n, ": no \"hash_ids\" array"));
     t.first.push_back(t.ids.size());
-    for (absl::string_view v : absl::StrSplit(
-             absl::string_view(line).substr(at + 1, end - at - 1), ',',
-             absl::SkipWhitespace())) {
+    for (absl::string_view v :
+         absl::StrSplit(absl::string_view(line).substr(at + 1, end - at - 1),
+                        ',', absl::SkipWhitespace())) {
       uint64_t id;
       if (!absl::SimpleAtoi(v, &id))
         Die(absl::StrCat(path, ":", n, ": bad hash id \"", v, "\""));
@@ -322,7 +322,8 @@ void DecodeOrDie(absl::string_view payload, KvEventBatch* batch) {
 double ThreadCpuSeconds() {
   timespec ts;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  return static_cast<double>(ts.tv_sec) +
+         static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // Times a region by this thread's CPU time (what the rates are: robust to
@@ -335,7 +336,8 @@ struct Stopwatch {
     double cpu, wall;
   };
   Lap Stop() const {
-    return {ThreadCpuSeconds() - cpu0, absl::ToDoubleSeconds(absl::Now() - wall0)};
+    return {ThreadCpuSeconds() - cpu0,
+            absl::ToDoubleSeconds(absl::Now() - wall0)};
   }
 };
 
@@ -404,9 +406,10 @@ struct Verdicts {
 void MemoryPhase(const Trace& t, const Workload& w, Verdicts* v) {
   const uint64_t target = absl::GetFlag(FLAGS_memory_entries);
   const int workers = absl::GetFlag(FLAGS_workers);
-  std::printf("\nI2 memory: the trace replicated (disjoint tokens and hashes) "
-              "until %llu entries\n",
-              static_cast<unsigned long long>(target));
+  std::printf(
+      "\nI2 memory: the trace replicated (disjoint tokens and hashes) "
+      "until %llu entries\n",
+      static_cast<unsigned long long>(target));
   // Everything the fill reuses is allocated and touched before the first
   // reading: the payload buffer (with room for the replicas' longer ints),
   // the payload ends, the decoded batch's vectors.
@@ -466,43 +469,43 @@ void MemoryPhase(const Trace& t, const Workload& w, Verdicts* v) {
       static_cast<double>(heap1 - heap0) / static_cast<double>(stats.entries);
   std::printf("  replicas       %llu (the last one partly)\n",
               static_cast<unsigned long long>(replicas));
-  std::printf("  blocks         %llu (tree blocks) in %llu nodes, %.2f "
-              "blocks per node\n",
-              static_cast<unsigned long long>(stats.blocks),
-              static_cast<unsigned long long>(stats.nodes),
-              static_cast<double>(stats.blocks) /
-                  static_cast<double>(std::max<uint64_t>(stats.nodes, 1)));
+  std::printf(
+      "  blocks         %llu (tree blocks) in %llu nodes, %.2f "
+      "blocks per node\n",
+      static_cast<unsigned long long>(stats.blocks),
+      static_cast<unsigned long long>(stats.nodes),
+      static_cast<double>(stats.blocks) /
+          static_cast<double>(std::max<uint64_t>(stats.nodes, 1)));
   std::printf("  entries        %llu ((block, holder) pairs)\n",
               static_cast<unsigned long long>(stats.entries));
-  std::printf("  entries/block  %.3f\n",
-              static_cast<double>(stats.entries) /
-                  static_cast<double>(stats.blocks));
+  std::printf("  entries/block  %.3f\n", static_cast<double>(stats.entries) /
+                                             static_cast<double>(stats.blocks));
   std::printf("  RSS            %.1f MiB -> %.1f MiB (+%.1f MiB)\n",
               rss0 / 1048576.0, rss1 / 1048576.0, (rss1 - rss0) / 1048576.0);
-  std::printf("  bytes/entry    %.1f of RSS (%.1f per block); %.1f of malloc "
-              "in use\n",
-              per_entry,
-              static_cast<double>(rss1 - rss0) /
-                  static_cast<double>(stats.blocks),
-              heap_per_entry);
+  std::printf(
+      "  bytes/entry    %.1f of RSS (%.1f per block); %.1f of malloc "
+      "in use\n",
+      per_entry,
+      static_cast<double>(rss1 - rss0) / static_cast<double>(stats.blocks),
+      heap_per_entry);
   const auto mib = [](size_t a, size_t b) {
     return (static_cast<double>(b) - static_cast<double>(a)) / 1048576.0;
   };
-  std::printf("  malloc         small chunks in use +%.1f MiB (heap +%.1f MiB; "
-              "free in it after: %.1f MiB); mmapped +%.1f MiB (large arrays, "
-              "at capacity, resident only where touched)\n",
-              mib(mi0.uordblks, mi1.uordblks), mib(mi0.arena, mi1.arena),
-              mib(0, mi1.fordblks), mib(mi0.hblkhd, mi1.hblkhd));
-  std::printf("  ingest time    %.2f s wall, %.2f s thread CPU (decode + "
-              "apply, packing excluded): %.2f M blocks/s of CPU into the "
-              "growing index\n",
-              seconds, cpu_seconds,
-              static_cast<double>(entries) / cpu_seconds / 1e6);
+  std::printf(
+      "  malloc         small chunks in use +%.1f MiB (heap +%.1f MiB; "
+      "free in it after: %.1f MiB); mmapped +%.1f MiB (large arrays, "
+      "at capacity, resident only where touched)\n",
+      mib(mi0.uordblks, mi1.uordblks), mib(mi0.arena, mi1.arena),
+      mib(0, mi1.fordblks), mib(mi0.hblkhd, mi1.hblkhd));
+  std::printf(
+      "  ingest time    %.2f s wall, %.2f s thread CPU (decode + "
+      "apply, packing excluded): %.2f M blocks/s of CPU into the "
+      "growing index\n",
+      seconds, cpu_seconds, static_cast<double>(entries) / cpu_seconds / 1e6);
   v->Add(absl::StrFormat(
       "I2  RSS per (block, holder) entry at %llu entries <= %.0f B: "
       "%.1f B (%.3f entries per block)  %s",
-      static_cast<unsigned long long>(stats.entries), kBytesPerEntry,
-      per_entry,
+      static_cast<unsigned long long>(stats.entries), kBytesPerEntry, per_entry,
       static_cast<double>(stats.entries) / static_cast<double>(stats.blocks),
       Verdict(per_entry <= kBytesPerEntry)));
 }
@@ -548,13 +551,14 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
   Payloads payloads;
   Pack(t, w, 0, &payloads);
   const size_t n = payloads.end.size();
-  std::printf("\nI1 ingest, one thread: %zu payloads, %llu BlockStored, %llu "
-              "blocks, %.1f MiB (%.1f bytes per block) per pass\n",
-              n, static_cast<unsigned long long>(w.events),
-              static_cast<unsigned long long>(w.blocks),
-              payloads.bytes.size() / 1048576.0,
-              static_cast<double>(payloads.bytes.size()) /
-                  static_cast<double>(w.blocks));
+  std::printf(
+      "\nI1 ingest, one thread: %zu payloads, %llu BlockStored, %llu "
+      "blocks, %.1f MiB (%.1f bytes per block) per pass\n",
+      n, static_cast<unsigned long long>(w.events),
+      static_cast<unsigned long long>(w.blocks),
+      payloads.bytes.size() / 1048576.0,
+      static_cast<double>(payloads.bytes.size()) /
+          static_cast<double>(w.blocks));
 
   // The index a pass builds must hold every stored block.
   {
@@ -645,11 +649,12 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
                 what, r.best / 1e6, 1e9 / r.best, r.best_wall / 1e6,
                 Rates(r).c_str());
   };
-  std::printf("  blocks per second of thread CPU time; best of %d, each >= %s "
-              "of whole passes, the four taking turns; a fresh index per "
-              "ingest pass\n",
-              absl::GetFlag(FLAGS_repetitions),
-              absl::FormatDuration(absl::GetFlag(FLAGS_min_time)).c_str());
+  std::printf(
+      "  blocks per second of thread CPU time; best of %d, each >= %s "
+      "of whole passes, the four taking turns; a fresh index per "
+      "ingest pass\n",
+      absl::GetFlag(FLAGS_repetitions),
+      absl::FormatDuration(absl::GetFlag(FLAGS_min_time)).c_str());
   row("msgpack::unpack alone (baseline)", unpack);
   row("msgpack::unpack as DecodeEventBatch calls it", unpack_ref);
   row("DecodeEventBatch alone", decode);
@@ -661,10 +666,11 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
     absl::StrAppendFormat(&ratios, " %.3f", ingest.all[i] / unpack.all[i]);
   std::printf("  ingest / unpack in each repetition:%s\n", ratios.c_str());
   const double ratio = ingest.best / unpack.best;
-  v->Add(absl::StrFormat("I1a ingest >= %.1fx msgpack::unpack alone: %.3fx "
-                         "(%.2f vs %.2f M blocks/s)  %s",
-                         kIngestVsUnpack, ratio, ingest.best / 1e6,
-                         unpack.best / 1e6, Verdict(ratio >= kIngestVsUnpack)));
+  v->Add(
+      absl::StrFormat("I1a ingest >= %.1fx msgpack::unpack alone: %.3fx "
+                      "(%.2f vs %.2f M blocks/s)  %s",
+                      kIngestVsUnpack, ratio, ingest.best / 1e6,
+                      unpack.best / 1e6, Verdict(ratio >= kIngestVsUnpack)));
   v->Add(absl::StrFormat("I1b ingest >= %.0f M blocks/s: %.2f M  %s",
                          kIngestBlocksPerS / 1e6, ingest.best / 1e6,
                          Verdict(ingest.best >= kIngestBlocksPerS)));
@@ -693,11 +699,12 @@ void RoutePhase() {
     return watch.Stop();
   });
   if (matched == 0) Die("Route matched nothing");
-  std::printf("\nRoute in process (%d workers, %d-token prompts, %llu "
-              "entries): %.2f us of CPU per Route (%.0f Routes/s; wall %.0f)"
-              "   runs:%s (M/s)\n",
-              workers, tokens, static_cast<unsigned long long>(entries),
-              1e6 / r.best, r.best, r.best_wall, Rates(r).c_str());
+  std::printf(
+      "\nRoute in process (%d workers, %d-token prompts, %llu "
+      "entries): %.2f us of CPU per Route (%.0f Routes/s; wall %.0f)"
+      "   runs:%s (M/s)\n",
+      workers, tokens, static_cast<unsigned long long>(entries), 1e6 / r.best,
+      r.best, r.best_wall, Rates(r).c_str());
 }
 
 int Run() {
@@ -705,30 +712,34 @@ int Run() {
   const Trace t = LoadTrace(path);
   const int workers = absl::GetFlag(FLAGS_workers);
   if (workers < 1) Die("--workers must be positive");
-  const Workload w = BuildWorkload(t, workers, absl::GetFlag(FLAGS_spread),
-                                   std::max(1, absl::GetFlag(FLAGS_events_per_batch)));
+  const Workload w =
+      BuildWorkload(t, workers, absl::GetFlag(FLAGS_spread),
+                    std::max(1, absl::GetFlag(FLAGS_events_per_batch)));
   std::printf("index_bench: %s\n", path.c_str());
-  std::printf("  %zu requests, %zu block ids (%llu distinct); %d workers, "
-              "spread %.2f, %d events per payload\n",
-              t.requests(), t.ids.size(),
-              static_cast<unsigned long long>(w.distinct), workers,
-              absl::GetFlag(FLAGS_spread),
-              absl::GetFlag(FLAGS_events_per_batch));
+  std::printf(
+      "  %zu requests, %zu block ids (%llu distinct); %d workers, "
+      "spread %.2f, %d events per payload\n",
+      t.requests(), t.ids.size(), static_cast<unsigned long long>(w.distinct),
+      workers, absl::GetFlag(FLAGS_spread),
+      absl::GetFlag(FLAGS_events_per_batch));
   std::string per_worker;
   for (uint64_t b : w.worker_blocks) absl::StrAppend(&per_worker, " ", b);
-  std::printf("  per replica: %zu payloads, %llu BlockStored events, %llu "
-              "stored blocks = entries (%.3f per distinct block); per "
-              "worker:%s\n",
-              w.batches.size(), static_cast<unsigned long long>(w.events),
-              static_cast<unsigned long long>(w.blocks),
-              static_cast<double>(w.blocks) / static_cast<double>(w.distinct),
-              per_worker.c_str());
-  std::printf("  load average: %s\n", [] {
-    std::ifstream in("/proc/loadavg");
-    std::string a, b, c;
-    in >> a >> b >> c;
-    return absl::StrCat(a, " ", b, " ", c);
-  }().c_str());
+  std::printf(
+      "  per replica: %zu payloads, %llu BlockStored events, %llu "
+      "stored blocks = entries (%.3f per distinct block); per "
+      "worker:%s\n",
+      w.batches.size(), static_cast<unsigned long long>(w.events),
+      static_cast<unsigned long long>(w.blocks),
+      static_cast<double>(w.blocks) / static_cast<double>(w.distinct),
+      per_worker.c_str());
+  std::printf("  load average: %s\n",
+              [] {
+                std::ifstream in("/proc/loadavg");
+                std::string a, b, c;
+                in >> a >> b >> c;
+                return absl::StrCat(a, " ", b, " ", c);
+              }()
+                  .c_str());
 
   Verdicts v;
   for (absl::string_view phase :

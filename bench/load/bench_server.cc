@@ -97,10 +97,10 @@ bool TakeBenchFlags(std::vector<const char*>* args, BenchIndex* out) {
     const absl::string_view arg(a);
     int* field = nullptr;
     absl::string_view value;
-    for (auto [name, f] : {std::pair{"--bench_index_workers=", &out->workers},
-                           {"--bench_index_prompts=", &out->prompts},
-                           {"--bench_index_prompt_tokens=",
-                            &out->prompt_tokens}}) {
+    for (auto [name, f] :
+         {std::pair{"--bench_index_workers=", &out->workers},
+          {"--bench_index_prompts=", &out->prompts},
+          {"--bench_index_prompt_tokens=", &out->prompt_tokens}}) {
       if (absl::StartsWith(arg, name)) {
         field = f;
         value = arg.substr(std::string_view(name).size());

@@ -95,7 +95,7 @@ namespace prefixd::bench {
 namespace {
 
 enum Kind { kBare, kMatch, kInsert, kBatch, kRoute, kRouteBatch, kNumKinds };
-constexpr const char* kKindNames[kNumKinds] = {"bare",  "match",     "insert",
+constexpr const char* kKindNames[kNumKinds] = {"bare",  "match", "insert",
                                                "batch", "route", "routebatch"};
 
 struct Mix {
@@ -499,8 +499,8 @@ absl::StatusOr<size_t> PrepareRoute(Target& target, Workload* w, bool build) {
   const grpc::Status s = target.index_stubs[0]->Route(
       SyncContext("default").get(), d.route[0], &probe);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "Route on ", target.address, ": ", s.error_message(), fix));
+    return absl::UnavailableError(absl::StrCat("Route on ", target.address,
+                                               ": ", s.error_message(), fix));
   }
   const uint64_t blocks =
       probe.block_size() > 0 ? prompt_tokens / probe.block_size() : 0;

@@ -50,8 +50,9 @@ inline uint64_t FillRouteIndex(FleetIndex* index, int workers, int prompts,
       for (size_t b = 0; b < held; ++b) {
         ev.block_hashes.push_back((static_cast<uint64_t>(p) << 32) + b + 1);
       }
-      ev.token_ids.assign(tokens[p].begin(),
-                          tokens[p].begin() + static_cast<ptrdiff_t>(held) * bs);
+      ev.token_ids.assign(
+          tokens[p].begin(),
+          tokens[p].begin() + static_cast<ptrdiff_t>(held) * bs);
       ev.block_size = bs;
       ev.chain_blocks = held;
       batch.events.emplace_back(std::move(ev));

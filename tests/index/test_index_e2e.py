@@ -91,11 +91,6 @@ if not ARGS.prefixd:
     print("--prefixd not given: skipped")
     sys.exit(77)
 
-import gen_stubs  # noqa: E402  (client/python/gen_stubs.py; common.setup put it on the path)
-
-if not os.path.exists(os.path.join(ARGS.stubs, "prefixd", "v1", "prefix_index_pb2_grpc.py")):
-    gen_stubs.generate(ARGS.stubs)  # stubs generated before prefix_index.proto existed
-
 import grpc  # noqa: E402
 
 import prefixd  # noqa: E402,F401  (makes the generated prefixd.v1 importable)

@@ -8,9 +8,11 @@ interface: the older one (keys, insert returns an int) and the newer one
 InsertResult). It covers SGLang's RadixCache semantics (page-aligned match
 lengths, sizes, lock deltas, eviction, extra_key and cache_salt isolation,
 value=None), the diagnostics SGLang's scheduler calls when memory runs out
-(pretty_print, all_values_flatten, available_and_evictable_str), checking
-the page ledger after each step: free + held by requests + cached == the
-pool, and the cached pages are exactly the daemon's Dump.
+(pretty_print, all_values_flatten, available_and_evictable_str), and
+cache_finished_req / cache_unfinished_req on stand-ins with the fields of
+SGLang's Req and req_to_token_pool, checking the page ledger after each
+step: free + held by requests + cached == the pool, and the cached pages
+are exactly the daemon's Dump.
 
 InterfaceTest (its own daemon per test) covers start-up, reset and epoch
 changes; SchedulerTest drives the cache the way SGLang's scheduler does over
@@ -103,9 +105,69 @@ class EvictParams:
     num_tokens: int = 0
 
 
+class ReqToTokenPool:
+    """req_to_token[row, :n] (a 2-D tensor in SGLang), write((row, slice),
+    values), free(row)."""
+
+    def __init__(self, rows, width):
+        self.rows = [[0] * width for _ in range(rows)]
+        self.freed_rows = []
+
+    class _Rows:
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __getitem__(self, index):
+            row, cols = index
+            return self.rows[row][cols]
+
+    @property
+    def req_to_token(self):
+        return self._Rows(self.rows)
+
+    def write(self, index, values):
+        row, cols = index
+        self.rows[row][cols] = list(values)
+
+    def free(self, row):
+        self.freed_rows.append(row)
+
+
+class OlderReq:
+    """SGLang's Req as older caches read it: the prefix it got is
+    prefix_indices; the cache frees its req_to_token row."""
+
+    def __init__(self, row, origin_input_ids, extra_key=None):
+        self.req_pool_idx = row
+        self.origin_input_ids = list(origin_input_ids)
+        self.output_ids = []
+        self.fill_ids = list(origin_input_ids)
+        self.extra_key = extra_key
+        self.last_node = None
+        self.prefix_indices = []
+
+
+class NewerReq(OlderReq):
+    """Newer SGLang: cache_protected_len and pop_committed_kv_cache(); its
+    caller frees the row."""
+
+    def __init__(self, row, origin_input_ids, extra_key=None, cache_salt=None):
+        super().__init__(row, origin_input_ids, extra_key)
+        self.cache_salt = cache_salt
+        self.cache_protected_len = 0
+        self.kv_committed_len = 0
+        self.kv_committed_freed = False
+
+    def pop_committed_kv_cache(self):
+        assert not self.kv_committed_freed, "committed KV popped twice"
+        self.kv_committed_freed = True
+        return self.kv_committed_len
+
+
 class Older:
     """SGLang's older calls: keys, insert -> int, evict(int)."""
     name = "Older"
+    Req = OlderReq
 
     @staticmethod
     def match(cache, key):
@@ -125,6 +187,7 @@ class Older:
 class Newer:
     """SGLang's newer calls: parameter objects, insert -> InsertResult."""
     name = "Newer"
+    Req = NewerReq
 
     @staticmethod
     def match(cache, key):
@@ -163,7 +226,10 @@ class SemanticsCase:
 
     def setUp(self):
         self.alloc = PagedAllocator(self.POOL, self.P)
-        self.cache = PrefixdRadixCache(self.client, self.alloc, self.P)
+        self.pool = ReqToTokenPool(8, 16 * self.P)
+        self.cache = PrefixdRadixCache(self.client, self.alloc, self.P,
+                                       req_to_token_pool=self.pool)
+        self.filled = {}  # request row -> slots written
 
     def tokens(self, first, n_pages, tail=0):
         """n_pages pages of tokens unique to `first`, then `tail` more."""
@@ -361,6 +427,121 @@ class SemanticsCase:
             "namespace %r:\n" % namespace_of("lora"),
             "    %d %s pages=2 pins=0\n" % (2 * p, (self.tokens(1, 1) + self.tokens(2, 1))[:10]),
             "#tokens: %d\n" % (5 * p)]))
+
+    # ---- SGLang's request objects ----
+
+    def start(self, row, prompt, fill=None, extra_key=None):
+        """A request admitted as SGLang's scheduler admits it: match, lock,
+        fill its req_to_token row with the cached prefix and new slots for
+        the rest of its first chunk (`fill` tokens; all by default)."""
+        req = self.GEN.Req(row, prompt, extra_key)
+        m = self.match(RadixKey(prompt, extra_key))
+        req.prefix_indices, req.last_node = list(m.device_indices), m.last_device_node
+        if hasattr(req, "cache_protected_len"):
+            req.cache_protected_len = len(m.device_indices)
+        self.cache.inc_lock_ref(req.last_node)
+        self.pool.write((row, slice(0, len(req.prefix_indices))), req.prefix_indices)
+        self.filled[row] = len(req.prefix_indices)
+        return self.extend(req, prompt[:fill])
+
+    def grow(self, req, n):
+        """n more slots in the request's row. Like SGLang's paged allocator,
+        a partly filled last page is filled first: page i holds the row's
+        tokens [i*P, (i+1)*P)."""
+        row, p = req.req_pool_idx, self.P
+        have = self.filled[row]
+        slots = []
+        if have % p:
+            last = self.pool.rows[row][have - 1]
+            slots = [last + 1 + i for i in range(min(n, p - have % p))]
+        more = self.alloc.alloc(n - len(slots))
+        self.assertIsNotNone(more, "the pool is too small for the test")
+        slots += more
+        self.pool.write((row, slice(have, have + n)), slots)
+        self.filled[row] = have + n
+
+    def extend(self, req, fill_ids):
+        """The next chunk of prefill: fill_ids (a longer prefix of the prompt)."""
+        self.grow(req, len(fill_ids) - self.filled[req.req_pool_idx])
+        req.fill_ids = list(fill_ids)
+        return req
+
+    def finish(self, req, output_ids, is_insert=True):
+        """Decoding produced output_ids (all but the last have KV)."""
+        self.grow(req, len(output_ids) - 1)
+        req.output_ids = list(output_ids)
+        req.kv_committed_len = self.filled[req.req_pool_idx]
+        self.cache.cache_finished_req(req, is_insert=is_insert)
+        self.assertEqual(self.pool.freed_rows, [req.req_pool_idx] if self.GEN is Older else [])
+        self.pool.freed_rows.clear()
+        del self.filled[req.req_pool_idx]
+
+    def held(self):
+        """Pages the running requests hold that the cache does not."""
+        p = self.P
+        rows = {s // p for r, n in self.filled.items() for s in self.pool.rows[r][:n]}
+        return rows - {s // p for s in self.cache.all_values_flatten()}
+
+    def aligned(self, n):
+        return n // self.P * self.P
+
+    def test_cache_finished_req(self):
+        prompt = self.tokens(1, 3, tail=1)
+        committed = len(prompt) + 2  # three output tokens, the last without KV
+        a = self.start(0, prompt)
+        b = self.start(1, prompt)  # the same prompt, admitted before a finishes
+        self.assert_ledger(self.held())
+        self.finish(a, [7, 8, 9])  # the whole pages of its KV are cached
+        self.assertEqual(self.cache.total_size(), self.aligned(committed))
+        self.assert_ledger(self.held())
+        self.finish(b, [7, 8, 9])  # its copies of a's pages are freed
+        self.assertEqual(self.cache.total_size(), self.aligned(committed))
+        self.assertEqual(self.cache.protected_size(), 0)
+        self.assert_ledger()
+        c = self.start(2, prompt)  # hits a's pages, and keeps them locked
+        self.assertEqual(len(c.prefix_indices), self.aligned(len(prompt)))
+        self.assertEqual(self.cache.protected_size(), self.aligned(len(prompt)))
+        self.assert_ledger(self.held())
+        self.finish(c, [5, 6], is_insert=False)
+        self.assertEqual(self.cache.protected_size(), 0)
+        self.assertEqual(self.cache.total_size(), self.aligned(committed))
+        self.assert_ledger()
+
+    def test_cache_unfinished_req_chunked_prefill(self):
+        p = self.P
+        prompt = self.tokens(1, 5, tail=1)
+        chunk = 2 * p + 1
+        k = self.aligned(chunk)  # what the first chunk caches
+        a = self.start(0, prompt, fill=chunk)
+        b = self.start(1, prompt, fill=chunk)
+        b_own = self.pool.rows[1][:k]
+        self.cache.cache_unfinished_req(a)
+        a_slots = self.pool.rows[0][:k]
+        self.assertEqual(a.prefix_indices, self.pool.rows[0][:chunk])
+        self.assertEqual(len(a.last_node), k)
+        self.assertEqual(self.cache.protected_size(), k)
+        self.cache.cache_unfinished_req(b)  # a cached these pages first
+        self.assertNotEqual(b_own, a_slots)
+        self.assertEqual(self.pool.rows[1][:k], a_slots)  # b's row now points at them
+        self.assertEqual(b.prefix_indices[:k], a_slots)
+        self.assertEqual(len(b.prefix_indices), chunk)
+        if self.GEN is Newer:
+            self.assertEqual((a.cache_protected_len, b.cache_protected_len), (k, k))
+        self.assertEqual(self.cache.protected_size(), k)
+        self.assert_ledger(self.held())
+        for req in (a, b):  # the second chunk: the whole prompt
+            self.extend(req, prompt)
+            self.cache.cache_unfinished_req(req)
+            self.assertEqual(len(req.last_node), self.aligned(len(prompt)))
+        whole = self.aligned(len(prompt))
+        self.assertEqual(self.pool.rows[1][:whole], self.pool.rows[0][:whole])
+        self.assertEqual(self.cache.protected_size(), self.aligned(len(prompt)))
+        self.assert_ledger(self.held())
+        self.finish(a, [3, 4])
+        self.finish(b, [3, 4])
+        self.assertEqual(self.cache.protected_size(), 0)
+        self.assert_ledger()
+
 
 for _p in (1, 2, 4):
     for _gen in (Older, Newer):

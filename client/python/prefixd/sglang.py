@@ -17,7 +17,8 @@ argument each call gets:
 dec_lock_ref(node) -> change of evictable tokens; evictable_size(),
 protected_size(), total_size(); reset() (at start-up too); pretty_print(),
 all_values_flatten(), available_and_evictable_str() (the scheduler's
-out-of-memory and leak-check paths).
+out-of-memory and leak-check paths); cache_finished_req(req) and
+cache_unfinished_req(req) on SGLang's Req and req_to_token_pool.
 
 Keys are token lists or objects with `token_ids`, `extra_key` and (newer)
 `cache_salt`; extra_key and salt together choose the prefixd namespace
@@ -156,13 +157,14 @@ def _key_of(arg: Any) -> Tuple[List[int], str]:
 
 class PrefixdRadixCache:
     def __init__(self, client: prefixd.Client, token_to_kv_pool_allocator: Any,
-                 page_size: int, *, disable: bool = False,
+                 page_size: int, *, req_to_token_pool: Any = None, disable: bool = False,
                  engine_id: str = "sglang", model_fingerprint: Optional[str] = None,
                  indices: Callable[[List[int]], Any] = list):
         """`token_to_kv_pool_allocator`: anything with free(indices) (and
         available_size(), for available_and_evictable_str); None frees
         nothing (a simulation, as SGLang's create_simulated).
-        `indices`: turns a list of slot indices into
+        `req_to_token_pool`: SGLang's, for cache_finished_req and
+        cache_unfinished_req. `indices`: turns a list of slot indices into
         what the engine passes around (SGLang: a torch int64 tensor on its
         device). `model_fingerprint`: the engine's; given, the cache
         Handshakes with it now and after every epoch change
@@ -173,6 +175,7 @@ class PrefixdRadixCache:
         if model_fingerprint:
             client.handshake(engine_id, model_fingerprint)
         self.token_to_kv_pool_allocator = token_to_kv_pool_allocator
+        self.req_to_token_pool = req_to_token_pool
         self.page_size = page_size
         self.disable = disable
         self.indices = indices
@@ -369,6 +372,80 @@ class PrefixdRadixCache:
         except prefixd.PrefixdError as e:
             print("prefixd tree unavailable: %s" % e, file=out)
         print("#tokens: %d" % self.total_size(), file=out)
+
+    # ---- SGLang's request objects ----
+
+    def cache_finished_req(self, req: Any, is_insert: bool = True, **_) -> None:
+        """SGLang's cache_finished_req on its Req (origin_input_ids,
+        output_ids, req_pool_idx, extra_key, last_node, and
+        pop_committed_kv_cache() with cache_protected_len in newer SGLang;
+        prefix_indices in older) and req_to_token_pool (req_to_token[row,
+        :n], free(row) in older SGLang, whose cache freed the row itself)."""
+        newer = hasattr(req, "pop_committed_kv_cache")
+        all_ids = list(req.origin_input_ids) + list(req.output_ids)
+        # Older SGLang: the last output token has no KV yet.
+        committed = req.pop_committed_kv_cache() if newer else max(len(all_ids) - 1, 0)
+        tokens = all_ids[:committed]
+        kv = self._row(req, len(tokens))
+        if self.disable:
+            self._free(kv)
+        else:
+            _finish(self, tokens, self._req_namespace(req), kv, self._protected_len(req),
+                    req.last_node, is_insert)
+        if not newer:
+            self.req_to_token_pool.free(req.req_pool_idx)
+
+    def cache_unfinished_req(self, req: Any, chunked: bool = False, **_) -> None:
+        """SGLang's cache_unfinished_req (a chunk of prefill done): caches
+        req.fill_ids' whole pages, points the request's row at the cached
+        slots, moves its lock to the new node and updates last_node,
+        prefix_indices and (newer SGLang) cache_protected_len."""
+        if self.disable:
+            return
+        tokens = list(req.fill_ids)
+        kv = self._row(req, len(tokens))
+        aligned = len(tokens) // self.page_size * self.page_size
+        ns = self._req_namespace(req)
+        protected = self._protected_len(req)
+        key = _NsKey(tokens[:aligned], ns)
+        new_prefix_len = self._insert(key, kv[:aligned])
+        self._free(kv[protected:new_prefix_len])
+        m = self.match_prefix(key)
+        new = _ints(m.device_indices)
+        if len(new) != aligned:
+            raise PrefixEvicted("cache_unfinished_req: %d of %d tokens cached right after "
+                                "insert" % (len(new), aligned))
+        self.req_to_token_pool.write((req.req_pool_idx, slice(protected, len(new))),
+                                     self.indices(new[protected:]))
+        if hasattr(req, "cache_protected_len"):
+            req.cache_protected_len = len(new)
+        # Lock the new path before unlocking the old one: no window in which
+        # the shared pages are evictable.
+        self.inc_lock_ref(m.last_device_node)
+        self.dec_lock_ref(req.last_node)
+        req.prefix_indices = self.indices(new + kv[len(new):])
+        req.last_node = m.last_device_node
+
+    def _protected_len(self, req: Any) -> int:
+        """Tokens of the request's row that the cache gave it (and owns):
+        cache_protected_len (newer SGLang), else prefix_indices, whose
+        partial last page (after cache_unfinished_req) is the request's own,
+        not the cache's."""
+        protected = getattr(req, "cache_protected_len", None)
+        if protected is None:
+            protected = len(req.prefix_indices)
+        return int(protected) // self.page_size * self.page_size
+
+    def _row(self, req: Any, n: int) -> List[int]:
+        return _ints(self.req_to_token_pool.req_to_token[req.req_pool_idx, :n])
+
+    def _req_namespace(self, req: Any) -> str:
+        """The namespace the request's match used: its node's, or, after a
+        miss, its extra_key and (where the Req carries one) cache_salt."""
+        node = getattr(req, "last_node", None)
+        if isinstance(node, PrefixdNode) and node is not self.root_node:
+            return node.namespace
+        return namespace_of(getattr(req, "extra_key", None), getattr(req, "cache_salt", None))
 
     # ---- what prefixd hands back ----
 

@@ -155,7 +155,7 @@ TEST(PlanCommandTest, HfConfigFile) {
   EXPECT_THAT(r.out, HasSubstr("MHA-32 *"));
 }
 
-// --batch: the forward calculator. The seeds' table (Llama-3-70B, fp16, 8k
+// --batch: the forward calculator. The headline table (Llama-3-70B, fp16, 8k
 // context, batch 32: 640 / 80 / 10 GiB) and its int4 row read off the
 // output.
 TEST(PlanCommandTest, ForwardLlama70bTable) {

@@ -61,8 +61,8 @@ std::vector<GpuNeed> GpuNeeds(const Forward& f) {
     need.gpu = gpu.name;
     need.memory_bytes = gpu.memory_bytes;
     need.gpus_needed = CeilDiv(f.total_bytes, gpu.memory_bytes);
-    // kv x 100 cannot overflow where it matters: the percentage is only
-    // shown, so a cache above 2^64 / 100 bytes is simply "over".
+    // The percentage is only shown: a cache above 2^64 / 100 bytes reads
+    // as the largest number rather than wrapping around.
     need.kv_percent_of_gpu = f.kv_bytes > UINT64_MAX / 100
                                  ? UINT64_MAX
                                  : f.kv_bytes * 100 / gpu.memory_bytes;

@@ -110,8 +110,8 @@ TEST(HitRateWindowTest, CountsOnlyTheLastWindow) {
   EXPECT_EQ(r.span, absl::Minutes(7));
   EXPECT_EQ(r.tenants["a"].hit_tokens, 30u);
   EXPECT_EQ(r.tenants["a"].looked_up_tokens, 40u);
-  // At 12 min it is the sample taken at 7 min: 20 of 20 since then, and
-  // the 100 misses before t0 + 2 min no longer count.
+  // At 12 min it is the sample taken at 7 min: 20 of 20 since then; what
+  // came before it (the 100 misses at t0 among it) no longer counts.
   t.match_hit_tokens = 50;
   t.match_tokens = 160;
   r = window.Over(t0 + absl::Minutes(12), stats);

@@ -12,7 +12,7 @@ a script tag, then:
   either page is loaded from anywhere but the daemon;
 - /plan: sets model, batch, context, dtype and weights like a user, reads the
   computed figures and checks them against `prefixctl plan --batch ...
-  --json` for the same inputs: the seeds' Llama-3-70B table (640 / 80 /
+  --json` for the same inputs: the Llama-3-70B table (640 / 80 /
   10 GiB at fp16, 160 / 20 / 2.5 GiB at int4), the 8B crossover (114,441
   tokens with 15 GB of weights) and the bars that turn red where the cache
   alone exceeds one GPU;
@@ -327,7 +327,7 @@ class PlanPageTest(unittest.TestCase):
         self.assertEqual(self.text("error"), "")
         only_same_origin(self)
 
-    def test_seeds_70b_table_and_int4_row(self):
+    def test_70b_table_and_int4_row(self):
         self.set(preset="llama-3-70b", dtype="fp16", batch="32", context="8k", weights="140GB")
         cells = self.kv_cells()
         self.assertEqual([cells[("fp16", v)][0] for v in ("MHA-64", "GQA-8", "MQA-1")],

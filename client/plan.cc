@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "model/forward.h"
 #include "model/hf_config.h"
 #include "model/kv_geometry.h"
 #include "model/planner.h"
@@ -50,7 +51,8 @@ constexpr FlagSpec kFlags[] = {
      "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 "
      "(default fp16)"},
     {"gpus", "GPUS",
-     "GPU memory (required): 4xH100-80GB, H100-80GB, 4x80GiB or a size. "
+     "GPU memory (required without --batch): 4xH100-80GB, H100-80GB, 4x80GiB "
+     "or a size. "
      "Known: H100-80GB H100-94GB H200-141GB A100-40GB A100-80GB L40S-48GB "
      "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes"},
     {"weights", "SIZE", "weight bytes with units, e.g. 140GB"},
@@ -63,7 +65,11 @@ constexpr FlagSpec kFlags[] = {
      "memory kept back for activations, CUDA graphs, fragmentation "
      "(default 0)"},
     {"context", "LIST",
-     "context lengths in tokens, k = 1024 (default 8k,32k,128k)"},
+     "context lengths in tokens, k = 1024 (default 8k,32k,128k); with "
+     "--batch one length"},
+    {"batch", "N",
+     "sequences in flight: print the KV bytes of N x --context tokens per "
+     "KV-head variant and dtype, and the GPUs the weights plus cache need"},
     {"block_size", "N", "tokens per KV block (default 16)"},
     {"actual_len", "N",
      "tokens of the sequence in the paged-vs-contiguous comparison "
@@ -176,6 +182,10 @@ struct Request {
   PlanInput input;
   GpuPool gpus;
   std::vector<std::string> notes;
+  // --batch: the forward calculator's inputs (model/forward.h).
+  ForwardInput forward;
+  bool has_gpus = false;
+  bool has_weights = false;
 };
 
 // The model from --model or --hf_config, then explicit numbers on top.
@@ -218,32 +228,50 @@ absl::Status ReadModel(const Flags& flags, Request& req) {
   return absl::OkStatus();
 }
 
-absl::Status ReadMemory(const Flags& flags, Request& req) {
-  PlanInput& in = req.input;
-  const std::string* gpus = Get(flags, "gpus");
-  if (gpus == nullptr) return Usage("--gpus is required, e.g. 4xH100-80GB");
-  ASSIGN_OR_RETURN(req.gpus, ParseGpus(*gpus));
-  in.gpu_bytes = req.gpus.total_bytes;
-
+// --weights or --params, at most one; required unless `optional`.
+absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
   const std::string* weights = Get(flags, "weights");
   const std::string* params = Get(flags, "params");
-  if ((weights == nullptr) == (params == nullptr)) {
+  if (weights != nullptr && params != nullptr) {
+    return Usage(
+        "give exactly one of --weights SIZE or --params COUNT, not both");
+  }
+  req.has_weights = weights != nullptr || params != nullptr;
+  if (!req.has_weights) {
+    if (optional) return absl::OkStatus();
     return Usage(
         "give exactly one of --weights SIZE or --params COUNT (use "
         "--weights 0 when the weights live elsewhere)");
   }
+  PlanInput& in = req.input;
   if (weights != nullptr) {
     ASSIGN_OR_RETURN(in.weight_bytes, ParseBytes(*weights));
-  } else {
-    ASSIGN_OR_RETURN(const uint64_t count, ParseCount(*params));
-    const std::string* dtype_name = Get(flags, "weight_dtype");
-    ASSIGN_OR_RETURN(const KvDtype dtype,
-                     ParseKvDtype(dtype_name ? *dtype_name : "fp16"));
-    ASSIGN_OR_RETURN(in.weight_bytes, WeightBytes(count, dtype));
-    req.notes.push_back(absl::StrCat("weights: ", FormatCount(count),
-                                     " parameters x ", KvDtypeBits(dtype),
-                                     " bits"));
+    return absl::OkStatus();
   }
+  ASSIGN_OR_RETURN(const uint64_t count, ParseCount(*params));
+  const std::string* dtype_name = Get(flags, "weight_dtype");
+  ASSIGN_OR_RETURN(const KvDtype dtype,
+                   ParseKvDtype(dtype_name ? *dtype_name : "fp16"));
+  ASSIGN_OR_RETURN(in.weight_bytes, WeightBytes(count, dtype));
+  req.notes.push_back(absl::StrCat("weights: ", FormatCount(count),
+                                   " parameters x ", KvDtypeBits(dtype),
+                                   " bits"));
+  return absl::OkStatus();
+}
+
+// --gpus, --weights/--params and --overhead. With --batch the GPUs and the
+// weights are optional: the cache is sized whatever holds it.
+absl::Status ReadMemory(const Flags& flags, bool forward, Request& req) {
+  PlanInput& in = req.input;
+  const std::string* gpus = Get(flags, "gpus");
+  req.has_gpus = gpus != nullptr;
+  if (gpus != nullptr) {
+    ASSIGN_OR_RETURN(req.gpus, ParseGpus(*gpus));
+    in.gpu_bytes = req.gpus.total_bytes;
+  } else if (!forward) {
+    return Usage("--gpus is required, e.g. 4xH100-80GB");
+  }
+  RETURN_IF_ERROR(ReadWeights(flags, forward, req));
   if (const std::string* overhead = Get(flags, "overhead")) {
     ASSIGN_OR_RETURN(in.overhead_bytes, ParseBytes(*overhead));
   }
@@ -261,6 +289,35 @@ absl::Status ReadRest(const Flags& flags, Request& req) {
   in.block_size = static_cast<int>(block);
   ASSIGN_OR_RETURN(in.actual_len, Integer(flags, "actual_len", 1000, 0));
   ASSIGN_OR_RETURN(in.max_seq_len, Integer(flags, "max_seq_len", 0, 1));
+  return absl::OkStatus();
+}
+
+// --batch N with one --context length: the forward calculator's inputs.
+// The flags of the sequences-that-fit plan alone are refused rather than
+// ignored, so that nobody reads a table that did not use them.
+absl::Status ReadForward(const Flags& flags, Request& req) {
+  for (const char* name : {"block_size", "actual_len", "max_seq_len"}) {
+    if (Get(flags, name) != nullptr) {
+      return Usage(absl::StrCat("--", name, " does not apply with --batch"));
+    }
+  }
+  ForwardInput& f = req.forward;
+  ASSIGN_OR_RETURN(f.batch, Integer(flags, "batch", 1, 1));
+  const std::string* context = Get(flags, "context");
+  if (context == nullptr) {
+    return Usage("--batch needs --context LEN, e.g. --context 8k");
+  }
+  ASSIGN_OR_RETURN(const std::vector<int64_t> lengths, ParseContexts(*context));
+  if (lengths.size() != 1) {
+    return Usage(absl::StrCat("--batch takes one --context length, got ",
+                              lengths.size(), " in \"", *context, "\""));
+  }
+  const std::string* dtype = Get(flags, "kv_dtype");
+  ASSIGN_OR_RETURN(f.kv_dtype, ParseKvDtype(dtype ? *dtype : "fp16"));
+  f.geometry = req.input.geometry;
+  f.context_len = lengths[0];
+  f.weight_bytes = req.input.weight_bytes;
+  f.overhead_bytes = req.input.overhead_bytes;
   return absl::OkStatus();
 }
 
@@ -305,6 +362,22 @@ std::string Line(absl::string_view label, absl::string_view value) {
   return absl::StrFormat("%-18s%s\n", label, value);
 }
 
+std::string ModelLine(const ModelGeometry& g) {
+  std::string model = absl::StrCat(g.name, ": ", g.layers, " layers, ",
+                                   g.kv_heads, " KV heads");
+  if (g.attention_heads > 0) {
+    absl::StrAppend(&model, ", ", g.attention_heads, " attention heads");
+  }
+  absl::StrAppend(&model, ", head_dim ", g.head_dim);
+  return model;
+}
+
+std::string GpusText(const GpuPool& gpus) {
+  return gpus.model.empty()
+             ? absl::StrCat(gpus.count, " x ", FormatBytes(gpus.bytes_per_gpu))
+             : absl::StrCat(gpus.count, " x ", gpus.model);
+}
+
 std::string TextReport(const Request& req, const Plan& plan) {
   const PlanInput& in = req.input;
   const ModelGeometry& g = in.geometry;
@@ -312,18 +385,8 @@ std::string TextReport(const Request& req, const Plan& plan) {
   for (const std::string& note : req.notes) {
     absl::StrAppend(&out, "note: ", note, "\n");
   }
-  std::string model = absl::StrCat(g.name, ": ", g.layers, " layers, ",
-                                   g.kv_heads, " KV heads");
-  if (g.attention_heads > 0) {
-    absl::StrAppend(&model, ", ", g.attention_heads, " attention heads");
-  }
-  absl::StrAppend(&model, ", head_dim ", g.head_dim);
-  const std::string gpus =
-      req.gpus.model.empty()
-          ? absl::StrCat(req.gpus.count, " x ",
-                         FormatBytes(req.gpus.bytes_per_gpu))
-          : absl::StrCat(req.gpus.count, " x ", req.gpus.model);
-  out += Line("Model", model);
+  const std::string gpus = GpusText(req.gpus);
+  out += Line("Model", ModelLine(g));
   out += Line("KV dtype", KvDtypeName(in.kv_dtype));
   out += Line("Bytes per token",
               absl::StrCat(Bytes(plan.bytes_per_token), " = 2 x ", g.layers,
@@ -390,6 +453,92 @@ std::string TextReport(const Request& req, const Plan& plan) {
                     FormatCount(w.max_seq_len), " vs paged blocks of ",
                     w.block_size, "\n", Table(rows, 1));
   }
+  return out;
+}
+
+// Whether the given GPUs hold weights + overhead + KV, and by how much.
+std::string PoolVerdict(const GpuPool& gpus, uint64_t need) {
+  const std::string pool =
+      absl::StrCat(GpusText(gpus), " = ", FormatBytes(gpus.total_bytes));
+  if (gpus.total_bytes >= need) {
+    return absl::StrCat(pool, ": fit, ", FormatBytes(gpus.total_bytes - need),
+                        " to spare");
+  }
+  return absl::StrCat(pool, ": do not fit, ",
+                      FormatBytes(need - gpus.total_bytes), " short");
+}
+
+// The dtype x KV-head table: rows fp16, fp8, int4 (and the chosen dtype).
+std::string ForwardKvTable(const ForwardInput& in, const Forward& f) {
+  std::vector<std::vector<std::string>> rows = {{"dtype"}};
+  for (const ForwardVariant& v : f.variants) {
+    rows[0].push_back(absl::StrCat(v.label, v.is_model ? " *" : ""));
+  }
+  const std::vector<KvDtype> dtypes = ForwardDtypes(in.kv_dtype);
+  for (size_t d = 0; d < dtypes.size(); ++d) {
+    rows.push_back({absl::StrCat(KvDtypeName(dtypes[d]),
+                                 dtypes[d] == in.kv_dtype ? " *" : "")});
+    for (const ForwardVariant& v : f.variants) {
+      rows.back().push_back(FormatBytes(v.cells[d].kv_bytes));
+    }
+  }
+  return Table(rows, 1);
+}
+
+std::string ForwardGpuTable(const Forward& f) {
+  std::vector<std::vector<std::string>> rows = {
+      {"gpu", "memory", "gpus needed", "KV / one GPU", "cache alone"}};
+  for (const GpuNeed& g : f.gpus) {
+    rows.push_back({g.gpu, FormatBytes(g.memory_bytes),
+                    FormatCount(g.gpus_needed),
+                    absl::StrCat(FormatCount(g.kv_percent_of_gpu), "%"),
+                    g.kv_exceeds_gpu ? "exceeds one GPU" : "fits one GPU"});
+  }
+  return Table(rows, 1);
+}
+
+std::string ForwardTextReport(const Request& req, const Forward& f) {
+  const ForwardInput& in = req.forward;
+  const ModelGeometry& g = in.geometry;
+  std::string out;
+  for (const std::string& note : req.notes) {
+    absl::StrAppend(&out, "note: ", note, "\n");
+  }
+  out += Line("Model", ModelLine(g));
+  out += Line("KV dtype", KvDtypeName(in.kv_dtype));
+  out += Line(
+      "Batch x context",
+      absl::StrCat(FormatCount(in.batch), " x ", FormatCount(in.context_len),
+                   " tokens = ", FormatCount(f.tokens), " tokens"));
+  out += Line("Bytes per token",
+              absl::StrCat(Bytes(f.bytes_per_token), " = 2 x ", g.layers,
+                           " layers x ", g.kv_heads, " kv_heads x ", g.head_dim,
+                           " head_dim x ", DtypeBytes(in.kv_dtype)));
+  out += Line("KV cache",
+              absl::StrCat(Bytes(f.kv_bytes), " = ", FormatCount(f.tokens),
+                           " tokens x ", FormatCount(f.bytes_per_token), " B"));
+  out += Line("Weights", req.has_weights
+                             ? Bytes(f.weight_bytes)
+                             : "not given (--weights or --params): 0 B");
+  out += Line("Overhead", Bytes(f.overhead_bytes));
+  out += Line("Weights + KV",
+              absl::StrCat(Bytes(f.total_bytes), " = weights + overhead + KV"));
+  if (req.has_weights) {
+    out += Line("Decode crossover",
+                absl::StrCat(FormatCount(f.crossover_tokens),
+                             " cached tokens in flight read as many bytes per "
+                             "decode step as the weights"));
+  }
+  if (req.has_gpus) out += Line("GPUs", PoolVerdict(req.gpus, f.total_bytes));
+
+  absl::StrAppend(&out, "\nKV cache of ", FormatCount(in.batch), " x ",
+                  FormatCount(in.context_len),
+                  " tokens by KV heads and dtype (* = this model, this "
+                  "dtype)\n",
+                  ForwardKvTable(in, f));
+  absl::StrAppend(&out, "\nGPUs for weights + overhead + KV (",
+                  FormatBytes(f.total_bytes), "), by GPU\n",
+                  ForwardGpuTable(f));
   return out;
 }
 
@@ -486,6 +635,79 @@ std::string JsonReport(const Request& req, const Plan& plan) {
       absl::StrJoin(notes, ", "), "]\n}\n");
 }
 
+std::string ForwardJsonReport(const Request& req, const Forward& f) {
+  const ForwardInput& in = req.forward;
+  const ModelGeometry& g = in.geometry;
+  std::vector<std::string> notes;
+  for (const std::string& note : req.notes) notes.push_back(Quote(note));
+  std::vector<std::string> variants;
+  for (const ForwardVariant& v : f.variants) {
+    std::vector<std::string> cells;
+    for (const ForwardCell& c : v.cells) {
+      cells.push_back(absl::StrCat("{\"dtype\": ", Quote(KvDtypeName(c.dtype)),
+                                   ", \"bytes_per_token\": ", c.bytes_per_token,
+                                   ", \"kv_bytes\": ", c.kv_bytes, "}"));
+    }
+    variants.push_back(absl::StrCat(
+        "    {\"label\": ", Quote(v.label), ", \"kv_heads\": ", v.kv_heads,
+        ", \"is_model\": ", v.is_model ? "true" : "false", ", \"dtypes\": [",
+        absl::StrJoin(cells, ", "), "]}"));
+  }
+  std::vector<std::string> gpus;
+  for (const GpuNeed& n : f.gpus) {
+    gpus.push_back(absl::StrCat(
+        "    {\"gpu\": ", Quote(n.gpu), ", \"memory_bytes\": ", n.memory_bytes,
+        ", \"gpus_needed\": ", n.gpus_needed,
+        ", \"kv_percent_of_gpu\": ", n.kv_percent_of_gpu,
+        ", \"kv_exceeds_gpu\": ", n.kv_exceeds_gpu ? "true" : "false", "}"));
+  }
+  std::string pool = "null";
+  if (req.has_gpus) {
+    pool = absl::StrCat(
+        "{\"count\": ", req.gpus.count, ", \"model\": ", Quote(req.gpus.model),
+        ", \"bytes_per_gpu\": ", req.gpus.bytes_per_gpu,
+        ", \"total_bytes\": ", req.gpus.total_bytes, ", \"fits\": ",
+        req.gpus.total_bytes >= f.total_bytes ? "true" : "false", "}");
+  }
+  return absl::StrCat(
+      "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
+      ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
+      ", \"attention_heads\": ", g.attention_heads, "},\n",
+      "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
+      "  \"batch\": ", in.batch, ",\n", "  \"context_len\": ", in.context_len,
+      ",\n", "  \"tokens\": ", f.tokens, ",\n",
+      "  \"bytes_per_token\": ", f.bytes_per_token, ",\n",
+      "  \"kv_bytes\": ", f.kv_bytes, ",\n",
+      "  \"weight_bytes\": ", f.weight_bytes, ",\n",
+      "  \"overhead_bytes\": ", f.overhead_bytes, ",\n",
+      "  \"total_bytes\": ", f.total_bytes, ",\n",
+      "  \"crossover_tokens\": ", f.crossover_tokens, ",\n",
+      "  \"gpus\": ", pool, ",\n", "  \"variants\": [\n",
+      absl::StrJoin(variants, ",\n"), "\n  ],\n", "  \"per_gpu\": [\n",
+      absl::StrJoin(gpus, ",\n"), "\n  ],\n", "  \"notes\": [",
+      absl::StrJoin(notes, ", "), "]\n}\n");
+}
+
+// --batch: the forward calculator.
+int RunForward(const Flags& flags, Request& req, std::ostream& out,
+               std::ostream& err) {
+  absl::Status status = ReadMemory(flags, /*forward=*/true, req);
+  if (status.ok()) status = ReadForward(flags, req);
+  if (!status.ok()) {
+    err << "prefixctl plan: " << status.message() << "\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<Forward> f = MakeForward(req.forward);
+  if (!f.ok()) {
+    err << "prefixctl plan: " << f.status().message() << "\n";
+    return kExitFailed;
+  }
+  const std::string* json = Get(flags, "json");
+  out << (json != nullptr && *json == "true" ? ForwardJsonReport(req, *f)
+                                             : ForwardTextReport(req, *f));
+  return kExitOk;
+}
+
 }  // namespace
 
 std::string PlanUsage() {
@@ -532,7 +754,10 @@ int RunPlanCommand(int argc, char** argv, std::ostream& out,
   }
   Request req;
   absl::Status status = ReadModel(*flags, req);
-  if (status.ok()) status = ReadMemory(*flags, req);
+  if (status.ok() && Get(*flags, "batch") != nullptr) {
+    return RunForward(*flags, req, out, err);
+  }
+  if (status.ok()) status = ReadMemory(*flags, /*forward=*/false, req);
   if (status.ok()) status = ReadRest(*flags, req);
   if (!status.ok()) {
     err << "prefixctl plan: " << status.message() << "\n";

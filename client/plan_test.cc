@@ -155,6 +155,99 @@ TEST(PlanCommandTest, HfConfigFile) {
   EXPECT_THAT(r.out, HasSubstr("MHA-32 *"));
 }
 
+// --batch: the forward calculator. The headline table (Llama-3-70B, fp16, 8k
+// context, batch 32: 640 / 80 / 10 GiB) and its int4 row read off the
+// output.
+TEST(PlanCommandTest, ForwardLlama70bTable) {
+  const Result r = RunPlan({"--model", "llama-3-70b", "--batch", "32",
+                            "--context", "8k", "--weights", "140GB"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(
+      r.out, HasSubstr("Batch x context   32 x 8,192 tokens = 262,144 tokens"));
+  EXPECT_THAT(r.out,
+              HasSubstr("KV cache          85,899,345,920 B (80 GiB) = 262,144 "
+                        "tokens x 327,680 B"));
+  EXPECT_THAT(r.out, HasSubstr("  dtype    MHA-64  GQA-8 *    MQA-1\n"
+                               "  fp16 *  640 GiB   80 GiB   10 GiB\n"
+                               "  fp8     320 GiB   40 GiB    5 GiB\n"
+                               "  int4    160 GiB   20 GiB  2.5 GiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("Weights           140,000,000,000 B (140 GB)"));
+  EXPECT_THAT(r.out, HasSubstr("427,247 cached tokens in flight"));
+  // 225,899,345,920 B: 3 H100-80GB; 80 GiB alone is 107% of one.
+  EXPECT_THAT(r.out, HasSubstr("  H100-80GB    80 GB            3          "
+                               "107%  exceeds one GPU\n"));
+  EXPECT_THAT(r.out, HasSubstr("  H200-141GB  141 GB            2           "
+                               "60%     fits one GPU\n"));
+}
+
+// The 8B crossover: Llama-3-8B's 15 GB of fp16 weights equal the KV of
+// ceil(15e9 / 131,072) = 114,441 tokens.
+TEST(PlanCommandTest, ForwardLlama8bCrossover) {
+  const Result r =
+      RunPlan({"--model", "llama-3-8b", "--batch", "1", "--context", "114441",
+               "--weights", "15GB", "--gpus", "L4-24GB"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Decode crossover  114,441 cached tokens"));
+  EXPECT_THAT(r.out, HasSubstr("KV cache          15,000,010,752 B"));
+  EXPECT_THAT(r.out, HasSubstr("GPUs              1 x L4-24GB = 24 GB: do not "
+                               "fit, 5.59 GiB short"));
+}
+
+TEST(PlanCommandTest, ForwardJson) {
+  const Result r =
+      RunPlan({"--model", "llama-3-70b", "--batch", "32", "--context", "8192",
+               "--kv_dtype", "int4", "--gpus", "8xH100-80GB", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"kv_dtype\": \"int4\""));
+  EXPECT_THAT(r.out, HasSubstr("\"kv_bytes\": 21474836480,"));
+  EXPECT_THAT(r.out, HasSubstr("\"weight_bytes\": 0,"));
+  EXPECT_THAT(r.out,
+              HasSubstr("{\"label\": \"MHA-64\", \"kv_heads\": 64, "
+                        "\"is_model\": false, \"dtypes\": [{\"dtype\": "
+                        "\"fp16\", \"bytes_per_token\": 2621440, \"kv_bytes\": "
+                        "687194767360}, {\"dtype\": \"fp8\", "
+                        "\"bytes_per_token\": 1310720, \"kv_bytes\": "
+                        "343597383680}, {\"dtype\": \"int4\", "
+                        "\"bytes_per_token\": 655360, \"kv_bytes\": "
+                        "171798691840}]}"));
+  EXPECT_THAT(r.out, HasSubstr("\"total_bytes\": 640000000000, \"fits\": "
+                               "true}"));
+  EXPECT_THAT(r.out, HasSubstr("{\"gpu\": \"A10-24GB\", \"memory_bytes\": "
+                               "24000000000, \"gpus_needed\": 1, "
+                               "\"kv_percent_of_gpu\": 89, \"kv_exceeds_gpu\": "
+                               "false}"));
+}
+
+TEST(PlanCommandTest, ForwardUsageErrors) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  const std::vector<std::string> model = {"--model", "llama-3-8b"};
+  for (const Case& c : {
+           Case{{"--batch", "4"}, "--batch needs --context LEN"},
+           Case{{"--batch", "0", "--context", "8k"},
+                "--batch must be an integer >= 1, got \"0\""},
+           Case{{"--batch", "4", "--context", "8k,32k"},
+                "--batch takes one --context length, got 2 in \"8k,32k\""},
+           Case{{"--batch", "4", "--context", "8k", "--block_size", "32"},
+                "--block_size does not apply with --batch"},
+           Case{{"--batch", "4", "--context", "8k", "--weights", "1GB",
+                 "--params", "8B"},
+                "exactly one of --weights"},
+           Case{{"--batch", "4", "--context", "8k", "--gpus", "2xTPU"},
+                "unknown GPU \"2xTPU\""},
+       }) {
+    std::vector<std::string> args = model;
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = RunPlan(args);
+    EXPECT_EQ(r.code, 2) << c.message;
+    EXPECT_THAT(r.err, HasSubstr(c.message));
+    EXPECT_EQ(r.out, "");
+  }
+}
+
 TEST(PlanCommandTest, UsageErrors) {
   struct Case {
     std::vector<std::string> args;

@@ -13,6 +13,8 @@ PACKAGES=(
   # gRPC, protobuf, abseil, metrics, TLS
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libssl-dev openssl
+  # the HTTP listener of /metrics and the status page (server/http_listener.h)
+  libcivetweb-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   # tests and benchmarks
@@ -21,6 +23,8 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools python3-protobuf
   # engine-event publishers in the index tests
   python3-zmq python3-msgpack
+  # the status page and KV calculator in a real browser (tests/python/test_web_ui.py)
+  chromium chromium-driver python3-selenium
   # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),
   # the Redis benchmark peer, CPack's dependency scan (file)
   prometheus redis-server kubernetes-client python3-yaml file

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/snapshot_file.h"
+#include "server/status_page.h"
 
 namespace {
 
@@ -86,9 +88,12 @@ int main(int argc, char** argv) {
     return Fail("cannot start", server.status());
   }
   if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
-  const absl::Status metrics_up =
-      metrics.Serve((*server)->cache(), (*server)->config().metrics_listen,
-                    (*server)->index(), (*server)->events_publisher());
+  // The status page and the KV calculator, on the metrics listener.
+  auto pages = std::make_unique<prefixd::StatusPage>(
+      (*server)->cache(), prefixd::StatusPageInfoOf(**server, PREFIXD_VERSION));
+  const absl::Status metrics_up = metrics.Serve(
+      (*server)->cache(), (*server)->config().metrics_listen,
+      (*server)->index(), (*server)->events_publisher(), pages.get());
   if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
   std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
   std::fflush(stdout);
@@ -109,6 +114,7 @@ int main(int argc, char** argv) {
   }).detach();
   (*server)->Shutdown();
   metrics.StopServing();  // no scrape may read the cache once it is gone
+  pages.reset();          // nor the status page's sampler
   int exit_code = 0;
   if (!snapshot_path.empty()) {
     // Drained: the cache no longer changes, so the file is the final state.

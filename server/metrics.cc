@@ -15,9 +15,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "prometheus/exposer.h"
 #include "prometheus/text_serializer.h"
+#include "server/http_listener.h"
 #include "server/listen_address.h"
+#include "server/status_page.h"
 
 namespace prefixd {
 namespace {
@@ -529,32 +530,43 @@ Metrics::~Metrics() { StopServing(); }
 
 absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
                             const FleetIndex* index,
-                            const EventsPublisher* events_publisher) {
-  assert(exposer_ == nullptr);
+                            const EventsPublisher* events_publisher,
+                            StatusPage* pages) {
+  assert(listener_ == nullptr);
   absl::StatusOr<std::string> port = CivetListenPort(listen);
   if (!port.ok()) return port.status();
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(*port, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on \"", listen, "\": ", e.what()));
-  }
+  // Set before the first request can arrive, reset after the last.
   collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
                                                  version_);
-  exposer_->RegisterCollectable(registry_);
-  exposer_->RegisterCollectable(collector_);
+  absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
+      *port, /*num_threads=*/2,
+      [this, pages](absl::string_view path) -> std::optional<HttpResponse> {
+        if (path == "/metrics") {
+          return HttpResponse{200,
+                              "text/plain; version=0.0.4; charset=utf-8",
+                              ScrapeText(),
+                              {}};
+        }
+        if (pages != nullptr) return pages->Handle(path);
+        return std::nullopt;
+      });
+  if (!listener.ok()) {
+    collector_.reset();
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on \"", listen,
+                     "\": ", listener.status().message()));
+  }
+  listener_ = *std::move(listener);
   return absl::OkStatus();
 }
 
 void Metrics::StopServing() {
-  exposer_.reset();  // joins the HTTP threads: no scrape runs after this
+  listener_.reset();  // joins the HTTP threads: no scrape runs after this
   collector_.reset();
 }
 
 int Metrics::port() const {
-  if (exposer_ == nullptr) return 0;
-  std::vector<int> ports = exposer_->GetListeningPorts();
-  return ports.empty() ? 0 : ports.front();
+  return listener_ == nullptr ? 0 : listener_->port();
 }
 
 void Metrics::ObserveRpc(absl::string_view method, absl::StatusCode code,

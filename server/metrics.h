@@ -1,5 +1,7 @@
 // Prometheus metrics (docs/metrics.md): an HTTP
-// /metrics endpoint (prometheus-cpp's Exposer) serving three sources.
+// /metrics endpoint (server/http_listener.h, in prometheus-cpp's text
+// format) serving three sources, and the web pages of server/status_page.h
+// on the same listener.
 //
 //  - The cache: every prefixd_* counter and gauge is built at scrape time
 //    from PrefixCache::Stats(TenantScope::All()), so the numbers can never
@@ -42,11 +44,10 @@
 #include "server/events_publish.h"
 #include "server/service.h"
 
-namespace prometheus {
-class Exposer;
-}  // namespace prometheus
-
 namespace prefixd {
+
+class HttpListener;
+class StatusPage;
 
 // The RPC methods of prefixd.v1.PrefixCache and prefixd.v1.PrefixIndex, as
 // the services name them.
@@ -90,10 +91,13 @@ class Metrics final : public RpcObserver {
   // (call StopServing before destroying it); not already serving.
   // UNAVAILABLE naming the address if it cannot be bound.
   // With `index` (the fleet index, may be null) its families too, and
-  // likewise with `events_publisher`; both must outlive serving too.
+  // likewise with `events_publisher`; both must outlive serving too. With
+  // `pages`, every other path is theirs (/, /plan); it too must outlive
+  // serving.
   absl::Status Serve(const PrefixCache* cache, const std::string& listen,
                      const FleetIndex* index = nullptr,
-                     const EventsPublisher* events_publisher = nullptr);
+                     const EventsPublisher* events_publisher = nullptr,
+                     StatusPage* pages = nullptr);
 
   // Stops the endpoint; when it returns no scrape is running or will run.
   // Idempotent.
@@ -126,7 +130,7 @@ class Metrics final : public RpcObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   std::array<MethodChildren, kRpcMethods.size()> rpc_;
   std::shared_ptr<prometheus::Collectable> collector_;  // set while serving
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpListener> listener_;
   const std::string version_;
 };
 

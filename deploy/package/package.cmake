@@ -7,8 +7,9 @@
 #   /usr/share/doc/prefixd/                     README.md, docs/*.md
 #
 # Depends comes from dpkg-shlibdeps on the binaries: gRPC, protobuf, abseil,
-# prometheus-cpp, OpenSSL, libzmq5 (the fleet index's ZeroMQ; msgpack-cxx is
-# header-only), libstdc++ and libc, each at the version the build saw;
+# prometheus-cpp, civetweb (the HTTP listener), OpenSSL, libzmq5 (the fleet
+# index's ZeroMQ; msgpack-cxx is header-only), libstdc++ and libc, each at
+# the version the build saw;
 # tests/deploy/package_test.py checks that it covers every library the
 # binaries link. Nothing is listed by hand. The maintainer scripts
 # create the prefixd user, enable and (re)start the service, and stop it on

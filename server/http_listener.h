@@ -1,0 +1,70 @@
+// The daemon's HTTP listener on metrics_listen: a civetweb server that
+// answers GET and HEAD through one handler function (the /metrics scrape and
+// the pages of server/status_page.h) and refuses every other method with
+// 405, so that nothing served over HTTP can change state.
+//
+// prometheus-cpp's Exposer serves /metrics only and owns its civetweb
+// server privately, so the daemon runs civetweb itself and serializes the
+// metrics with prometheus-cpp's TextSerializer.
+//
+//   auto listener = HttpListener::Start("127.0.0.1:9464", 2,
+//       [](absl::string_view path) -> std::optional<HttpResponse> {...});
+//
+// Thread safety: the handler runs on civetweb's worker threads, several at
+// once; it must be thread-safe. Destroying the listener waits for running
+// requests and serves no more.
+#ifndef PREFIXD_SERVER_HTTP_LISTENER_H_
+#define PREFIXD_SERVER_HTTP_LISTENER_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace prefixd {
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra ones
+};
+
+// Returns the response for `path` (the URL-decoded path, no query), or
+// nullopt for 404.
+using HttpHandler =
+    std::function<std::optional<HttpResponse>(absl::string_view path)>;
+
+class HttpListener {
+ public:
+  // `listen` is civetweb's listening_ports syntax: "PORT" (every interface)
+  // or "HOST:PORT" with a numeric host; port 0 picks a free one.
+  // UNAVAILABLE with civetweb's reason when it cannot be served.
+  static absl::StatusOr<std::unique_ptr<HttpListener>> Start(
+      const std::string& listen, int num_threads, HttpHandler handler);
+  ~HttpListener();
+  HttpListener(const HttpListener&) = delete;
+  HttpListener& operator=(const HttpListener&) = delete;
+
+  // The bound TCP port.
+  int port() const;
+
+ private:
+  explicit HttpListener(HttpHandler handler) : handler_(std::move(handler)) {}
+  static int Serve(mg_connection* conn, void* self);
+
+  const HttpHandler handler_;
+  mg_context* ctx_ = nullptr;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_HTTP_LISTENER_H_

@@ -1,0 +1,202 @@
+// The status page and the calculator's data (server/status_page.h), and the
+// HTTP listener they are served on, over real TCP. The pages in a real
+// browser: tests/python/test_web_ui.py.
+#include "server/status_page.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/metrics.h"
+
+namespace prefixd {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kEvil[] = "<script>alert('x')</script>&\"";
+
+// One HTTP/1.0 request; returns the whole response ("" on failure).
+std::string Http(int port, const std::string& method, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string out;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    const std::string req = absl::StrCat(
+        method, " ", path, " HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+    }
+  }
+  close(fd);
+  return out;
+}
+
+std::unique_ptr<PrefixCache> Cache() {
+  CacheOptions o;
+  o.block_size = 4;
+  o.block_bytes = 100;
+  o.budget_bytes = 1000;
+  o.seed = 1;
+  o.dynamic_tenants = true;
+  auto c = PrefixCache::Create(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(c).value();
+}
+
+// Inserts 2 blocks for `tenant` and matches 9 tokens (8 hit).
+void Traffic(PrefixCache& cache, const std::string& tenant) {
+  std::vector<Token> tokens(8);
+  std::iota(tokens.begin(), tokens.end(), 1);
+  InsertRequest ins;
+  ins.tokens = tokens;
+  ins.block_ids = {11, 12};
+  ASSERT_TRUE(cache.Insert(tenant, ins).ok());
+  tokens.push_back(99);
+  MatchRequest match;
+  match.tokens = tokens;
+  ASSERT_TRUE(cache.Match(tenant, match).ok());
+}
+
+StatusPageInfo Info() {
+  StatusPageInfo info;
+  info.version = "9.9.9";
+  info.epoch = 0xed0299067ab9addcULL;
+  info.model.geometry = FindPreset("llama-3-8b").value().geometry;
+  info.model_description = "llama-3-8b fp16";
+  info.fingerprint = "0123456789abcdef";
+  info.bytes_per_token = 131072;
+  return info;
+}
+
+TEST(HtmlEscapeTest, EscapesEveryMarkupCharacter) {
+  EXPECT_EQ(HtmlEscape(kEvil),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;");
+  EXPECT_EQ(HtmlEscape("acme-1"), "acme-1");
+}
+
+TEST(HitRateWindowTest, CountsOnlyTheLastWindow) {
+  HitRateWindow window(absl::Minutes(5));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  CacheStats stats;
+  stats.tenants.resize(1);
+  TenantStats& t = stats.tenants[0];
+  t.tenant = "a";
+  t.match_hit_tokens = 0;
+  t.match_tokens = 100;  // 0% before the window
+  window.Record(t0, stats);
+  t.match_hit_tokens = 10;
+  t.match_tokens = 120;
+  window.Record(t0 + absl::Minutes(6), stats);
+  t.match_hit_tokens = 30;
+  t.match_tokens = 140;
+  HitRateWindow::Result r = window.Over(t0 + absl::Minutes(7), stats);
+  // The baseline is the newest sample at or before 7 - 5 = 2 min: t0.
+  EXPECT_EQ(r.span, absl::Minutes(7));
+  EXPECT_EQ(r.tenants["a"].hit_tokens, 30u);
+  EXPECT_EQ(r.tenants["a"].looked_up_tokens, 40u);
+  // At 12 min it is the sample taken at 7 min: 20 of 20 since then; what
+  // came before it (the 100 misses at t0 among it) no longer counts.
+  t.match_hit_tokens = 50;
+  t.match_tokens = 160;
+  r = window.Over(t0 + absl::Minutes(12), stats);
+  EXPECT_EQ(r.span, absl::Minutes(5));
+  EXPECT_EQ(r.tenants["a"].hit_tokens, 20u);
+  EXPECT_EQ(r.tenants["a"].looked_up_tokens, 20u);
+  // A tenant that appears later counts from zero.
+  stats.tenants.push_back(TenantStats{.tenant = "b"});
+  stats.tenants.back().match_hit_tokens = 3;
+  stats.tenants.back().match_tokens = 4;
+  r = window.Over(t0 + absl::Minutes(13), stats);
+  EXPECT_EQ(r.tenants["b"].hit_tokens, 3u);
+  EXPECT_EQ(r.tenants["b"].looked_up_tokens, 4u);
+}
+
+TEST(StatusPageTest, ShowsTheCacheAndEscapesTenantNames) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page(cache.get(), Info());
+  Traffic(*cache, kEvil);
+  const std::string html = page.StatusHtml(absl::Now());
+  EXPECT_THAT(html, HasSubstr("ed0299067ab9addc"));
+  EXPECT_THAT(html, HasSubstr("32 layers x 8 KV heads x 128 head_dim, fp16: "
+                              "131,072 B (128 KiB) per token"));
+  EXPECT_THAT(html, HasSubstr("1000 B = 10 blocks"));
+  EXPECT_THAT(html, HasSubstr("2 blocks (200 B, 20.0% of the budget)"));
+  const std::string escaped = HtmlEscape(kEvil);
+  EXPECT_THAT(html, HasSubstr("<tr data-tenant=\"" + escaped + "\">"));
+  EXPECT_THAT(html, HasSubstr("<th>hit rate, last 5m</th>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"recent\">88.9% (8/9)</td>"));
+  EXPECT_THAT(html, Not(HasSubstr("<script>")));
+  EXPECT_THAT(html, Not(HasSubstr("alert('x')")));
+}
+
+TEST(StatusPageTest, PresetsComeFromTheModelTables) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page(cache.get(), Info());
+  const std::string json = page.PresetsJson();
+  EXPECT_THAT(json, HasSubstr("{\"name\": \"llama-3-70b\", \"layers\": 80, "
+                              "\"kv_heads\": 8, \"head_dim\": 128, "
+                              "\"attention_heads\": 64"));
+  EXPECT_THAT(json, HasSubstr("{\"name\": \"H100-80GB\", \"memory_bytes\": "
+                              "80000000000}"));
+  EXPECT_THAT(json, HasSubstr("{\"name\": \"int4\", \"bits\": 4}"));
+  EXPECT_THAT(json, HasSubstr("\"daemon\": {\"name\": \"llama-3-8b\", "
+                              "\"layers\": 32, \"kv_heads\": 8"));
+}
+
+// The pages over real TCP beside /metrics; anything but GET and HEAD is
+// refused and changes nothing.
+TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  Traffic(*cache, "acme");
+  StatusPage page(cache.get(), Info());
+  Metrics metrics("9.9.9");
+  ASSERT_TRUE(
+      metrics.Serve(cache.get(), "127.0.0.1:0", nullptr, nullptr, &page).ok());
+  const int port = metrics.port();
+
+  std::string r = Http(port, "GET", "/");
+  EXPECT_THAT(r, HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, HasSubstr("Content-Type: text/html; charset=utf-8"));
+  EXPECT_THAT(r, HasSubstr("Content-Security-Policy: default-src 'none'"));
+  EXPECT_THAT(r, HasSubstr("<td class=\"cached\">2</td>"));
+  r = Http(port, "GET", "/plan");
+  EXPECT_THAT(r, HasSubstr("<script src=\"/plan.js\"></script>"));
+  EXPECT_THAT(r, Not(HasSubstr("http://")));
+  EXPECT_THAT(r, Not(HasSubstr("https://")));
+  EXPECT_THAT(Http(port, "GET", "/plan.js"),
+              HasSubstr("Content-Type: text/javascript"));
+  EXPECT_THAT(Http(port, "GET", "/plan/presets.json"),
+              HasSubstr("\"presets\": ["));
+  EXPECT_THAT(Http(port, "GET", "/metrics"),
+              HasSubstr("prefixd_cached_blocks{tenant=\"acme\"} 2"));
+  EXPECT_THAT(Http(port, "GET", "/nothing"), HasSubstr("HTTP/1.1 404"));
+  r = Http(port, "HEAD", "/");
+  EXPECT_THAT(r, HasSubstr("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, Not(HasSubstr("<html")));
+  for (const char* method : {"POST", "PUT", "DELETE"}) {
+    r = Http(port, method, "/");
+    EXPECT_THAT(r, HasSubstr("HTTP/1.1 405")) << method;
+    EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
+  }
+  EXPECT_EQ(cache->Stats(TenantScope::All()).resident_blocks, 2u);
+  metrics.StopServing();
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -21,6 +21,8 @@ PACKAGES=(
   # client/python` into a venv made with --system-site-packages, offline
   python3-grpcio python3-grpc-tools python3-protobuf
   python3-venv python3-setuptools python3-wheel
+  # .ci/clean_clone.sh: the README's commands in a fresh clone
+  git
   # engine-event publishers in the index tests
   python3-zmq python3-msgpack
   # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),

@@ -5,7 +5,6 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "core/cache.h"
 #include "model/units.h"
 #include "server/auth.h"

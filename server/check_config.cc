@@ -13,13 +13,6 @@
 namespace prefixd {
 namespace {
 
-// The cache's own errors name tenants and byte counts but not the config's
-// fields; a user fixes kv_budget or tenants, so those are named here.
-absl::Status InCacheFields(const v1::Config& proto, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat("kv_budget \"", proto.kv_budget(),
-                                             "\" / tenants: ", s.message()));
-}
-
 std::string DerivedSizes(const ServerConfig& c, uint64_t budget_blocks) {
   const CacheOptions& o = c.cache;
   std::string out;
@@ -47,12 +40,21 @@ std::string DerivedSizes(const ServerConfig& c, uint64_t budget_blocks) {
 
 }  // namespace
 
+// The cache's own errors name tenants and byte counts but not the config's
+// fields; a user fixes kv_budget or tenants, so those are named here.
+absl::Status CacheConfigError(const v1::Config& config,
+                              const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat("kv_budget \"", config.kv_budget(),
+                                   "\" / tenants: ", status.message()));
+}
+
 absl::StatusOr<std::string> CheckConfig(const CommandLine& flags) {
   absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
   if (!config.ok()) return config.status();
   absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
       PrefixCache::Create(config->cache);
-  if (!cache.ok()) return InCacheFields(config->proto, cache.status());
+  if (!cache.ok()) return CacheConfigError(config->proto, cache.status());
   absl::StatusOr<std::unique_ptr<Authorizer>> auth =
       MakeAuthorizer(config->proto);
   if (!auth.ok()) return auth.status();

@@ -6,7 +6,9 @@
 
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
 
 namespace prefixd {
@@ -19,6 +21,11 @@ namespace prefixd {
 // INVALID_ARGUMENT (or NOT_FOUND for an unreadable file) naming the field
 // and the offending value otherwise.
 absl::StatusOr<std::string> CheckConfig(const CommandLine& flags);
+
+// An error of PrefixCache::Create on `config`'s cache options, naming the
+// fields a user changes (kv_budget, tenants) before the cache's own words.
+absl::Status CacheConfigError(const v1::Config& config,
+                              const absl::Status& status);
 
 }  // namespace prefixd
 

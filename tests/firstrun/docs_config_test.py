@@ -153,6 +153,19 @@ class DocsConfigTest(unittest.TestCase):
         self.assertIn("17179869184 bytes, above the budget of 4294967296 bytes", r.stderr)
         self.assertEqual(len(r.stderr.strip().split("\n")), 1, r.stderr)
 
+    def test_start_names_the_same_fields(self):
+        # Starting on that config fails before binding, with the same words.
+        path = os.path.join(self.tmp, "over.textproto")
+        with open(path, "w") as f:
+            f.write('kv_budget: "1GiB"\ntenants { name: "acme" reserved: "768MiB" }\n'
+                    'tenants { name: "globex" reserved: "768MiB" }\n')
+        r = subprocess.run([ARGS.prefixd, "--config=" + path, "--listen=127.0.0.1:0",
+                            "--metrics_listen=127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=30)
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn('cannot start: kv_budget "1GiB" / tenants: tenant reservations total '
+                      '1610612736 bytes, above the budget of 1073741824 bytes', r.stderr)
+
     def test_bad_value_names_field_and_value(self):
         r = check_config('kv_budget: "4 parsecs"\n', self.tmp)
         self.assertEqual(r.returncode, 1)

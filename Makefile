@@ -42,7 +42,7 @@ build: configure
 
 # The daemon and the command line the README uses beside it, nothing else:
 # the tests, benchmarks and fuzz targets are most of the build's time
-# (tests/make_run_test.py checks this list).
+# (tests/firstrun/make_run_test.py checks this list).
 RUN_TARGETS = prefixd prefixctl
 
 run: configure

@@ -1,8 +1,9 @@
 # The two commands of the README, and a few helpers. Everything builds with
 # CMake into $(BUILD_DIR); the Debian packages come from deploy/install-deps.sh.
 #
-#   make run     install missing packages, build (Release), start prefixd on
-#                its embedded default (ARGS="--config=prefixd.textproto" to change)
+#   make run     install missing packages, build prefixd and prefixctl only
+#                (Release), start prefixd on its embedded default
+#                (ARGS="--config=prefixd.textproto" to change)
 #   make test    install missing packages, build, run every test (ctest)
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)
@@ -39,7 +40,13 @@ configure: deps
 build: configure
 	cmake --build $(BUILD_DIR) -j$(JOBS)
 
-run: build
+# The daemon and the command line the README uses beside it, nothing else:
+# the tests, benchmarks and fuzz targets are most of the build's time
+# (tests/firstrun/make_run_test.py checks this list).
+RUN_TARGETS = prefixd prefixctl
+
+run: configure
+	cmake --build $(BUILD_DIR) -j$(JOBS) --target $(RUN_TARGETS)
 	./$(BUILD_DIR)/server/prefixd $(ARGS)
 
 test: build

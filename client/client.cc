@@ -11,6 +11,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/connect_error.h"
 #include "client/health.h"
 
 namespace prefixd {
@@ -20,11 +21,20 @@ namespace client_internal {
 // the options and the epoch seen so far.
 class ClientCore {
  public:
-  ClientCore(std::shared_ptr<grpc::Channel> channel, ClientOptions options)
+  ClientCore(std::shared_ptr<grpc::Channel> channel, ClientOptions options,
+             std::string target)
       : channel_(std::move(channel)),
         stub_(v1::PrefixCache::NewStub(channel_)),
         index_stub_(v1::PrefixIndex::NewStub(channel_)),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        target_(std::move(target)) {}
+
+  // A failed call's status; a connection failure as one actionable line
+  // (client/connect_error.h). Channels made elsewhere (FromChannel) have no
+  // target to name and pass through.
+  absl::Status Explain(const absl::Status& status) const {
+    return ExplainConnectError(target_, options_, status);
+  }
 
   // A context with the deadline (unless infinite) and the credentials.
   std::unique_ptr<grpc::ClientContext> NewContext(
@@ -47,7 +57,7 @@ class ClientCore {
     std::unique_ptr<grpc::ClientContext> ctx = NewContext(options_.deadline);
     Response response;
     grpc::Status status = rpc(ctx.get(), &response);
-    if (!status.ok()) return FromGrpcStatus(status);
+    if (!status.ok()) return Explain(FromGrpcStatus(status));
     return response;
   }
 
@@ -96,6 +106,7 @@ class ClientCore {
   const std::unique_ptr<v1::PrefixCache::Stub> stub_;
   const std::unique_ptr<v1::PrefixIndex::Stub> index_stub_;
   const ClientOptions options_;
+  const std::string target_;  // "" for FromChannel
 
   mutable absl::Mutex mu_;
   uint64_t first_epoch_ ABSL_GUARDED_BY(mu_) = 0;
@@ -135,7 +146,7 @@ class GrpcEventStream : public Client::EventStream {
       v1::WatchEventsResponse ignored;
       while (reader_->Read(&ignored)) {
       }
-      final_ = FromGrpcStatus(reader_->Finish());
+      final_ = core_->Explain(FromGrpcStatus(reader_->Finish()));
       finished_ = true;
     }
     return final_;
@@ -149,6 +160,21 @@ class GrpcEventStream : public Client::EventStream {
   std::unique_ptr<grpc::ClientReader<v1::WatchEventsResponse>> reader_;
   bool finished_ = false;
   absl::Status final_;
+};
+
+// WatchHealth's stream with its final status explained (ClientCore::Explain).
+class ExplainedHealthStream : public Client::HealthStream {
+ public:
+  ExplainedHealthStream(std::shared_ptr<ClientCore> core,
+                        std::unique_ptr<Client::HealthStream> stream)
+      : core_(std::move(core)), stream_(std::move(stream)) {}
+  bool Read(HealthStatus* status) override { return stream_->Read(status); }
+  absl::Status Finish() override { return core_->Explain(stream_->Finish()); }
+  void Cancel() override { stream_->Cancel(); }
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+  std::unique_ptr<Client::HealthStream> stream_;
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -284,21 +310,24 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const std::string& target, ClientOptions options) {
-  if (target.empty()) return absl::InvalidArgumentError("empty target address");
+  if (absl::Status s = CheckTarget(target); !s.ok()) return s;
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       client_internal::MakeCredentials(options);
   if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);  // dumps and stats of big trees
-  return FromChannel(grpc::CreateCustomChannel(target, *creds, args),
-                     std::move(options));
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, *creds, args);
+  return std::unique_ptr<Client>(
+      new Client(std::make_shared<client_internal::ClientCore>(
+          std::move(channel), std::move(options), target)));
 }
 
 std::unique_ptr<Client> Client::FromChannel(
     std::shared_ptr<grpc::Channel> channel, ClientOptions options) {
   return std::unique_ptr<Client>(
       new Client(std::make_shared<client_internal::ClientCore>(
-          std::move(channel), std::move(options))));
+          std::move(channel), std::move(options), "")));
 }
 
 absl::StatusOr<v1::GetInfoResponse> Client::GetInfo() {
@@ -502,13 +531,17 @@ absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service) {
   std::unique_ptr<grpc::ClientContext> ctx =
       core_->NewContext(core_->options().deadline);
-  return client_internal::CheckHealth(core_->channel(), ctx.get(), service);
+  absl::StatusOr<HealthStatus> status =
+      client_internal::CheckHealth(core_->channel(), ctx.get(), service);
+  if (!status.ok()) return core_->Explain(status.status());
+  return status;
 }
 
 std::unique_ptr<Client::HealthStream> Client::WatchHealth(
     const std::string& service, absl::Duration deadline) {
-  return client_internal::WatchHealth(core_->channel(),
-                                      core_->NewContext(deadline), service);
+  return std::make_unique<client_internal::ExplainedHealthStream>(
+      core_, client_internal::WatchHealth(
+                 core_->channel(), core_->NewContext(deadline), service));
 }
 
 void Client::OnEpochChange(std::function<void(uint64_t, uint64_t)> callback) {

@@ -793,8 +793,12 @@ int RunPrefixctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   ctx.options.deadline = *timeout;
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Connect(ctx.addr, ctx.options);
-  if (!client.ok())
-    return Usage(ctx, name, std::string(client.status().message()));
+  if (!client.ok()) {
+    // One line: the message already says what to give instead.
+    ctx.err << "prefixctl " << name << ": " << client.status().message()
+            << "\n";
+    return kExitUsage;
+  }
   ctx.client = *std::move(client);
   return command->run(ctx);
 }

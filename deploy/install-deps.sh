@@ -19,8 +19,12 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
-  # Python client and its tests (Debian's /usr/bin/python3)
+  # Python client and its tests (Debian's /usr/bin/python3); `pip install
+  # client/python` into a venv made with --system-site-packages, offline
   python3-grpcio python3-grpc-tools python3-protobuf
+  python3-venv python3-setuptools python3-wheel
+  # .ci/clean_clone.sh: the README's commands in a fresh clone
+  git
   # engine-event publishers in the index tests
   python3-zmq python3-msgpack
   # the status page and KV calculator in a real browser (tests/python/test_web_ui.py)

@@ -35,6 +35,11 @@ const std::vector<FlagSpec>& Flags() {
        "Config file: textproto, or JSON when the name ends in .json "
        "(schema: proto/prefixd/v1/config.proto). Flags override it.",
        [](absl::string_view v, CommandLine* cl) {
+         if (cl->check_config && cl->config_path != v) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--config=", v, " with --check_config=", cl->config_path,
+               ": name the file once, with --check_config"));
+         }
          cl->config_path = std::string(v);
          return absl::OkStatus();
        }},
@@ -139,6 +144,21 @@ const std::vector<FlagSpec>& Flags() {
                "--events_publish=", v, ": want ENDPOINT[,REPLAY_ENDPOINT]"));
          }
          return SetString(&cl->events_publish, v);
+       }},
+      {"check_config", "FILE", "",
+       "Validate the config file FILE (with the other flags over it) as "
+       "start-up would, without serving: print the resolved settings and "
+       "exit 0, or the error (naming the field and its value) and exit 1. "
+       "Listeners are not bound, the snapshot is not read.",
+       [](absl::string_view v, CommandLine* cl) {
+         if (!cl->config_path.empty() && cl->config_path != v) {
+           return absl::InvalidArgumentError(absl::StrCat(
+               "--check_config=", v, " with --config=", cl->config_path,
+               ": name the file once, with --check_config"));
+         }
+         cl->config_path = std::string(v);
+         cl->check_config = true;
+         return absl::OkStatus();
        }},
       {"help", nullptr, "", "Print this help and exit.",
        [](absl::string_view, CommandLine* cl) {

@@ -34,6 +34,10 @@ struct CommandLine {
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.
   std::optional<std::string> events_publish;
+  // --check_config=FILE: validate FILE (and the other flags over it), print
+  // the resolved settings and exit 0, or the error and exit 1; config_path
+  // is FILE then.
+  bool check_config = false;
   bool help = false;
   bool version = false;
 };

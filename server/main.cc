@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/check_config.h"
 #include "server/config.h"
 #include "server/flags.h"
 #include "server/metrics.h"
@@ -34,6 +35,19 @@ int Fail(absl::string_view what, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// --check_config: 0 and the resolved settings on stdout, or 1 and the
+// error on stderr (not Fail's 2: a config, not the command line, is wrong).
+int CheckConfigAndExit(const prefixd::CommandLine& flags) {
+  absl::StatusOr<std::string> report = prefixd::CheckConfig(flags);
+  if (!report.ok()) {
+    std::fprintf(stderr, "prefixd: %s: %s\n", flags.config_path.c_str(),
+                 std::string(report.status().message()).c_str());
+    return 1;
+  }
+  std::fputs(report->c_str(), stdout);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -52,6 +66,7 @@ int main(int argc, char** argv) {
     std::printf("prefixd %s\n", PREFIXD_VERSION);
     return 0;
   }
+  if (flags->check_config) return CheckConfigAndExit(*flags);
   absl::StatusOr<prefixd::ServerConfig> config =
       prefixd::LoadServerConfig(*flags);
   if (!config.ok()) return Fail("bad configuration", config.status());

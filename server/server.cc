@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "model/units.h"
+#include "server/check_config.h"
 
 namespace prefixd {
 namespace {
@@ -45,7 +46,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerConfig config,
   if (deps.cache == nullptr) {
     absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
         PrefixCache::Create(config.cache);
-    if (!cache.ok()) return cache.status();
+    if (!cache.ok()) return CacheConfigError(config.proto, cache.status());
     deps.cache = *std::move(cache);
   }
   if (deps.authorizer == nullptr) {

@@ -1,7 +1,9 @@
 """Finds the generated prefixd.v1 modules and makes them `prefixd.v1`.
 
-The stubs live in a build directory, never in the source tree (see
-client/python/gen_stubs.py). They are looked up, in order:
+An installed package (`pip install client/python`, see pyproject.toml)
+carries them as its own subpackage prefixd/v1, and nothing is looked up.
+In a source checkout they live in a build directory, never in the source
+tree (see client/python/gen_stubs.py), and are looked up, in order:
 
 1. $PREFIXD_PYTHON_STUBS: a directory holding prefixd/v1/prefix_cache_pb2.py
    (and prefix_index_pb2.py, the fleet index's);
@@ -60,8 +62,17 @@ def stubs_dir():
     return out
 
 
+def shipped():
+    """Whether this package was built with its stubs (setup.py's build_py)."""
+    return all(os.path.exists(os.path.join(_HERE, os.path.relpath(m, "prefixd")))
+               for m in _MODULES)
+
+
 def install(package_path):
-    """Appends the stubs' prefixd/ directory to the package's __path__."""
+    """Appends the stubs' prefixd/ directory to the package's __path__,
+    unless the package ships its own prefixd.v1."""
+    if shipped():
+        return
     d = os.path.join(stubs_dir(), "prefixd")
     if d not in package_path:
         package_path.append(d)

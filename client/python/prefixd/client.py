@@ -118,10 +118,69 @@ _ERRORS = {
 }
 
 
-def _error(method: str, e: grpc.RpcError) -> PrefixdError:
+def _error(method: str, e: grpc.RpcError, client: Optional["Client"] = None) -> PrefixdError:
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
-    details = e.details() if hasattr(e, "details") else str(e)
-    return _ERRORS.get(code, PrefixdError)(method, code, details or "")
+    details = (e.details() if hasattr(e, "details") else str(e)) or ""
+    if code == grpc.StatusCode.UNAVAILABLE and client is not None:
+        details = explain_connect_error(client.target, details, tls=client._tls,
+                                        client_cert=client._client_cert) or details
+    return _ERRORS.get(code, PrefixdError)(method, code, details)
+
+
+# Connection failures as one actionable line: gRPC reports them as UNAVAILABLE
+# in its transport's words ("Socket closed", "Connection refused", a DNS error
+# for a file path). The same rules as the C++ client (client/connect_error.cc);
+# docs/client.md, "Connection errors", lists them.
+
+def check_target(target: str) -> None:
+    """ValueError for a target that is a file path ("/tmp/prefixd.sock"),
+    which gRPC would take for a host name, naming the unix:// address."""
+    if not target:
+        raise ValueError("empty target address")
+    if "://" in target or not (target.startswith(("/", "./", "../"))
+                               or target.endswith(".sock")):
+        return
+    hint = ("unix://" + target if target.startswith("/")
+            else "unix:%s (relative) or unix:///ABSOLUTE/PATH" % target)
+    raise ValueError('address "%s" is a file path; a Unix socket\'s address is %s'
+                     % (target, hint))
+
+
+def explain_connect_error(target: str, details: str, *, tls: bool,
+                          client_cert: bool) -> Optional[str]:
+    """The message of an UNAVAILABLE from `target` as one line naming the
+    address, the cause and what to change; None when `details` is not a
+    connection failure (a draining daemon's own UNAVAILABLE, say)."""
+    why = details.lower()
+    running = ": is the daemon running at %s? (prefixd --listen=%s)" % (target, target)
+    if "connection refused" in why:
+        advice = "connection refused" + running
+    elif "no such file or directory" in why:
+        advice = "no such socket file" + running
+    elif any(w in why for w in ("dns resolution failed", "name or service not known",
+                                "domain name not found")):
+        advice = "the host name does not resolve: give host:port, or unix:///path for a Unix socket"
+    elif "wrong_version_number" in why or "wrong version number" in why:
+        advice = ("the daemon does not serve TLS on this port: connect without TLS "
+                  "(tls=False, no tls_ca_file)")
+    elif "certificate_verify_failed" in why or "certificate verify" in why:
+        advice = ("the daemon's certificate does not verify: give the CA that signed it "
+                  "(tls_ca_file=...), and dial a name its subjectAltName lists")
+    elif not any(w in why for w in ("socket closed", "connection reset", "broken pipe",
+                                    "end of tcp stream", "handshake", "alert")):
+        return None
+    elif not tls:
+        advice = ("the daemon closed the connection: it likely serves TLS on this port; "
+                  "connect with TLS and the CA of its certificate (tls_ca_file=..., or "
+                  "tls=True for the system roots)")
+    elif not client_cert:
+        advice = ("the daemon ended the TLS handshake: with auth mode MTLS it requires a "
+                  "client certificate signed by its client CA (tls_cert_file=..., "
+                  "tls_key_file=...)")
+    else:
+        advice = ("the daemon ended the TLS handshake: check that its client CA signed the "
+                  "client certificate (tls_cert_file)")
+    return "cannot connect to %s: %s" % (target, advice)
 
 
 # ---- results -----------------------------------------------------------------
@@ -313,8 +372,12 @@ class Client:
                  tls_cert_file: Optional[str] = None, tls_key_file: Optional[str] = None,
                  channel_options: Sequence[Tuple[str, object]] = ()):
         """`target`: "host:port" or "unix:///path". `deadline`: seconds per
-        unary call. TLS when `tls` or any file is given (cert + key: mTLS)."""
+        unary call. TLS when `tls` or any file is given (cert + key: mTLS).
+        ValueError for a file path as `target` (it names the unix:// one)."""
+        check_target(target)
         self.target = target
+        self._tls = bool(tls or tls_ca_file or tls_cert_file)
+        self._client_cert = bool(tls_cert_file)
         self.deadline = deadline
         self.on_epoch_change = on_epoch_change
         self._metadata: List[Tuple[str, str]] = []
@@ -373,7 +436,7 @@ class Client:
                 request, timeout=self.deadline if timeout is None else timeout,
                 metadata=self._metadata)
         except grpc.RpcError as e:
-            raise _error(method, e) from None
+            raise _error(method, e, self) from None
 
     def info(self, *, timeout: Optional[float] = None) -> pb.GetInfoResponse:
         r = self._call("GetInfo", pb.GetInfoRequest(), timeout)
@@ -580,7 +643,7 @@ class Client:
         try:
             return check(service, timeout=self.deadline if timeout is None else timeout)
         except grpc.RpcError as e:
-            raise _error("Health", e) from None
+            raise _error("Health", e, self) from None
 
 
 class EventStream:
@@ -595,7 +658,7 @@ class EventStream:
                 yield batch
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.CANCELLED:
-                raise _error("WatchEvents", e) from None
+                raise _error("WatchEvents", e, self._client) from None
 
     def cancel(self) -> None:
         self._call.cancel()

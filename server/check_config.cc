@@ -1,0 +1,70 @@
+#include "server/check_config.h"
+
+#include <google/protobuf/text_format.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "core/cache.h"
+#include "model/units.h"
+#include "server/auth.h"
+#include "server/config.h"
+
+namespace prefixd {
+namespace {
+
+std::string DerivedSizes(const ServerConfig& c, uint64_t budget_blocks) {
+  const CacheOptions& o = c.cache;
+  std::string out;
+  absl::StrAppend(&out, "# model        ", c.model_description, "\n");
+  for (const std::string& note : c.model_notes)
+    absl::StrAppend(&out, "# note         ", note, "\n");
+  absl::StrAppend(&out, "# fingerprint  ", c.fingerprint, "\n");
+  absl::StrAppend(&out, "# bytes/token  ", FormatCount(c.bytes_per_token), " (",
+                  FormatBytes(c.bytes_per_token), ")\n");
+  absl::StrAppend(&out, "# block bytes  ", FormatCount(o.block_bytes), " (",
+                  FormatBytes(o.block_bytes), ")\n");
+  absl::StrAppend(
+      &out, "# budget       ", FormatCount(o.budget_bytes), " bytes (",
+      FormatBytes(o.budget_bytes), ") = ", FormatCount(budget_blocks),
+      " blocks = ",
+      FormatCount(budget_blocks * static_cast<uint64_t>(o.block_size)),
+      " tokens\n");
+  for (const TenantSpec& t : o.tenants) {
+    absl::StrAppend(&out, "# tenant       ", t.name, " reserved ",
+                    FormatBytes(t.quota.reserved_bytes), " limit ",
+                    FormatBytes(t.quota.limit_bytes), "\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+// The cache's own errors name tenants and byte counts but not the config's
+// fields; a user fixes kv_budget or tenants, so those are named here.
+absl::Status CacheConfigError(const v1::Config& config,
+                              const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat("kv_budget \"", config.kv_budget(),
+                                   "\" / tenants: ", status.message()));
+}
+
+absl::StatusOr<std::string> CheckConfig(const CommandLine& flags) {
+  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+  if (!config.ok()) return config.status();
+  absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
+      PrefixCache::Create(config->cache);
+  if (!cache.ok()) return CacheConfigError(config->proto, cache.status());
+  absl::StatusOr<std::unique_ptr<Authorizer>> auth =
+      MakeAuthorizer(config->proto);
+  if (!auth.ok()) return auth.status();
+
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  printer.PrintToString(config->proto, &text);
+  return absl::StrCat("# ", flags.config_path,
+                      ": OK; the resolved settings follow\n",
+                      DerivedSizes(*config, (*cache)->budget_blocks()), text);
+}
+
+}  // namespace prefixd

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -23,8 +24,28 @@ uint32_t PackHolder(WorkerId w, uint8_t medium) { return (w << 8) | medium; }
 WorkerId HolderWorker(uint32_t h) { return h >> 8; }
 uint8_t HolderMedium(uint32_t h) { return static_cast<uint8_t>(h & 0xff); }
 
-bool SameBlock(absl::Span<const Token> a, absl::Span<const Token> b) {
-  return std::memcmp(a.data(), b.data(), a.size() * sizeof(Token)) == 0;
+// The index's trees key a block by a 64-bit fingerprint of its tokens, kept
+// as two Tokens: core's tree then compares 8 bytes per block instead of
+// block_size x 4, and stores 8 (at 16-token blocks, 56 bytes of RSS less
+// per block; docs/performance.md). Two different blocks at the same place
+// in a tree collide with probability 2^-64 per comparison; the cost of a
+// collision is one request routed to a worker that computes its prefill
+// (docs/index.md).
+constexpr int kKeyTokens = 2;
+
+// keys[2i, 2i+1] = the fingerprint of block i of `tokens`, for `blocks`
+// whole blocks of `bs` tokens.
+void BlockKeys(absl::Span<const Token> tokens, size_t bs, size_t blocks,
+               Token* keys) {
+  for (size_t i = 0; i < blocks; ++i) {
+    const uint64_t f = absl::HashOf(tokens.subspan(i * bs, bs));
+    keys[kKeyTokens * i] = static_cast<Token>(f);
+    keys[kKeyTokens * i + 1] = static_cast<Token>(f >> 32);
+  }
+}
+
+bool SameKey(absl::Span<const Token> a, absl::Span<const Token> b) {
+  return a[0] == b[0] && a[1] == b[1];
 }
 
 }  // namespace
@@ -87,7 +108,10 @@ struct FleetIndex::Worker {
   double last_ts = 0;  // the engine's timestamp of the last batch applied
 };
 
-FleetIndex::FleetIndex(IndexOptions options) : options_(options) {}
+FleetIndex::FleetIndex(IndexOptions options) : options_(options) {
+  absl::MutexLock lock(&mu_);
+  mediums_.reserve(kMaxMediums);
+}
 FleetIndex::~FleetIndex() = default;
 
 std::string FleetIndex::NamespaceKey(absl::string_view lora_name,
@@ -254,7 +278,7 @@ bool FleetIndex::Unhold(Worker& w, uint32_t slot, uint8_t medium) {
 
 Tree* FleetIndex::GetOrCreateTree(const std::string& key) {
   auto& tree = trees_[key];
-  if (tree == nullptr) tree = std::make_unique<Tree>(key, options_.block_size);
+  if (tree == nullptr) tree = std::make_unique<Tree>(key, kKeyTokens);
   return tree.get();
 }
 
@@ -298,13 +322,16 @@ void FleetIndex::ApplyStored(Worker& w, const BlockStoredEvent& ev,
   }
 
   const uint8_t medium = MediumId(ev.medium);
-  const size_t bs = static_cast<size_t>(options_.block_size);
-  const absl::Span<const Token> tokens(ev.token_ids);
+  key_scratch_.resize(chain * kKeyTokens);
+  BlockKeys(ev.token_ids, static_cast<size_t>(options_.block_size), chain,
+            key_scratch_.data());
+  const absl::Span<const Token> keys(key_scratch_);
   for (size_t i = 0; i < chain; ++i) {
-    const absl::Span<const Token> block = tokens.subspan(i * bs, bs);
+    const absl::Span<const Token> block =
+        keys.subspan(i * kKeyTokens, kKeyTokens);
     node->stamp = stamp;
     if (used < node->num_blocks()) {
-      if (SameBlock(node->block(used), block)) {
+      if (SameKey(node->block(used), block)) {
         Hold(w, static_cast<uint32_t>(node->block_ids()[used]), medium,
              ev.block_hashes[i]);
         ++used;
@@ -325,8 +352,7 @@ void FleetIndex::ApplyStored(Worker& w, const BlockStoredEvent& ev,
     // Nothing below holds block i: the rest of the chain is new.
     std::vector<BlockId> ids(chain - i);
     for (BlockId& id : ids) id = NewSlot(nullptr);
-    const absl::Span<const Token> rest =
-        tokens.subspan(i * bs, (chain - i) * bs);
+    const absl::Span<const Token> rest = keys.subspan(i * kKeyTokens);
     Node* target;
     if (!node->is_root() && node->children.empty()) {
       target = node;  // a chain of single children stays one node
@@ -524,6 +550,8 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   const size_t bs = static_cast<size_t>(options_.block_size);
   result.prompt_blocks = q.tokens.size() / bs;
   const absl::Time now = absl::Now();
+  absl::InlinedVector<Token, 512> keys(result.prompt_blocks * kKeyTokens);
+  BlockKeys(q.tokens, bs, result.prompt_blocks, keys.data());
 
   absl::ReaderMutexLock lock(&mu_);
   const size_t num_workers = workers_.size();
@@ -533,7 +561,7 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   uint32_t* by_medium = run.data() + num_workers;
   auto tree = trees_.find(NamespaceKey(q.lora_name, q.lora_id, q.cache_salt));
   if (tree != trees_.end()) {
-    const WalkPath path = Walk(*tree->second, q.tokens, 0, false);
+    const WalkPath path = Walk(*tree->second, keys, 0, false);
     const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
     uint32_t b = 0;  // prompt block index
     bool advanced = true;
@@ -561,6 +589,13 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
     }
   }
 
+  // Sorted as (blocks, worker) pairs, then written out in order: cheaper
+  // than sorting the answers themselves.
+  struct Scored {
+    uint32_t blocks;
+    WorkerId id;
+  };
+  absl::InlinedVector<Scored, 32> order;
   for (const auto& wp : workers_) {
     const Worker& w = *wp;
     if (w.retired) continue;
@@ -568,12 +603,21 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
                                         w.name) == q.workers.end()) {
       continue;
     }
-    WorkerMatch m;
+    order.push_back({run[w.id], w.id});
+  }
+  std::sort(order.begin(), order.end(), [&](const Scored& a, const Scored& b) {
+    if (a.blocks != b.blocks) return a.blocks > b.blocks;
+    return workers_[a.id]->name < workers_[b.id]->name;
+  });
+  result.workers.resize(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Worker& w = *workers_[order[i].id];
+    WorkerMatch& m = result.workers[i];
     m.worker = w.name;
-    m.matched_blocks = run[w.id];
-    for (size_t i = 0; i < mediums_.size(); ++i) {
-      const uint32_t held = by_medium[w.id * num_mediums + i];
-      if (held > 0) m.mediums.push_back({mediums_[i], held});
+    m.matched_blocks = order[i].blocks;
+    for (size_t k = 0; k < mediums_.size(); ++k) {
+      const uint32_t held = by_medium[w.id * num_mediums + k];
+      if (held > 0) m.mediums.push_back({mediums_[k], held});
     }
     m.state = w.state;
     m.last_seq = w.last_seq;
@@ -583,14 +627,7 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
                  now -
                  absl::FromUnixNanos(static_cast<int64_t>(w.last_ts * 1e9))));
     }
-    result.workers.push_back(std::move(m));
   }
-  std::sort(result.workers.begin(), result.workers.end(),
-            [](const WorkerMatch& a, const WorkerMatch& b) {
-              if (a.matched_blocks != b.matched_blocks)
-                return a.matched_blocks > b.matched_blocks;
-              return a.worker < b.worker;
-            });
   uint64_t best = 0;
   if (!result.workers.empty() && result.workers[0].matched_blocks > 0) {
     result.best_worker = result.workers[0].worker;

@@ -2,12 +2,13 @@
 // built from the KV events the engines publish (docs/index.md).
 //
 // One radix tree per index namespace (LoRA + cache_salt), core's tree
-// (core/radix_tree.h): the same compressed edges of whole blocks keyed by
-// token ids as the sidecar's cache. The 64-bit word the sidecar keeps per
-// block (the engine's block ID) is here a *slot*: an index into slots_, which
-// records the block's node and its holders (worker x medium). The same
-// tokens stored by several workers share one path; each worker keeps its own
-// map from its engine's block hashes to slots, used only to apply
+// (core/radix_tree.h): the same compressed edges of whole blocks as the
+// sidecar's cache, each block keyed by a 64-bit fingerprint of its token ids
+// (two Tokens) rather than the ids themselves. The 64-bit word the sidecar
+// keeps per block (the engine's block ID) is here a *slot*: an index into
+// slots_, which records the block's node and its holders (worker x medium). The
+// same tokens stored by several workers share one path; each worker keeps its
+// own map from its engine's block hashes to slots, used only to apply
 // BlockRemoved and to find the parent of a BlockStored.
 //
 //   tree "n:lora-a\x1fsalt":  root ── [A B C] ── [D]       slots: A {w0:GPU,
@@ -41,6 +42,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/radix_tree.h"
+#include "index/chunked_vector.h"
 #include "index/events.h"
 
 namespace prefixd {
@@ -108,10 +110,19 @@ struct MediumCount {
   uint64_t blocks = 0;
 };
 
+// Route's answer names workers and mediums by views of the index's own
+// names, which live as long as the index (workers are retired, never freed;
+// mediums are never renamed): a Route allocates no strings.
+struct RouteMedium {
+  absl::string_view medium;
+  uint64_t blocks = 0;
+};
+
 struct WorkerMatch {
-  std::string worker;
+  absl::string_view worker;
   uint64_t matched_blocks = 0;
-  std::vector<MediumCount> mediums;  // per medium held along the prompt
+  // per medium held along the prompt
+  absl::InlinedVector<RouteMedium, 2> mediums;
   WorkerState state = WorkerState::kConnecting;
   int64_t last_seq = -1;
   int64_t lag_ms = 0;
@@ -119,7 +130,7 @@ struct WorkerMatch {
 
 struct RouteResult {
   std::vector<WorkerMatch> workers;  // matched_blocks desc, then name
-  std::string best_worker;           // empty if nobody holds block 0
+  absl::string_view best_worker;     // empty if nobody holds block 0
   uint64_t prompt_blocks = 0;
 };
 
@@ -243,11 +254,14 @@ class FleetIndex {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_
       ABSL_GUARDED_BY(mu_);
-  std::vector<Slot> slots_ ABSL_GUARDED_BY(mu_);
+  ChunkedVector<Slot> slots_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> free_slots_ ABSL_GUARDED_BY(mu_);
   std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, WorkerId> worker_ids_ ABSL_GUARDED_BY(mu_);
+  // Reserved to kMaxMediums at construction and never reallocated, so that
+  // Route's views of the names stay valid.
   std::vector<std::string> mediums_ ABSL_GUARDED_BY(mu_);
+  std::vector<Token> key_scratch_ ABSL_GUARDED_BY(mu_);  // ApplyStored's keys
   uint64_t entries_ ABSL_GUARDED_BY(mu_) = 0;
   std::array<uint64_t, kNumDropReasons> dropped_ ABSL_GUARDED_BY(mu_) = {};
   std::array<uint64_t, kLagBuckets.size() + 1> lag_counts_

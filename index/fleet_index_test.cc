@@ -88,7 +88,7 @@ class FleetIndexTest : public ::testing::Test {
     q.lora_name = lora;
     std::map<std::string, uint64_t> out;
     for (const WorkerMatch& m : index_.Route(q).workers)
-      out[m.worker] = m.matched_blocks;
+      out[std::string(m.worker)] = m.matched_blocks;
     return out;
   }
 

@@ -45,17 +45,17 @@ void Finish(grpc::CallbackServerContext* ctx, RpcObserver* observer,
 
 void RouteToProto(const RouteResult& r, int block_size,
                   v1::RouteResponse* out) {
-  out->set_best_worker(r.best_worker);
+  out->set_best_worker(r.best_worker.data(), r.best_worker.size());
   out->set_prompt_blocks(r.prompt_blocks);
   out->set_block_size(static_cast<uint32_t>(block_size));
   out->mutable_workers()->Reserve(static_cast<int>(r.workers.size()));
   for (const WorkerMatch& m : r.workers) {
     v1::WorkerMatch* w = out->add_workers();
-    w->set_worker(m.worker);
+    w->set_worker(m.worker.data(), m.worker.size());
     w->set_matched_blocks(m.matched_blocks);
-    for (const MediumCount& c : m.mediums) {
+    for (const RouteMedium& c : m.mediums) {
       v1::MediumMatch* mm = w->add_mediums();
-      mm->set_medium(c.medium);
+      mm->set_medium(c.medium.data(), c.medium.size());
       mm->set_matched_blocks(c.blocks);
     }
     w->set_state(static_cast<v1::WorkerState>(m.state));

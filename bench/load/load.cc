@@ -176,7 +176,9 @@ class LoadSlot final : public Slot {
         index_stub_(
             target->index_stubs[index % target->index_stubs.size()].get()),
         mix_(mix),
-        rng_(seed) {}
+        rng_(seed),
+        arena_block_(std::make_unique<char[]>(kArenaBlock)),
+        arena_(ArenaOn(arena_block_.get())) {}
 
   void Issue(grpc::CompletionQueue* cq) override {
     const double x = rng_.Uniform() * mix_->cumulative[kNumKinds - 1];
@@ -222,19 +224,24 @@ class LoadSlot final : public Slot {
         batch_reader_->Finish(&batch_resp_, &status_, this);
         break;
       case kRoute:
-        route_resp_.Clear();
+        arena_.Reset();
+        route_resp_ =
+            google::protobuf::Arena::CreateMessage<v1::RouteResponse>(&arena_);
         route_reader_ = index_stub_->PrepareAsyncRoute(
             &*ctx_, w_->index.route[rng_.Below(w_->index.route.size())], cq);
         route_reader_->StartCall();
-        route_reader_->Finish(&route_resp_, &status_, this);
+        route_reader_->Finish(route_resp_, &status_, this);
         break;
       case kRouteBatch:
-        route_batch_resp_.Clear();
+        arena_.Reset();
+        route_batch_resp_ =
+            google::protobuf::Arena::CreateMessage<v1::RouteBatchResponse>(
+                &arena_);
         route_batch_reader_ = index_stub_->PrepareAsyncRouteBatch(
             &*ctx_, w_->index.batches[rng_.Below(w_->index.batches.size())],
             cq);
         route_batch_reader_->StartCall();
-        route_batch_reader_->Finish(&route_batch_resp_, &status_, this);
+        route_batch_reader_->Finish(route_batch_resp_, &status_, this);
         break;
       case kNumKinds:
         break;
@@ -265,9 +272,9 @@ class LoadSlot final : public Slot {
         }
         return batch_resp_.results_size();
       case kRoute:
-        return CheckRoute(route_resp_, error) ? 1 : -1;
+        return CheckRoute(*route_resp_, error) ? 1 : -1;
       case kRouteBatch:
-        for (const v1::RouteBatchItem& item : route_batch_resp_.responses()) {
+        for (const v1::RouteBatchItem& item : route_batch_resp_->responses()) {
           if (item.code() != 0) {
             *error = absl::StrCat("routebatch item: code ", item.code(), ": ",
                                   item.message());
@@ -275,7 +282,7 @@ class LoadSlot final : public Slot {
           }
           if (!CheckRoute(item.response(), error)) return -1;
         }
-        return route_batch_resp_.responses_size();
+        return route_batch_resp_->responses_size();
       case kInsert:
         return 0;  // not a lookup
       default:
@@ -328,8 +335,21 @@ class LoadSlot final : public Slot {
   v1::InsertResponse insert_resp_;
   v1::MatchBatchResponse batch_resp_;
   bench::BareResponse bare_resp_;
-  v1::RouteResponse route_resp_;
-  v1::RouteBatchResponse route_batch_resp_;
+  // Route replies list every worker per prompt (16 x 32 messages in a
+  // RouteBatch of T10b): they are parsed on an arena that each call resets,
+  // as a router would, rather than one malloc per message. Its first block
+  // holds a whole RouteBatch reply, so the arena mallocs nothing per call.
+  static constexpr size_t kArenaBlock = 512 << 10;
+  static google::protobuf::ArenaOptions ArenaOn(char* block) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = kArenaBlock;
+    return options;
+  }
+  std::unique_ptr<char[]> arena_block_;
+  google::protobuf::Arena arena_;
+  v1::RouteResponse* route_resp_ = nullptr;
+  v1::RouteBatchResponse* route_batch_resp_ = nullptr;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchResponse>>
       match_reader_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::InsertResponse>>

@@ -553,10 +553,21 @@ std::string DescribeModel(const ModelSpec& spec) {
   }
   absl::StrAppend(&rope, " ", RopeLayoutName(r.layout), ", shift ",
                   spec.shift_allow ? "ALLOW" : "DENY");
-  return absl::StrFormat("%s: %d layers x %d KV heads x %d head_dim, %s, %s",
-                         g.name.empty() ? "custom" : g.name, g.layers,
-                         g.kv_heads, g.head_dim, KvDtypeName(spec.kv_dtype),
-                         rope);
+  std::string layers =
+      g.kv_lora_rank > 0
+          ? absl::StrFormat("%d layers x MLA (%d + %d)", g.layers,
+                            g.kv_lora_rank, g.head_dim)
+          : absl::StrFormat("%d layers x %d KV heads x %d head_dim", g.layers,
+                            g.kv_heads, g.head_dim);
+  if (g.sliding_layers > 0) {
+    absl::StrAppendFormat(&layers, " (%d sliding over %d tokens)",
+                          g.sliding_layers, g.sliding_window);
+  }
+  if (g.state_layers > 0) {
+    absl::StrAppendFormat(&layers, " + %d state layers", g.state_layers);
+  }
+  return absl::StrFormat("%s: %s, %s, %s", g.name.empty() ? "custom" : g.name,
+                         layers, KvDtypeName(spec.kv_dtype), rope);
 }
 
 }  // namespace prefixd

@@ -189,6 +189,46 @@ TEST(ConfigTest, HuggingFaceConfigJson) {
                     HasSubstr("/nonexistent/config.json")));
 }
 
+// The budget follows the model's real cache: DeepSeek-V3's latent
+// attention, Qwen3-Next's 12 attention layers of 48.
+TEST(ConfigTest, BudgetFollowsLatentAndHybridGeometry) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    model { preset: "deepseek-v3" }
+    kv_dtype: "bf16"
+    kv_budget: "1000tokens"
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bytes_per_token, 70272u);  // (512 + 64) x 61 x 2
+  EXPECT_EQ(c->cache.block_bytes, 16u * 70272);
+  EXPECT_EQ(c->cache.budget_bytes, 1000u * 70272);
+  EXPECT_THAT(FingerprintText(c->model), HasSubstr("kv_lora_rank=512"));
+  EXPECT_THAT(c->model_description, HasSubstr("MLA (512 + 64)"));
+
+  CommandLine flags;
+  flags.model = std::string(PREFIXD_SOURCE_DIR) +
+                "/tests/data/hf_configs/qwen3-next-80b-a3b-instruct.json";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.geometry.layers, 12);
+  EXPECT_THAT(c->model_description,
+              HasSubstr("12 layers x 2 KV heads x 256 head_dim + 36 state "
+                        "layers"));
+  EXPECT_EQ(c->bytes_per_token, 24576u);  // 2 x 12 x 2 x 256 x 2
+  EXPECT_EQ(c->cache.block_bytes, 16u * 24576);
+}
+
+// "4294967296" could be bytes or tokens.
+TEST(ConfigTest, BareKvBudgetIsRefused) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(kv_budget: "4294967296")pb");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("kv_budget"), HasSubstr("4294967296"),
+                    HasSubstr("bytes or tokens")));
+  c = FromText(R"pb(kv_budget: "4294967296B")pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.budget_bytes, uint64_t{4} << 30);
+}
+
 TEST(ConfigTest, AuthOffAllowsNetworkListenOnlyWithTheOverride) {
   absl::StatusOr<ServerConfig> c = FromText(R"pb(
     listen: "0.0.0.0:7004"

@@ -2,7 +2,8 @@
 # CMake into $(BUILD_DIR); the Debian packages come from deploy/install-deps.sh.
 #
 #   make run     install missing packages, build (Release), start prefixd on
-#                its embedded default (ARGS="--config=prefixd.textproto" to change)
+#                its embedded default (ARGS="--config=docs/examples/prefixd.textproto"
+#                to change)
 #   make test    install missing packages, build, run every test (ctest)
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)

@@ -47,8 +47,8 @@ struct ModelGeometry {
   // head_dim (= qk_rope_head_dim) values, shared by all heads; kv_heads
   // must then be 1.
   int kv_lora_rank = 0;
-  // The last sliding_layers of `layers` attend to at most sliding_window
-  // tokens (Gemma 2/3, Mistral-7B-v0.1): both 0, or both > 0.
+  // sliding_layers of the `layers` attend to at most sliding_window tokens
+  // (Gemma 2/3, Mistral-7B-v0.1): both 0, or both > 0.
   int sliding_window = 0;
   int sliding_layers = 0;
   // Hybrid models (Qwen3-Next, Jamba): layers with a fixed-size recurrent

@@ -161,11 +161,15 @@ absl::Status ValidateLayerKinds(const ModelGeometry& g) {
                                 ": give both (0 < sliding_layers <= layers ",
                                 g.layers, ") or neither"));
   }
+  uint64_t state = 0;
   if (g.state_layers < 0 ||
-      (g.state_layers > 0) != (g.state_bytes_per_layer > 0)) {
-    return Invalid(absl::StrCat(
-        "state_layers ", g.state_layers, " with state_bytes_per_layer ",
-        g.state_bytes_per_layer, ": give both (> 0) or neither"));
+      (g.state_layers > 0) != (g.state_bytes_per_layer > 0) ||
+      __builtin_mul_overflow(static_cast<uint64_t>(std::max(g.state_layers, 0)),
+                             g.state_bytes_per_layer, &state)) {
+    return Invalid(
+        absl::StrCat("state_layers ", g.state_layers,
+                     " with state_bytes_per_layer ", g.state_bytes_per_layer,
+                     ": give both (> 0, their product below 2^64) or neither"));
   }
   return absl::OkStatus();
 }

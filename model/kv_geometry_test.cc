@@ -211,6 +211,9 @@ TEST(KvGeometryTest, HybridStateLayersAddAFixedStatePerSequence) {
   bad.state_bytes_per_layer = 0;
   EXPECT_THAT(ValidateGeometry(bad, KvDtype::kBf16).message(),
               HasSubstr("state_layers 28"));
+  bad.state_bytes_per_layer = uint64_t{1} << 60;  // x 28 overflows
+  EXPECT_THAT(ValidateGeometry(bad, KvDtype::kBf16).message(),
+              HasSubstr("below 2^64"));
 }
 
 TEST(KvGeometryTest, ShiftAllowIsRefusedForNonComposableScalings) {

@@ -106,12 +106,15 @@ struct WasteReport {
   int block_size = 0;
   uint64_t contiguous_reserved_tokens = 0;  // max_seq_len
   uint64_t contiguous_wasted_tokens = 0;    // max_seq_len - actual_len
+  // Bytes from SequenceKvBytes: max_seq_len's minus actual_len's.
   uint64_t contiguous_wasted_bytes = 0;
-  uint64_t contiguous_sequences = 0;   // floor(kv_budget / (max_seq_len x bpt))
+  uint64_t contiguous_sequences = 0;   // floor(kv_budget / max_seq_len's bytes)
   uint64_t paged_reserved_tokens = 0;  // ceil(actual/block_size) x block_size
   uint64_t paged_wasted_tokens = 0;    // < block_size
   uint64_t paged_wasted_bytes = 0;
-  uint64_t paged_sequences = 0;  // floor(budget_blocks / blocks per sequence)
+  // floor(kv_budget / the paged bytes of actual_len); without sliding or
+  // state layers, floor(budget_blocks / blocks per sequence).
+  uint64_t paged_sequences = 0;
 };
 
 struct Plan {

@@ -3,7 +3,7 @@
 #
 #   make run     install missing packages, build prefixd and prefixctl only
 #                (Release), start prefixd on its embedded default
-#                (ARGS="--config=prefixd.textproto" to change)
+#                (ARGS="--config=docs/examples/prefixd.textproto" to change)
 #   make test    install missing packages, build, run every test (ctest)
 #   make build   install missing packages and build
 #   make clean   remove $(BUILD_DIR)

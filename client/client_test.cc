@@ -33,6 +33,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The tokens a request carries, from whichever field: the fake service
 // decodes tokens_le32 itself (4 bytes each, little-endian), so the tests
@@ -683,10 +684,12 @@ TEST(OutputTest, TableAlignsColumns) {
 
 TEST(OutputTest, JsonUsesProtoFieldNamesAndPrintsDefaults) {
   v1::MatchResponse m;
-  m.set_epoch(5);
+  m.set_epoch(0x8ab3f00d12345678);
   const std::string json = ToJson(m);
   EXPECT_THAT(json, HasSubstr("\"matched_tokens\":\"0\""));
-  EXPECT_THAT(json, HasSubstr("\"epoch\":\"5\""));
+  // The epoch in hex, as the tables print it; other 64-bit numbers decimal.
+  EXPECT_THAT(json, HasSubstr("\"epoch\":\"8ab3f00d12345678\""));
+  EXPECT_THAT(json, Not(HasSubstr("9994595936995923576")));
   EXPECT_THAT(json, HasSubstr("\"segments\":[]"));
   EXPECT_EQ(json.find('\n'), std::string::npos);
 }

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -118,6 +122,29 @@ std::string HitRate(uint64_t hit_tokens, uint64_t looked_up_tokens) {
                                        static_cast<double>(looked_up_tokens));
 }
 
+// protobuf's JSON prints a fixed64 as a decimal string; the epoch reads as
+// 16 hex digits everywhere else (tables, the daemon's log, the Python
+// client), so one epoch looks the same wherever it is printed. The key can
+// only appear unescaped as a key: inside a string value its quotes would be
+// escaped.
+namespace {
+std::string HexEpochs(std::string json) {
+  constexpr char kKey[] = "\"epoch\":\"";
+  for (size_t pos = json.find(kKey); pos != std::string::npos;
+       pos = json.find(kKey, pos)) {
+    pos += sizeof(kKey) - 1;
+    const size_t end = json.find('"', pos);
+    uint64_t epoch = 0;
+    if (end != std::string::npos &&
+        absl::SimpleAtoi(absl::string_view(json).substr(pos, end - pos),
+                         &epoch)) {
+      json.replace(pos, end - pos, Hex64(epoch));
+    }
+  }
+  return json;
+}
+}  // namespace
+
 std::string ToJson(const google::protobuf::Message& message) {
   google::protobuf::util::JsonPrintOptions options;
   options.always_print_primitive_fields = true;
@@ -128,7 +155,7 @@ std::string ToJson(const google::protobuf::Message& message) {
     return "{}";  // only for invalid UTF-8 in strings, which the daemon never
                   // sends
   }
-  return json;
+  return HexEpochs(std::move(json));
 }
 
 void PrintInfo(const v1::GetInfoResponse& info, std::ostream& out) {
@@ -202,6 +229,17 @@ void PrintMatch(const v1::MatchResponse& match, size_t query_tokens,
       << " tokens (" << Count(blocks, "block") << ", "
       << Count(match.segments_size(), "segment") << ")  epoch "
       << Hex64(match.epoch()) << "\n";
+  if (match.has_rope_denied()) {
+    // Without this, a prompt cached at another position shows as a plain
+    // miss ("matched 0") and the user cannot tell policy from absence.
+    const v1::RopeDenied& d = match.rope_denied();
+    out << "stopped at position " << d.requested_position()
+        << ": the next block is cached at position " << d.cached_position()
+        << "; rope.shift is DENY, which matches only blocks at the requested "
+           "position (ALLOW would return it with rope_delta "
+        << d.requested_position() - d.cached_position()
+        << " for the engine to re-rotate)\n";
+  }
   if (match.segments_size() > 0) {
     Table t(
         {"SEGMENT", "BLOCKS", "CACHED_POSITION", "ROPE_DELTA", "BLOCK_IDS"});

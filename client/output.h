@@ -2,6 +2,7 @@
 // for scripts. JSON is protobuf's canonical mapping of the response message
 // with the .proto field names, every field present (64-bit numbers are
 // strings, as proto3 JSON has it), so the names are as stable as the API.
+// The one change: "epoch" is 16 hex digits, as in the tables.
 #ifndef PREFIXD_CLIENT_OUTPUT_H_
 #define PREFIXD_CLIENT_OUTPUT_H_
 

@@ -40,22 +40,34 @@ struct FlagSpec {
 
 constexpr FlagSpec kFlags[] = {
     {"model", "PRESET",
-     "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b"},
+     "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b, "
+     "gemma-3-27b, deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1"},
     {"hf_config", "FILE", "read the model from a Hugging Face config.json"},
     {"layers", "N", "layers (sets or overrides the model's)"},
     {"kv_heads", "N", "KV heads (num_key_value_heads)"},
     {"head_dim", "N", "dimension of one attention head"},
     {"attention_heads", "N",
      "query heads (num_attention_heads), for the MHA comparison"},
+    {"kv_lora_rank", "N",
+     "multi-head latent attention: latent values per layer (with "
+     "--qk_rope_head_dim; sets kv_heads 1)"},
+    {"qk_rope_head_dim", "N", "MLA: rotated key values per layer"},
+    {"sliding_window", "N",
+     "tokens a sliding-window layer attends to (with --sliding_layers)"},
+    {"sliding_layers", "N", "how many of --layers use the sliding window"},
+    {"state_layers", "N",
+     "hybrid models: layers with a fixed state per sequence and no KV, "
+     "besides --layers (with --state_bytes)"},
+    {"state_bytes", "SIZE", "state of one such layer per sequence, e.g. 1MiB"},
     {"kv_dtype", "DTYPE",
-     "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 "
-     "(default fp16)"},
+     "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 nvfp4 (4 bits + one "
+     "fp8 scale per 16 values) (default fp16)"},
     {"gpus", "GPUS",
-     "GPU memory (required without --batch): 4xH100-80GB, H100-80GB, 4x80GiB "
-     "or a size. "
-     "Known: H100-80GB H100-94GB H200-141GB A100-40GB A100-80GB L40S-48GB "
+     "GPU memory (required without --batch): 4xH100-80GB, 8xB200, "
+     "H100-80GB, 4x80GiB or a size. Known: H100-80GB H100-94GB H200-141GB "
+     "B200-180GB GB200-186GB MI300X-192GB A100-40GB A100-80GB L40S-48GB "
      "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes"},
-    {"weights", "SIZE", "weight bytes with units, e.g. 140GB"},
+    {"weights", "SIZE", "weight bytes with a unit, e.g. 140GB"},
     {"params", "COUNT",
      "parameter count instead of --weights, e.g. 70e9 or 70B"},
     {"weight_dtype", "DTYPE",
@@ -188,6 +200,24 @@ struct Request {
   bool has_weights = false;
 };
 
+// --qk_rope_head_dim is MLA's head_dim (its rotated key part), with one
+// latent "head"; --state_bytes is a size.
+absl::Status ReadMlaAndState(const Flags& flags, bool base_mla,
+                             ModelGeometry& g) {
+  ASSIGN_OR_RETURN(const int64_t rope_dim,
+                   Integer(flags, "qk_rope_head_dim", 0, 1));
+  if (!base_mla && (rope_dim > 0) != (g.kv_lora_rank > 0)) {
+    return Usage("give --kv_lora_rank and --qk_rope_head_dim together");
+  }
+  if (rope_dim > 0) g.head_dim = static_cast<int>(rope_dim);
+  if (g.kv_lora_rank > 0) g.kv_heads = 1;
+  if (const std::string* state = Get(flags, "state_bytes")) {
+    ASSIGN_OR_RETURN(g.state_bytes_per_layer,
+                     ParseSizeWithUnit("--state_bytes", *state));
+  }
+  return absl::OkStatus();
+}
+
 // The model from --model or --hf_config, then explicit numbers on top.
 // Usage errors are INVALID_ARGUMENT; a model that cannot be read is another
 // code.
@@ -212,13 +242,19 @@ absl::Status ReadModel(const Flags& flags, Request& req) {
       req.notes.push_back(absl::StrCat(*hf, ": ", note));
     }
   }
+  const bool base_mla = g.kv_lora_rank > 0;
   for (auto [name, field] : {std::pair<const char*, int*>{"layers", &g.layers},
                              {"kv_heads", &g.kv_heads},
                              {"head_dim", &g.head_dim},
-                             {"attention_heads", &g.attention_heads}}) {
+                             {"attention_heads", &g.attention_heads},
+                             {"kv_lora_rank", &g.kv_lora_rank},
+                             {"sliding_window", &g.sliding_window},
+                             {"sliding_layers", &g.sliding_layers},
+                             {"state_layers", &g.state_layers}}) {
     ASSIGN_OR_RETURN(int64_t value, Integer(flags, name, *field, 1));
     *field = static_cast<int>(value);
   }
+  RETURN_IF_ERROR(ReadMlaAndState(flags, base_mla, g));
   if (g.layers == 0 || g.kv_heads == 0 || g.head_dim == 0) {
     return Usage(
         "no model: give --model PRESET, --hf_config FILE, or --layers, "
@@ -245,7 +281,7 @@ absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
   }
   PlanInput& in = req.input;
   if (weights != nullptr) {
-    ASSIGN_OR_RETURN(in.weight_bytes, ParseBytes(*weights));
+    ASSIGN_OR_RETURN(in.weight_bytes, ParseSizeWithUnit("--weights", *weights));
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const uint64_t count, ParseCount(*params));
@@ -253,9 +289,12 @@ absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
   ASSIGN_OR_RETURN(const KvDtype dtype,
                    ParseKvDtype(dtype_name ? *dtype_name : "fp16"));
   ASSIGN_OR_RETURN(in.weight_bytes, WeightBytes(count, dtype));
-  req.notes.push_back(absl::StrCat("weights: ", FormatCount(count),
-                                   " parameters x ", KvDtypeBits(dtype),
-                                   " bits"));
+  req.notes.push_back(
+      absl::StrCat("weights: ", FormatCount(count), " parameters x ",
+                   KvDtypeBits(dtype), " bits",
+                   KvDtypeScaleGroup(dtype) > 0
+                       ? absl::StrCat(" + 8 per ", KvDtypeScaleGroup(dtype))
+                       : ""));
   return absl::OkStatus();
 }
 
@@ -273,7 +312,8 @@ absl::Status ReadMemory(const Flags& flags, bool forward, Request& req) {
   }
   RETURN_IF_ERROR(ReadWeights(flags, forward, req));
   if (const std::string* overhead = Get(flags, "overhead")) {
-    ASSIGN_OR_RETURN(in.overhead_bytes, ParseBytes(*overhead));
+    ASSIGN_OR_RETURN(in.overhead_bytes,
+                     ParseSizeWithUnit("--overhead", *overhead));
   }
   return absl::OkStatus();
 }
@@ -328,10 +368,39 @@ std::string Bytes(uint64_t bytes) {
   return absl::StrCat(FormatCount(bytes), " B (", FormatBytes(bytes), ")");
 }
 
-std::string DtypeBytes(KvDtype dtype) {
-  const int bits = KvDtypeBits(dtype);
-  return bits % 8 == 0 ? absl::StrCat(bits / 8, " B")
-                       : absl::StrFormat("%g B", bits / 8.0);
+std::string ModelText(const ModelGeometry& g) {
+  std::string model = absl::StrCat(g.name, ": ", g.layers, " layers, ");
+  if (g.kv_lora_rank > 0) {
+    absl::StrAppend(&model, "MLA (kv_lora_rank ", g.kv_lora_rank,
+                    ", qk_rope_head_dim ", g.head_dim, ")");
+  } else {
+    absl::StrAppend(&model, g.kv_heads, " KV heads");
+  }
+  if (g.attention_heads > 0) {
+    absl::StrAppend(&model, ", ", g.attention_heads, " attention heads");
+  }
+  if (g.kv_lora_rank == 0) absl::StrAppend(&model, ", head_dim ", g.head_dim);
+  if (g.sliding_layers > 0) {
+    absl::StrAppend(&model, ", ", g.sliding_layers, " of them sliding over ",
+                    FormatCount(g.sliding_window), " tokens");
+  }
+  if (g.state_layers > 0) {
+    absl::StrAppend(&model, ", + ", g.state_layers, " state layers");
+  }
+  return model;
+}
+
+std::string BytesPerTokenFormula(const ModelGeometry& g, KvDtype dtype) {
+  const std::string size = KvDtypeScaleGroup(dtype) > 0
+                               ? absl::StrCat("(", KvDtypeSizeText(dtype), ")")
+                               : KvDtypeSizeText(dtype);
+  if (g.kv_lora_rank > 0) {
+    return absl::StrCat(g.layers, " layers x (", g.kv_lora_rank,
+                        " kv_lora_rank + ", g.head_dim, " qk_rope_head_dim) x ",
+                        size);
+  }
+  return absl::StrCat("2 x ", g.layers, " layers x ", g.kv_heads,
+                      " kv_heads x ", g.head_dim, " head_dim x ", size);
 }
 
 // Columns padded to their widest cell; the first `left` columns
@@ -362,16 +431,6 @@ std::string Line(absl::string_view label, absl::string_view value) {
   return absl::StrFormat("%-18s%s\n", label, value);
 }
 
-std::string ModelLine(const ModelGeometry& g) {
-  std::string model = absl::StrCat(g.name, ": ", g.layers, " layers, ",
-                                   g.kv_heads, " KV heads");
-  if (g.attention_heads > 0) {
-    absl::StrAppend(&model, ", ", g.attention_heads, " attention heads");
-  }
-  absl::StrAppend(&model, ", head_dim ", g.head_dim);
-  return model;
-}
-
 std::string GpusText(const GpuPool& gpus) {
   return gpus.model.empty()
              ? absl::StrCat(gpus.count, " x ", FormatBytes(gpus.bytes_per_gpu))
@@ -386,12 +445,25 @@ std::string TextReport(const Request& req, const Plan& plan) {
     absl::StrAppend(&out, "note: ", note, "\n");
   }
   const std::string gpus = GpusText(req.gpus);
-  out += Line("Model", ModelLine(g));
+  out += Line("Model", ModelText(g));
   out += Line("KV dtype", KvDtypeName(in.kv_dtype));
   out += Line("Bytes per token",
-              absl::StrCat(Bytes(plan.bytes_per_token), " = 2 x ", g.layers,
-                           " layers x ", g.kv_heads, " kv_heads x ", g.head_dim,
-                           " head_dim x ", DtypeBytes(in.kv_dtype)));
+              absl::StrCat(Bytes(plan.bytes_per_token), " = ",
+                           BytesPerTokenFormula(g, in.kv_dtype)));
+  if (g.sliding_layers > 0) {
+    out += Line(
+        "Sliding layers",
+        absl::StrCat(FormatCount(plan.window_bytes_per_token),
+                     " B per token up to ", FormatCount(g.sliding_window),
+                     " tokens per sequence; the other layers ",
+                     FormatCount(plan.full_bytes_per_token), " B per token"));
+  }
+  if (g.state_layers > 0) {
+    out += Line("State",
+                absl::StrCat(Bytes(plan.state_bytes_per_sequence),
+                             " per sequence = ", g.state_layers, " layers x ",
+                             FormatCount(g.state_bytes_per_layer), " B"));
+  }
   out += Line("Block bytes", absl::StrCat(Bytes(plan.block_bytes), " = ",
                                           in.block_size, " tokens per block"));
   out += Line("GPU memory", absl::StrCat(Bytes(plan.gpu_bytes), " = ", gpus));
@@ -432,10 +504,16 @@ std::string TextReport(const Request& req, const Plan& plan) {
     }
     rows.back().push_back(FormatCount(v.crossover_tokens));
   }
-  absl::StrAppend(&out,
-                  "\nKV heads as the only variable (same budget; * = this "
-                  "model)\n",
-                  Table(rows, 1));
+  if (plan.head_variants.empty()) {
+    absl::StrAppend(&out,
+                    "\nKV heads as the only variable: not applicable (MLA "
+                    "caches one latent per layer, whatever the head count)\n");
+  } else {
+    absl::StrAppend(&out,
+                    "\nKV heads as the only variable (same budget; * = this "
+                    "model)\n",
+                    Table(rows, 1));
+  }
 
   if (plan.waste.has_value()) {
     const WasteReport& w = *plan.waste;
@@ -504,16 +582,15 @@ std::string ForwardTextReport(const Request& req, const Forward& f) {
   for (const std::string& note : req.notes) {
     absl::StrAppend(&out, "note: ", note, "\n");
   }
-  out += Line("Model", ModelLine(g));
+  out += Line("Model", ModelText(g));
   out += Line("KV dtype", KvDtypeName(in.kv_dtype));
   out += Line(
       "Batch x context",
       absl::StrCat(FormatCount(in.batch), " x ", FormatCount(in.context_len),
                    " tokens = ", FormatCount(f.tokens), " tokens"));
   out += Line("Bytes per token",
-              absl::StrCat(Bytes(f.bytes_per_token), " = 2 x ", g.layers,
-                           " layers x ", g.kv_heads, " kv_heads x ", g.head_dim,
-                           " head_dim x ", DtypeBytes(in.kv_dtype)));
+              absl::StrCat(Bytes(f.bytes_per_token), " = ",
+                           BytesPerTokenFormula(g, in.kv_dtype)));
   out += Line("KV cache",
               absl::StrCat(Bytes(f.kv_bytes), " = ", FormatCount(f.tokens),
                            " tokens x ", FormatCount(f.bytes_per_token), " B"));
@@ -613,7 +690,12 @@ std::string JsonReport(const Request& req, const Plan& plan) {
   return absl::StrCat(
       "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
       ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
-      ", \"attention_heads\": ", g.attention_heads, "},\n",
+      ", \"attention_heads\": ", g.attention_heads,
+      ", \"kv_lora_rank\": ", g.kv_lora_rank,
+      ", \"sliding_window\": ", g.sliding_window,
+      ", \"sliding_layers\": ", g.sliding_layers,
+      ", \"state_layers\": ", g.state_layers,
+      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "},\n",
       "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
       "  \"block_size\": ", in.block_size, ",\n",
       "  \"gpus\": {\"count\": ", req.gpus.count,
@@ -621,6 +703,9 @@ std::string JsonReport(const Request& req, const Plan& plan) {
       ", \"bytes_per_gpu\": ", req.gpus.bytes_per_gpu,
       ", \"total_bytes\": ", req.gpus.total_bytes, "},\n",
       "  \"bytes_per_token\": ", plan.bytes_per_token, ",\n",
+      "  \"full_bytes_per_token\": ", plan.full_bytes_per_token, ",\n",
+      "  \"window_bytes_per_token\": ", plan.window_bytes_per_token, ",\n",
+      "  \"state_bytes_per_sequence\": ", plan.state_bytes_per_sequence, ",\n",
       "  \"block_bytes\": ", plan.block_bytes, ",\n",
       "  \"gpu_bytes\": ", plan.gpu_bytes, ",\n",
       "  \"weight_bytes\": ", plan.weight_bytes, ",\n",
@@ -716,9 +801,10 @@ std::string PlanUsage() {
       "           --layers N --kv_heads N --head_dim N) (--weights SIZE |\n"
       "           --params COUNT) [flags]\n\n"
       "Capacity planning from the model's KV geometry; needs no daemon.\n"
-      "bytes_per_token = 2 x layers x kv_heads x head_dim x dtype bytes;\n"
-      "KV budget = GPU memory - weights - overhead. Sizes take units: B, kB,\n"
-      "MB, GB, TB (10^n) and KiB, MiB, GiB, TiB (2^n).\n\nFlags:\n";
+      "bytes_per_token = 2 x layers x kv_heads x head_dim x dtype bytes\n"
+      "(MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes);\n"
+      "KV budget = GPU memory - weights - overhead. Sizes need a unit: B, kB,\n"
+      "MB, GB, TB (10^n) or KiB, MiB, GiB, TiB (2^n).\n\nFlags:\n";
   for (const FlagSpec& flag : kFlags) {
     const std::string name =
         flag.value.empty() ? absl::StrCat("--", flag.name)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -100,11 +101,18 @@ TEST(PlanCommandTest, Llama70bJson) {
 TEST(PlanCommandTest, HelpListsEveryFlag) {
   const Result r = RunPlan({"--help"});
   ASSERT_EQ(r.code, 0);
-  for (const char* flag :
-       {"--model", "--hf_config", "--layers", "--kv_heads", "--head_dim",
-        "--attention_heads", "--kv_dtype", "--gpus", "--weights", "--params",
-        "--weight_dtype", "--overhead", "--context", "--block_size",
-        "--actual_len", "--max_seq_len", "--json", "--help"}) {
+  for (const char* flag : {"--model",          "--hf_config",
+                           "--layers",         "--kv_heads",
+                           "--head_dim",       "--attention_heads",
+                           "--kv_lora_rank",   "--qk_rope_head_dim",
+                           "--sliding_window", "--sliding_layers",
+                           "--state_layers",   "--state_bytes",
+                           "--kv_dtype",       "--gpus",
+                           "--weights",        "--params",
+                           "--weight_dtype",   "--overhead",
+                           "--context",        "--block_size",
+                           "--actual_len",     "--max_seq_len",
+                           "--json",           "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
   EXPECT_EQ(RunPlan({"-h"}).code, 0);
@@ -175,9 +183,9 @@ TEST(PlanCommandTest, ForwardLlama70bTable) {
   EXPECT_THAT(r.out, HasSubstr("Weights           140,000,000,000 B (140 GB)"));
   EXPECT_THAT(r.out, HasSubstr("427,247 cached tokens in flight"));
   // 225,899,345,920 B: 3 H100-80GB; 80 GiB alone is 107% of one.
-  EXPECT_THAT(r.out, HasSubstr("  H100-80GB    80 GB            3          "
+  EXPECT_THAT(r.out, HasSubstr("  H100-80GB      80 GB            3          "
                                "107%  exceeds one GPU\n"));
-  EXPECT_THAT(r.out, HasSubstr("  H200-141GB  141 GB            2           "
+  EXPECT_THAT(r.out, HasSubstr("  H200-141GB    141 GB            2           "
                                "60%     fits one GPU\n"));
 }
 
@@ -246,6 +254,186 @@ TEST(PlanCommandTest, ForwardUsageErrors) {
     EXPECT_THAT(r.err, HasSubstr(c.message));
     EXPECT_EQ(r.out, "");
   }
+}
+
+// The published config.json files in tests/data/hf_configs.
+std::string HfConfig(const std::string& name) {
+  return std::string(PREFIXD_SOURCE_DIR) + "/tests/data/hf_configs/" + name;
+}
+
+// DeepSeek-V3 caches one latent of kv_lora_rank + qk_rope_head_dim values
+// per layer: (512 + 64) x 61 x 2 B, not 128 KV heads x 56 x 2 x 61 x 2.
+TEST(PlanCommandTest, DeepSeekV3IsSizedAsLatentAttention) {
+  for (const std::vector<std::string>& model :
+       {std::vector<std::string>{"--model", "deepseek-v3"},
+        std::vector<std::string>{"--hf_config",
+                                 HfConfig("deepseek-v3.json")}}) {
+    std::vector<std::string> args = model;
+    for (const char* arg :
+         {"--kv_dtype", "bf16", "--gpus", "8xH200-141GB", "--params", "671B",
+          "--weight_dtype", "fp8", "--overhead", "57GB"}) {
+      args.push_back(arg);
+    }
+    const Result r = RunPlan(args);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("70,272 B (68.62 KiB) = 61 layers x (512 "
+                                 "kv_lora_rank + 64 qk_rope_head_dim) x 2 B"));
+    EXPECT_THAT(r.out, HasSubstr("400,000,000,000 B (400 GB)"));
+    EXPECT_THAT(r.out, HasSubstr("5,692,167 (355,760 blocks of 16 tokens)"));
+    EXPECT_THAT(r.out, HasSubstr("131,072  9,210,691,584 B"));
+    EXPECT_THAT(r.out, HasSubstr("KV heads as the only variable: not "
+                                 "applicable"));
+    EXPECT_THAT(r.out, Not(HasSubstr("1,748,992")));
+  }
+}
+
+TEST(PlanCommandTest, Nvfp4CountsItsScales) {
+  std::vector<std::string> args = kLlama70b;
+  args[3] = "nvfp4";  // --kv_dtype
+  args.push_back("--json");
+  const Result r = RunPlan(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 2 x 80 x 8 x (128 x 4 bits + 128 / 16 x 8 bits) / 8.
+  EXPECT_THAT(r.out, HasSubstr("\"bytes_per_token\": 92160,"));
+  EXPECT_THAT(r.out, HasSubstr("\"kv_dtype\": \"nvfp4\""));
+  const Result text =
+      RunPlan({"--layers=80", "--kv_heads=8", "--head_dim=72",
+               "--kv_dtype=nvfp4", "--gpus=H100-80GB", "--weights=0"});
+  EXPECT_EQ(text.code, 1);
+  EXPECT_THAT(text.err, HasSubstr("head_dim 72 is not a multiple of 16"));
+}
+
+TEST(PlanCommandTest, SlidingWindowLayersStopAtTheWindow) {
+  // Gemma 2 9B: 21 of 42 layers slide over 4,096 tokens. At 32k a sequence
+  // holds 32,768 + 4,096 tokens' worth of 172,032 B, and in whole blocks
+  // 32,768 + 257 x 16, so 61.5e9 / 6,344,540,160 = 9 fit (not 5).
+  const Result r =
+      RunPlan({"--hf_config", HfConfig("gemma-2-9b.json"), "--kv_dtype", "bf16",
+               "--gpus", "H100-80GB", "--weights", "18.5GB", "--context",
+               "4k,32k", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"bytes_per_token\": 344064,"));
+  EXPECT_THAT(r.out, HasSubstr("\"window_bytes_per_token\": 172032,"));
+  EXPECT_THAT(r.out, HasSubstr("{\"context_len\": 4096, "
+                               "\"kv_bytes_per_sequence\": 1409286144, "
+                               "\"concurrent_sequences\": 43}"));
+  EXPECT_THAT(r.out, HasSubstr("{\"context_len\": 32768, "
+                               "\"kv_bytes_per_sequence\": 6341787648, "
+                               "\"concurrent_sequences\": 9}"));
+  // Mistral-7B-v0.1 slides every layer: 128k tokens hold 4,096 tokens' KV.
+  const Result mistral = RunPlan(
+      {"--hf_config", HfConfig("mistral-7b-v0.1.json"), "--gpus", "H100-80GB",
+       "--weights", "14.5GB", "--context", "128k", "--json"});
+  ASSERT_EQ(mistral.code, 0) << mistral.err;
+  EXPECT_THAT(mistral.out,
+              HasSubstr("{\"context_len\": 131072, \"kv_bytes_per_sequence\": "
+                        "536870912, \"concurrent_sequences\": 121}"));
+}
+
+TEST(PlanCommandTest, HybridModelsCountOnlyAttentionLayersAndAState) {
+  const Result qwen =
+      RunPlan({"--hf_config", HfConfig("qwen3-next-80b-a3b-instruct.json"),
+               "--gpus", "4xH100-80GB", "--weights", "160GB", "--json"});
+  ASSERT_EQ(qwen.code, 0) << qwen.err;
+  // 12 of 48 layers: 2 x 12 x 2 x 256 x 2 B; 36 x 548,864 values x 2 B.
+  EXPECT_THAT(qwen.out, HasSubstr("\"bytes_per_token\": 24576,"));
+  EXPECT_THAT(qwen.out, HasSubstr("\"state_bytes_per_sequence\": 39518208,"));
+  EXPECT_THAT(qwen.out, HasSubstr("{\"context_len\": 8192, "
+                                  "\"kv_bytes_per_sequence\": 240844800, "));
+  const Result jamba =
+      RunPlan({"--hf_config", HfConfig("jamba-v0.1.json"), "--gpus",
+               "H100-80GB", "--weights", "0", "--json"});
+  ASSERT_EQ(jamba.code, 0) << jamba.err;
+  EXPECT_THAT(jamba.out, HasSubstr("\"bytes_per_token\": 16384,"));
+  EXPECT_THAT(jamba.out, HasSubstr("\"state_bytes_per_sequence\": 8716288,"));
+}
+
+TEST(PlanCommandTest, RefusesWhatItCannotSizeNamingTheField) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  for (const Case& c : {
+           Case{R"({"num_hidden_layers": 4, "num_attention_heads": 8,
+                    "hidden_size": 512, "kv_lora_rank": 64})",
+                "qk_rope_head_dim is missing"},
+           Case{R"({"num_hidden_layers": 2, "num_attention_heads": 8,
+                    "hidden_size": 512,
+                    "hybrid_override_pattern": "M*"})",
+                "hybrid_override_pattern"},
+           Case{R"({"num_hidden_layers": 2, "num_attention_heads": 8,
+                    "hidden_size": 512, "layer_types":
+                    ["full_attention", "chunked_attention"]})",
+                "layer_types[1] \"chunked_attention\""},
+           Case{R"({"num_hidden_layers": 8, "num_attention_heads": 8,
+                    "hidden_size": 512, "attn_layer_period": 8,
+                    "attn_layer_offset": 4, "mamba_d_conv": 4,
+                    "mamba_expand": 2})",
+                "mamba_d_state is missing"},
+       }) {
+    const std::string path = ::testing::TempDir() + "/prefixd_plan_refuse." +
+                             std::to_string(getpid()) + ".json";
+    std::ofstream(path) << c.json;
+    const Result r =
+        RunPlan({"--hf_config", path, "--gpus", "H100-80GB", "--weights", "0"});
+    std::remove(path.c_str());
+    EXPECT_EQ(r.code, 1) << c.json;
+    EXPECT_THAT(r.err, HasSubstr(c.field)) << c.json;
+  }
+}
+
+TEST(PlanCommandTest, SizesNeedAUnit) {
+  for (const auto& [flag, value] :
+       {std::pair<const char*, const char*>{"--weights", "140"},
+        {"--overhead", "20"}}) {
+    std::vector<std::string> args = {"--model",     "llama-3-70b", "--gpus",
+                                     "4xH100-80GB", "--weights",   "140GB"};
+    if (std::string(flag) == "--weights") {
+      args[5] = value;
+    } else {
+      args.push_back(flag);
+      args.push_back(value);
+    }
+    const Result r = RunPlan(args);
+    EXPECT_EQ(r.code, 2) << flag;
+    EXPECT_THAT(r.err, HasSubstr(std::string(flag) + " " + value +
+                                 ": a size needs a unit"));
+    EXPECT_EQ(r.out, "");
+  }
+  const Result gpus = RunPlan(
+      {"--model", "llama-3-70b", "--gpus", "4x80", "--weights", "140GB"});
+  EXPECT_EQ(gpus.code, 2);
+  EXPECT_THAT(gpus.err, HasSubstr("GPU memory 80: a size needs a unit"));
+  EXPECT_EQ(
+      RunPlan({"--model", "llama-3-70b", "--gpus", "4x80GB", "--weights", "0"})
+          .code,
+      0);
+}
+
+TEST(PlanCommandTest, CurrentGpus) {
+  struct Case {
+    const char* gpus;
+    const char* bytes;
+    const char* named;
+  };
+  for (const Case& c : {
+           Case{"8xB200", "1,440,000,000,000 B", "= 8 x B200-180GB"},
+           Case{"4xGB200", "744,000,000,000 B", "= 4 x GB200-186GB"},
+           Case{"8xMI300X", "1,536,000,000,000 B", "= 8 x MI300X-192GB"},
+           Case{"8xH200", "1,128,000,000,000 B", "= 8 x H200-141GB"},
+           Case{"2xL40S", "96,000,000,000 B", "= 2 x L40S-48GB"},
+       }) {
+    const Result r =
+        RunPlan({"--model", "llama-3-70b", "--gpus", c.gpus, "--weights", "0"});
+    ASSERT_EQ(r.code, 0) << c.gpus << ": " << r.err;
+    EXPECT_THAT(r.out, HasSubstr(absl::StrCat("GPU memory        ", c.bytes)));
+    EXPECT_THAT(r.out, HasSubstr(c.named));
+  }
+  const Result h100 =
+      RunPlan({"--model", "llama-3-70b", "--gpus", "4xH100", "--weights", "0"});
+  EXPECT_EQ(h100.code, 2);
+  EXPECT_THAT(h100.err, HasSubstr("\"4xH100\" is ambiguous: say H100-80GB or "
+                                  "H100-94GB"));
 }
 
 TEST(PlanCommandTest, UsageErrors) {

@@ -356,8 +356,17 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
   MatchResult result;
   Tree* tree = t->FindTree(req.ns);
   if (tree == nullptr) return result;
-  const WalkPath steps = Walk(*tree, req.tokens, req.position_offset,
-                              options_.rope_shift == RopeShift::kDeny);
+  const Node* refused = nullptr;
+  const WalkPath steps =
+      Walk(*tree, req.tokens, req.position_offset,
+           options_.rope_shift == RopeShift::kDeny, &refused);
+  if (refused != nullptr) {
+    const size_t at =
+        steps.empty() ? 0 : steps.back().first_block + steps.back().blocks;
+    result.rope_denied = RopeDenial{
+        req.position_offset + static_cast<int64_t>(at * options_.block_size),
+        refused->position};
+  }
   if (steps.empty()) return result;
 
   const size_t bs = options_.block_size;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -116,10 +117,19 @@ struct MatchRequest {
   absl::Duration lease_ttl = absl::ZeroDuration();  // zero: the default
 };
 
+// Why a match under RoPE DENY stopped: the next query block is cached, but
+// at another position, and DENY never offers blocks that need re-rotating.
+struct RopeDenial {
+  int64_t requested_position = 0;  // of the first block not matched
+  int64_t cached_position = 0;     // where that block is cached
+};
+
 struct MatchResult {
   uint64_t matched_tokens = 0;
   std::vector<Segment> segments;
   LeaseId lease_id = 0;  // 0 when !pin or nothing matched
+  // Set only when DENY stopped the match (see RopeDenial).
+  std::optional<RopeDenial> rope_denied;
 };
 
 struct InsertRequest {

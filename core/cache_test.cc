@@ -516,6 +516,17 @@ TEST_F(CacheTest, RopeDenyStopsAtTheFirstShiftedBlock) {
   EXPECT_EQ(m.matched_tokens, 2);
   ASSERT_EQ(m.segments.size(), 1);
   EXPECT_EQ(m.segments[0].rope_delta, 0);
+  // Why it stopped: block 3 is cached at 102, the query wanted it at 2.
+  ASSERT_TRUE(m.rope_denied.has_value());
+  EXPECT_EQ(m.rope_denied->requested_position, 2);
+  EXPECT_EQ(m.rope_denied->cached_position, 102);
+  m = Match({1, 2}, 100);
+  ASSERT_TRUE(m.rope_denied.has_value());
+  EXPECT_EQ(m.rope_denied->requested_position, 100);
+  EXPECT_EQ(m.rope_denied->cached_position, 0);
+  // A plain miss, or a full match, has no reason to give.
+  EXPECT_FALSE(Match({7, 8}, 0).rope_denied.has_value());
+  EXPECT_FALSE(Match({1, 2}, 0).rope_denied.has_value());
 }
 
 TEST_F(CacheTest, BadRequestsNameTheirValues) {

@@ -155,7 +155,8 @@ void RemoveLeaf(Node* node) {
 }
 
 WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
-              int64_t position_offset, bool stop_at_position_change) {
+              int64_t position_offset, bool stop_at_position_change,
+              const Node** refused) {
   const size_t bs = static_cast<size_t>(tree.block_size);
   const size_t query_blocks = tokens.size() / bs;
   WalkPath steps;
@@ -166,6 +167,7 @@ WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
     if (child == nullptr) break;
     if (stop_at_position_change &&
         child->position != position_offset + static_cast<int64_t>(i * bs)) {
+      if (refused != nullptr) *refused = child;
       break;
     }
     // The first block matched by key. Compare the rest of the edge with one

@@ -171,9 +171,12 @@ using WalkPath = absl::InlinedVector<WalkStep, 16>;
 // Follows whole blocks of `tokens` (tokens.size() / block_size of them) from
 // the root. When `stop_at_position_change` is set (RoPE DENY), the walk stops
 // before any node whose cached position differs from the requested one,
-// taking `position_offset` as the position of tokens[0].
+// taking `position_offset` as the position of tokens[0]; if `refused` is not
+// null it is then set to that node (whose first block matched the query),
+// so that a caller can say why the match is short. Untouched otherwise.
 WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
-              int64_t position_offset, bool stop_at_position_change);
+              int64_t position_offset, bool stop_at_position_change,
+              const Node** refused = nullptr);
 
 // Structural edits, shared by the sidecar's tenants (core/tenant.h) and the
 // fleet index (index/fleet_index.h). They keep child sets and tree.nodes

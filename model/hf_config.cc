@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -80,6 +81,232 @@ std::optional<std::string> String(const Struct& s, const std::string& name) {
     return std::nullopt;
   }
   return v->string_value();
+}
+
+// A boolean field; nullopt when absent.
+std::optional<bool> Bool(const Struct& s, const std::string& name) {
+  const Value* v = Field(s, name);
+  if (v == nullptr || v->kind_case() != Value::kBoolValue) return std::nullopt;
+  return v->bool_value();
+}
+
+absl::StatusOr<int> RequiredFor(const Struct& s, const std::string& name,
+                                absl::string_view why) {
+  ASSIGN_OR_RETURN(std::optional<int> v, PositiveInt(s, name, ""));
+  if (!v.has_value()) {
+    return Invalid(absl::StrCat(name, " is missing; it is needed ", why));
+  }
+  return *v;
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3): each layer caches the
+// compressed latent (kv_lora_rank) and the rotated key part
+// (qk_rope_head_dim), shared by every head, instead of K and V per KV head.
+absl::Status ReadMla(const Struct& c, ModelSpecFromHf& out) {
+  ASSIGN_OR_RETURN(std::optional<int> rank, PositiveInt(c, "kv_lora_rank", ""));
+  if (!rank.has_value()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int rope_dim,
+                   RequiredFor(c, "qk_rope_head_dim",
+                               "with kv_lora_rank (multi-head latent "
+                               "attention caches it beside the latent)"));
+  ModelGeometry& g = out.geometry;
+  out.notes.push_back(absl::StrCat(
+      "multi-head latent attention: each layer caches kv_lora_rank ", *rank,
+      " + qk_rope_head_dim ", rope_dim, " values per token; ",
+      "num_key_value_heads does not size the cache"));
+  g.kv_lora_rank = *rank;
+  g.kv_heads = 1;
+  g.head_dim = rope_dim;
+  ASSIGN_OR_RETURN(std::optional<int> mtp,
+                   PositiveInt(c, "num_nextn_predict_layers", ""));
+  if (mtp.has_value()) {
+    out.notes.push_back(absl::StrCat(
+        "num_nextn_predict_layers ", *mtp,
+        ": not counted; an engine that runs them for speculative decoding "
+        "caches that many more layers"));
+  }
+  return absl::OkStatus();
+}
+
+// How many layers of each kind. `layers` is num_hidden_layers.
+struct LayerKinds {
+  int full = 0;
+  int sliding = 0;
+  int state = 0;
+  std::string state_kind;  // "linear_attention" or "mamba"
+};
+
+absl::StatusOr<LayerKinds> FromLayerTypes(const Struct& c, int layers) {
+  const Value* list = Field(c, "layer_types");
+  LayerKinds kinds;
+  if (!list->has_list_value() || list->list_value().values_size() != layers) {
+    return Invalid(absl::StrCat(
+        "layer_types must list one type per layer (num_hidden_layers ", layers,
+        "), got ",
+        list->has_list_value() ? list->list_value().values_size() : 0,
+        " entries"));
+  }
+  for (int i = 0; i < layers; ++i) {
+    const Value& v = list->list_value().values(i);
+    const std::string type = v.has_string_value() ? v.string_value() : "";
+    if (type == "full_attention") {
+      ++kinds.full;
+    } else if (type == "sliding_attention") {
+      ++kinds.sliding;
+    } else if (type == "linear_attention" || type == "mamba") {
+      ++kinds.state;
+      kinds.state_kind = type;
+    } else {
+      return Invalid(absl::StrCat(
+          "layer_types[", i, "] \"", type,
+          "\" is a layer prefixd cannot size; expected full_attention, "
+          "sliding_attention, linear_attention or mamba"));
+    }
+  }
+  return kinds;
+}
+
+// Hybrid layouts with a fixed period: Qwen3-Next (full_attention_interval:
+// every interval-th layer is attention, the rest Gated DeltaNet) and Jamba
+// (attn_layer_period/offset: layer i is attention when i % period ==
+// offset, the rest Mamba).
+absl::StatusOr<std::optional<LayerKinds>> FromPeriod(const Struct& c,
+                                                     int layers) {
+  ASSIGN_OR_RETURN(std::optional<int> interval,
+                   PositiveInt(c, "full_attention_interval", ""));
+  LayerKinds kinds;
+  if (interval.has_value()) {
+    kinds.full = layers / *interval;
+    kinds.state_kind = "linear_attention";
+  } else {
+    ASSIGN_OR_RETURN(std::optional<int> period,
+                     PositiveInt(c, "attn_layer_period", ""));
+    if (!period.has_value()) return std::optional<LayerKinds>();
+    ASSIGN_OR_RETURN(std::optional<double> offset,
+                     Number(c, "attn_layer_offset", ""));
+    const int first = static_cast<int>(offset.value_or(0));
+    if (first < 0 || first >= *period) {
+      return Invalid(absl::StrCat("attn_layer_offset ", first,
+                                  " must be in [0, attn_layer_period ", *period,
+                                  ")"));
+    }
+    kinds.full = layers > first ? (layers - first - 1) / *period + 1 : 0;
+    kinds.state_kind = "mamba";
+  }
+  kinds.state = layers - kinds.full;
+  return std::optional<LayerKinds>(kinds);
+}
+
+// Sliding-window layers of a config without layer_types, as Hugging Face's
+// modeling code picks them.
+absl::StatusOr<int> SlidingLayers(const Struct& c, int layers) {
+  const std::string type = String(c, "model_type").value_or("");
+  if (type == "gemma2") return (layers + 1) / 2;  // layers 0, 2, 4, ...
+  ASSIGN_OR_RETURN(std::optional<int> pattern,
+                   PositiveInt(c, "sliding_window_pattern", ""));
+  // Gemma 3: every pattern-th layer is global. Published Gemma 3 configs
+  // leave the field out and rely on Gemma3TextConfig's default, 6.
+  if (!pattern.has_value() && type == "gemma3_text") pattern = 6;
+  if (pattern.has_value()) return layers - layers / *pattern;
+  ASSIGN_OR_RETURN(std::optional<int> max_window,
+                   PositiveInt(c, "max_window_layers", ""));
+  if (Bool(c, "use_sliding_window").value_or(false) && max_window.has_value()) {
+    return std::max(layers - *max_window, 0);  // Qwen2: layers >= it slide
+  }
+  return layers;  // Mistral-7B-v0.1: every layer
+}
+
+// The recurrent state one layer keeps per sequence, in values.
+absl::StatusOr<uint64_t> StateValues(const Struct& c, absl::string_view kind) {
+  if (kind == "linear_attention") {
+    // Gated DeltaNet: a causal conv over q, k and v (conv_kernel - 1 past
+    // inputs) and a value_heads x key_dim x value_dim recurrent state.
+    const char* why = "to size the linear-attention layers' state";
+    ASSIGN_OR_RETURN(const int k_heads,
+                     RequiredFor(c, "linear_num_key_heads", why));
+    ASSIGN_OR_RETURN(const int v_heads,
+                     RequiredFor(c, "linear_num_value_heads", why));
+    ASSIGN_OR_RETURN(const int k_dim,
+                     RequiredFor(c, "linear_key_head_dim", why));
+    ASSIGN_OR_RETURN(const int v_dim,
+                     RequiredFor(c, "linear_value_head_dim", why));
+    ASSIGN_OR_RETURN(const int kernel,
+                     RequiredFor(c, "linear_conv_kernel_dim", why));
+    const uint64_t conv_dim = 2ULL * k_heads * k_dim + 1ULL * v_heads * v_dim;
+    return conv_dim * static_cast<uint64_t>(kernel - 1) +
+           1ULL * v_heads * k_dim * v_dim;
+  }
+  // Mamba (Jamba): a causal conv (d_conv - 1 past inputs) and a d_state
+  // state per channel of the expanded width expand x hidden_size.
+  const char* why = "to size the Mamba layers' state";
+  ASSIGN_OR_RETURN(const int d_state, RequiredFor(c, "mamba_d_state", why));
+  ASSIGN_OR_RETURN(const int d_conv, RequiredFor(c, "mamba_d_conv", why));
+  ASSIGN_OR_RETURN(const int expand, RequiredFor(c, "mamba_expand", why));
+  ASSIGN_OR_RETURN(const int hidden, RequiredFor(c, "hidden_size", why));
+  const uint64_t width = 1ULL * expand * hidden;
+  return width * static_cast<uint64_t>(d_conv - 1) + width * d_state;
+}
+
+// Fields of hybrid layouts this reader does not model: refused rather than
+// sized as if every layer were attention.
+constexpr const char* kUnsizableFields[] = {"hybrid_override_pattern",
+                                            "attn_layer_indices",
+                                            "layers_block_type", "mamba_d_ssm"};
+
+absl::Status ReadLayerKinds(const Struct& c, ModelSpecFromHf& out) {
+  for (const char* field : kUnsizableFields) {
+    if (Field(c, field) != nullptr) {
+      return Invalid(absl::StrCat(
+          field,
+          ": a hybrid layer layout prefixd cannot size from config.json; give "
+          "the attention layers and the state by numbers instead"));
+    }
+  }
+  ModelGeometry& g = out.geometry;
+  const int layers = g.layers;
+  LayerKinds kinds;
+  if (Field(c, "layer_types") != nullptr) {
+    ASSIGN_OR_RETURN(kinds, FromLayerTypes(c, layers));
+  } else {
+    ASSIGN_OR_RETURN(std::optional<LayerKinds> period, FromPeriod(c, layers));
+    kinds = period.value_or(LayerKinds{layers, 0, 0, ""});
+  }
+  ASSIGN_OR_RETURN(std::optional<int> window,
+                   PositiveInt(c, "sliding_window", ""));
+  const bool window_on = window.has_value() &&
+                         Bool(c, "use_sliding_window").value_or(true) != false;
+  if (Field(c, "layer_types") == nullptr && window_on && kinds.state == 0) {
+    ASSIGN_OR_RETURN(kinds.sliding, SlidingLayers(c, layers));
+    kinds.full = layers - kinds.sliding;
+  }
+  if (kinds.sliding > 0) {
+    if (!window_on) {
+      return Invalid(
+          absl::StrCat("sliding_window is missing or off, but layer_types has ",
+                       kinds.sliding, " sliding_attention layers"));
+    }
+    g.sliding_window = *window;
+    g.sliding_layers = kinds.sliding;
+  }
+  if (kinds.state > 0) {
+    ASSIGN_OR_RETURN(const uint64_t values, StateValues(c, kinds.state_kind));
+    // States are kept in the weights' dtype (vLLM's mamba_cache_dtype
+    // "auto"), 16-bit unless the config says float32.
+    const uint64_t bytes = out.torch_dtype == KvDtype::kFp32 ? 4 : 2;
+    g.state_layers = kinds.state;
+    g.state_bytes_per_layer = values * bytes;
+    out.notes.push_back(
+        absl::StrCat("hybrid: ", kinds.full + kinds.sliding, " of ", layers,
+                     " layers hold KV; ", kinds.state, " ", kinds.state_kind,
+                     " layers hold a fixed state of ", values, " values x ",
+                     bytes, " B per sequence each"));
+  }
+  g.layers = kinds.full + kinds.sliding;
+  if (g.layers == 0) {
+    return Invalid(absl::StrCat("num_hidden_layers ", layers,
+                                ": no layer holds KV, nothing to cache"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ReadGeometry(const Struct& c, ModelSpecFromHf& out) {
@@ -240,14 +467,34 @@ absl::Status ReadRope(const Struct& c, ModelSpecFromHf& out) {
   absl::StatusOr<std::optional<double>> theta =
       Number(theta_source, "rope_theta", "");
   if (!theta.ok()) return theta.status();
+  const bool gemma3 = String(c, "model_type").value_or("") == "gemma3_text";
   if (theta->has_value()) {
     rope.theta = **theta;
+  } else if (gemma3) {
+    rope.theta = 1000000.0;
+    out.notes.push_back(
+        "rope_theta absent: Gemma3TextConfig's default 1000000");
   } else {
     rope.theta = 10000.0;
     out.notes.push_back("rope_theta absent: assumed 10000");
   }
-  if (String(c, "model_type").value_or("") == "gptj") {
+  // GPT-J, and MLA's rope part (DeepSeek's code and vLLM rotate it
+  // interleaved unless the config says rope_interleave false).
+  if (String(c, "model_type").value_or("") == "gptj" ||
+      (out.geometry.kv_lora_rank > 0 &&
+       Bool(c, "rope_interleave").value_or(true))) {
     rope.layout = RopeLayout::kGptj;
+  }
+  absl::StatusOr<std::optional<double>> local =
+      Number(c, "rope_local_base_freq", "");
+  if (!local.ok()) return local.status();
+  if (!local->has_value() && gemma3) *local = 10000.0;  // its default
+  if (local->has_value() && **local != rope.theta) {
+    out.notes.push_back(absl::StrCat(
+        "rope_local_base_freq ", **local,
+        ": the sliding layers rotate with it, the RoPE settings describe the "
+        "others (theta ",
+        rope.theta, "); keep rope.shift DENY"));
   }
   if (const Struct* scaling = Object(c, "rope_scaling")) {
     RETURN_IF_ERROR(ReadScaling(c, *scaling, "rope_scaling.", out));
@@ -301,8 +548,10 @@ absl::StatusOr<ModelSpecFromHf> ParseHfConfig(absl::string_view json_text) {
     }
   }
   RETURN_IF_ERROR(ReadGeometry(*config, out));
+  RETURN_IF_ERROR(ReadMla(*config, out));
   ReadDtype(*config, out);
   if (!out.torch_dtype.has_value() && config != &root) ReadDtype(root, out);
+  RETURN_IF_ERROR(ReadLayerKinds(*config, out));
   RETURN_IF_ERROR(ReadRope(*config, out));
   RETURN_IF_ERROR(ReadRotaryDim(*config, out));
   return out;

@@ -18,6 +18,18 @@
 //       int(head_dim * factor), as Hugging Face truncates it
 //   rotary_dim (GPT-J)                     -> rope.rotary_dim
 //   model_type "gptj"                      -> rope.layout gptj
+//   kv_lora_rank, qk_rope_head_dim (MLA)   -> geometry.kv_lora_rank, head_dim
+//       = qk_rope_head_dim, kv_heads 1, rope.layout gptj (unless
+//       rope_interleave is false)
+//   sliding_window (unless use_sliding_window is false) and which layers
+//       use it: layer_types, Gemma 2's every other layer,
+//       sliding_window_pattern (Gemma 3; default 6 for gemma3_text),
+//       max_window_layers (Qwen2), else every layer (Mistral-7B-v0.1)
+//                                          -> geometry.sliding_*
+//   layer_types, full_attention_interval (Qwen3-Next), attn_layer_period/
+//       attn_layer_offset (Jamba)          -> layers = the attention layers,
+//       state_layers = the others, sized from linear_* (Gated DeltaNet) or
+//       mamba_* fields in the weights' dtype
 // Newer configs that group RoPE under "rope_parameters" are read the same
 // way, and multimodal configs whose language model sits under
 // "text_config" are read from there (with a note).
@@ -58,8 +70,11 @@ struct ModelSpecFromHf {
 
 // INVALID_ARGUMENT when the text is not a JSON object, a required field is
 // missing or not a positive integer, hidden_size is not divisible by
-// num_attention_heads, or rope_scaling names a type we do not know (the
-// message names the field and value).
+// num_attention_heads, rope_scaling names a type we do not know, a field
+// needed to size MLA or a state layer is missing, or the layer layout is one
+// we cannot size (a layer_types entry we do not know, hybrid_override_pattern,
+// attn_layer_indices, layers_block_type, mamba_d_ssm); the message names the
+// field and value.
 absl::StatusOr<ModelSpecFromHf> ParseHfConfig(absl::string_view json_text);
 
 // Reads the file and parses it. NOT_FOUND if it cannot be read; parse

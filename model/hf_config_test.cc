@@ -12,6 +12,7 @@
 namespace prefixd {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -267,6 +268,104 @@ TEST(HfConfigTest, RefusesBrokenConfigs) {
     EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(spec.status().message(), HasSubstr(c.message)) << c.json;
   }
+}
+
+// A published config.json from tests/data/hf_configs.
+ModelSpecFromHf Published(const std::string& name) {
+  absl::StatusOr<ModelSpecFromHf> spec = ReadHfConfig(
+      std::string(PREFIXD_SOURCE_DIR) + "/tests/data/hf_configs/" + name);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.value_or(ModelSpecFromHf());
+}
+
+// The config.json and the preset it documents give the same fingerprint.
+void ExpectMatchesPreset(const ModelSpecFromHf& hf, const std::string& name) {
+  const ModelPreset preset = *FindPreset(name);
+  ModelSpec from_hf, from_preset;
+  from_hf.geometry = hf.geometry;
+  from_hf.rope = hf.rope;
+  from_preset.geometry = preset.geometry;
+  from_preset.rope = preset.rope;
+  EXPECT_EQ(FingerprintText(from_hf), FingerprintText(from_preset)) << name;
+  EXPECT_EQ(hf.geometry.sliding_window, preset.geometry.sliding_window);
+  EXPECT_EQ(hf.geometry.sliding_layers, preset.geometry.sliding_layers);
+}
+
+TEST(HfConfigTest, DeepSeekV3IsLatentAttention) {
+  const ModelSpecFromHf spec = Published("deepseek-v3.json");
+  EXPECT_EQ(spec.geometry.layers, 61);
+  EXPECT_EQ(spec.geometry.kv_lora_rank, 512);
+  EXPECT_EQ(spec.geometry.head_dim, 64);
+  EXPECT_EQ(spec.geometry.kv_heads, 1);
+  EXPECT_EQ(spec.geometry.attention_heads, 128);
+  EXPECT_EQ(*BytesPerToken(spec.geometry, KvDtype::kBf16), 70272u);
+  EXPECT_EQ(spec.rope.scaling, RopeScaling::kYarn);
+  EXPECT_EQ(spec.rope.factor, 40.0);
+  EXPECT_EQ(spec.rope.layout, RopeLayout::kGptj);
+  EXPECT_THAT(spec.notes, Contains(HasSubstr("num_nextn_predict_layers 1")));
+  ExpectMatchesPreset(spec, "deepseek-v3");
+}
+
+TEST(HfConfigTest, SlidingWindowLayers) {
+  const ModelSpecFromHf gemma2 = Published("gemma-2-9b.json");
+  EXPECT_EQ(gemma2.geometry.layers, 42);
+  EXPECT_EQ(gemma2.geometry.sliding_layers, 21);  // layers 0, 2, ..., 40
+  EXPECT_EQ(gemma2.geometry.sliding_window, 4096);
+  ExpectMatchesPreset(gemma2, "gemma-2-9b");
+
+  // text_config; sliding_window_pattern and rope_theta are Gemma3TextConfig's
+  // defaults (6 and 1000000), not in the file.
+  const ModelSpecFromHf gemma3 = Published("gemma-3-27b-it.json");
+  EXPECT_EQ(gemma3.geometry.layers, 62);
+  EXPECT_EQ(gemma3.geometry.sliding_layers, 52);
+  EXPECT_EQ(gemma3.geometry.sliding_window, 1024);
+  EXPECT_EQ(gemma3.rope.theta, 1000000.0);
+  EXPECT_EQ(gemma3.rope.scaling, RopeScaling::kLinear);
+  EXPECT_THAT(gemma3.notes, Contains(HasSubstr("rope_local_base_freq 10000")));
+  ExpectMatchesPreset(gemma3, "gemma-3-27b");
+
+  const ModelSpecFromHf mistral = Published("mistral-7b-v0.1.json");
+  EXPECT_EQ(mistral.geometry.sliding_layers, 32);
+  EXPECT_EQ(mistral.geometry.sliding_window, 4096);
+
+  // Qwen2-style: a window that use_sliding_window turns off.
+  absl::StatusOr<ModelSpecFromHf> off = ParseHfConfig(R"json({
+    "num_hidden_layers": 28, "num_attention_heads": 28,
+    "num_key_value_heads": 4, "hidden_size": 3584, "sliding_window": 131072,
+    "use_sliding_window": false, "max_window_layers": 28})json");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->geometry.sliding_layers, 0);
+}
+
+TEST(HfConfigTest, HybridModelsHoldKvOnlyInAttentionLayers) {
+  const ModelSpecFromHf qwen = Published("qwen3-next-80b-a3b-instruct.json");
+  EXPECT_EQ(qwen.geometry.layers, 12);
+  EXPECT_EQ(qwen.geometry.state_layers, 36);
+  EXPECT_EQ(qwen.geometry.state_bytes_per_layer, 1097728u);
+  EXPECT_EQ(qwen.rope.rotary_dim, 64);
+  EXPECT_EQ(*BytesPerToken(qwen.geometry, KvDtype::kBf16), 24576u);
+  ExpectMatchesPreset(qwen, "qwen3-next-80b-a3b");
+
+  const ModelSpecFromHf jamba = Published("jamba-v0.1.json");
+  EXPECT_EQ(jamba.geometry.layers, 4);  // 4, 12, 20, 28
+  EXPECT_EQ(jamba.geometry.state_layers, 28);
+  EXPECT_EQ(jamba.geometry.state_bytes_per_layer, 311296u);
+  ExpectMatchesPreset(jamba, "jamba-v0.1");
+
+  absl::StatusOr<ModelSpecFromHf> typed = ParseHfConfig(R"json({
+    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+    "head_dim": 64, "sliding_window": 512,
+    "layer_types": ["sliding_attention", "linear_attention",
+                    "linear_attention", "full_attention"],
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16, "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4})json");
+  ASSERT_TRUE(typed.ok()) << typed.status();
+  EXPECT_EQ(typed->geometry.layers, 2);
+  EXPECT_EQ(typed->geometry.sliding_layers, 1);
+  EXPECT_EQ(typed->geometry.state_layers, 2);
+  // conv (2 x 2 x 16 + 4 x 32) x 3 + 4 x 16 x 32 = 576 + 2048 values x 2 B.
+  EXPECT_EQ(typed->geometry.state_bytes_per_layer, 5248u);
 }
 
 TEST(HfConfigTest, ReadsFiles) {

@@ -1,6 +1,8 @@
 #include "model/kv_geometry.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,9 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "model/status_macros.h"
 
 namespace prefixd {
 namespace {
+
+using uint128 = unsigned __int128;
 
 // (name, dtype) for every accepted spelling; the first spelling of each
 // dtype is its canonical name.
@@ -26,6 +31,7 @@ constexpr DtypeName kDtypeNames[] = {
     {"fp32", KvDtype::kFp32},         {"fp16", KvDtype::kFp16},
     {"bf16", KvDtype::kBf16},         {"fp8", KvDtype::kFp8},
     {"int8", KvDtype::kInt8},         {"int4", KvDtype::kInt4},
+    {"nvfp4", KvDtype::kNvfp4},       {"fp4", KvDtype::kNvfp4},
     {"float32", KvDtype::kFp32},      {"float", KvDtype::kFp32},
     {"float16", KvDtype::kFp16},      {"half", KvDtype::kFp16},
     {"bfloat16", KvDtype::kBf16},     {"float8", KvDtype::kFp8},
@@ -124,6 +130,97 @@ absl::Status ValidateScalingFactors(const RopeConfig& rope) {
   return Invalid("unknown rope scaling");
 }
 
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+absl::Status ValidateDimensions(const ModelGeometry& g) {
+  if (g.layers <= 0 || g.kv_heads <= 0 || g.head_dim <= 0 ||
+      g.attention_heads < 0) {
+    return Invalid(absl::StrCat(
+        "model geometry needs layers, kv_heads and head_dim > 0; got layers ",
+        g.layers, ", kv_heads ", g.kv_heads, ", head_dim ", g.head_dim,
+        ", attention_heads ", g.attention_heads));
+  }
+  if (g.kv_lora_rank < 0 || (g.kv_lora_rank > 0 && g.kv_heads != 1)) {
+    return Invalid(absl::StrCat(
+        "kv_lora_rank ", g.kv_lora_rank,
+        ": MLA caches one latent per layer, shared by all heads, so it needs "
+        "kv_lora_rank > 0 with kv_heads 1 (got kv_heads ",
+        g.kv_heads, ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Sliding-window and state layers: both fields zero or both positive, and
+// no more sliding layers than layers.
+absl::Status ValidateLayerKinds(const ModelGeometry& g) {
+  if (g.sliding_window < 0 || g.sliding_layers < 0 ||
+      g.sliding_layers > g.layers ||
+      (g.sliding_window > 0) != (g.sliding_layers > 0)) {
+    return Invalid(absl::StrCat("sliding_window ", g.sliding_window,
+                                " with sliding_layers ", g.sliding_layers,
+                                ": give both (0 < sliding_layers <= layers ",
+                                g.layers, ") or neither"));
+  }
+  uint64_t state = 0;
+  if (g.state_layers < 0 ||
+      (g.state_layers > 0) != (g.state_bytes_per_layer > 0) ||
+      __builtin_mul_overflow(static_cast<uint64_t>(std::max(g.state_layers, 0)),
+                             g.state_bytes_per_layer, &state)) {
+    return Invalid(
+        absl::StrCat("state_layers ", g.state_layers,
+                     " with state_bytes_per_layer ", g.state_bytes_per_layer,
+                     ": give both (> 0, their product below 2^64) or neither"));
+  }
+  return absl::OkStatus();
+}
+
+// Bits of one vector of `values` values, with the dtype's scales.
+absl::Status VectorBits(uint64_t values, KvDtype dtype, absl::string_view what,
+                        uint64_t* bits) {
+  const uint64_t group = static_cast<uint64_t>(KvDtypeScaleGroup(dtype));
+  if (group > 0 && values % group != 0) {
+    return Invalid(absl::StrCat(what, " ", values, " is not a multiple of ",
+                                group, ": ", KvDtypeName(dtype),
+                                " stores one scale per ", group, " values"));
+  }
+  *bits = values * static_cast<uint64_t>(KvDtypeBits(dtype)) +
+          (group > 0 ? values / group * 8 : 0);
+  return absl::OkStatus();
+}
+
+// Bits one token adds to one KV layer. REQUIRES: ValidateDimensions OK.
+absl::Status LayerBits(const ModelGeometry& g, KvDtype dtype, uint64_t* bits) {
+  if (g.kv_lora_rank > 0) {
+    return VectorBits(static_cast<uint64_t>(g.kv_lora_rank) +
+                          static_cast<uint64_t>(g.head_dim),
+                      dtype, "kv_lora_rank + qk_rope_head_dim", bits);
+  }
+  uint64_t vector = 0;
+  RETURN_IF_ERROR(VectorBits(static_cast<uint64_t>(g.head_dim), dtype,
+                             "head_dim", &vector));
+  // Each factor is < 2^31 and a vector's bits < 2^38, so this fits.
+  *bits = 2 * static_cast<uint64_t>(g.kv_heads) * vector;
+  return absl::OkStatus();
+}
+
+struct Window {
+  int tokens = 0;
+  int layers = 0;
+};
+
+ModelGeometry Geometry(int layers, int kv_heads, int head_dim,
+                       int attention_heads, const char* name, Window window) {
+  ModelGeometry g;
+  g.layers = layers;
+  g.kv_heads = kv_heads;
+  g.head_dim = head_dim;
+  g.attention_heads = attention_heads;
+  g.sliding_window = window.tokens;
+  g.sliding_layers = window.layers;
+  g.name = name;
+  return g;
+}
+
 std::vector<ModelPreset> Presets() {
   RopeConfig llama3_rope;
   llama3_rope.theta = 500000.0;
@@ -140,13 +237,12 @@ std::vector<ModelPreset> Presets() {
   // factor 8.0, low_freq_factor 1.0, high_freq_factor 4.0,
   // original_max_position_embeddings 8192}. Llama-3-8B (3.0) has the same
   // geometry and theta but rope_scaling null: use --hf_config for it.
-  presets.push_back(
-      {{32, 8, 128, 32, "llama-3-8b"}, llama3_rope, "meta-llama/Llama-3.1-8B"});
+  presets.push_back({Geometry(32, 8, 128, 32, "llama-3-8b", {}), llama3_rope,
+                     "meta-llama/Llama-3.1-8B"});
   // meta-llama/Llama-3.1-70B config.json: num_hidden_layers 80,
   // num_attention_heads 64, num_key_value_heads 8, hidden_size 8192
   // (head_dim 128), RoPE as for the 8B.
-  presets.push_back({{80, 8, 128, 64, "llama-3-70b"},
-                     llama3_rope,
+  presets.push_back({Geometry(80, 8, 128, 64, "llama-3-70b", {}), llama3_rope,
                      "meta-llama/Llama-3.1-70B"});
   // mistralai/Mistral-7B-v0.3 config.json (v0.2 is the same here):
   // num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
@@ -154,18 +250,72 @@ std::vector<ModelPreset> Presets() {
   // null. v0.1 differs: rope_theta 10000.0 and a 4096-token sliding window.
   RopeConfig mistral_rope;
   mistral_rope.theta = 1000000.0;
-  presets.push_back({{32, 8, 128, 32, "mistral-7b"},
-                     mistral_rope,
+  presets.push_back({Geometry(32, 8, 128, 32, "mistral-7b", {}), mistral_rope,
                      "mistralai/Mistral-7B-v0.3"});
   // google/gemma-2-9b config.json: num_hidden_layers 42,
   // num_attention_heads 16, num_key_value_heads 8, head_dim 256 (not
-  // hidden_size 3584 / 16), rope_theta 10000.0. Every other layer uses a
-  // 4096-token sliding window; the formula counts all 42 layers, which is what
-  // an engine without a sliding-window-aware allocator reserves.
+  // hidden_size 3584 / 16), rope_theta 10000.0, sliding_window 4096 on every
+  // other layer (layers 0, 2, ..., 40: 21 of 42).
   RopeConfig gemma_rope;
   gemma_rope.theta = 10000.0;
-  presets.push_back(
-      {{42, 8, 256, 16, "gemma-2-9b"}, gemma_rope, "google/gemma-2-9b"});
+  presets.push_back({Geometry(42, 8, 256, 16, "gemma-2-9b", {4096, 21}),
+                     gemma_rope, "google/gemma-2-9b"});
+  // google/gemma-3-27b-it config.json, text_config: num_hidden_layers 62,
+  // num_attention_heads 32, num_key_value_heads 16, head_dim 128,
+  // sliding_window 1024, sliding_window_pattern 6 (layers 5, 11, ..., 59
+  // are global: 10 of 62, so 52 slide), rope_theta 1000000 with
+  // rope_scaling linear factor 8 for the global layers. The sliding layers
+  // rotate with rope_local_base_freq 10000, which the RoPE settings here do
+  // not describe: shift ALLOW would re-rotate them wrongly.
+  RopeConfig gemma3_rope;
+  gemma3_rope.theta = 1000000.0;
+  gemma3_rope.scaling = RopeScaling::kLinear;
+  gemma3_rope.factor = 8.0;
+  presets.push_back({Geometry(62, 16, 128, 32, "gemma-3-27b", {1024, 52}),
+                     gemma3_rope, "google/gemma-3-27b-it"});
+  // deepseek-ai/DeepSeek-V3 config.json: num_hidden_layers 61,
+  // num_attention_heads 128, kv_lora_rank 512, qk_rope_head_dim 64 (MLA: the
+  // num_key_value_heads 128 there does not size the cache), rope_theta
+  // 10000, rope_scaling yarn factor 40, original_max_position_embeddings
+  // 4096, beta_fast 32, beta_slow 1. The rope part is rotated interleaved
+  // (gptj), as DeepSeek's reference code and vLLM do.
+  RopeConfig deepseek_rope;
+  deepseek_rope.theta = 10000.0;
+  deepseek_rope.scaling = RopeScaling::kYarn;
+  deepseek_rope.factor = 40.0;
+  deepseek_rope.original_max_position = 4096;
+  deepseek_rope.beta_fast = 32.0;
+  deepseek_rope.beta_slow = 1.0;
+  deepseek_rope.layout = RopeLayout::kGptj;
+  ModelGeometry deepseek = Geometry(61, 1, 64, 128, "deepseek-v3", {});
+  deepseek.kv_lora_rank = 512;
+  presets.push_back({deepseek, deepseek_rope, "deepseek-ai/DeepSeek-V3"});
+  // Qwen/Qwen3-Next-80B-A3B-Instruct config.json: num_hidden_layers 48,
+  // full_attention_interval 4 (12 attention layers, 36 Gated DeltaNet
+  // layers), num_attention_heads 16, num_key_value_heads 2, head_dim 256,
+  // partial_rotary_factor 0.25, rope_theta 10000000; linear_num_key_heads
+  // 16, linear_num_value_heads 32, linear_key_head_dim 128,
+  // linear_value_head_dim 128, linear_conv_kernel_dim 4, torch_dtype
+  // bfloat16. State per layer: conv (4 - 1) x (128 x 16 x 2 + 128 x 32) +
+  // recurrent 32 x 128 x 128 = 548,864 values x 2 B = 1,097,728 B.
+  RopeConfig qwen_rope;
+  qwen_rope.theta = 10000000.0;
+  qwen_rope.rotary_dim = 64;
+  ModelGeometry qwen = Geometry(12, 2, 256, 16, "qwen3-next-80b-a3b", {});
+  qwen.state_layers = 36;
+  qwen.state_bytes_per_layer = 1097728;
+  presets.push_back({qwen, qwen_rope, "Qwen/Qwen3-Next-80B-A3B-Instruct"});
+  // ai21labs/Jamba-v0.1 config.json: num_hidden_layers 32, attn_layer_period
+  // 8, attn_layer_offset 4 (4 attention layers, 28 Mamba layers),
+  // num_attention_heads 32, num_key_value_heads 8, hidden_size 4096
+  // (head_dim 128); mamba_expand 2, mamba_d_conv 4, mamba_d_state 16,
+  // torch_dtype bfloat16. State per layer: intermediate 2 x 4096 = 8192;
+  // conv 8192 x (4 - 1) + ssm 8192 x 16 = 155,648 values x 2 B = 311,296 B.
+  // Jamba has no positional encoding; the RoPE settings are the defaults.
+  ModelGeometry jamba = Geometry(4, 8, 128, 32, "jamba-v0.1", {});
+  jamba.state_layers = 28;
+  jamba.state_bytes_per_layer = 311296;
+  presets.push_back({jamba, RopeConfig(), "ai21labs/Jamba-v0.1"});
   return presets;
 }
 
@@ -177,8 +327,8 @@ absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
     if (entry.name == lower) return entry.dtype;
   }
   return Invalid(absl::StrCat("unknown KV dtype \"", name,
-                              "\"; expected fp32, fp16, bf16, fp8, int8 or "
-                              "int4"));
+                              "\"; expected fp32, fp16, bf16, fp8, int8, "
+                              "int4 or nvfp4"));
 }
 
 absl::string_view KvDtypeName(KvDtype dtype) {
@@ -199,47 +349,90 @@ int KvDtypeBits(KvDtype dtype) {
     case KvDtype::kInt8:
       return 8;
     case KvDtype::kInt4:
+    case KvDtype::kNvfp4:
       return 4;
   }
   return 0;
 }
 
+int KvDtypeScaleGroup(KvDtype dtype) {
+  return dtype == KvDtype::kNvfp4 ? 16 : 0;
+}
+
+std::string KvDtypeSizeText(KvDtype dtype) {
+  const int bits = KvDtypeBits(dtype);
+  std::string text = bits % 8 == 0 ? absl::StrCat(bits / 8, " B")
+                                   : absl::StrFormat("%g B", bits / 8.0);
+  if (KvDtypeScaleGroup(dtype) > 0) {
+    absl::StrAppend(&text, " + 1 B per ", KvDtypeScaleGroup(dtype), " values");
+  }
+  return text;
+}
+
 absl::Status ValidateGeometry(const ModelGeometry& g, KvDtype dtype) {
-  if (g.layers <= 0 || g.kv_heads <= 0 || g.head_dim <= 0 ||
-      g.attention_heads < 0) {
-    return Invalid(absl::StrCat(
-        "model geometry needs layers, kv_heads and head_dim > 0; got layers ",
-        g.layers, ", kv_heads ", g.kv_heads, ", head_dim ", g.head_dim,
-        ", attention_heads ", g.attention_heads));
+  RETURN_IF_ERROR(ValidateDimensions(g));
+  RETURN_IF_ERROR(ValidateLayerKinds(g));
+  uint64_t layer_bits = 0;
+  RETURN_IF_ERROR(LayerBits(g, dtype, &layer_bits));
+  uint64_t bits = 0;
+  if (__builtin_mul_overflow(layer_bits, static_cast<uint64_t>(g.layers),
+                             &bits)) {
+    return Invalid(absl::StrCat("model geometry ", g.layers, " layers x ",
+                                layer_bits,
+                                " bits per layer overflows 64-bit bytes per "
+                                "token"));
   }
-  // Each factor is < 2^31, so the product of three fits in 2^93: check in
-  // two 64-bit steps.
-  uint64_t elements = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(g.layers),
-                             static_cast<uint64_t>(g.kv_heads), &elements) ||
-      __builtin_mul_overflow(elements, static_cast<uint64_t>(g.head_dim),
-                             &elements) ||
-      __builtin_mul_overflow(
-          elements, 2 * static_cast<uint64_t>(KvDtypeBits(dtype)), &elements)) {
-    return Invalid(absl::StrCat("model geometry ", g.layers, " x ", g.kv_heads,
-                                " x ", g.head_dim,
-                                " overflows 64-bit bytes per token"));
-  }
-  if (elements % 8 != 0) {
+  // One layer's bits always make whole bytes for the dtypes we have; the
+  // check guards the formula rather than any real model.
+  if (layer_bits % 8 != 0) {
     return Invalid(absl::StrCat(
-        "2 x ", g.layers, " layers x ", g.kv_heads, " kv_heads x ", g.head_dim,
-        " head_dim x ", KvDtypeBits(dtype), " bits is ", elements,
+        "one layer of ", g.kv_heads, " kv_heads x ", g.head_dim, " head_dim x ",
+        KvDtypeBits(dtype), " bits is ", layer_bits,
         " bits, not a whole number of bytes per token"));
   }
   return absl::OkStatus();
 }
 
+absl::StatusOr<uint64_t> LayerBytesPerToken(const ModelGeometry& g,
+                                            KvDtype dtype) {
+  RETURN_IF_ERROR(ValidateGeometry(g, dtype));
+  uint64_t bits = 0;
+  RETURN_IF_ERROR(LayerBits(g, dtype, &bits));
+  return bits / 8;
+}
+
 absl::StatusOr<uint64_t> BytesPerToken(const ModelGeometry& g, KvDtype dtype) {
-  absl::Status status = ValidateGeometry(g, dtype);
-  if (!status.ok()) return status;
-  return 2 * static_cast<uint64_t>(g.layers) *
-         static_cast<uint64_t>(g.kv_heads) * static_cast<uint64_t>(g.head_dim) *
-         static_cast<uint64_t>(KvDtypeBits(dtype)) / 8;
+  ASSIGN_OR_RETURN(const uint64_t layer, LayerBytesPerToken(g, dtype));
+  return layer * static_cast<uint64_t>(g.layers);
+}
+
+absl::StatusOr<uint64_t> SequenceKvBytes(const ModelGeometry& g, KvDtype dtype,
+                                         int64_t context, int block_size) {
+  ASSIGN_OR_RETURN(const uint64_t layer, LayerBytesPerToken(g, dtype));
+  const uint64_t ctx = static_cast<uint64_t>(std::max<int64_t>(context, 0));
+  uint64_t full_tokens = ctx;
+  uint64_t window_tokens =
+      std::min(ctx, static_cast<uint64_t>(g.sliding_window));
+  if (block_size > 0) {
+    const uint64_t bs = static_cast<uint64_t>(block_size);
+    const uint64_t blocks = CeilDiv(ctx, bs);
+    const uint64_t window_blocks = std::min(
+        blocks, CeilDiv(static_cast<uint64_t>(g.sliding_window), bs) + 1);
+    full_tokens = blocks * bs;
+    window_tokens = window_blocks * bs;
+  }
+  const uint64_t full_layers =
+      static_cast<uint64_t>(g.layers - g.sliding_layers);
+  const uint128 bytes =
+      static_cast<uint128>(full_tokens) * full_layers * layer +
+      static_cast<uint128>(window_tokens) *
+          static_cast<uint64_t>(g.sliding_layers) * layer +
+      static_cast<uint128>(g.state_layers) * g.state_bytes_per_layer;
+  if (bytes > std::numeric_limits<uint64_t>::max()) {
+    return Invalid(absl::StrCat("a sequence of ", context,
+                                " tokens overflows 64-bit bytes"));
+  }
+  return static_cast<uint64_t>(bytes);
 }
 
 absl::StatusOr<uint64_t> BlockBytes(uint64_t bytes_per_token, int block_size) {
@@ -354,11 +547,19 @@ std::string FingerprintText(const ModelSpec& spec) {
       absl::StrCat("layers=", g.layers),
       absl::StrCat("kv_heads=", g.kv_heads),
       absl::StrCat("head_dim=", g.head_dim),
-      absl::StrCat("kv_dtype=", KvDtypeName(spec.kv_dtype)),
-      absl::StrCat("block_size=", spec.block_size),
-      absl::StrCat("rope.theta=", Num(rope.theta)),
-      absl::StrCat("rope.scaling=", RopeScalingName(rope.scaling)),
   };
+  if (g.kv_lora_rank > 0) {
+    f.push_back(absl::StrCat("kv_lora_rank=", g.kv_lora_rank));
+  }
+  f.push_back(absl::StrCat("kv_dtype=", KvDtypeName(spec.kv_dtype)));
+  if (g.state_layers > 0) {
+    f.push_back(absl::StrCat("state_layers=", g.state_layers));
+    f.push_back(
+        absl::StrCat("state_bytes_per_layer=", g.state_bytes_per_layer));
+  }
+  f.push_back(absl::StrCat("block_size=", spec.block_size));
+  f.push_back(absl::StrCat("rope.theta=", Num(rope.theta)));
+  f.push_back(absl::StrCat("rope.scaling=", RopeScalingName(rope.scaling)));
   if (rope.scaling != RopeScaling::kNone) {
     f.push_back(absl::StrCat("rope.factor=", Num(rope.factor)));
   }

@@ -4,14 +4,20 @@
 //
 // The governing formula (docs/capacity.md):
 //
-//   bytes_per_token = 2 x layers x kv_heads x head_dim x dtype_bits / 8
+//   bytes_per_token = layers x bytes one token adds to one KV layer
+//   one layer, multi-head/GQA:  2 x kv_heads x head_dim values (K and V)
+//   one layer, MLA:             kv_lora_rank + qk_rope_head_dim values (one
+//                               compressed latent per token, no factor 2)
 //
-// The 2 is K and V. kv_heads, not attention_heads: grouped-query attention
-// makes them differ, and using attention_heads inflates the estimate by the
-// GQA ratio (8x for Llama-3-70B). All sizes are exact integers. int4 is half
-// a byte per element; because K and V are both counted the int4 product is
-// always whole, but the bit count is checked rather than rounded so that no
-// formula change can silently truncate.
+// kv_heads, not attention_heads: grouped-query attention makes them differ,
+// and using attention_heads inflates the estimate by the GQA ratio (8x for
+// Llama-3-70B). `layers` counts only the layers that hold KV: a hybrid
+// model's state-space or linear-attention layers hold a fixed-size state per
+// sequence instead (state_layers). Sliding-window layers are among `layers`
+// but hold at most `sliding_window` tokens per sequence, so a sequence's
+// bytes depend on its length (SequenceKvBytes). All sizes are exact
+// integers: bits are counted and checked to make whole bytes rather than
+// rounded, so that no formula change can silently truncate.
 //
 // Thread safety: everything here is a value type or a pure function.
 #ifndef PREFIXD_MODEL_KV_GEOMETRY_H_
@@ -36,27 +42,64 @@ struct ModelGeometry {
   // multi-head-attention comparison and a config.json without
   // num_key_value_heads falls back to it. 0 = unknown.
   int attention_heads = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3): > 0 makes every layer
+  // cache one latent of kv_lora_rank values plus the rotated key part of
+  // head_dim (= qk_rope_head_dim) values, shared by all heads; kv_heads
+  // must then be 1.
+  int kv_lora_rank = 0;
+  // sliding_layers of the `layers` attend to at most sliding_window tokens
+  // (Gemma 2/3, Mistral-7B-v0.1): both 0, or both > 0.
+  int sliding_window = 0;
+  int sliding_layers = 0;
+  // Hybrid models (Qwen3-Next, Jamba): layers with a fixed-size recurrent
+  // state per sequence and no KV, besides `layers`. Both 0, or both > 0.
+  int state_layers = 0;
+  uint64_t state_bytes_per_layer = 0;  // per sequence
   std::string name;  // preset name or a label; cosmetic, not fingerprinted
 };
 
-// How the engine stores K and V. Names: fp32 fp16 bf16 fp8 int8 int4.
-enum class KvDtype { kFp32, kFp16, kBf16, kFp8, kInt8, kInt4 };
+// How the engine stores K and V. Names: fp32 fp16 bf16 fp8 int8 int4
+// nvfp4 (4-bit values plus one fp8 scale per 16 values).
+enum class KvDtype { kFp32, kFp16, kBf16, kFp8, kInt8, kInt4, kNvfp4 };
 
 // Accepts the names above, case-insensitively, and the torch spellings
-// float32, float16, half, bfloat16, float8 (and float8_e4m3fn/e5m2 etc).
+// float32, float16, half, bfloat16, float8 (and float8_e4m3fn/e5m2 etc),
+// and fp4 for nvfp4.
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
 absl::string_view KvDtypeName(KvDtype dtype);
-// 32, 16, 16, 8, 8, 4.
+// Bits of one value, scales left out: 32, 16, 16, 8, 8, 4, 4.
 int KvDtypeBits(KvDtype dtype);
+// Values that share one 8-bit scale: 16 for nvfp4, 0 (no scales) otherwise.
+int KvDtypeScaleGroup(KvDtype dtype);
+// "2 B", "1 B", "0.5 B", "0.5 B + 1 B per 16 values": for explanations.
+std::string KvDtypeSizeText(KvDtype dtype);
 
-// OK if every dimension is positive and the byte count is a whole number
-// that fits in 64 bits; otherwise INVALID_ARGUMENT naming the numbers.
+// OK if every dimension is positive, the optional parts are consistent
+// (see ModelGeometry) and the byte count is a whole number that fits in 64
+// bits; otherwise INVALID_ARGUMENT naming the field and the numbers.
 absl::Status ValidateGeometry(const ModelGeometry& geometry, KvDtype dtype);
 
-// 2 x layers x kv_heads x head_dim x bits / 8, exactly.
-// Llama-3-8B fp16: 131072. Llama-3-70B fp16: 327680.
+// Bytes one token adds to one KV layer, scales included.
+// Llama-3 fp16: 2 x 8 x 128 x 2 = 4096. DeepSeek-V3 bf16: (512 + 64) x 2.
+absl::StatusOr<uint64_t> LayerBytesPerToken(const ModelGeometry& geometry,
+                                            KvDtype dtype);
+
+// layers x LayerBytesPerToken, sliding-window layers included: what one
+// token of a cached block holds. Llama-3-8B fp16: 131072. Llama-3-70B
+// fp16: 327680. DeepSeek-V3 bf16: 70272.
 absl::StatusOr<uint64_t> BytesPerToken(const ModelGeometry& geometry,
                                        KvDtype dtype);
+
+// One sequence of `context` tokens: full-attention layers hold every
+// token, sliding-window layers at most the window, state layers their
+// fixed state. With block_size > 0 tokens are counted in whole blocks, as a
+// paged allocator reserves them: ceil(context / block_size) blocks in the
+// full layers and, in the sliding layers, the blocks the window can span,
+// min(that, ceil(window / block_size) + 1). block_size 0 counts exact
+// tokens. REQUIRES: ValidateGeometry OK, context >= 0.
+absl::StatusOr<uint64_t> SequenceKvBytes(const ModelGeometry& geometry,
+                                         KvDtype dtype, int64_t context,
+                                         int block_size);
 
 // block_size x bytes_per_token. INVALID_ARGUMENT if block_size <= 0 or the
 // product overflows.
@@ -161,7 +204,11 @@ absl::Status ValidateModelSpec(const ModelSpec& spec);
 // original_max_position), so an unused field cannot cause a mismatch.
 // The name and attention_heads are left out: they do not change what a block
 // holds, and the same model may be configured by preset, by numbers or from
-// a config.json.
+// a config.json. MLA and state layers add fields (kv_lora_rank=512 after
+// head_dim; state_layers=36;state_bytes_per_layer=1097728 after kv_dtype)
+// only when set, so other models' texts are unchanged. The sliding window is
+// left out: it changes how many blocks an engine keeps, not what a block
+// holds.
 std::string FingerprintText(const ModelSpec& spec);
 
 // FNV-1a 64 of FingerprintText, as 16 lowercase hex digits.
@@ -183,7 +230,8 @@ struct ModelPreset {
   std::string source;  // Hugging Face repository of the config.json used
 };
 
-// llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b (case-insensitive).
+// llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b, gemma-3-27b,
+// deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1 (case-insensitive).
 // NOT_FOUND listing the known names otherwise.
 absl::StatusOr<ModelPreset> FindPreset(absl::string_view name);
 std::vector<std::string> PresetNames();

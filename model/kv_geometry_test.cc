@@ -138,6 +138,82 @@ TEST(KvGeometryTest, PresetsFollowPublishedConfigs) {
   absl::StatusOr<ModelPreset> unknown = FindPreset("llama-2-7b");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(unknown.status().message(), HasSubstr("gemma-2-9b"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("deepseek-v3"));
+}
+
+TEST(KvGeometryTest, LatentAttentionCachesOneLatentPerLayer) {
+  const ModelSpec deepseek = PresetSpec("deepseek-v3");
+  EXPECT_EQ(deepseek.geometry.kv_lora_rank, 512);
+  EXPECT_EQ(deepseek.geometry.head_dim, 64);  // qk_rope_head_dim
+  EXPECT_EQ(deepseek.rope.layout, RopeLayout::kGptj);
+  // (512 + 64) x 61 x 2 B, no factor 2 for K and V.
+  EXPECT_EQ(*BytesPerToken(deepseek.geometry, KvDtype::kBf16), 70272u);
+  EXPECT_EQ(*LayerBytesPerToken(deepseek.geometry, KvDtype::kFp8), 576u);
+  // nvfp4: 576 x 4 bits + 36 fp8 scales = 324 B a layer.
+  EXPECT_EQ(*BytesPerToken(deepseek.geometry, KvDtype::kNvfp4), 61u * 324);
+  ModelGeometry bad = deepseek.geometry;
+  bad.kv_heads = 128;
+  EXPECT_THAT(ValidateGeometry(bad, KvDtype::kBf16).message(),
+              HasSubstr("kv_lora_rank 512"));
+  EXPECT_THAT(FingerprintText(deepseek),
+              HasSubstr("head_dim=64;kv_lora_rank=512;kv_dtype=fp16;"));
+}
+
+TEST(KvGeometryTest, Nvfp4AddsOneScalePer16Values) {
+  EXPECT_EQ(*ParseKvDtype("NVFP4"), KvDtype::kNvfp4);
+  EXPECT_EQ(*ParseKvDtype("fp4"), KvDtype::kNvfp4);
+  EXPECT_EQ(KvDtypeSizeText(KvDtype::kNvfp4), "0.5 B + 1 B per 16 values");
+  // 2 x 80 x 8 x (128 x 0.5 + 8) B: 9/32 of fp16.
+  EXPECT_EQ(*BytesPerToken(Geometry(80, 8, 128), KvDtype::kNvfp4), 92160u);
+  absl::Status odd = ValidateGeometry(Geometry(2, 2, 24), KvDtype::kNvfp4);
+  EXPECT_EQ(odd.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(odd.message(), HasSubstr("head_dim 24 is not a multiple of 16"));
+}
+
+TEST(KvGeometryTest, SlidingLayersHoldAtMostTheWindow) {
+  const ModelGeometry gemma = PresetSpec("gemma-2-9b").geometry;
+  EXPECT_EQ(gemma.sliding_window, 4096);
+  EXPECT_EQ(gemma.sliding_layers, 21);
+  // A cached block is charged every layer; a sequence stops growing in the
+  // sliding half at 4,096 tokens.
+  EXPECT_EQ(*BytesPerToken(gemma, KvDtype::kFp16), 344064u);
+  EXPECT_EQ(*SequenceKvBytes(gemma, KvDtype::kFp16, 1000, 0), 1000ULL * 344064);
+  EXPECT_EQ(*SequenceKvBytes(gemma, KvDtype::kFp16, 32768, 0),
+            (32768ULL + 4096) * 172032);
+  // Paged: 2,048 blocks in the full layers, 257 (the window spans at most
+  // ceil(4096 / 16) + 1) in the sliding ones.
+  EXPECT_EQ(*SequenceKvBytes(gemma, KvDtype::kFp16, 32768, 16),
+            (32768ULL + 257 * 16) * 172032);
+  const ModelGeometry gemma3 = PresetSpec("gemma-3-27b").geometry;
+  EXPECT_EQ(*BytesPerToken(gemma3, KvDtype::kBf16), 507904u);
+  EXPECT_EQ(*SequenceKvBytes(gemma3, KvDtype::kBf16, 131072, 0),
+            131072ULL * 81920 + 1024ULL * 425984);
+  ModelGeometry bad = gemma;
+  bad.sliding_layers = 43;
+  EXPECT_THAT(ValidateGeometry(bad, KvDtype::kFp16).message(),
+              HasSubstr("sliding_layers 43"));
+}
+
+TEST(KvGeometryTest, HybridStateLayersAddAFixedStatePerSequence) {
+  const ModelSpec qwen = PresetSpec("qwen3-next-80b-a3b");
+  EXPECT_EQ(*BytesPerToken(qwen.geometry, KvDtype::kBf16), 24576u);
+  EXPECT_EQ(*SequenceKvBytes(qwen.geometry, KvDtype::kBf16, 0, 16),
+            39518208u);  // 36 x 1,097,728
+  EXPECT_EQ(*SequenceKvBytes(qwen.geometry, KvDtype::kBf16, 8192, 16),
+            8192ULL * 24576 + 39518208);
+  EXPECT_THAT(FingerprintText(qwen),
+              HasSubstr("kv_dtype=fp16;state_layers=36;"
+                        "state_bytes_per_layer=1097728;block_size=16"));
+  const ModelGeometry jamba = PresetSpec("jamba-v0.1").geometry;
+  EXPECT_EQ(*BytesPerToken(jamba, KvDtype::kBf16), 16384u);
+  EXPECT_EQ(*SequenceKvBytes(jamba, KvDtype::kBf16, 0, 0), 8716288u);
+  ModelGeometry bad = jamba;
+  bad.state_bytes_per_layer = 0;
+  EXPECT_THAT(ValidateGeometry(bad, KvDtype::kBf16).message(),
+              HasSubstr("state_layers 28"));
+  bad.state_bytes_per_layer = uint64_t{1} << 60;  // x 28 overflows
+  EXPECT_THAT(ValidateGeometry(bad, KvDtype::kBf16).message(),
+              HasSubstr("below 2^64"));
 }
 
 TEST(KvGeometryTest, ShiftAllowIsRefusedForNonComposableScalings) {

@@ -33,18 +33,41 @@ std::string KnownGpuNames() {
   return absl::StrJoin(names, ", ");
 }
 
-// Sizes per context length for one bytes-per-token figure.
-std::vector<ContextRow> ContextRows(const std::vector<int64_t>& lengths,
-                                    uint64_t bytes_per_token,
-                                    uint64_t budget_blocks, int block_size) {
+// The known GPU named by `name`: its full name ("H200-141GB"), or the part
+// before the dash ("H200") when only one known GPU has it. nullptr when
+// nothing matches; INVALID_ARGUMENT when a bare name fits several.
+absl::StatusOr<const GpuModel*> FindGpu(absl::string_view name,
+                                        absl::string_view text) {
+  std::vector<const GpuModel*> family;
+  for (const GpuModel& gpu : KnownGpus()) {
+    if (absl::EqualsIgnoreCase(gpu.name, name)) return &gpu;
+    const absl::string_view base =
+        absl::string_view(gpu.name).substr(0, gpu.name.find('-'));
+    if (absl::EqualsIgnoreCase(base, name)) family.push_back(&gpu);
+  }
+  if (family.size() > 1) {
+    std::vector<std::string> names;
+    for (const GpuModel* gpu : family) names.push_back(gpu->name);
+    return Invalid(absl::StrCat("GPU \"", text, "\" is ambiguous: say ",
+                                absl::StrJoin(names, " or ")));
+  }
+  return family.empty() ? nullptr : family[0];
+}
+
+// Sizes per context length for one geometry: exact bytes, and sequences
+// that fit when each is given whole blocks.
+absl::StatusOr<std::vector<ContextRow>> ContextRows(
+    const PlanInput& input, const ModelGeometry& geometry, uint64_t kv_budget) {
   std::vector<ContextRow> rows;
-  for (int64_t len : lengths) {
+  for (int64_t len : input.context_lengths) {
     ContextRow row;
     row.context_len = len;
-    row.kv_bytes_per_sequence = static_cast<uint64_t>(len) * bytes_per_token;
-    row.concurrent_sequences =
-        budget_blocks /
-        CeilDiv(static_cast<uint64_t>(len), static_cast<uint64_t>(block_size));
+    ASSIGN_OR_RETURN(row.kv_bytes_per_sequence,
+                     SequenceKvBytes(geometry, input.kv_dtype, len, 0));
+    ASSIGN_OR_RETURN(
+        const uint64_t paged,
+        SequenceKvBytes(geometry, input.kv_dtype, len, input.block_size));
+    row.concurrent_sequences = kv_budget / paged;
     rows.push_back(row);
   }
   return rows;
@@ -55,7 +78,6 @@ absl::StatusOr<HeadVariant> MakeVariant(const PlanInput& input, int kv_heads,
   ModelGeometry geometry = input.geometry;
   geometry.kv_heads = kv_heads;
   ASSIGN_OR_RETURN(uint64_t bpt, BytesPerToken(geometry, input.kv_dtype));
-  ASSIGN_OR_RETURN(uint64_t block_bytes, BlockBytes(bpt, input.block_size));
   HeadVariant v;
   v.label = std::move(label);
   v.kv_heads = kv_heads;
@@ -63,9 +85,7 @@ absl::StatusOr<HeadVariant> MakeVariant(const PlanInput& input, int kv_heads,
   v.bytes_per_token = bpt;
   v.tokens_that_fit = kv_budget / bpt;
   v.crossover_tokens = CeilDiv(input.weight_bytes, bpt);
-  v.contexts =
-      ContextRows(input.context_lengths, bpt,
-                  BudgetBlocks(kv_budget, block_bytes), input.block_size);
+  ASSIGN_OR_RETURN(v.contexts, ContextRows(input, geometry, kv_budget));
   return v;
 }
 
@@ -77,6 +97,9 @@ std::string HeadLabel(int kv_heads, int attention_heads) {
 
 absl::StatusOr<std::vector<HeadVariant>> HeadVariants(const PlanInput& input,
                                                       uint64_t kv_budget) {
+  // MLA caches one latent per layer whatever the head count: there is no
+  // KV-head variable to vary.
+  if (input.geometry.kv_lora_rank > 0) return std::vector<HeadVariant>();
   const int attention = input.geometry.attention_heads;
   std::vector<int> heads = {input.geometry.kv_heads, 1};
   if (attention > 0) heads.push_back(attention);
@@ -104,7 +127,8 @@ absl::StatusOr<WasteReport> Waste(const PlanInput& input, const Plan& plan) {
         "actual_len ",
         input.actual_len, ", max_seq_len ", max_len));
   }
-  const uint64_t bpt = plan.bytes_per_token;
+  const ModelGeometry& g = input.geometry;
+  const KvDtype dtype = input.kv_dtype;
   const uint64_t block = static_cast<uint64_t>(input.block_size);
   const uint64_t actual = static_cast<uint64_t>(input.actual_len);
   WasteReport w;
@@ -113,14 +137,22 @@ absl::StatusOr<WasteReport> Waste(const PlanInput& input, const Plan& plan) {
   w.block_size = input.block_size;
   w.contiguous_reserved_tokens = static_cast<uint64_t>(max_len);
   w.contiguous_wasted_tokens = w.contiguous_reserved_tokens - actual;
-  w.contiguous_wasted_bytes = w.contiguous_wasted_tokens * bpt;
-  w.contiguous_sequences =
-      plan.kv_budget_bytes / (w.contiguous_reserved_tokens * bpt);
+  // Bytes, not tokens x bytes per token: sliding-window layers stop growing
+  // at the window.
+  ASSIGN_OR_RETURN(const uint64_t used,
+                   SequenceKvBytes(g, dtype, input.actual_len, 0));
+  ASSIGN_OR_RETURN(const uint64_t reserved,
+                   SequenceKvBytes(g, dtype, max_len, 0));
+  w.contiguous_wasted_bytes = reserved - used;
+  w.contiguous_sequences = plan.kv_budget_bytes / reserved;
   const uint64_t blocks = CeilDiv(actual, block);
   w.paged_reserved_tokens = blocks * block;
   w.paged_wasted_tokens = w.paged_reserved_tokens - actual;
-  w.paged_wasted_bytes = w.paged_wasted_tokens * bpt;
-  w.paged_sequences = plan.budget_blocks / blocks;
+  ASSIGN_OR_RETURN(
+      const uint64_t paged,
+      SequenceKvBytes(g, dtype, input.actual_len, input.block_size));
+  w.paged_wasted_bytes = paged - used;
+  w.paged_sequences = plan.kv_budget_bytes / paged;
   return w;
 }
 
@@ -165,15 +197,31 @@ absl::Status CheckLengths(const PlanInput& input, uint64_t bytes_per_token) {
   return absl::OkStatus();
 }
 
+// The per-token bytes of full and sliding layers, and the per-sequence state.
+absl::Status SplitBytes(const ModelGeometry& g, KvDtype dtype, Plan* plan) {
+  ASSIGN_OR_RETURN(const uint64_t layer, LayerBytesPerToken(g, dtype));
+  plan->full_bytes_per_token =
+      layer * static_cast<uint64_t>(g.layers - g.sliding_layers);
+  plan->window_bytes_per_token =
+      layer * static_cast<uint64_t>(g.sliding_layers);
+  plan->state_bytes_per_sequence =
+      static_cast<uint64_t>(g.state_layers) * g.state_bytes_per_layer;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const std::vector<GpuModel>& KnownGpus() {
   // Memory as on the vendor's label, in 10^9 bytes.
+  // B200 and GB200 as NVIDIA's HGX B200 and GB200 NVL72 data sheets give
+  // them (180 GB and 186 GB of HBM3e per GPU); MI300X as AMD's (192 GB).
   static const std::vector<GpuModel>* gpus = new std::vector<GpuModel>{
-      {"H100-80GB", 80 * kGB},   {"H100-94GB", 94 * kGB},
-      {"H200-141GB", 141 * kGB}, {"A100-40GB", 40 * kGB},
-      {"A100-80GB", 80 * kGB},   {"L40S-48GB", 48 * kGB},
-      {"A10-24GB", 24 * kGB},    {"L4-24GB", 24 * kGB},
+      {"H100-80GB", 80 * kGB},    {"H100-94GB", 94 * kGB},
+      {"H200-141GB", 141 * kGB},  {"B200-180GB", 180 * kGB},
+      {"GB200-186GB", 186 * kGB}, {"MI300X-192GB", 192 * kGB},
+      {"A100-40GB", 40 * kGB},    {"A100-80GB", 80 * kGB},
+      {"L40S-48GB", 48 * kGB},    {"A10-24GB", 24 * kGB},
+      {"L4-24GB", 24 * kGB},
   };
   return *gpus;
 }
@@ -193,20 +241,17 @@ absl::StatusOr<GpuPool> ParseGpus(absl::string_view text) {
       rest = absl::StripAsciiWhitespace(rest.substr(sep + 1));
     }
   }
-  for (const GpuModel& gpu : KnownGpus()) {
-    if (absl::EqualsIgnoreCase(gpu.name, rest)) {
-      pool.model = gpu.name;
-      pool.bytes_per_gpu = gpu.memory_bytes;
-    }
-  }
-  if (pool.model.empty()) {
-    absl::StatusOr<uint64_t> bytes = ParseBytes(rest);
-    if (!bytes.ok()) {
+  ASSIGN_OR_RETURN(const GpuModel* gpu, FindGpu(rest, text));
+  if (gpu != nullptr) {
+    pool.model = gpu->name;
+    pool.bytes_per_gpu = gpu->memory_bytes;
+  } else {
+    if (!ParseBytes(rest).ok()) {
       return Invalid(absl::StrCat(
           "unknown GPU \"", text, "\": expected [N x]GPU with GPU one of ",
           KnownGpuNames(), ", or a size such as 80GB or 80GiB"));
     }
-    pool.bytes_per_gpu = *bytes;
+    ASSIGN_OR_RETURN(pool.bytes_per_gpu, ParseSizeWithUnit("GPU memory", rest));
   }
   if (__builtin_mul_overflow(pool.bytes_per_gpu,
                              static_cast<uint64_t>(pool.count),
@@ -217,18 +262,24 @@ absl::StatusOr<GpuPool> ParseGpus(absl::string_view text) {
 }
 
 absl::StatusOr<uint64_t> WeightBytes(uint64_t params, KvDtype weight_dtype) {
-  const uint64_t bits = static_cast<uint64_t>(KvDtypeBits(weight_dtype));
-  // params x bits can overflow where params x bits / 8 does not.
-  const uint64_t whole = params / 8 * bits;
-  const uint64_t part = CeilDiv(params % 8 * bits, 8);
-  uint64_t bytes = 0;
-  if (params / 8 > UINT64_MAX / bits ||
-      __builtin_add_overflow(whole, part, &bytes)) {
+  // Bits per `group` values: the values and, for nvfp4, one 8-bit scale.
+  const uint64_t group =
+      static_cast<uint64_t>(std::max(KvDtypeScaleGroup(weight_dtype), 1));
+  const uint64_t value_bits = static_cast<uint64_t>(KvDtypeBits(weight_dtype));
+  const uint64_t scale_bits = group > 1 ? 8 : 0;
+  const uint64_t rest = params % group;
+  // params x bits can overflow 64 bits where the bytes do not.
+  const unsigned __int128 bits =
+      static_cast<unsigned __int128>(params / group) *
+          (group * value_bits + scale_bits) +
+      (rest > 0 ? rest * value_bits + scale_bits : 0);
+  const unsigned __int128 bytes = bits / 8 + (bits % 8 != 0);
+  if (bytes > UINT64_MAX) {
     return Invalid(absl::StrCat(params, " parameters of ",
                                 KvDtypeName(weight_dtype),
                                 " overflow 64-bit bytes"));
   }
-  return bytes;
+  return static_cast<uint64_t>(bytes);
 }
 
 absl::StatusOr<Plan> MakePlan(const PlanInput& input) {
@@ -246,8 +297,9 @@ absl::StatusOr<Plan> MakePlan(const PlanInput& input) {
       input.gpu_bytes - input.weight_bytes - input.overhead_bytes;
   plan.tokens_that_fit = plan.kv_budget_bytes / plan.bytes_per_token;
   plan.budget_blocks = BudgetBlocks(plan.kv_budget_bytes, plan.block_bytes);
-  plan.contexts = ContextRows(input.context_lengths, plan.bytes_per_token,
-                              plan.budget_blocks, input.block_size);
+  RETURN_IF_ERROR(SplitBytes(input.geometry, input.kv_dtype, &plan));
+  ASSIGN_OR_RETURN(plan.contexts,
+                   ContextRows(input, input.geometry, plan.kv_budget_bytes));
   plan.crossover_tokens = CeilDiv(input.weight_bytes, plan.bytes_per_token);
   ASSIGN_OR_RETURN(plan.head_variants,
                    HeadVariants(input, plan.kv_budget_bytes));

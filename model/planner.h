@@ -4,8 +4,10 @@
 // Pure functions returning structs; formatting is the caller's business
 // (client/plan.cc). Every number is an exact integer derived from
 //
-//   bytes_per_token = 2 x layers x kv_heads x head_dim x dtype_bits / 8
+//   bytes_per_token = layers x bytes one token adds to a layer (kv_geometry.h)
 //   kv_budget       = gpu_bytes - weight_bytes - overhead_bytes
+//   per sequence    = SequenceKvBytes: sliding-window layers stop at the
+//                     window, state layers add a fixed state
 //
 // with floors where only whole tokens, blocks or sequences count.
 //
@@ -35,8 +37,8 @@ struct GpuModel {
   uint64_t memory_bytes;  // 80e9
 };
 
-// H100-80GB, H100-94GB, H200-141GB, A100-40GB, A100-80GB, L40S-48GB,
-// A10-24GB, L4-24GB.
+// H100-80GB, H100-94GB, H200-141GB, B200-180GB, GB200-186GB, MI300X-192GB,
+// A100-40GB, A100-80GB, L40S-48GB, A10-24GB, L4-24GB.
 const std::vector<GpuModel>& KnownGpus();
 
 struct GpuPool {
@@ -46,13 +48,17 @@ struct GpuPool {
   uint64_t total_bytes = 0;
 };
 
-// "4xH100-80GB", "8xA100-40GB", "H100-80GB" (one GPU), "4x80GiB" or a plain
-// size "320GB" (ParseBytes). Names are case-insensitive; the separator is
-// 'x', 'X' or '*'. INVALID_ARGUMENT naming the text and the known GPUs.
+// "4xH100-80GB", "8xA100-40GB", "H100-80GB" (one GPU), "8xB200" (a name
+// without its memory when only one known GPU has it), "4x80GiB" or a plain
+// size "320GB" (ParseSizeWithUnit: a bare number is refused). Names are
+// case-insensitive; the separator is 'x', 'X' or '*'. INVALID_ARGUMENT
+// naming the text and the known GPUs, or the candidates of an ambiguous
+// name ("H100").
 absl::StatusOr<GpuPool> ParseGpus(absl::string_view text);
 
 // params x weight dtype bits / 8, rounded up to whole bytes (int4 weights
-// pack two to a byte). INVALID_ARGUMENT on overflow.
+// pack two to a byte; nvfp4 adds one byte of scale per 16 values).
+// INVALID_ARGUMENT on overflow.
 absl::StatusOr<uint64_t> WeightBytes(uint64_t params, KvDtype weight_dtype);
 
 struct PlanInput {
@@ -73,10 +79,12 @@ struct PlanInput {
 // One context length: its KV per sequence and how many sequences fit.
 struct ContextRow {
   int64_t context_len = 0;
-  uint64_t kv_bytes_per_sequence = 0;  // context_len x bytes_per_token
-  // floor(budget_blocks / ceil(context_len / block_size)): paged allocation
-  // needs whole blocks per sequence. Equals floor(kv_budget / kv per
-  // sequence) when context_len is a multiple of block_size.
+  // SequenceKvBytes(context_len, exact tokens); context_len x
+  // bytes_per_token for a model without sliding or state layers.
+  uint64_t kv_bytes_per_sequence = 0;
+  // floor(kv_budget / SequenceKvBytes(context_len, whole blocks)): paged
+  // allocation needs whole blocks per sequence. Without sliding or state
+  // layers this is floor(budget_blocks / ceil(context_len / block_size)).
   uint64_t concurrent_sequences = 0;
 };
 
@@ -98,17 +106,25 @@ struct WasteReport {
   int block_size = 0;
   uint64_t contiguous_reserved_tokens = 0;  // max_seq_len
   uint64_t contiguous_wasted_tokens = 0;    // max_seq_len - actual_len
+  // Bytes from SequenceKvBytes: max_seq_len's minus actual_len's.
   uint64_t contiguous_wasted_bytes = 0;
-  uint64_t contiguous_sequences = 0;   // floor(kv_budget / (max_seq_len x bpt))
+  uint64_t contiguous_sequences = 0;   // floor(kv_budget / max_seq_len's bytes)
   uint64_t paged_reserved_tokens = 0;  // ceil(actual/block_size) x block_size
   uint64_t paged_wasted_tokens = 0;    // < block_size
   uint64_t paged_wasted_bytes = 0;
-  uint64_t paged_sequences = 0;  // floor(budget_blocks / blocks per sequence)
+  // floor(kv_budget / the paged bytes of actual_len); without sliding or
+  // state layers, floor(budget_blocks / blocks per sequence).
+  uint64_t paged_sequences = 0;
 };
 
 struct Plan {
+  // Every KV layer, sliding ones included: what one token of a cached block
+  // holds, and the figure the daemon's budget uses.
   uint64_t bytes_per_token = 0;
-  uint64_t block_bytes = 0;  // block_size x bytes_per_token
+  uint64_t full_bytes_per_token = 0;      // layers that keep every token
+  uint64_t window_bytes_per_token = 0;    // sliding layers, up to the window
+  uint64_t state_bytes_per_sequence = 0;  // hybrid models' state layers
+  uint64_t block_bytes = 0;               // block_size x bytes_per_token
   uint64_t gpu_bytes = 0;
   uint64_t weight_bytes = 0;
   uint64_t overhead_bytes = 0;
@@ -123,7 +139,8 @@ struct Plan {
   // KV reads dominate memory traffic. 0 when weight_bytes is 0.
   uint64_t crossover_tokens = 0;
   // MHA (kv_heads = attention_heads, if known), GQA-8, the model's own
-  // kv_heads, and MQA (1), largest first, without duplicates.
+  // kv_heads, and MQA (1), largest first, without duplicates. Empty for MLA,
+  // whose cache does not depend on the head count.
   std::vector<HeadVariant> head_variants;
   std::optional<WasteReport> waste;
 };

@@ -204,7 +204,17 @@ TEST(PlannerTest, ParsesGpus) {
   EXPECT_EQ(ParseGpus("A10-24GB")->total_bytes, 24 * kGB);
   EXPECT_EQ(ParseGpus("A100-80GB")->total_bytes, 80 * kGB);
   EXPECT_EQ(ParseGpus("H100-94GB")->total_bytes, 94 * kGB);
-  EXPECT_EQ(KnownGpus().size(), 8u);
+  EXPECT_EQ(ParseGpus("8xB200-180GB")->total_bytes, 1440 * kGB);
+  EXPECT_EQ(ParseGpus("8xB200")->model, "B200-180GB");
+  EXPECT_EQ(ParseGpus("gb200")->total_bytes, 186 * kGB);
+  EXPECT_EQ(ParseGpus("8xMI300X")->total_bytes, 1536 * kGB);
+  EXPECT_EQ(ParseGpus("H200")->model, "H200-141GB");
+  EXPECT_EQ(ParseGpus("L40S")->total_bytes, 48 * kGB);
+  EXPECT_EQ(KnownGpus().size(), 11u);
+  EXPECT_THAT(ParseGpus("A100").status().message(),
+              HasSubstr("ambiguous: say A100-40GB or A100-80GB"));
+  EXPECT_THAT(ParseGpus("2x96").status().message(),
+              HasSubstr("GPU memory 96: a size needs a unit"));
 
   absl::StatusOr<GpuPool> bad = ParseGpus("4xB200-192GB");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -220,8 +230,52 @@ TEST(PlannerTest, WeightBytesFromParameters) {
   EXPECT_EQ(*WeightBytes(70000000000, KvDtype::kInt4), 35 * kGB);
   EXPECT_EQ(*WeightBytes(70000000000, KvDtype::kFp32), 280 * kGB);
   EXPECT_EQ(*WeightBytes(3, KvDtype::kInt4), 2u);  // 1.5 bytes, packed up
+  // 4 bits a value and one byte of scale per 16 values: 4.5 bits.
+  EXPECT_EQ(*WeightBytes(70000000000, KvDtype::kNvfp4), 39375000000u);
+  // 16 values and their scale, 9 B; the 17th and its own scale, 1.5 B.
+  EXPECT_EQ(*WeightBytes(17, KvDtype::kNvfp4), 11u);
   EXPECT_EQ(*WeightBytes(UINT64_MAX, KvDtype::kInt8), UINT64_MAX);
   EXPECT_FALSE(WeightBytes(UINT64_MAX, KvDtype::kFp16).ok());
+}
+
+TEST(PlannerTest, SlidingAndStateLayersSizeSequencesNotTokens) {
+  PlanInput input;
+  input.geometry = FindPreset("gemma-2-9b")->geometry;
+  input.gpu_bytes = 80 * kGB;
+  input.weight_bytes = 18500000000;
+  input.context_lengths = {4096, 32768};
+  absl::StatusOr<Plan> plan = MakePlan(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->full_bytes_per_token, 172032u);
+  EXPECT_EQ(plan->window_bytes_per_token, 172032u);
+  EXPECT_EQ(plan->contexts[0].concurrent_sequences, 43u);
+  EXPECT_EQ(plan->contexts[1].kv_bytes_per_sequence, 6341787648u);
+  EXPECT_EQ(plan->contexts[1].concurrent_sequences, 9u);
+  // 1,000 tokens of 131,072 reserved: the sliding half reserves only 4,096.
+  ASSERT_TRUE(plan->waste.has_value());
+  EXPECT_EQ(plan->waste->contiguous_wasted_bytes,
+            (32768ULL - 1000) * 172032 + (4096ULL - 1000) * 172032);
+
+  input.geometry = FindPreset("jamba-v0.1")->geometry;
+  plan = MakePlan(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->state_bytes_per_sequence, 8716288u);
+  EXPECT_EQ(plan->contexts[0].kv_bytes_per_sequence, 4096ULL * 16384 + 8716288);
+}
+
+TEST(PlannerTest, LatentAttentionHasNoHeadVariants) {
+  PlanInput input;
+  input.geometry = FindPreset("deepseek-v3")->geometry;
+  input.kv_dtype = KvDtype::kBf16;
+  input.gpu_bytes = 1128 * kGB;
+  input.weight_bytes = 671 * kGB;
+  input.overhead_bytes = 57 * kGB;
+  absl::StatusOr<Plan> plan = MakePlan(input);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->bytes_per_token, 70272u);
+  EXPECT_EQ(plan->tokens_that_fit, 5692167u);  // 400e9 / 70,272
+  EXPECT_EQ(plan->contexts[2].concurrent_sequences, 43u);
+  EXPECT_TRUE(plan->head_variants.empty());
 }
 
 }  // namespace

@@ -192,6 +192,23 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view text) {
                         "B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB");
 }
 
+absl::StatusOr<uint64_t> ParseSizeWithUnit(absl::string_view name,
+                                           absl::string_view text) {
+  absl::StatusOr<uint64_t> bytes = ParseBytes(text);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " ", text, ": ", bytes.status().message()));
+  }
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(text);
+  if (*bytes != 0 && !trimmed.empty() && IsDigit(trimmed.back())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " ", text, ": a size needs a unit, e.g. ", trimmed,
+                     "GB (10^9 B) or ", trimmed, "GiB (2^30 B); write ",
+                     trimmed, "B for bytes"));
+  }
+  return bytes;
+}
+
 std::string FormatBytes(uint64_t bytes) {
   struct Named {
     absl::string_view name;
@@ -263,7 +280,18 @@ absl::StatusOr<uint64_t> ParseKvBudget(absl::string_view text,
       break;
     }
   }
-  if (suffix == 0) return ParseBytes(text);
+  if (suffix == 0) {
+    absl::StatusOr<uint64_t> bytes = ParseBytes(text);
+    // "4294967296" could be bytes or tokens: the unit says which.
+    if (bytes.ok() && *bytes != 0 && IsDigit(rest.back())) {
+      return Invalid(
+          "kv_budget", text,
+          absl::StrCat("a bare number could be bytes or tokens; "
+                       "write ",
+                       rest, "B, ", rest, "tokens or a size such as 4GiB"));
+    }
+    return bytes;
+  }
   rest.remove_suffix(suffix);
   absl::StatusOr<uint64_t> tokens = ParseCount(rest);
   if (!tokens.ok()) {

@@ -28,6 +28,13 @@ namespace prefixd {
 // "4GiB" = 4294967296, "160GB" = 160000000000, "1.5TiB" = 1649267441664.
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view text);
 
+// ParseBytes for values a person types, where a bare number is ambiguous
+// ("--weights 140": bytes? gigabytes?): anything but 0 must carry a unit.
+// INVALID_ARGUMENT naming `name` and the text, e.g. "--weights 140: a size
+// needs a unit, e.g. 140GB (10^9 B) or 140GiB (2^30 B)".
+absl::StatusOr<uint64_t> ParseSizeWithUnit(absl::string_view name,
+                                           absl::string_view text);
+
 // A human form that parses back to the same value when it can: the largest
 // unit (binary or decimal) in which the value is below 1024 and exact with at
 // most two decimals ("4 GiB", "160 GB", "320 KiB", "1.5 GiB", "999 B");
@@ -43,10 +50,11 @@ absl::StatusOr<uint64_t> ParseCount(absl::string_view text);
 // numbers without a unit other than "0", are refused.
 absl::StatusOr<absl::Duration> ParseDuration(absl::string_view text);
 
-// kv_budget: either bytes (ParseBytes) or a token count with the suffix
-// "tokens" (also "token" or "tok", optional space before it), e.g.
-// "1000000tokens" or "488k tokens", which resolves to
-// count x bytes_per_token bytes. REQUIRES: bytes_per_token > 0 for a token
+// kv_budget: either bytes with a unit (ParseBytes; "4GiB", "65536B") or a
+// token count with the suffix "tokens" (also "token" or "tok", optional
+// space before it), e.g. "1000000tokens" or "488k tokens", which resolves to
+// count x bytes_per_token bytes. A bare number other than 0 is refused: it
+// could be either. REQUIRES: bytes_per_token > 0 for a token
 // budget.
 absl::StatusOr<uint64_t> ParseKvBudget(absl::string_view text,
                                        uint64_t bytes_per_token);

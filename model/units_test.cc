@@ -129,6 +129,22 @@ TEST(UnitsTest, ParsesDurations) {
   EXPECT_THAT(bad.status().message(), HasSubstr("\"5 minutes\""));
 }
 
+TEST(UnitsTest, SizesWhereABareNumberIsAmbiguousNeedAUnit) {
+  EXPECT_EQ(*ParseSizeWithUnit("--weights", "140GB"), 140000000000u);
+  EXPECT_EQ(*ParseSizeWithUnit("--weights", "0"), 0u);
+  EXPECT_EQ(*ParseSizeWithUnit("--weights", "140B"), 140u);
+  absl::StatusOr<uint64_t> bare = ParseSizeWithUnit("--weights", "140");
+  EXPECT_EQ(bare.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bare.status().message(),
+              HasSubstr("--weights 140: a size needs a unit, e.g. 140GB"));
+  EXPECT_THAT(ParseSizeWithUnit("--overhead", "x").status().message(),
+              HasSubstr("--overhead x: invalid size"));
+  EXPECT_THAT(ParseKvBudget("4294967296", 10).status().message(),
+              HasSubstr("\"4294967296\": a bare number could be bytes or "
+                        "tokens"));
+  EXPECT_EQ(*ParseKvBudget("0", 10), 0u);
+}
+
 TEST(UnitsTest, ParsesKvBudgetInBytesOrTokens) {
   EXPECT_EQ(*ParseKvBudget("4GiB", 131072), 4294967296u);
   EXPECT_EQ(*ParseKvBudget("1000000tokens", 131072), 131072000000u);

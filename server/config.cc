@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
@@ -81,8 +82,33 @@ struct BaseModel {
   std::vector<std::string> notes;
 };
 
+// MLA, sliding-window and state layers by numbers (ValidateGeometry checks
+// that they fit together).
+absl::Status ResolveLayerKinds(const v1::ModelConfig& m, ModelGeometry* g) {
+  for (auto [field, value, dst] :
+       {std::tuple<const char*, uint32_t, int*>{
+            "model.kv_lora_rank", m.kv_lora_rank(), &g->kv_lora_rank},
+        {"model.sliding_window", m.sliding_window(), &g->sliding_window},
+        {"model.sliding_layers", m.sliding_layers(), &g->sliding_layers},
+        {"model.state_layers", m.state_layers(), &g->state_layers}}) {
+    absl::StatusOr<int> v = ModelDimension(field, value);
+    if (!v.ok()) return v.status();
+    *dst = *v;
+  }
+  if (!m.state_bytes().empty()) {
+    absl::StatusOr<uint64_t> bytes =
+        ParseBytesField("model.state_bytes", m.state_bytes());
+    if (!bytes.ok()) return bytes.status();
+    g->state_bytes_per_layer = *bytes;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<BaseModel> ResolveBaseModel(const v1::ModelConfig& m) {
-  bool numbers = m.layers() != 0 || m.kv_heads() != 0 || m.head_dim() != 0;
+  bool numbers = m.layers() != 0 || m.kv_heads() != 0 || m.head_dim() != 0 ||
+                 m.kv_lora_rank() != 0 || m.sliding_window() != 0 ||
+                 m.sliding_layers() != 0 || m.state_layers() != 0 ||
+                 !m.state_bytes().empty();
   int ways = !m.preset().empty() + numbers + !m.hf_config_path().empty();
   if (ways != 1) {
     return Invalid(
@@ -123,6 +149,7 @@ absl::StatusOr<BaseModel> ResolveBaseModel(const v1::ModelConfig& m) {
   base.geometry.kv_heads = *kv_heads;
   base.geometry.head_dim = *head_dim;
   base.geometry.attention_heads = *heads;
+  if (absl::Status s = ResolveLayerKinds(m, &base.geometry); !s.ok()) return s;
   return base;
 }
 
@@ -553,10 +580,21 @@ std::string DescribeModel(const ModelSpec& spec) {
   }
   absl::StrAppend(&rope, " ", RopeLayoutName(r.layout), ", shift ",
                   spec.shift_allow ? "ALLOW" : "DENY");
-  return absl::StrFormat("%s: %d layers x %d KV heads x %d head_dim, %s, %s",
-                         g.name.empty() ? "custom" : g.name, g.layers,
-                         g.kv_heads, g.head_dim, KvDtypeName(spec.kv_dtype),
-                         rope);
+  std::string layers =
+      g.kv_lora_rank > 0
+          ? absl::StrFormat("%d layers x MLA (%d + %d)", g.layers,
+                            g.kv_lora_rank, g.head_dim)
+          : absl::StrFormat("%d layers x %d KV heads x %d head_dim", g.layers,
+                            g.kv_heads, g.head_dim);
+  if (g.sliding_layers > 0) {
+    absl::StrAppendFormat(&layers, " (%d sliding over %d tokens)",
+                          g.sliding_layers, g.sliding_window);
+  }
+  if (g.state_layers > 0) {
+    absl::StrAppendFormat(&layers, " + %d state layers", g.state_layers);
+  }
+  return absl::StrFormat("%s: %s, %s, %s", g.name.empty() ? "custom" : g.name,
+                         layers, KvDtypeName(spec.kv_dtype), rope);
 }
 
 }  // namespace prefixd

@@ -189,6 +189,72 @@ TEST(ConfigTest, HuggingFaceConfigJson) {
                     HasSubstr("/nonexistent/config.json")));
 }
 
+// The budget follows the model's real cache: DeepSeek-V3's latent
+// attention, Qwen3-Next's 12 attention layers of 48.
+TEST(ConfigTest, BudgetFollowsLatentAndHybridGeometry) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    model { preset: "deepseek-v3" }
+    kv_dtype: "bf16"
+    kv_budget: "1000tokens"
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bytes_per_token, 70272u);  // (512 + 64) x 61 x 2
+  EXPECT_EQ(c->cache.block_bytes, 16u * 70272);
+  EXPECT_EQ(c->cache.budget_bytes, 1000u * 70272);
+  EXPECT_THAT(FingerprintText(c->model), HasSubstr("kv_lora_rank=512"));
+  EXPECT_THAT(c->model_description, HasSubstr("MLA (512 + 64)"));
+
+  CommandLine flags;
+  flags.model = std::string(PREFIXD_SOURCE_DIR) +
+                "/tests/data/hf_configs/qwen3-next-80b-a3b-instruct.json";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model.geometry.layers, 12);
+  EXPECT_THAT(c->model_description,
+              HasSubstr("12 layers x 2 KV heads x 256 head_dim + 36 state "
+                        "layers"));
+  EXPECT_EQ(c->bytes_per_token, 24576u);  // 2 x 12 x 2 x 256 x 2
+  EXPECT_EQ(c->cache.block_bytes, 16u * 24576);
+}
+
+// The same kinds of layer by numbers, for models without a preset or a
+// config.json the reader sizes.
+TEST(ConfigTest, LatentSlidingAndStateLayersByNumbers) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    model { layers: 61 kv_heads: 1 head_dim: 64 kv_lora_rank: 512 }
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bytes_per_token, 70272u);
+  c = FromText(R"pb(
+    model {
+      layers: 12
+      kv_heads: 2
+      head_dim: 256
+      state_layers: 36
+      state_bytes: "1097728B"
+      sliding_window: 4096
+      sliding_layers: 6
+    }
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bytes_per_token, 24576u);  // sliding layers are charged too
+  EXPECT_EQ(c->model.geometry.state_bytes_per_layer, 1097728u);
+  EXPECT_THAT(c->model_description,
+              HasSubstr("(6 sliding over 4096 tokens) + 36 state layers"));
+}
+
+// "4294967296" could be bytes or tokens.
+TEST(ConfigTest, BareKvBudgetIsRefused) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(kv_budget: "4294967296")pb");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("kv_budget"), HasSubstr("4294967296"),
+                    HasSubstr("bytes or tokens")));
+  c = FromText(R"pb(kv_budget: "4294967296B")pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.budget_bytes, uint64_t{4} << 30);
+}
+
 TEST(ConfigTest, AuthOffAllowsNetworkListenOnlyWithTheOverride) {
   absl::StatusOr<ServerConfig> c = FromText(R"pb(
     listen: "0.0.0.0:7004"
@@ -284,6 +350,31 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{R"pb(model { preset: "llama-3-8b" layers: 2 })pb",
                  {"model", "exactly one"}},
         BadValue{R"pb(model { layers: 32 head_dim: 128 })pb", {"kv_heads 0"}},
+        BadValue{R"pb(model {
+                        layers: 4
+                        kv_heads: 8
+                        head_dim: 64
+                        kv_lora_rank: 512
+                      })pb",
+                 {"kv_lora_rank 512", "kv_heads 8"}},
+        BadValue{R"pb(model {
+                        layers: 4
+                        kv_heads: 8
+                        head_dim: 64
+                        sliding_layers: 5
+                        sliding_window: 64
+                      })pb",
+                 {"sliding_layers 5", "layers 4"}},
+        BadValue{R"pb(model {
+                        layers: 4
+                        kv_heads: 8
+                        head_dim: 64
+                        state_layers: 2
+                        state_bytes: "1Mi"
+                      })pb",
+                 {"model.state_bytes", "1Mi"}},
+        BadValue{R"pb(model { preset: "llama-3-8b" kv_lora_rank: 512 })pb",
+                 {"model", "exactly one"}},
         BadValue{
             R"pb(model { layers: 4000000000 kv_heads: 8 head_dim: 128 })pb",
             {"model.layers", "4000000000"}},

@@ -66,7 +66,8 @@ const std::vector<FlagSpec>& Flags() {
          return SetString(&cl->model, v);
        }},
       {"kv_dtype", "DTYPE", defaults::kKvDtype,
-       "How the engine stores K and V: fp32, fp16, bf16, fp8, int8 or int4.",
+       "How the engine stores K and V: fp32, fp16, bf16, fp8, int8, int4 or "
+       "nvfp4.",
        [](absl::string_view v, CommandLine* cl) {
          return SetString(&cl->kv_dtype, v);
        }},

@@ -117,6 +117,11 @@ void MatchResultToProto(const MatchResult& r, uint64_t epoch,
     out->set_rope_delta(s.rope_delta);
   }
   resp->set_lease_id(r.lease_id);
+  if (r.rope_denied.has_value()) {
+    v1::RopeDenied* denied = resp->mutable_rope_denied();
+    denied->set_requested_position(r.rope_denied->requested_position);
+    denied->set_cached_position(r.rope_denied->cached_position);
+  }
 }
 
 absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,

@@ -13,6 +13,7 @@ Usage: e2e_test.py --prefixd PATH --prefixctl PATH
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -108,7 +109,9 @@ class E2E(Checker):
                        "health --json over %s" % addr, out)
         info = self.ctl_json("info", addr=self.unix)
         self.check(info.get("block_size") == 16, "info: block_size 16", str(info))
-        self.check(int(info.get("epoch", "0")) != 0, "info: non-zero epoch", str(info))
+        epoch = info.get("epoch", "")
+        self.check(re.fullmatch("[0-9a-f]{16}", epoch) is not None and int(epoch, 16) != 0,
+                   "info: non-zero epoch, 16 hex digits as in the tables", str(info))
         self.epoch = info.get("epoch")
         rc, out, _ = self.ctl("info")
         self.check(rc == 0 and "block_size" in out and "budget" in out, "info table", out)
@@ -139,6 +142,16 @@ class E2E(Checker):
             f.write(" ".join(str(t) for t in range(1, 17)) + "\n99\n")
         m = self.ctl_json("match", "--tokens_file", tokens_file)
         self.check(m.get("matched_tokens") == "16", "match --tokens_file", str(m))
+
+        # The same prompt at another position: rope.shift DENY (the default)
+        # matches nothing, and says why rather than looking like a miss.
+        rc, out, _ = self.ctl("match", "--tokens", "1-48", "--position", "16")
+        self.check(rc == 0 and "matched 0 of 48 tokens" in out and
+                   "stopped at position 16: the next block is cached at position 0; "
+                   "rope.shift is DENY" in out, "match at another position says why", out)
+        m = self.ctl_json("match", "--tokens", "1-48", "--position", "16")
+        self.check(m.get("rope_denied") == {"requested_position": "16", "cached_position": "0"},
+                   "match --json: rope_denied", str(m))
 
     def test_leases(self):
         m = self.ctl_json("match", "--tokens", "1-32", "--pin", "--lease_ttl", "60s")
@@ -265,7 +278,7 @@ class E2E(Checker):
                    "startup banner names the epoch", self.logs())
 
     def epoch_hex(self):
-        return "%016x" % int(self.epoch)
+        return self.epoch  # --json prints it in hex, as the log does
 
 
 def free_port():

@@ -67,7 +67,7 @@ struct Fixture {
     google::protobuf::SetLogHandler(nullptr);
     CommandLine flags;
     flags.block_size = 2;
-    flags.kv_budget = absl::StrCat(32 * 2 * 131072);  // 32 blocks
+    flags.kv_budget = absl::StrCat(32 * 2 * 131072, "B");  // 32 blocks
     absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
     if (!config.ok()) Fail(config.status().ToString());
     config->listen.clear();  // in-process only

@@ -131,7 +131,7 @@ class ServiceTest : public ::testing::TestWithParam<Transport> {
     flags.listen = {"127.0.0.1:0",
                     absl::StrCat("unix://", socket_dir_, "/prefixd.sock")};
     flags.block_size = kBlockSize;
-    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes);
+    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes, "B");
     absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
     ASSERT_TRUE(config.ok()) << config.status();
     config->cache.clock = &clock_;

@@ -83,6 +83,25 @@ class ClientTest(TenantTestCase):
             self.assertNotEqual(info.epoch, 0)
             self.assertEqual(c.epoch, info.epoch)
 
+    def test_epoch_prints_in_hex(self):
+        """As prefixctl's tables and JSON and the daemon's log print it."""
+        c = self.client()
+        m = c.match(tokens(0, 1))
+        self.assertRegex(str(c.epoch), "^[0-9a-f]{16}$")
+        self.assertEqual(str(m.epoch), "%016x" % c.epoch)
+        self.assertIn("epoch=0x%016x" % c.epoch, repr(m))
+        self.assertEqual(m.epoch, c.info().epoch)  # still an int
+
+    def test_match_at_another_position_under_deny_says_why(self):
+        c = self.client()
+        c.insert(tokens(0, 2), [300, 301])
+        m = c.match(tokens(0, 2), position_offset=16)
+        self.assertEqual(m.matched_tokens, 0)
+        self.assertEqual(m.rope_denied, prefixd.RopeDenied(16, 0))
+        m = c.match(tokens(0, 2))
+        self.assertEqual(m.matched_tokens, 32)
+        self.assertIsNone(m.rope_denied)
+
     def test_insert_then_match_whole_blocks(self):
         c = self.client()
         r = c.insert(tokens(0, 3), [100, 101, 102])

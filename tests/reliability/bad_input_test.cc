@@ -104,7 +104,7 @@ class BadInputTest : public ::testing::Test {
     CommandLine flags;
     flags.listen = {"127.0.0.1:0"};
     flags.block_size = kBlockSize;
-    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes);
+    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes, "B");
     absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
     ASSERT_TRUE(config.ok()) << config.status();
     ASSERT_NO_FATAL_FAILURE(Start(*std::move(config)));
@@ -540,7 +540,7 @@ class CredentialsTest : public BadInputTest {
   void SetUp() override {
     std::string text =
         absl::StrCat("listen: \"127.0.0.1:0\"\nblock_size: ", kBlockSize,
-                     "\nkv_budget: \"", kBudgetBlocks * kBlockBytes,
+                     "\nkv_budget: \"", kBudgetBlocks * kBlockBytes, "B",
                      "\"\nauth { mode: TOKEN }\n"
                      "tenants { name: \"a\" }\ntenants { name: \"b\" }\n");
     for (auto [name, role, tenants] :

@@ -186,7 +186,7 @@ class SecurityTest : public ::testing::TestWithParam<Mode> {
     std::string text = absl::StrCat(
         "listen: \"127.0.0.1:0\"\n", "listen: \"unix://", socket_dir_,
         "/prefixd.sock\"\n", "block_size: ", kBlockSize, "\n", "kv_budget: \"",
-        kBudgetBlocks * kBlockBytes, "\"\n",
+        kBudgetBlocks * kBlockBytes, "B\"\n",
         "auth { mode: ", mtls ? "MTLS" : "TOKEN", " tls_cert_path: \"",
         pki.server().cert, "\" tls_key_path: \"", pki.server().key, "\"",
         mtls ? absl::StrCat(" client_ca_path: \"", pki.ca(), "\"") : "",

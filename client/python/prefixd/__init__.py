@@ -21,6 +21,7 @@ from prefixd.client import (  # noqa: E402
     HEALTH_SERVICE,
     Client,
     DeadlineExceeded,
+    Epoch,
     EventStream,
     FailedPrecondition,
     InsertResult,
@@ -32,6 +33,7 @@ from prefixd.client import (  # noqa: E402
     PermissionDenied,
     PrefixdError,
     ResourceExhausted,
+    RopeDenied,
     RouteQuery,
     RouteResult,
     Segment,
@@ -45,9 +47,10 @@ from prefixd.client import (  # noqa: E402
 )
 
 __all__ = [
-    "HEALTH_SERVICE", "Client", "DeadlineExceeded", "EventStream", "FailedPrecondition",
+    "HEALTH_SERVICE", "Client", "DeadlineExceeded", "Epoch", "EventStream", "FailedPrecondition",
     "InsertResult", "InvalidArgument", "Lease", "ListWorkersResult", "MatchResult", "NotFound",
-    "PermissionDenied", "PrefixdError", "ResourceExhausted", "RouteQuery", "RouteResult",
+    "PermissionDenied", "PrefixdError", "ResourceExhausted", "RopeDenied", "RouteQuery",
+    "RouteResult",
     "Segment", "Unauthenticated", "Unavailable", "Unimplemented", "WorkerInfo", "WorkerMatch",
     "WorkerState", "tokens_le32",
 ]

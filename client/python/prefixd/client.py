@@ -185,6 +185,27 @@ def explain_connect_error(target: str, details: str, *, tls: bool,
 
 # ---- results -----------------------------------------------------------------
 
+class Epoch(int):
+    """An epoch: an int that prints as 16 hex digits, as prefixctl's tables
+    and JSON and the daemon's log print it, so one epoch reads the same
+    everywhere. repr() is the hex literal, 0x...; comparisons are int's."""
+
+    def __str__(self) -> str:
+        return "%016x" % int(self)
+
+    def __repr__(self) -> str:
+        return "0x%016x" % int(self)
+
+
+@dataclass(frozen=True)
+class RopeDenied:
+    """Why a match stopped under rope.shift DENY: the next block of the query
+    is cached at `cached_position`, not at `requested_position`, and DENY
+    matches only blocks at the requested position."""
+    requested_position: int
+    cached_position: int
+
+
 @dataclass(frozen=True)
 class Segment:
     """Matched blocks that share one RoPE delta: re-rotate their keys by
@@ -248,10 +269,11 @@ class _Leased:
 
 @dataclass
 class MatchResult(_Leased):
-    epoch: int
+    epoch: Epoch
     matched_tokens: int
     segments: List[Segment]
     lease: Optional[Lease] = None  # with pin=True and a non-empty match
+    rope_denied: Optional[RopeDenied] = None  # why DENY stopped the match
 
     @property
     def block_ids(self) -> List[int]:
@@ -261,7 +283,7 @@ class MatchResult(_Leased):
 
 @dataclass
 class InsertResult(_Leased):
-    epoch: int
+    epoch: Epoch
     cached_tokens: int
     # Both lists are the engine's to free: IDs it passed for blocks that were
     # already cached under other IDs, and blocks evicted to make room.
@@ -414,15 +436,16 @@ class Client:
     # ---- epochs ----
 
     @property
-    def epoch(self) -> Optional[int]:
-        """The epoch of the daemon's cache state as last seen; None before
-        the first response."""
+    def epoch(self) -> Optional[Epoch]:
+        """The epoch of the daemon's cache state as last seen (prints in
+        hex); None before the first response."""
         with self._epoch_lock:
             return self._epoch
 
     def _see_epoch(self, epoch: int) -> None:
         if epoch == 0:
             return
+        epoch = Epoch(epoch)
         with self._epoch_lock:
             old, self._epoch = self._epoch, epoch
         if old is not None and old != epoch and self.on_epoch_change is not None:
@@ -520,14 +543,17 @@ class Client:
 
     def _match_result(self, r: pb.MatchResponse) -> MatchResult:
         return MatchResult(
-            epoch=r.epoch, matched_tokens=r.matched_tokens,
+            epoch=Epoch(r.epoch), matched_tokens=r.matched_tokens,
             segments=[Segment(tuple(s.block_ids), s.cached_position, s.rope_delta)
                       for s in r.segments],
-            lease=Lease(self, r.lease_id) if r.lease_id else None)
+            lease=Lease(self, r.lease_id) if r.lease_id else None,
+            rope_denied=RopeDenied(r.rope_denied.requested_position,
+                                   r.rope_denied.cached_position)
+            if r.HasField("rope_denied") else None)
 
     def _insert_result(self, r: pb.InsertResponse) -> InsertResult:
         return InsertResult(
-            epoch=r.epoch, cached_tokens=r.cached_tokens,
+            epoch=Epoch(r.epoch), cached_tokens=r.cached_tokens,
             redundant_block_ids=list(r.redundant_block_ids),
             evicted_block_ids=list(r.evicted_block_ids),
             lease=Lease(self, r.lease_id) if r.lease_id else None)

@@ -32,6 +32,28 @@ int Fail(absl::string_view what, const absl::Status& status) {
   return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+// Drains `server` and, with `snapshot_path` set, writes the snapshot: the
+// end of a clean stop, and of a start that failed after the server began
+// serving (its cache, restored or not, is the engine's state by then).
+// Returns 1 if the snapshot could not be written, else 0.
+int DrainAndSave(prefixd::Server& server, prefixd::Metrics& metrics,
+                 const std::string& snapshot_path) {
+  server.Shutdown();
+  metrics.StopServing();  // no scrape may read the cache once it is gone
+  if (snapshot_path.empty()) return 0;
+  // Drained: the cache no longer changes, so the file is the final state.
+  absl::StatusOr<std::string> saved = prefixd::WriteSnapshot(
+      *server.cache(), {server.config().fingerprint, server.epoch()},
+      snapshot_path);
+  std::fprintf(stderr, "prefixd: %s\n",
+               saved.ok() ? saved->c_str()
+                          : absl::StrCat("cannot write the snapshot: ",
+                                         saved.status().message(),
+                                         "; the next start will be empty")
+                                .c_str());
+  return saved.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,11 +107,24 @@ int main(int argc, char** argv) {
     if (restored) prefixd::ReturnConsumedSnapshot(snapshot_path).IgnoreError();
     return Fail("cannot start", server.status());
   }
-  if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   const absl::Status metrics_up =
       metrics.Serve((*server)->cache(), (*server)->config().metrics_listen,
                     (*server)->index(), (*server)->events_publisher());
-  if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
+  if (!metrics_up.ok()) {
+    const int code = Fail("cannot serve metrics", metrics_up);
+    // The server may have served calls already: its cache, not the consumed
+    // file, is the state to keep, so it is saved as at a clean stop.
+    const int saved = DrainAndSave(**server, metrics, snapshot_path);
+    if (restored) {
+      if (saved == 0) {
+        prefixd::DiscardConsumedSnapshot(snapshot_path);
+      } else {
+        prefixd::ReturnConsumedSnapshot(snapshot_path).IgnoreError();
+      }
+    }
+    return code;
+  }
+  if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
   std::fflush(stdout);
 
@@ -107,22 +142,7 @@ int main(int argc, char** argv) {
     std::fputs("prefixd: second signal, exiting without draining\n", stderr);
     _exit(1);
   }).detach();
-  (*server)->Shutdown();
-  metrics.StopServing();  // no scrape may read the cache once it is gone
-  int exit_code = 0;
-  if (!snapshot_path.empty()) {
-    // Drained: the cache no longer changes, so the file is the final state.
-    absl::StatusOr<std::string> saved = prefixd::WriteSnapshot(
-        *(*server)->cache(),
-        {(*server)->config().fingerprint, (*server)->epoch()}, snapshot_path);
-    std::fprintf(stderr, "prefixd: %s\n",
-                 saved.ok() ? saved->c_str()
-                            : absl::StrCat("cannot write the snapshot: ",
-                                           saved.status().message(),
-                                           "; the next start will be empty")
-                                  .c_str());
-    if (!saved.ok()) exit_code = 1;
-  }
+  const int exit_code = DrainAndSave(**server, metrics, snapshot_path);
   server->reset();
   std::fputs("prefixd: stopped\n", stderr);
   return exit_code;

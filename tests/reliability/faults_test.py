@@ -8,6 +8,8 @@
 - SIGTERM in the middle of load: every call ends OK, with an expected error,
   or UNAVAILABLE once the drain began, never cut off; the restart has the
   same epoch and caches exactly what the clients' ledger says;
+- a start that fails (the gRPC or the metrics port is taken) after the
+  snapshot was restored: the snapshot is put back for the next start;
 - SIGKILL after a restore: the snapshot was consumed, so the restart is empty
   with a new epoch (trusted once);
 - a corrupt snapshot and one for another model: moved aside with one log
@@ -215,6 +217,30 @@ class FaultTest(unittest.TestCase):
         self.assertNotEqual(p.returncode, 0, p.stderr)
         self.assertIn("restored snapshot", p.stderr)
         self.assertIn("cannot start", p.stderr)
+        self.assertTrue(os.path.exists(self.snapshot), p.stderr)
+        self.assertFalse(os.path.exists(self.snapshot + ".consumed"))
+        self.daemon.start()
+        self.assertEqual(self.epoch(), epoch)
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_a_start_that_fails_on_the_metrics_port_keeps_the_snapshot(self):
+        self.stub().Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), timeout=10)
+        epoch = self.epoch()
+        self.assertEqual(self.daemon.stop(), 0, self.daemon.logs())
+        # gRPC listens, but the metrics port is taken: the daemon fails after
+        # the server started, and the restored cache must survive that too.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            p = subprocess.run(
+                [ARGS.prefixd, "--listen=127.0.0.1:0",
+                 "--metrics_listen=127.0.0.1:%d" % taken.getsockname()[1],
+                 "--block_size=%d" % BLOCK, "--kv_budget=%dMiB" % (BUDGET_BLOCKS * 2),
+                 "--snapshot_path=" + self.snapshot],
+                capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("restored snapshot", p.stderr)
+        self.assertIn("cannot serve metrics", p.stderr)
         self.assertTrue(os.path.exists(self.snapshot), p.stderr)
         self.assertFalse(os.path.exists(self.snapshot + ".consumed"))
         self.daemon.start()

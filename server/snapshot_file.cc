@@ -29,6 +29,23 @@ std::string Directory(const std::string& path) {
   return dir.empty() ? "." : dir;
 }
 
+// Like std::filesystem::create_directories, but every directory it creates
+// is mode 0700: the snapshot holds prompts' tokens, and the directory is the
+// daemon's alone (existing directories keep the mode the operator gave).
+void CreateDirectories(const std::string& dir, std::error_code& ec) {
+  const std::filesystem::path p(dir);
+  if (std::filesystem::is_directory(p, ec) || p.parent_path() == p) return;
+  ec.clear();
+  if (p.has_parent_path()) {
+    CreateDirectories(p.parent_path().string(), ec);
+    if (ec) return;
+  }
+  if (mkdir(dir.c_str(), 0700) != 0) {
+    const int err = errno == EEXIST ? ENOTDIR : errno;  // a file is in the way
+    ec = std::error_code(err, std::generic_category());
+  }
+}
+
 // A rename is durable only once its directory is on disk.
 absl::Status SyncDirectory(const std::string& dir) {
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -125,8 +142,13 @@ std::string Describe(const PrefixCache& cache) {
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes) {
   const std::string tmp = absl::StrCat(path, ".tmp");
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Whatever sits at <path>.tmp (a write cut short, or a symlink planted to
+  // make the daemon overwrite its target) is unlinked, never followed, and
+  // the file is created anew: O_EXCL fails rather than reuse one that
+  // reappears in between.
+  if (unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno("unlink", tmp);
+  const int fd = open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", tmp);
   absl::Status status = WriteAll(fd, bytes, tmp);
   if (status.ok() && fsync(fd) != 0) status = Errno("fsync", tmp);
@@ -166,7 +188,7 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
 
   const std::string dir = Directory(path);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  CreateDirectories(dir, ec);
   if (ec || access(dir.c_str(), W_OK | X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("snapshot directory ", dir, " is not writable",

@@ -32,7 +32,9 @@ namespace prefixd {
 
 // Writes `bytes` to `path` so that a reader sees the old file or the whole
 // new one, even across a power cut: `<path>.tmp` (mode 0600) is written and
-// fsync'd, renamed over `path`, and the directory is fsync'd. On error the
+// fsync'd, renamed over `path`, and the directory is fsync'd. The temporary
+// file is created with O_EXCL|O_NOFOLLOW once whatever was there is
+// unlinked: a symlink planted at `<path>.tmp` is never written through. On error the
 // temporary file is removed and `path` is untouched. Errors name the path
 // and the failing system call.
 absl::Status WriteFileAtomically(const std::string& path,
@@ -67,8 +69,8 @@ struct RestoredSnapshot {
 // Fails (the daemon must not start) only when the options are invalid, or
 // the file cannot be consumed or moved aside: left in place, it would be
 // restored by a later start, after the engine reused its IDs. Also fails when
-// the directory of `path` cannot be created or written, since the snapshot
-// could not be written at shutdown either.
+// the directory of `path` cannot be created (mode 0700) or written, since
+// the snapshot could not be written at shutdown either.
 absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
                                                  absl::string_view fingerprint,
                                                  const CacheOptions& options,

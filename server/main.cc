@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +91,12 @@ int main(int argc, char** argv) {
   // A clean snapshot is consumed here, before anything is served; a bad one
   // is moved aside and the daemon starts empty (server/snapshot_file.h).
   const std::string snapshot_path = config->snapshot_path;
+  std::unique_ptr<prefixd::SnapshotLock> snapshot_lock;  // held until exit
   if (!snapshot_path.empty()) {
+    absl::StatusOr<std::unique_ptr<prefixd::SnapshotLock>> lock =
+        prefixd::SnapshotLock::Acquire(snapshot_path);
+    if (!lock.ok()) return Fail("cannot start", lock.status());
+    snapshot_lock = *std::move(lock);
     absl::StatusOr<prefixd::RestoredSnapshot> restored =
         prefixd::RestoreSnapshot(snapshot_path, config->fingerprint,
                                  config->cache);

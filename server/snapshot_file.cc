@@ -1,6 +1,7 @@
 #include "server/snapshot_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -248,6 +249,42 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
       path, Describe(*out.cache), meta->epoch, removed_tmp);
   return out;
 }
+
+absl::StatusOr<std::unique_ptr<SnapshotLock>> SnapshotLock::Acquire(
+    const std::string& path) {
+  std::error_code ec;
+  CreateDirectories(Directory(path), ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create directory ", Directory(path), ": ", ec.message()));
+  }
+  const std::string lock = absl::StrCat(path, ".lock");
+  const int fd =
+      open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open", lock);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const bool held = errno == EWOULDBLOCK;
+    absl::Status status = Errno("flock", lock);
+    absl::StatusOr<std::string> pid = ReadAll(lock);
+    close(fd);
+    if (!held) return status;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another prefixd (pid ", pid.ok() && !pid->empty() ? *pid : "unknown",
+        ") uses snapshot_path ", path, " (it holds ", lock,
+        "): two daemons on one snapshot would overwrite each other's"));
+  }
+  // The holder's pid, for the message above; the file is never removed
+  // (removing a lock file lets two processes lock two different files).
+  const std::string pid = absl::StrCat(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    absl::Status status = Errno("write", lock);
+    close(fd);
+    return status;
+  }
+  return std::unique_ptr<SnapshotLock>(new SnapshotLock(fd));
+}
+
+SnapshotLock::~SnapshotLock() { close(fd_); }
 
 void DiscardConsumedSnapshot(const std::string& path) {
   unlink(absl::StrCat(path, ".consumed").c_str());

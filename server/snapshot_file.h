@@ -76,6 +76,26 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
                                                  const CacheOptions& options,
                                                  absl::Time now = absl::Now());
 
+// One daemon per snapshot_path: an exclusive flock(2) on `<path>.lock`,
+// held while the object lives (the lock goes with its file descriptor, so a
+// crash releases it too). Two daemons on one path would each restore and
+// then overwrite the other's snapshot at shutdown.
+class SnapshotLock {
+ public:
+  // Creates the directory of `path` (mode 0700) if needed, and takes the
+  // lock. FAILED_PRECONDITION naming the lock file and the holder's pid if
+  // another process holds it; other errors name the path and the call.
+  static absl::StatusOr<std::unique_ptr<SnapshotLock>> Acquire(
+      const std::string& path);
+  ~SnapshotLock();
+  SnapshotLock(const SnapshotLock&) = delete;
+  SnapshotLock& operator=(const SnapshotLock&) = delete;
+
+ private:
+  explicit SnapshotLock(int fd) : fd_(fd) {}
+  const int fd_;
+};
+
 // After the server started serving a restored cache: removes the consumed
 // file (best effort; the daemon never reads it).
 void DiscardConsumedSnapshot(const std::string& path);

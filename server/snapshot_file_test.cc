@@ -273,6 +273,20 @@ TEST_F(SnapshotFileTest, ADirectoryThatCannotHoldASnapshotStopsStartUp) {
   EXPECT_THAT(r.status().message(), HasSubstr(dir_ + "/file"));
 }
 
+TEST_F(SnapshotFileTest, OneDaemonPerSnapshotPath) {
+  auto first = SnapshotLock::Acquire(path_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // flock locks belong to open files, so a second open in this process
+  // conflicts exactly as a second daemon would.
+  auto second = SnapshotLock::Acquire(path_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr(path_ + ".lock"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("pid ", getpid())));
+  first->reset();
+  EXPECT_TRUE(SnapshotLock::Acquire(path_).ok());
+}
+
 TEST_F(SnapshotFileTest, InvalidOptionsFailAsCreateDoes) {
   CacheOptions o = Options();
   o.block_size = 0;

@@ -10,6 +10,8 @@
   same epoch and caches exactly what the clients' ledger says;
 - a start that fails (the gRPC or the metrics port is taken) after the
   snapshot was restored: the snapshot is put back for the next start;
+- a second daemon on the same snapshot_path: refuses to start, naming the
+  first's pid, and the first keeps its cache;
 - SIGKILL after a restore: the snapshot was consumed, so the restart is empty
   with a new epoch (trusted once);
 - a corrupt snapshot and one for another model: moved aside with one log
@@ -244,6 +246,27 @@ class FaultTest(unittest.TestCase):
         self.assertTrue(os.path.exists(self.snapshot), p.stderr)
         self.assertFalse(os.path.exists(self.snapshot + ".consumed"))
         self.daemon.start()
+        self.assertEqual(self.epoch(), epoch)
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_a_second_daemon_on_the_same_snapshot_path_refuses_to_start(self):
+        self.stub().Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), timeout=10)
+        epoch = self.epoch()
+        try:
+            p = subprocess.run(
+                [ARGS.prefixd, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                 "--block_size=%d" % BLOCK, "--kv_budget=%dMiB" % (BUDGET_BLOCKS * 2),
+                 "--snapshot_path=" + self.snapshot],
+                capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired as e:
+            self.fail("a second daemon on %s kept running: %s" % (self.snapshot, e.stderr))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("another prefixd (pid %d) uses snapshot_path %s"
+                      % (self.daemon.proc.pid, self.snapshot), p.stderr)
+        # The first daemon is untouched: it still serves, and its stop
+        # writes the snapshot the next start restores.
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+        self.restart(signal.SIGTERM)
         self.assertEqual(self.epoch(), epoch)
         self.assertEqual(self.stats("default").cached_blocks, 2)
 

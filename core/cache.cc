@@ -417,15 +417,18 @@ absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
 }
 
 absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
-                                                 const InsertRequest& req) {
-  return std::move(InsertBatch(tenant, absl::MakeConstSpan(&req, 1))[0]);
+                                                 const InsertRequest& req,
+                                                 const TenantScope& caller) {
+  return std::move(
+      InsertBatch(tenant, absl::MakeConstSpan(&req, 1), caller)[0]);
 }
 
 // Runs the batch in order. Inserts that fit the budget run with only the
 // tenant locked; from the first one that must evict other tenants' blocks
 // on, the rest run in the exclusive section, so the order never changes.
 std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
-    absl::string_view tenant, absl::Span<const InsertRequest> reqs) {
+    absl::string_view tenant, absl::Span<const InsertRequest> reqs,
+    const TenantScope& caller) {
   std::vector<absl::Status> valid;
   std::vector<absl::StatusOr<InsertResult>> out;
   absl::StatusOr<Tenant*> found = StartBatch(
@@ -439,8 +442,8 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
     MutexLock lock(&t->mu);
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
-      auto result =
-          InsertLocked(t, reqs[done], /*all=*/nullptr, &needs_exclusive);
+      auto result = InsertLocked(t, reqs[done], caller, /*all=*/nullptr,
+                                 &needs_exclusive);
       if (needs_exclusive) break;
       out[done] = std::move(result);
     }
@@ -454,13 +457,15 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   for (Tenant* u : all.tenants()) u->ExpireLeases(now);
   for (; done < reqs.size(); ++done) {
     if (valid[done].ok())
-      out[done] = InsertLocked(t, reqs[done], &all.tenants(), &needs_exclusive);
+      out[done] =
+          InsertLocked(t, reqs[done], caller, &all.tenants(), &needs_exclusive);
   }
   return out;
 }
 
 absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
-    Tenant* t, const InsertRequest& req, const std::vector<Tenant*>* all,
+    Tenant* t, const InsertRequest& req, const TenantScope& caller,
+    const std::vector<Tenant*>* all,
     bool* needs_exclusive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const bool exclusive = all != nullptr;
   const CacheLimits& limits = options_.limits;
@@ -599,11 +604,12 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
     result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
   }
   if (need_global > 0) {
-    EvictGlobal(*all, need_global, /*respect_reserved=*/true,
-                EvictReason::kBudget, &result.evicted_block_ids);
-    resident_blocks_.fetch_add(
-        static_cast<int64_t>(n_new) -
-        static_cast<int64_t>(result.evicted_block_ids.size()));
+    const uint64_t evicted =
+        need_own + EvictGlobal(*all, need_global, /*respect_reserved=*/true,
+                               EvictReason::kBudget, &caller,
+                               &result.evicted_block_ids);
+    resident_blocks_.fetch_add(static_cast<int64_t>(n_new) -
+                               static_cast<int64_t>(evicted));
   } else if (exclusive) {
     resident_blocks_.fetch_add(net);
   } else if (net < 0) {
@@ -613,6 +619,7 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   t->PinPath(end, -1);
   index_.Erase(redundant);
   t->FlushRemovals();
+  t->TakeParked(&result.evicted_block_ids);
 
   TenantStats& c = t->counters();
   ++c.insert_requests;
@@ -623,11 +630,12 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   return result;
 }
 
-void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
-                              bool respect_reserved, EvictReason reason,
-                              std::vector<BlockId>* out)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  for (uint64_t done = 0; done < n; ++done) {
+uint64_t PrefixCache::EvictGlobal(
+    const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
+    EvictReason reason, const TenantScope* caller,
+    std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  uint64_t done = 0;
+  for (; done < n; ++done) {
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
     for (Tenant* u : from) {
@@ -641,9 +649,15 @@ void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
       }
     }
     if (victim == nullptr) break;
-    out->push_back(victim->EvictOne(reason));
+    const BlockId id = victim->EvictOne(reason);
+    if (caller == nullptr || caller->Contains(victim->name())) {
+      out->push_back(id);
+    } else {
+      victim->Park(id);
+    }
   }
   for (Tenant* u : from) u->FlushRemovals();
+  return done;
 }
 
 // --- Leases
@@ -712,12 +726,14 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
   std::vector<BlockId> out;
   // Tenants above their reservation give first; the rest only if needed.
-  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, &out);
+  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, nullptr,
+              &out);
   if (out.size() < blocks) {
     EvictGlobal(locked.tenants(), blocks - out.size(), false,
-                EvictReason::kRequested, &out);
+                EvictReason::kRequested, nullptr, &out);
   }
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
+  for (Tenant* t : locked.tenants()) t->TakeParked(&out);
   return out;
 }
 
@@ -772,6 +788,7 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   std::vector<BlockId> removed;
   for (Tenant* t : locked.tenants()) t->Clear(&removed);
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
+  for (Tenant* t : locked.tenants()) t->TakeParked(&removed);
   return removed;
 }
 

@@ -214,6 +214,11 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   if (parent->is_root()) maybe_empty_.push_back(tree->ns);
 }
 
+void Tenant::TakeParked(std::vector<BlockId>* out) {
+  out->insert(out->end(), parked_.begin(), parked_.end());
+  parked_.clear();
+}
+
 void Tenant::Clear(std::vector<BlockId>* removed) {
   const size_t first = removed->size();
   for (auto& [ns, tree] : trees_) {

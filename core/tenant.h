@@ -111,6 +111,14 @@ class Tenant {
   void RenewLease(LeaseId id, absl::Time now);
   size_t ExpireLeases(absl::Time now);
 
+  // Blocks of this tenant that a call by a principal who may not act for it
+  // evicted (the budget is shared): they wait here, so that no response
+  // carries another tenant's IDs, and go out exactly once, appended to the
+  // evicted (or removed) IDs of this tenant's next Insert, Evict or Reset.
+  void Park(BlockId id) { parked_.push_back(id); }
+  void TakeParked(std::vector<BlockId>* out);
+  size_t num_parked() const { return parked_.size(); }
+
   // Events: removals are gathered during a call and logged at its end.
   // `tokens`: the stored blocks' (kept with CacheOptions::detailed_events);
   // `prefix_tokens`: the tokens before them on the path.
@@ -182,6 +190,7 @@ class Tenant {
   std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu);
   std::vector<std::string> maybe_empty_
       ABSL_GUARDED_BY(mu);  // namespaces whose tree may be empty
+  std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu);  // see Park()
 };
 
 // Locks a set of tenants for the length of a scope. Only holders of

@@ -274,7 +274,7 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
   TokenCopies copies;
   absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copies);
   if (!in.ok()) return in.status();
-  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in);
+  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in, call.scope);
   if (!r.ok()) return r.status();
   watchers_->Notify();
   InsertResultToProto(*r, info_.epoch, resp);
@@ -459,7 +459,7 @@ absl::Status PrefixCacheService::DoInsertBatch(
     batch.push_back(*std::move(in));
   }
   std::vector<absl::StatusOr<InsertResult>> results =
-      cache_->InsertBatch(call.tenant, batch);
+      cache_->InsertBatch(call.tenant, batch, call.scope);
   resp->set_epoch(info_.epoch);
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   bool changed = false;

@@ -240,7 +240,9 @@ PrefixCache::PrefixCache(CacheOptions options)
         BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
                  budget_blocks_),
         BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
-        options_, &index_, &event_order_, TenantSeed(seed_, i));
+        options_, &index_, &event_order_, &pinned_over_reserved_,
+        TenantSeed(seed_, i));
+    reserved_blocks_ += t->reserved_blocks();
     tenant_order_.push_back(t.get());
     tenants_[spec.name] = std::move(t);
   }
@@ -273,13 +275,15 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
                         name, options_.limits.max_tenants));
   }
   const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-  auto t = std::make_unique<Tenant>(
-      std::string(name), i,
-      BlocksOf(options_.default_quota.reserved_bytes, options_.block_bytes,
-               budget_blocks_),
-      BlocksOf(options_.default_quota.limit_bytes, options_.block_bytes,
-               budget_blocks_),
-      options_, &index_, &event_order_, TenantSeed(seed_, i));
+  auto t =
+      std::make_unique<Tenant>(std::string(name), i,
+                               BlocksOf(options_.default_quota.reserved_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               BlocksOf(options_.default_quota.limit_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               options_, &index_, &event_order_,
+                               &pinned_over_reserved_, TenantSeed(seed_, i));
+  reserved_blocks_ += t->reserved_blocks();
   Tenant* raw = t.get();
   tenant_order_.push_back(raw);
   tenants_[std::string(name)] = std::move(t);
@@ -349,15 +353,23 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
         t->name(), t->num_leases()));
   }
   const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
+  Tree* tree = t->FindTree(req.ns);
+  const WalkPath steps = tree == nullptr
+                             ? WalkPath{}
+                             : Walk(*tree, req.tokens, req.position_offset,
+                                    options_.rope_shift == RopeShift::kDeny);
+  if (req.pin && !steps.empty()) {
+    uint64_t newly_pinned = 0;
+    for (const WalkStep& s : steps) {
+      if (s.node->pins == 0) newly_pinned += s.blocks;
+    }
+    RETURN_IF_ERROR(AdmitPins(t, newly_pinned));
+  }
   TenantStats& c = t->counters();
   ++c.match_requests;
   c.match_tokens += req.tokens.size();
 
   MatchResult result;
-  Tree* tree = t->FindTree(req.ns);
-  if (tree == nullptr) return result;
-  const WalkPath steps = Walk(*tree, req.tokens, req.position_offset,
-                              options_.rope_shift == RopeShift::kDeny);
   if (steps.empty()) return result;
 
   const size_t bs = options_.block_size;
@@ -574,6 +586,15 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
     }
   }
 
+  if (req.pin) {
+    // The lease pins the walked path's unpinned blocks and the new ones.
+    if (absl::Status s = AdmitPins(t, protected_blocks + n_new); !s.ok()) {
+      if (!exclusive && net > 0) resident_blocks_.fetch_sub(net);
+      index_.Erase(claim);
+      return s;
+    }
+  }
+
   // Nothing can fail from here on.
   if (tree == nullptr) tree = t->GetOrCreateTree(req.ns);
   Node* end = &tree->root;
@@ -597,8 +618,9 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
                  req.block_ids.subspan(cached), position,
                  static_cast<int64_t>(cached * bs));
   }
-  // The guard pin keeps this insert's own path out of the victims.
-  t->PinPath(end, +1);
+  // The guard pin keeps this insert's own path out of the victims. It is
+  // not a lease: it must not count against the reservations (AdmitPins).
+  t->PinPath(end, +1, /*sync=*/false);
   InsertResult result;
   for (uint64_t i = 0; i < need_own; ++i) {
     result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
@@ -628,6 +650,33 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   result.cached_tokens = cached * bs;
   result.redundant_block_ids = std::move(redundant);
   return result;
+}
+
+absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
+  const uint64_t reserved = t->reserved_blocks();
+  const uint64_t after = t->pinned_blocks() + blocks;
+  const int64_t over =
+      after > reserved ? static_cast<int64_t>(after - reserved) : 0;
+  const int64_t add = over - t->pinned_over_reserved();
+  if (add <= 0) return absl::OkStatus();
+  const uint64_t reserved_all = reserved_blocks_.load();
+  const int64_t pool = budget_blocks_ > reserved_all
+                           ? static_cast<int64_t>(budget_blocks_ - reserved_all)
+                           : 0;
+  // Taken before checking, so that two tenants' concurrent admissions
+  // cannot both fit into the last free blocks.
+  const int64_t before = pinned_over_reserved_.fetch_add(add);
+  if (before + add > pool) {
+    pinned_over_reserved_.fetch_sub(add);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tenant '%s' would pin %d blocks, %d above its reservation of %d; "
+        "the tenants' reservations (%d blocks) leave %d of the budget's %d "
+        "blocks for pins above reservations, and %d are taken",
+        t->name(), after, over, reserved, reserved_all, pool, budget_blocks_,
+        before));
+  }
+  t->AdmitPinned(add);
+  return absl::OkStatus();
 }
 
 uint64_t PrefixCache::EvictGlobal(
@@ -857,11 +906,20 @@ absl::Status PrefixCache::CheckInvariants() const {
   ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   uint64_t cached = 0, pinned = 0;
+  int64_t over_reserved = 0;
   std::string error;
   for (const Tenant* t : all.tenants()) {
     if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
     cached += t->cached_blocks();
     pinned += t->pinned_blocks();
+    over_reserved +=
+        std::max<int64_t>(0, static_cast<int64_t>(t->pinned_blocks()) -
+                                 static_cast<int64_t>(t->reserved_blocks()));
+  }
+  if (over_reserved != pinned_over_reserved_.load()) {
+    return absl::InternalError(
+        absl::StrFormat("pinned blocks over reservations: counted %d, are %d",
+                        pinned_over_reserved_.load(), over_reserved));
   }
   if (static_cast<int64_t>(cached) != resident_blocks_.load()) {
     return absl::InternalError(

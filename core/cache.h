@@ -325,6 +325,14 @@ class PrefixCache {
                        bool respect_reserved, EvictReason reason,
                        const TenantScope* caller, std::vector<BlockId>* out);
 
+  // Admission of a lease that pins `blocks` more of t's blocks (REQUIRES
+  // t->mu). Pinned blocks above their tenant's reservation may fill only
+  // what the reservations leave of the budget, so that every tenant can
+  // always get back to its reservation by evicting unpinned blocks of
+  // tenants above theirs. Adds t's share on success; RESOURCE_EXHAUSTED
+  // naming the counts, changing nothing, otherwise.
+  absl::Status AdmitPins(Tenant* t, uint64_t blocks);
+
   uint64_t NextStamp() {
     return stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
@@ -337,6 +345,9 @@ class PrefixCache {
   std::atomic<uint64_t> stamp_{0};  // logical recency clock
   std::atomic<int64_t> resident_blocks_{0};  // cached blocks over all tenants
   std::atomic<uint64_t> event_order_{0};     // the last Event::order taken
+  // Sum over tenants of max(0, pinned - reserved) blocks (AdmitPins).
+  std::atomic<int64_t> pinned_over_reserved_{0};
+  std::atomic<uint64_t> reserved_blocks_{0};  // sum over existing tenants
 
   // Held (before any tenant mutex) by every call that locks more than one
   // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.

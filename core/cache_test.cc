@@ -360,6 +360,34 @@ TEST_F(CacheTest, ReservationSurvivesAnotherTenantsFlood) {
   EXPECT_EQ(cache_->Stats(TenantScope::One("b")).tenants[0].cached_blocks, 6);
 }
 
+// A reservation is a guarantee even when another tenant pins: pins above
+// a tenant's reservation may use only what the reservations leave free.
+TEST_F(CacheTest, PinsOfOthersNeverTakeAReservation) {
+  Init(1, 10, {{"a", {4, 4}}, {"b", {0, 10}}});
+  // b may pin 6 blocks (10 minus a's 4); the 7th is refused, changing nothing.
+  Insert(Range(100, 105), {100, 101, 102, 103, 104, 105}, 0, true, "b");
+  const std::string before = Snapshot("b");
+  auto refused = TryInsert({200}, {200}, 0, true, "b");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("tenant 'b' would pin 7 blocks, 7 above its "
+                        "reservation of 0; the tenants' reservations (4 "
+                        "blocks) leave 6 of the budget's 10 blocks"));
+  EXPECT_EQ(Snapshot("b"), before);
+  // A Match that would pin b's unpinned blocks is held to the same bound.
+  Insert(Range(300, 303), {300, 301, 302, 303}, 0, false, "b");
+  MatchRequest m;
+  std::vector<Token> tokens = Range(300, 303);
+  m.tokens = tokens;
+  m.pin = true;
+  EXPECT_EQ(cache_->Match("b", m).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // a gets its whole reservation, from b's unpinned blocks.
+  InsertResult r = Insert(Range(1, 4), {1, 2, 3, 4});
+  EXPECT_THAT(r.evicted_block_ids, UnorderedElementsAre(300, 301, 302, 303));
+  EXPECT_EQ(cache_->Stats(TenantScope::One("a")).tenants[0].cached_blocks, 4);
+}
+
 TEST_F(CacheTest, BorrowedBlocksAboveTheReservationAreFairGame) {
   Init(1, 6, {{"a", {2, 6}}, {"b", {0, 6}}});
   Insert({1, 2, 3, 4}, {1, 2, 3, 4});  // a borrows 2 above its reservation of 2

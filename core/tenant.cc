@@ -23,7 +23,8 @@ uint64_t SplitMix64(uint64_t* state) {
 Tenant::Tenant(std::string name, uint32_t tenant_index,
                uint64_t reserved_blocks, uint64_t limit_blocks,
                const CacheOptions& options, BlockIndex* block_index,
-               std::atomic<uint64_t>* event_order, uint64_t rng_seed)
+               std::atomic<uint64_t>* event_order,
+               std::atomic<int64_t>* pinned_over_reserved, uint64_t rng_seed)
     : name_(std::move(name)),
       index_(tenant_index),
       reserved_blocks_(reserved_blocks),
@@ -32,7 +33,8 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       detailed_events_(options.detailed_events),
       block_index_(block_index),
       rng_state_(rng_seed),
-      events_(options.events_per_tenant, event_order) {
+      events_(options.events_per_tenant, event_order),
+      pinned_over_reserved_(pinned_over_reserved) {
   counters_.tenant = name_;
 }
 
@@ -91,7 +93,7 @@ void Tenant::TouchPath(Node* end, uint64_t stamp) {
   }
 }
 
-void Tenant::PinPath(Node* end, int delta) {
+void Tenant::PinPath(Node* end, int delta, bool sync) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
     const int32_t before = n->pins;
     n->pins += delta;
@@ -100,6 +102,16 @@ void Tenant::PinPath(Node* end, int delta) {
     if (before > 0 && n->pins == 0) pinned_blocks_ -= n->num_blocks();
     SyncLru(n);
   }
+  if (sync) SyncPinnedOverReserved();
+}
+
+void Tenant::SyncPinnedOverReserved() {
+  const int64_t now =
+      pinned_blocks_ > reserved_blocks_
+          ? static_cast<int64_t>(pinned_blocks_ - reserved_blocks_)
+          : 0;
+  pinned_over_reserved_->fetch_add(now - accounted_over_reserved_);
+  accounted_over_reserved_ = now;
 }
 
 // --- Structural changes -----------------------------------------------------
@@ -237,6 +249,7 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
   pending_removals_.clear();
   maybe_empty_.clear();
   cached_blocks_ = pinned_blocks_ = nodes_ = 0;
+  SyncPinnedOverReserved();
   Event e;
   e.type = EventType::kCleared;
   e.reason = EvictReason::kReset;

@@ -56,10 +56,12 @@ struct Lease {
 class Tenant {
  public:
   // `event_order`: the cache-wide counter of Event::order (EventRing).
+  // `pinned_over_reserved`: the cache-wide sum of every tenant's
+  // pinned_over_reserved() (SyncPinnedOverReserved).
   Tenant(std::string name, uint32_t tenant_index, uint64_t reserved_blocks,
          uint64_t limit_blocks, const CacheOptions& options,
          BlockIndex* block_index, std::atomic<uint64_t>* event_order,
-         uint64_t rng_seed);
+         std::atomic<int64_t>* pinned_over_reserved, uint64_t rng_seed);
   ~Tenant();
 
   mutable Mutex mu;
@@ -96,7 +98,14 @@ class Tenant {
   // Sets `stamp` on every node from `end` up to the root (no LRU change).
   // REQUIRES: `stamp` is not older than any stamp on the path.
   void TouchPath(Node* end, uint64_t stamp);
-  void PinPath(Node* end, int delta);
+  // `sync`: also bring the cache-wide pinned-over-reserved sum up to date;
+  // false only for Insert's guard pin, which must not show there.
+  void PinPath(Node* end, int delta, bool sync = true);
+  // Pinned blocks above the reservation, as last added to the cache-wide
+  // sum; AdmitPinned adds `blocks` before they are pinned, Sync the rest.
+  int64_t pinned_over_reserved() const { return accounted_over_reserved_; }
+  void AdmitPinned(int64_t blocks) { accounted_over_reserved_ += blocks; }
+  void SyncPinnedOverReserved();
   // Removes `node` and everything below it; appends their IDs to *removed.
   // Leases ending in the removed subtree end first.
   void RemoveSubtree(Node* node, EvictReason reason,
@@ -191,6 +200,8 @@ class Tenant {
   std::vector<std::string> maybe_empty_
       ABSL_GUARDED_BY(mu);  // namespaces whose tree may be empty
   std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu);  // see Park()
+  std::atomic<int64_t>* const pinned_over_reserved_;
+  int64_t accounted_over_reserved_ ABSL_GUARDED_BY(mu) = 0;
 };
 
 // Locks a set of tenants for the length of a scope. Only holders of

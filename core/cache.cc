@@ -796,7 +796,13 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         "%d block_ids exceed max_block_ids_per_request %d", block_ids.size(),
         options_.limits.max_block_ids_per_request));
   }
-  MutexLock exclusive(&exclusive_mu_);
+  // One tenant's Invalidate (a TENANT principal's) touches only that
+  // tenant, the block index and the resident count: its tenant lock is
+  // enough, and other tenants' evicting Inserts need not wait for it.
+  // Several tenants are locked together only under exclusive_mu_.
+  const bool one = !scope.all && scope.tenants.size() == 1;
+  std::optional<MutexLock> exclusive;
+  if (!one) exclusive.emplace(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   absl::flat_hash_map<uint32_t, Tenant*> by_index;
   for (Tenant* t : locked.tenants()) by_index[t->index()] = t;
@@ -813,17 +819,32 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         absl::StrFormat("%d of %d block ids are not cached: %s", unknown.size(),
                         block_ids.size(), FormatIds(unknown)));
   }
-  std::vector<BlockId> removed;
+  // One cut per node, at its first listed block: splitting once per listed
+  // ID would copy a long node's head again for every ID (quadratic). A node
+  // is visited in the order of its first listed ID, so results keep the
+  // order they had.
+  absl::flat_hash_map<const Node*, size_t> first_cut;  // node -> block
+  std::vector<BlockId> cuts;  // per node, the ID of its first listed block
   for (BlockId id : block_ids) {
-    auto owner = index_.Find(id);
-    if (!owner) continue;  // already gone with an ancestor listed earlier
-    Tenant* t = by_index[owner->tenant];
-    Node* node = owner->node;
+    const Node* node = index_.Find(id)->node;
     const size_t j =
         std::find(node->block_ids().begin(), node->block_ids().end(), id) -
         node->block_ids().begin();
-    if (j > 0)
-      t->SplitAt(node, j);  // `node` keeps the tail that starts at `id`
+    auto [it, added] = first_cut.try_emplace(node, j);
+    if (added) {
+      cuts.push_back(id);
+    } else if (j < it->second) {
+      it->second = j;
+    }
+  }
+  std::vector<BlockId> removed;
+  for (BlockId listed : cuts) {
+    auto owner = index_.Find(listed);
+    if (!owner) continue;  // already gone with an ancestor cut earlier
+    Tenant* t = by_index[owner->tenant];
+    Node* node = owner->node;
+    const size_t j = first_cut.at(node);
+    if (j > 0) t->SplitAt(node, j);  // `node` keeps the tail from block j
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
   }
   for (Tenant* t : locked.tenants()) t->FlushRemovals();

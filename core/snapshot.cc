@@ -183,6 +183,7 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
     PinPath(end, +1);
     const absl::Time expiry = now + absl::Milliseconds(left_ms);
     leases_[id] = Lease{end, absl::Milliseconds(ttl_ms), expiry};
+    leases_by_end_.insert({end, id});
     lease_expiry_.insert({expiry, id});
   }
   uint64_t nparked;

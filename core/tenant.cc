@@ -191,14 +191,17 @@ BlockId Tenant::EvictOne(EvictReason reason) {
 
 void Tenant::RemoveSubtree(Node* node, EvictReason reason,
                            std::vector<BlockId>* removed) {
-  // End the leases whose path runs through the subtree.
-  absl::flat_hash_set<const Node*> doomed;
-  doomed.insert(node);
-  ForEachBelow(*node, [&](const Node& n, int) { doomed.insert(&n); });
+  // End the leases whose path runs through the subtree: those that end in
+  // it, found by their end node.
   std::vector<LeaseId> ending;
-  for (const auto& [id, lease] : leases_) {
-    if (doomed.contains(lease.end)) ending.push_back(id);
-  }
+  auto collect = [&](const Node* n) {
+    for (auto it = leases_by_end_.lower_bound({n, 0});
+         it != leases_by_end_.end() && it->first == n; ++it) {
+      ending.push_back(it->second);
+    }
+  };
+  collect(node);
+  ForEachBelow(*node, [&](const Node& n, int) { collect(&n); });
   for (LeaseId id : ending) EndLease(id);
 
   Tree* tree = node->tree;
@@ -246,6 +249,7 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
   lru_.clear();
   leases_.clear();
   lease_expiry_.clear();
+  leases_by_end_.clear();
   pending_removals_.clear();
   maybe_empty_.clear();
   cached_blocks_ = pinned_blocks_ = nodes_ = 0;
@@ -277,6 +281,7 @@ LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
   const LeaseId id = NextLeaseId();
   PinPath(end, +1);
   leases_[id] = Lease{end, ttl, now + ttl};
+  leases_by_end_.insert({end, id});
   lease_expiry_.insert({now + ttl, id});
   return id;
 }
@@ -291,6 +296,7 @@ bool Tenant::EndLease(LeaseId id) {
   if (it == leases_.end()) return false;
   PinPath(it->second.end, -1);
   lease_expiry_.erase({it->second.expiry, id});
+  leases_by_end_.erase({it->second.end, id});
   leases_.erase(it);
   return true;
 }
@@ -401,11 +407,17 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
       return fail(
           absl::StrFormat("lease %016x missing from the expiry order", id));
     }
+    if (!leases_by_end_.contains({lease.end, id})) {
+      return fail(
+          absl::StrFormat("lease %016x missing from the end-node index", id));
+    }
     for (const Node* n = lease.end; !n->is_root(); n = n->parent)
       ++expected_pins[n];
   }
   if (lease_expiry_.size() != leases_.size())
     return fail("lease expiry order has extra entries");
+  if (leases_by_end_.size() != leases_.size())
+    return fail("lease end-node index has extra entries");
 
   uint64_t cached = 0, pinned = 0, nodes = 0;
   size_t lru_members = 0;                 // nodes with an LRU entry

@@ -107,7 +107,8 @@ class Tenant {
   void AdmitPinned(int64_t blocks) { accounted_over_reserved_ += blocks; }
   void SyncPinnedOverReserved();
   // Removes `node` and everything below it; appends their IDs to *removed.
-  // Leases ending in the removed subtree end first.
+  // Leases ending in the removed subtree end first. Costs O(removed nodes,
+  // blocks and leases x log), whatever else the tenant holds.
   void RemoveSubtree(Node* node, EvictReason reason,
                      std::vector<BlockId>* removed);
   // Drops every tree and lease; returns how many blocks went.
@@ -181,6 +182,11 @@ class Tenant {
   absl::btree_set<std::pair<uint64_t, Node*>> lru_ ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
   absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
+      ABSL_GUARDED_BY(mu);
+  // Every lease by its end node: RemoveSubtree ends the leases of the nodes
+  // it removes without a scan of all leases (a split keeps the end node
+  // object, see SplitAt, so entries never move).
+  absl::btree_set<std::pair<const Node*, LeaseId>> leases_by_end_
       ABSL_GUARDED_BY(mu);
   uint64_t rng_state_ ABSL_GUARDED_BY(mu);
 

@@ -74,6 +74,8 @@ struct CacheOptions {
   RopeShift rope_shift = RopeShift::kDeny;
   absl::Duration default_lease_ttl = absl::Seconds(300);
   size_t events_per_tenant = 4096;  // size of each event ring
+  // Bytes each ring may hold (EventRing::Bytes); 0: no bound but the count.
+  uint64_t event_ring_bytes = uint64_t{4} << 20;
   // Stored events carry their tokens, and a tenant's Cleared event the IDs
   // it removed: what a reader needs to tell others exactly what changed
   // (the KV event publisher, docs/index.md). Off, events stay small.

@@ -33,7 +33,7 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       detailed_events_(options.detailed_events),
       block_index_(block_index),
       rng_state_(rng_seed),
-      events_(options.events_per_tenant, event_order),
+      events_(options.events_per_tenant, event_order, options.event_ring_bytes),
       pinned_over_reserved_(pinned_over_reserved) {
   counters_.tenant = name_;
 }

@@ -311,6 +311,17 @@ absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
                    absl::StrCat(c.events_per_tenant(), " exceeds ", 1u << 20));
   }
   cache.events_per_tenant = c.events_per_tenant();
+  absl::StatusOr<uint64_t> ring =
+      ParseBytesField("event_ring_bytes", c.event_ring_bytes());
+  if (!ring.ok()) return ring.status();
+  constexpr uint64_t kMinRing = 4096, kMaxRing = uint64_t{1} << 30;
+  if (*ring < kMinRing || *ring > kMaxRing) {
+    return Invalid(
+        "event_ring_bytes",
+        absl::StrCat("\"", c.event_ring_bytes(), "\" (", *ring,
+                     " bytes) is not in ", kMinRing, "..", kMaxRing));
+  }
+  cache.event_ring_bytes = *ring;
   return ResolveTenants(c, &cache);
 }
 
@@ -491,6 +502,7 @@ void FillDefaults(v1::Config* c) {
   fill(c->mutable_drain_timeout(), defaults::kDrainTimeout);
   if (c->events_per_tenant() == 0)
     c->set_events_per_tenant(defaults::kEventsPerTenant);
+  fill(c->mutable_event_ring_bytes(), defaults::kEventRingBytes);
   if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
   }

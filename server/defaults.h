@@ -20,6 +20,9 @@ inline constexpr char kKvBudget[] = "4GiB";
 inline constexpr char kLeaseTtl[] = "300s";
 inline constexpr char kDrainTimeout[] = "10s";
 inline constexpr uint32_t kEventsPerTenant = 4096;
+// 4096 events of 128 IDs each, or 8 Inserts of 65,536 IDs: a tenant's ring
+// is bounded in bytes too (docs/operations.md, "Memory bounds").
+inline constexpr char kEventRingBytes[] = "4MiB";
 // Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
 // token.
 inline constexpr char kMaxMessageSize[] = "16MiB";

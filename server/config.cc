@@ -338,6 +338,22 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
                      " bytes) is not in ", kMinMessage, "..", kMaxMessage));
   }
   out->max_message_bytes = *msg;
+  const v1::LimitsConfig& l = c.limits();
+  out->watch.max_streams_per_tenant = l.max_watch_streams_per_tenant();
+  absl::StatusOr<uint64_t> reply =
+      ParseBytesField("limits.watch_reply_bytes", l.watch_reply_bytes());
+  if (!reply.ok()) return reply.status();
+  if (*reply < kMinMessage || *reply > *msg) {
+    return Invalid("limits.watch_reply_bytes",
+                   absl::StrCat("\"", l.watch_reply_bytes(), "\" (", *reply,
+                                " bytes) is not in ", kMinMessage,
+                                "..max_message_size (", *msg, ")"));
+  }
+  out->watch.max_reply_bytes = *reply;
+  absl::StatusOr<absl::Duration> stall = ParsePositiveDuration(
+      "limits.watch_stall_timeout", l.watch_stall_timeout());
+  if (!stall.ok()) return stall.status();
+  out->watch.stall_timeout = *stall;
   absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
   if (!drain.ok()) return InField("drain_timeout", drain.status());
   out->drain_timeout = *drain;
@@ -503,6 +519,11 @@ void FillDefaults(v1::Config* c) {
   if (c->events_per_tenant() == 0)
     c->set_events_per_tenant(defaults::kEventsPerTenant);
   fill(c->mutable_event_ring_bytes(), defaults::kEventRingBytes);
+  v1::LimitsConfig* lim = c->mutable_limits();
+  if (lim->max_watch_streams_per_tenant() == 0)
+    lim->set_max_watch_streams_per_tenant(defaults::kMaxWatchStreamsPerTenant);
+  fill(lim->mutable_watch_reply_bytes(), defaults::kWatchReplyBytes);
+  fill(lim->mutable_watch_stall_timeout(), defaults::kWatchStallTimeout);
   if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
   }

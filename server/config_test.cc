@@ -322,7 +322,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{R"pb(event_ring_bytes: "1KiB")pb",
                  {"event_ring_bytes", "1KiB", "1024 bytes"}},
         BadValue{R"pb(event_ring_bytes: "2GiB")pb",
-                 {"event_ring_bytes", "2GiB"}}));
+                 {"event_ring_bytes", "2GiB"}},
+        BadValue{R"pb(limits { watch_reply_bytes: "1KiB" })pb",
+                 {"limits.watch_reply_bytes", "1KiB", "1024 bytes"}},
+        BadValue{R"pb(limits { watch_stall_timeout: "0s" })pb",
+                 {"limits.watch_stall_timeout", "0s"}}));
 
 TEST(ConfigTest, UnixPathLongerThanSunPathIsRefused) {
   std::string path(120, 'x');

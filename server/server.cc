@@ -71,8 +71,8 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
 
 absl::Status Server::Build() {
   InitGrpcOnce();
-  watchers_ = std::make_unique<EventWatchers>(cache_.get(), epoch_,
-                                              config_.watch_poll_interval);
+  watchers_ = std::make_unique<EventWatchers>(
+      cache_.get(), epoch_, config_.watch_poll_interval, config_.watch);
   service_ = std::make_unique<PrefixCacheService>(
       cache_.get(), authorizer_.get(), watchers_.get(),
       ServiceInfo::From(config_, epoch_), observer_);

@@ -557,7 +557,7 @@ PrefixCacheService::WatchEvents(grpc::CallbackServerContext* ctx,
                          absl::Now() - start);
   }
   if (!call.ok()) return new FailedStream(ToGrpcStatus(call.status()));
-  return watchers_->Start(call->tenant, req->from_sequence());
+  return watchers_->Start(ctx, call->tenant, req->from_sequence());
 }
 
 }  // namespace prefixd

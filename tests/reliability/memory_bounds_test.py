@@ -6,6 +6,11 @@ config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
 - event ring: one tenant alternating two Inserts of 65,536 blocks (each
   evicts the other) appends 1 MiB of events per Insert; the ring is bounded
   by event_ring_bytes, not only by its 4096 events.
+- WatchEvents: streams that are never read hold at most one reply of
+  limits.watch_reply_bytes each, a tenant opens at most
+  limits.max_watch_streams_per_tenant of them (RESOURCE_EXHAUSTED beyond),
+  and a reply unread for limits.watch_stall_timeout cancels its stream,
+  which frees its memory and its place.
 
 Usage: memory_bounds_test.py --prefixd PATH [--stubs DIR]
 """
@@ -14,6 +19,8 @@ import os
 import sys
 import time
 import unittest
+
+import grpc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "python"))
@@ -75,6 +82,71 @@ class MemoryBoundsTest(unittest.TestCase):
         self.assertLess(after - before, 32 * MIB,
                         "RSS grew %d KiB while one tenant's ring took 1 MiB of "
                         "events per Insert" % (after - before))
+
+    def big_inserts(self, stub, n, blocks=65536):
+        """n Inserts of `blocks` blocks, each evicting the previous one."""
+        for i in range(n):
+            base = (i % 2) << 20
+            stub.Insert(pb.InsertRequest(tokens=range(base, base + blocks),
+                                         block_ids=range(base, base + blocks)), timeout=30)
+
+    def open_unread_streams(self, daemon, n):
+        """n WatchEvents streams from the oldest event that nobody reads, on a
+        channel whose flow-control windows stay at 64 KiB (no BDP probing), as
+        a client that stopped reading leaves them."""
+        ch = grpc.insecure_channel(daemon.tcp, options=[("grpc.http2.bdp_probe", 0)])
+        self.addCleanup(ch.close)
+        stub = pb_grpc.PrefixCacheStub(ch)
+        streams = [stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=120)
+                   for _ in range(n)]
+        for s in streams:
+            self.addCleanup(s.cancel)
+        return streams
+
+    def test_unread_watch_streams_are_bounded_per_stream_and_per_tenant(self):
+        daemon = self.start('block_size: 1\nkv_budget: "65536tokens"\n')
+        stub = self.stub(daemon)
+        self.big_inserts(stub, 2)
+        before = rss_kib(daemon.proc.pid)
+        self.open_unread_streams(daemon, 24)
+        time.sleep(0.5)  # the streams are registered
+        refused = stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=3)
+        with self.assertRaises(grpc.RpcError) as e:
+            next(refused)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         e.exception.details())
+        self.assertIn("tenant 'default' has 8 WatchEvents streams open", e.exception.details())
+        self.big_inserts(stub, 12)  # each stream's backlog: all the ring holds
+        time.sleep(1)  # the poller fills every stream's reply
+        after = rss_kib(daemon.proc.pid)
+        print("24 unread streams: RSS %d -> %d KiB" % (before, after))
+        self.assertLess(after - before, 40 * MIB,
+                        "RSS grew %d KiB with unread WatchEvents streams" % (after - before))
+
+    def test_a_stalled_watch_stream_is_cancelled_and_frees_its_place(self):
+        daemon = self.start('block_size: 1\nkv_budget: "65536tokens"\n'
+                            'limits { watch_stall_timeout: "1s" }\n')
+        stub = self.stub(daemon)
+        streams = self.open_unread_streams(daemon, 8)
+        # New events all along: once the client's flow-control windows are
+        # full, every stream has a reply that cannot be sent.
+        stalled = "stalled: a reply of"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and daemon.logs().count(stalled) < 8:
+            self.big_inserts(stub, 2)
+        self.assertEqual(daemon.logs().count(stalled), 8, daemon.logs()[-2000:])
+        self.assertIn("bytes was not read within limits.watch_stall_timeout 1s; cancelled",
+                      daemon.logs())
+        for s in streams:  # what the client had buffered, then the end
+            with self.assertRaises(grpc.RpcError) as e:
+                for _ in s:
+                    pass
+            self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+        # Their places are free again: a reader that reads gets its events.
+        reader = stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=10)
+        self.assertGreater(len(next(reader).events), 0)
+        reader.cancel()
+
 
 if __name__ == "__main__":
     unittest.main()

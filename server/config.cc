@@ -354,6 +354,16 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
       "limits.watch_stall_timeout", l.watch_stall_timeout());
   if (!stall.ok()) return stall.status();
   out->watch.stall_timeout = *stall;
+  if (l.max_concurrent_streams() > (1u << 20)) {
+    return Invalid(
+        "limits.max_concurrent_streams",
+        absl::StrCat(l.max_concurrent_streams(), " exceeds ", 1u << 20));
+  }
+  out->max_concurrent_streams = static_cast<int>(l.max_concurrent_streams());
+  absl::StatusOr<absl::Duration> idle = ParsePositiveDuration(
+      "limits.max_connection_idle", l.max_connection_idle());
+  if (!idle.ok()) return idle.status();
+  out->max_connection_idle = *idle;
   absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
   if (!drain.ok()) return InField("drain_timeout", drain.status());
   out->drain_timeout = *drain;
@@ -524,6 +534,9 @@ void FillDefaults(v1::Config* c) {
     lim->set_max_watch_streams_per_tenant(defaults::kMaxWatchStreamsPerTenant);
   fill(lim->mutable_watch_reply_bytes(), defaults::kWatchReplyBytes);
   fill(lim->mutable_watch_stall_timeout(), defaults::kWatchStallTimeout);
+  if (lim->max_concurrent_streams() == 0)
+    lim->set_max_concurrent_streams(defaults::kMaxConcurrentStreams);
+  fill(lim->mutable_max_connection_idle(), defaults::kMaxConnectionIdle);
   if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
   }

@@ -28,6 +28,9 @@ inline constexpr char kEventRingBytes[] = "4MiB";
 inline constexpr uint32_t kMaxWatchStreamsPerTenant = 8;
 inline constexpr char kWatchReplyBytes[] = "1MiB";
 inline constexpr char kWatchStallTimeout[] = "30s";
+// Per connection: calls in flight, and how long one without calls lives.
+inline constexpr uint32_t kMaxConcurrentStreams = 64;
+inline constexpr char kMaxConnectionIdle[] = "5m";
 // Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
 // token.
 inline constexpr char kMaxMessageSize[] = "16MiB";

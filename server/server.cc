@@ -6,6 +6,9 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <utility>
 
@@ -110,6 +113,16 @@ absl::Status Server::Build() {
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
   // start fine and take half the connections with a cache of its own.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // What one peer can hold open, authenticated or not: calls per
+  // connection, and connections that carry no call (a peer that sent the
+  // HTTP/2 preface and nothing else) are closed once idle.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             config_.max_concurrent_streams);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(config_.max_connection_idle),
+          std::numeric_limits<int>::max())));
   builder.RegisterService(service_.get());
   if (index_service_ != nullptr) builder.RegisterService(index_service_.get());
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);

@@ -11,11 +11,16 @@ config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
   limits.max_watch_streams_per_tenant of them (RESOURCE_EXHAUSTED beyond),
   and a reply unread for limits.watch_stall_timeout cancels its stream,
   which frees its memory and its place.
+- connections: an unauthenticated peer that sends the HTTP/2 preface and
+  nothing else is told limits.max_concurrent_streams in the server's
+  SETTINGS and is disconnected after limits.max_connection_idle.
 
 Usage: memory_bounds_test.py --prefixd PATH [--stubs DIR]
 """
 
 import os
+import socket
+import struct
 import sys
 import time
 import unittest
@@ -146,6 +151,37 @@ class MemoryBoundsTest(unittest.TestCase):
         reader = stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=10)
         self.assertGreater(len(next(reader).events), 0)
         reader.cancel()
+
+    def test_an_idle_connection_is_closed_and_told_the_stream_limit(self):
+        daemon = self.start('auth { mode: TOKEN }\n'
+                            'principals { name: "p" role: ADMIN token_sha256: "%s" }\n'
+                            'limits { max_concurrent_streams: 16 max_connection_idle: "1s" }\n'
+                            % ("ab" * 32))
+        host, port = daemon.tcp.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            start = time.monotonic()
+            received = b""
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+            idle_for = time.monotonic() - start
+        frames, pos = [], 0  # (type, payload) of each HTTP/2 frame
+        while pos + 9 <= len(received):
+            length = int.from_bytes(received[pos:pos + 3], "big")
+            frames.append((received[pos + 3], received[pos + 9:pos + 9 + length]))
+            pos += 9 + length
+        # The server's first frame is its SETTINGS (type 4): 6-byte (id,
+        # value) pairs; id 3 is SETTINGS_MAX_CONCURRENT_STREAMS.
+        self.assertEqual(frames[0][0], 4, frames[:2])
+        payload = frames[0][1]
+        settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
+        self.assertEqual(settings.get(3), 16, settings)
+        self.assertIn(7, [t for t, _ in frames], "no GOAWAY (type 7) before the close")
+        self.assertGreaterEqual(idle_for, 0.5)
+        self.assertLess(idle_for, 8, "the idle connection stayed open %.1f s" % idle_for)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,9 @@ namespace prefixd {
 // new one, even across a power cut: `<path>.tmp` (mode 0600) is written and
 // fsync'd, renamed over `path`, and the directory is fsync'd. The temporary
 // file is created with O_EXCL|O_NOFOLLOW once whatever was there is
-// unlinked: a symlink planted at `<path>.tmp` is never written through. On error the
-// temporary file is removed and `path` is untouched. Errors name the path
-// and the failing system call.
+// unlinked: a symlink planted at `<path>.tmp` is never written through. On
+// error the temporary file is removed and `path` is untouched. Errors name the
+// path and the failing system call.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes);
 

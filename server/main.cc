@@ -27,6 +27,23 @@ sigset_t StopSignals() {
   return set;
 }
 
+// SIGHUP: re-reads the configuration (file and flags, as at start-up) and
+// takes its principals; a config that does not load, or that the running
+// daemon cannot take, is refused with one line and the old one stays.
+void ReloadPrincipals(const prefixd::CommandLine& flags,
+                      prefixd::Server& server) {
+  absl::StatusOr<prefixd::ServerConfig> config =
+      prefixd::LoadServerConfig(flags);
+  absl::Status s =
+      config.ok() ? server.ReloadPrincipals(config->proto) : config.status();
+  std::fprintf(stderr, "prefixd: SIGHUP: %s\n",
+               s.ok() ? "principals reloaded"
+                      : absl::StrCat("configuration refused, the old one "
+                                     "stays in force: ",
+                                     s.message())
+                            .c_str());
+}
+
 int Fail(absl::string_view what, const absl::Status& status) {
   std::fprintf(stderr, "prefixd: %s: %s\n", std::string(what).c_str(),
                std::string(status.message()).c_str());
@@ -81,7 +98,9 @@ int main(int argc, char** argv) {
   // inherits the mask and the signals wait for sigwait below instead of
   // interrupting whatever thread the kernel picks.
   const sigset_t stop = StopSignals();
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  sigset_t waited = stop;  // stop signals and SIGHUP
+  sigaddset(&waited, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited, nullptr);
 
   const absl::Duration drain = config->drain_timeout;
   // Sees every RPC from the first; serves /metrics once the server is up.
@@ -135,7 +154,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   int sig = 0;
-  sigwait(&stop, &sig);
+  for (sigwait(&waited, &sig); sig == SIGHUP; sigwait(&waited, &sig)) {
+    ReloadPrincipals(*flags, **server);
+  }
   std::fprintf(
       stderr,
       "prefixd: %s: health NOT_SERVING, draining in-flight calls (up to %s)\n",

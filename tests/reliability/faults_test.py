@@ -12,6 +12,8 @@
   snapshot was restored: the snapshot is put back for the next start;
 - a second daemon on the same snapshot_path: refuses to start, naming the
   first's pid, and the first keeps its cache;
+- SIGHUP: new principals from the config file without losing the cache; a
+  bad config refused with one log line while the old principals stay;
 - SIGKILL after a restore: the snapshot was consumed, so the restart is empty
   with a new epoch (trusted once);
 - a corrupt snapshot and one for another model: moved aside with one log
@@ -21,6 +23,7 @@ Usage: faults_test.py --prefixd PATH [--stubs DIR]
 """
 
 import glob
+import hashlib
 import os
 import signal
 import socket
@@ -269,6 +272,46 @@ class FaultTest(unittest.TestCase):
         self.restart(signal.SIGTERM)
         self.assertEqual(self.epoch(), epoch)
         self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_sighup_rotates_principals_and_refuses_a_bad_config(self):
+        def config(*principals):
+            return CONFIG + 'auth { mode: TOKEN }\ndynamic_tenants { enabled: true }\n' + "".join(
+                'principals { name: "%s" role: ENGINE tenants: "*" token_sha256: "%s" }\n'
+                % (name, hashlib.sha256(token.encode()).hexdigest())
+                for name, token in principals)
+
+        def md(token):
+            return [("authorization", "Bearer " + token), ("x-prefixd-tenant", "t0")]
+
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(("old", "old-token-0123")))
+        self.addCleanup(daemon.close)
+        daemon.start()
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        stub = pb_grpc.PrefixCacheStub(ch)
+        stub.Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]),
+                    metadata=md("old-token-0123"), timeout=10)
+        epoch = stub.GetInfo(pb.GetInfoRequest(), metadata=md("old-token-0123"), timeout=10).epoch
+
+        def rotate(text, line):
+            with open(os.path.join(daemon.tmp, "prefixd.textproto"), "w") as f:
+                f.write(text)
+            seen = daemon.logs().count(line)
+            daemon.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: daemon.logs().count(line) > seen, 10, line)
+
+        rotate(config(("new", "new-token-4567")), "prefixd: SIGHUP: principals reloaded")
+        stats = stub.Stats(pb.StatsRequest(), metadata=md("new-token-4567"), timeout=10)
+        self.assertEqual(stats.tenants[0].cached_blocks, 2)  # the cache stayed
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.Stats(pb.StatsRequest(), metadata=md("old-token-0123"), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        # A principal named twice: refused with one line, the old table stays.
+        rotate(config(("new", "new-token-4567"), ("new", "other-token-89")),
+               "prefixd: SIGHUP: configuration refused, the old one stays in force:")
+        self.assertIn("names must be unique", daemon.logs().splitlines()[-1])
+        self.assertEqual(stub.GetInfo(pb.GetInfoRequest(), metadata=md("new-token-4567"),
+                                      timeout=10).epoch, epoch)
 
     # ---- snapshots that cannot be used ----
 

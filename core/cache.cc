@@ -240,7 +240,9 @@ PrefixCache::PrefixCache(CacheOptions options)
         BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
                  budget_blocks_),
         BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
-        options_, &index_, &event_order_, TenantSeed(seed_, i));
+        options_, &index_, &event_order_, &pinned_over_reserved_,
+        TenantSeed(seed_, i));
+    reserved_blocks_ += t->reserved_blocks();
     tenant_order_.push_back(t.get());
     tenants_[spec.name] = std::move(t);
   }
@@ -273,13 +275,15 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
                         name, options_.limits.max_tenants));
   }
   const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-  auto t = std::make_unique<Tenant>(
-      std::string(name), i,
-      BlocksOf(options_.default_quota.reserved_bytes, options_.block_bytes,
-               budget_blocks_),
-      BlocksOf(options_.default_quota.limit_bytes, options_.block_bytes,
-               budget_blocks_),
-      options_, &index_, &event_order_, TenantSeed(seed_, i));
+  auto t =
+      std::make_unique<Tenant>(std::string(name), i,
+                               BlocksOf(options_.default_quota.reserved_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               BlocksOf(options_.default_quota.limit_bytes,
+                                        options_.block_bytes, budget_blocks_),
+                               options_, &index_, &event_order_,
+                               &pinned_over_reserved_, TenantSeed(seed_, i));
+  reserved_blocks_ += t->reserved_blocks();
   Tenant* raw = t.get();
   tenant_order_.push_back(raw);
   tenants_[std::string(name)] = std::move(t);
@@ -349,17 +353,24 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
         t->name(), t->num_leases()));
   }
   const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
+  Tree* tree = t->FindTree(req.ns);
+  const Node* refused = nullptr;
+  const WalkPath steps =
+      tree == nullptr ? WalkPath{}
+                      : Walk(*tree, req.tokens, req.position_offset,
+                             options_.rope_shift == RopeShift::kDeny, &refused);
+  if (req.pin && !steps.empty()) {
+    uint64_t newly_pinned = 0;
+    for (const WalkStep& s : steps) {
+      if (s.node->pins == 0) newly_pinned += s.blocks;
+    }
+    RETURN_IF_ERROR(AdmitPins(t, newly_pinned));
+  }
   TenantStats& c = t->counters();
   ++c.match_requests;
   c.match_tokens += req.tokens.size();
 
   MatchResult result;
-  Tree* tree = t->FindTree(req.ns);
-  if (tree == nullptr) return result;
-  const Node* refused = nullptr;
-  const WalkPath steps =
-      Walk(*tree, req.tokens, req.position_offset,
-           options_.rope_shift == RopeShift::kDeny, &refused);
   if (refused != nullptr) {
     const size_t at =
         steps.empty() ? 0 : steps.back().first_block + steps.back().blocks;
@@ -426,15 +437,18 @@ absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
 }
 
 absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
-                                                 const InsertRequest& req) {
-  return std::move(InsertBatch(tenant, absl::MakeConstSpan(&req, 1))[0]);
+                                                 const InsertRequest& req,
+                                                 const TenantScope& caller) {
+  return std::move(
+      InsertBatch(tenant, absl::MakeConstSpan(&req, 1), caller)[0]);
 }
 
 // Runs the batch in order. Inserts that fit the budget run with only the
 // tenant locked; from the first one that must evict other tenants' blocks
 // on, the rest run in the exclusive section, so the order never changes.
 std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
-    absl::string_view tenant, absl::Span<const InsertRequest> reqs) {
+    absl::string_view tenant, absl::Span<const InsertRequest> reqs,
+    const TenantScope& caller) {
   std::vector<absl::Status> valid;
   std::vector<absl::StatusOr<InsertResult>> out;
   absl::StatusOr<Tenant*> found = StartBatch(
@@ -448,8 +462,8 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
     MutexLock lock(&t->mu);
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
-      auto result =
-          InsertLocked(t, reqs[done], /*all=*/nullptr, &needs_exclusive);
+      auto result = InsertLocked(t, reqs[done], caller, /*all=*/nullptr,
+                                 &needs_exclusive);
       if (needs_exclusive) break;
       out[done] = std::move(result);
     }
@@ -463,13 +477,15 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   for (Tenant* u : all.tenants()) u->ExpireLeases(now);
   for (; done < reqs.size(); ++done) {
     if (valid[done].ok())
-      out[done] = InsertLocked(t, reqs[done], &all.tenants(), &needs_exclusive);
+      out[done] =
+          InsertLocked(t, reqs[done], caller, &all.tenants(), &needs_exclusive);
   }
   return out;
 }
 
 absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
-    Tenant* t, const InsertRequest& req, const std::vector<Tenant*>* all,
+    Tenant* t, const InsertRequest& req, const TenantScope& caller,
+    const std::vector<Tenant*>* all,
     bool* needs_exclusive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const bool exclusive = all != nullptr;
   const CacheLimits& limits = options_.limits;
@@ -578,6 +594,15 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
     }
   }
 
+  if (req.pin) {
+    // The lease pins the walked path's unpinned blocks and the new ones.
+    if (absl::Status s = AdmitPins(t, protected_blocks + n_new); !s.ok()) {
+      if (!exclusive && net > 0) resident_blocks_.fetch_sub(net);
+      index_.Erase(claim);
+      return s;
+    }
+  }
+
   // Nothing can fail from here on.
   if (tree == nullptr) tree = t->GetOrCreateTree(req.ns);
   Node* end = &tree->root;
@@ -601,18 +626,20 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
                  req.block_ids.subspan(cached), position,
                  static_cast<int64_t>(cached * bs));
   }
-  // The guard pin keeps this insert's own path out of the victims.
-  t->PinPath(end, +1);
+  // The guard pin keeps this insert's own path out of the victims. It is
+  // not a lease: it must not count against the reservations (AdmitPins).
+  t->PinPath(end, +1, /*sync=*/false);
   InsertResult result;
   for (uint64_t i = 0; i < need_own; ++i) {
     result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
   }
   if (need_global > 0) {
-    EvictGlobal(*all, need_global, /*respect_reserved=*/true,
-                EvictReason::kBudget, &result.evicted_block_ids);
-    resident_blocks_.fetch_add(
-        static_cast<int64_t>(n_new) -
-        static_cast<int64_t>(result.evicted_block_ids.size()));
+    const uint64_t evicted =
+        need_own + EvictGlobal(*all, need_global, /*respect_reserved=*/true,
+                               EvictReason::kBudget, &caller,
+                               &result.evicted_block_ids);
+    resident_blocks_.fetch_add(static_cast<int64_t>(n_new) -
+                               static_cast<int64_t>(evicted));
   } else if (exclusive) {
     resident_blocks_.fetch_add(net);
   } else if (net < 0) {
@@ -622,6 +649,7 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   t->PinPath(end, -1);
   index_.Erase(redundant);
   t->FlushRemovals();
+  t->TakeParked(&result.evicted_block_ids);
 
   TenantStats& c = t->counters();
   ++c.insert_requests;
@@ -632,11 +660,39 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   return result;
 }
 
-void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
-                              bool respect_reserved, EvictReason reason,
-                              std::vector<BlockId>* out)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  for (uint64_t done = 0; done < n; ++done) {
+absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
+  const uint64_t reserved = t->reserved_blocks();
+  const uint64_t after = t->pinned_blocks() + blocks;
+  const int64_t over =
+      after > reserved ? static_cast<int64_t>(after - reserved) : 0;
+  const int64_t add = over - t->pinned_over_reserved();
+  if (add <= 0) return absl::OkStatus();
+  const uint64_t reserved_all = reserved_blocks_.load();
+  const int64_t pool = budget_blocks_ > reserved_all
+                           ? static_cast<int64_t>(budget_blocks_ - reserved_all)
+                           : 0;
+  // Taken before checking, so that two tenants' concurrent admissions
+  // cannot both fit into the last free blocks.
+  const int64_t before = pinned_over_reserved_.fetch_add(add);
+  if (before + add > pool) {
+    pinned_over_reserved_.fetch_sub(add);
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "tenant '%s' would pin %d blocks, %d above its reservation of %d; "
+        "the tenants' reservations (%d blocks) leave %d of the budget's %d "
+        "blocks for pins above reservations, and %d are taken",
+        t->name(), after, over, reserved, reserved_all, pool, budget_blocks_,
+        before));
+  }
+  t->AdmitPinned(add);
+  return absl::OkStatus();
+}
+
+uint64_t PrefixCache::EvictGlobal(
+    const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
+    EvictReason reason, const TenantScope* caller,
+    std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  uint64_t done = 0;
+  for (; done < n; ++done) {
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
     for (Tenant* u : from) {
@@ -650,9 +706,15 @@ void PrefixCache::EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
       }
     }
     if (victim == nullptr) break;
-    out->push_back(victim->EvictOne(reason));
+    const BlockId id = victim->EvictOne(reason);
+    if (caller == nullptr || caller->Contains(victim->name())) {
+      out->push_back(id);
+    } else {
+      victim->Park(id);
+    }
   }
   for (Tenant* u : from) u->FlushRemovals();
+  return done;
 }
 
 // --- Leases
@@ -721,12 +783,14 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
   std::vector<BlockId> out;
   // Tenants above their reservation give first; the rest only if needed.
-  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, &out);
+  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, nullptr,
+              &out);
   if (out.size() < blocks) {
     EvictGlobal(locked.tenants(), blocks - out.size(), false,
-                EvictReason::kRequested, &out);
+                EvictReason::kRequested, nullptr, &out);
   }
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
+  for (Tenant* t : locked.tenants()) t->TakeParked(&out);
   return out;
 }
 
@@ -740,7 +804,13 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         "%d block_ids exceed max_block_ids_per_request %d", block_ids.size(),
         options_.limits.max_block_ids_per_request));
   }
-  MutexLock exclusive(&exclusive_mu_);
+  // One tenant's Invalidate (a TENANT principal's) touches only that
+  // tenant, the block index and the resident count: its tenant lock is
+  // enough, and other tenants' evicting Inserts need not wait for it.
+  // Several tenants are locked together only under exclusive_mu_.
+  const bool one = !scope.all && scope.tenants.size() == 1;
+  std::optional<MutexLock> exclusive;
+  if (!one) exclusive.emplace(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   absl::flat_hash_map<uint32_t, Tenant*> by_index;
   for (Tenant* t : locked.tenants()) by_index[t->index()] = t;
@@ -757,17 +827,32 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         absl::StrFormat("%d of %d block ids are not cached: %s", unknown.size(),
                         block_ids.size(), FormatIds(unknown)));
   }
-  std::vector<BlockId> removed;
+  // One cut per node, at its first listed block: splitting once per listed
+  // ID would copy a long node's head again for every ID (quadratic). A node
+  // is visited in the order of its first listed ID, so results keep the
+  // order they had.
+  absl::flat_hash_map<const Node*, size_t> first_cut;  // node -> block
+  std::vector<BlockId> cuts;  // per node, the ID of its first listed block
   for (BlockId id : block_ids) {
-    auto owner = index_.Find(id);
-    if (!owner) continue;  // already gone with an ancestor listed earlier
-    Tenant* t = by_index[owner->tenant];
-    Node* node = owner->node;
+    const Node* node = index_.Find(id)->node;
     const size_t j =
         std::find(node->block_ids().begin(), node->block_ids().end(), id) -
         node->block_ids().begin();
-    if (j > 0)
-      t->SplitAt(node, j);  // `node` keeps the tail that starts at `id`
+    auto [it, added] = first_cut.try_emplace(node, j);
+    if (added) {
+      cuts.push_back(id);
+    } else if (j < it->second) {
+      it->second = j;
+    }
+  }
+  std::vector<BlockId> removed;
+  for (BlockId listed : cuts) {
+    auto owner = index_.Find(listed);
+    if (!owner) continue;  // already gone with an ancestor cut earlier
+    Tenant* t = by_index[owner->tenant];
+    Node* node = owner->node;
+    const size_t j = first_cut.at(node);
+    if (j > 0) t->SplitAt(node, j);  // `node` keeps the tail from block j
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
   }
   for (Tenant* t : locked.tenants()) t->FlushRemovals();
@@ -781,6 +866,7 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   std::vector<BlockId> removed;
   for (Tenant* t : locked.tenants()) t->Clear(&removed);
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
+  for (Tenant* t : locked.tenants()) t->TakeParked(&removed);
   return removed;
 }
 
@@ -849,11 +935,20 @@ absl::Status PrefixCache::CheckInvariants() const {
   ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   uint64_t cached = 0, pinned = 0;
+  int64_t over_reserved = 0;
   std::string error;
   for (const Tenant* t : all.tenants()) {
     if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
     cached += t->cached_blocks();
     pinned += t->pinned_blocks();
+    over_reserved +=
+        std::max<int64_t>(0, static_cast<int64_t>(t->pinned_blocks()) -
+                                 static_cast<int64_t>(t->reserved_blocks()));
+  }
+  if (over_reserved != pinned_over_reserved_.load()) {
+    return absl::InternalError(
+        absl::StrFormat("pinned blocks over reservations: counted %d, are %d",
+                        pinned_over_reserved_.load(), over_reserved));
   }
   if (static_cast<int64_t>(cached) != resident_blocks_.load()) {
     return absl::InternalError(

@@ -75,6 +75,8 @@ struct CacheOptions {
   RopeShift rope_shift = RopeShift::kDeny;
   absl::Duration default_lease_ttl = absl::Seconds(300);
   size_t events_per_tenant = 4096;  // size of each event ring
+  // Bytes each ring may hold (EventRing::Bytes); 0: no bound but the count.
+  uint64_t event_ring_bytes = uint64_t{4} << 20;
   // Stored events carry their tokens, and a tenant's Cleared event the IDs
   // it removed: what a reader needs to tell others exactly what changed
   // (the KV event publisher, docs/index.md). Off, events stay small.
@@ -217,9 +219,13 @@ class PrefixCache {
                                     const MatchRequest& req);
 
   // Adopts req.block_ids for req.tokens (docs/api.md, "Insert"). On any error
-  // nothing changes.
-  absl::StatusOr<InsertResult> Insert(absl::string_view tenant,
-                                      const InsertRequest& req);
+  // nothing changes. `caller` is every tenant the caller may act for: blocks
+  // of other tenants it evicts are not returned but parked with their
+  // tenant, for its next Insert, Evict or Reset (Tenant::Park); the result
+  // carries the tenant's own parked blocks.
+  absl::StatusOr<InsertResult> Insert(
+      absl::string_view tenant, const InsertRequest& req,
+      const TenantScope& caller = TenantScope::All());
 
   // Many Matches or Inserts of one tenant, in order, with the tenant's lock
   // taken once (Inserts that must evict other tenants' blocks, and all after
@@ -229,7 +235,8 @@ class PrefixCache {
   std::vector<absl::StatusOr<MatchResult>> MatchBatch(
       absl::string_view tenant, absl::Span<const MatchRequest> reqs);
   std::vector<absl::StatusOr<InsertResult>> InsertBatch(
-      absl::string_view tenant, absl::Span<const InsertRequest> reqs);
+      absl::string_view tenant, absl::Span<const InsertRequest> reqs,
+      const TenantScope& caller = TenantScope::All());
 
   // Ends a lease. NOT_FOUND for unknown, expired or another tenant's lease.
   absl::Status Release(absl::string_view tenant, LeaseId lease);
@@ -241,7 +248,7 @@ class PrefixCache {
 
   // Frees up to `blocks` unpinned blocks of the tenants in scope, least
   // recently used first (tenants above their reservation before the others),
-  // and returns their IDs.
+  // and returns their IDs, followed by the scope's parked blocks (Insert).
   absl::StatusOr<std::vector<BlockId>> Evict(const TenantScope& scope,
                                              uint64_t blocks);
 
@@ -251,7 +258,8 @@ class PrefixCache {
   absl::StatusOr<std::vector<BlockId>> Invalidate(
       const TenantScope& scope, absl::Span<const BlockId> block_ids);
 
-  // Drops every tree and lease of the tenants in scope; returns their IDs.
+  // Drops every tree and lease of the tenants in scope; returns their IDs
+  // and their parked blocks (Insert).
   std::vector<BlockId> Reset(const TenantScope& scope);
 
   // Expires leases whose TTL has passed (calls do this lazily for their own
@@ -316,15 +324,26 @@ class PrefixCache {
   // (only t locked: sets *needs_exclusive if other tenants must give up
   // blocks) and every tenant, all locked, in the exclusive section.
   absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req,
+                                            const TenantScope& caller,
                                             const std::vector<Tenant*>* all,
                                             bool* needs_exclusive);
   // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
-  // below their reservation when respect_reserved. REQUIRES: every tenant's
-  // mutex held exclusively by the caller (reading a tenant's oldest stamp
-  // normalizes its LRU set, tenant.h).
-  void EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
-                   bool respect_reserved, EvictReason reason,
-                   std::vector<BlockId>* out);
+  // below their reservation when respect_reserved. Appends the IDs of
+  // tenants in `caller` to *out and parks the others' (null: all to *out).
+  // Returns how many blocks went. REQUIRES: every tenant's mutex held
+  // exclusively by the caller (reading a tenant's oldest stamp normalizes
+  // its LRU set, tenant.h).
+  uint64_t EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
+                       bool respect_reserved, EvictReason reason,
+                       const TenantScope* caller, std::vector<BlockId>* out);
+
+  // Admission of a lease that pins `blocks` more of t's blocks (REQUIRES
+  // t->mu). Pinned blocks above their tenant's reservation may fill only
+  // what the reservations leave of the budget, so that every tenant can
+  // always get back to its reservation by evicting unpinned blocks of
+  // tenants above theirs. Adds t's share on success; RESOURCE_EXHAUSTED
+  // naming the counts, changing nothing, otherwise.
+  absl::Status AdmitPins(Tenant* t, uint64_t blocks);
 
   uint64_t NextStamp() {
     return stamp_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -338,6 +357,9 @@ class PrefixCache {
   std::atomic<uint64_t> stamp_{0};  // logical recency clock
   std::atomic<int64_t> resident_blocks_{0};  // cached blocks over all tenants
   std::atomic<uint64_t> event_order_{0};     // the last Event::order taken
+  // Sum over tenants of max(0, pinned - reserved) blocks (AdmitPins).
+  std::atomic<int64_t> pinned_over_reserved_{0};
+  std::atomic<uint64_t> reserved_blocks_{0};  // sum over existing tenants
 
   // Held (before any tenant mutex) by every call that locks more than one
   // tenant: global eviction, Evict, Invalidate, Reset, CheckInvariants.

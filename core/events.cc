@@ -8,8 +8,19 @@ namespace prefixd {
 void EventRing::Append(Event e) {
   e.sequence = next_++;
   e.order = order_ != nullptr ? order_->fetch_add(1) + 1 : e.sequence;
-  if (ring_.size() == capacity_) ring_.pop_front();
+  bytes_ += Bytes(e);
   ring_.push_back(std::move(e));
+  while (ring_.size() > 1 && (ring_.size() > capacity_ ||
+                              (max_bytes_ != 0 && bytes_ > max_bytes_))) {
+    bytes_ -= Bytes(ring_.front());
+    ring_.pop_front();
+  }
+}
+
+uint64_t EventRing::Bytes(const Event& e) {
+  return sizeof(Event) + e.ns.capacity() +
+         e.block_ids.capacity() * sizeof(BlockId) +
+         e.tokens.capacity() * sizeof(Token);
 }
 
 std::vector<Event> EventRing::Read(uint64_t from, size_t max, bool* missed,

@@ -1,7 +1,9 @@
 // The change log a tenant's watchers read: every state change appends an
-// Event with the next sequence number to a bounded ring. When the ring is
-// full the oldest event is dropped; a reader asking for it learns that it
-// missed events instead of silently skipping them.
+// Event with the next sequence number to a ring bounded by a count of
+// events and by their bytes (one event may carry 65,536 IDs, so a count
+// alone bounds nothing). When either bound is passed the oldest events are
+// dropped (the newest is always kept); a reader asking for one learns that
+// it missed events instead of silently skipping them.
 //
 // Events of different tenants are ordered by `order`, a cache-wide counter
 // taken under the tenant's mutex as the event is appended: a reader that
@@ -51,8 +53,18 @@ class EventRing {
  public:
   // `order`: the cache-wide counter events take their `order` from (not
   // owned; nullptr: the ring's own sequence numbers).
-  explicit EventRing(size_t capacity, std::atomic<uint64_t>* order = nullptr)
-      : capacity_(capacity == 0 ? 1 : capacity), order_(order) {}
+  // `max_bytes`: the bound on Bytes() of the events kept (0: none).
+  explicit EventRing(size_t capacity, std::atomic<uint64_t>* order = nullptr,
+                     uint64_t max_bytes = 0)
+      : capacity_(capacity == 0 ? 1 : capacity),
+        max_bytes_(max_bytes),
+        order_(order) {}
+
+  // The memory an event holds: the struct and its arrays.
+  static uint64_t Bytes(const Event& e);
+  // Bytes() summed over the events kept.
+  uint64_t bytes() const { return bytes_; }
+  size_t size() const { return ring_.size(); }
 
   // Assigns the next sequence number and order, and appends.
   void Append(Event e);
@@ -68,7 +80,9 @@ class EventRing {
 
  private:
   size_t capacity_;
+  uint64_t max_bytes_;
   std::atomic<uint64_t>* order_;
+  uint64_t bytes_ = 0;
   uint64_t next_ = 1;
   std::deque<Event> ring_;
 };

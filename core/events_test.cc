@@ -64,6 +64,32 @@ TEST(EventRingTest, ReadsAreBounded) {
   EXPECT_EQ(next, 3);
 }
 
+// One event may carry 65,536 IDs: a ring bounded only by its count held
+// 4096 x 512 KiB. It is bounded by bytes too, and keeps at least the newest.
+TEST(EventRingTest, TheRingIsBoundedByBytes) {
+  const uint64_t max_bytes = 1 << 20;
+  EventRing ring(4096, nullptr, max_bytes);
+  for (int i = 0; i < 64; ++i) {
+    Event e;
+    e.block_ids.assign(65536, static_cast<BlockId>(i));  // 512 KiB each
+    ring.Append(std::move(e));
+    EXPECT_LE(ring.bytes(), max_bytes) << "after event " << i;
+    EXPECT_GE(ring.size(), 1u);
+  }
+  EXPECT_EQ(ring.size(), 1u);  // two such events do not fit in 1 MiB
+  bool missed;
+  uint64_t next;
+  auto events = ring.Read(1, 10, &missed, &next);
+  EXPECT_TRUE(missed);
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].sequence, 64u);
+  Event huge;
+  huge.block_ids.assign(1 << 18, 7);  // 2 MiB: over the bound, kept alone
+  ring.Append(std::move(huge));
+  EXPECT_EQ(ring.size(), 1u);
+  EXPECT_EQ(ring.Read(65, 1, &missed, &next).size(), 1u);
+}
+
 TEST(EventRingTest, RingsSharingACounterAreOrderedAcrossEachOther) {
   std::atomic<uint64_t> order{0};
   EventRing a(8, &order), b(8, &order);

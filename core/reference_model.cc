@@ -101,6 +101,15 @@ Code ReferenceModel::Match(const std::string& tenant, const std::string& ns,
     matched = k;
   }
   if (matched == 0) return Code::kOk;
+  if (pin) {
+    uint64_t more = 0;
+    for (size_t k = 1; k <= matched; ++k)
+      more += tree.at(Prefix(tokens, k, bs_)).pins == 0;
+    if (!PinsFit(state_, tenant, more)) {
+      *out = MatchResult{};
+      return Code::kResourceExhausted;
+    }
+  }
   const uint64_t stamp = ++state_.now_stamp;
   Lease lease{tenant, TreeKey{tenant, ns}, {}, now_ + ttl_};
   for (size_t k = 1; k <= matched; ++k) {
@@ -174,6 +183,11 @@ Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
     if (!FindVictim(s, everyone, true, &tk, guarded, &v))
       return Code::kResourceExhausted;
     evicted.push_back(Remove(s, v));
+  }
+  if (pin) {
+    uint64_t more = 0;
+    for (const Key& k : guarded) more += tree.at(k).pins == 0;
+    if (!PinsFit(s, tenant, more)) return Code::kResourceExhausted;
   }
   s.now_stamp = stamp;
   DropEmpty(s);
@@ -310,12 +324,33 @@ uint64_t ReferenceModel::Cached(const std::string& tenant) const {
 }
 
 uint64_t ReferenceModel::Pinned(const std::string& tenant) const {
+  return PinnedIn(state_, tenant);
+}
+
+uint64_t ReferenceModel::PinnedIn(const State& s,
+                                  const std::string& tenant) const {
   uint64_t n = 0;
-  for (const auto& [t, tree] : state_.trees) {
+  for (const auto& [t, tree] : s.trees) {
     if (t.tenant != tenant) continue;
     for (const auto& [k, b] : tree) n += b.pins > 0;
   }
   return n;
+}
+
+bool ReferenceModel::PinsFit(const State& s, const std::string& tenant,
+                             uint64_t more) const {
+  auto over = [](uint64_t pinned, uint64_t reserved) {
+    return pinned > reserved ? pinned - reserved : 0;
+  };
+  const uint64_t mine = PinnedIn(s, tenant);
+  const uint64_t reserved = quotas_.at(tenant).reserved;
+  if (over(mine + more, reserved) <= over(mine, reserved)) return true;
+  uint64_t reserved_all = 0, total = 0;
+  for (const auto& [name, q] : quotas_) {
+    reserved_all += q.reserved;
+    total += over(PinnedIn(s, name) + (name == tenant ? more : 0), q.reserved);
+  }
+  return total <= (budget_ > reserved_all ? budget_ - reserved_all : 0);
 }
 
 size_t ReferenceModel::Leases(const std::string& tenant) const {

@@ -81,6 +81,11 @@ class ReferenceModel {
   static Key Prefix(const std::vector<Token>& tokens, size_t blocks, int bs);
   bool HasChild(const State& s, const TreeKey& t, const Key& k) const;
   uint64_t CachedIn(const State& s, const std::string& tenant) const;
+  uint64_t PinnedIn(const State& s, const std::string& tenant) const;
+  // Whether pinning `more` unpinned blocks of `tenant` keeps the pinned
+  // blocks above reservations within what the reservations leave of the
+  // budget (PrefixCache::AdmitPins).
+  bool PinsFit(const State& s, const std::string& tenant, uint64_t more) const;
   // The LRU evictable block among tenants accepted by `eligible`, skipping
   // `guarded` keys of tree `guard_tree`.
   bool FindVictim(const State& s, const std::set<std::string>& eligible,

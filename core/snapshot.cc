@@ -2,7 +2,7 @@
 //
 // File layout (all integers little-endian; varints are LEB128):
 //
-//   "PFXDSNP1"                      magic and format version
+//   "PFXDSNP2"                      magic and format version
 //   string  fingerprint             the server's model fingerprint
 //   fixed64 epoch                   the epoch the state belongs to
 //   varint  block_size
@@ -12,7 +12,9 @@
 //
 // Tenant::Save writes counters, the next event sequence, each tree's nodes
 // in pre-order (depth, position, stamp, blocks, tokens, IDs) and each lease
-// as (tree, node) indexes with its TTL and the time it had left.
+// as (tree, node) indexes with its TTL and the time it had left, then the
+// IDs parked for the tenant (Tenant::Park), still owed to its engine.
+// PFXDSNP1 files (no parked IDs) are refused as unreadable.
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
@@ -26,7 +28,7 @@
 namespace prefixd {
 namespace {
 
-constexpr absl::string_view kMagic = "PFXDSNP1";
+constexpr absl::string_view kMagic = "PFXDSNP2";
 constexpr size_t kMaxString = 1 << 16;
 constexpr uint64_t kMaxBlocksPerNode = uint64_t{1} << 24;
 
@@ -78,6 +80,8 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     w->Varint(Ms(lease.ttl));
     w->Varint(Ms(std::max(absl::ZeroDuration(), lease.expiry - now)));
   }
+  w->Varint(parked_.size());
+  for (BlockId id : parked_) w->Varint(id);
 }
 
 absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
@@ -179,7 +183,16 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
     PinPath(end, +1);
     const absl::Time expiry = now + absl::Milliseconds(left_ms);
     leases_[id] = Lease{end, absl::Milliseconds(ttl_ms), expiry};
+    leases_by_end_.insert({end, id});
     lease_expiry_.insert({expiry, id});
+  }
+  uint64_t nparked;
+  // Each ID takes a byte at least (as for nodes above).
+  if (!r->Varint(&nparked) || nparked > r->remaining())
+    return r->Error("parked count");
+  parked_.resize(nparked);
+  for (BlockId& id : parked_) {
+    if (!r->Varint(&id)) return r->Error("parked block id");
   }
   if (cached_blocks_ > limit_blocks_) {
     return absl::FailedPreconditionError(absl::StrFormat(

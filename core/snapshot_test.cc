@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 class SnapshotTest : public ::testing::Test {
  protected:
@@ -29,10 +30,10 @@ class SnapshotTest : public ::testing::Test {
 
   // A hand-built file up to its first tree's node count: block_size 2, the
   // recency counter `counter`, one tenant "x" with zero counters, one tree
-  // in namespace "". Tests append nodes, leases and the CRC.
+  // in namespace "". Tests append nodes, leases, parked IDs and the CRC.
   static SnapshotWriter OneTreeHeader(uint64_t counter = 1) {
     SnapshotWriter w;
-    w.Raw("PFXDSNP1");
+    w.Raw("PFXDSNP2");
     w.String("fp");
     w.Fixed64(1);       // epoch
     w.Varint(2);        // block_size
@@ -179,6 +180,7 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
   ok.Varint(5);
   ok.Varint(99);  // block id
   ok.Varint(0);   // leases
+  ok.Varint(0);   // parked
   ok.Fixed32(Crc32(ok.bytes()));
   auto c = Make();
   ASSERT_TRUE(c->LoadSnapshot(ok.bytes()).ok());
@@ -215,6 +217,7 @@ TEST_F(SnapshotTest, AStampOutsideTheRecencyCounterIsRefused) {
     w.Varint(5);
     w.Varint(99);  // block id
     w.Varint(0);   // leases
+    w.Varint(0);   // parked
     w.Fixed32(Crc32(w.bytes()));
     return w.bytes();
   };
@@ -239,7 +242,7 @@ TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {
   Insert(*a, "x", {1, 1, 2, 2}, {1, 2});
   const std::string good = a->SaveSnapshot({"fp", 1});
   // Header, then "1 tenant" (one byte), then the tenant record, then CRC.
-  const size_t header = std::string("PFXDSNP1").size() + 1 + 2 + 8 + 1 + 1;
+  const size_t header = std::string("PFXDSNP2").size() + 1 + 2 + 8 + 1 + 1;
   ASSERT_EQ(good[header], 1);  // tenant count
   const std::string record =
       good.substr(header + 1, good.size() - 4 - header - 1);
@@ -252,6 +255,31 @@ TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {
   const absl::Status s = Make()->LoadSnapshot(w.bytes()).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("tenant 'x' appears twice"));
+}
+
+// IDs parked for a tenant (another tenant's Insert evicted them) are still
+// owed to its engine: a restart must deliver them, once.
+TEST_F(SnapshotTest, ParkedEvictionsSurviveASnapshot) {
+  CacheOptions o;
+  o.block_size = 2;
+  o.block_bytes = 1;
+  o.budget_bytes = 2;
+  o.clock = &clock_;
+  auto a = std::move(PrefixCache::Create(o)).value();
+  Insert(*a, "x", {1, 1, 2, 2}, {1, 2});
+  InsertRequest req;
+  std::vector<Token> tokens = {3, 3};
+  std::vector<BlockId> ids = {3};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  auto by_y = a->Insert("y", req, TenantScope::One("y"));
+  ASSERT_TRUE(by_y.ok());
+  EXPECT_TRUE(by_y->evicted_block_ids.empty());  // block 2 is x's
+  auto b = std::move(PrefixCache::Create(o)).value();
+  ASSERT_TRUE(b->LoadSnapshot(a->SaveSnapshot({"fp", 1})).ok());
+  EXPECT_THAT(b->Evict(TenantScope::One("x"), 1).value(),
+              ElementsAre(1, 2));  // its own LRU block, then the parked one
+  EXPECT_THAT(b->Reset(TenantScope::One("x")), IsEmpty());
 }
 
 TEST_F(SnapshotTest, HeaderIsReadableAlone) {

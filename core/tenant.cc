@@ -23,7 +23,8 @@ uint64_t SplitMix64(uint64_t* state) {
 Tenant::Tenant(std::string name, uint32_t tenant_index,
                uint64_t reserved_blocks, uint64_t limit_blocks,
                const CacheOptions& options, BlockIndex* block_index,
-               std::atomic<uint64_t>* event_order, uint64_t rng_seed)
+               std::atomic<uint64_t>* event_order,
+               std::atomic<int64_t>* pinned_over_reserved, uint64_t rng_seed)
     : name_(std::move(name)),
       index_(tenant_index),
       reserved_blocks_(reserved_blocks),
@@ -32,7 +33,8 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       detailed_events_(options.detailed_events),
       block_index_(block_index),
       rng_state_(rng_seed),
-      events_(options.events_per_tenant, event_order) {
+      events_(options.events_per_tenant, event_order, options.event_ring_bytes),
+      pinned_over_reserved_(pinned_over_reserved) {
   counters_.tenant = name_;
 }
 
@@ -91,7 +93,7 @@ void Tenant::TouchPath(Node* end, uint64_t stamp) {
   }
 }
 
-void Tenant::PinPath(Node* end, int delta) {
+void Tenant::PinPath(Node* end, int delta, bool sync) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
     const int32_t before = n->pins;
     n->pins += delta;
@@ -100,6 +102,16 @@ void Tenant::PinPath(Node* end, int delta) {
     if (before > 0 && n->pins == 0) pinned_blocks_ -= n->num_blocks();
     SyncLru(n);
   }
+  if (sync) SyncPinnedOverReserved();
+}
+
+void Tenant::SyncPinnedOverReserved() {
+  const int64_t now =
+      pinned_blocks_ > reserved_blocks_
+          ? static_cast<int64_t>(pinned_blocks_ - reserved_blocks_)
+          : 0;
+  pinned_over_reserved_->fetch_add(now - accounted_over_reserved_);
+  accounted_over_reserved_ = now;
 }
 
 // --- Structural changes -----------------------------------------------------
@@ -179,14 +191,17 @@ BlockId Tenant::EvictOne(EvictReason reason) {
 
 void Tenant::RemoveSubtree(Node* node, EvictReason reason,
                            std::vector<BlockId>* removed) {
-  // End the leases whose path runs through the subtree.
-  absl::flat_hash_set<const Node*> doomed;
-  doomed.insert(node);
-  ForEachBelow(*node, [&](const Node& n, int) { doomed.insert(&n); });
+  // End the leases whose path runs through the subtree: those that end in
+  // it, found by their end node.
   std::vector<LeaseId> ending;
-  for (const auto& [id, lease] : leases_) {
-    if (doomed.contains(lease.end)) ending.push_back(id);
-  }
+  auto collect = [&](const Node* n) {
+    for (auto it = leases_by_end_.lower_bound({n, 0});
+         it != leases_by_end_.end() && it->first == n; ++it) {
+      ending.push_back(it->second);
+    }
+  };
+  collect(node);
+  ForEachBelow(*node, [&](const Node& n, int) { collect(&n); });
   for (LeaseId id : ending) EndLease(id);
 
   Tree* tree = node->tree;
@@ -214,6 +229,11 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   if (parent->is_root()) maybe_empty_.push_back(tree->ns);
 }
 
+void Tenant::TakeParked(std::vector<BlockId>* out) {
+  out->insert(out->end(), parked_.begin(), parked_.end());
+  parked_.clear();
+}
+
 void Tenant::Clear(std::vector<BlockId>* removed) {
   const size_t first = removed->size();
   for (auto& [ns, tree] : trees_) {
@@ -229,9 +249,11 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
   lru_.clear();
   leases_.clear();
   lease_expiry_.clear();
+  leases_by_end_.clear();
   pending_removals_.clear();
   maybe_empty_.clear();
   cached_blocks_ = pinned_blocks_ = nodes_ = 0;
+  SyncPinnedOverReserved();
   Event e;
   e.type = EventType::kCleared;
   e.reason = EvictReason::kReset;
@@ -259,6 +281,7 @@ LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
   const LeaseId id = NextLeaseId();
   PinPath(end, +1);
   leases_[id] = Lease{end, ttl, now + ttl};
+  leases_by_end_.insert({end, id});
   lease_expiry_.insert({now + ttl, id});
   return id;
 }
@@ -273,6 +296,7 @@ bool Tenant::EndLease(LeaseId id) {
   if (it == leases_.end()) return false;
   PinPath(it->second.end, -1);
   lease_expiry_.erase({it->second.expiry, id});
+  leases_by_end_.erase({it->second.end, id});
   leases_.erase(it);
   return true;
 }
@@ -383,11 +407,17 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
       return fail(
           absl::StrFormat("lease %016x missing from the expiry order", id));
     }
+    if (!leases_by_end_.contains({lease.end, id})) {
+      return fail(
+          absl::StrFormat("lease %016x missing from the end-node index", id));
+    }
     for (const Node* n = lease.end; !n->is_root(); n = n->parent)
       ++expected_pins[n];
   }
   if (lease_expiry_.size() != leases_.size())
     return fail("lease expiry order has extra entries");
+  if (leases_by_end_.size() != leases_.size())
+    return fail("lease end-node index has extra entries");
 
   uint64_t cached = 0, pinned = 0, nodes = 0;
   size_t lru_members = 0;                 // nodes with an LRU entry

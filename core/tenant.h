@@ -56,10 +56,12 @@ struct Lease {
 class Tenant {
  public:
   // `event_order`: the cache-wide counter of Event::order (EventRing).
+  // `pinned_over_reserved`: the cache-wide sum of every tenant's
+  // pinned_over_reserved() (SyncPinnedOverReserved).
   Tenant(std::string name, uint32_t tenant_index, uint64_t reserved_blocks,
          uint64_t limit_blocks, const CacheOptions& options,
          BlockIndex* block_index, std::atomic<uint64_t>* event_order,
-         uint64_t rng_seed);
+         std::atomic<int64_t>* pinned_over_reserved, uint64_t rng_seed);
   ~Tenant();
 
   mutable Mutex mu;
@@ -96,9 +98,17 @@ class Tenant {
   // Sets `stamp` on every node from `end` up to the root (no LRU change).
   // REQUIRES: `stamp` is not older than any stamp on the path.
   void TouchPath(Node* end, uint64_t stamp);
-  void PinPath(Node* end, int delta);
+  // `sync`: also bring the cache-wide pinned-over-reserved sum up to date;
+  // false only for Insert's guard pin, which must not show there.
+  void PinPath(Node* end, int delta, bool sync = true);
+  // Pinned blocks above the reservation, as last added to the cache-wide
+  // sum; AdmitPinned adds `blocks` before they are pinned, Sync the rest.
+  int64_t pinned_over_reserved() const { return accounted_over_reserved_; }
+  void AdmitPinned(int64_t blocks) { accounted_over_reserved_ += blocks; }
+  void SyncPinnedOverReserved();
   // Removes `node` and everything below it; appends their IDs to *removed.
-  // Leases ending in the removed subtree end first.
+  // Leases ending in the removed subtree end first. Costs O(removed nodes,
+  // blocks and leases x log), whatever else the tenant holds.
   void RemoveSubtree(Node* node, EvictReason reason,
                      std::vector<BlockId>* removed);
   // Drops every tree and lease; returns how many blocks went.
@@ -110,6 +120,14 @@ class Tenant {
   Lease* FindLease(LeaseId id);
   void RenewLease(LeaseId id, absl::Time now);
   size_t ExpireLeases(absl::Time now);
+
+  // Blocks of this tenant that a call by a principal who may not act for it
+  // evicted (the budget is shared): they wait here, so that no response
+  // carries another tenant's IDs, and go out exactly once, appended to the
+  // evicted (or removed) IDs of this tenant's next Insert, Evict or Reset.
+  void Park(BlockId id) { parked_.push_back(id); }
+  void TakeParked(std::vector<BlockId>* out);
+  size_t num_parked() const { return parked_.size(); }
 
   // Events: removals are gathered during a call and logged at its end.
   // `tokens`: the stored blocks' (kept with CacheOptions::detailed_events);
@@ -165,6 +183,11 @@ class Tenant {
   absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
   absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
       ABSL_GUARDED_BY(mu);
+  // Every lease by its end node: RemoveSubtree ends the leases of the nodes
+  // it removes without a scan of all leases (a split keeps the end node
+  // object, see SplitAt, so entries never move).
+  absl::btree_set<std::pair<const Node*, LeaseId>> leases_by_end_
+      ABSL_GUARDED_BY(mu);
   uint64_t rng_state_ ABSL_GUARDED_BY(mu);
 
   uint64_t cached_blocks_ ABSL_GUARDED_BY(mu) = 0;
@@ -182,6 +205,9 @@ class Tenant {
   std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu);
   std::vector<std::string> maybe_empty_
       ABSL_GUARDED_BY(mu);  // namespaces whose tree may be empty
+  std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu);  // see Park()
+  std::atomic<int64_t>* const pinned_over_reserved_;
+  int64_t accounted_over_reserved_ ABSL_GUARDED_BY(mu) = 0;
 };
 
 // Locks a set of tenants for the length of a scope. Only holders of

@@ -411,7 +411,10 @@ absl::StatusOr<CallContext> NoAuthAuthorizer::Authorize(
 PrincipalAuthorizer::PrincipalAuthorizer(v1::AuthConfig::Mode mode,
                                          PrincipalTable principals,
                                          std::optional<TlsMaterial> tls)
-    : mode_(mode), principals_(std::move(principals)), tls_(std::move(tls)) {
+    : mode_(mode),
+      principals_(
+          std::make_shared<const PrincipalTable>(std::move(principals))),
+      tls_(std::move(tls)) {
   if (tls_.has_value()) tls_credentials_ = ServerTlsCredentials(*tls_);
 }
 
@@ -420,11 +423,12 @@ absl::string_view PrincipalAuthorizer::mode() const {
 }
 
 absl::StatusOr<const Principal*> PrincipalAuthorizer::Identify(
+    const PrincipalTable& principals,
     const grpc::CallbackServerContext& context) const {
   if (mode_ == v1::AuthConfig::MTLS) {
     if (std::optional<PeerCertificate> cert =
             VerifiedPeerCertificate(context)) {
-      if (const Principal* p = principals_.FindByCertificate(*cert)) return p;
+      if (const Principal* p = principals.FindByCertificate(*cert)) return p;
       return absl::UnauthenticatedError(
           absl::StrCat("the client certificate \"", cert->subject,
                        "\" is not mapped to a principal"));
@@ -445,18 +449,49 @@ absl::StatusOr<const Principal*> PrincipalAuthorizer::Identify(
   }
   absl::StatusOr<std::string> token = BearerToken(*header);
   if (!token.ok()) return token.status();
-  if (const Principal* p = principals_.FindByToken(*token)) return p;
+  if (const Principal* p = principals.FindByToken(*token)) return p;
   return absl::UnauthenticatedError("the bearer token is not valid");
 }
 
 absl::StatusOr<CallContext> PrincipalAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
-  absl::StatusOr<const Principal*> p = Identify(context);
+  std::shared_ptr<const PrincipalTable> principals;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    principals = principals_;
+  }
+  absl::StatusOr<const Principal*> p = Identify(*principals, context);
   if (!p.ok()) return p.status();
   absl::StatusOr<std::string> tenant =
       SingleMetadataValue(context, kTenantHeader);
   if (!tenant.ok()) return tenant.status();
-  return principals_.Resolve(**p, *tenant);
+  return principals->Resolve(**p, *tenant);
+}
+
+absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
+  if (config.auth().mode() != mode_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("auth.mode is ", mode(), " and the new config asks for ",
+                     v1::AuthConfig::Mode_Name(config.auth().mode()),
+                     ": changing the mode needs a restart"));
+  }
+  if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
+  absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
+  if (!table.ok()) return table.status();
+  auto fresh = std::make_shared<const PrincipalTable>(*std::move(table));
+  absl::MutexLock lock(&mu_);
+  principals_ = std::move(fresh);
+  return absl::OkStatus();
+}
+
+absl::Status Authorizer::Reload(const v1::Config& config) {
+  const v1::AuthConfig::Mode m = config.auth().mode();
+  if (m != v1::AuthConfig::NONE && m != v1::AuthConfig::MODE_UNSPECIFIED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "auth.mode is ", mode(), " and the new config asks for ",
+        v1::AuthConfig::Mode_Name(m), ": changing the mode needs a restart"));
+  }
+  return absl::OkStatus();  // no principals to reload
 }
 
 std::shared_ptr<grpc::ServerCredentials> PrincipalAuthorizer::Credentials(

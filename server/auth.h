@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "core/cache.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/listen_address.h"
@@ -77,6 +78,13 @@ class Authorizer {
   // for malformed metadata.
   virtual absl::StatusOr<CallContext> Authorize(
       const grpc::CallbackServerContext& context) const = 0;
+
+  // SIGHUP: takes the principals of `config` (a whole config, validated
+  // as at start-up) for every call from now on; calls in flight finish with
+  // the old ones. The mode and the TLS files stay as they were started.
+  // On any error nothing changes: INVALID_ARGUMENT naming the field, or
+  // FAILED_PRECONDITION when the mode differs (that needs a restart).
+  virtual absl::Status Reload(const v1::Config& config);
 
   // Transport credentials for one listener. The default is plaintext, which
   // is all auth-off serves (loopback and Unix sockets, see config.cc).
@@ -172,15 +180,19 @@ class PrincipalAuthorizer final : public Authorizer {
       const grpc::CallbackServerContext& context) const override;
   std::shared_ptr<grpc::ServerCredentials> Credentials(
       const ListenAddress& address) const override;
+  absl::Status Reload(const v1::Config& config) override;
   std::vector<std::string> Warnings(
       const std::vector<ListenAddress>& listen) const override;
 
  private:
   absl::StatusOr<const Principal*> Identify(
+      const PrincipalTable& principals,
       const grpc::CallbackServerContext& context) const;
 
   const v1::AuthConfig::Mode mode_;
-  const PrincipalTable principals_;
+  // Swapped whole by Reload; a call keeps the table it started with.
+  mutable absl::Mutex mu_;
+  std::shared_ptr<const PrincipalTable> principals_ ABSL_GUARDED_BY(mu_);
   const std::optional<TlsMaterial> tls_;
   std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none
 };

@@ -338,6 +338,17 @@ absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
                    absl::StrCat(c.events_per_tenant(), " exceeds ", 1u << 20));
   }
   cache.events_per_tenant = c.events_per_tenant();
+  absl::StatusOr<uint64_t> ring =
+      ParseBytesField("event_ring_bytes", c.event_ring_bytes());
+  if (!ring.ok()) return ring.status();
+  constexpr uint64_t kMinRing = 4096, kMaxRing = uint64_t{1} << 30;
+  if (*ring < kMinRing || *ring > kMaxRing) {
+    return Invalid(
+        "event_ring_bytes",
+        absl::StrCat("\"", c.event_ring_bytes(), "\" (", *ring,
+                     " bytes) is not in ", kMinRing, "..", kMaxRing));
+  }
+  cache.event_ring_bytes = *ring;
   return ResolveTenants(c, &cache);
 }
 
@@ -354,6 +365,32 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
                      " bytes) is not in ", kMinMessage, "..", kMaxMessage));
   }
   out->max_message_bytes = *msg;
+  const v1::LimitsConfig& l = c.limits();
+  out->watch.max_streams_per_tenant = l.max_watch_streams_per_tenant();
+  absl::StatusOr<uint64_t> reply =
+      ParseBytesField("limits.watch_reply_bytes", l.watch_reply_bytes());
+  if (!reply.ok()) return reply.status();
+  if (*reply < kMinMessage || *reply > *msg) {
+    return Invalid("limits.watch_reply_bytes",
+                   absl::StrCat("\"", l.watch_reply_bytes(), "\" (", *reply,
+                                " bytes) is not in ", kMinMessage,
+                                "..max_message_size (", *msg, ")"));
+  }
+  out->watch.max_reply_bytes = *reply;
+  absl::StatusOr<absl::Duration> stall = ParsePositiveDuration(
+      "limits.watch_stall_timeout", l.watch_stall_timeout());
+  if (!stall.ok()) return stall.status();
+  out->watch.stall_timeout = *stall;
+  if (l.max_concurrent_streams() > (1u << 20)) {
+    return Invalid(
+        "limits.max_concurrent_streams",
+        absl::StrCat(l.max_concurrent_streams(), " exceeds ", 1u << 20));
+  }
+  out->max_concurrent_streams = static_cast<int>(l.max_concurrent_streams());
+  absl::StatusOr<absl::Duration> idle = ParsePositiveDuration(
+      "limits.max_connection_idle", l.max_connection_idle());
+  if (!idle.ok()) return idle.status();
+  out->max_connection_idle = *idle;
   absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
   if (!drain.ok()) return InField("drain_timeout", drain.status());
   out->drain_timeout = *drain;
@@ -518,6 +555,15 @@ void FillDefaults(v1::Config* c) {
   fill(c->mutable_drain_timeout(), defaults::kDrainTimeout);
   if (c->events_per_tenant() == 0)
     c->set_events_per_tenant(defaults::kEventsPerTenant);
+  fill(c->mutable_event_ring_bytes(), defaults::kEventRingBytes);
+  v1::LimitsConfig* lim = c->mutable_limits();
+  if (lim->max_watch_streams_per_tenant() == 0)
+    lim->set_max_watch_streams_per_tenant(defaults::kMaxWatchStreamsPerTenant);
+  fill(lim->mutable_watch_reply_bytes(), defaults::kWatchReplyBytes);
+  fill(lim->mutable_watch_stall_timeout(), defaults::kWatchStallTimeout);
+  if (lim->max_concurrent_streams() == 0)
+    lim->set_max_concurrent_streams(defaults::kMaxConcurrentStreams);
+  fill(lim->mutable_max_connection_idle(), defaults::kMaxConnectionIdle);
   if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
   }

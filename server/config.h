@@ -21,6 +21,7 @@
 #include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
 #include "server/listen_address.h"
+#include "server/watch.h"
 
 namespace prefixd {
 
@@ -55,6 +56,11 @@ struct ServerConfig {
   // Background work; tests shorten these.
   absl::Duration expire_interval = absl::Milliseconds(100);
   absl::Duration watch_poll_interval = absl::Milliseconds(20);
+  // WatchEvents bounds (limits.max_watch_streams_per_tenant, ...).
+  WatchLimits watch;
+  // Per connection: limits.max_concurrent_streams, max_connection_idle.
+  int max_concurrent_streams = 64;
+  absl::Duration max_connection_idle = absl::Minutes(5);
   // How often events_publish reads the event rings: the most a change
   // waits before it is published, and so the batch rate (at most 100/s).
   absl::Duration events_publish_interval = absl::Milliseconds(10);

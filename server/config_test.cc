@@ -409,7 +409,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{R"pb(dynamic_tenants { limit: "2XB" })pb",
                  {"dynamic_tenants.limit", "2XB"}},
         BadValue{R"pb(events_per_tenant: 100000000)pb",
-                 {"events_per_tenant", "100000000"}}));
+                 {"events_per_tenant", "100000000"}},
+        BadValue{R"pb(event_ring_bytes: "1KiB")pb",
+                 {"event_ring_bytes", "1KiB", "1024 bytes"}},
+        BadValue{R"pb(event_ring_bytes: "2GiB")pb",
+                 {"event_ring_bytes", "2GiB"}},
+        BadValue{R"pb(limits { watch_reply_bytes: "1KiB" })pb",
+                 {"limits.watch_reply_bytes", "1KiB", "1024 bytes"}},
+        BadValue{R"pb(limits { watch_stall_timeout: "0s" })pb",
+                 {"limits.watch_stall_timeout", "0s"}}));
 
 TEST(ConfigTest, UnixPathLongerThanSunPathIsRefused) {
   std::string path(120, 'x');

@@ -20,6 +20,17 @@ inline constexpr char kKvBudget[] = "4GiB";
 inline constexpr char kLeaseTtl[] = "300s";
 inline constexpr char kDrainTimeout[] = "10s";
 inline constexpr uint32_t kEventsPerTenant = 4096;
+// 4096 events of 128 IDs each, or 8 Inserts of 65,536 IDs: a tenant's ring
+// is bounded in bytes too (docs/operations.md, "Memory bounds").
+inline constexpr char kEventRingBytes[] = "4MiB";
+// WatchEvents: at most 8 streams x 1 MiB in flight per tenant; a reply not
+// read in 30 s ends its stream.
+inline constexpr uint32_t kMaxWatchStreamsPerTenant = 8;
+inline constexpr char kWatchReplyBytes[] = "1MiB";
+inline constexpr char kWatchStallTimeout[] = "30s";
+// Per connection: calls in flight, and how long one without calls lives.
+inline constexpr uint32_t kMaxConcurrentStreams = 64;
+inline constexpr char kMaxConnectionIdle[] = "5m";
 // Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
 // token.
 inline constexpr char kMaxMessageSize[] = "16MiB";

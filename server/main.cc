@@ -29,6 +29,23 @@ sigset_t StopSignals() {
   return set;
 }
 
+// SIGHUP: re-reads the configuration (file and flags, as at start-up) and
+// takes its principals; a config that does not load, or that the running
+// daemon cannot take, is refused with one line and the old one stays.
+void ReloadPrincipals(const prefixd::CommandLine& flags,
+                      prefixd::Server& server) {
+  absl::StatusOr<prefixd::ServerConfig> config =
+      prefixd::LoadServerConfig(flags);
+  absl::Status s =
+      config.ok() ? server.ReloadPrincipals(config->proto) : config.status();
+  std::fprintf(stderr, "prefixd: SIGHUP: %s\n",
+               s.ok() ? "principals reloaded"
+                      : absl::StrCat("configuration refused, the old one "
+                                     "stays in force: ",
+                                     s.message())
+                            .c_str());
+}
+
 int Fail(absl::string_view what, const absl::Status& status) {
   std::fprintf(stderr, "prefixd: %s: %s\n", std::string(what).c_str(),
                std::string(status.message()).c_str());
@@ -46,6 +63,28 @@ int CheckConfigAndExit(const prefixd::CommandLine& flags) {
   }
   std::fputs(report->c_str(), stdout);
   return 0;
+}
+
+// Drains `server` and, with `snapshot_path` set, writes the snapshot: the
+// end of a clean stop, and of a start that failed after the server began
+// serving (its cache, restored or not, is the engine's state by then).
+// Returns 1 if the snapshot could not be written, else 0.
+int DrainAndSave(prefixd::Server& server, prefixd::Metrics& metrics,
+                 const std::string& snapshot_path) {
+  server.Shutdown();
+  metrics.StopServing();  // no scrape may read the cache once it is gone
+  if (snapshot_path.empty()) return 0;
+  // Drained: the cache no longer changes, so the file is the final state.
+  absl::StatusOr<std::string> saved = prefixd::WriteSnapshot(
+      *server.cache(), {server.config().fingerprint, server.epoch()},
+      snapshot_path);
+  std::fprintf(stderr, "prefixd: %s\n",
+               saved.ok() ? saved->c_str()
+                          : absl::StrCat("cannot write the snapshot: ",
+                                         saved.status().message(),
+                                         "; the next start will be empty")
+                                .c_str());
+  return saved.ok() ? 0 : 1;
 }
 
 }  // namespace
@@ -75,7 +114,9 @@ int main(int argc, char** argv) {
   // inherits the mask and the signals wait for sigwait below instead of
   // interrupting whatever thread the kernel picks.
   const sigset_t stop = StopSignals();
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  sigset_t waited = stop;  // stop signals and SIGHUP
+  sigaddset(&waited, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &waited, nullptr);
 
   const absl::Duration drain = config->drain_timeout;
   // Sees every RPC from the first; serves /metrics once the server is up.
@@ -85,7 +126,12 @@ int main(int argc, char** argv) {
   // A clean snapshot is consumed here, before anything is served; a bad one
   // is moved aside and the daemon starts empty (server/snapshot_file.h).
   const std::string snapshot_path = config->snapshot_path;
+  std::unique_ptr<prefixd::SnapshotLock> snapshot_lock;  // held until exit
   if (!snapshot_path.empty()) {
+    absl::StatusOr<std::unique_ptr<prefixd::SnapshotLock>> lock =
+        prefixd::SnapshotLock::Acquire(snapshot_path);
+    if (!lock.ok()) return Fail("cannot start", lock.status());
+    snapshot_lock = *std::move(lock);
     absl::StatusOr<prefixd::RestoredSnapshot> restored =
         prefixd::RestoreSnapshot(snapshot_path, config->fingerprint,
                                  config->cache);
@@ -102,19 +148,34 @@ int main(int argc, char** argv) {
     if (restored) prefixd::ReturnConsumedSnapshot(snapshot_path).IgnoreError();
     return Fail("cannot start", server.status());
   }
-  if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   // The status page and the KV calculator, on the metrics listener.
   auto pages = std::make_unique<prefixd::StatusPage>(
       (*server)->cache(), prefixd::StatusPageInfoOf(**server, PREFIXD_VERSION));
   const absl::Status metrics_up = metrics.Serve(
       (*server)->cache(), (*server)->config().metrics_listen,
       (*server)->index(), (*server)->events_publisher(), pages.get());
-  if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
+  if (!metrics_up.ok()) {
+    const int code = Fail("cannot serve metrics", metrics_up);
+    // The server may have served calls already: its cache, not the consumed
+    // file, is the state to keep, so it is saved as at a clean stop.
+    const int saved = DrainAndSave(**server, metrics, snapshot_path);
+    if (restored) {
+      if (saved == 0) {
+        prefixd::DiscardConsumedSnapshot(snapshot_path);
+      } else {
+        prefixd::ReturnConsumedSnapshot(snapshot_path).IgnoreError();
+      }
+    }
+    return code;
+  }
+  if (restored) prefixd::DiscardConsumedSnapshot(snapshot_path);
   std::fputs(prefixd::StartupBanner(**server).c_str(), stdout);
   std::fflush(stdout);
 
   int sig = 0;
-  sigwait(&stop, &sig);
+  for (sigwait(&waited, &sig); sig == SIGHUP; sigwait(&waited, &sig)) {
+    ReloadPrincipals(*flags, **server);
+  }
   std::fprintf(
       stderr,
       "prefixd: %s: health NOT_SERVING, draining in-flight calls (up to %s)\n",
@@ -127,23 +188,8 @@ int main(int argc, char** argv) {
     std::fputs("prefixd: second signal, exiting without draining\n", stderr);
     _exit(1);
   }).detach();
-  (*server)->Shutdown();
-  metrics.StopServing();  // no scrape may read the cache once it is gone
-  pages.reset();          // nor the status page's sampler
-  int exit_code = 0;
-  if (!snapshot_path.empty()) {
-    // Drained: the cache no longer changes, so the file is the final state.
-    absl::StatusOr<std::string> saved = prefixd::WriteSnapshot(
-        *(*server)->cache(),
-        {(*server)->config().fingerprint, (*server)->epoch()}, snapshot_path);
-    std::fprintf(stderr, "prefixd: %s\n",
-                 saved.ok() ? saved->c_str()
-                            : absl::StrCat("cannot write the snapshot: ",
-                                           saved.status().message(),
-                                           "; the next start will be empty")
-                                  .c_str());
-    if (!saved.ok()) exit_code = 1;
-  }
+  const int exit_code = DrainAndSave(**server, metrics, snapshot_path);
+  pages.reset();  // the status page's sampler reads the cache: before it goes
   server->reset();
   std::fputs("prefixd: stopped\n", stderr);
   return exit_code;

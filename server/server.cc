@@ -6,6 +6,9 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <mutex>
 #include <utility>
 
@@ -72,8 +75,8 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
 
 absl::Status Server::Build() {
   InitGrpcOnce();
-  watchers_ = std::make_unique<EventWatchers>(cache_.get(), epoch_,
-                                              config_.watch_poll_interval);
+  watchers_ = std::make_unique<EventWatchers>(
+      cache_.get(), epoch_, config_.watch_poll_interval, config_.watch);
   service_ = std::make_unique<PrefixCacheService>(
       cache_.get(), authorizer_.get(), watchers_.get(),
       ServiceInfo::From(config_, epoch_), observer_);
@@ -111,6 +114,16 @@ absl::Status Server::Build() {
   // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
   // start fine and take half the connections with a cache of its own.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // What one peer can hold open, authenticated or not: calls per
+  // connection, and connections that carry no call (a peer that sent the
+  // HTTP/2 preface and nothing else) are closed once idle.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             config_.max_concurrent_streams);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(config_.max_connection_idle),
+          std::numeric_limits<int>::max())));
   builder.RegisterService(service_.get());
   if (index_service_ != nullptr) builder.RegisterService(index_service_.get());
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);

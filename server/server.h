@@ -88,6 +88,11 @@ class Server {
     return events_publisher_.get();
   }
   const Authorizer& authorizer() const { return *authorizer_; }
+  // SIGHUP: the principals of `config` from now on (Authorizer::Reload);
+  // on error nothing changes.
+  absl::Status ReloadPrincipals(const v1::Config& config) {
+    return authorizer_->Reload(config);
+  }
   const ServerConfig& config() const { return config_; }
 
  private:

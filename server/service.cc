@@ -279,7 +279,7 @@ absl::Status PrefixCacheService::DoInsert(const CallContext& call,
   TokenCopies copies;
   absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copies);
   if (!in.ok()) return in.status();
-  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in);
+  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in, call.scope);
   if (!r.ok()) return r.status();
   watchers_->Notify();
   InsertResultToProto(*r, info_.epoch, resp);
@@ -464,7 +464,7 @@ absl::Status PrefixCacheService::DoInsertBatch(
     batch.push_back(*std::move(in));
   }
   std::vector<absl::StatusOr<InsertResult>> results =
-      cache_->InsertBatch(call.tenant, batch);
+      cache_->InsertBatch(call.tenant, batch, call.scope);
   resp->set_epoch(info_.epoch);
   resp->mutable_results()->Reserve(static_cast<int>(results.size()));
   bool changed = false;
@@ -562,7 +562,7 @@ PrefixCacheService::WatchEvents(grpc::CallbackServerContext* ctx,
                          absl::Now() - start);
   }
   if (!call.ok()) return new FailedStream(ToGrpcStatus(call.status()));
-  return watchers_->Start(call->tenant, req->from_sequence());
+  return watchers_->Start(ctx, call->tenant, req->from_sequence());
 }
 
 }  // namespace prefixd

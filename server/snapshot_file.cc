@@ -1,6 +1,7 @@
 #include "server/snapshot_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -27,6 +28,23 @@ absl::Status Errno(absl::string_view call, const std::string& path) {
 std::string Directory(const std::string& path) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   return dir.empty() ? "." : dir;
+}
+
+// Like std::filesystem::create_directories, but every directory it creates
+// is mode 0700: the snapshot holds prompts' tokens, and the directory is the
+// daemon's alone (existing directories keep the mode the operator gave).
+void CreateDirectories(const std::string& dir, std::error_code& ec) {
+  const std::filesystem::path p(dir);
+  if (std::filesystem::is_directory(p, ec) || p.parent_path() == p) return;
+  ec.clear();
+  if (p.has_parent_path()) {
+    CreateDirectories(p.parent_path().string(), ec);
+    if (ec) return;
+  }
+  if (mkdir(dir.c_str(), 0700) != 0) {
+    const int err = errno == EEXIST ? ENOTDIR : errno;  // a file is in the way
+    ec = std::error_code(err, std::generic_category());
+  }
 }
 
 // A rename is durable only once its directory is on disk.
@@ -125,8 +143,13 @@ std::string Describe(const PrefixCache& cache) {
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes) {
   const std::string tmp = absl::StrCat(path, ".tmp");
-  const int fd =
-      open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  // Whatever sits at <path>.tmp (a write cut short, or a symlink planted to
+  // make the daemon overwrite its target) is unlinked, never followed, and
+  // the file is created anew: O_EXCL fails rather than reuse one that
+  // reappears in between.
+  if (unlink(tmp.c_str()) != 0 && errno != ENOENT) return Errno("unlink", tmp);
+  const int fd = open(
+      tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return Errno("open", tmp);
   absl::Status status = WriteAll(fd, bytes, tmp);
   if (status.ok() && fsync(fd) != 0) status = Errno("fsync", tmp);
@@ -166,7 +189,7 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
 
   const std::string dir = Directory(path);
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  CreateDirectories(dir, ec);
   if (ec || access(dir.c_str(), W_OK | X_OK) != 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("snapshot directory ", dir, " is not writable",
@@ -226,6 +249,42 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
       path, Describe(*out.cache), meta->epoch, removed_tmp);
   return out;
 }
+
+absl::StatusOr<std::unique_ptr<SnapshotLock>> SnapshotLock::Acquire(
+    const std::string& path) {
+  std::error_code ec;
+  CreateDirectories(Directory(path), ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create directory ", Directory(path), ": ", ec.message()));
+  }
+  const std::string lock = absl::StrCat(path, ".lock");
+  const int fd =
+      open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno("open", lock);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const bool held = errno == EWOULDBLOCK;
+    absl::Status status = Errno("flock", lock);
+    absl::StatusOr<std::string> pid = ReadAll(lock);
+    close(fd);
+    if (!held) return status;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another prefixd (pid ", pid.ok() && !pid->empty() ? *pid : "unknown",
+        ") uses snapshot_path ", path, " (it holds ", lock,
+        "): two daemons on one snapshot would overwrite each other's"));
+  }
+  // The holder's pid, for the message above; the file is never removed
+  // (removing a lock file lets two processes lock two different files).
+  const std::string pid = absl::StrCat(getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    absl::Status status = Errno("write", lock);
+    close(fd);
+    return status;
+  }
+  return std::unique_ptr<SnapshotLock>(new SnapshotLock(fd));
+}
+
+SnapshotLock::~SnapshotLock() { close(fd_); }
 
 void DiscardConsumedSnapshot(const std::string& path) {
   unlink(absl::StrCat(path, ".consumed").c_str());

@@ -32,9 +32,11 @@ namespace prefixd {
 
 // Writes `bytes` to `path` so that a reader sees the old file or the whole
 // new one, even across a power cut: `<path>.tmp` (mode 0600) is written and
-// fsync'd, renamed over `path`, and the directory is fsync'd. On error the
-// temporary file is removed and `path` is untouched. Errors name the path
-// and the failing system call.
+// fsync'd, renamed over `path`, and the directory is fsync'd. The temporary
+// file is created with O_EXCL|O_NOFOLLOW once whatever was there is
+// unlinked: a symlink planted at `<path>.tmp` is never written through. On
+// error the temporary file is removed and `path` is untouched. Errors name the
+// path and the failing system call.
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view bytes);
 
@@ -67,12 +69,32 @@ struct RestoredSnapshot {
 // Fails (the daemon must not start) only when the options are invalid, or
 // the file cannot be consumed or moved aside: left in place, it would be
 // restored by a later start, after the engine reused its IDs. Also fails when
-// the directory of `path` cannot be created or written, since the snapshot
-// could not be written at shutdown either.
+// the directory of `path` cannot be created (mode 0700) or written, since
+// the snapshot could not be written at shutdown either.
 absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
                                                  absl::string_view fingerprint,
                                                  const CacheOptions& options,
                                                  absl::Time now = absl::Now());
+
+// One daemon per snapshot_path: an exclusive flock(2) on `<path>.lock`,
+// held while the object lives (the lock goes with its file descriptor, so a
+// crash releases it too). Two daemons on one path would each restore and
+// then overwrite the other's snapshot at shutdown.
+class SnapshotLock {
+ public:
+  // Creates the directory of `path` (mode 0700) if needed, and takes the
+  // lock. FAILED_PRECONDITION naming the lock file and the holder's pid if
+  // another process holds it; other errors name the path and the call.
+  static absl::StatusOr<std::unique_ptr<SnapshotLock>> Acquire(
+      const std::string& path);
+  ~SnapshotLock();
+  SnapshotLock(const SnapshotLock&) = delete;
+  SnapshotLock& operator=(const SnapshotLock&) = delete;
+
+ private:
+  explicit SnapshotLock(int fd) : fd_(fd) {}
+  const int fd_;
+};
 
 // After the server started serving a restored cache: removes the consumed
 // file (best effort; the daemon never reads it).

@@ -117,6 +117,21 @@ TEST_F(SnapshotFileTest, WriteFileAtomicallyLeavesOnlyTheWholeFile) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);  // it holds prompts' tokens
 }
 
+TEST_F(SnapshotFileTest, WriteFileAtomicallyNeverFollowsAPlantedSymlink) {
+  // Whoever can write the directory could point <path>.tmp at a file the
+  // daemon may write; the snapshot must not land in that file.
+  const std::string victim = dir_ + "/victim";
+  WriteFile(victim, "precious");
+  ASSERT_EQ(symlink(victim.c_str(), (path_ + ".tmp").c_str()), 0);
+  ASSERT_TRUE(WriteFileAtomically(path_, "snapshot bytes").ok());
+  EXPECT_EQ(ReadFile(victim), "precious");
+  EXPECT_EQ(ReadFile(path_), "snapshot bytes");
+  struct stat st;
+  ASSERT_EQ(lstat(path_.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode));
+  EXPECT_EQ(Files(dir_), (std::vector<std::string>{"snapshot.bin", "victim"}));
+}
+
 TEST_F(SnapshotFileTest, WriteFileAtomicallyFailsNamingThePath) {
   const std::string bad = dir_ + "/missing/snapshot.bin";
   absl::Status s = WriteFileAtomically(bad, "x");
@@ -237,12 +252,39 @@ TEST_F(SnapshotFileTest, ATemporaryFileOfAnInterruptedWriteIsRemoved) {
   EXPECT_TRUE(Files(dir_).empty());
 }
 
+TEST_F(SnapshotFileTest, TheStateDirectoryIsCreatedForTheDaemonAlone) {
+  const std::string state = dir_ + "/var/prefixd";
+  const mode_t old_umask = umask(022);
+  auto r = RestoreSnapshot(state + "/snapshot.bin", kFingerprint, Options());
+  umask(old_umask);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const std::string& d : {dir_ + "/var", state}) {
+    struct stat st;
+    ASSERT_EQ(stat(d.c_str(), &st), 0) << d;
+    EXPECT_EQ(st.st_mode & 0777, 0700u) << d;
+  }
+}
+
 TEST_F(SnapshotFileTest, ADirectoryThatCannotHoldASnapshotStopsStartUp) {
   WriteFile(dir_ + "/file", "");
   auto r =
       RestoreSnapshot(dir_ + "/file/snapshot.bin", kFingerprint, Options());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(r.status().message(), HasSubstr(dir_ + "/file"));
+}
+
+TEST_F(SnapshotFileTest, OneDaemonPerSnapshotPath) {
+  auto first = SnapshotLock::Acquire(path_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // flock locks belong to open files, so a second open in this process
+  // conflicts exactly as a second daemon would.
+  auto second = SnapshotLock::Acquire(path_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr(path_ + ".lock"));
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("pid ", getpid())));
+  first->reset();
+  EXPECT_TRUE(SnapshotLock::Acquire(path_).ok());
 }
 
 TEST_F(SnapshotFileTest, InvalidOptionsFailAsCreateDoes) {

@@ -1,6 +1,10 @@
 #include "server/watch.h"
 
+#include <grpcpp/server_context.h>
+
 #include <atomic>
+#include <cstdio>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,18 +19,21 @@ namespace prefixd {
 class EventStream final
     : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
  public:
-  EventStream(EventWatchers* owner, std::string tenant, uint64_t from_sequence)
+  EventStream(EventWatchers* owner, grpc::CallbackServerContext* ctx,
+              std::string tenant, uint64_t from_sequence)
       : owner_(owner),
+        ctx_(ctx),
         tenant_(std::move(tenant)),
         next_(from_sequence == 0 ? 1 : from_sequence),
         ignore_first_missed_(from_sequence == 0) {
-    if (!owner_->Register(this)) {
-      RequestFinish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 "prefixd is shutting down"));
+    if (grpc::Status s = owner_->Register(this); !s.ok()) {
+      RequestFinish(s);
       return;
     }
     Poll();
   }
+
+  const std::string& tenant() const { return tenant_; }
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -48,6 +55,7 @@ class EventStream final
         if (batch->events.empty() && !missed) return;
         FillResponse(*batch, missed);
         writing_ = true;
+        write_started_ = absl::Now();
       } else {
         error = ToGrpcStatus(batch.status());
         finish_requested_ = finished_ = true;
@@ -58,6 +66,45 @@ class EventStream final
     } else {
       Finish(error);
     }
+  }
+
+  // A reply the client has not taken for longer than `timeout` (it does not
+  // read, so flow control holds the reply here): ends the stream, which
+  // frees the reply. The client sees CANCELLED; the status below is what
+  // the daemon records.
+  void CancelIfStalled(absl::Time now, absl::Duration timeout) {
+    std::string stall_message;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!writing_ || finish_requested_ || now - write_started_ <= timeout)
+        return;
+      finish_requested_ = true;
+      stall_message =
+          absl::StrCat("WatchEvents stream of tenant '", tenant_,
+                       "' stalled: a reply of ", response_.ByteSizeLong(),
+                       " bytes was not read within limits.watch_stall_timeout ",
+                       absl::FormatDuration(timeout));
+      finish_status_ = grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat(stall_message, "; reconnect from next_sequence"));
+      // Until TryCancel returns the call must not finish (OnWriteDone
+      // waits for it), or ctx_ could be gone when it is used.
+      cancelling_ = true;
+    }
+    // One line for the operator: the client only sees CANCELLED.
+    std::fprintf(stderr, "prefixd: %s; cancelled\n", stall_message.c_str());
+    ctx_->TryCancel();  // the stuck write completes (not ok)
+    bool finish_now = false;
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelling_ = false;
+      if (finish_deferred_ && !finished_) {
+        finished_ = finish_now = true;
+        finish = finish_status_;
+      }
+    }
+    if (finish_now) Finish(finish);
   }
 
   // Ends the call with `status` now, or after the write in flight.
@@ -86,6 +133,10 @@ class EventStream final
       }
       if (finish_requested_) {
         if (finished_) return;
+        if (cancelling_) {  // CancelIfStalled finishes once TryCancel returned
+          finish_deferred_ = true;
+          return;
+        }
         finished_ = true;
         finish_now = true;
         finish = finish_status_;
@@ -113,19 +164,40 @@ class EventStream final
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     response_.Clear();
     response_.set_epoch(owner_->epoch_);
-    for (const Event& e : batch.events) EventToProto(e, response_.add_events());
+    // One reply holds events up to max_reply_bytes (at least one event):
+    // the most a stream has in flight. The rest goes in the next reply.
+    uint64_t next = batch.next_sequence;
+    size_t bytes = 0;
+    for (const Event& e : batch.events) {
+      if (response_.events_size() > 0 &&
+          bytes + WireBytes(e) > owner_->limits_.max_reply_bytes) {
+        next = e.sequence;
+        break;
+      }
+      bytes += WireBytes(e);
+      EventToProto(e, response_.add_events());
+    }
     response_.set_missed_events(missed);
-    response_.set_next_sequence(batch.next_sequence);
-    next_ = batch.next_sequence;
+    response_.set_next_sequence(next);
+    next_ = next;
+  }
+
+  // At most what one event takes on the wire (varints of up to 10 bytes).
+  static size_t WireBytes(const Event& e) {
+    return 64 + e.ns.size() + 10 * e.block_ids.size();
   }
 
   EventWatchers* const owner_;
+  grpc::CallbackServerContext* const ctx_;
   const std::string tenant_;
   std::atomic<int> refs_{1};  // gRPC's, dropped in OnDone
   absl::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_);
   bool ignore_first_missed_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  bool cancelling_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_deferred_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // Finish() called
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
@@ -133,16 +205,18 @@ class EventStream final
 };
 
 EventWatchers::EventWatchers(const PrefixCache* cache, uint64_t epoch,
-                             absl::Duration poll_interval)
+                             absl::Duration poll_interval, WatchLimits limits)
     : cache_(cache),
       epoch_(epoch),
+      limits_(limits),
       poller_(poll_interval, [this] { PollAll(); }) {}
 
 EventWatchers::~EventWatchers() { poller_.Stop(); }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* EventWatchers::Start(
-    std::string tenant, uint64_t from_sequence) {
-  return new EventStream(this, std::move(tenant), from_sequence);
+    grpc::CallbackServerContext* ctx, std::string tenant,
+    uint64_t from_sequence) {
+  return new EventStream(this, ctx, std::move(tenant), from_sequence);
 }
 
 void EventWatchers::Shutdown() {
@@ -164,16 +238,29 @@ void EventWatchers::Shutdown() {
   }
 }
 
-bool EventWatchers::Register(EventStream* s) {
+grpc::Status EventWatchers::Register(EventStream* s) {
   absl::MutexLock lock(&mu_);
-  if (shut_down_) return false;
+  if (shut_down_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "prefixd is shutting down");
+  }
+  size_t& open = per_tenant_[s->tenant()];
+  if (open >= limits_.max_streams_per_tenant) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("tenant '", s->tenant(), "' has ", open,
+                                     " WatchEvents streams open, the limit "
+                                     "limits.max_watch_streams_per_tenant"));
+  }
+  ++open;
   streams_.insert(s);
-  return true;
+  return grpc::Status::OK;
 }
 
 void EventWatchers::Unregister(EventStream* s) {
   absl::MutexLock lock(&mu_);
-  streams_.erase(s);
+  if (streams_.erase(s) == 0) return;  // refused by Register
+  auto it = per_tenant_.find(s->tenant());
+  if (--it->second == 0) per_tenant_.erase(it);
 }
 
 void EventWatchers::PollAll() {
@@ -187,7 +274,9 @@ void EventWatchers::PollAll() {
       streams.push_back(s);
     }
   }
+  const absl::Time now = absl::Now();
   for (EventStream* s : streams) {
+    s->CancelIfStalled(now, limits_.stall_timeout);
     s->Poll();
     s->Unref();
   }

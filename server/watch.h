@@ -6,6 +6,12 @@
 // A write completing continues the stream directly, so a backlog drains
 // without waiting for the poll. Nothing here blocks a gRPC reaction: ring
 // reads take one tenant mutex for a copy, like any unary call.
+//
+// Memory is bounded per tenant (WatchLimits): a stream has one reply in
+// flight, of at most max_reply_bytes; a tenant holds at most
+// max_streams_per_tenant streams; and a reply the client has not taken
+// within stall_timeout (a client that never reads, so HTTP/2 flow control
+// holds the reply in the daemon) cancels its stream, which frees it.
 #ifndef PREFIXD_SERVER_WATCH_H_
 #define PREFIXD_SERVER_WATCH_H_
 
@@ -16,6 +22,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -27,6 +34,12 @@ namespace prefixd {
 
 class EventStream;
 
+struct WatchLimits {
+  size_t max_streams_per_tenant = 8;
+  uint64_t max_reply_bytes = 1 << 20;
+  absl::Duration stall_timeout = absl::Seconds(30);
+};
+
 // Thread safety: every method may be called from any thread.
 class EventWatchers {
  public:
@@ -34,15 +47,17 @@ class EventWatchers {
   static constexpr size_t kMaxBatch = 256;
 
   EventWatchers(const PrefixCache* cache, uint64_t epoch,
-                absl::Duration poll_interval);
+                absl::Duration poll_interval, WatchLimits limits = {});
   // REQUIRES: Shutdown() was called and every stream has ended (the gRPC
   // server has been shut down).
   ~EventWatchers();
 
   // A stream of `tenant`'s events from `from_sequence` (0: the oldest kept,
   // without a missed_events flag for what was dropped before).
+  // RESOURCE_EXHAUSTED when the tenant has max_streams_per_tenant open.
   grpc::ServerWriteReactor<v1::WatchEventsResponse>* Start(
-      std::string tenant, uint64_t from_sequence);
+      grpc::CallbackServerContext* ctx, std::string tenant,
+      uint64_t from_sequence);
 
   // New events may exist: poll now rather than at the next interval.
   void Notify() { poller_.Wake(); }
@@ -53,13 +68,16 @@ class EventWatchers {
 
  private:
   friend class EventStream;
-  bool Register(EventStream* s);  // false once shut down
+  // UNAVAILABLE once shut down, RESOURCE_EXHAUSTED past the tenant's limit.
+  grpc::Status Register(EventStream* s);
   void Unregister(EventStream* s);
   void PollAll();
 
   const PrefixCache* const cache_;
   const uint64_t epoch_;
+  const WatchLimits limits_;
   absl::Mutex mu_;
+  absl::flat_hash_map<std::string, size_t> per_tenant_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<EventStream*> streams_ ABSL_GUARDED_BY(mu_);
   PeriodicThread poller_;  // last: it calls PollAll until stopped

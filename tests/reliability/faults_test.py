@@ -8,6 +8,12 @@
 - SIGTERM in the middle of load: every call ends OK, with an expected error,
   or UNAVAILABLE once the drain began, never cut off; the restart has the
   same epoch and caches exactly what the clients' ledger says;
+- a start that fails (the gRPC or the metrics port is taken) after the
+  snapshot was restored: the snapshot is put back for the next start;
+- a second daemon on the same snapshot_path: refuses to start, naming the
+  first's pid, and the first keeps its cache;
+- SIGHUP: new principals from the config file without losing the cache; a
+  bad config refused with one log line while the old principals stay;
 - SIGKILL after a restore: the snapshot was consumed, so the restart is empty
   with a new epoch (trusted once);
 - a corrupt snapshot and one for another model: moved aside with one log
@@ -17,6 +23,7 @@ Usage: faults_test.py --prefixd PATH [--stubs DIR]
 """
 
 import glob
+import hashlib
 import os
 import signal
 import socket
@@ -220,6 +227,91 @@ class FaultTest(unittest.TestCase):
         self.daemon.start()
         self.assertEqual(self.epoch(), epoch)
         self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_a_start_that_fails_on_the_metrics_port_keeps_the_snapshot(self):
+        self.stub().Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), timeout=10)
+        epoch = self.epoch()
+        self.assertEqual(self.daemon.stop(), 0, self.daemon.logs())
+        # gRPC listens, but the metrics port is taken: the daemon fails after
+        # the server started, and the restored cache must survive that too.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            p = subprocess.run(
+                [ARGS.prefixd, "--listen=127.0.0.1:0",
+                 "--metrics_listen=127.0.0.1:%d" % taken.getsockname()[1],
+                 "--block_size=%d" % BLOCK, "--kv_budget=%dMiB" % (BUDGET_BLOCKS * 2),
+                 "--snapshot_path=" + self.snapshot],
+                capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("restored snapshot", p.stderr)
+        self.assertIn("cannot serve metrics", p.stderr)
+        self.assertTrue(os.path.exists(self.snapshot), p.stderr)
+        self.assertFalse(os.path.exists(self.snapshot + ".consumed"))
+        self.daemon.start()
+        self.assertEqual(self.epoch(), epoch)
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_a_second_daemon_on_the_same_snapshot_path_refuses_to_start(self):
+        self.stub().Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), timeout=10)
+        epoch = self.epoch()
+        try:
+            p = subprocess.run(
+                [ARGS.prefixd, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                 "--block_size=%d" % BLOCK, "--kv_budget=%dMiB" % (BUDGET_BLOCKS * 2),
+                 "--snapshot_path=" + self.snapshot],
+                capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired as e:
+            self.fail("a second daemon on %s kept running: %s" % (self.snapshot, e.stderr))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("another prefixd (pid %d) uses snapshot_path %s"
+                      % (self.daemon.proc.pid, self.snapshot), p.stderr)
+        # The first daemon is untouched: it still serves, and its stop
+        # writes the snapshot the next start restores.
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+        self.restart(signal.SIGTERM)
+        self.assertEqual(self.epoch(), epoch)
+        self.assertEqual(self.stats("default").cached_blocks, 2)
+
+    def test_sighup_rotates_principals_and_refuses_a_bad_config(self):
+        def config(*principals):
+            return CONFIG + 'auth { mode: TOKEN }\ndynamic_tenants { enabled: true }\n' + "".join(
+                'principals { name: "%s" role: ENGINE tenants: "*" token_sha256: "%s" }\n'
+                % (name, hashlib.sha256(token.encode()).hexdigest())
+                for name, token in principals)
+
+        def md(token):
+            return [("authorization", "Bearer " + token), ("x-prefixd-tenant", "t0")]
+
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(("old", "old-token-0123")))
+        self.addCleanup(daemon.close)
+        daemon.start()
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        stub = pb_grpc.PrefixCacheStub(ch)
+        stub.Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]),
+                    metadata=md("old-token-0123"), timeout=10)
+        epoch = stub.GetInfo(pb.GetInfoRequest(), metadata=md("old-token-0123"), timeout=10).epoch
+
+        def rotate(text, line):
+            with open(os.path.join(daemon.tmp, "prefixd.textproto"), "w") as f:
+                f.write(text)
+            seen = daemon.logs().count(line)
+            daemon.proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: daemon.logs().count(line) > seen, 10, line)
+
+        rotate(config(("new", "new-token-4567")), "prefixd: SIGHUP: principals reloaded")
+        stats = stub.Stats(pb.StatsRequest(), metadata=md("new-token-4567"), timeout=10)
+        self.assertEqual(stats.tenants[0].cached_blocks, 2)  # the cache stayed
+        with self.assertRaises(grpc.RpcError) as e:
+            stub.Stats(pb.StatsRequest(), metadata=md("old-token-0123"), timeout=10)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+        # A principal named twice: refused with one line, the old table stays.
+        rotate(config(("new", "new-token-4567"), ("new", "other-token-89")),
+               "prefixd: SIGHUP: configuration refused, the old one stays in force:")
+        self.assertIn("names must be unique", daemon.logs().splitlines()[-1])
+        self.assertEqual(stub.GetInfo(pb.GetInfoRequest(), metadata=md("new-token-4567"),
+                                      timeout=10).epoch, epoch)
 
     # ---- snapshots that cannot be used ----
 

@@ -41,6 +41,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::UnorderedElementsAreArray;
 
 constexpr int kBlockSize = 4;
 constexpr uint64_t kBlockBytes = kBlockSize * 131072;  // llama-3-8b fp16
@@ -653,6 +654,50 @@ TEST_P(SecurityTest, WithBorrowingBlocksWithinTheReservationStay) {
   // B borrowed everything A did not use, c's idle reservation included: a
   // reservation protects blocks a tenant has, it does not hold space free.
   EXPECT_EQ(FindTenant(all, "b")->cached_blocks(), kBudgetBlocks - a_blocks);
+}
+
+// With borrowing, B's inserts evict A's blocks. B must not learn A's IDs;
+// A's principal gets each of them exactly once, in its next Insert or Evict.
+TEST_P(SecurityTest, BudgetEvictionsGoOnlyToAPrincipalOfTheirTenant) {
+  StartServer("");  // no reservations: the budget is shared
+  ConnectAB();
+  const int a_blocks = static_cast<int>(kBudgetBlocks);
+  ASSERT_TRUE(a_->Insert(Tokens(7, a_blocks), Ids(7000, a_blocks)).ok());
+
+  const std::vector<uint64_t> b_got = Flood(b_.get(), a_blocks / 2);
+  EXPECT_THAT(b_got, IsEmpty()) << "B was handed A's block IDs";
+  // A's insert evicts one more of A's (the oldest leaf), and carries the 16
+  // that B's inserts evicted.
+  absl::StatusOr<Client::InsertResult> next =
+      a_->Insert(Tokens(900000, 1), Ids(9000, 1));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_THAT(next->response.evicted_block_ids(),
+              UnorderedElementsAreArray(
+                  Ids(7000 + a_blocks / 2 - 1, a_blocks / 2 + 1)));
+  // Exactly once: the next eviction returns only the block it evicts.
+  absl::StatusOr<std::vector<uint64_t>> evicted = a_->Evict(1);
+  ASSERT_TRUE(evicted.ok()) << evicted.status();
+  EXPECT_THAT(*evicted, ElementsAre(7000 + a_blocks / 2 - 2));
+}
+
+// An engine acting for both tenants (the sidecar case) frees the victims'
+// blocks itself, so its insert for c returns a's IDs directly.
+TEST_P(SecurityTest, AnEngineForBothTenantsGetsTheirEvictionsDirectly) {
+  StartServer("");
+  std::unique_ptr<Client> engine_a = Connect("engine-ac", "a");
+  std::unique_ptr<Client> engine_c = Connect("engine-ac", "c");
+  const int a_blocks = static_cast<int>(kBudgetBlocks);
+  ASSERT_TRUE(engine_a->Insert(Tokens(7, a_blocks), Ids(7000, a_blocks)).ok());
+  absl::StatusOr<Client::InsertResult> r =
+      engine_c->Insert(Tokens(900000, 2), Ids(9000, 2));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->response.evicted_block_ids(),
+              UnorderedElementsAreArray(Ids(7000 + a_blocks - 2, 2)));
+  absl::StatusOr<Client::InsertResult> again =
+      engine_a->Insert(Tokens(800000, 1), Ids(8000, 1));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(again->response.evicted_block_ids(),
+              ElementsAre(7000 + a_blocks - 3));
 }
 
 // --- 5. Stats and WatchEvents -----------------------------------------------

@@ -1,0 +1,188 @@
+#!/usr/bin/python3
+"""Memory bounds of the real daemon (docs/operations.md, "Memory bounds"):
+what one tenant's traffic can make prefixd hold is bounded by limits the
+config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
+
+- event ring: one tenant alternating two Inserts of 65,536 blocks (each
+  evicts the other) appends 1 MiB of events per Insert; the ring is bounded
+  by event_ring_bytes, not only by its 4096 events.
+- WatchEvents: streams that are never read hold at most one reply of
+  limits.watch_reply_bytes each, a tenant opens at most
+  limits.max_watch_streams_per_tenant of them (RESOURCE_EXHAUSTED beyond),
+  and a reply unread for limits.watch_stall_timeout cancels its stream,
+  which frees its memory and its place.
+- connections: an unauthenticated peer that sends the HTTP/2 preface and
+  nothing else is told limits.max_concurrent_streams in the server's
+  SETTINGS and is disconnected after limits.max_connection_idle.
+
+Usage: memory_bounds_test.py --prefixd PATH [--stubs DIR]
+"""
+
+import os
+import socket
+import struct
+import sys
+import time
+import unittest
+
+import grpc
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "python"))
+import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = common.setup(__doc__)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import load  # noqa: E402
+import prefixd_fixture  # noqa: E402
+from prefixd.v1 import prefix_cache_pb2 as pb  # noqa: E402
+from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc  # noqa: E402
+
+MIB = 1024
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for pid %d" % pid)
+
+
+class MemoryBoundsTest(unittest.TestCase):
+    def start(self, config):
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False)
+        self.addCleanup(daemon.close)
+        daemon.start()
+        return daemon
+
+    def stub(self, daemon):
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        return pb_grpc.PrefixCacheStub(ch)
+
+    def test_the_event_ring_is_bounded_by_bytes(self):
+        blocks = 65536
+        daemon = self.start('block_size: 1\nkv_budget: "%dtokens"\n' % blocks)
+        stub = self.stub(daemon)
+        prompts = [pb.InsertRequest(tokens=range(base, base + blocks),
+                                    block_ids=range(base, base + blocks))
+                   for base in (0, 1 << 20)]
+
+        def cycles(n):
+            for _ in range(n):
+                for p in prompts:  # each evicts the other: 2 events of 65,536 IDs
+                    stub.Insert(p, timeout=30)
+
+        cycles(4)  # 16 MiB of events: past the 4 MiB bound already
+        before = rss_kib(daemon.proc.pid)
+        start = time.monotonic()
+        cycles(30)  # 120 MiB more events; a ring bounded by count keeps them
+        after = rss_kib(daemon.proc.pid)
+        print("event ring: RSS %d -> %d KiB over 60 Inserts of %d blocks (%.1f s)"
+              % (before, after, blocks, time.monotonic() - start))
+        self.assertLess(after - before, 32 * MIB,
+                        "RSS grew %d KiB while one tenant's ring took 1 MiB of "
+                        "events per Insert" % (after - before))
+
+    def big_inserts(self, stub, n, blocks=65536):
+        """n Inserts of `blocks` blocks, each evicting the previous one."""
+        for i in range(n):
+            base = (i % 2) << 20
+            stub.Insert(pb.InsertRequest(tokens=range(base, base + blocks),
+                                         block_ids=range(base, base + blocks)), timeout=30)
+
+    def open_unread_streams(self, daemon, n):
+        """n WatchEvents streams from the oldest event that nobody reads, on a
+        channel whose flow-control windows stay at 64 KiB (no BDP probing), as
+        a client that stopped reading leaves them."""
+        ch = grpc.insecure_channel(daemon.tcp, options=[("grpc.http2.bdp_probe", 0)])
+        self.addCleanup(ch.close)
+        stub = pb_grpc.PrefixCacheStub(ch)
+        streams = [stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=120)
+                   for _ in range(n)]
+        for s in streams:
+            self.addCleanup(s.cancel)
+        return streams
+
+    def test_unread_watch_streams_are_bounded_per_stream_and_per_tenant(self):
+        daemon = self.start('block_size: 1\nkv_budget: "65536tokens"\n')
+        stub = self.stub(daemon)
+        self.big_inserts(stub, 2)
+        before = rss_kib(daemon.proc.pid)
+        self.open_unread_streams(daemon, 24)
+        time.sleep(0.5)  # the streams are registered
+        refused = stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=3)
+        with self.assertRaises(grpc.RpcError) as e:
+            next(refused)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         e.exception.details())
+        self.assertIn("tenant 'default' has 8 WatchEvents streams open", e.exception.details())
+        self.big_inserts(stub, 12)  # each stream's backlog: all the ring holds
+        time.sleep(1)  # the poller fills every stream's reply
+        after = rss_kib(daemon.proc.pid)
+        print("24 unread streams: RSS %d -> %d KiB" % (before, after))
+        self.assertLess(after - before, 40 * MIB,
+                        "RSS grew %d KiB with unread WatchEvents streams" % (after - before))
+
+    def test_a_stalled_watch_stream_is_cancelled_and_frees_its_place(self):
+        daemon = self.start('block_size: 1\nkv_budget: "65536tokens"\n'
+                            'limits { watch_stall_timeout: "1s" }\n')
+        stub = self.stub(daemon)
+        streams = self.open_unread_streams(daemon, 8)
+        # New events all along: once the client's flow-control windows are
+        # full, every stream has a reply that cannot be sent.
+        stalled = "stalled: a reply of"
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and daemon.logs().count(stalled) < 8:
+            self.big_inserts(stub, 2)
+        self.assertEqual(daemon.logs().count(stalled), 8, daemon.logs()[-2000:])
+        self.assertIn("bytes was not read within limits.watch_stall_timeout 1s; cancelled",
+                      daemon.logs())
+        for s in streams:  # what the client had buffered, then the end
+            with self.assertRaises(grpc.RpcError) as e:
+                for _ in s:
+                    pass
+            self.assertEqual(e.exception.code(), grpc.StatusCode.CANCELLED)
+        # Their places are free again: a reader that reads gets its events.
+        reader = stub.WatchEvents(pb.WatchEventsRequest(from_sequence=0), timeout=10)
+        self.assertGreater(len(next(reader).events), 0)
+        reader.cancel()
+
+    def test_an_idle_connection_is_closed_and_told_the_stream_limit(self):
+        daemon = self.start('auth { mode: TOKEN }\n'
+                            'principals { name: "p" role: ADMIN token_sha256: "%s" }\n'
+                            'limits { max_concurrent_streams: 16 max_connection_idle: "1s" }\n'
+                            % ("ab" * 32))
+        host, port = daemon.tcp.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+            start = time.monotonic()
+            received = b""
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+            idle_for = time.monotonic() - start
+        frames, pos = [], 0  # (type, payload) of each HTTP/2 frame
+        while pos + 9 <= len(received):
+            length = int.from_bytes(received[pos:pos + 3], "big")
+            frames.append((received[pos + 3], received[pos + 9:pos + 9 + length]))
+            pos += 9 + length
+        # The server's first frame is its SETTINGS (type 4): 6-byte (id,
+        # value) pairs; id 3 is SETTINGS_MAX_CONCURRENT_STREAMS.
+        self.assertEqual(frames[0][0], 4, frames[:2])
+        payload = frames[0][1]
+        settings = dict(struct.unpack(">HI", payload[i:i + 6]) for i in range(0, len(payload), 6))
+        self.assertEqual(settings.get(3), 16, settings)
+        self.assertIn(7, [t for t, _ in frames], "no GOAWAY (type 7) before the close")
+        self.assertGreaterEqual(idle_for, 0.5)
+        self.assertLess(idle_for, 8, "the idle connection stayed open %.1f s" % idle_for)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -575,6 +575,60 @@ std::string ForwardGpuTable(const Forward& f) {
   return Table(rows, 1);
 }
 
+bool KeepsEveryToken(const ModelGeometry& g) {
+  return g.sliding_layers == 0 && g.state_layers == 0;
+}
+
+// The KV cache line; with sliding-window or state layers also the one
+// sequence it is batch times, split by layer kind.
+std::string ForwardKvLines(const ForwardInput& in, const Forward& f) {
+  const ModelGeometry& g = in.geometry;
+  if (KeepsEveryToken(g)) {
+    return Line("KV cache", absl::StrCat(Bytes(f.kv_bytes), " = ",
+                                         FormatCount(f.tokens), " tokens x ",
+                                         FormatCount(f.bytes_per_token), " B"));
+  }
+  const uint64_t layer = f.bytes_per_token / static_cast<uint64_t>(g.layers);
+  const int64_t window = std::min<int64_t>(in.context_len, g.sliding_window);
+  std::string parts =
+      absl::StrCat("(", FormatCount(in.context_len), " tokens x ",
+                   g.layers - g.sliding_layers, " layers");
+  if (g.sliding_layers > 0) {
+    absl::StrAppend(&parts, " + ", FormatCount(window), " tokens x ",
+                    g.sliding_layers, " sliding layers");
+  }
+  absl::StrAppend(&parts, ") x ", FormatCount(layer), " B");
+  if (g.state_layers > 0) {
+    absl::StrAppend(&parts, " + ", g.state_layers, " state layers x ",
+                    FormatCount(g.state_bytes_per_layer), " B");
+  }
+  return Line("Per sequence",
+              absl::StrCat(Bytes(f.sequence_bytes), " = ", parts)) +
+         Line("KV cache",
+              absl::StrCat(Bytes(f.kv_bytes), " = ", FormatCount(in.batch),
+                           " x ", FormatCount(f.sequence_bytes), " B"));
+}
+
+// Summed over the batch when every token costs the same; otherwise the
+// context per sequence at this batch (model/forward.h).
+std::string ForwardCrossover(const ForwardInput& in, const Forward& f) {
+  if (KeepsEveryToken(in.geometry)) {
+    return absl::StrCat(FormatCount(f.crossover_tokens),
+                        " cached tokens in flight read as many bytes per "
+                        "decode step as the weights");
+  }
+  if (f.crossover_context == 0) {
+    return absl::StrCat("never at batch ", FormatCount(in.batch),
+                        ": every KV layer slides, so the KV stops growing "
+                        "below the weights");
+  }
+  return absl::StrCat(FormatCount(f.crossover_context),
+                      " tokens per sequence (", FormatCount(f.crossover_tokens),
+                      " in flight): batch ", FormatCount(in.batch),
+                      " then reads as many KV bytes per decode step as "
+                      "weights");
+}
+
 std::string ForwardTextReport(const Request& req, const Forward& f) {
   const ForwardInput& in = req.forward;
   const ModelGeometry& g = in.geometry;
@@ -591,21 +645,14 @@ std::string ForwardTextReport(const Request& req, const Forward& f) {
   out += Line("Bytes per token",
               absl::StrCat(Bytes(f.bytes_per_token), " = ",
                            BytesPerTokenFormula(g, in.kv_dtype)));
-  out += Line("KV cache",
-              absl::StrCat(Bytes(f.kv_bytes), " = ", FormatCount(f.tokens),
-                           " tokens x ", FormatCount(f.bytes_per_token), " B"));
+  out += ForwardKvLines(in, f);
   out += Line("Weights", req.has_weights
                              ? Bytes(f.weight_bytes)
                              : "not given (--weights or --params): 0 B");
   out += Line("Overhead", Bytes(f.overhead_bytes));
   out += Line("Weights + KV",
               absl::StrCat(Bytes(f.total_bytes), " = weights + overhead + KV"));
-  if (req.has_weights) {
-    out += Line("Decode crossover",
-                absl::StrCat(FormatCount(f.crossover_tokens),
-                             " cached tokens in flight read as many bytes per "
-                             "decode step as the weights"));
-  }
+  if (req.has_weights) out += Line("Decode crossover", ForwardCrossover(in, f));
   if (req.has_gpus) out += Line("GPUs", PoolVerdict(req.gpus, f.total_bytes));
 
   absl::StrAppend(&out, "\nKV cache of ", FormatCount(in.batch), " x ",
@@ -757,15 +804,22 @@ std::string ForwardJsonReport(const Request& req, const Forward& f) {
   return absl::StrCat(
       "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
       ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
-      ", \"attention_heads\": ", g.attention_heads, "},\n",
+      ", \"attention_heads\": ", g.attention_heads,
+      ", \"kv_lora_rank\": ", g.kv_lora_rank,
+      ", \"sliding_window\": ", g.sliding_window,
+      ", \"sliding_layers\": ", g.sliding_layers,
+      ", \"state_layers\": ", g.state_layers,
+      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "},\n",
       "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
       "  \"batch\": ", in.batch, ",\n", "  \"context_len\": ", in.context_len,
       ",\n", "  \"tokens\": ", f.tokens, ",\n",
       "  \"bytes_per_token\": ", f.bytes_per_token, ",\n",
+      "  \"sequence_bytes\": ", f.sequence_bytes, ",\n",
       "  \"kv_bytes\": ", f.kv_bytes, ",\n",
       "  \"weight_bytes\": ", f.weight_bytes, ",\n",
       "  \"overhead_bytes\": ", f.overhead_bytes, ",\n",
       "  \"total_bytes\": ", f.total_bytes, ",\n",
+      "  \"crossover_context\": ", f.crossover_context, ",\n",
       "  \"crossover_tokens\": ", f.crossover_tokens, ",\n",
       "  \"gpus\": ", pool, ",\n", "  \"variants\": [\n",
       absl::StrJoin(variants, ",\n"), "\n  ],\n", "  \"per_gpu\": [\n",

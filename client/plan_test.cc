@@ -227,6 +227,41 @@ TEST(PlanCommandTest, ForwardJson) {
                                "false}"));
 }
 
+// Gemma-2-9B: half its 42 layers slide over 4,096 tokens, so a sequence of
+// 8,192 holds (8,192 x 21 + 4,096 x 21) x 8,192 B, not 8,192 x 344,064 B.
+TEST(PlanCommandTest, ForwardSlidingWindowPerSequence) {
+  const Result r = RunPlan({"--model", "gemma-2-9b", "--batch", "4",
+                            "--context", "8k", "--weights", "10GB", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"sequence_bytes\": 2113929216,"));
+  EXPECT_THAT(r.out, HasSubstr("\"kv_bytes\": 8455716864,"));
+  EXPECT_THAT(r.out, HasSubstr("\"sliding_window\": 4096, "
+                               "\"sliding_layers\": 21"));
+  EXPECT_THAT(r.out, HasSubstr("\"crossover_context\": 10437,"));
+  const Result text = RunPlan({"--model", "gemma-2-9b", "--batch", "4",
+                               "--context", "8k", "--weights", "10GB"});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out,
+              HasSubstr("Per sequence      2,113,929,216 B (1.97 GiB) = "
+                        "(8,192 tokens x 21 layers + 4,096 tokens x 21 "
+                        "sliding layers) x 8,192 B\n"));
+  EXPECT_THAT(text.out, HasSubstr("KV cache          8,455,716,864 B (7.88 "
+                                  "GiB) = 4 x 2,113,929,216 B\n"));
+  EXPECT_THAT(text.out, HasSubstr("Decode crossover  10,437 tokens per "
+                                  "sequence (41,748 in flight)"));
+}
+
+// DeepSeek-V3's latent is shared by all heads: one row, no MHA or MQA.
+TEST(PlanCommandTest, ForwardMlaHasOneColumn) {
+  const Result r = RunPlan({"--model", "deepseek-v3", "--batch", "2",
+                            "--context", "1000", "--kv_dtype", "nvfp4"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("  dtype         MLA *\n"
+                               "  fp16     134.03 MiB\n"));
+  EXPECT_THAT(r.out, HasSubstr("  nvfp4 *   37.70 MiB\n"));
+  EXPECT_THAT(r.out, Not(HasSubstr("MQA-1")));
+}
+
 TEST(PlanCommandTest, ForwardUsageErrors) {
   struct Case {
     std::vector<std::string> args;

@@ -8,16 +8,22 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "model/status_macros.h"
 
 namespace prefixd {
 namespace {
 
+using uint128 = unsigned __int128;
+
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+uint128 CeilDiv128(uint128 a, uint128 b) { return a / b + (a % b != 0); }
 
 // The planner's labels: MQA-1, MHA-n when every query head has its own KV
-// head, GQA-n otherwise.
-std::string HeadLabel(int kv_heads, int attention_heads) {
+// head, GQA-n otherwise; MLA, whose one latent per layer is not a KV head.
+std::string HeadLabel(const ModelGeometry& g, int kv_heads) {
+  const int attention_heads = g.attention_heads;
+  if (g.kv_lora_rank > 0) return "MLA";
   if (kv_heads == 1) return "MQA-1";
   if (kv_heads == attention_heads) return absl::StrCat("MHA-", kv_heads);
   return absl::StrCat("GQA-", kv_heads);
@@ -33,25 +39,87 @@ absl::StatusOr<uint64_t> Multiply(uint64_t a, uint64_t b,
   return product;
 }
 
+// Exact tokens (block_size 0): the calculator sizes what the batch holds,
+// not a paged allocator's rounding.
+absl::StatusOr<ForwardCell> MakeCell(const ForwardInput& input,
+                                     const ModelGeometry& geometry,
+                                     KvDtype dtype, absl::string_view label) {
+  ForwardCell cell;
+  cell.dtype = dtype;
+  ASSIGN_OR_RETURN(cell.bytes_per_token, BytesPerToken(geometry, dtype));
+  ASSIGN_OR_RETURN(cell.sequence_bytes,
+                   SequenceKvBytes(geometry, dtype, input.context_len, 0));
+  ASSIGN_OR_RETURN(
+      cell.kv_bytes,
+      Multiply(static_cast<uint64_t>(input.batch), cell.sequence_bytes,
+               absl::StrCat(label, " ", KvDtypeName(dtype), " KV bytes")));
+  return cell;
+}
+
 absl::StatusOr<ForwardVariant> MakeVariant(const ForwardInput& input,
-                                           uint64_t tokens, int kv_heads) {
+                                           int kv_heads) {
   ForwardVariant v;
   v.kv_heads = kv_heads;
   v.is_model = kv_heads == input.geometry.kv_heads;
-  v.label = HeadLabel(kv_heads, input.geometry.attention_heads);
+  v.label = HeadLabel(input.geometry, kv_heads);
   ModelGeometry geometry = input.geometry;
   geometry.kv_heads = kv_heads;
   for (KvDtype dtype : ForwardDtypes(input.kv_dtype)) {
-    ForwardCell cell;
-    cell.dtype = dtype;
-    ASSIGN_OR_RETURN(cell.bytes_per_token, BytesPerToken(geometry, dtype));
-    ASSIGN_OR_RETURN(
-        cell.kv_bytes,
-        Multiply(tokens, cell.bytes_per_token,
-                 absl::StrCat(v.label, " ", KvDtypeName(dtype), " KV bytes")));
+    ASSIGN_OR_RETURN(ForwardCell cell,
+                     MakeCell(input, geometry, dtype, v.label));
     v.cells.push_back(cell);
   }
   return v;
+}
+
+// The model's own KV heads, MQA and MHA, most first; an MLA model alone.
+std::vector<int> VariantHeads(const ModelGeometry& g) {
+  if (g.kv_lora_rank > 0) return {g.kv_heads};
+  std::vector<int> heads = {g.kv_heads, 1};
+  if (g.attention_heads > 0) heads.push_back(g.attention_heads);
+  std::sort(heads.begin(), heads.end(), std::greater<int>());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  return heads;
+}
+
+// The smallest context c >= 1 with batch x SequenceKvBytes(c) >= weights,
+// 0 if none. Per sequence that is the target ceil(weights / batch), and
+// SequenceKvBytes(c) = c x (full + sliding) + state while c <= window, then
+// grows by `full` per token. 128 bits: the window times a layer's bytes can
+// pass 64.
+uint64_t CrossoverContext(const ModelGeometry& g, uint64_t layer_bytes,
+                          uint64_t batch, uint64_t weights) {
+  if (weights == 0) return 0;
+  const uint128 full =
+      static_cast<uint128>(layer_bytes) * (g.layers - g.sliding_layers);
+  const uint128 all = static_cast<uint128>(layer_bytes) * g.layers;
+  const uint128 state =
+      static_cast<uint128>(g.state_layers) * g.state_bytes_per_layer;
+  const uint128 target = CeilDiv(weights, batch);
+  if (state >= target) return 1;
+  const uint128 rest = target - state;
+  const uint128 window_bytes = all * static_cast<uint64_t>(g.sliding_window);
+  if (rest <= window_bytes) return static_cast<uint64_t>(CeilDiv128(rest, all));
+  if (full == 0) return 0;  // every layer slides: the KV stops growing
+  return static_cast<uint64_t>(g.sliding_window +
+                               CeilDiv128(rest - window_bytes, full));
+}
+
+// Sets f->crossover_context and f->crossover_tokens (see forward.h).
+absl::Status SetCrossover(const ForwardInput& input, Forward* f) {
+  const ModelGeometry& g = input.geometry;
+  ASSIGN_OR_RETURN(const uint64_t layer_bytes,
+                   LayerBytesPerToken(g, input.kv_dtype));
+  const uint64_t batch = static_cast<uint64_t>(input.batch);
+  f->crossover_context =
+      CrossoverContext(g, layer_bytes, batch, f->weight_bytes);
+  if (g.sliding_layers == 0 && g.state_layers == 0) {
+    f->crossover_tokens = CeilDiv(f->weight_bytes, f->bytes_per_token);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(f->crossover_tokens, Multiply(batch, f->crossover_context,
+                                                 "batch x crossover context"));
+  return absl::OkStatus();
 }
 
 std::vector<GpuNeed> GpuNeeds(const Forward& f) {
@@ -93,10 +161,11 @@ absl::StatusOr<Forward> MakeForward(const ForwardInput& input) {
   ASSIGN_OR_RETURN(f.tokens, Multiply(static_cast<uint64_t>(input.batch),
                                       static_cast<uint64_t>(input.context_len),
                                       "batch x context"));
-  ASSIGN_OR_RETURN(f.bytes_per_token,
-                   BytesPerToken(input.geometry, input.kv_dtype));
-  ASSIGN_OR_RETURN(f.kv_bytes,
-                   Multiply(f.tokens, f.bytes_per_token, "KV bytes"));
+  ASSIGN_OR_RETURN(const ForwardCell model,
+                   MakeCell(input, input.geometry, input.kv_dtype, "model"));
+  f.bytes_per_token = model.bytes_per_token;
+  f.sequence_bytes = model.sequence_bytes;
+  f.kv_bytes = model.kv_bytes;
   f.weight_bytes = input.weight_bytes;
   f.overhead_bytes = input.overhead_bytes;
   if (__builtin_add_overflow(f.weight_bytes, f.overhead_bytes,
@@ -106,15 +175,9 @@ absl::StatusOr<Forward> MakeForward(const ForwardInput& input) {
         "weights ", f.weight_bytes, " + overhead ", f.overhead_bytes, " + KV ",
         f.kv_bytes, " bytes overflow 64 bits"));
   }
-  f.crossover_tokens = CeilDiv(f.weight_bytes, f.bytes_per_token);
-
-  const int attention = input.geometry.attention_heads;
-  std::vector<int> heads = {input.geometry.kv_heads, 1};
-  if (attention > 0) heads.push_back(attention);
-  std::sort(heads.begin(), heads.end(), std::greater<int>());
-  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-  for (int h : heads) {
-    ASSIGN_OR_RETURN(ForwardVariant v, MakeVariant(input, f.tokens, h));
+  RETURN_IF_ERROR(SetCrossover(input, &f));
+  for (int h : VariantHeads(input.geometry)) {
+    ASSIGN_OR_RETURN(ForwardVariant v, MakeVariant(input, h));
     f.variants.push_back(std::move(v));
   }
   f.gpus = GpuNeeds(f);

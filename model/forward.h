@@ -4,14 +4,18 @@
 // /plan page (server/status_page.h) computes the same numbers in the
 // browser from the same formula:
 //
-//   kv_bytes = batch x context x 2 x layers x kv_heads x head_dim
-//              x dtype_bits / 8
+//   kv_bytes = batch x SequenceKvBytes(geometry, dtype, context, 0)
 //
-// beside the weights, for the model's own KV heads and for multi-head and
-// multi-query attention (only kv_heads changed), in fp16, fp8 and int4, and
-// per known GPU how many of them the weights, overhead and cache need.
-// Llama-3-70B, fp16, batch 32 x 8,192: 640 GiB (MHA-64), 80 GiB (GQA-8),
-// 10 GiB (MQA-1).
+// exact tokens, no blocks: full-attention layers hold every token,
+// sliding-window layers at most the window, state layers their fixed state
+// (model/kv_geometry.h). Without those it is batch x context x
+// bytes_per_token. Shown beside the weights, for the model's own KV heads
+// and for multi-head and multi-query attention (only kv_heads changed), in
+// fp16, fp8 and int4, and per known GPU how many of them the weights,
+// overhead and cache need. Llama-3-70B, fp16, batch 32 x 8,192: 640 GiB
+// (MHA-64), 80 GiB (GQA-8), 10 GiB (MQA-1). An MLA model (kv_lora_rank > 0)
+// caches one latent per layer whatever its head count, so it has only its
+// own row, labelled "MLA".
 //
 // Thread safety: pure functions.
 #ifndef PREFIXD_MODEL_FORWARD_H_
@@ -40,13 +44,14 @@ struct ForwardInput {
 struct ForwardCell {
   KvDtype dtype = KvDtype::kFp16;
   uint64_t bytes_per_token = 0;
-  uint64_t kv_bytes = 0;  // tokens x bytes_per_token
+  uint64_t sequence_bytes = 0;  // SequenceKvBytes of one sequence
+  uint64_t kv_bytes = 0;        // batch x sequence_bytes
 };
 
 // The model with only kv_heads changed: MHA (kv_heads = attention_heads),
-// the model itself, MQA (1 KV head).
+// the model itself, MQA (1 KV head). MLA models: the model alone.
 struct ForwardVariant {
-  std::string label;  // "MHA-64", "GQA-8", "MQA-1"
+  std::string label;  // "MHA-64", "GQA-8", "MQA-1", "MLA"
   int kv_heads = 0;
   bool is_model = false;
   std::vector<ForwardCell> cells;  // one per ForwardDtypes(kv_dtype)
@@ -65,15 +70,26 @@ struct GpuNeed {
 
 struct Forward {
   uint64_t tokens = 0;           // batch x context_len
-  uint64_t bytes_per_token = 0;  // the model in kv_dtype
-  uint64_t kv_bytes = 0;         // tokens x bytes_per_token
+  uint64_t bytes_per_token = 0;  // the model in kv_dtype, every KV layer
+  uint64_t sequence_bytes = 0;   // one sequence of context_len tokens
+  uint64_t kv_bytes = 0;         // batch x sequence_bytes
   uint64_t weight_bytes = 0;
   uint64_t overhead_bytes = 0;
   uint64_t total_bytes = 0;  // weights + overhead + kv
-  // ceil(weight_bytes / bytes_per_token): the cached tokens (summed over the
-  // batch) whose KV reaches the weights' bytes; for batch 1, the context at
-  // which the sequence's KV equals the weights. Each decode step reads both
-  // once, so past it the KV reads dominate. 0 when weight_bytes is 0.
+  // Each decode step reads every weight once and, per sequence, the KV its
+  // layers hold: every token of a full layer, at most the window of a
+  // sliding layer, the state of a state layer. crossover_context is the
+  // smallest context at which this batch's KV, batch x SequenceKvBytes,
+  // reaches weight_bytes: past it the KV reads dominate. 0 when weight_bytes
+  // is 0, or never: when every KV layer slides, the KV stops growing at the
+  // window and may stay below the weights at this batch.
+  uint64_t crossover_context = 0;
+  // Cached tokens in flight at the crossover, summed over the batch. When
+  // every KV layer keeps every token and there is no state, each token
+  // costs bytes_per_token wherever it sits, so this is
+  // ceil(weight_bytes / bytes_per_token) for any batch. Otherwise a token's
+  // cost depends on its sequence's length, and it is batch x
+  // crossover_context.
   uint64_t crossover_tokens = 0;
   std::vector<ForwardVariant> variants;  // most KV heads first
   std::vector<GpuNeed> gpus;             // KnownGpus(), in that order

@@ -107,6 +107,105 @@ TEST(ForwardTest, OtherDtypeAddsARowAndMhaModelHasTwoVariants) {
   EXPECT_EQ(f->crossover_tokens, 0u);  // no weights given
 }
 
+// DeepSeek-V3: 61 layers x (512 kv_lora_rank + 64 qk_rope_head_dim) values,
+// 2 B each in fp16 = 70,272 B per token; nvfp4 stores 576 x 0.5 B + 576 / 16
+// scales of 1 B = 324 B per layer, 19,764 B per token. The latent is shared
+// by all 128 heads, so there is no MHA or MQA variant: one row, "MLA".
+TEST(ForwardTest, MlaHasOnlyItsOwnRow) {
+  ForwardInput in = Preset("deepseek-v3", 2, 1000);
+  in.kv_dtype = KvDtype::kNvfp4;
+  absl::StatusOr<Forward> f = MakeForward(in);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->variants.size(), 1u);
+  const ForwardVariant& v = f->variants[0];
+  EXPECT_EQ(v.label, "MLA");
+  EXPECT_TRUE(v.is_model);
+  ASSERT_EQ(v.cells.size(), 4u);  // fp16, fp8, int4, nvfp4
+  EXPECT_EQ(v.cells[0].bytes_per_token, 70272u);
+  EXPECT_EQ(v.cells[0].kv_bytes, 2u * 1000 * 70272);  // 140,544,000
+  EXPECT_EQ(v.cells[3].dtype, KvDtype::kNvfp4);
+  EXPECT_EQ(v.cells[3].bytes_per_token, 19764u);
+  EXPECT_EQ(v.cells[3].kv_bytes, 2u * 1000 * 19764);  // 39,528,000
+  EXPECT_EQ(f->bytes_per_token, 19764u);
+  EXPECT_EQ(f->sequence_bytes, 19764000u);
+  EXPECT_EQ(f->kv_bytes, 39528000u);
+}
+
+// Gemma-2-9B: 42 layers of 2 x 8 x 256 x 2 B = 8,192 B per token each; 21
+// slide over 4,096 tokens. At 8,192 tokens: 21 x 8,192 x 8,192 +
+// 21 x 4,096 x 8,192 = 2,113,929,216 B per sequence (1.96875 GiB), not the
+// 8,192 x 344,064 = 2,818,572,288 B of every layer keeping every token.
+TEST(ForwardTest, SlidingLayersHoldAtMostTheWindow) {
+  ForwardInput in = Preset("gemma-2-9b", 4, 8192);
+  in.weight_bytes = 10 * kGB;
+  absl::StatusOr<Forward> f = MakeForward(in);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->bytes_per_token, 344064u);
+  EXPECT_EQ(f->sequence_bytes, 2113929216u);
+  EXPECT_EQ(f->kv_bytes, uint64_t{4} * 2113929216);  // 7.875 GiB
+  ASSERT_EQ(f->variants.size(), 3u);                 // MHA-16, GQA-8 *, MQA-1
+  // Shorter than the window, every layer holds every token.
+  in.context_len = 1000;
+  EXPECT_EQ(MakeForward(in)->kv_bytes, 4u * 1000 * 344064);
+  // Crossover at batch 4: 2.5e9 B per sequence. The window's 4,096 tokens
+  // hold 4,096 x 344,064 = 1,409,286,144 B; the rest at 21 x 8,192 =
+  // 172,032 B per token: 4,096 + ceil(1,090,713,856 / 172,032) = 10,437.
+  EXPECT_EQ(f->crossover_context, 10437u);
+  EXPECT_EQ(f->crossover_tokens, 4u * 10437);
+}
+
+TEST(ForwardTest, MhaVariantOfASlidingModel) {
+  ForwardInput in = Preset("gemma-2-9b", 1, 8192);
+  absl::StatusOr<Forward> f = MakeForward(in);
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->variants.size(), 3u);
+  EXPECT_EQ(f->variants[0].label, "MHA-16");
+  // Twice the model's 8 KV heads: twice its 2,113,929,216 B.
+  EXPECT_EQ(f->variants[0].cells[0].kv_bytes, uint64_t{2} * 2113929216);
+  EXPECT_EQ(f->variants[2].cells[0].kv_bytes, 2113929216u / 8);
+}
+
+// Jamba-v0.1: 4 attention layers of 4,096 B per token (16,384 B) and 28
+// Mamba layers of 311,296 B each per sequence (8,716,288 B), whatever the
+// context.
+TEST(ForwardTest, StateLayersHoldTheirStatePerSequence) {
+  ForwardInput in = Preset("jamba-v0.1", 2, 1000);
+  absl::StatusOr<Forward> f = MakeForward(in);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->bytes_per_token, 16384u);
+  EXPECT_EQ(f->sequence_bytes, 16384000u + 8716288);
+  EXPECT_EQ(f->kv_bytes, 2u * 25100288);
+  // Weights below the batch's state alone: the first token crosses.
+  in.weight_bytes = 2 * 8716288;
+  EXPECT_EQ(MakeForward(in)->crossover_context, 1u);
+  // 1 GB over batch 2: (5e8 - 8,716,288) / 16,384 = 29,985.6 -> 29,986.
+  in.weight_bytes = kGB;
+  EXPECT_EQ(MakeForward(in)->crossover_context, 29986u);
+  EXPECT_EQ(MakeForward(in)->crossover_tokens, 2u * 29986);
+}
+
+// Every layer slides: the KV stops growing at the window, so weights
+// above batch x the window's KV are never reached.
+TEST(ForwardTest, CrossoverNeverReachedWhenEveryLayerSlides) {
+  ForwardInput in;
+  in.geometry = {.layers = 2,
+                 .kv_heads = 1,
+                 .head_dim = 8,
+                 .sliding_window = 16,
+                 .sliding_layers = 2,
+                 .name = "all-sliding"};
+  in.batch = 3;
+  in.context_len = 100;
+  in.weight_bytes = 3 * 16 * 64;  // the window's 16 tokens x 64 B
+  absl::StatusOr<Forward> f = MakeForward(in);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->kv_bytes, 3u * 16 * 64);
+  EXPECT_EQ(f->crossover_context, 16u);
+  in.weight_bytes += 1;
+  EXPECT_EQ(MakeForward(in)->crossover_context, 0u);
+  EXPECT_EQ(MakeForward(in)->crossover_tokens, 0u);
+}
+
 TEST(ForwardTest, BadInputNamesTheValue) {
   ForwardInput in = Preset("llama-3-8b", 0, 8192);
   absl::Status s = MakeForward(in).status();

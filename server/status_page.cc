@@ -64,8 +64,10 @@ constexpr char kPlanBody[] = R"html(</style></head><body>
 <nav><b>prefixd</b><a href="/">status</a><a href="/plan">KV calculator</a><a href="/metrics">metrics</a></nav>
 <main>
 <h1>KV cache for a batch</h1>
-<p class="muted">kv_bytes = 2 &times; batch &times; context &times; layers &times; kv_heads &times; head_dim &times; dtype bytes,
-the same arithmetic as <code>prefixctl plan --batch N --context LEN</code>.</p>
+<p class="muted">kv_bytes = batch &times; the KV of one sequence of context tokens: full-attention layers hold every token,
+sliding-window layers at most the window, state layers their fixed state. One token in one layer is
+2 &times; kv_heads &times; head_dim values (MLA: kv_lora_rank + head_dim, head_dim being qk_rope_head_dim) &times; dtype bytes,
+nvfp4 adding a 1-byte scale per 16 values: the same arithmetic as <code>prefixctl plan --batch N --context LEN</code>.</p>
 <form id="inputs" autocomplete="off">
 <div>
 <label>model <select id="preset"></select></label>
@@ -73,6 +75,12 @@ the same arithmetic as <code>prefixctl plan --batch N --context LEN</code>.</p>
 <label>KV heads <input id="kv_heads" type="text" inputmode="numeric"></label>
 <label>head_dim <input id="head_dim" type="text" inputmode="numeric"></label>
 <label>attention heads <input id="attention_heads" type="text" inputmode="numeric"></label>
+</div><div>
+<label>kv_lora_rank <input id="kv_lora_rank" type="text" inputmode="numeric" placeholder="0"></label>
+<label>sliding window <input id="sliding_window" type="text" inputmode="numeric" placeholder="0"></label>
+<label>sliding layers <input id="sliding_layers" type="text" inputmode="numeric" placeholder="0"></label>
+<label>state layers <input id="state_layers" type="text" inputmode="numeric" placeholder="0"></label>
+<label>state bytes per layer <input id="state_bytes" type="text" placeholder="0"></label>
 </div><div>
 <label>KV dtype <select id="dtype"></select></label>
 <label>batch <input id="batch" type="text" value="32"></label>
@@ -86,6 +94,7 @@ the same arithmetic as <code>prefixctl plan --batch N --context LEN</code>.</p>
 <table class="kv" id="summary">
 <tr><th>batch x context</th><td id="tokens"></td></tr>
 <tr><th>bytes per token</th><td id="bpt"></td></tr>
+<tr><th>per sequence</th><td id="seq"></td></tr>
 <tr><th>KV cache</th><td id="kv"></td></tr>
 <tr><th>weights</th><td id="weights_out"></td></tr>
 <tr><th>weights + KV</th><td id="total"></td></tr>
@@ -175,22 +184,141 @@ function parsePositive(what, text, suffixes) {
   return BigInt(m[1]) * mult;
 }
 
-function label(kv, attention) {
+// A whole number >= 0; empty is 0.
+function parseCount(what, text) {
+  if (text.trim() === "") return 0n;
+  const m = /^\s*(\d+)\s*$/.exec(text);
+  if (!m) throw what + " must be a whole number >= 0, got \"" + text + "\"";
+  return BigInt(m[1]);
+}
+const min = (a, b) => (a < b ? a : b);
+const ceilDiv = (a, b) => (a + b - 1n) / b;
+const isMla = (g) => g.kv_lora_rank > 0n;
+const keepsEveryToken = (g) => g.sliding_layers === 0n && g.state_layers === 0n;
+
+function label(g, kv) {
+  if (isMla(g)) return "MLA";
   if (kv === 1n) return "MQA-1";
-  if (kv === attention) return "MHA-" + kv;
+  if (kv === g.attention_heads) return "MHA-" + kv;
   return "GQA-" + kv;
 }
-function bitsOf(dtype) {
-  return BigInt(DATA.dtypes.find((d) => d.name === dtype).bits);
+function dtypeOf(name) {
+  const d = DATA.dtypes.find((x) => x.name === name);
+  return {bits: BigInt(d.bits), group: BigInt(d.scale_group)};
 }
-const perToken = (g, kv, dtype) => 2n * g.layers * kv * g.head_dim * bitsOf(dtype) / 8n;
-const ceilDiv = (a, b) => (a + b - 1n) / b;
+// The values one token caches per layer and K or V: MLA's latent plus the
+// rotated key part, or one head.
+const vectorValues = (g) => (isMla(g) ? g.kv_lora_rank + g.head_dim : g.head_dim);
+
+// ValidateGeometry of model/kv_geometry.cc, with its messages.
+function checkGeometry(g, dtype) {
+  if (isMla(g) && g.kv_heads !== 1n) {
+    throw "kv_lora_rank " + g.kv_lora_rank + ": MLA caches one latent per layer, shared by all " +
+      "heads, so it needs kv_lora_rank > 0 with kv_heads 1 (got kv_heads " + g.kv_heads + ")";
+  }
+  if (g.sliding_layers > g.layers || (g.sliding_window > 0n) !== (g.sliding_layers > 0n)) {
+    throw "sliding_window " + g.sliding_window + " with sliding_layers " + g.sliding_layers +
+      ": give both (0 < sliding_layers <= layers " + g.layers + ") or neither";
+  }
+  if ((g.state_layers > 0n) !== (g.state_bytes > 0n)) {
+    throw "state_layers " + g.state_layers + " with state_bytes_per_layer " + g.state_bytes +
+      ": give both (> 0, their product below 2^64) or neither";
+  }
+  const {group} = dtypeOf(dtype);
+  const values = vectorValues(g);
+  if (group > 0n && values % group !== 0n) {
+    throw (isMla(g) ? "kv_lora_rank + qk_rope_head_dim " : "head_dim ") + values +
+      " is not a multiple of " + group + ": " + dtype + " stores one scale per " + group + " values";
+  }
+}
+
+// LayerBytesPerToken: one token in one KV layer, scales included.
+function layerBytes(g, kv, dtype) {
+  const {bits, group} = dtypeOf(dtype);
+  const values = vectorValues(g);
+  const vector = values * bits + (group > 0n ? values / group * 8n : 0n);
+  return (isMla(g) ? vector : 2n * kv * vector) / 8n;
+}
+const perToken = (g, kv, dtype) => g.layers * layerBytes(g, kv, dtype);
+// SequenceKvBytes with block_size 0: exact tokens, sliding layers up to the
+// window, state layers their state.
+function perSequence(g, kv, dtype, context) {
+  return layerBytes(g, kv, dtype) * ((g.layers - g.sliding_layers) * context +
+    g.sliding_layers * min(context, g.sliding_window)) + g.state_layers * g.state_bytes;
+}
+// CrossoverContext of model/forward.cc: the smallest context at which
+// batch x perSequence reaches the weights, 0 for never.
+function crossoverContext(g, layer, batch, weights) {
+  if (weights === 0n) return 0n;
+  const full = layer * (g.layers - g.sliding_layers);
+  const all = layer * g.layers;
+  const state = g.state_layers * g.state_bytes;
+  const target = ceilDiv(weights, batch);
+  if (state >= target) return 1n;
+  const rest = target - state;
+  const windowBytes = all * g.sliding_window;
+  if (rest <= windowBytes) return ceilDiv(rest, all);
+  if (full === 0n) return 0n;
+  return g.sliding_window + ceilDiv(rest - windowBytes, full);
+}
+
+// The texts of prefixctl's KvDtypeSizeText, BytesPerTokenFormula,
+// ForwardKvLines and ForwardCrossover.
+function sizeText(dtype) {
+  const {bits, group} = dtypeOf(dtype);
+  const b = bits % 8n === 0n ? (bits / 8n) + " B" : (Number(bits) / 8) + " B";
+  return group > 0n ? "(" + b + " + 1 B per " + group + " values)" : b;
+}
+function tokenFormula(g, dtype) {
+  if (isMla(g)) {
+    return g.layers + " layers x (" + g.kv_lora_rank + " kv_lora_rank + " + g.head_dim +
+      " qk_rope_head_dim) x " + sizeText(dtype);
+  }
+  return "2 x " + g.layers + " layers x " + g.kv_heads + " kv_heads x " + g.head_dim +
+    " head_dim x " + sizeText(dtype);
+}
+function sequenceFormula(x) {
+  const g = x.g;
+  if (keepsEveryToken(g)) {
+    return count(x.context) + " tokens x " + count(perToken(g, g.kv_heads, x.dtype)) + " B";
+  }
+  let parts = "(" + count(x.context) + " tokens x " + (g.layers - g.sliding_layers) + " layers";
+  if (g.sliding_layers > 0n) {
+    parts += " + " + count(min(x.context, g.sliding_window)) + " tokens x " + g.sliding_layers +
+      " sliding layers";
+  }
+  parts += ") x " + count(layerBytes(g, g.kv_heads, x.dtype)) + " B";
+  if (g.state_layers > 0n) {
+    parts += " + " + g.state_layers + " state layers x " + count(g.state_bytes) + " B";
+  }
+  return parts;
+}
+function crossoverText(x, bpt) {
+  if (!x.weightsGiven) return "give the weights";
+  if (keepsEveryToken(x.g)) {
+    return count(ceilDiv(x.weights, bpt)) +
+      " cached tokens in flight read as many bytes per decode step as the weights";
+  }
+  const c = crossoverContext(x.g, layerBytes(x.g, x.g.kv_heads, x.dtype), x.batch, x.weights);
+  if (c === 0n) {
+    return "never at batch " + count(x.batch) +
+      ": every KV layer slides, so the KV stops growing below the weights";
+  }
+  return count(c) + " tokens per sequence (" + count(x.batch * c) + " in flight): batch " +
+    count(x.batch) + " then reads as many KV bytes per decode step as weights";
+}
+
+const EXTRAS = ["kv_lora_rank", "sliding_window", "sliding_layers", "state_layers"];
 
 function readInputs() {
   const g = {};
   for (const f of ["layers", "kv_heads", "head_dim"]) g[f] = parsePositive(f, $(f).value, false);
   const att = $("attention_heads").value.trim();
   g.attention_heads = att === "" ? 0n : parsePositive("attention heads", att, false);
+  for (const f of EXTRAS) g[f] = parseCount(f, $(f).value);
+  const state = $("state_bytes").value.trim();
+  g.state_bytes = state === "" ? 0n : parseBytes("state bytes per layer", state);
+  checkGeometry(g, $("dtype").value);
   return {
     g, dtype: $("dtype").value,
     batch: parsePositive("batch", $("batch").value, false),
@@ -224,21 +352,28 @@ function bar(percent, over) {
   return b;
 }
 
-function kvTable(x, tokens) {
-  const heads = [x.g.kv_heads, 1n];
-  if (x.g.attention_heads > 0n) heads.push(x.g.attention_heads);
-  const uniq = [...new Set(heads.map(String))].map(BigInt).sort((a, b) => (a < b ? 1 : a > b ? -1 : 0));
+// VariantHeads of model/forward.cc: an MLA model's latent has no KV heads
+// to vary.
+function variantHeads(g) {
+  if (isMla(g)) return [g.kv_heads];
+  const heads = [g.kv_heads, 1n];
+  if (g.attention_heads > 0n) heads.push(g.attention_heads);
+  return [...new Set(heads.map(String))].map(BigInt).sort((a, b) => (a < b ? 1 : a > b ? -1 : 0));
+}
+
+function kvTable(x) {
+  const uniq = variantHeads(x.g);
   const dtypes = ["fp16", "fp8", "int4"];
   if (!dtypes.includes(x.dtype)) dtypes.push(x.dtype);
   const t = $("kv_table");
   t.replaceChildren();
   row(t, [cell("th", "dtype", "l"), ...uniq.map((h) =>
-    cell("th", label(h, x.g.attention_heads) + (h === x.g.kv_heads ? " *" : "")))]);
+    cell("th", label(x.g, h) + (h === x.g.kv_heads ? " *" : "")))]);
   for (const d of dtypes) {
     const tr = row(t, [cell("th", d + (d === x.dtype ? " *" : ""), "l"), ...uniq.map((h) => {
-      const kv = tokens * perToken(x.g, h, d);
+      const kv = x.batch * perSequence(x.g, h, d, x.context);
       const c = cell("td", bytes(kv));
-      c.dataset.variant = label(h, x.g.attention_heads);
+      c.dataset.variant = label(x.g, h);
       c.dataset.bytes = kv.toString();
       c.title = fullBytes(kv);
       return c;
@@ -283,19 +418,17 @@ function compute() {
   }
   const tokens = x.batch * x.context;
   const bpt = perToken(x.g, x.g.kv_heads, x.dtype);
-  const kv = tokens * bpt;
+  const seq = perSequence(x.g, x.g.kv_heads, x.dtype, x.context);
+  const kv = x.batch * seq;
   const total = x.weights + x.overhead + kv;
-  const dtypeBytes = bitsOf(x.dtype) % 8n === 0n ? (bitsOf(x.dtype) / 8n) + " B" : "0.5 B";
   $("tokens").textContent = count(x.batch) + " x " + count(x.context) + " tokens = " + count(tokens) + " tokens";
-  $("bpt").textContent = fullBytes(bpt) + " = 2 x " + x.g.layers + " layers x " + x.g.kv_heads +
-    " kv_heads x " + x.g.head_dim + " head_dim x " + dtypeBytes;
+  $("bpt").textContent = fullBytes(bpt) + " = " + tokenFormula(x.g, x.dtype);
+  $("seq").textContent = fullBytes(seq) + " = " + sequenceFormula(x);
   $("kv").textContent = fullBytes(kv);
   $("kv").dataset.bytes = kv.toString();
   $("weights_out").textContent = x.weightsGiven ? fullBytes(x.weights) : "not given: 0 B";
   $("total").textContent = fullBytes(total) + " = weights + overhead + KV";
-  $("crossover").textContent = x.weightsGiven
-    ? count(ceilDiv(x.weights, bpt)) + " cached tokens in flight read as many bytes per decode step as the weights"
-    : "give the weights";
+  $("crossover").textContent = crossoverText(x, bpt);
   const poolBytes = BigInt(x.gpu.memory_bytes) * x.gpuCount;
   const pool = x.gpuCount + " x " + x.gpu.name + " = " + bytes(poolBytes);
   $("pool").textContent = poolBytes >= total
@@ -304,7 +437,7 @@ function compute() {
   poolBar(x, kv, poolBytes);
   $("kv_title").textContent = "KV cache of " + count(x.batch) + " x " + count(x.context) +
     " tokens by KV heads and dtype (* = this model, this dtype)";
-  kvTable(x, tokens);
+  kvTable(x);
   gpuTable(kv, total);
 }
 
@@ -314,6 +447,8 @@ function choosePreset() {
   if (!p) return;
   for (const f of ["layers", "kv_heads", "head_dim"]) $(f).value = p[f];
   $("attention_heads").value = p.attention_heads ? p.attention_heads : "";
+  for (const f of EXTRAS) $(f).value = p[f] ? p[f] : "";
+  $("state_bytes").value = p.state_bytes_per_layer ? p.state_bytes_per_layer : "";
   if (name === "daemon") $("dtype").value = DATA.daemon.kv_dtype;
 }
 
@@ -333,7 +468,7 @@ async function main() {
   for (const g of DATA.gpus) option($("gpu"), g.name, g.name);
   choosePreset();
   $("preset").addEventListener("change", () => { choosePreset(); compute(); });
-  for (const f of ["layers", "kv_heads", "head_dim", "attention_heads"]) {
+  for (const f of ["layers", "kv_heads", "head_dim", "attention_heads", ...EXTRAS, "state_bytes"]) {
     $(f).addEventListener("input", () => { $("preset").value = "custom"; });
   }
   $("inputs").addEventListener("input", compute);
@@ -347,7 +482,8 @@ main();
 
 // The KV dtypes the calculator offers (model/kv_geometry.h).
 constexpr KvDtype kDtypes[] = {KvDtype::kFp32, KvDtype::kFp16, KvDtype::kBf16,
-                               KvDtype::kFp8,  KvDtype::kInt8, KvDtype::kInt4};
+                               KvDtype::kFp8,  KvDtype::kInt8, KvDtype::kInt4,
+                               KvDtype::kNvfp4};
 
 std::string JsonString(absl::string_view s) {
   std::string out = "\"";
@@ -364,10 +500,17 @@ std::string JsonString(absl::string_view s) {
   return out + "\"";
 }
 
+// Every field SequenceKvBytes uses, so that the page computes what
+// `prefixctl plan --batch` does for MLA, sliding-window and hybrid models.
 std::string GeometryJson(const ModelGeometry& g) {
   return absl::StrCat("\"layers\": ", g.layers, ", \"kv_heads\": ", g.kv_heads,
                       ", \"head_dim\": ", g.head_dim,
-                      ", \"attention_heads\": ", g.attention_heads);
+                      ", \"attention_heads\": ", g.attention_heads,
+                      ", \"kv_lora_rank\": ", g.kv_lora_rank,
+                      ", \"sliding_window\": ", g.sliding_window,
+                      ", \"sliding_layers\": ", g.sliding_layers,
+                      ", \"state_layers\": ", g.state_layers,
+                      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer);
 }
 
 std::string HitRate(uint64_t hit, uint64_t looked_up) {
@@ -601,7 +744,9 @@ std::string StatusPage::PresetsJson() const {
   std::vector<std::string> dtypes;
   for (KvDtype d : kDtypes) {
     dtypes.push_back(absl::StrCat("{\"name\": ", JsonString(KvDtypeName(d)),
-                                  ", \"bits\": ", KvDtypeBits(d), "}"));
+                                  ", \"bits\": ", KvDtypeBits(d),
+                                  ", \"scale_group\": ", KvDtypeScaleGroup(d),
+                                  "}"));
   }
   return absl::StrCat(
       "{\"daemon\": {\"name\": ",

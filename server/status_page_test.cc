@@ -154,9 +154,34 @@ TEST(StatusPageTest, PresetsComeFromTheModelTables) {
                               "\"attention_heads\": 64"));
   EXPECT_THAT(json, HasSubstr("{\"name\": \"H100-80GB\", \"memory_bytes\": "
                               "80000000000}"));
-  EXPECT_THAT(json, HasSubstr("{\"name\": \"int4\", \"bits\": 4}"));
+  EXPECT_THAT(json, HasSubstr("{\"name\": \"int4\", \"bits\": 4, "
+                              "\"scale_group\": 0}"));
   EXPECT_THAT(json, HasSubstr("\"daemon\": {\"name\": \"llama-3-8b\", "
                               "\"layers\": 32, \"kv_heads\": 8"));
+}
+
+// The page sizes MLA, sliding-window and hybrid models and nvfp4 as the CLI
+// does, so the JSON carries every field SequenceKvBytes uses.
+TEST(StatusPageTest, PresetsCarryEveryGeometryField) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page(cache.get(), Info());
+  const std::string json = page.PresetsJson();
+  EXPECT_THAT(json,
+              HasSubstr("{\"name\": \"deepseek-v3\", \"layers\": 61, "
+                        "\"kv_heads\": 1, \"head_dim\": 64, "
+                        "\"attention_heads\": 128, \"kv_lora_rank\": 512, "
+                        "\"sliding_window\": 0, \"sliding_layers\": 0, "
+                        "\"state_layers\": 0, "
+                        "\"state_bytes_per_layer\": 0"));
+  EXPECT_THAT(json, HasSubstr("\"name\": \"gemma-2-9b\", \"layers\": 42, "
+                              "\"kv_heads\": 8, \"head_dim\": 256, "
+                              "\"attention_heads\": 16, \"kv_lora_rank\": 0, "
+                              "\"sliding_window\": 4096, "
+                              "\"sliding_layers\": 21"));
+  EXPECT_THAT(json, HasSubstr("\"state_layers\": 28, "
+                              "\"state_bytes_per_layer\": 311296"));
+  EXPECT_THAT(json, HasSubstr("{\"name\": \"nvfp4\", \"bits\": 4, "
+                              "\"scale_group\": 16}"));
 }
 
 // The pages over real TCP beside /metrics; anything but GET and HEAD is

@@ -14,8 +14,11 @@ a script tag, then:
   computed figures and checks them against `prefixctl plan --batch ...
   --json` for the same inputs: the Llama-3-70B table (640 / 80 /
   10 GiB at fp16, 160 / 20 / 2.5 GiB at int4), the 8B crossover (114,441
-  tokens with 15 GB of weights) and the bars that turn red where the cache
-  alone exceeds one GPU;
+  tokens with 15 GB of weights), the bars that turn red where the cache
+  alone exceeds one GPU, and the models whose KV is not batch x context x
+  bytes per token: DeepSeek-V3 (MLA, one column) in nvfp4, Gemma-2-9B
+  (sliding window), Jamba and Qwen3-Next (state layers) and a model whose
+  every layer slides (never crossed), texts included;
 - POST, PUT and DELETE are refused with 405 and change nothing.
 
 Writes a screenshot of each page (status.png, plan.png) to --screenshots
@@ -137,6 +140,14 @@ def prefixctl_text(*args):
                           capture_output=True, text=True, timeout=30).stdout
 
 
+def cli_line(text, label):
+    """The value of prefixctl's `label` line (labels are padded to 18)."""
+    for line in text.splitlines():
+        if line.startswith(label.ljust(18)):
+            return line[18:]
+    raise AssertionError("no %r line in:\n%s" % (label, text))
+
+
 # Everything the status page shows, read in one script so that its reload
 # (every 5 s) cannot happen halfway through.
 READ_STATUS = """
@@ -255,7 +266,7 @@ class StatusPageTest(unittest.TestCase):
 
 
 READ_PLAN = """
-const ids = ['tokens', 'bpt', 'kv', 'weights_out', 'total', 'crossover', 'pool', 'error'];
+const ids = ['tokens', 'bpt', 'seq', 'kv', 'weights_out', 'total', 'crossover', 'pool', 'error'];
 const cells = [...document.querySelectorAll('#kv_table tr[data-dtype]')].flatMap(
   (tr) => [...tr.querySelectorAll('td[data-variant]')].map((td) => ({
     dtype: tr.dataset.dtype, variant: td.dataset.variant, text: td.textContent,
@@ -267,7 +278,7 @@ const gpus = Object.fromEntries([...document.querySelectorAll('#gpu_table tr[dat
       pct: Number(tr.querySelector('td.pct').textContent.replace('%', '').replaceAll(',', '')),
       over: bar.classList.contains('over'),
       color: getComputedStyle(bar.firstChild).backgroundColor}]; }));
-return {text: Object.fromEntries(ids.map((id) => [id, document.getElementById(id).textContent])),
+return {text: Object.fromEntries(ids.map((id) => [id, document.getElementById(id)?.textContent])),
         kv_bytes: document.getElementById('kv').dataset.bytes, cells, gpus};
 """
 
@@ -375,11 +386,87 @@ class PlanPageTest(unittest.TestCase):
         self.assert_matches_cli(cli)
         self.assertTrue(self.text("total").startswith("{:,} B".format(cli["total_bytes"])))
 
+    def assert_like_cli(self, fields, args, variants):
+        """Sets the page like a user and checks every figure and the
+        formula, per-sequence and crossover texts against prefixctl's."""
+        self.set(**fields)
+        self.assertEqual(self.text("error"), "")
+        cli = prefixctl_json(*args)
+        self.assert_matches_cli(cli)
+        self.assertEqual(sorted({v for (_, v) in self.kv_cells()}), sorted(variants))
+        text = prefixctl_text(*args)
+        page = self.read()["text"]
+        self.assertEqual(page["bpt"], cli_line(text, "Bytes per token"))
+        self.assertEqual(page["crossover"], cli_line(text, "Decode crossover"))
+        if "Per sequence" in text:
+            self.assertEqual(page["seq"], cli_line(text, "Per sequence"))
+        return cli, page
+
+    def test_deepseek_v3_mla_in_nvfp4(self):
+        # One latent per layer, shared by all heads: one column, "MLA".
+        # 61 x (512 + 64) x (0.5 B + 1 B per 16 values) = 19,764 B per token.
+        cli, page = self.assert_like_cli(
+            dict(preset="deepseek-v3", dtype="nvfp4", batch="2", context="1000",
+                 weights="671GB"),
+            ["--model", "deepseek-v3", "--kv_dtype", "nvfp4", "--batch", "2", "--context",
+             "1000", "--weights", "671GB"], ["MLA"])
+        self.assertEqual(cli["kv_bytes"], 2 * 1000 * 19764)
+        self.assertEqual(self.kv_cells()[("nvfp4", "MLA")][1], 39528000)
+        self.assertEqual(self.kv_cells()[("fp16", "MLA")][1], 2 * 1000 * 70272)
+        self.assertTrue(page["bpt"].startswith("19,764 B"), page["bpt"])
+
+    def test_gemma_2_9b_sliding_window(self):
+        # 21 of 42 layers hold at most 4,096 tokens: (8,192 x 21 + 4,096 x 21)
+        # x 8,192 B = 2,113,929,216 B per sequence, not 8,192 x 344,064.
+        cli, page = self.assert_like_cli(
+            dict(preset="gemma-2-9b", dtype="fp16", batch="4", context="8k", weights="10GB"),
+            ["--model", "gemma-2-9b", "--kv_dtype", "fp16", "--batch", "4", "--context",
+             "8k", "--weights", "10GB"], ["MHA-16", "GQA-8", "MQA-1"])
+        self.assertEqual(cli["sequence_bytes"], 2113929216)
+        self.assertEqual(self.text("kv"), "8,455,716,864 B (7.88 GiB)")
+        self.assertTrue(page["crossover"].startswith("10,437 tokens per sequence"))
+        # Shorter than the window every layer holds every token.
+        self.assert_like_cli(
+            dict(context="1000"),
+            ["--model", "gemma-2-9b", "--kv_dtype", "fp16", "--batch", "4", "--context",
+             "1000", "--weights", "10GB"], ["MHA-16", "GQA-8", "MQA-1"])
+        self.assertEqual(int(self.read()["kv_bytes"]), 4 * 1000 * 344064)
+
+    def test_hybrid_state_layers(self):
+        # Jamba: 28 Mamba layers of 311,296 B per sequence beside 4 KV layers.
+        cli, _ = self.assert_like_cli(
+            dict(preset="jamba-v0.1", dtype="nvfp4", batch="3", context="5000", weights="100GB"),
+            ["--model", "jamba-v0.1", "--kv_dtype", "nvfp4", "--batch", "3", "--context",
+             "5000", "--weights", "100GB"], ["MHA-32", "GQA-8", "MQA-1"])
+        self.assertEqual(cli["kv_bytes"], 3 * (5000 * 4 * 1152 + 28 * 311296))
+        self.assert_like_cli(
+            dict(preset="qwen3-next-80b-a3b", dtype="bf16", batch="16", context="32k",
+                 weights="160GB"),
+            ["--model", "qwen3-next-80b-a3b", "--kv_dtype", "bf16", "--batch", "16",
+             "--context", "32k", "--weights", "160GB"], ["MHA-16", "GQA-2", "MQA-1"])
+
+    def test_every_layer_sliding_is_never_crossed(self):
+        self.set(preset="llama-3-8b")
+        self.set(sliding_window="1024", sliding_layers="32", batch="2", context="8k",
+                 weights="16GB")
+        cli, page = self.assert_like_cli(
+            {}, ["--model", "llama-3-8b", "--sliding_window", "1024", "--sliding_layers", "32",
+                 "--batch", "2", "--context", "8k", "--weights", "16GB"],
+            ["MHA-32", "GQA-8", "MQA-1"])
+        self.assertEqual(cli["crossover_context"], 0)
+        self.assertTrue(page["crossover"].startswith("never at batch 2"), page["crossover"])
+
     def test_bad_input_is_named(self):
         self.set(batch="0")
         self.assertEqual(self.text("error"), 'batch must be a positive integer, got "0"')
         self.set(batch="2", weights="1.5B")
         self.assertEqual(self.text("error"), 'weights: "1.5B" is not a whole number of bytes')
+        self.set(weights="", sliding_window="4096")
+        self.assertEqual(self.text("error"), "sliding_window 4096 with sliding_layers 0: give "
+                         "both (0 < sliding_layers <= layers 32) or neither")
+        self.set(sliding_window="", head_dim="100", dtype="nvfp4")
+        self.assertEqual(self.text("error"), "head_dim 100 is not a multiple of 16: nvfp4 "
+                         "stores one scale per 16 values")
 
 
 if __name__ == "__main__":

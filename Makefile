@@ -55,7 +55,7 @@ test: build
 package: build
 	cmake --build $(BUILD_DIR) --target package
 
-# Benchmarks of issue 8 (docs/performance.md), not part of `make test`: the
+# The benchmarks (docs/performance.md), not part of `make test`: the
 # hit-rate check, core_bench and its ratios, the core trace replay, the fleet
 # index's ingest and memory (index_bench), then the gRPC load generator and
 # the Redis peer (bench/grpc_bench.sh, Route included; pick some with

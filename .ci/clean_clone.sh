@@ -41,6 +41,11 @@ log "clone of $(git rev-parse --short HEAD) in $work/prefixd"
 if git grep -n -e '\.\./shar''ed' -e 'DESI''GN\.md'; then
   fail "files above refer to something outside the repository"
 fi
+# Nor to the tracker's issue numbers, which a reader of the clone cannot
+# look up (the vendored data keeps its own words).
+if git grep -n -i -E '\bissu''es? ?#?[0-9]+' -- . ':!tests/data'; then
+  fail "files above cite issue numbers; cite the docs that hold the rule"
+fi
 
 free_port() {
   /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The over-the-wire benchmarks of issue 8 (docs/performance.md, targets 6-9,
+# The over-the-wire benchmarks (docs/performance.md, targets 6-9,
 # and the fleet index's Route), each a single run of its binary so that every
 # ratio comes from one run:
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent leaf-LRU simulator of the trace replay (issue 8).
+"""An independent leaf-LRU simulator of the trace replay (docs/performance.md).
 
 It shares no code with prefixd: a plain prefix tree of trace hash ids, one
 block per id. Per request, as bench/trace_replay does through core/:

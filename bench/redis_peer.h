@@ -1,4 +1,4 @@
-// The Redis peer of issue 8 (docs/performance.md): prefix lookups the way
+// The Redis peer (docs/performance.md): prefix lookups the way
 // llm-d's KV-cache indexer does them, against a real redis-server.
 //
 // Every block of a prompt is a key: a hash chained over the parent's key and

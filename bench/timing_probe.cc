@@ -1,4 +1,4 @@
-// The cross-tenant timing probe of issue 5 (docs/security.md): can tenant B
+// The cross-tenant timing probe (docs/security.md): can tenant B
 // tell, from how long its own Match takes, whether tenant A has cached a
 // prefix? A benchmark, not a test: it prints numbers, it asserts nothing.
 //

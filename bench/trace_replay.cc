@@ -1,4 +1,4 @@
-// Replays Mooncake request traces through core/ in process (issue 8,
+// Replays Mooncake request traces through core/ in process (docs/performance.md,
 // benchmark 2) and reports hit rates, block operations per second, per-request
 // latency and resident bytes per cached block.
 //

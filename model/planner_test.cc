@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kGB = 1000000000;
 
-// The reference case of issue 4 and docs/capacity.md: Llama-3-70B fp16 on
+// The reference case of docs/capacity.md: Llama-3-70B fp16 on
 // 4 x H100-80GB with 140 GB of weights and 20 GB of overhead.
 PlanInput Llama70bOn4H100() {
   PlanInput input;

@@ -13,7 +13,7 @@ namespace {
 
 constexpr double kTol = 1e-8;
 
-// The test vectors of issue 4: fp64, d = 8, base 1e4, x = 1..8.
+// The test vectors of docs/rope.md: fp64, d = 8, base 1e4, x = 1..8.
 const std::vector<double> kX = {1, 2, 3, 4, 5, 6, 7, 8};
 
 RopeConfig Rope(RopeLayout layout, int rotary_dim = 0) {

@@ -1,4 +1,4 @@
-// load: the gRPC load generator of issue 8 (docs/performance.md).
+// load: the gRPC load generator (docs/performance.md).
 //
 // Caches --prompts prompts of --prompt_tokens tokens per tenant, then, for
 // every target, runs timed phases with --concurrency calls in flight:

@@ -1,4 +1,4 @@
-// Tenant isolation over real gRPC (issue 5): an in-process prefixd on a TCP
+// Tenant isolation over real gRPC (docs/security.md): an in-process prefixd on a TCP
 // port with TLS (certificates made by tests/security/pki.h with the openssl
 // command line) and a Unix socket, driven by prefixd::Client. Every test runs
 // in both authenticated modes:

@@ -1,7 +1,7 @@
-// Microbenchmarks of core/ (docs/performance.md, benchmark 1): Match and Insert at prompt
-// lengths 512, 2k, 8k and 32k tokens (block_size 16) on a deep shared-prefix
-// tree and on bushy trees of 10^3, 10^5 and 10^6 cached prefixes; Evict
-// throughput; and, in the same run, memcmp over the same token bytes.
+// Microbenchmarks of core/ (docs/performance.md, benchmark 1): Match and Insert
+// at prompt lengths 512, 2k, 8k and 32k tokens (block_size 16) on a deep
+// shared-prefix tree and on bushy trees of 10^3, 10^5 and 10^6 cached prefixes;
+// Evict throughput; and, in the same run, memcmp over the same token bytes.
 //
 // Every benchmark reports items_per_second as tokens per second (blocks per
 // second for Evict), so "Match vs memcmp" is the ratio of two

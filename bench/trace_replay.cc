@@ -1,6 +1,6 @@
-// Replays Mooncake request traces through core/ in process (docs/performance.md,
-// benchmark 2) and reports hit rates, block operations per second, per-request
-// latency and resident bytes per cached block.
+// Replays Mooncake request traces through core/ in process
+// (docs/performance.md, benchmark 2) and reports hit rates, block operations
+// per second, per-request latency and resident bytes per cached block.
 //
 // Each trace hash id stands for one block: block_size tokens
 // id * block_size + j, so the trace's prefix structure is kept exactly. Per

@@ -1,7 +1,7 @@
-// Tenant isolation over real gRPC (docs/security.md): an in-process prefixd on a TCP
-// port with TLS (certificates made by tests/security/pki.h with the openssl
-// command line) and a Unix socket, driven by prefixd::Client. Every test runs
-// in both authenticated modes:
+// Tenant isolation over real gRPC (docs/security.md): an in-process prefixd on
+// a TCP port with TLS (certificates made by tests/security/pki.h with the
+// openssl command line) and a Unix socket, driven by prefixd::Client. Every
+// test runs in both authenticated modes:
 //   TOKEN  TLS server certificate, principals by bearer token;
 //   MTLS   principals by client certificate (the CA must have signed it).
 //

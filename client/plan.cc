@@ -705,6 +705,19 @@ std::string ContextsJson(const std::vector<ContextRow>& rows) {
   return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
 }
 
+// The model's geometry, as both JSON reports print it.
+std::string ModelJson(const ModelGeometry& g) {
+  return absl::StrCat(
+      "{\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
+      ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
+      ", \"attention_heads\": ", g.attention_heads,
+      ", \"kv_lora_rank\": ", g.kv_lora_rank,
+      ", \"sliding_window\": ", g.sliding_window,
+      ", \"sliding_layers\": ", g.sliding_layers,
+      ", \"state_layers\": ", g.state_layers,
+      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "}");
+}
+
 std::string JsonReport(const Request& req, const Plan& plan) {
   const PlanInput& in = req.input;
   const ModelGeometry& g = in.geometry;
@@ -735,14 +748,7 @@ std::string JsonReport(const Request& req, const Plan& plan) {
         ", \"paged_sequences\": ", w.paged_sequences, "}");
   }
   return absl::StrCat(
-      "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
-      ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
-      ", \"attention_heads\": ", g.attention_heads,
-      ", \"kv_lora_rank\": ", g.kv_lora_rank,
-      ", \"sliding_window\": ", g.sliding_window,
-      ", \"sliding_layers\": ", g.sliding_layers,
-      ", \"state_layers\": ", g.state_layers,
-      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "},\n",
+      "{\n  \"model\": ", ModelJson(g), ",\n",
       "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
       "  \"block_size\": ", in.block_size, ",\n",
       "  \"gpus\": {\"count\": ", req.gpus.count,
@@ -802,14 +808,7 @@ std::string ForwardJsonReport(const Request& req, const Forward& f) {
         req.gpus.total_bytes >= f.total_bytes ? "true" : "false", "}");
   }
   return absl::StrCat(
-      "{\n  \"model\": {\"name\": ", Quote(g.name), ", \"layers\": ", g.layers,
-      ", \"kv_heads\": ", g.kv_heads, ", \"head_dim\": ", g.head_dim,
-      ", \"attention_heads\": ", g.attention_heads,
-      ", \"kv_lora_rank\": ", g.kv_lora_rank,
-      ", \"sliding_window\": ", g.sliding_window,
-      ", \"sliding_layers\": ", g.sliding_layers,
-      ", \"state_layers\": ", g.state_layers,
-      ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "},\n",
+      "{\n  \"model\": ", ModelJson(g), ",\n",
       "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
       "  \"batch\": ", in.batch, ",\n", "  \"context_len\": ", in.context_len,
       ",\n", "  \"tokens\": ", f.tokens, ",\n",

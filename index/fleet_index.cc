@@ -599,6 +599,7 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   struct Scored {
     uint32_t blocks;
     WorkerId id;
+    const std::string* name;  // the worker's, for ties
   };
   absl::InlinedVector<Scored, 32> order;
   for (const auto& wp : workers_) {
@@ -608,11 +609,11 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
                                         w.name) == q.workers.end()) {
       continue;
     }
-    order.push_back({run[w.id], w.id});
+    order.push_back({run[w.id], w.id, &w.name});
   }
-  std::sort(order.begin(), order.end(), [&](const Scored& a, const Scored& b) {
+  std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
     if (a.blocks != b.blocks) return a.blocks > b.blocks;
-    return workers_[a.id]->name < workers_[b.id]->name;
+    return *a.name < *b.name;
   });
   result.workers.resize(order.size());
   for (size_t i = 0; i < order.size(); ++i) {

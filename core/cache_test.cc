@@ -498,6 +498,24 @@ TEST_F(CacheTest, InvalidateRemovesTheBlockAndEverythingBelow) {
 // ending the leases of each removed node must not scan them all (that was
 // 8,192 x 65,536 lookups, seconds under the exclusive lock); and a long node
 // invalidated ID by ID from its tail must be cut once, not re-split per ID.
+// The time bounds below hold with room to spare in an optimised build (the
+// whole test takes about 0.3 s; the quadratic paths took 3.5 s and 1.8 s).
+// Sanitizers slow every step several-fold, so there only the results are
+// checked.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PREFIXD_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PREFIXD_SANITIZED 1
+#endif
+#ifdef PREFIXD_SANITIZED
+constexpr bool kTimeBounds = false;
+#else
+constexpr bool kTimeBounds = true;
+#endif
+
 TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
   Init(1, 1 << 20);
   Insert({0}, {1 << 30});
@@ -523,8 +541,10 @@ TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
   EXPECT_EQ(removed->size(), 8192u);
   EXPECT_EQ(cache_->Stats(TenantScope::One("a")).tenants[0].active_leases,
             65536u);
-  EXPECT_LT(with_leases, absl::Milliseconds(500))
-      << "8,192 nodes beside 65,536 leases took " << with_leases;
+  if (kTimeBounds) {
+    EXPECT_LT(with_leases, absl::Milliseconds(500))
+        << "8,192 nodes beside 65,536 leases took " << with_leases;
+  }
 
   std::vector<Token> tokens = Range(100000, 100000 + 32767);
   std::vector<BlockId> ids(tokens.begin(), tokens.end());
@@ -539,8 +559,10 @@ TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
   ASSERT_TRUE(removed.ok()) << removed.status();
   std::sort(removed->begin(), removed->end());
   EXPECT_EQ(*removed, ids);  // ids ascend
-  EXPECT_LT(tail_first, absl::Milliseconds(500))
-      << "32,768 IDs of one node, tail first, took " << tail_first;
+  if (kTimeBounds) {
+    EXPECT_LT(tail_first, absl::Milliseconds(500))
+        << "32,768 IDs of one node, tail first, took " << tail_first;
+  }
   Check();
 }
 

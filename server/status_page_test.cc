@@ -63,9 +63,10 @@ std::unique_ptr<PrefixCache> Cache() {
 void Traffic(PrefixCache& cache, const std::string& tenant) {
   std::vector<Token> tokens(8);
   std::iota(tokens.begin(), tokens.end(), 1);
+  const std::vector<BlockId> ids = {11, 12};  // outlives the request's span
   InsertRequest ins;
   ins.tokens = tokens;
-  ins.block_ids = {11, 12};
+  ins.block_ids = ids;
   ASSERT_TRUE(cache.Insert(tenant, ins).ok());
   tokens.push_back(99);
   MatchRequest match;

@@ -31,6 +31,7 @@
 #include "server/tls.h"
 
 namespace grpc {
+class AuthMetadataProcessor;
 class CallbackServerContext;
 class ServerCredentials;
 }  // namespace grpc
@@ -168,6 +169,12 @@ class PrincipalTable {
 // TOKEN and MTLS. In MTLS, a call on a TLS connection is the principal of
 // its (verified) client certificate; a call without one (a Unix socket)
 // authenticates with its bearer token.
+//
+// Every listener whose gRPC credentials accept an AuthMetadataProcessor
+// (TLS, Unix sockets and loopback TCP: see Credentials) authenticates a call
+// from its metadata before gRPC reads the request body: a peer without a
+// valid credential gets UNAUTHENTICATED and the daemon never buffers what it
+// sends. Authorize then runs again on the call, as before.
 class PrincipalAuthorizer final : public Authorizer {
  public:
   // `tls`: the TCP listeners' certificate, or nullopt for plaintext (TOKEN
@@ -184,10 +191,19 @@ class PrincipalAuthorizer final : public Authorizer {
   std::vector<std::string> Warnings(
       const std::vector<ListenAddress>& listen) const override;
 
+  // OK when `cert` (the connection's verified client certificate) or
+  // `authorization` (the call's single authorization value, "" when absent)
+  // names a current principal; UNAUTHENTICATED otherwise, as Authorize.
+  absl::Status Authenticate(
+      const std::optional<PeerCertificate>& cert,
+      const absl::StatusOr<std::string>& authorization) const;
+
  private:
+  std::shared_ptr<const PrincipalTable> principals() const;
   absl::StatusOr<const Principal*> Identify(
       const PrincipalTable& principals,
-      const grpc::CallbackServerContext& context) const;
+      const std::optional<PeerCertificate>& cert,
+      const absl::StatusOr<std::string>& authorization) const;
 
   const v1::AuthConfig::Mode mode_;
   // Swapped whole by Reload; a call keeps the table it started with.
@@ -195,6 +211,7 @@ class PrincipalAuthorizer final : public Authorizer {
   std::shared_ptr<const PrincipalTable> principals_ ABSL_GUARDED_BY(mu_);
   const std::optional<TlsMaterial> tls_;
   std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none
+  std::shared_ptr<grpc::AuthMetadataProcessor> processor_;
 };
 
 // Checks config.auth and config.principals against each other and the

@@ -120,21 +120,26 @@ std::optional<PeerCertificate> VerifiedPeerCertificate(
     const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr) return std::nullopt;
+  return VerifiedPeerCertificate(*auth);
+}
+
+std::optional<PeerCertificate> VerifiedPeerCertificate(
+    const grpc::AuthContext& auth) {
   // The server either does not ask for client certificates (then there is
   // no subject) or requires one that verifies against the client CA (then
   // the handshake failed for anything else): a subject here is verified.
   std::vector<grpc::string_ref> type =
-      auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+      auth.FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
   if (type.size() != 1 || type[0] != GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
     return std::nullopt;
   }
   std::vector<grpc::string_ref> subject =
-      auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+      auth.FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
   if (subject.empty() || subject[0].empty()) return std::nullopt;
   PeerCertificate peer;
   peer.subject.assign(subject[0].data(), subject[0].size());
   std::vector<grpc::string_ref> cn =
-      auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+      auth.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
   if (!cn.empty()) peer.common_name.assign(cn[0].data(), cn[0].size());
   return peer;
 }

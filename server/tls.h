@@ -17,6 +17,7 @@
 #include "prefixd/v1/config.pb.h"
 
 namespace grpc {
+class AuthContext;
 class ServerContextBase;
 class ServerCredentials;
 }  // namespace grpc
@@ -55,6 +56,10 @@ struct PeerCertificate {
 // (plaintext, Unix socket, TLS without a client certificate).
 std::optional<PeerCertificate> VerifiedPeerCertificate(
     const grpc::ServerContextBase& context);
+// The same from a connection's AuthContext (what an AuthMetadataProcessor
+// sees before the call reaches a service).
+std::optional<PeerCertificate> VerifiedPeerCertificate(
+    const grpc::AuthContext& auth);
 
 }  // namespace prefixd
 

@@ -467,14 +467,14 @@ class MetadataAuthenticator final : public grpc::AuthMetadataProcessor {
 
 PrincipalAuthorizer::PrincipalAuthorizer(v1::AuthConfig::Mode mode,
                                          PrincipalTable principals,
-                                         std::optional<TlsMaterial> tls)
+                                         std::unique_ptr<RotatingTls> tls)
     : mode_(mode),
       principals_(
           std::make_shared<const PrincipalTable>(std::move(principals))),
       tls_(std::move(tls)),
       processor_(std::make_shared<MetadataAuthenticator>(this)) {
-  if (tls_.has_value()) {
-    tls_credentials_ = ServerTlsCredentials(*tls_);
+  if (tls_ != nullptr) {
+    tls_credentials_ = tls_->credentials();
     tls_credentials_->SetAuthMetadataProcessor(processor_);
   }
 }
@@ -544,6 +544,25 @@ absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
   if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
   absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
   if (!table.ok()) return table.status();
+  const bool wants_tls = !config.auth().tls_cert_path().empty();
+  if (wants_tls != (tls_ != nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS is ", tls_ != nullptr ? "on" : "off",
+                     " and the new config turns it ", wants_tls ? "on" : "off",
+                     " (auth.tls_cert_path): that needs a restart"));
+  }
+  // Every file is read and checked before anything is swapped: a bad one
+  // leaves both the principals and the certificate as they were.
+  std::optional<TlsMaterial> material;
+  if (wants_tls) {
+    absl::StatusOr<TlsMaterial> m =
+        LoadTlsMaterial(config.auth(), mode_ == v1::AuthConfig::MTLS);
+    if (!m.ok()) return m.status();
+    material = *std::move(m);
+  }
+  if (material.has_value()) {
+    if (absl::Status s = tls_->Update(*material); !s.ok()) return s;
+  }
   auto fresh = std::make_shared<const PrincipalTable>(*std::move(table));
   absl::MutexLock lock(&mu_);
   principals_ = std::move(fresh);
@@ -622,12 +641,15 @@ absl::StatusOr<std::unique_ptr<Authorizer>> MakeAuthorizer(
   }
   absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
   if (!table.ok()) return table.status();
-  std::optional<TlsMaterial> tls;
+  std::unique_ptr<RotatingTls> tls;
   if (!a.tls_cert_path().empty()) {
     absl::StatusOr<TlsMaterial> m =
         LoadTlsMaterial(a, a.mode() == v1::AuthConfig::MTLS);
     if (!m.ok()) return m.status();
-    tls = *std::move(m);
+    absl::StatusOr<std::unique_ptr<RotatingTls>> rotating =
+        RotatingTls::Create(*m);
+    if (!rotating.ok()) return rotating.status();
+    tls = *std::move(rotating);
   }
   return std::make_unique<PrincipalAuthorizer>(a.mode(), *std::move(table),
                                                std::move(tls));

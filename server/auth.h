@@ -81,10 +81,11 @@ class Authorizer {
       const grpc::CallbackServerContext& context) const = 0;
 
   // SIGHUP: takes the principals of `config` (a whole config, validated
-  // as at start-up) for every call from now on; calls in flight finish with
-  // the old ones. The mode and the TLS files stay as they were started.
-  // On any error nothing changes: INVALID_ARGUMENT naming the field, or
-  // FAILED_PRECONDITION when the mode differs (that needs a restart).
+  // as at start-up) for every call from now on, and re-reads its TLS files
+  // for every new connection; calls and connections in flight finish with
+  // the old ones. On any error nothing changes: INVALID_ARGUMENT naming the
+  // field (and the file), or FAILED_PRECONDITION when the mode differs or
+  // TLS is turned on or off (that needs a restart).
   virtual absl::Status Reload(const v1::Config& config);
 
   // Transport credentials for one listener. The default is plaintext, which
@@ -177,10 +178,10 @@ class PrincipalTable {
 // sends. Authorize then runs again on the call, as before.
 class PrincipalAuthorizer final : public Authorizer {
  public:
-  // `tls`: the TCP listeners' certificate, or nullopt for plaintext (TOKEN
+  // `tls`: the TCP listeners' certificate, or null for plaintext (TOKEN
   // only; MTLS always has one, with the client CA).
   PrincipalAuthorizer(v1::AuthConfig::Mode mode, PrincipalTable principals,
-                      std::optional<TlsMaterial> tls);
+                      std::unique_ptr<RotatingTls> tls);
 
   absl::string_view mode() const override;
   absl::StatusOr<CallContext> Authorize(
@@ -209,7 +210,7 @@ class PrincipalAuthorizer final : public Authorizer {
   // Swapped whole by Reload; a call keeps the table it started with.
   mutable absl::Mutex mu_;
   std::shared_ptr<const PrincipalTable> principals_ ABSL_GUARDED_BY(mu_);
-  const std::optional<TlsMaterial> tls_;
+  const std::unique_ptr<RotatingTls> tls_;                    // null: none
   std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none
   std::shared_ptr<grpc::AuthMetadataProcessor> processor_;
 };

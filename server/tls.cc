@@ -160,6 +160,12 @@ absl::StatusOr<std::unique_ptr<RotatingTls>> RotatingTls::Create(
         "TLS: cannot create a memory file: ", std::strerror(errno)));
   }
   const std::string identity = FdPath(tls->identity_fd_);
+  // The watcher opens the memory files by path: that needs /proc.
+  if (access(identity.c_str(), R_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS: cannot read ", identity, " (", std::strerror(errno),
+                     "): serving TLS needs /proc mounted"));
+  }
   if (tls->ca_fd_ < 0) {
     tls->provider_ =
         std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(

@@ -1,5 +1,6 @@
 #include "server/auth.h"
 
+#include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_context.h>
 #include <openssl/crypto.h>
@@ -408,34 +409,95 @@ absl::StatusOr<CallContext> NoAuthAuthorizer::Authorize(
   return call;
 }
 
+namespace {
+
+// gRPC's own services that answer without credentials: the kubelet's and
+// prefixctl's health probes, and reflection (deploy/k8s, docs/security.md).
+bool NeedsNoCredentials(absl::string_view path) {
+  return absl::StartsWith(path, "/grpc.health.v1.Health/") ||
+         absl::StartsWith(path, "/grpc.reflection.");
+}
+
+// Runs in gRPC's server auth filter on the call's initial metadata, before
+// the request body is read: a call it refuses ends UNAUTHENTICATED and its
+// body is never buffered (only what HTTP/2 flow control lets through).
+class MetadataAuthenticator final : public grpc::AuthMetadataProcessor {
+ public:
+  explicit MetadataAuthenticator(const PrincipalAuthorizer* authorizer)
+      : authorizer_(authorizer) {}
+
+  // A token check is a SHA-256 and a table scan: cheap enough for gRPC's
+  // own thread.
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& metadata,
+                       grpc::AuthContext* context, OutputMetadata*,
+                       OutputMetadata*) override {
+    auto path = metadata.find(":path");
+    if (path != metadata.end() &&
+        NeedsNoCredentials(
+            absl::string_view(path->second.data(), path->second.size()))) {
+      return grpc::Status::OK;
+    }
+    std::optional<PeerCertificate> cert;
+    if (context != nullptr) cert = VerifiedPeerCertificate(*context);
+    absl::Status s = authorizer_->Authenticate(cert, Authorization(metadata));
+    if (s.ok()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        std::string(s.message()));
+  }
+
+ private:
+  static absl::StatusOr<std::string> Authorization(
+      const InputMetadata& metadata) {
+    auto [begin, end] = metadata.equal_range(kAuthorizationHeader);
+    if (begin == end) return std::string();
+    if (std::next(begin) != end) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metadata ", kAuthorizationHeader, " is given ",
+                       std::distance(begin, end), " times; send it once"));
+    }
+    return std::string(begin->second.data(), begin->second.size());
+  }
+
+  const PrincipalAuthorizer* const authorizer_;
+};
+
+}  // namespace
+
 PrincipalAuthorizer::PrincipalAuthorizer(v1::AuthConfig::Mode mode,
                                          PrincipalTable principals,
-                                         std::optional<TlsMaterial> tls)
+                                         std::unique_ptr<RotatingTls> tls)
     : mode_(mode),
       principals_(
           std::make_shared<const PrincipalTable>(std::move(principals))),
-      tls_(std::move(tls)) {
-  if (tls_.has_value()) tls_credentials_ = ServerTlsCredentials(*tls_);
+      tls_(std::move(tls)),
+      processor_(std::make_shared<MetadataAuthenticator>(this)) {
+  if (tls_ != nullptr) {
+    tls_credentials_ = tls_->credentials();
+    tls_credentials_->SetAuthMetadataProcessor(processor_);
+  }
 }
 
 absl::string_view PrincipalAuthorizer::mode() const {
   return mode_ == v1::AuthConfig::MTLS ? "MTLS" : "TOKEN";
 }
 
+std::shared_ptr<const PrincipalTable> PrincipalAuthorizer::principals() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return principals_;
+}
+
 absl::StatusOr<const Principal*> PrincipalAuthorizer::Identify(
     const PrincipalTable& principals,
-    const grpc::CallbackServerContext& context) const {
-  if (mode_ == v1::AuthConfig::MTLS) {
-    if (std::optional<PeerCertificate> cert =
-            VerifiedPeerCertificate(context)) {
-      if (const Principal* p = principals.FindByCertificate(*cert)) return p;
-      return absl::UnauthenticatedError(
-          absl::StrCat("the client certificate \"", cert->subject,
-                       "\" is not mapped to a principal"));
-    }
+    const std::optional<PeerCertificate>& cert,
+    const absl::StatusOr<std::string>& header) const {
+  if (mode_ == v1::AuthConfig::MTLS && cert.has_value()) {
+    if (const Principal* p = principals.FindByCertificate(*cert)) return p;
+    return absl::UnauthenticatedError(
+        absl::StrCat("the client certificate \"", cert->subject,
+                     "\" is not mapped to a principal"));
   }
-  absl::StatusOr<std::string> header =
-      SingleMetadataValue(context, kAuthorizationHeader);
   if (!header.ok()) {
     return absl::UnauthenticatedError(header.status().message());
   }
@@ -453,19 +515,23 @@ absl::StatusOr<const Principal*> PrincipalAuthorizer::Identify(
   return absl::UnauthenticatedError("the bearer token is not valid");
 }
 
+absl::Status PrincipalAuthorizer::Authenticate(
+    const std::optional<PeerCertificate>& cert,
+    const absl::StatusOr<std::string>& authorization) const {
+  return Identify(*principals(), cert, authorization).status();
+}
+
 absl::StatusOr<CallContext> PrincipalAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
-  std::shared_ptr<const PrincipalTable> principals;
-  {
-    absl::ReaderMutexLock lock(&mu_);
-    principals = principals_;
-  }
-  absl::StatusOr<const Principal*> p = Identify(*principals, context);
+  std::shared_ptr<const PrincipalTable> table = principals();
+  absl::StatusOr<const Principal*> p =
+      Identify(*table, VerifiedPeerCertificate(context),
+               SingleMetadataValue(context, kAuthorizationHeader));
   if (!p.ok()) return p.status();
   absl::StatusOr<std::string> tenant =
       SingleMetadataValue(context, kTenantHeader);
   if (!tenant.ok()) return tenant.status();
-  return principals->Resolve(**p, *tenant);
+  return table->Resolve(**p, *tenant);
 }
 
 absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
@@ -478,6 +544,25 @@ absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
   if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
   absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
   if (!table.ok()) return table.status();
+  const bool wants_tls = !config.auth().tls_cert_path().empty();
+  if (wants_tls != (tls_ != nullptr)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS is ", tls_ != nullptr ? "on" : "off",
+                     " and the new config turns it ", wants_tls ? "on" : "off",
+                     " (auth.tls_cert_path): that needs a restart"));
+  }
+  // Every file is read and checked before anything is swapped: a bad one
+  // leaves both the principals and the certificate as they were.
+  std::optional<TlsMaterial> material;
+  if (wants_tls) {
+    absl::StatusOr<TlsMaterial> m =
+        LoadTlsMaterial(config.auth(), mode_ == v1::AuthConfig::MTLS);
+    if (!m.ok()) return m.status();
+    material = *std::move(m);
+  }
+  if (material.has_value()) {
+    if (absl::Status s = tls_->Update(*material); !s.ok()) return s;
+  }
   auto fresh = std::make_shared<const PrincipalTable>(*std::move(table));
   absl::MutexLock lock(&mu_);
   principals_ = std::move(fresh);
@@ -494,13 +579,23 @@ absl::Status Authorizer::Reload(const v1::Config& config) {
   return absl::OkStatus();  // no principals to reload
 }
 
+// gRPC 1.51 takes an AuthMetadataProcessor on TLS and on local
+// credentials (Unix sockets; TCP that only loopback peers can reach), not on
+// insecure ones (it aborts). A plaintext TCP listener on another address
+// therefore reads a request body before Authorize refuses it: its peers can
+// make the daemon hold up to limits.max_message_size per call (the start-up
+// banner warns about such a listener already).
 std::shared_ptr<grpc::ServerCredentials> PrincipalAuthorizer::Credentials(
     const ListenAddress& address) const {
-  if (tls_credentials_ != nullptr &&
-      address.kind == ListenAddress::Kind::kTcp) {
-    return tls_credentials_;
+  if (address.kind == ListenAddress::Kind::kTcp) {
+    if (tls_credentials_ != nullptr) return tls_credentials_;
+    if (!address.IsLoopback()) return grpc::InsecureServerCredentials();
   }
-  return grpc::InsecureServerCredentials();
+  std::shared_ptr<grpc::ServerCredentials> local =
+      grpc::experimental::LocalServerCredentials(
+          address.kind == ListenAddress::Kind::kUnix ? UDS : LOCAL_TCP);
+  local->SetAuthMetadataProcessor(processor_);
+  return local;
 }
 
 std::vector<std::string> PrincipalAuthorizer::Warnings(
@@ -546,12 +641,15 @@ absl::StatusOr<std::unique_ptr<Authorizer>> MakeAuthorizer(
   }
   absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
   if (!table.ok()) return table.status();
-  std::optional<TlsMaterial> tls;
+  std::unique_ptr<RotatingTls> tls;
   if (!a.tls_cert_path().empty()) {
     absl::StatusOr<TlsMaterial> m =
         LoadTlsMaterial(a, a.mode() == v1::AuthConfig::MTLS);
     if (!m.ok()) return m.status();
-    tls = *std::move(m);
+    absl::StatusOr<std::unique_ptr<RotatingTls>> rotating =
+        RotatingTls::Create(*m);
+    if (!rotating.ok()) return rotating.status();
+    tls = *std::move(rotating);
   }
   return std::make_unique<PrincipalAuthorizer>(a.mode(), *std::move(table),
                                                std::move(tls));

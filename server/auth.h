@@ -31,6 +31,7 @@
 #include "server/tls.h"
 
 namespace grpc {
+class AuthMetadataProcessor;
 class CallbackServerContext;
 class ServerCredentials;
 }  // namespace grpc
@@ -80,10 +81,11 @@ class Authorizer {
       const grpc::CallbackServerContext& context) const = 0;
 
   // SIGHUP: takes the principals of `config` (a whole config, validated
-  // as at start-up) for every call from now on; calls in flight finish with
-  // the old ones. The mode and the TLS files stay as they were started.
-  // On any error nothing changes: INVALID_ARGUMENT naming the field, or
-  // FAILED_PRECONDITION when the mode differs (that needs a restart).
+  // as at start-up) for every call from now on, and re-reads its TLS files
+  // for every new connection; calls and connections in flight finish with
+  // the old ones. On any error nothing changes: INVALID_ARGUMENT naming the
+  // field (and the file), or FAILED_PRECONDITION when the mode differs or
+  // TLS is turned on or off (that needs a restart).
   virtual absl::Status Reload(const v1::Config& config);
 
   // Transport credentials for one listener. The default is plaintext, which
@@ -168,12 +170,18 @@ class PrincipalTable {
 // TOKEN and MTLS. In MTLS, a call on a TLS connection is the principal of
 // its (verified) client certificate; a call without one (a Unix socket)
 // authenticates with its bearer token.
+//
+// Every listener whose gRPC credentials accept an AuthMetadataProcessor
+// (TLS, Unix sockets and loopback TCP: see Credentials) authenticates a call
+// from its metadata before gRPC reads the request body: a peer without a
+// valid credential gets UNAUTHENTICATED and the daemon never buffers what it
+// sends. Authorize then runs again on the call, as before.
 class PrincipalAuthorizer final : public Authorizer {
  public:
-  // `tls`: the TCP listeners' certificate, or nullopt for plaintext (TOKEN
+  // `tls`: the TCP listeners' certificate, or null for plaintext (TOKEN
   // only; MTLS always has one, with the client CA).
   PrincipalAuthorizer(v1::AuthConfig::Mode mode, PrincipalTable principals,
-                      std::optional<TlsMaterial> tls);
+                      std::unique_ptr<RotatingTls> tls);
 
   absl::string_view mode() const override;
   absl::StatusOr<CallContext> Authorize(
@@ -184,17 +192,27 @@ class PrincipalAuthorizer final : public Authorizer {
   std::vector<std::string> Warnings(
       const std::vector<ListenAddress>& listen) const override;
 
+  // OK when `cert` (the connection's verified client certificate) or
+  // `authorization` (the call's single authorization value, "" when absent)
+  // names a current principal; UNAUTHENTICATED otherwise, as Authorize.
+  absl::Status Authenticate(
+      const std::optional<PeerCertificate>& cert,
+      const absl::StatusOr<std::string>& authorization) const;
+
  private:
+  std::shared_ptr<const PrincipalTable> principals() const;
   absl::StatusOr<const Principal*> Identify(
       const PrincipalTable& principals,
-      const grpc::CallbackServerContext& context) const;
+      const std::optional<PeerCertificate>& cert,
+      const absl::StatusOr<std::string>& authorization) const;
 
   const v1::AuthConfig::Mode mode_;
   // Swapped whole by Reload; a call keeps the table it started with.
   mutable absl::Mutex mu_;
   std::shared_ptr<const PrincipalTable> principals_ ABSL_GUARDED_BY(mu_);
-  const std::optional<TlsMaterial> tls_;
+  const std::unique_ptr<RotatingTls> tls_;                    // null: none
   std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none
+  std::shared_ptr<grpc::AuthMetadataProcessor> processor_;
 };
 
 // Checks config.auth and config.principals against each other and the

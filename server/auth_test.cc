@@ -385,7 +385,7 @@ TEST(ValidateAuthConfigTest, StarIsNotATenantName) {
 }
 
 TEST(PrincipalAuthorizerTest, WarnsAboutCleartextTokensOnTheNetwork) {
-  PrincipalAuthorizer plain(v1::AuthConfig::TOKEN, Table(), std::nullopt);
+  PrincipalAuthorizer plain(v1::AuthConfig::TOKEN, Table(), nullptr);
   EXPECT_EQ(plain.mode(), "TOKEN");
   std::vector<ListenAddress> listen;
   for (const char* a : {"127.0.0.1:1", "unix:///tmp/x.sock", "0.0.0.0:2"})

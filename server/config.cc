@@ -391,6 +391,16 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
       "limits.max_connection_idle", l.max_connection_idle());
   if (!idle.ok()) return idle.status();
   out->max_connection_idle = *idle;
+  absl::StatusOr<uint64_t> window = ParseBytesField(
+      "limits.max_bytes_before_auth", l.max_bytes_before_auth());
+  if (!window.ok()) return window.status();
+  if (*window < kMinMessage || *window > *msg) {
+    return Invalid("limits.max_bytes_before_auth",
+                   absl::StrCat("\"", l.max_bytes_before_auth(), "\" (",
+                                *window, " bytes) is not in ", kMinMessage,
+                                "..max_message_size (", *msg, ")"));
+  }
+  out->max_bytes_before_auth = static_cast<int>(*window);
   absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
   if (!drain.ok()) return InField("drain_timeout", drain.status());
   out->drain_timeout = *drain;
@@ -564,6 +574,7 @@ void FillDefaults(v1::Config* c) {
   if (lim->max_concurrent_streams() == 0)
     lim->set_max_concurrent_streams(defaults::kMaxConcurrentStreams);
   fill(lim->mutable_max_connection_idle(), defaults::kMaxConnectionIdle);
+  fill(lim->mutable_max_bytes_before_auth(), defaults::kMaxBytesBeforeAuth);
   if (c->auth().mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     c->mutable_auth()->set_mode(v1::AuthConfig::NONE);
   }

@@ -61,6 +61,8 @@ struct ServerConfig {
   // Per connection: limits.max_concurrent_streams, max_connection_idle.
   int max_concurrent_streams = 64;
   absl::Duration max_connection_idle = absl::Minutes(5);
+  // limits.max_bytes_before_auth: a new stream's HTTP/2 window.
+  int max_bytes_before_auth = 64 * 1024;
   // How often events_publish reads the event rings: the most a change
   // waits before it is published, and so the batch rate (at most 100/s).
   absl::Duration events_publish_interval = absl::Milliseconds(10);

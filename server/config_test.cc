@@ -417,7 +417,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{R"pb(limits { watch_reply_bytes: "1KiB" })pb",
                  {"limits.watch_reply_bytes", "1KiB", "1024 bytes"}},
         BadValue{R"pb(limits { watch_stall_timeout: "0s" })pb",
-                 {"limits.watch_stall_timeout", "0s"}}));
+                 {"limits.watch_stall_timeout", "0s"}},
+        BadValue{R"pb(limits { max_bytes_before_auth: "1KiB" })pb",
+                 {"limits.max_bytes_before_auth", "1KiB", "1024 bytes"}},
+        BadValue{R"pb(limits { max_bytes_before_auth: "32MiB" })pb",
+                 {"limits.max_bytes_before_auth", "33554432 bytes",
+                  "max_message_size (16777216)"}}));
 
 TEST(ConfigTest, UnixPathLongerThanSunPathIsRefused) {
   std::string path(120, 'x');

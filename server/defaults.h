@@ -31,6 +31,8 @@ inline constexpr char kWatchStallTimeout[] = "30s";
 // Per connection: calls in flight, and how long one without calls lives.
 inline constexpr uint32_t kMaxConcurrentStreams = 64;
 inline constexpr char kMaxConnectionIdle[] = "5m";
+// A new stream's HTTP/2 window: gRPC's own default without BDP probing.
+inline constexpr char kMaxBytesBeforeAuth[] = "64KiB";
 // Leaves room for a max_tokens_per_request (1 Mi) request: up to 5 bytes a
 // token.
 inline constexpr char kMaxMessageSize[] = "16MiB";

@@ -30,8 +30,9 @@ sigset_t StopSignals() {
 }
 
 // SIGHUP: re-reads the configuration (file and flags, as at start-up) and
-// takes its principals; a config that does not load, or that the running
-// daemon cannot take, is refused with one line and the old one stays.
+// takes its principals and TLS files; a config or a TLS file that does not
+// load, or that the running daemon cannot take, is refused with one line and
+// the old one stays.
 void ReloadPrincipals(const prefixd::CommandLine& flags,
                       prefixd::Server& server) {
   absl::StatusOr<prefixd::ServerConfig> config =
@@ -39,7 +40,7 @@ void ReloadPrincipals(const prefixd::CommandLine& flags,
   absl::Status s =
       config.ok() ? server.ReloadPrincipals(config->proto) : config.status();
   std::fprintf(stderr, "prefixd: SIGHUP: %s\n",
-               s.ok() ? "principals reloaded"
+               s.ok() ? "principals reloaded (and the TLS files, if any)"
                       : absl::StrCat("configuration refused, the old one "
                                      "stays in force: ",
                                      s.message())

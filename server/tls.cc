@@ -3,11 +3,15 @@
 #include <grpc/grpc_security_constants.h>
 #include <grpcpp/security/auth_context.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <grpcpp/server_context.h>
 #include <openssl/bio.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -104,37 +108,127 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const v1::AuthConfig& auth,
   return m;
 }
 
-std::shared_ptr<grpc::ServerCredentials> ServerTlsCredentials(
+namespace {
+
+// A memory file holding `text`; -1 with errno on failure.
+int MemoryFile(const std::string& text) {
+  int fd = memfd_create("prefixd-tls", MFD_CLOEXEC);
+  if (fd < 0) return -1;
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return fd;
+}
+
+std::string FdPath(int fd) { return absl::StrCat("/proc/self/fd/", fd); }
+
+std::string IdentityPem(const TlsMaterial& m) {
+  return absl::StrCat(m.private_key, "\n", m.cert_chain);
+}
+
+// Points `target` at a new memory file holding `text`. dup2 swaps it in one
+// step: the watcher reads either the old file or the new one.
+absl::Status Replace(int target, const std::string& text) {
+  int fd = MemoryFile(text);
+  if (fd < 0 || dup2(fd, target) < 0) {
+    absl::Status s = absl::InternalError(absl::StrCat(
+        "TLS: cannot write a memory file: ", std::strerror(errno)));
+    if (fd >= 0) close(fd);
+    return s;
+  }
+  close(fd);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RotatingTls>> RotatingTls::Create(
     const TlsMaterial& material) {
-  grpc::SslServerCredentialsOptions options(
-      material.client_ca.empty()
-          ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.pem_root_certs = material.client_ca;
-  options.pem_key_cert_pairs.push_back(
-      {material.private_key, material.cert_chain});
-  return grpc::SslServerCredentials(options);
+  std::unique_ptr<RotatingTls> tls(new RotatingTls());
+  tls->identity_fd_ = MemoryFile(IdentityPem(material));
+  if (tls->identity_fd_ < 0 ||
+      (!material.client_ca.empty() &&
+       (tls->ca_fd_ = MemoryFile(material.client_ca)) < 0)) {
+    return absl::InternalError(absl::StrCat(
+        "TLS: cannot create a memory file: ", std::strerror(errno)));
+  }
+  const std::string identity = FdPath(tls->identity_fd_);
+  // The watcher opens the memory files by path: that needs /proc.
+  if (access(identity.c_str(), R_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TLS: cannot read ", identity, " (", std::strerror(errno),
+                     "): serving TLS needs /proc mounted"));
+  }
+  if (tls->ca_fd_ < 0) {
+    tls->provider_ =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            identity, identity, kRefreshSeconds);
+  } else {
+    tls->provider_ =
+        std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+            identity, identity, FdPath(tls->ca_fd_), kRefreshSeconds);
+  }
+  grpc::experimental::TlsServerCredentialsOptions options(tls->provider_);
+  options.watch_identity_key_cert_pairs();
+  if (tls->ca_fd_ >= 0) {
+    options.watch_root_certs();
+    options.set_cert_request_type(
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  } else {
+    options.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  }
+  tls->credentials_ = grpc::experimental::TlsServerCredentials(options);
+  return tls;
+}
+
+RotatingTls::~RotatingTls() {
+  credentials_.reset();
+  provider_.reset();  // stops the watcher before its files go
+  if (identity_fd_ >= 0) close(identity_fd_);
+  if (ca_fd_ >= 0) close(ca_fd_);
+}
+
+absl::Status RotatingTls::Update(const TlsMaterial& material) {
+  if (absl::Status s = Replace(identity_fd_, IdentityPem(material)); !s.ok())
+    return s;
+  if (ca_fd_ >= 0) return Replace(ca_fd_, material.client_ca);
+  return absl::OkStatus();
 }
 
 std::optional<PeerCertificate> VerifiedPeerCertificate(
     const grpc::ServerContextBase& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr) return std::nullopt;
+  return VerifiedPeerCertificate(*auth);
+}
+
+std::optional<PeerCertificate> VerifiedPeerCertificate(
+    const grpc::AuthContext& auth) {
   // The server either does not ask for client certificates (then there is
   // no subject) or requires one that verifies against the client CA (then
   // the handshake failed for anything else): a subject here is verified.
   std::vector<grpc::string_ref> type =
-      auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
-  if (type.size() != 1 || type[0] != GRPC_SSL_TRANSPORT_SECURITY_TYPE) {
+      auth.FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME);
+  // TlsServerCredentials (RotatingTls) say "tls"; SslServerCredentials said
+  // "ssl". Both verify the client certificate the same way.
+  if (type.size() != 1 || (type[0] != GRPC_TLS_TRANSPORT_SECURITY_TYPE &&
+                           type[0] != GRPC_SSL_TRANSPORT_SECURITY_TYPE)) {
     return std::nullopt;
   }
   std::vector<grpc::string_ref> subject =
-      auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+      auth.FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
   if (subject.empty() || subject[0].empty()) return std::nullopt;
   PeerCertificate peer;
   peer.subject.assign(subject[0].data(), subject[0].size());
   std::vector<grpc::string_ref> cn =
-      auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+      auth.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
   if (!cn.empty()) peer.common_name.assign(cn[0].data(), cn[0].size());
   return peer;
 }

@@ -2,9 +2,10 @@
 // the identity of a client certificate. Unix sockets never use TLS: the
 // socket file's permissions decide who may connect (docs/security.md).
 //
-// The PEM files are read and checked once, at start-up: the certificate and
-// the key parse and belong together, the client CA parses. Rotating a
-// certificate means restarting the daemon.
+// The PEM files are read and checked at start-up and on SIGHUP: the
+// certificate and the key parse and belong together, the client CA parses.
+// A set that passes replaces the one in force for new connections
+// (RotatingTls); one that does not is refused and the old one stays.
 #ifndef PREFIXD_SERVER_TLS_H_
 #define PREFIXD_SERVER_TLS_H_
 
@@ -17,6 +18,10 @@
 #include "prefixd/v1/config.pb.h"
 
 namespace grpc {
+namespace experimental {
+class CertificateProviderInterface;
+}  // namespace experimental
+class AuthContext;
 class ServerContextBase;
 class ServerCredentials;
 }  // namespace grpc
@@ -37,11 +42,47 @@ struct TlsMaterial {
 absl::StatusOr<TlsMaterial> LoadTlsMaterial(const v1::AuthConfig& auth,
                                             bool want_client_ca);
 
-// Server credentials for `material`. With a client CA, the handshake fails
+// Server TLS credentials whose certificate, key and client CA can be
+// replaced while the listeners serve. With a client CA, the handshake fails
 // unless the client presents a certificate that chains to it
 // (GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY).
-std::shared_ptr<grpc::ServerCredentials> ServerTlsCredentials(
-    const TlsMaterial& material);
+//
+// gRPC 1.51 replaces a listener's certificate only through a certificate
+// provider, and its one updatable provider watches files. So the material,
+// once validated, is copied into anonymous memory files (memfd) that the
+// provider watches, never the operator's files themselves: a half-written
+// or broken file in their place is never served. The key and the chain
+// share one memory file, so a swap can never pair a new key with an old
+// certificate. Update is seen by new handshakes within kRefreshSeconds;
+// connections already open keep the certificate they started with.
+class RotatingTls {
+ public:
+  static constexpr unsigned kRefreshSeconds = 1;
+
+  // INTERNAL when the memory files cannot be created.
+  static absl::StatusOr<std::unique_ptr<RotatingTls>> Create(
+      const TlsMaterial& material);
+  ~RotatingTls();
+  RotatingTls(const RotatingTls&) = delete;
+  RotatingTls& operator=(const RotatingTls&) = delete;
+
+  const std::shared_ptr<grpc::ServerCredentials>& credentials() const {
+    return credentials_;
+  }
+
+  // Serves `material` (validated by LoadTlsMaterial, with a client CA iff
+  // the one at Create had one) to new connections. Not thread-safe: one
+  // caller (the SIGHUP handler) at a time.
+  absl::Status Update(const TlsMaterial& material);
+
+ private:
+  RotatingTls() = default;
+
+  int identity_fd_ = -1;  // key + certificate chain
+  int ca_fd_ = -1;        // -1: no client CA
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+};
 
 // The verified client certificate of a call: its subject as gRPC prints it
 // (RFC 2253, most specific first: "CN=engine-0,O=acme") and its common name.
@@ -55,6 +96,10 @@ struct PeerCertificate {
 // (plaintext, Unix socket, TLS without a client certificate).
 std::optional<PeerCertificate> VerifiedPeerCertificate(
     const grpc::ServerContextBase& context);
+// The same from a connection's AuthContext (what an AuthMetadataProcessor
+// sees before the call reaches a service).
+std::optional<PeerCertificate> VerifiedPeerCertificate(
+    const grpc::AuthContext& auth);
 
 }  // namespace prefixd
 

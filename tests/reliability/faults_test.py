@@ -14,6 +14,9 @@
   first's pid, and the first keeps its cache;
 - SIGHUP: new principals from the config file without losing the cache; a
   bad config refused with one log line while the old principals stay;
+- SIGHUP with TLS: a new CA-signed certificate and key are served to new
+  connections and the cache stays; a broken certificate file is refused
+  with one log line and the old certificate keeps being served;
 - SIGKILL after a restore: the snapshot was consumed, so the restart is empty
   with a new epoch (trusted once);
 - a corrupt snapshot and one for another model: moved aside with one log
@@ -27,6 +30,7 @@ import hashlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -312,6 +316,107 @@ class FaultTest(unittest.TestCase):
         self.assertIn("names must be unique", daemon.logs().splitlines()[-1])
         self.assertEqual(stub.GetInfo(pb.GetInfoRequest(), metadata=md("new-token-4567"),
                                       timeout=10).epoch, epoch)
+
+    def test_sighup_rotates_the_tls_certificate_and_keeps_the_cache(self):
+        pki = os.path.join(self.daemon.tmp, "pki")
+        os.mkdir(pki)
+
+        def openssl(*args):
+            subprocess.run(["openssl"] + list(args), cwd=pki, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def issue(name):  # a key and a certificate for 127.0.0.1 signed by the CA
+            openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key",
+                    "-subj", "/CN=" + name, "-out", name + ".csr")
+            with open(os.path.join(pki, "san.ext"), "w") as f:
+                f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+            openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                    "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", name + ".pem")
+            with open(os.path.join(pki, name + ".pem")) as f:
+                return f.read()
+
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+                "-subj", "/CN=test-ca", "-days", "2", "-out", "ca.pem")
+        first, second = issue("first"), issue("second")
+
+        def install(name):  # where the config points: server.pem, server.key
+            for ext in (".pem", ".key"):
+                with open(os.path.join(pki, name + ext)) as src, \
+                        open(os.path.join(pki, "server" + ext), "w") as dst:
+                    dst.write(src.read())
+
+        install("first")
+        token = "rotate-token-0123"
+        port = prefixd_fixture.free_port()
+        config = os.path.join(self.daemon.tmp, "tls.textproto")
+        with open(config, "w") as f:
+            f.write(CONFIG + 'auth { mode: TOKEN tls_cert_path: "%s" tls_key_path: "%s" }\n'
+                    'principals { name: "e" role: ENGINE tenants: "*" token_sha256: "%s" }\n'
+                    'dynamic_tenants { enabled: true }\n'
+                    % (os.path.join(pki, "server.pem"), os.path.join(pki, "server.key"),
+                       hashlib.sha256(token.encode()).hexdigest()))
+        err = open(os.path.join(self.daemon.tmp, "tls.err"), "w+")
+        self.addCleanup(err.close)
+        proc = subprocess.Popen([ARGS.prefixd, "--config=" + config,
+                                 "--listen=127.0.0.1:%d" % port,
+                                 "--metrics_listen=127.0.0.1:%d" % prefixd_fixture.free_port()],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+        self.addCleanup(proc.wait)
+        self.addCleanup(proc.kill)
+
+        def logs():
+            with open(err.name) as f:
+                return f.read()
+
+        with open(os.path.join(pki, "ca.pem"), "rb") as f:
+            ca = f.read()
+        md = [("authorization", "Bearer " + token), ("x-prefixd-tenant", "t0")]
+
+        def new_stub():  # a new connection: a new TLS handshake
+            ch = grpc.secure_channel("127.0.0.1:%d" % port, grpc.ssl_channel_credentials(ca))
+            self.addCleanup(ch.close)
+            return pb_grpc.PrefixCacheStub(ch)
+
+        def served():  # the certificate a new TLS connection is shown, as PEM
+            ctx = ssl.create_default_context(cadata=ca.decode())
+            ctx.set_alpn_protocols(["h2"])
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                    return ssl.DER_cert_to_PEM_cert(tls.getpeercert(binary_form=True))
+
+        def same(a, b):
+            return ssl.PEM_cert_to_DER_cert(a) == ssl.PEM_cert_to_DER_cert(b)
+
+        stub = new_stub()
+        stub.GetInfo(pb.GetInfoRequest(), metadata=md, timeout=15, wait_for_ready=True)
+        stub.Insert(pb.InsertRequest(tokens=tokens(0, 2), block_ids=[1, 2]), metadata=md,
+                    timeout=10)
+        epoch = stub.GetInfo(pb.GetInfoRequest(), metadata=md, timeout=10).epoch
+        self.assertTrue(same(served(), first))
+
+        def sighup(line):
+            seen = logs().count(line)
+            proc.send_signal(signal.SIGHUP)
+            wait_for(lambda: logs().count(line) > seen, 10, line)
+
+        install("second")
+        sighup("prefixd: SIGHUP: principals reloaded")
+        wait_for(lambda: same(served(), second), 10, "the second certificate served")
+        stub = new_stub()
+        self.assertEqual(stub.Match(pb.MatchRequest(tokens=tokens(0, 2)), metadata=md,
+                                    timeout=10).matched_tokens, len(tokens(0, 2)))
+        self.assertEqual(stub.GetInfo(pb.GetInfoRequest(), metadata=md, timeout=10).epoch, epoch)
+
+        # A certificate file that is not PEM: refused, the second one stays.
+        with open(os.path.join(pki, "server.pem"), "w") as f:
+            f.write("not a certificate\n")
+        sighup("prefixd: SIGHUP: configuration refused, the old one stays in force:")
+        self.assertIn("auth.tls_cert_path: %s: no PEM certificate" % os.path.join(pki, "server.pem"),
+                      logs().splitlines()[-1])
+        time.sleep(2.5)  # two refreshes of the certificate watcher
+        self.assertTrue(same(served(), second))
+        self.assertEqual(new_stub().Match(pb.MatchRequest(tokens=tokens(0, 2)), metadata=md,
+                                          timeout=10).matched_tokens, len(tokens(0, 2)))
 
     # ---- snapshots that cannot be used ----
 

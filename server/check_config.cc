@@ -15,21 +15,7 @@ namespace {
 
 std::string DerivedSizes(const ServerConfig& c, uint64_t budget_blocks) {
   const CacheOptions& o = c.cache;
-  std::string out;
-  absl::StrAppend(&out, "# model        ", c.model_description, "\n");
-  for (const std::string& note : c.model_notes)
-    absl::StrAppend(&out, "# note         ", note, "\n");
-  absl::StrAppend(&out, "# fingerprint  ", c.fingerprint, "\n");
-  absl::StrAppend(&out, "# bytes/token  ", FormatCount(c.bytes_per_token), " (",
-                  FormatBytes(c.bytes_per_token), ")\n");
-  absl::StrAppend(&out, "# block bytes  ", FormatCount(o.block_bytes), " (",
-                  FormatBytes(o.block_bytes), ")\n");
-  absl::StrAppend(
-      &out, "# budget       ", FormatCount(o.budget_bytes), " bytes (",
-      FormatBytes(o.budget_bytes), ") = ", FormatCount(budget_blocks),
-      " blocks = ",
-      FormatCount(budget_blocks * static_cast<uint64_t>(o.block_size)),
-      " tokens\n");
+  std::string out = ModelAndSizeLines(c, budget_blocks, "# ");
   for (const TenantSpec& t : o.tenants) {
     absl::StrAppend(&out, "# tenant       ", t.name, " reserved ",
                     FormatBytes(t.quota.reserved_bytes), " limit ",

@@ -654,4 +654,28 @@ std::string DescribeModel(const ModelSpec& spec) {
                          layers, KvDtypeName(spec.kv_dtype), rope);
 }
 
+std::string ModelAndSizeLines(const ServerConfig& c, uint64_t budget_blocks,
+                              absl::string_view indent) {
+  const CacheOptions& o = c.cache;
+  std::string out;
+  const auto line = [&](absl::string_view label, absl::string_view value) {
+    absl::StrAppend(&out, indent, absl::StrFormat("%-13s", label), value, "\n");
+  };
+  line("model", c.model_description);
+  for (const std::string& note : c.model_notes) line("note", note);
+  line("fingerprint", c.fingerprint);
+  line("block size", absl::StrCat(o.block_size, " tokens"));
+  line("bytes/token", absl::StrCat(FormatCount(c.bytes_per_token), " (",
+                                   FormatBytes(c.bytes_per_token), ")"));
+  line("block bytes", absl::StrCat(FormatCount(o.block_bytes), " (",
+                                   FormatBytes(o.block_bytes), ")"));
+  line("budget",
+       absl::StrCat(
+           FormatCount(o.budget_bytes), " bytes (", FormatBytes(o.budget_bytes),
+           ") = ", FormatCount(budget_blocks), " blocks = ",
+           FormatCount(budget_blocks * static_cast<uint64_t>(o.block_size)),
+           " tokens"));
+  return out;
+}
+
 }  // namespace prefixd

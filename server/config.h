@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
 #include "index/fleet_index.h"
@@ -86,6 +87,12 @@ absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config);
 // ReadConfigFile (if flags.config_path is set), ApplyCommandLine,
 // FillDefaults, ResolveConfig.
 absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
+
+// The model and the sizes derived from it, one line each, every line
+// starting with `indent`: the start-up banner's ("  ") and --check_config's
+// ("# ").
+std::string ModelAndSizeLines(const ServerConfig& config,
+                              uint64_t budget_blocks, absl::string_view indent);
 
 // "llama-3-8b: 32 layers x 8 KV heads x 128 head_dim, fp16, RoPE theta 500000
 // neox"

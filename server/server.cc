@@ -210,20 +210,7 @@ std::string StartupBanner(const Server& server) {
   for (const std::string& a : server.addresses())
     absl::StrAppend(&out, "  listen       ", a, "\n");
   absl::StrAppend(&out, "  metrics      ", c.metrics_listen, "/metrics\n");
-  absl::StrAppend(&out, "  model        ", c.model_description, "\n");
-  for (const std::string& note : c.model_notes)
-    absl::StrAppend(&out, "  note         ", note, "\n");
-  absl::StrAppend(&out, "  fingerprint  ", c.fingerprint, "\n");
-  absl::StrAppend(&out, "  block size   ", o.block_size, " tokens\n");
-  absl::StrAppend(&out, "  bytes/token  ", FormatCount(c.bytes_per_token), " (",
-                  FormatBytes(c.bytes_per_token), ")\n");
-  absl::StrAppend(&out, "  block bytes  ", FormatCount(o.block_bytes), " (",
-                  FormatBytes(o.block_bytes), ")\n");
-  absl::StrAppend(
-      &out, "  budget       ", FormatCount(o.budget_bytes), " bytes (",
-      FormatBytes(o.budget_bytes), ") = ", FormatCount(blocks),
-      " blocks = ", FormatCount(blocks * static_cast<uint64_t>(o.block_size)),
-      " tokens\n");
+  absl::StrAppend(&out, ModelAndSizeLines(c, blocks, "  "));
   absl::StrAppend(&out, "  lease ttl    ",
                   absl::FormatDuration(o.default_lease_ttl), "\n");
   absl::StrAppend(&out, "  tenants      ", o.tenants.size(), " configured",

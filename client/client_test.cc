@@ -20,7 +20,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "client/cli_flags.h"
 #include "client/health.h"
 #include "client/id_list.h"
 #include "client/output.h"
@@ -623,43 +622,6 @@ TEST(IdListTest, FormatsRunsAsRanges) {
             "4294967294,4294967295,0");
   const std::vector<uint64_t> ids = {3, 4, 5, 6, 10, 12, 13, 14};
   EXPECT_EQ(*ParseIdList(FormatIdList(ids), UINT64_MAX), ids);  // round trip
-}
-
-// ---- flags ----
-
-TEST(CliFlagsTest, ParsesForms) {
-  const std::vector<FlagSpec> spec = {{"addr", "ADDR", "", ""},
-                                      {"json", "", "", ""},
-                                      {"pin", "", "", ""},
-                                      {"position", "N", "", ""}};
-  auto f =
-      ParsedFlags::Parse(spec, {"--addr", "x:1", "--json", "--position=-16",
-                                "-nopin", "pos", "--", "--json"});
-  ASSERT_TRUE(f.ok()) << f.status();
-  EXPECT_EQ(f->String("addr"), "x:1");
-  EXPECT_TRUE(f->Bool("json"));
-  EXPECT_FALSE(f->Bool("pin"));
-  EXPECT_TRUE(f->Has("pin"));
-  EXPECT_EQ(*f->Int("position", 0), -16);
-  EXPECT_THAT(f->positional(), ElementsAre("pos", "--json"));
-  EXPECT_FALSE(ParsedFlags::Parse(spec, {"--bogus"}).ok());
-  EXPECT_FALSE(ParsedFlags::Parse(spec, {"--addr"}).ok());
-  EXPECT_FALSE(ParsedFlags::Parse(spec, {"--json=maybe"}).ok());
-  EXPECT_FALSE(ParsedFlags::Parse(spec, {"--noaddr"}).ok());
-}
-
-TEST(CliFlagsTest, TypedValues) {
-  const std::vector<FlagSpec> spec = {{"n", "N", "", ""}, {"d", "D", "", ""}};
-  auto f = ParsedFlags::Parse(spec, {"--n=0x1F", "--d=250ms"});
-  ASSERT_TRUE(f.ok());
-  EXPECT_EQ(*f->Uint("n", 0), 31u);
-  EXPECT_EQ(*f->Duration("d", absl::ZeroDuration()), absl::Milliseconds(250));
-  EXPECT_EQ(*f->Uint("missing", 7), 7u);
-  f = ParsedFlags::Parse(spec, {"--n=-1", "--d=2"});
-  EXPECT_FALSE(f->Uint("n", 0).ok());
-  EXPECT_EQ(*f->Duration("d", absl::ZeroDuration()), absl::Seconds(2));
-  f = ParsedFlags::Parse(spec, {"--d=soon"});
-  EXPECT_FALSE(f->Duration("d", absl::ZeroDuration()).ok());
 }
 
 // ---- output ----

@@ -651,7 +651,7 @@ TEST_F(IndexClientTest, CtlRouteUsageErrorsNameTheValue) {
   EXPECT_EQ(Ctl(addr_, {"workers", "--tokens", "1"}, &out, &err), kExitUsage);
   EXPECT_THAT(err, HasSubstr("unknown flag --tokens"));
   EXPECT_EQ(Ctl(addr_, {"workers", "vllm-0"}, &out, &err), kExitUsage);
-  EXPECT_THAT(err, HasSubstr("unexpected argument 'vllm-0'"));
+  EXPECT_THAT(err, HasSubstr("unexpected argument \"vllm-0\""));
   EXPECT_TRUE(index_.sent().empty());  // nothing reached the daemon
 }
 

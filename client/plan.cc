@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "model/flag_parser.h"
 #include "model/forward.h"
 #include "model/hf_config.h"
 #include "model/kv_geometry.h"
@@ -28,125 +29,75 @@
 namespace prefixd {
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
-
-struct FlagSpec {
-  absl::string_view name;
-  absl::string_view value;  // empty for a boolean flag
-  absl::string_view help;
-};
-
-constexpr FlagSpec kFlags[] = {
-    {"model", "PRESET",
-     "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b, "
-     "gemma-3-27b, deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1"},
-    {"hf_config", "FILE", "read the model from a Hugging Face config.json"},
-    {"layers", "N", "layers (sets or overrides the model's)"},
-    {"kv_heads", "N", "KV heads (num_key_value_heads)"},
-    {"head_dim", "N", "dimension of one attention head"},
-    {"attention_heads", "N",
-     "query heads (num_attention_heads), for the MHA comparison"},
-    {"kv_lora_rank", "N",
-     "multi-head latent attention: latent values per layer (with "
-     "--qk_rope_head_dim; sets kv_heads 1)"},
-    {"qk_rope_head_dim", "N", "MLA: rotated key values per layer"},
-    {"sliding_window", "N",
-     "tokens a sliding-window layer attends to (with --sliding_layers)"},
-    {"sliding_layers", "N", "how many of --layers use the sliding window"},
-    {"state_layers", "N",
-     "hybrid models: layers with a fixed state per sequence and no KV, "
-     "besides --layers (with --state_bytes)"},
-    {"state_bytes", "SIZE", "state of one such layer per sequence, e.g. 1MiB"},
-    {"kv_dtype", "DTYPE",
-     "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 nvfp4 (4 bits + one "
-     "fp8 scale per 16 values) (default fp16)"},
-    {"gpus", "GPUS",
-     "GPU memory (required without --batch): 4xH100-80GB, 8xB200, "
-     "H100-80GB, 4x80GiB or a size. Known: H100-80GB H100-94GB H200-141GB "
-     "B200-180GB GB200-186GB MI300X-192GB A100-40GB A100-80GB L40S-48GB "
-     "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes"},
-    {"weights", "SIZE", "weight bytes with a unit, e.g. 140GB"},
-    {"params", "COUNT",
-     "parameter count instead of --weights, e.g. 70e9 or 70B"},
-    {"weight_dtype", "DTYPE",
-     "dtype of the weights for --params (default "
-     "fp16)"},
-    {"overhead", "SIZE",
-     "memory kept back for activations, CUDA graphs, fragmentation "
-     "(default 0)"},
-    {"context", "LIST",
-     "context lengths in tokens, k = 1024 (default 8k,32k,128k); with "
-     "--batch one length"},
-    {"batch", "N",
-     "sequences in flight: print the KV bytes of N x --context tokens per "
-     "KV-head variant and dtype, and the GPUs the weights plus cache need"},
-    {"block_size", "N", "tokens per KV block (default 16)"},
-    {"actual_len", "N",
-     "tokens of the sequence in the paged-vs-contiguous comparison "
-     "(default 1000; 0 skips it)"},
-    {"max_seq_len", "N",
-     "tokens a contiguous allocator reserves per sequence (default: the "
-     "largest --context)"},
-    {"json", "", "print JSON for scripts instead of tables"},
-    {"help", "", "print this help"},
-};
-
-using Flags = std::map<std::string, std::string>;
-
-const FlagSpec* FindFlag(absl::string_view name) {
-  for (const FlagSpec& flag : kFlags) {
-    if (flag.name == name) return &flag;
-  }
-  return nullptr;
+const std::vector<FlagSpec>& Flags() {
+  static const auto* flags = new std::vector<FlagSpec>{
+      {"model", "PRESET",
+       "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b, "
+       "gemma-3-27b, deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1",
+       ""},
+      {"hf_config", "FILE", "read the model from a Hugging Face config.json",
+       ""},
+      {"layers", "N", "layers (sets or overrides the model's)", ""},
+      {"kv_heads", "N", "KV heads (num_key_value_heads)", ""},
+      {"head_dim", "N", "dimension of one attention head", ""},
+      {"attention_heads", "N",
+       "query heads (num_attention_heads), for the MHA comparison", ""},
+      {"kv_lora_rank", "N",
+       "multi-head latent attention: latent values per layer (with "
+       "--qk_rope_head_dim; sets kv_heads 1)",
+       ""},
+      {"qk_rope_head_dim", "N", "MLA: rotated key values per layer", ""},
+      {"sliding_window", "N",
+       "tokens a sliding-window layer attends to (with --sliding_layers)", ""},
+      {"sliding_layers", "N", "how many of --layers use the sliding window",
+       ""},
+      {"state_layers", "N",
+       "hybrid models: layers with a fixed state per sequence and no KV, "
+       "besides --layers (with --state_bytes)",
+       ""},
+      {"state_bytes", "SIZE", "state of one such layer per sequence, e.g. 1MiB",
+       ""},
+      {"kv_dtype", "DTYPE",
+       "KV cache dtype: fp32 fp16 bf16 fp8 int8 int4 nvfp4 (4 bits + one "
+       "fp8 scale per 16 values)",
+       "fp16"},
+      {"gpus", "GPUS",
+       "GPU memory (required without --batch): 4xH100-80GB, 8xB200, "
+       "H100-80GB, 4x80GiB or a size. Known: H100-80GB H100-94GB H200-141GB "
+       "B200-180GB GB200-186GB MI300X-192GB A100-40GB A100-80GB L40S-48GB "
+       "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes",
+       ""},
+      {"weights", "SIZE", "weight bytes with a unit, e.g. 140GB", ""},
+      {"params", "COUNT",
+       "parameter count instead of --weights, e.g. 70e9 or 70B", ""},
+      {"weight_dtype", "DTYPE", "dtype of the weights for --params", "fp16"},
+      {"overhead", "SIZE",
+       "memory kept back for activations, CUDA graphs, fragmentation", "0"},
+      {"context", "LIST",
+       "context lengths in tokens, k = 1024; with --batch one length",
+       "8k,32k,128k"},
+      {"batch", "N",
+       "sequences in flight: print the KV bytes of N x --context tokens per "
+       "KV-head variant and dtype, and the GPUs the weights plus cache need",
+       ""},
+      {"block_size", "N", "tokens per KV block", "16"},
+      {"actual_len", "N",
+       "tokens of the sequence in the paged-vs-contiguous comparison (0 "
+       "skips it)",
+       "1000"},
+      {"max_seq_len", "N",
+       "tokens a contiguous allocator reserves per sequence",
+       "the largest --context"},
+      {"json", "", "print JSON for scripts instead of tables", ""},
+      {"help", "", "print this help", ""},
+  };
+  return *flags;
 }
 
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg == "-h") arg = "--help";
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", arg, "\""));
-    }
-    std::pair<std::string, std::string> kv =
-        absl::StrSplit(arg, absl::MaxSplits('=', 1));
-    const bool has_value = arg.find('=') != absl::string_view::npos;
-    const FlagSpec* spec = FindFlag(kv.first);
-    if (spec == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", kv.first));
-    }
-    if (spec->value.empty()) {
-      if (has_value && kv.second != "true" && kv.second != "false") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", kv.first, " takes no value"));
-      }
-      flags[kv.first] = has_value ? kv.second : "true";
-      continue;
-    }
-    if (!has_value) {
-      if (i + 1 >= argc) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--", kv.first, " needs a value (", spec->value, ")"));
-      }
-      kv.second = argv[++i];
-    }
-    flags[kv.first] = kv.second;
-  }
-  return flags;
-}
-
-const std::string* Get(const Flags& flags, const std::string& name) {
-  auto it = flags.find(name);
-  return it == flags.end() ? nullptr : &it->second;
-}
-
-absl::StatusOr<int64_t> Integer(const Flags& flags, const std::string& name,
-                                int64_t fallback, int64_t min) {
-  const std::string* text = Get(flags, name);
+absl::StatusOr<int64_t> Integer(const ParsedFlags& flags,
+                                const std::string& name, int64_t fallback,
+                                int64_t min) {
+  const std::string* text = flags.Find(name);
   if (text == nullptr) return fallback;
   int64_t value = 0;
   if (!absl::SimpleAtoi(*text, &value) || value < min || value > INT32_MAX) {
@@ -202,7 +153,7 @@ struct Request {
 
 // --qk_rope_head_dim is MLA's head_dim (its rotated key part), with one
 // latent "head"; --state_bytes is a size.
-absl::Status ReadMlaAndState(const Flags& flags, bool base_mla,
+absl::Status ReadMlaAndState(const ParsedFlags& flags, bool base_mla,
                              ModelGeometry& g) {
   ASSIGN_OR_RETURN(const int64_t rope_dim,
                    Integer(flags, "qk_rope_head_dim", 0, 1));
@@ -211,7 +162,7 @@ absl::Status ReadMlaAndState(const Flags& flags, bool base_mla,
   }
   if (rope_dim > 0) g.head_dim = static_cast<int>(rope_dim);
   if (g.kv_lora_rank > 0) g.kv_heads = 1;
-  if (const std::string* state = Get(flags, "state_bytes")) {
+  if (const std::string* state = flags.Find("state_bytes")) {
     ASSIGN_OR_RETURN(g.state_bytes_per_layer,
                      ParseSizeWithUnit("--state_bytes", *state));
   }
@@ -221,10 +172,10 @@ absl::Status ReadMlaAndState(const Flags& flags, bool base_mla,
 // The model from --model or --hf_config, then explicit numbers on top.
 // Usage errors are INVALID_ARGUMENT; a model that cannot be read is another
 // code.
-absl::Status ReadModel(const Flags& flags, Request& req) {
+absl::Status ReadModel(const ParsedFlags& flags, Request& req) {
   ModelGeometry& g = req.input.geometry;
-  const std::string* preset = Get(flags, "model");
-  const std::string* hf = Get(flags, "hf_config");
+  const std::string* preset = flags.Find("model");
+  const std::string* hf = flags.Find("hf_config");
   if (preset != nullptr && hf != nullptr) {
     return Usage("give --model or --hf_config, not both");
   }
@@ -265,9 +216,10 @@ absl::Status ReadModel(const Flags& flags, Request& req) {
 }
 
 // --weights or --params, at most one; required unless `optional`.
-absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
-  const std::string* weights = Get(flags, "weights");
-  const std::string* params = Get(flags, "params");
+absl::Status ReadWeights(const ParsedFlags& flags, bool optional,
+                         Request& req) {
+  const std::string* weights = flags.Find("weights");
+  const std::string* params = flags.Find("params");
   if (weights != nullptr && params != nullptr) {
     return Usage(
         "give exactly one of --weights SIZE or --params COUNT, not both");
@@ -285,7 +237,7 @@ absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(const uint64_t count, ParseCount(*params));
-  const std::string* dtype_name = Get(flags, "weight_dtype");
+  const std::string* dtype_name = flags.Find("weight_dtype");
   ASSIGN_OR_RETURN(const KvDtype dtype,
                    ParseKvDtype(dtype_name ? *dtype_name : "fp16"));
   ASSIGN_OR_RETURN(in.weight_bytes, WeightBytes(count, dtype));
@@ -300,9 +252,9 @@ absl::Status ReadWeights(const Flags& flags, bool optional, Request& req) {
 
 // --gpus, --weights/--params and --overhead. With --batch the GPUs and the
 // weights are optional: the cache is sized whatever holds it.
-absl::Status ReadMemory(const Flags& flags, bool forward, Request& req) {
+absl::Status ReadMemory(const ParsedFlags& flags, bool forward, Request& req) {
   PlanInput& in = req.input;
-  const std::string* gpus = Get(flags, "gpus");
+  const std::string* gpus = flags.Find("gpus");
   req.has_gpus = gpus != nullptr;
   if (gpus != nullptr) {
     ASSIGN_OR_RETURN(req.gpus, ParseGpus(*gpus));
@@ -311,18 +263,18 @@ absl::Status ReadMemory(const Flags& flags, bool forward, Request& req) {
     return Usage("--gpus is required, e.g. 4xH100-80GB");
   }
   RETURN_IF_ERROR(ReadWeights(flags, forward, req));
-  if (const std::string* overhead = Get(flags, "overhead")) {
+  if (const std::string* overhead = flags.Find("overhead")) {
     ASSIGN_OR_RETURN(in.overhead_bytes,
                      ParseSizeWithUnit("--overhead", *overhead));
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadRest(const Flags& flags, Request& req) {
+absl::Status ReadRest(const ParsedFlags& flags, Request& req) {
   PlanInput& in = req.input;
-  const std::string* dtype = Get(flags, "kv_dtype");
+  const std::string* dtype = flags.Find("kv_dtype");
   ASSIGN_OR_RETURN(in.kv_dtype, ParseKvDtype(dtype ? *dtype : "fp16"));
-  if (const std::string* contexts = Get(flags, "context")) {
+  if (const std::string* contexts = flags.Find("context")) {
     ASSIGN_OR_RETURN(in.context_lengths, ParseContexts(*contexts));
   }
   ASSIGN_OR_RETURN(const int64_t block, Integer(flags, "block_size", 16, 1));
@@ -335,15 +287,15 @@ absl::Status ReadRest(const Flags& flags, Request& req) {
 // --batch N with one --context length: the forward calculator's inputs.
 // The flags of the sequences-that-fit plan alone are refused rather than
 // ignored, so that nobody reads a table that did not use them.
-absl::Status ReadForward(const Flags& flags, Request& req) {
+absl::Status ReadForward(const ParsedFlags& flags, Request& req) {
   for (const char* name : {"block_size", "actual_len", "max_seq_len"}) {
-    if (Get(flags, name) != nullptr) {
+    if (flags.Find(name) != nullptr) {
       return Usage(absl::StrCat("--", name, " does not apply with --batch"));
     }
   }
   ForwardInput& f = req.forward;
   ASSIGN_OR_RETURN(f.batch, Integer(flags, "batch", 1, 1));
-  const std::string* context = Get(flags, "context");
+  const std::string* context = flags.Find("context");
   if (context == nullptr) {
     return Usage("--batch needs --context LEN, e.g. --context 8k");
   }
@@ -352,7 +304,7 @@ absl::Status ReadForward(const Flags& flags, Request& req) {
     return Usage(absl::StrCat("--batch takes one --context length, got ",
                               lengths.size(), " in \"", *context, "\""));
   }
-  const std::string* dtype = Get(flags, "kv_dtype");
+  const std::string* dtype = flags.Find("kv_dtype");
   ASSIGN_OR_RETURN(f.kv_dtype, ParseKvDtype(dtype ? *dtype : "fp16"));
   f.geometry = req.input.geometry;
   f.context_len = lengths[0];
@@ -827,7 +779,7 @@ std::string ForwardJsonReport(const Request& req, const Forward& f) {
 }
 
 // --batch: the forward calculator.
-int RunForward(const Flags& flags, Request& req, std::ostream& out,
+int RunForward(const ParsedFlags& flags, Request& req, std::ostream& out,
                std::ostream& err) {
   absl::Status status = ReadMemory(flags, /*forward=*/true, req);
   if (status.ok()) status = ReadForward(flags, req);
@@ -838,11 +790,10 @@ int RunForward(const Flags& flags, Request& req, std::ostream& out,
   absl::StatusOr<Forward> f = MakeForward(req.forward);
   if (!f.ok()) {
     err << "prefixctl plan: " << f.status().message() << "\n";
-    return kExitFailed;
+    return kExitFailure;
   }
-  const std::string* json = Get(flags, "json");
-  out << (json != nullptr && *json == "true" ? ForwardJsonReport(req, *f)
-                                             : ForwardTextReport(req, *f));
+  out << (flags.Bool("json") ? ForwardJsonReport(req, *f)
+                             : ForwardTextReport(req, *f));
   return kExitOk;
 }
 
@@ -858,42 +809,34 @@ std::string PlanUsage() {
       "(MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes);\n"
       "KV budget = GPU memory - weights - overhead. Sizes need a unit: B, kB,\n"
       "MB, GB, TB (10^n) or KiB, MiB, GiB, TiB (2^n).\n\nFlags:\n";
-  for (const FlagSpec& flag : kFlags) {
-    const std::string name =
-        flag.value.empty() ? absl::StrCat("--", flag.name)
-                           : absl::StrCat("--", flag.name, " ", flag.value);
-    // Help text wrapped to 80 columns, continued under itself.
-    std::string line = absl::StrFormat("  %-22s", name);
-    for (absl::string_view word : absl::StrSplit(flag.help, ' ')) {
-      if (line.size() + 1 + word.size() > 80 && line.size() > 25) {
-        absl::StrAppend(&out, line, "\n");
-        line = std::string(24, ' ');
-      }
-      absl::StrAppend(&line, " ", word);
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
+  std::ostringstream flags;
+  PrintFlagHelp(Flags(), flags);
+  absl::StrAppend(&out, flags.str());
   absl::StrAppend(&out,
                   "\nExample:\n  prefixctl plan --model llama-3-70b --gpus "
-                  "4xH100-80GB --weights 140GB --overhead 20GB\n");
+                  "4xH100-80GB --weights 140GB --overhead 20GB\n"
+                  "\nExit codes: 0 ok, 1 no plan possible, 2 usage error.\n");
   return out;
 }
 
 int RunPlanCommand(int argc, char** argv, std::ostream& out,
                    std::ostream& err) {
-  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
-  if (!flags.ok()) {
-    err << "prefixctl plan: " << flags.status().message()
+  absl::StatusOr<ParsedFlags> flags =
+      ParsedFlags::Parse(Flags(), {argv + std::min(argc, 1), argv + argc});
+  const absl::Status parsed =
+      flags.ok() ? flags->NoPositional() : flags.status();
+  if (!parsed.ok()) {
+    err << "prefixctl plan: " << parsed.message()
         << " (see prefixctl plan --help)\n";
     return kExitUsage;
   }
-  if (Get(*flags, "help") != nullptr && *Get(*flags, "help") == "true") {
+  if (flags->Bool("help")) {
     out << PlanUsage();
     return kExitOk;
   }
   Request req;
   absl::Status status = ReadModel(*flags, req);
-  if (status.ok() && Get(*flags, "batch") != nullptr) {
+  if (status.ok() && flags->Has("batch")) {
     return RunForward(*flags, req, out, err);
   }
   if (status.ok()) status = ReadMemory(*flags, /*forward=*/false, req);
@@ -901,16 +844,15 @@ int RunPlanCommand(int argc, char** argv, std::ostream& out,
   if (!status.ok()) {
     err << "prefixctl plan: " << status.message() << "\n";
     return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                               : kExitFailed;
+                                                               : kExitFailure;
   }
   absl::StatusOr<Plan> plan = MakePlan(req.input);
   if (!plan.ok()) {
     err << "prefixctl plan: " << plan.status().message() << "\n";
-    return kExitFailed;
+    return kExitFailure;
   }
-  const std::string* json = Get(*flags, "json");
-  out << (json != nullptr && *json == "true" ? JsonReport(req, *plan)
-                                             : TextReport(req, *plan));
+  out << (flags->Bool("json") ? JsonReport(req, *plan)
+                              : TextReport(req, *plan));
   return kExitOk;
 }
 

@@ -18,10 +18,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
-#include "client/cli_flags.h"
 #include "client/client.h"
 #include "client/id_list.h"
 #include "client/output.h"
+#include "model/flag_parser.h"
 
 #if defined(PREFIXD_HAVE_PLAN) && __has_include("client/plan.h")
 #include "client/plan.h"
@@ -773,10 +773,8 @@ int RunPrefixctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
   }
 
   Context ctx{*flags, out, err, false, "", {}, nullptr};
-  if (!flags->positional().empty()) {
-    return Usage(ctx, name,
-                 "unexpected argument '" + flags->positional().front() + "'");
-  }
+  if (absl::Status s = flags->NoPositional(); !s.ok())
+    return Usage(ctx, name, std::string(s.message()));
   ctx.json = flags->Bool("json");
   ctx.addr = flags->String("addr", kDefaultAddr);
   const char* env_token = std::getenv("PREFIXD_TOKEN");

@@ -1,18 +1,19 @@
 // prefixctl: the command line of prefixd, as a function so tests can run it
 // without a process. See `prefixctl --help` and docs/client.md.
 //
-// Exit codes: 0 ok, 1 RPC error (or, for `health`, not SERVING), 2 usage
-// error.
+// Exit codes (model/flag_parser.h, shared with prefixd): kExitOk, 1 on an
+// RPC error (or, for `health`, not SERVING), kExitUsage.
 #ifndef PREFIXD_CLIENT_PREFIXCTL_CLI_H_
 #define PREFIXD_CLIENT_PREFIXCTL_CLI_H_
 
 #include <ostream>
 
+#include "model/flag_parser.h"
+
 namespace prefixd {
 
-inline constexpr int kExitOk = 0;
-inline constexpr int kExitRpcError = 1;
-inline constexpr int kExitUsage = 2;
+// prefixctl's kExitFailure: the daemon answered with an error.
+inline constexpr int kExitRpcError = kExitFailure;
 
 // argv[0] is the program name, argv[1..] global flags, a subcommand and its
 // flags. Environment: PREFIXD_TOKEN is the default of --token.

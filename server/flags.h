@@ -1,6 +1,6 @@
-// prefixd's command line. Parsed here rather than
-// with absl flags because --listen repeats (absl replaces, we append) and so
-// that tests parse argv without process-wide flag globals.
+// prefixd's command line: its flags in model/flag_parser.h's grammar (that
+// parser is shared with prefixctl), turned into the overrides of the config
+// file.
 #ifndef PREFIXD_SERVER_FLAGS_H_
 #define PREFIXD_SERVER_FLAGS_H_
 
@@ -42,9 +42,10 @@ struct CommandLine {
   bool version = false;
 };
 
-// `args` excludes argv[0]. Accepts --name=value and --name value.
-// INVALID_ARGUMENT naming the flag for unknown flags, missing values,
-// positional arguments and a --block_size that is not a positive integer.
+// `args` excludes argv[0]. INVALID_ARGUMENT naming the flag (and the value)
+// for unknown flags, missing values, positional arguments, a --block_size
+// that is not a positive integer, --config naming another file than
+// --check_config; main() exits kExitUsage (2) on it.
 absl::StatusOr<CommandLine> ParseCommandLine(
     absl::Span<const char* const> args);
 

@@ -47,6 +47,37 @@ TEST(FlagsTest, EventsPublish) {
               HasSubstr("ENDPOINT[,REPLAY_ENDPOINT]"));
 }
 
+TEST(FlagsTest, IndexSourcesRepeatAndOtherFlagsTakeTheLastValue) {
+  absl::StatusOr<CommandLine> cl =
+      Parse({"--index_source=a=tcp://h:1", "--index_source", "b=tcp://h:2",
+             "--model=llama-3-8b", "--model", "mistral-7b"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->index_sources, ElementsAre("a=tcp://h:1", "b=tcp://h:2"));
+  EXPECT_EQ(cl->model, "mistral-7b");
+  EXPECT_THAT(Parse({"--index_source=tcp://h:1"}).status().message(),
+              HasSubstr("--index_source=tcp://h:1: want NAME=ENDPOINT"));
+  EXPECT_THAT(Parse({"--index_block_size=x"}).status().message(),
+              HasSubstr("--index_block_size=x: want a positive integer"));
+}
+
+TEST(FlagsTest, CheckConfigNamesTheFileOnce) {
+  absl::StatusOr<CommandLine> cl = Parse({"--check_config", "/etc/p.txtpb"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->check_config);
+  EXPECT_EQ(cl->config_path, "/etc/p.txtpb");
+  cl = Parse({"--config=/etc/p.txtpb", "--check_config=/etc/p.txtpb"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->check_config);
+  // Either order: the same error naming both files.
+  for (const std::vector<const char*>& args :
+       {std::vector<const char*>{"--config=a", "--check_config=b"},
+        std::vector<const char*>{"--check_config=b", "--config=a"}}) {
+    EXPECT_EQ(Parse(args).status().message(),
+              "--check_config=b with --config=a: name the file once, with "
+              "--check_config");
+  }
+}
+
 TEST(FlagsTest, HelpAndShortHelp) {
   EXPECT_TRUE(Parse({"--help"})->help);
   EXPECT_TRUE(Parse({"-h"})->help);

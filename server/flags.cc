@@ -190,6 +190,8 @@ std::string CommandLineHelp() {
          "\n"
          "Flags:\n";
   PrintFlagHelp(Flags(), out);
+  out << "\nExit codes: 0 ok, 1 the daemon failed or the configuration does "
+         "not load,\n2 usage error (the command line).\n";
   return out.str();
 }
 

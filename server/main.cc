@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "model/flag_parser.h"
 #include "server/check_config.h"
 #include "server/config.h"
 #include "server/flags.h"
@@ -47,14 +48,16 @@ void ReloadPrincipals(const prefixd::CommandLine& flags,
                             .c_str());
 }
 
-int Fail(absl::string_view what, const absl::Status& status) {
+// Prints the error; returns `code` (model/flag_parser.h's exit codes).
+int Fail(absl::string_view what, const absl::Status& status,
+         int code = prefixd::kExitFailure) {
   std::fprintf(stderr, "prefixd: %s: %s\n", std::string(what).c_str(),
                std::string(status.message()).c_str());
-  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  return code;
 }
 
 // --check_config: 0 and the resolved settings on stdout, or 1 and the
-// error on stderr (not Fail's 2: a config, not the command line, is wrong).
+// error on stderr, as start-up with that config would exit.
 int CheckConfigAndExit(const prefixd::CommandLine& flags) {
   absl::StatusOr<std::string> report = prefixd::CheckConfig(flags);
   if (!report.ok()) {
@@ -97,7 +100,10 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::StatusOr<prefixd::CommandLine> flags =
       prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
-  if (!flags.ok()) return Fail("bad command line (see --help)", flags.status());
+  if (!flags.ok()) {
+    return Fail("bad command line (see --help)", flags.status(),
+                prefixd::kExitUsage);
+  }
   if (flags->help) {
     std::fputs(prefixd::CommandLineHelp().c_str(), stdout);
     return 0;

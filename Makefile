@@ -64,6 +64,8 @@ BENCH_TARGETS = core_bench trace_replay load prefixd_bench_server redis_peer pre
 # and the cross-tenant timing probe (docs/security.md)
 BENCH_TARGETS += timing_probe
 BENCH_TARGETS += index_bench
+# and the offline optimum the eviction policies are put against
+BENCH_TARGETS += belady
 BENCH_SCENARIOS ?= T6 T8a T8b T9 T10 T10b
 BENCH_OUT = $(BUILD_DIR)/bench-results
 
@@ -83,6 +85,7 @@ bench: configure
 	/usr/bin/python3 bench/ratios.py $(BENCH_OUT)/core-thp.json
 	$(BUILD_DIR)/bench/trace_replay
 	$(BUILD_DIR)/bench/trace_replay --paths=core,tcp,unix --runs=1 --memory_blocks=0
+	$(BUILD_DIR)/bench/belady
 	bash -o pipefail -c '$(BUILD_DIR)/bench/index_bench | tee $(BENCH_OUT)/index.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe

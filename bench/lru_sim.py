@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent leaf-LRU simulator of the trace replay (docs/performance.md).
+"""An independent leaf-LRU (or Belady) simulator of the trace replay.
 
 It shares no code with prefixd: a plain prefix tree of trace hash ids, one
 block per id. Per request, as bench/trace_replay does through core/:
@@ -11,6 +11,11 @@ block per id. Per request, as bench/trace_replay does through core/:
      next logical time; then, while more blocks are cached than the capacity,
      evict the least-recently-stamped block that has no cached child and is not
      on the current request's path.
+
+With --policy=belady, step 3 evicts instead the evictable block whose next use
+(the next request that holds it) is farthest in the future: the offline
+optimum that bench/belady computes, checked against it by
+bench/check_belady.sh (docs/performance.md, "Eviction").
 
 Prints the block hit rate per capacity (a table, or JSON with --json).
 Plain Python 3, no third-party modules.
@@ -43,7 +48,7 @@ def load(path):
 
 
 class Block:
-    __slots__ = ("key", "parent", "children", "stamp", "cached")
+    __slots__ = ("key", "parent", "children", "stamp", "cached", "next_use")
 
     def __init__(self, key, parent):
         self.key = key
@@ -51,6 +56,80 @@ class Block:
         self.children = {}  # key -> cached child Block
         self.stamp = 0
         self.cached = True
+        self.next_use = 0
+
+
+def next_uses(requests):
+    """For each request, the index of the next request holding each id."""
+    never = len(requests)
+    following = {}
+    out = [None] * len(requests)
+    for i in range(len(requests) - 1, -1, -1):
+        out[i] = [following.get(key, never) for key in requests[i]]
+        for key in requests[i]:
+            following[key] = i
+    return out
+
+
+def simulate_belady(requests, capacity):
+    """As simulate(), evicting the block used again farthest in the future."""
+    nexts = next_uses(requests)
+    root = Block(None, None)
+    cached = 0
+    hits = total = evicted = refused = 0
+    heap = []  # (-next_use, seq, block), checked when popped
+    seq = 0
+
+    def push(b):
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (-b.next_use, seq, b))
+
+    for ids, nxt in zip(requests, nexts):
+        total += len(ids)
+        node, path = root, []
+        for key in ids:
+            child = node.children.get(key)
+            if child is None:
+                break
+            path.append(child)
+            node = child
+        hits += len(path)
+        for b, n in zip(path, nxt):
+            b.next_use = n
+        if len(ids) > capacity:
+            refused += 1
+            if path and not path[-1].children:
+                push(path[-1])
+            continue
+        for key, n in zip(ids[len(path):], nxt[len(path):]):
+            child = Block(key, node)
+            child.next_use = n
+            node.children[key] = child
+            cached += 1
+            path.append(child)
+            node = child
+        if path and not path[-1].children:
+            push(path[-1])
+        on_path = set(map(id, path))
+        aside = []
+        while cached > capacity:
+            neg, _, b = heapq.heappop(heap)
+            if not b.cached or b.children or b.next_use != -neg:
+                continue  # stale entry
+            if id(b) in on_path:
+                aside.append(b)
+                continue
+            del b.parent.children[b.key]
+            b.cached = False
+            cached -= 1
+            evicted += 1
+            parent = b.parent
+            if parent is not root and not parent.children:
+                push(parent)
+        for b in aside:
+            push(b)
+    return hits, total, evicted, refused
 
 
 def simulate(requests, capacity):
@@ -122,6 +201,9 @@ def main():
     ap.add_argument("--capacities", default="10000,50000,infinite",
                     help="capacities in blocks, comma-separated")
     ap.add_argument("--json", action="store_true", help="print JSON")
+    ap.add_argument("--policy", choices=("lru", "belady"), default="lru",
+                    help="lru (prefixd's default) or belady (the offline "
+                    "optimum)")
     args = ap.parse_args()
 
     requests = load(args.trace)
@@ -129,7 +211,8 @@ def main():
     for c in args.capacities.split(","):
         c = c.strip()
         cap = float("inf") if c in ("infinite", "inf") else int(c)
-        hits, total, evicted, refused = simulate(requests, cap)
+        run = simulate_belady if args.policy == "belady" else simulate
+        hits, total, evicted, refused = run(requests, cap)
         rows.append({"capacity": c, "blocks": total, "hit_blocks": hits,
                      "block_hit_rate": hits / total if total else 0.0,
                      "evicted_blocks": evicted, "refused_inserts": refused})

@@ -46,6 +46,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "bench/trace.h"
 #include "core/cache.h"
 #ifdef PREFIXD_TRACE_REPLAY_RPC
 #include "bench/load/common.h"
@@ -95,124 +96,26 @@ ABSL_FLAG(bool, progress, true, "progress lines on stderr");
 namespace prefixd {
 namespace {
 
+using bench::CapacityName;
+using bench::kInfinite;
+using bench::Request;
+using bench::Trace;
+
 constexpr char kTenant[] = "replay";
-constexpr uint64_t kInfinite = uint64_t{1} << 62;
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "trace_replay: %s\n", what.c_str());
   std::exit(1);
 }
 
-// --- Traces
-// -------------------------------------------------------------------
-
-struct Request {
-  size_t first = 0;  // index into Trace::ids
-  size_t blocks = 0;
-  uint64_t input_length = 0;
-};
-
-struct Trace {
-  std::string name;
-  std::vector<uint64_t> ids;  // every request's hash ids, back to back
-  std::vector<Request> requests;
-  uint64_t max_id = 0;
-  uint64_t input_tokens = 0;
-};
-
-// The value after "key": in a JSON object line; npos if absent.
-size_t ValueStart(absl::string_view line, absl::string_view key) {
-  const std::string quoted = absl::StrCat("\"", key, "\"");
-  size_t at = line.find(quoted);
-  if (at == absl::string_view::npos) return at;
-  at = line.find(':', at + quoted.size());
-  if (at == absl::string_view::npos) return at;
-  return line.find_first_not_of(" \t", at + 1);
-}
-
-bool ParseUint(absl::string_view line, size_t* at, uint64_t* out) {
-  size_t i = *at;
-  uint64_t v = 0;
-  for (; i < line.size() && line[i] >= '0' && line[i] <= '9'; ++i) {
-    if (v > (std::numeric_limits<uint64_t>::max() - 9) / 10) return false;
-    v = v * 10 + static_cast<uint64_t>(line[i] - '0');
-  }
-  if (i == *at) return false;
-  *at = i;
-  *out = v;
-  return true;
-}
-
-// Reads only "hash_ids" and "input_length"; everything else is ignored.
-bool ParseLine(absl::string_view line, Trace* trace, std::string* error) {
-  Request r;
-  r.first = trace->ids.size();
-  size_t at = ValueStart(line, "input_length");
-  if (at == absl::string_view::npos || !ParseUint(line, &at, &r.input_length)) {
-    *error = "no \"input_length\" number";
-    return false;
-  }
-  at = ValueStart(line, "hash_ids");
-  if (at == absl::string_view::npos || line[at] != '[') {
-    *error = "no \"hash_ids\" array";
-    return false;
-  }
-  ++at;
-  while (true) {
-    at = line.find_first_not_of(" \t", at);
-    if (at == absl::string_view::npos) break;
-    if (line[at] == ']') {
-      r.blocks = trace->ids.size() - r.first;
-      trace->input_tokens += r.input_length;
-      trace->requests.push_back(r);
-      return true;
-    }
-    if (line[at] == ',') {
-      ++at;
-      continue;
-    }
-    uint64_t id;
-    if (!ParseUint(line, &at, &id)) break;
-    trace->ids.push_back(id);
-    trace->max_id = std::max(trace->max_id, id);
-  }
-  *error = "unterminated or malformed \"hash_ids\"";
-  return false;
-}
-
-Trace LoadTrace(const std::string& name_or_path, const std::string& dir) {
-  const bool is_path = absl::EndsWith(name_or_path, ".jsonl");
-  const std::string path =
-      is_path ? name_or_path
-              : absl::StrCat(dir, "/", name_or_path, "_trace.jsonl");
-  std::ifstream in(path);
-  if (!in) Die(absl::StrCat("cannot open ", path));
-  Trace t;
-  t.name = name_or_path;
-  std::string line, error;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (!ParseLine(line, &t, &error))
-      Die(absl::StrCat(path, ":", n, ": ", error));
-  }
-  if (t.requests.empty()) Die(absl::StrCat(path, " has no requests"));
-  return t;
+Trace LoadOrDie(const std::string& name_or_path, const std::string& dir) {
+  absl::StatusOr<Trace> t = bench::LoadTrace(name_or_path, dir);
+  if (!t.ok()) Die(std::string(t.status().message()));
+  return *std::move(t);
 }
 
 // --- Replay
 // -------------------------------------------------------------------
-
-uint64_t ParseCapacity(const std::string& s) {
-  if (s == "infinite" || s == "inf") return kInfinite;
-  uint64_t v;
-  if (!absl::SimpleAtoi(s, &v) || v == 0)
-    Die(absl::StrCat("bad capacity '", s, "'"));
-  return v;
-}
-
-std::string CapacityName(uint64_t cap) {
-  return cap == kInfinite ? "infinite" : absl::StrCat(cap);
-}
 
 std::unique_ptr<PrefixCache> NewCache(uint64_t capacity_blocks) {
   CacheOptions o;
@@ -734,20 +637,23 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
 int Main() {
   const std::string dir = absl::GetFlag(FLAGS_trace_dir);
   std::vector<uint64_t> capacities;
-  for (const std::string& c : absl::GetFlag(FLAGS_capacities))
-    capacities.push_back(ParseCapacity(c));
+  for (const std::string& c : absl::GetFlag(FLAGS_capacities)) {
+    absl::StatusOr<uint64_t> cap = bench::ParseCapacity(c);
+    if (!cap.ok()) Die(std::string(cap.status().message()));
+    capacities.push_back(*cap);
+  }
   if (absl::GetFlag(FLAGS_block_size) < 1) Die("block_size must be >= 1");
   if (!absl::GetFlag(FLAGS_mutex_deadlock_detection))
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   std::optional<Memory> memory;
   if (absl::GetFlag(FLAGS_memory_blocks) > 0) {
-    const Trace t = LoadTrace(absl::GetFlag(FLAGS_memory_trace), dir);
+    const Trace t = LoadOrDie(absl::GetFlag(FLAGS_memory_trace), dir);
     memory = MeasureMemory(t, absl::GetFlag(FLAGS_memory_blocks));
   }
   std::vector<Row> rows;
   for (const std::string& name : absl::GetFlag(FLAGS_traces)) {
-    const Trace trace = LoadTrace(name, dir);
+    const Trace trace = LoadOrDie(name, dir);
     std::vector<Token> tokens;
     tokens.reserve(trace.ids.size() * absl::GetFlag(FLAGS_block_size));
     Expand(trace.ids, 0, absl::GetFlag(FLAGS_block_size), &tokens);

@@ -21,12 +21,8 @@
 #include "client/client.h"
 #include "client/id_list.h"
 #include "client/output.h"
-#include "model/flag_parser.h"
-
-#if defined(PREFIXD_HAVE_PLAN) && __has_include("client/plan.h")
 #include "client/plan.h"
-#define PREFIXD_PLAN_ENABLED 1
-#endif
+#include "model/flag_parser.h"
 
 namespace prefixd {
 namespace {
@@ -665,11 +661,9 @@ void PrintHelp(std::ostream& out) {
     out << "\n" << c.name << " flags:\n";
     PrintFlagHelp(c.flags, out);
   }
-#ifdef PREFIXD_PLAN_ENABLED
   out << "\nplan flags (offline; the global flags other than --json do not "
          "apply):\n"
       << PlanUsage();
-#endif
   out << "\nLists (--tokens, --block_ids, --lease) take items separated by "
          "commas or spaces;\n"
       << "an item is N or an inclusive range A-B. --workers takes names "
@@ -698,7 +692,6 @@ size_t FindCommandIndex(const std::vector<std::string>& args) {
 
 int RunPlan(int argc, char** argv, size_t command_index, std::ostream& out,
             std::ostream& err) {
-#ifdef PREFIXD_PLAN_ENABLED
   std::vector<char*> plan_argv = {argv[0]};
   static char json_flag[] = "--json";
   for (size_t i = 1; i <= command_index; ++i) {
@@ -711,14 +704,6 @@ int RunPlan(int argc, char** argv, size_t command_index, std::ostream& out,
   plan_argv.push_back(nullptr);
   return RunPlanCommand(static_cast<int>(plan_argv.size()) - 1,
                         plan_argv.data(), out, err);
-#else
-  (void)argc;
-  (void)argv;
-  (void)command_index;
-  (void)out;
-  err << "prefixctl plan: not available in this build\n";
-  return kExitUsage;
-#endif
 }
 
 }  // namespace

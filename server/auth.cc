@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -213,15 +214,9 @@ absl::StatusOr<PrincipalTable> PrincipalTable::FromConfig(
     }
     Principal p;
     p.name = pc.name();
-    absl::StatusOr<Principal::Role> role = ParseRole(who, pc.role());
-    if (!role.ok()) return role.status();
-    p.role = *role;
+    ASSIGN_OR_RETURN(p.role, ParseRole(who, pc.role()));
     if (!pc.token_sha256().empty()) {
-      if (absl::Status s =
-              ParseSha256Hex(who, pc.token_sha256(), &p.token_sha256);
-          !s.ok()) {
-        return s;
-      }
+      RETURN_IF_ERROR(ParseSha256Hex(who, pc.token_sha256(), &p.token_sha256));
       p.has_token = true;
       const std::string key(p.token_sha256.begin(), p.token_sha256.end());
       if (auto [it, fresh] = hashes.emplace(key, i); !fresh) {
@@ -269,7 +264,7 @@ absl::StatusOr<PrincipalTable> PrincipalTable::FromConfig(
           ": has no credential: set cert_subject (and token_sha256 to "
           "call over a Unix socket)"));
     }
-    if (absl::Status s = ParseTenants(who, pc, &p); !s.ok()) return s;
+    RETURN_IF_ERROR(ParseTenants(who, pc, &p));
     if (!table.dynamic_tenants_) {
       for (const std::string& t : p.tenants) {
         if (!table.configured_tenants_.contains(t)) {
@@ -396,13 +391,12 @@ std::vector<std::string> Authorizer::Warnings(
 
 absl::StatusOr<CallContext> NoAuthAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
-  absl::StatusOr<std::string> tenant =
-      SingleMetadataValue(context, kTenantHeader);
-  if (!tenant.ok()) return tenant.status();
-  if (tenant->empty()) *tenant = kDefaultTenant;
+  ASSIGN_OR_RETURN(std::string tenant,
+                   SingleMetadataValue(context, kTenantHeader));
+  if (tenant.empty()) tenant = kDefaultTenant;
   CallContext call;
   call.principal = "anonymous";
-  call.tenant = *std::move(tenant);
+  call.tenant = std::move(tenant);
   call.scope = TenantScope::All();
   call.all_tenants = true;
   call.index_all = true;
@@ -509,9 +503,8 @@ absl::StatusOr<const Principal*> PrincipalAuthorizer::Identify(
             : "no credentials: send metadata \"authorization: Bearer "
               "<token>\"");
   }
-  absl::StatusOr<std::string> token = BearerToken(*header);
-  if (!token.ok()) return token.status();
-  if (const Principal* p = principals.FindByToken(*token)) return p;
+  ASSIGN_OR_RETURN(std::string token, BearerToken(*header));
+  if (const Principal* p = principals.FindByToken(token)) return p;
   return absl::UnauthenticatedError("the bearer token is not valid");
 }
 
@@ -524,14 +517,13 @@ absl::Status PrincipalAuthorizer::Authenticate(
 absl::StatusOr<CallContext> PrincipalAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
   std::shared_ptr<const PrincipalTable> table = principals();
-  absl::StatusOr<const Principal*> p =
+  ASSIGN_OR_RETURN(
+      const Principal* p,
       Identify(*table, VerifiedPeerCertificate(context),
-               SingleMetadataValue(context, kAuthorizationHeader));
-  if (!p.ok()) return p.status();
-  absl::StatusOr<std::string> tenant =
-      SingleMetadataValue(context, kTenantHeader);
-  if (!tenant.ok()) return tenant.status();
-  return table->Resolve(**p, *tenant);
+               SingleMetadataValue(context, kAuthorizationHeader)));
+  ASSIGN_OR_RETURN(std::string tenant,
+                   SingleMetadataValue(context, kTenantHeader));
+  return table->Resolve(*p, tenant);
 }
 
 absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
@@ -541,9 +533,8 @@ absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
                      v1::AuthConfig::Mode_Name(config.auth().mode()),
                      ": changing the mode needs a restart"));
   }
-  if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
-  absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
-  if (!table.ok()) return table.status();
+  RETURN_IF_ERROR(ValidateAuthConfig(config));
+  ASSIGN_OR_RETURN(PrincipalTable table, PrincipalTable::FromConfig(config));
   const bool wants_tls = !config.auth().tls_cert_path().empty();
   if (wants_tls != (tls_ != nullptr)) {
     return absl::FailedPreconditionError(
@@ -555,15 +546,13 @@ absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
   // leaves both the principals and the certificate as they were.
   std::optional<TlsMaterial> material;
   if (wants_tls) {
-    absl::StatusOr<TlsMaterial> m =
-        LoadTlsMaterial(config.auth(), mode_ == v1::AuthConfig::MTLS);
-    if (!m.ok()) return m.status();
-    material = *std::move(m);
+    ASSIGN_OR_RETURN(material, LoadTlsMaterial(config.auth(),
+                                               mode_ == v1::AuthConfig::MTLS));
   }
   if (material.has_value()) {
-    if (absl::Status s = tls_->Update(*material); !s.ok()) return s;
+    RETURN_IF_ERROR(tls_->Update(*material));
   }
-  auto fresh = std::make_shared<const PrincipalTable>(*std::move(table));
+  auto fresh = std::make_shared<const PrincipalTable>(std::move(table));
   absl::MutexLock lock(&mu_);
   principals_ = std::move(fresh);
   return absl::OkStatus();
@@ -617,7 +606,7 @@ std::vector<std::string> PrincipalAuthorizer::Warnings(
 
 absl::Status ValidateAuthConfig(const v1::Config& config) {
   const v1::AuthConfig& a = config.auth();
-  if (absl::Status s = CheckTlsFields(a); !s.ok()) return s;
+  RETURN_IF_ERROR(CheckTlsFields(a));
   if (a.mode() == v1::AuthConfig::NONE ||
       a.mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     if (config.principals_size() > 0) {
@@ -633,25 +622,20 @@ absl::Status ValidateAuthConfig(const v1::Config& config) {
 
 absl::StatusOr<std::unique_ptr<Authorizer>> MakeAuthorizer(
     const v1::Config& config) {
-  if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateAuthConfig(config));
   const v1::AuthConfig& a = config.auth();
   if (a.mode() == v1::AuthConfig::NONE ||
       a.mode() == v1::AuthConfig::MODE_UNSPECIFIED) {
     return std::make_unique<NoAuthAuthorizer>();
   }
-  absl::StatusOr<PrincipalTable> table = PrincipalTable::FromConfig(config);
-  if (!table.ok()) return table.status();
+  ASSIGN_OR_RETURN(PrincipalTable table, PrincipalTable::FromConfig(config));
   std::unique_ptr<RotatingTls> tls;
   if (!a.tls_cert_path().empty()) {
-    absl::StatusOr<TlsMaterial> m =
-        LoadTlsMaterial(a, a.mode() == v1::AuthConfig::MTLS);
-    if (!m.ok()) return m.status();
-    absl::StatusOr<std::unique_ptr<RotatingTls>> rotating =
-        RotatingTls::Create(*m);
-    if (!rotating.ok()) return rotating.status();
-    tls = *std::move(rotating);
+    ASSIGN_OR_RETURN(TlsMaterial m,
+                     LoadTlsMaterial(a, a.mode() == v1::AuthConfig::MTLS));
+    ASSIGN_OR_RETURN(tls, RotatingTls::Create(m));
   }
-  return std::make_unique<PrincipalAuthorizer>(a.mode(), *std::move(table),
+  return std::make_unique<PrincipalAuthorizer>(a.mode(), std::move(table),
                                                std::move(tls));
 }
 

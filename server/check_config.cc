@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/cache.h"
+#include "core/status_macros.h"
 #include "model/units.h"
 #include "server/auth.h"
 #include "server/config.h"
@@ -36,21 +37,19 @@ absl::Status CacheConfigError(const v1::Config& config,
 }
 
 absl::StatusOr<std::string> CheckConfig(const CommandLine& flags) {
-  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
-  if (!config.ok()) return config.status();
+  ASSIGN_OR_RETURN(ServerConfig config, LoadServerConfig(flags));
   absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
-      PrefixCache::Create(config->cache);
-  if (!cache.ok()) return CacheConfigError(config->proto, cache.status());
-  absl::StatusOr<std::unique_ptr<Authorizer>> auth =
-      MakeAuthorizer(config->proto);
-  if (!auth.ok()) return auth.status();
+      PrefixCache::Create(config.cache);
+  if (!cache.ok()) return CacheConfigError(config.proto, cache.status());
+  ASSIGN_OR_RETURN(std::unique_ptr<Authorizer> auth,
+                   MakeAuthorizer(config.proto));
 
   std::string text;
   google::protobuf::TextFormat::Printer printer;
-  printer.PrintToString(config->proto, &text);
+  printer.PrintToString(config.proto, &text);
   return absl::StrCat("# ", flags.config_path,
                       ": OK; the resolved settings follow\n",
-                      DerivedSizes(*config, (*cache)->budget_blocks()), text);
+                      DerivedSizes(config, (*cache)->budget_blocks()), text);
 }
 
 }  // namespace prefixd

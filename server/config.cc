@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "model/hf_config.h"
 #include "model/units.h"
 #include "server/auth.h"
@@ -91,15 +92,11 @@ absl::Status ResolveLayerKinds(const v1::ModelConfig& m, ModelGeometry* g) {
         {"model.sliding_window", m.sliding_window(), &g->sliding_window},
         {"model.sliding_layers", m.sliding_layers(), &g->sliding_layers},
         {"model.state_layers", m.state_layers(), &g->state_layers}}) {
-    absl::StatusOr<int> v = ModelDimension(field, value);
-    if (!v.ok()) return v.status();
-    *dst = *v;
+    ASSIGN_OR_RETURN(*dst, ModelDimension(field, value));
   }
   if (!m.state_bytes().empty()) {
-    absl::StatusOr<uint64_t> bytes =
-        ParseBytesField("model.state_bytes", m.state_bytes());
-    if (!bytes.ok()) return bytes.status();
-    g->state_bytes_per_layer = *bytes;
+    ASSIGN_OR_RETURN(g->state_bytes_per_layer,
+                     ParseBytesField("model.state_bytes", m.state_bytes()));
   }
   return absl::OkStatus();
 }
@@ -137,19 +134,16 @@ absl::StatusOr<BaseModel> ResolveBaseModel(const v1::ModelConfig& m) {
     return base;
   }
   base.geometry.name = "custom";
-  absl::StatusOr<int> layers = ModelDimension("model.layers", m.layers());
-  absl::StatusOr<int> kv_heads = ModelDimension("model.kv_heads", m.kv_heads());
-  absl::StatusOr<int> head_dim = ModelDimension("model.head_dim", m.head_dim());
-  absl::StatusOr<int> heads =
-      ModelDimension("model.attention_heads", m.attention_heads());
-  for (const auto* v : {&layers, &kv_heads, &head_dim, &heads}) {
-    if (!v->ok()) return v->status();
-  }
-  base.geometry.layers = *layers;
-  base.geometry.kv_heads = *kv_heads;
-  base.geometry.head_dim = *head_dim;
-  base.geometry.attention_heads = *heads;
-  if (absl::Status s = ResolveLayerKinds(m, &base.geometry); !s.ok()) return s;
+  ASSIGN_OR_RETURN(base.geometry.layers,
+                   ModelDimension("model.layers", m.layers()));
+  ASSIGN_OR_RETURN(base.geometry.kv_heads,
+                   ModelDimension("model.kv_heads", m.kv_heads()));
+  ASSIGN_OR_RETURN(base.geometry.head_dim,
+                   ModelDimension("model.head_dim", m.head_dim()));
+  ASSIGN_OR_RETURN(
+      base.geometry.attention_heads,
+      ModelDimension("model.attention_heads", m.attention_heads()));
+  RETURN_IF_ERROR(ResolveLayerKinds(m, &base.geometry));
   return base;
 }
 
@@ -175,9 +169,8 @@ absl::Status ApplyRopeOverrides(const v1::RopeConfig& r, RopeConfig* rope) {
   if (r.beta_fast() != 0) rope->beta_fast = r.beta_fast();
   if (r.beta_slow() != 0) rope->beta_slow = r.beta_slow();
   if (r.rotary_dim() != 0) {
-    absl::StatusOr<int> d = ModelDimension("rope.rotary_dim", r.rotary_dim());
-    if (!d.ok()) return d.status();
-    rope->rotary_dim = *d;
+    ASSIGN_OR_RETURN(rope->rotary_dim,
+                     ModelDimension("rope.rotary_dim", r.rotary_dim()));
   }
   if (!r.layout().empty()) {
     absl::StatusOr<RopeLayout> l = ParseRopeLayout(r.layout());
@@ -189,31 +182,28 @@ absl::Status ApplyRopeOverrides(const v1::RopeConfig& r, RopeConfig* rope) {
 
 absl::StatusOr<ModelSpec> ResolveModel(const v1::Config& c,
                                        std::vector<std::string>* notes) {
-  absl::StatusOr<BaseModel> base = ResolveBaseModel(c.model());
-  if (!base.ok()) return base.status();
+  ASSIGN_OR_RETURN(BaseModel base, ResolveBaseModel(c.model()));
   ModelSpec spec;
-  spec.geometry = base->geometry;
-  spec.rope = base->rope;
-  *notes = base->notes;
+  spec.geometry = base.geometry;
+  spec.rope = base.rope;
+  *notes = base.notes;
   if (c.kv_dtype().empty()) {
     // Only a config.json leaves kv_dtype unset (FillDefaults): engines keep
     // KV in the weights' dtype unless told to quantize it.
-    spec.kv_dtype = base->weights_dtype.value_or(KvDtype::kFp16);
+    spec.kv_dtype = base.weights_dtype.value_or(KvDtype::kFp16);
     notes->push_back(absl::StrCat(
         "kv_dtype not set: using ", KvDtypeName(spec.kv_dtype),
-        base->weights_dtype ? " (the config.json's torch_dtype)" : ""));
+        base.weights_dtype ? " (the config.json's torch_dtype)" : ""));
   } else {
     absl::StatusOr<KvDtype> dtype = ParseKvDtype(c.kv_dtype());
     if (!dtype.ok()) return InField("kv_dtype", dtype.status());
     spec.kv_dtype = *dtype;
   }
-  absl::StatusOr<int> block_size = ModelDimension("block_size", c.block_size());
-  if (!block_size.ok()) return block_size.status();
-  spec.block_size = *block_size;
-  if (absl::Status s = ApplyRopeOverrides(c.rope(), &spec.rope); !s.ok())
-    return s;
+  ASSIGN_OR_RETURN(spec.block_size,
+                   ModelDimension("block_size", c.block_size()));
+  RETURN_IF_ERROR(ApplyRopeOverrides(c.rope(), &spec.rope));
   spec.shift_allow = c.rope().shift() == v1::RopeConfig::ALLOW;
-  if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateModelSpec(spec));
   return spec;
 }
 
@@ -262,10 +252,9 @@ absl::StatusOr<CacheLimits> ResolveLimits(const v1::LimitsConfig& l) {
   set(l.max_leases_per_tenant(), &lim.max_leases_per_tenant);
   set(l.max_namespace_bytes(), &lim.max_namespace_bytes);
   if (!l.max_lease_ttl().empty()) {
-    absl::StatusOr<absl::Duration> ttl =
-        ParsePositiveDuration("limits.max_lease_ttl", l.max_lease_ttl());
-    if (!ttl.ok()) return ttl.status();
-    lim.max_lease_ttl = *ttl;
+    ASSIGN_OR_RETURN(
+        lim.max_lease_ttl,
+        ParsePositiveDuration("limits.max_lease_ttl", l.max_lease_ttl()));
   }
   return lim;
 }
@@ -277,16 +266,13 @@ absl::StatusOr<TenantQuota> ResolveQuota(absl::string_view field,
   TenantQuota q;
   q.limit_bytes = budget;
   if (!reserved.empty()) {
-    absl::StatusOr<uint64_t> r =
-        ParseBytesField(absl::StrCat(field, ".reserved"), reserved);
-    if (!r.ok()) return r.status();
-    q.reserved_bytes = *r;
+    ASSIGN_OR_RETURN(
+        q.reserved_bytes,
+        ParseBytesField(absl::StrCat(field, ".reserved"), reserved));
   }
   if (!limit.empty()) {
-    absl::StatusOr<uint64_t> l =
-        ParseBytesField(absl::StrCat(field, ".limit"), limit);
-    if (!l.ok()) return l.status();
-    q.limit_bytes = *l;
+    ASSIGN_OR_RETURN(q.limit_bytes,
+                     ParseBytesField(absl::StrCat(field, ".limit"), limit));
   }
   return q;
 }
@@ -296,111 +282,100 @@ absl::StatusOr<TenantQuota> ResolveQuota(absl::string_view field,
 absl::Status ResolveTenants(const v1::Config& c, CacheOptions* cache) {
   for (int i = 0; i < c.tenants_size(); ++i) {
     const v1::TenantConfig& t = c.tenants(i);
-    absl::StatusOr<TenantQuota> q =
+    ASSIGN_OR_RETURN(
+        TenantQuota q,
         ResolveQuota(absl::StrCat("tenants[", i, "] (", t.name(), ")"),
-                     t.reserved(), t.limit(), cache->budget_bytes);
-    if (!q.ok()) return q.status();
-    cache->tenants.push_back({t.name(), *q});
+                     t.reserved(), t.limit(), cache->budget_bytes));
+    cache->tenants.push_back({t.name(), q});
   }
   // Auth off means every caller names its tenant freely (docs/security.md),
   // so tenants must be creatable on first use.
   cache->dynamic_tenants =
       c.auth().mode() == v1::AuthConfig::NONE || c.dynamic_tenants().enabled();
-  absl::StatusOr<TenantQuota> q =
+  ASSIGN_OR_RETURN(
+      cache->default_quota,
       ResolveQuota("dynamic_tenants", c.dynamic_tenants().reserved(),
-                   c.dynamic_tenants().limit(), cache->budget_bytes);
-  if (!q.ok()) return q.status();
-  cache->default_quota = *q;
+                   c.dynamic_tenants().limit(), cache->budget_bytes));
   return absl::OkStatus();
 }
 
 absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
   CacheOptions& cache = out->cache;
   cache.block_size = out->model.block_size;
-  absl::StatusOr<uint64_t> block_bytes = BlockBytes(out->model);
-  if (!block_bytes.ok()) return block_bytes.status();
-  cache.block_bytes = *block_bytes;
+  ASSIGN_OR_RETURN(cache.block_bytes, BlockBytes(out->model));
   absl::StatusOr<uint64_t> budget =
       ParseKvBudget(c.kv_budget(), out->bytes_per_token);
   if (!budget.ok()) return InField("kv_budget", budget.status());
   cache.budget_bytes = *budget;
   cache.rope_shift =
       out->model.shift_allow ? RopeShift::kAllow : RopeShift::kDeny;
-  absl::StatusOr<CacheLimits> limits = ResolveLimits(c.limits());
-  if (!limits.ok()) return limits.status();
-  cache.limits = *limits;
-  absl::StatusOr<absl::Duration> ttl =
-      ParsePositiveDuration("lease_ttl", c.lease_ttl());
-  if (!ttl.ok()) return ttl.status();
-  cache.default_lease_ttl = *ttl;
+  ASSIGN_OR_RETURN(cache.limits, ResolveLimits(c.limits()));
+  ASSIGN_OR_RETURN(cache.default_lease_ttl,
+                   ParsePositiveDuration("lease_ttl", c.lease_ttl()));
   if (c.events_per_tenant() > (1u << 20)) {
     return Invalid("events_per_tenant",
                    absl::StrCat(c.events_per_tenant(), " exceeds ", 1u << 20));
   }
   cache.events_per_tenant = c.events_per_tenant();
-  absl::StatusOr<uint64_t> ring =
-      ParseBytesField("event_ring_bytes", c.event_ring_bytes());
-  if (!ring.ok()) return ring.status();
+  ASSIGN_OR_RETURN(uint64_t ring,
+                   ParseBytesField("event_ring_bytes", c.event_ring_bytes()));
   constexpr uint64_t kMinRing = 4096, kMaxRing = uint64_t{1} << 30;
-  if (*ring < kMinRing || *ring > kMaxRing) {
+  if (ring < kMinRing || ring > kMaxRing) {
     return Invalid(
         "event_ring_bytes",
-        absl::StrCat("\"", c.event_ring_bytes(), "\" (", *ring,
+        absl::StrCat("\"", c.event_ring_bytes(), "\" (", ring,
                      " bytes) is not in ", kMinRing, "..", kMaxRing));
   }
-  cache.event_ring_bytes = *ring;
+  cache.event_ring_bytes = ring;
   return ResolveTenants(c, &cache);
 }
 
 absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
-  absl::StatusOr<uint64_t> msg =
-      ParseBytesField("limits.max_message_size", c.limits().max_message_size());
-  if (!msg.ok()) return msg.status();
+  ASSIGN_OR_RETURN(uint64_t msg,
+                   ParseBytesField("limits.max_message_size",
+                                   c.limits().max_message_size()));
   constexpr uint64_t kMinMessage = 4096;
   constexpr uint64_t kMaxMessage = std::numeric_limits<int32_t>::max();
-  if (*msg < kMinMessage || *msg > kMaxMessage) {
+  if (msg < kMinMessage || msg > kMaxMessage) {
     return Invalid(
         "limits.max_message_size",
-        absl::StrCat("\"", c.limits().max_message_size(), "\" (", *msg,
+        absl::StrCat("\"", c.limits().max_message_size(), "\" (", msg,
                      " bytes) is not in ", kMinMessage, "..", kMaxMessage));
   }
-  out->max_message_bytes = *msg;
+  out->max_message_bytes = msg;
   const v1::LimitsConfig& l = c.limits();
   out->watch.max_streams_per_tenant = l.max_watch_streams_per_tenant();
-  absl::StatusOr<uint64_t> reply =
-      ParseBytesField("limits.watch_reply_bytes", l.watch_reply_bytes());
-  if (!reply.ok()) return reply.status();
-  if (*reply < kMinMessage || *reply > *msg) {
+  ASSIGN_OR_RETURN(uint64_t reply, ParseBytesField("limits.watch_reply_bytes",
+                                                   l.watch_reply_bytes()));
+  if (reply < kMinMessage || reply > msg) {
     return Invalid("limits.watch_reply_bytes",
-                   absl::StrCat("\"", l.watch_reply_bytes(), "\" (", *reply,
+                   absl::StrCat("\"", l.watch_reply_bytes(), "\" (", reply,
                                 " bytes) is not in ", kMinMessage,
-                                "..max_message_size (", *msg, ")"));
+                                "..max_message_size (", msg, ")"));
   }
-  out->watch.max_reply_bytes = *reply;
-  absl::StatusOr<absl::Duration> stall = ParsePositiveDuration(
-      "limits.watch_stall_timeout", l.watch_stall_timeout());
-  if (!stall.ok()) return stall.status();
-  out->watch.stall_timeout = *stall;
+  out->watch.max_reply_bytes = reply;
+  ASSIGN_OR_RETURN(out->watch.stall_timeout,
+                   ParsePositiveDuration("limits.watch_stall_timeout",
+                                         l.watch_stall_timeout()));
   if (l.max_concurrent_streams() > (1u << 20)) {
     return Invalid(
         "limits.max_concurrent_streams",
         absl::StrCat(l.max_concurrent_streams(), " exceeds ", 1u << 20));
   }
   out->max_concurrent_streams = static_cast<int>(l.max_concurrent_streams());
-  absl::StatusOr<absl::Duration> idle = ParsePositiveDuration(
-      "limits.max_connection_idle", l.max_connection_idle());
-  if (!idle.ok()) return idle.status();
-  out->max_connection_idle = *idle;
-  absl::StatusOr<uint64_t> window = ParseBytesField(
-      "limits.max_bytes_before_auth", l.max_bytes_before_auth());
-  if (!window.ok()) return window.status();
-  if (*window < kMinMessage || *window > *msg) {
+  ASSIGN_OR_RETURN(out->max_connection_idle,
+                   ParsePositiveDuration("limits.max_connection_idle",
+                                         l.max_connection_idle()));
+  ASSIGN_OR_RETURN(uint64_t window,
+                   ParseBytesField("limits.max_bytes_before_auth",
+                                   l.max_bytes_before_auth()));
+  if (window < kMinMessage || window > msg) {
     return Invalid("limits.max_bytes_before_auth",
-                   absl::StrCat("\"", l.max_bytes_before_auth(), "\" (",
-                                *window, " bytes) is not in ", kMinMessage,
-                                "..max_message_size (", *msg, ")"));
+                   absl::StrCat("\"", l.max_bytes_before_auth(), "\" (", window,
+                                " bytes) is not in ", kMinMessage,
+                                "..max_message_size (", msg, ")"));
   }
-  out->max_bytes_before_auth = static_cast<int>(*window);
+  out->max_bytes_before_auth = static_cast<int>(window);
   absl::StatusOr<absl::Duration> drain = ParseDuration(c.drain_timeout());
   if (!drain.ok()) return InField("drain_timeout", drain.status());
   out->drain_timeout = *drain;
@@ -419,10 +394,9 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   out->index.max_entries = ic.max_entries();
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
-  absl::StatusOr<absl::Duration> replay =
-      ParsePositiveDuration("index.replay_timeout", ic.replay_timeout());
-  if (!replay.ok()) return replay.status();
-  in.replay_timeout = *replay;
+  ASSIGN_OR_RETURN(
+      in.replay_timeout,
+      ParsePositiveDuration("index.replay_timeout", ic.replay_timeout()));
   for (const v1::IndexSourceConfig& sc : ic.sources()) {
     IndexSource s;
     s.name = sc.name();
@@ -430,15 +404,15 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
     s.replay_endpoint = sc.replay_endpoint();
     s.replay_port = static_cast<int>(sc.replay_port());
     if (!sc.resolve_interval().empty()) {
-      absl::StatusOr<absl::Duration> every = ParsePositiveDuration(
-          absl::StrCat("index.sources[", sc.name(), "].resolve_interval"),
-          sc.resolve_interval());
-      if (!every.ok()) return every.status();
-      s.resolve_interval = *every;
+      ASSIGN_OR_RETURN(
+          s.resolve_interval,
+          ParsePositiveDuration(
+              absl::StrCat("index.sources[", sc.name(), "].resolve_interval"),
+              sc.resolve_interval()));
     }
     in.sources.push_back(std::move(s));
   }
-  if (absl::Status s = ValidateIngestOptions(in); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateIngestOptions(in));
   return absl::OkStatus();
 }
 
@@ -458,7 +432,7 @@ absl::Status ResolveEventsPublish(const v1::Config& c, ServerConfig* out) {
   o.replay_endpoint = ec.replay_endpoint();
   o.topic = ec.topic();
   o.buffer_batches = ec.buffer_batches();
-  if (absl::Status s = ValidateKvPublisherOptions(o); !s.ok()) return s;
+  RETURN_IF_ERROR(ValidateKvPublisherOptions(o));
   // Stores must carry their tokens, and a tenant's reset the IDs it removed.
   out->cache.detailed_events = true;
   return absl::OkStatus();
@@ -598,29 +572,23 @@ void FillDefaults(v1::Config* c) {
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
   ServerConfig out;
   out.proto = config;
-  if (absl::Status s = ResolveListen(config, &out); !s.ok()) return s;
-  absl::StatusOr<ModelSpec> model = ResolveModel(config, &out.model_notes);
-  if (!model.ok()) return model.status();
-  out.model = *std::move(model);
-  absl::StatusOr<uint64_t> bpt = BytesPerToken(out.model);
-  if (!bpt.ok()) return bpt.status();
-  out.bytes_per_token = *bpt;
+  RETURN_IF_ERROR(ResolveListen(config, &out));
+  ASSIGN_OR_RETURN(out.model, ResolveModel(config, &out.model_notes));
+  ASSIGN_OR_RETURN(out.bytes_per_token, BytesPerToken(out.model));
   out.fingerprint = Fingerprint(out.model);
   out.model_description = DescribeModel(out.model);
-  if (absl::Status s = ResolveCache(config, &out); !s.ok()) return s;
-  if (absl::Status s = ResolveServing(config, &out); !s.ok()) return s;
-  if (absl::Status s = ValidateAuthConfig(config); !s.ok()) return s;
-  if (absl::Status s = ResolveIndex(config, &out); !s.ok()) return s;
-  if (absl::Status s = ResolveEventsPublish(config, &out); !s.ok()) return s;
+  RETURN_IF_ERROR(ResolveCache(config, &out));
+  RETURN_IF_ERROR(ResolveServing(config, &out));
+  RETURN_IF_ERROR(ValidateAuthConfig(config));
+  RETURN_IF_ERROR(ResolveIndex(config, &out));
+  RETURN_IF_ERROR(ResolveEventsPublish(config, &out));
   return out;
 }
 
 absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags) {
   v1::Config config;
   if (!flags.config_path.empty()) {
-    absl::StatusOr<v1::Config> file = ReadConfigFile(flags.config_path);
-    if (!file.ok()) return file.status();
-    config = *std::move(file);
+    ASSIGN_OR_RETURN(config, ReadConfigFile(flags.config_path));
   }
   ApplyCommandLine(flags, &config);
   FillDefaults(&config);

@@ -50,8 +50,8 @@ struct ServerConfig {
   bool events_publish_enabled = false;
   KvPublisherOptions events_publish;
 
-  // The merged file + flags with defaults filled in. Later features (auth
-  // principals, TLS files, metrics) read their settings from here.
+  // The merged file + flags with defaults filled in. The settings that have
+  // no field above (auth principals, TLS files, metrics) are read from here.
   v1::Config proto;
 
   // Background work; tests shorten these.

@@ -6,6 +6,7 @@
 #include <variant>
 
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "server/auth.h"
 
 namespace prefixd {
@@ -80,11 +81,10 @@ void AppendKvEvents(const Event& e, absl::string_view tenant, int block_size,
 absl::StatusOr<std::unique_ptr<EventsPublisher>> EventsPublisher::Start(
     const PrefixCache* cache, KvPublisherOptions options,
     absl::Duration interval) {
-  absl::StatusOr<std::unique_ptr<KvEventPublisher>> publisher =
-      KvEventPublisher::Start(options);
-  if (!publisher.ok()) return publisher.status();
+  ASSIGN_OR_RETURN(std::unique_ptr<KvEventPublisher> publisher,
+                   KvEventPublisher::Start(options));
   std::unique_ptr<EventsPublisher> p(
-      new EventsPublisher(cache, std::move(options), *std::move(publisher)));
+      new EventsPublisher(cache, std::move(options), std::move(publisher)));
   p->poller_ = std::make_unique<PeriodicThread>(
       interval, [raw = p.get()] { raw->Poll(); });
   p->poller_->Wake();  // the first round (the whole cache) at once

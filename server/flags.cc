@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/status_macros.h"
 #include "model/flag_parser.h"
 #include "model/kv_geometry.h"
 #include "server/defaults.h"
@@ -147,30 +148,29 @@ absl::Status SetConfigPath(const ParsedFlags& flags, CommandLine* cl) {
 
 absl::StatusOr<CommandLine> ParseCommandLine(
     absl::Span<const char* const> args) {
-  absl::StatusOr<ParsedFlags> flags =
-      ParsedFlags::Parse(Flags(), {args.begin(), args.end()});
-  if (!flags.ok()) return flags.status();
-  if (absl::Status s = flags->NoPositional(); !s.ok()) return s;
+  const std::vector<std::string> argv(args.begin(), args.end());
+  ASSIGN_OR_RETURN(const ParsedFlags flags, ParsedFlags::Parse(Flags(), argv));
+  RETURN_IF_ERROR(flags.NoPositional());
   CommandLine cl;
-  if (absl::Status s = SetConfigPath(*flags, &cl); !s.ok()) return s;
-  cl.listen = flags->All("listen");
-  SetString(*flags, "metrics_listen", &cl.metrics_listen);
-  SetString(*flags, "model", &cl.model);
-  SetString(*flags, "kv_dtype", &cl.kv_dtype);
-  SetString(*flags, "kv_budget", &cl.kv_budget);
-  SetString(*flags, "lease_ttl", &cl.lease_ttl);
-  SetString(*flags, "snapshot_path", &cl.snapshot_path);
-  cl.index_sources = flags->All("index_source");
-  SetString(*flags, "index_listen", &cl.index_listen);
-  SetString(*flags, "events_publish", &cl.events_publish);
+  RETURN_IF_ERROR(SetConfigPath(flags, &cl));
+  cl.listen = flags.All("listen");
+  SetString(flags, "metrics_listen", &cl.metrics_listen);
+  SetString(flags, "model", &cl.model);
+  SetString(flags, "kv_dtype", &cl.kv_dtype);
+  SetString(flags, "kv_budget", &cl.kv_budget);
+  SetString(flags, "lease_ttl", &cl.lease_ttl);
+  SetString(flags, "snapshot_path", &cl.snapshot_path);
+  cl.index_sources = flags.All("index_source");
+  SetString(flags, "index_listen", &cl.index_listen);
+  SetString(flags, "events_publish", &cl.events_publish);
   for (const auto& [name, field] :
        {std::pair{"block_size", &cl.block_size},
         std::pair{"index_block_size", &cl.index_block_size}}) {
-    if (absl::Status s = SetPositive(*flags, name, field); !s.ok()) return s;
+    RETURN_IF_ERROR(SetPositive(flags, name, field));
   }
-  if (absl::Status s = CheckEndpointShapes(cl); !s.ok()) return s;
-  cl.help = flags->Bool("help");
-  cl.version = flags->Bool("version");
+  RETURN_IF_ERROR(CheckEndpointShapes(cl));
+  cl.help = flags.Bool("help");
+  cl.version = flags.Bool("version");
   return cl;
 }
 

@@ -6,8 +6,10 @@
 #include <string>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"
 
@@ -34,13 +36,21 @@ absl::Status MayRoute(const CallContext& call, absl::string_view salt,
   return absl::OkStatus();
 }
 
-void Finish(grpc::CallbackServerContext* ctx, RpcObserver* observer,
-            absl::string_view method, absl::Time start,
-            const absl::Status& status, grpc::ServerUnaryReactor** reactor) {
+// Authorizes the call, runs `handler`, reports to the observer and
+// finishes: the one place an index RPC's absl::Status becomes its gRPC
+// status, as PrefixCacheService::Unary is for the cache's RPCs.
+grpc::ServerUnaryReactor* Unary(
+    grpc::CallbackServerContext* ctx, const Authorizer& auth,
+    RpcObserver* observer, absl::string_view method,
+    absl::FunctionRef<absl::Status(const CallContext&)> handler) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<CallContext> call = auth.Authorize(*ctx);
+  absl::Status status = call.ok() ? handler(*call) : call.status();
   if (observer != nullptr)
     observer->OnRpcDone(method, status.code(), absl::Now() - start);
-  *reactor = ctx->DefaultReactor();
-  (*reactor)->Finish(ToGrpcStatus(status));
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
 }
 
 void RouteToProto(const RouteResult& r, int block_size,
@@ -64,6 +74,34 @@ void RouteToProto(const RouteResult& r, int block_size,
   }
 }
 
+void WorkersToProto(const IndexStats& stats, int block_size,
+                    v1::ListWorkersResponse* resp) {
+  resp->set_block_size(static_cast<uint32_t>(block_size));
+  resp->set_entries(stats.entries);
+  resp->set_max_entries(stats.max_entries);
+  for (const WorkerStatus& w : stats.workers) {
+    v1::WorkerInfo* out = resp->add_workers();
+    out->set_worker(w.worker);
+    out->set_endpoint(w.endpoint);
+    out->set_state(static_cast<v1::WorkerState>(w.state));
+    out->set_state_detail(w.state_detail);
+    for (const MediumCount& m : w.mediums) {
+      v1::MediumBlocks* mb = out->add_mediums();
+      mb->set_medium(m.medium);
+      mb->set_blocks(m.blocks);
+    }
+    out->set_events(w.events);
+    out->set_gaps(w.gaps);
+    out->set_replays(w.replays_ok + w.replays_failed);
+    out->set_dropped_blocks(w.dropped_blocks);
+    out->set_last_seq(w.last_seq);
+    out->set_last_event_unix_ms(w.last_event_unix_ms);
+    uint64_t clears = 0;
+    for (uint64_t c : w.clears) clears += c;
+    out->set_clears(clears);
+  }
+}
+
 }  // namespace
 
 PrefixIndexService::PrefixIndexService(const FleetIndex* index,
@@ -78,20 +116,18 @@ PrefixIndexService::PrefixIndexService(const FleetIndex* index,
 absl::Status PrefixIndexService::DoRoute(const CallContext& call,
                                          const v1::RouteRequest& req, int item,
                                          v1::RouteResponse* resp) const {
-  if (absl::Status s = MayRoute(call, req.cache_salt(), item); !s.ok())
-    return s;
+  RETURN_IF_ERROR(MayRoute(call, req.cache_salt(), item));
   TokenCopies copies;
-  absl::StatusOr<absl::Span<const Token>> tokens =
-      RequestTokens(req, item, &copies);
-  if (!tokens.ok()) return tokens.status();
-  if (tokens->size() > limits_.max_tokens_per_request) {
+  ASSIGN_OR_RETURN(absl::Span<const Token> tokens,
+                   RequestTokens(req, item, &copies));
+  if (tokens.size() > limits_.max_tokens_per_request) {
     return absl::InvalidArgumentError(
-        absl::StrCat(ItemPrefix(item), "Route of ", tokens->size(),
+        absl::StrCat(ItemPrefix(item), "Route of ", tokens.size(),
                      " tokens exceeds max_tokens_per_request ",
                      limits_.max_tokens_per_request));
   }
   RouteQuery q;
-  q.tokens = *tokens;
+  q.tokens = tokens;
   q.lora_name = req.lora_name();
   q.lora_id = req.lora_id();
   q.cache_salt = req.cache_salt();
@@ -103,81 +139,45 @@ absl::Status PrefixIndexService::DoRoute(const CallContext& call,
 grpc::ServerUnaryReactor* PrefixIndexService::Route(
     grpc::CallbackServerContext* ctx, const v1::RouteRequest* req,
     v1::RouteResponse* resp) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
-  absl::Status status =
-      call.ok() ? DoRoute(*call, *req, -1, resp) : call.status();
-  grpc::ServerUnaryReactor* reactor;
-  Finish(ctx, observer_, "Route", start, status, &reactor);
-  return reactor;
+  return Unary(ctx, *auth_, observer_, "Route", [&](const CallContext& call) {
+    return DoRoute(call, *req, -1, resp);
+  });
 }
 
 grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
     grpc::CallbackServerContext* ctx, const v1::RouteBatchRequest* req,
     v1::RouteBatchResponse* resp) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
-  absl::Status status = call.status();
-  if (status.ok()) status = CheckBatch("RouteBatch", req->requests(), limits_);
-  if (status.ok()) {
-    resp->mutable_responses()->Reserve(req->requests_size());
-    for (int i = 0; i < req->requests_size(); ++i) {
-      v1::RouteBatchItem* item = resp->add_responses();
-      absl::Status s =
-          DoRoute(*call, req->requests(i), i, item->mutable_response());
-      if (!s.ok()) {
-        item->clear_response();
-        SetItemStatus(s, item);
-      }
-    }
-  }
-  grpc::ServerUnaryReactor* reactor;
-  Finish(ctx, observer_, "RouteBatch", start, status, &reactor);
-  return reactor;
+  return Unary(
+      ctx, *auth_, observer_, "RouteBatch", [&](const CallContext& call) {
+        RETURN_IF_ERROR(CheckBatch("RouteBatch", req->requests(), limits_));
+        resp->mutable_responses()->Reserve(req->requests_size());
+        for (int i = 0; i < req->requests_size(); ++i) {
+          v1::RouteBatchItem* item = resp->add_responses();
+          absl::Status s =
+              DoRoute(call, req->requests(i), i, item->mutable_response());
+          if (!s.ok()) {
+            item->clear_response();
+            SetItemStatus(s, item);
+          }
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* PrefixIndexService::ListWorkers(
     grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* resp) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<CallContext> call = auth_->Authorize(*ctx);
-  absl::Status status = call.status();
-  if (status.ok() && !call->index_all) {
-    status = absl::PermissionDeniedError(
-        absl::StrCat("principal \"", call->principal,
-                     "\" may not list the index's workers: ListWorkers needs "
-                     "an ENGINE or ADMIN principal"));
-  }
-  if (status.ok()) {
-    const IndexStats stats = index_->Stats();
-    resp->set_block_size(static_cast<uint32_t>(index_->options().block_size));
-    resp->set_entries(stats.entries);
-    resp->set_max_entries(stats.max_entries);
-    for (const WorkerStatus& w : stats.workers) {
-      v1::WorkerInfo* out = resp->add_workers();
-      out->set_worker(w.worker);
-      out->set_endpoint(w.endpoint);
-      out->set_state(static_cast<v1::WorkerState>(w.state));
-      out->set_state_detail(w.state_detail);
-      for (const MediumCount& m : w.mediums) {
-        v1::MediumBlocks* mb = out->add_mediums();
-        mb->set_medium(m.medium);
-        mb->set_blocks(m.blocks);
-      }
-      out->set_events(w.events);
-      out->set_gaps(w.gaps);
-      out->set_replays(w.replays_ok + w.replays_failed);
-      out->set_dropped_blocks(w.dropped_blocks);
-      out->set_last_seq(w.last_seq);
-      out->set_last_event_unix_ms(w.last_event_unix_ms);
-      uint64_t clears = 0;
-      for (uint64_t c : w.clears) clears += c;
-      out->set_clears(clears);
-    }
-  }
-  grpc::ServerUnaryReactor* reactor;
-  Finish(ctx, observer_, "ListWorkers", start, status, &reactor);
-  return reactor;
+  return Unary(
+      ctx, *auth_, observer_, "ListWorkers", [&](const CallContext& call) {
+        if (!call.index_all) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "principal \"", call.principal,
+              "\" may not list the index's workers: ListWorkers needs "
+              "an ENGINE or ADMIN principal"));
+        }
+        WorkersToProto(index_->Stats(), index_->options().block_size, resp);
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace prefixd

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/status_macros.h"
 #include "prometheus/text_serializer.h"
 #include "server/http_listener.h"
 #include "server/listen_address.h"
@@ -260,15 +261,14 @@ void AddWorkerCounters(std::vector<MetricFamily>* out, const char* name,
 // "host:port" as civetweb's listening_ports wants it: a bare port for every
 // interface, a numeric host (civetweb does not resolve names).
 absl::StatusOr<std::string> CivetListenPort(const std::string& listen) {
-  absl::StatusOr<ListenAddress> a = ParseListenAddress(listen);
-  if (!a.ok()) return a.status();
-  if (a->kind != ListenAddress::Kind::kTcp) {
+  ASSIGN_OR_RETURN(ListenAddress a, ParseListenAddress(listen));
+  if (a.kind != ListenAddress::Kind::kTcp) {
     return absl::InvalidArgumentError(
         absl::StrCat("metrics_listen \"", listen, "\" must be host:port"));
   }
-  if (a->host.empty()) return absl::StrCat(a->port);
-  const std::string host = a->host == "localhost" ? "127.0.0.1" : a->host;
-  return absl::StrCat(host, ":", a->port);
+  if (a.host.empty()) return absl::StrCat(a.port);
+  const std::string host = a.host == "localhost" ? "127.0.0.1" : a.host;
+  return absl::StrCat(host, ":", a.port);
 }
 
 int MethodIndex(absl::string_view method) {
@@ -533,13 +533,12 @@ absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
                             const EventsPublisher* events_publisher,
                             StatusPage* pages) {
   assert(listener_ == nullptr);
-  absl::StatusOr<std::string> port = CivetListenPort(listen);
-  if (!port.ok()) return port.status();
+  ASSIGN_OR_RETURN(std::string port, CivetListenPort(listen));
   // Set before the first request can arrive, reset after the last.
   collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
                                                  version_);
   absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
-      *port, /*num_threads=*/2,
+      port, /*num_threads=*/2,
       [this, pages](absl::string_view path) -> std::optional<HttpResponse> {
         if (path == "/metrics") {
           return HttpResponse{200,

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "model/units.h"
 #include "server/check_config.h"
 
@@ -53,15 +54,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerConfig config,
     deps.cache = *std::move(cache);
   }
   if (deps.authorizer == nullptr) {
-    absl::StatusOr<std::unique_ptr<Authorizer>> auth =
-        MakeAuthorizer(config.proto);
-    if (!auth.ok()) return auth.status();
-    deps.authorizer = *std::move(auth);
+    ASSIGN_OR_RETURN(deps.authorizer, MakeAuthorizer(config.proto));
   }
   uint64_t epoch = deps.epoch.value_or(0) != 0 ? *deps.epoch : NewEpoch();
   std::unique_ptr<Server> server(
       new Server(std::move(config), std::move(deps), epoch));
-  if (absl::Status s = server->Build(); !s.ok()) return s;
+  RETURN_IF_ERROR(server->Build());
   return server;
 }
 
@@ -93,11 +91,10 @@ absl::Status Server::Build() {
           "events_publish needs a cache created with detailed_events (stored "
           "events carrying their tokens)");
     }
-    absl::StatusOr<std::unique_ptr<EventsPublisher>> publisher =
+    ASSIGN_OR_RETURN(
+        events_publisher_,
         EventsPublisher::Start(cache_.get(), config_.events_publish,
-                               config_.events_publish_interval);
-    if (!publisher.ok()) return publisher.status();
-    events_publisher_ = *std::move(publisher);
+                               config_.events_publish_interval));
   }
 
   grpc::ServerBuilder builder;
@@ -105,7 +102,7 @@ absl::Status Server::Build() {
   for (size_t i = 0; i < config_.listen.size(); ++i) {
     const ListenAddress& a = config_.listen[i];
     if (a.kind == ListenAddress::Kind::kUnix) {
-      if (absl::Status s = PrepareUnixSocketPath(a.path); !s.ok()) return s;
+      RETURN_IF_ERROR(PrepareUnixSocketPath(a.path));
     }
     builder.AddListeningPort(a.ToGrpcUri(), authorizer_->Credentials(a),
                              &ports[i]);

@@ -17,6 +17,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/status_macros.h"
 #include "server/arena_allocator.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"
@@ -95,11 +96,10 @@ void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
 absl::StatusOr<MatchRequest> MatchFromProto(const v1::MatchRequest& req,
                                             int item, TokenCopies* copies) {
   MatchRequest m;
-  absl::StatusOr<absl::Span<const Token>> tokens =
-      RequestTokens(req, item, copies);
-  if (!tokens.ok()) return tokens.status();
+  ASSIGN_OR_RETURN(absl::Span<const Token> tokens,
+                   RequestTokens(req, item, copies));
   m.ns = req.namespace_();
-  m.tokens = *tokens;
+  m.tokens = tokens;
   m.position_offset = req.position_offset();
   m.pin = req.pin();
   m.lease_ttl = TtlFromMs(req.lease_ttl_ms());
@@ -127,11 +127,10 @@ void MatchResultToProto(const MatchResult& r, uint64_t epoch,
 absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
                                               int item, TokenCopies* copies) {
   InsertRequest in;
-  absl::StatusOr<absl::Span<const Token>> tokens =
-      RequestTokens(req, item, copies);
-  if (!tokens.ok()) return tokens.status();
+  ASSIGN_OR_RETURN(absl::Span<const Token> tokens,
+                   RequestTokens(req, item, copies));
   in.ns = req.namespace_();
-  in.tokens = *tokens;
+  in.tokens = tokens;
   in.block_ids =
       absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size());
   in.position_offset = req.position_offset();
@@ -262,69 +261,64 @@ absl::Status PrefixCacheService::DoHandshake(const CallContext&,
 absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          const v1::MatchRequest& req,
                                          v1::MatchResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireTenant(call));
   TokenCopies copies;
-  absl::StatusOr<MatchRequest> m = MatchFromProto(req, -1, &copies);
-  if (!m.ok()) return m.status();
-  absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, *m);
-  if (!r.ok()) return r.status();
-  MatchResultToProto(*r, info_.epoch, resp);
+  ASSIGN_OR_RETURN(MatchRequest m, MatchFromProto(req, -1, &copies));
+  ASSIGN_OR_RETURN(MatchResult r, cache_->Match(call.tenant, m));
+  MatchResultToProto(r, info_.epoch, resp);
   return absl::OkStatus();
 }
 
 absl::Status PrefixCacheService::DoInsert(const CallContext& call,
                                           const v1::InsertRequest& req,
                                           v1::InsertResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireTenant(call));
   TokenCopies copies;
-  absl::StatusOr<InsertRequest> in = InsertFromProto(req, -1, &copies);
-  if (!in.ok()) return in.status();
-  absl::StatusOr<InsertResult> r = cache_->Insert(call.tenant, *in, call.scope);
-  if (!r.ok()) return r.status();
+  ASSIGN_OR_RETURN(InsertRequest in, InsertFromProto(req, -1, &copies));
+  ASSIGN_OR_RETURN(InsertResult r, cache_->Insert(call.tenant, in, call.scope));
   watchers_->Notify();
-  InsertResultToProto(*r, info_.epoch, resp);
+  InsertResultToProto(r, info_.epoch, resp);
   return absl::OkStatus();
 }
 
 absl::Status PrefixCacheService::DoRelease(const CallContext& call,
                                            const v1::ReleaseRequest& req,
                                            v1::ReleaseResponse*) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+  RETURN_IF_ERROR(RequireTenant(call));
   return cache_->Release(call.tenant, req.lease_id());
 }
 
 absl::Status PrefixCacheService::DoKeepAlive(const CallContext& call,
                                              const v1::KeepAliveRequest& req,
                                              v1::KeepAliveResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  absl::StatusOr<std::vector<absl::Duration>> left = cache_->KeepAlive(
-      call.tenant,
-      absl::MakeConstSpan(req.lease_ids().data(), req.lease_ids_size()));
-  if (!left.ok()) return left.status();
-  for (absl::Duration d : *left) resp->add_expires_in_ms(ToMs(d));
+  RETURN_IF_ERROR(RequireTenant(call));
+  ASSIGN_OR_RETURN(std::vector<absl::Duration> left,
+                   cache_->KeepAlive(
+                       call.tenant, absl::MakeConstSpan(req.lease_ids().data(),
+                                                        req.lease_ids_size())));
+  for (absl::Duration d : left) resp->add_expires_in_ms(ToMs(d));
   return absl::OkStatus();
 }
 
 absl::Status PrefixCacheService::DoEvict(const CallContext& call,
                                          const v1::EvictRequest& req,
                                          v1::EvictResponse* resp) {
-  absl::StatusOr<std::vector<BlockId>> evicted =
-      cache_->Evict(call.scope, req.blocks());
-  if (!evicted.ok()) return evicted.status();
+  ASSIGN_OR_RETURN(std::vector<BlockId> evicted,
+                   cache_->Evict(call.scope, req.blocks()));
   watchers_->Notify();
-  AddAll(*evicted, resp->mutable_evicted_block_ids());
+  AddAll(evicted, resp->mutable_evicted_block_ids());
   return absl::OkStatus();
 }
 
 absl::Status PrefixCacheService::DoInvalidate(const CallContext& call,
                                               const v1::InvalidateRequest& req,
                                               v1::InvalidateResponse* resp) {
-  absl::StatusOr<std::vector<BlockId>> removed = cache_->Invalidate(
-      call.scope,
-      absl::MakeConstSpan(req.block_ids().data(), req.block_ids_size()));
-  if (!removed.ok()) return removed.status();
+  ASSIGN_OR_RETURN(std::vector<BlockId> removed,
+                   cache_->Invalidate(
+                       call.scope, absl::MakeConstSpan(req.block_ids().data(),
+                                                       req.block_ids_size())));
   watchers_->Notify();
-  AddAll(*removed, resp->mutable_removed_block_ids());
+  AddAll(removed, resp->mutable_removed_block_ids());
   return absl::OkStatus();
 }
 
@@ -349,8 +343,8 @@ absl::Status PrefixCacheService::DoReset(const CallContext& call,
                        "\" may not reset tenant \"", req.tenant(), "\""));
     }
     scope = TenantScope::One(req.tenant());
-  } else if (absl::Status s = RequireTenant(call); !s.ok()) {
-    return s;
+  } else {
+    RETURN_IF_ERROR(RequireTenant(call));
   }
   AddAll(cache_->Reset(scope), resp->mutable_removed_block_ids());
   watchers_->Notify();
@@ -367,7 +361,7 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
                      "\" may not read the stats of all tenants"));
   }
   if (!req.all_tenants()) {
-    if (absl::Status s = RequireTenant(call); !s.ok()) return s;
+    RETURN_IF_ERROR(RequireTenant(call));
   }
   CacheStats s = cache_->Stats(
       req.all_tenants() ? TenantScope::All() : TenantScope::One(call.tenant));
@@ -385,10 +379,9 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
 absl::Status PrefixCacheService::DoDump(const CallContext& call,
                                         const v1::DumpRequest& req,
                                         v1::DumpResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  absl::StatusOr<std::vector<std::string>> namespaces =
-      cache_->Namespaces(call.tenant);
-  if (!namespaces.ok()) return namespaces.status();
+  RETURN_IF_ERROR(RequireTenant(call));
+  ASSIGN_OR_RETURN(std::vector<std::string> namespaces,
+                   cache_->Namespaces(call.tenant));
   absl::StatusOr<std::vector<DumpNode>> nodes =
       cache_->Dump(call.tenant, req.namespace_());
   // A namespace without blocks is an empty tree, not an error: the list of
@@ -397,7 +390,7 @@ absl::Status PrefixCacheService::DoDump(const CallContext& call,
     return nodes.status();
   }
   resp->set_epoch(info_.epoch);
-  for (const std::string& ns : *namespaces) resp->add_namespaces(ns);
+  for (const std::string& ns : namespaces) resp->add_namespaces(ns);
   if (!nodes.ok()) return absl::OkStatus();
   for (const DumpNode& n : *nodes) {
     v1::DumpNode* out = resp->add_nodes();
@@ -414,21 +407,17 @@ absl::Status PrefixCacheService::DoDump(const CallContext& call,
 absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
                                               const v1::MatchBatchRequest& req,
                                               v1::MatchBatchResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  if (absl::Status s =
-          CheckBatch("MatchBatch", req.requests(), cache_->options().limits);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(RequireTenant(call));
+  RETURN_IF_ERROR(
+      CheckBatch("MatchBatch", req.requests(), cache_->options().limits));
   // A malformed item (tokens_le32) fails the whole batch, before any work.
   std::vector<MatchRequest> batch;
   TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
-    absl::StatusOr<MatchRequest> m =
-        MatchFromProto(req.requests(i), i, &copies);
-    if (!m.ok()) return m.status();
-    batch.push_back(*std::move(m));
+    ASSIGN_OR_RETURN(MatchRequest m,
+                     MatchFromProto(req.requests(i), i, &copies));
+    batch.push_back(std::move(m));
   }
   std::vector<absl::StatusOr<MatchResult>> results =
       cache_->MatchBatch(call.tenant, batch);
@@ -448,20 +437,16 @@ absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
 absl::Status PrefixCacheService::DoInsertBatch(
     const CallContext& call, const v1::InsertBatchRequest& req,
     v1::InsertBatchResponse* resp) {
-  if (absl::Status s = RequireTenant(call); !s.ok()) return s;
-  if (absl::Status s =
-          CheckBatch("InsertBatch", req.requests(), cache_->options().limits);
-      !s.ok()) {
-    return s;
-  }
+  RETURN_IF_ERROR(RequireTenant(call));
+  RETURN_IF_ERROR(
+      CheckBatch("InsertBatch", req.requests(), cache_->options().limits));
   std::vector<InsertRequest> batch;
   TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
-    absl::StatusOr<InsertRequest> in =
-        InsertFromProto(req.requests(i), i, &copies);
-    if (!in.ok()) return in.status();
-    batch.push_back(*std::move(in));
+    ASSIGN_OR_RETURN(InsertRequest in,
+                     InsertFromProto(req.requests(i), i, &copies));
+    batch.push_back(std::move(in));
   }
   std::vector<absl::StatusOr<InsertResult>> results =
       cache_->InsertBatch(call.tenant, batch, call.scope);

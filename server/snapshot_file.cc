@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status_macros.h"
 #include "model/units.h"
 
 namespace prefixd {
@@ -114,14 +115,13 @@ std::string AsideName(const std::string& path, absl::Time now) {
 absl::StatusOr<SnapshotMeta> Load(absl::string_view bytes,
                                   absl::string_view fingerprint,
                                   PrefixCache* cache) {
-  absl::StatusOr<SnapshotMeta> meta = PrefixCache::ReadSnapshotMeta(bytes);
-  if (!meta.ok()) return meta.status();
-  if (meta->fingerprint != fingerprint) {
+  ASSIGN_OR_RETURN(SnapshotMeta meta, PrefixCache::ReadSnapshotMeta(bytes));
+  if (meta.fingerprint != fingerprint) {
     return absl::FailedPreconditionError(
-        absl::StrCat("it was written for model fingerprint ", meta->fingerprint,
+        absl::StrCat("it was written for model fingerprint ", meta.fingerprint,
                      ", this daemon serves ", fingerprint));
   }
-  if (meta->epoch == 0) {
+  if (meta.epoch == 0) {
     return absl::DataLossError("it carries epoch 0, which no daemon uses");
   }
   return cache->LoadSnapshot(bytes);
@@ -169,7 +169,7 @@ absl::StatusOr<std::string> WriteSnapshot(const PrefixCache& cache,
                                           const std::string& path) {
   const absl::Time start = absl::Now();
   const std::string bytes = cache.SaveSnapshot(meta);
-  if (absl::Status s = WriteFileAtomically(path, bytes); !s.ok()) return s;
+  RETURN_IF_ERROR(WriteFileAtomically(path, bytes));
   return absl::StrFormat("snapshot written to %s: %s, %s, epoch %016x, in %s",
                          path, Describe(cache), FormatBytes(bytes.size()),
                          meta.epoch,
@@ -182,10 +182,7 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
                                                  const CacheOptions& options,
                                                  absl::Time now) {
   RestoredSnapshot out;
-  absl::StatusOr<std::unique_ptr<PrefixCache>> fresh =
-      PrefixCache::Create(options);
-  if (!fresh.ok()) return fresh.status();
-  out.cache = *std::move(fresh);
+  ASSIGN_OR_RETURN(out.cache, PrefixCache::Create(options));
 
   const std::string dir = Directory(path);
   std::error_code ec;
@@ -213,10 +210,7 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
   std::unique_ptr<PrefixCache> restored;
   absl::StatusOr<SnapshotMeta> meta = absl::UnknownError("unread");
   if (bytes.ok()) {
-    absl::StatusOr<std::unique_ptr<PrefixCache>> cache =
-        PrefixCache::Create(options);
-    if (!cache.ok()) return cache.status();
-    restored = *std::move(cache);
+    ASSIGN_OR_RETURN(restored, PrefixCache::Create(options));
     meta = Load(*bytes, fingerprint, restored.get());
   } else {
     meta = bytes.status();

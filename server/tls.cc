@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "core/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -70,18 +71,16 @@ X509Ptr FirstCertificate(const std::string& pem) {
 absl::StatusOr<TlsMaterial> LoadTlsMaterial(const v1::AuthConfig& auth,
                                             bool want_client_ca) {
   TlsMaterial m;
-  absl::StatusOr<std::string> cert =
-      ReadPem("tls_cert_path", auth.tls_cert_path());
-  if (!cert.ok()) return cert.status();
-  absl::StatusOr<std::string> key =
-      ReadPem("tls_key_path", auth.tls_key_path());
-  if (!key.ok()) return key.status();
-  X509Ptr x509 = FirstCertificate(*cert);
+  ASSIGN_OR_RETURN(std::string cert,
+                   ReadPem("tls_cert_path", auth.tls_cert_path()));
+  ASSIGN_OR_RETURN(std::string key,
+                   ReadPem("tls_key_path", auth.tls_key_path()));
+  X509Ptr x509 = FirstCertificate(cert);
   if (x509 == nullptr) {
     return Bad("tls_cert_path", auth.tls_cert_path(),
                "no PEM certificate (\"BEGIN CERTIFICATE\") in it");
   }
-  BioPtr key_bio = MemBio(*key);
+  BioPtr key_bio = MemBio(key);
   KeyPtr pkey(
       PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
   if (pkey == nullptr) {
@@ -93,17 +92,16 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const v1::AuthConfig& auth,
                absl::StrCat("the key does not belong to the certificate in ",
                             auth.tls_cert_path()));
   }
-  m.cert_chain = *std::move(cert);
-  m.private_key = *std::move(key);
+  m.cert_chain = std::move(cert);
+  m.private_key = std::move(key);
   if (want_client_ca) {
-    absl::StatusOr<std::string> ca =
-        ReadPem("client_ca_path", auth.client_ca_path());
-    if (!ca.ok()) return ca.status();
-    if (FirstCertificate(*ca) == nullptr) {
+    ASSIGN_OR_RETURN(std::string ca,
+                     ReadPem("client_ca_path", auth.client_ca_path()));
+    if (FirstCertificate(ca) == nullptr) {
       return Bad("client_ca_path", auth.client_ca_path(),
                  "no PEM certificate (\"BEGIN CERTIFICATE\") in it");
     }
-    m.client_ca = *std::move(ca);
+    m.client_ca = std::move(ca);
   }
   return m;
 }
@@ -196,8 +194,7 @@ RotatingTls::~RotatingTls() {
 }
 
 absl::Status RotatingTls::Update(const TlsMaterial& material) {
-  if (absl::Status s = Replace(identity_fd_, IdentityPem(material)); !s.ok())
-    return s;
+  RETURN_IF_ERROR(Replace(identity_fd_, IdentityPem(material)));
   if (ca_fd_ >= 0) return Replace(ca_fd_, material.client_ca);
   return absl::OkStatus();
 }

@@ -4,11 +4,7 @@
 // nothing, and the RPC observer sees one call per batch. Tokens sent as
 // tokens_le32 give exactly what the repeated field gives.
 #include <grpcpp/grpcpp.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -25,6 +21,7 @@
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "server/test_server.h"
 
 namespace prefixd {
 namespace {
@@ -40,7 +37,7 @@ constexpr uint64_t kEpoch = 0xb47c4;
 constexpr int kOk = 0;
 constexpr int kInvalidArgument = 3;
 
-enum class Transport { kTcp, kUnix };
+using Transport = TestServer::Transport;
 
 std::vector<uint32_t> Tokens(uint32_t first, int n) {
   std::vector<uint32_t> t(n);
@@ -94,50 +91,31 @@ class RecordingObserver : public RpcObserver {
 class BatchTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override { Start(); }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(socket_dir_);
-  }
+  void TearDown() override { test_server_.Stop(); }
 
   // (Re)starts the server: a fixed epoch and lease-id seed, so two servers
   // fed the same calls answer byte for byte alike.
   void Start(const std::function<void(ServerConfig*)>& adjust = {}) {
-    server_.reset();
-    if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_);
-    static std::atomic<int> counter{0};
-    socket_dir_ = absl::StrCat(::testing::TempDir(), "/prefixd-batch-test-",
-                               getpid(), "-", counter++);
-    CommandLine flags;
-    flags.listen = {"127.0.0.1:0",
-                    absl::StrCat("unix://", socket_dir_, "/prefixd.sock")};
-    flags.block_size = kBlockSize;
-    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes, "B");
-    absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+    absl::StatusOr<ServerConfig> config = TestServer::Config(
+        absl::StrCat("block_size: ", kBlockSize, " kv_budget: \"",
+                     kBudgetBlocks * kBlockBytes, "B\""));
     ASSERT_TRUE(config.ok()) << config.status();
     config->cache.clock = &clock_;
     config->cache.seed = 42;
-    config->drain_timeout = absl::Seconds(5);
     if (adjust) adjust(&*config);
     ServerDeps deps;
     deps.epoch = kEpoch;
     deps.observer = &observer_;
-    absl::StatusOr<std::unique_ptr<Server>> server =
-        Server::Start(*std::move(config), std::move(deps));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    const std::string& address =
-        server_->addresses()[GetParam() == Transport::kTcp ? 0 : 1];
-    channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    absl::Status started =
+        test_server_.Start(*std::move(config), std::move(deps));
+    ASSERT_TRUE(started.ok()) << started;
+    channel_ = test_server_.Channel(GetParam());
     stub_ = v1::PrefixCache::NewStub(channel_);
     observer_.Clear();
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& tenant = "") {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(30));
-    if (!tenant.empty()) ctx->AddMetadata("x-prefixd-tenant", tenant);
-    return ctx;
+    return TestServer::Context(tenant);
   }
 
   grpc::Status MatchBatch(const std::vector<v1::MatchRequest>& reqs,
@@ -164,9 +142,8 @@ class BatchTest : public ::testing::TestWithParam<Transport> {
   }
 
   ManualClock clock_;
-  RecordingObserver observer_;
-  std::string socket_dir_;
-  std::unique_ptr<Server> server_;
+  RecordingObserver observer_;  // outlives test_server_
+  TestServer test_server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PrefixCache::Stub> stub_;
 };
@@ -174,8 +151,7 @@ class BatchTest : public ::testing::TestWithParam<Transport> {
 INSTANTIATE_TEST_SUITE_P(Transports, BatchTest,
                          ::testing::Values(Transport::kTcp, Transport::kUnix),
                          [](const ::testing::TestParamInfo<Transport>& info) {
-                           return info.param == Transport::kTcp ? "Tcp"
-                                                                : "Unix";
+                           return TestServer::TransportName(info.param);
                          });
 
 // Inserts that adopt, confirm, return redundant IDs, pin, and evict (the

@@ -23,6 +23,7 @@
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "server/test_server.h"
 
 namespace prefixd {
 namespace {
@@ -37,7 +38,7 @@ constexpr int kBlockSize = 4;
 constexpr uint64_t kBlockBytes = kBlockSize * 131072;  // llama-3-8b fp16
 constexpr uint64_t kBudgetBlocks = 8;
 
-enum class Transport { kTcp, kUnix };
+using Transport = TestServer::Transport;
 
 std::vector<uint32_t> Tokens(uint32_t first, int n) {
   std::vector<uint32_t> t(n);
@@ -116,45 +117,26 @@ std::vector<std::string> ListServicesByReflection(
 class ServiceTest : public ::testing::TestWithParam<Transport> {
  protected:
   void SetUp() override { Start(); }
-  void TearDown() override {
-    server_.reset();
-    std::filesystem::remove_all(socket_dir_);
-  }
+  void TearDown() override { test_server_.Stop(); }
 
   // (Re)starts the server with the test defaults, then `adjust`.
   void Start(const std::function<void(ServerConfig*)>& adjust = {}) {
-    server_.reset();
-    static std::atomic<int> counter{0};
-    socket_dir_ = absl::StrCat(::testing::TempDir(), "/prefixd-service-test-",
-                               getpid(), "-", counter++);
-    CommandLine flags;
-    flags.listen = {"127.0.0.1:0",
-                    absl::StrCat("unix://", socket_dir_, "/prefixd.sock")};
-    flags.block_size = kBlockSize;
-    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes, "B");
-    absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+    absl::StatusOr<ServerConfig> config = TestServer::Config(
+        absl::StrCat("block_size: ", kBlockSize, " kv_budget: \"",
+                     kBudgetBlocks * kBlockBytes, "B\""));
     ASSERT_TRUE(config.ok()) << config.status();
     config->cache.clock = &clock_;
-    config->drain_timeout = absl::Seconds(5);
-    config->watch_poll_interval = absl::Milliseconds(5);
     if (adjust) adjust(&*config);
-    absl::StatusOr<std::unique_ptr<Server>> server =
-        Server::Start(*std::move(config));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
+    absl::Status started = test_server_.Start(*std::move(config));
+    ASSERT_TRUE(started.ok()) << started;
+    server_ = &test_server_.server();
     ASSERT_EQ(server_->addresses().size(), 2u);
-    const std::string& address =
-        server_->addresses()[GetParam() == Transport::kTcp ? 0 : 1];
-    channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    channel_ = test_server_.Channel(GetParam());
     stub_ = v1::PrefixCache::NewStub(channel_);
   }
 
   std::unique_ptr<grpc::ClientContext> Ctx(const std::string& tenant = "") {
-    auto ctx = std::make_unique<grpc::ClientContext>();
-    ctx->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::seconds(30));
-    if (!tenant.empty()) ctx->AddMetadata("x-prefixd-tenant", tenant);
-    return ctx;
+    return TestServer::Context(tenant);
   }
 
   template <typename Req, typename Resp>
@@ -202,8 +184,8 @@ class ServiceTest : public ::testing::TestWithParam<Transport> {
   }
 
   ManualClock clock_;
-  std::string socket_dir_;
-  std::unique_ptr<Server> server_;
+  TestServer test_server_;
+  Server* server_ = nullptr;  // test_server_'s
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::PrefixCache::Stub> stub_;
 };
@@ -211,8 +193,7 @@ class ServiceTest : public ::testing::TestWithParam<Transport> {
 INSTANTIATE_TEST_SUITE_P(Transports, ServiceTest,
                          ::testing::Values(Transport::kTcp, Transport::kUnix),
                          [](const ::testing::TestParamInfo<Transport>& info) {
-                           return info.param == Transport::kTcp ? "Tcp"
-                                                                : "Unix";
+                           return TestServer::TransportName(info.param);
                          });
 
 TEST_P(ServiceTest, GetInfoReportsModelBudgetAndEpoch) {

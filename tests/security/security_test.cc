@@ -11,7 +11,6 @@
 // Nothing here sleeps: waits are bounded by call deadlines.
 #include <unistd.h>
 
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -30,6 +29,7 @@
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/server.h"
+#include "server/test_server.h"
 #include "tests/security/pki.h"
 
 namespace prefixd {
@@ -169,24 +169,15 @@ const testing::CertFiles& ClientCert(const std::string& cn,
 class SecurityTest : public ::testing::TestWithParam<Mode> {
  protected:
   void SetUp() override { StartServer(""); }
-  void TearDown() override {
-    server_.reset();
-    if (!socket_dir_.empty()) std::filesystem::remove_all(socket_dir_);
-  }
+  void TearDown() override { test_server_.Stop(); }
 
   // `tenant_quota` is the body of every tenants { } after its name.
   void StartServer(const std::string& tenant_quota,
                    const std::string& extra = "") {
-    server_.reset();
-    static std::atomic<int> counter{0};
-    socket_dir_ = absl::StrCat(::testing::TempDir(), "/prefixd-security-",
-                               getpid(), "-", counter++);
-    std::filesystem::create_directories(socket_dir_);
     const testing::Pki& pki = TestPki();
     const bool mtls = GetParam() == Mode::kMtls;
     std::string text = absl::StrCat(
-        "listen: \"127.0.0.1:0\"\n", "listen: \"unix://", socket_dir_,
-        "/prefixd.sock\"\n", "block_size: ", kBlockSize, "\n", "kv_budget: \"",
+        "block_size: ", kBlockSize, "\n", "kv_budget: \"",
         kBudgetBlocks * kBlockBytes, "B\"\n",
         "auth { mode: ", mtls ? "MTLS" : "TOKEN", " tls_cert_path: \"",
         pki.server().cert, "\" tls_key_path: \"", pki.server().key, "\"",
@@ -207,23 +198,20 @@ class SecurityTest : public ::testing::TestWithParam<Mode> {
           " }\n");
     }
     absl::StrAppend(&text, extra);
-    v1::Config proto;
-    ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &proto))
-        << text;
-    FillDefaults(&proto);
-    absl::StatusOr<ServerConfig> config = ResolveConfig(proto);
+    absl::StatusOr<ServerConfig> config = TestServer::Config(text);
     ASSERT_TRUE(config.ok()) << config.status() << "\n" << text;
-    config->drain_timeout = absl::Seconds(5);
-    config->watch_poll_interval = absl::Milliseconds(5);
-    absl::StatusOr<std::unique_ptr<Server>> server =
-        Server::Start(*std::move(config));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
+    absl::Status started = test_server_.Start(*std::move(config));
+    ASSERT_TRUE(started.ok()) << started;
+    server_ = &test_server_.server();
     ASSERT_EQ(server_->addresses().size(), 2u);
   }
 
-  const std::string& tcp() const { return server_->addresses()[0]; }
-  const std::string& unix_socket() const { return server_->addresses()[1]; }
+  const std::string& tcp() const {
+    return test_server_.address(TestServer::Transport::kTcp);
+  }
+  const std::string& unix_socket() const {
+    return test_server_.address(TestServer::Transport::kUnix);
+  }
 
   // Options that present `principal`'s credential for this mode over TLS.
   ClientOptions As(const std::string& principal,
@@ -281,8 +269,8 @@ class SecurityTest : public ::testing::TestWithParam<Mode> {
     return out;
   }
 
-  std::unique_ptr<Server> server_;
-  std::string socket_dir_;
+  TestServer test_server_;
+  Server* server_ = nullptr;  // test_server_'s
   std::unique_ptr<Client> a_, b_, ops_a_, ops_b_;
 };
 

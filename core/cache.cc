@@ -183,6 +183,17 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         "default lease ttl ", absl::FormatDuration(o.default_lease_ttl),
         " is not in (0, ", absl::FormatDuration(o.limits.max_lease_ttl), "]"));
   }
+  if (o.eviction_policy != EvictionPolicy::kLru &&
+      o.eviction_policy != EvictionPolicy::kAdaptive) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "eviction_policy %d is neither LRU (0) nor ADAPTIVE (1)",
+        static_cast<int>(o.eviction_policy)));
+  }
+  if (o.eviction_history_blocks > kMaxEvictionHistoryBlocks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("eviction_history_blocks %d exceeds the limit of %d",
+                        o.eviction_history_blocks, kMaxEvictionHistoryBlocks));
+  }
   if (o.limits.max_tenants > BlockIndex::kMaxTenants) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tenants %d is above the supported %d",
@@ -693,10 +704,11 @@ uint64_t PrefixCache::EvictGlobal(
     std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   uint64_t done = 0;
   for (; done < n; ++done) {
+    // Each tenant offers its policy's next victim; the oldest goes.
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
     for (Tenant* u : from) {
-      const uint64_t stamp = u->OldestEvictableStamp();
+      const uint64_t stamp = u->NextVictimStamp();
       if (stamp == 0) continue;
       if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
         continue;

@@ -68,6 +68,17 @@ struct CacheLimits {
   absl::Duration max_lease_ttl = absl::Hours(24);
 };
 
+// How a tenant picks the block to evict (docs/architecture.md, "Eviction").
+// Every policy evicts whole unpinned leaf blocks, is deterministic for a
+// given sequence of calls and keeps the budget exact.
+enum class EvictionPolicy {
+  kLru,       // least recently used leaf
+  kAdaptive,  // ARC adapted to leaf eviction, per tenant
+};
+absl::string_view EvictionPolicyName(EvictionPolicy p);  // "LRU", "ADAPTIVE"
+// Case-insensitive "lru" / "adaptive"; false (leaving *p) for anything else.
+bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p);
+
 struct CacheOptions {
   int block_size = 16;                        // tokens per block
   uint64_t block_bytes = 16 * 131072;         // KV bytes per block
@@ -89,7 +100,12 @@ struct CacheOptions {
   TenantQuota default_quota;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
   uint64_t seed = 0;       // lease-id generator seed; 0 = from the OS
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // ADAPTIVE's remembered evicted blocks per tenant, in each of its two
+  // histories; 0: the budget in blocks. At most kMaxEvictionHistoryBlocks.
+  uint64_t eviction_history_blocks = 0;
 };
+inline constexpr uint64_t kMaxEvictionHistoryBlocks = uint64_t{1} << 32;
 
 // Which tenants a multi-tenant call (Evict, Invalidate, Reset, Stats,
 // events) may act on. The server builds it from the principal.

@@ -865,8 +865,8 @@ TEST_F(CacheTest, AdaptiveEvictsOnceSeenBlocksBeforeReusedOnes) {
   Insert({1}, {1});
   Match({1});  // [1] is seen again: T2
   Insert({2}, {2});
-  // T1 holds [2] and [3] (more than the target, 0): its oldest goes,
-  // although [1] is older.
+  // T1 holds [2] and [3], more than the target (half the budget, 1): its
+  // oldest goes, although [1] is older.
   EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
 }
 
@@ -880,9 +880,10 @@ TEST_F(CacheTest, AdaptiveHistoryHitGivesOnceSeenBlocksMoreRoom) {
     Insert({2}, {2});
     EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
     // [2] again, while the history remembers it evicted from T1: the
-    // target of T1 grows to 1 and [2] is cached as T2. T1 (just [3]) is
-    // then not above the target, so T2's oldest leaf, [1], goes. A block
-    // the history does not know leaves the target at 0: [3] goes.
+    // target of T1 grows from 1 to 2 and [2] is cached as T2. T1 (just
+    // [3]) is then not above the target, so T2's oldest leaf, [1], goes. A
+    // block the history does not know leaves the target at 1, below T1's
+    // [3] and [5]: [3] goes.
     const InsertResult r = history_hit ? Insert({2}, {4}) : Insert({5}, {5});
     EXPECT_THAT(r.evicted_block_ids, ElementsAre(history_hit ? 1 : 3));
   }
@@ -911,8 +912,8 @@ TEST_F(CacheTest, AdaptiveHistoryKnowsBlocksByTheirWholePrefix) {
   Insert({6}, {6});
   EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
   // [3 2] ends in the tokens of the evicted [2], but its prefix differs:
-  // no history hit, so the target stays 0 and T1's oldest leaf, [6], goes.
-  // (A hit would make [3 2] T2 and the target 1, and evict [1].)
+  // no history hit, so the target stays 1 and T1's oldest leaf, [6], goes.
+  // (A hit would make [3 2] T2 and the target 2, and evict [1].)
   EXPECT_THAT(Insert({3, 2}, {3, 4}).evicted_block_ids, ElementsAre(6));
 }
 

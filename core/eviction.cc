@@ -66,32 +66,109 @@ uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block) {
   return Mum(h ^ k1, block.size() ^ k0);
 }
 
+// --- U64Map
+// -------------------------------------------------------------------
+
+size_t U64Map::Probe(uint64_t key) const {
+  const size_t mask = slots_.size() - 1;
+  size_t i = Home(key);
+  while (slots_[i].key != kFree && slots_[i].key != key) i = (i + 1) & mask;
+  return i;
+}
+
+const uint64_t* U64Map::Find(uint64_t key) const {
+  if (key == kFree) return has_free_key_ ? &free_key_value_ : nullptr;
+  if (slots_.empty()) return nullptr;
+  const Slot& s = slots_[Probe(key)];
+  return s.key == key ? &s.value : nullptr;
+}
+
+bool U64Map::Put(uint64_t key, uint64_t value, uint64_t* old) {
+  if (key == kFree) {
+    const bool had = has_free_key_;
+    *old = free_key_value_;
+    has_free_key_ = true;
+    free_key_value_ = value;
+    return had;
+  }
+  if ((size_ + 1) * 4 > slots_.size() * 3) Grow();
+  Slot& s = slots_[Probe(key)];
+  if (s.key == key) {
+    *old = s.value;
+    s.value = value;
+    return true;
+  }
+  s = Slot{key, value};
+  ++size_;
+  return false;
+}
+
+bool U64Map::Erase(uint64_t key, uint64_t* value, const uint64_t* only_if) {
+  if (key == kFree) {
+    if (!has_free_key_ || (only_if && *only_if != free_key_value_))
+      return false;
+    if (value != nullptr) *value = free_key_value_;
+    has_free_key_ = false;
+    return true;
+  }
+  if (slots_.empty()) return false;
+  size_t hole = Probe(key);
+  if (slots_[hole].key != key || (only_if && *only_if != slots_[hole].value))
+    return false;
+  if (value != nullptr) *value = slots_[hole].value;
+  // Backward shift: an entry after the hole moves into it unless its home
+  // lies cyclically in (hole, its slot].
+  const size_t mask = slots_.size() - 1;
+  for (size_t j = (hole + 1) & mask; slots_[j].key != kFree;
+       j = (j + 1) & mask) {
+    if (((j - Home(slots_[j].key)) & mask) >= ((j - hole) & mask)) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].key = kFree;
+  --size_;
+  return true;
+}
+
+void U64Map::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  const size_t n = old.empty() ? 16 : old.size() * 2;
+  slots_.assign(n, Slot{kFree, 0});
+  shift_ = 64 - __builtin_ctzll(n);
+  for (const Slot& s : old) {
+    if (s.key != kFree) slots_[Probe(s.key)] = s;
+  }
+}
+
+void U64Map::Clear() {
+  slots_.clear();
+  shift_ = 64;
+  size_ = 0;
+  has_free_key_ = false;
+}
+
 // --- History
 // ------------------------------------------------------------------
 
 int History::Take(uint64_t fp) {
-  auto it = tags_.find(fp);
-  if (it == tags_.end()) return -1;
-  const int list = static_cast<int>(it->second & 1);
-  tags_.erase(it);
+  uint64_t tag;
+  if (!tags_.Erase(fp, &tag)) return -1;
+  const int list = static_cast<int>(tag & 1);
   --size_[list];
   return list;
 }
 
 void History::Push(int list, uint64_t fp) {
-  Take(fp);  // only a hash collision finds it there
   const uint64_t tag = next_++ * 2 + static_cast<uint64_t>(list);
-  tags_[fp] = tag;
+  uint64_t old;
+  if (tags_.Put(fp, tag, &old)) --size_[old & 1];  // only a hash collision
   order_[list].push_back({tag, fp});
   ++size_[list];
   while (size_[list] > capacity_) {
     const auto [t, f] = order_[list].front();
     order_[list].pop_front();
-    auto it = tags_.find(f);
-    if (it != tags_.end() && it->second == t) {
-      tags_.erase(it);
-      --size_[list];
-    }
+    if (tags_.Erase(f, nullptr, &t)) --size_[list];
   }
   // Taken entries stay in order_ until they reach its front; rebuilding it
   // when they outnumber the live ones keeps it within O(capacity).
@@ -101,14 +178,14 @@ void History::Push(int list, uint64_t fp) {
 void History::Compact(int list) {
   std::deque<std::pair<uint64_t, uint64_t>> live;
   for (const auto& [t, f] : order_[list]) {
-    auto it = tags_.find(f);
-    if (it != tags_.end() && it->second == t) live.push_back({t, f});
+    const uint64_t* tag = tags_.Find(f);
+    if (tag != nullptr && *tag == t) live.push_back({t, f});
   }
   order_[list].swap(live);
 }
 
 void History::Clear() {
-  tags_.clear();
+  tags_.Clear();
   order_[0].clear();
   order_[1].clear();
   size_[0] = size_[1] = 0;
@@ -121,8 +198,8 @@ bool History::CheckInvariants() const {
   for (int list = 0; list < 2; ++list) {
     size_t live = 0;
     for (const auto& [t, f] : order_[list]) {
-      auto it = tags_.find(f);
-      live += it != tags_.end() && it->second == t;
+      const uint64_t* tag = tags_.Find(f);
+      live += tag != nullptr && *tag == t;
     }
     if (live != size_[list]) return false;
   }
@@ -136,6 +213,7 @@ EvictionState::EvictionState(EvictionPolicy policy, uint64_t history_blocks,
                              uint64_t max_target)
     : policy_(policy),
       max_target_(max_target),
+      target_(max_target / 2),
       history_(adaptive() ? history_blocks : 0) {}
 
 void EvictionState::Sync(Node* n) {
@@ -221,35 +299,52 @@ int EvictionState::ClassForNew(uint64_t fp) {
 
 void EvictionState::RememberTail(const Node& victim) {
   if (!adaptive()) return;
-  auto it = fps_.find(victim.block_ids().back());
-  assert(it != fps_.end());
-  history_.Push(ClassOf(victim) == kRecent ? 0 : 1, it->second);
-  fps_.erase(it);
+  auto it = fps_.find(&victim);
+  assert(it != fps_.end() && it->second.size() == victim.num_blocks());
+  history_.Push(ClassOf(victim) == kRecent ? 0 : 1, it->second.back());
+  it->second.pop_back();
+  if (it->second.empty()) fps_.erase(it);  // the node goes with its block
 }
 
 uint64_t EvictionState::FingerprintAbove(const Node& parent) const {
   if (parent.is_root()) return NamespaceHash(parent.tree->ns);
-  auto it = fps_.find(parent.block_ids().back());
-  assert(it != fps_.end());
-  return it->second;
+  auto it = fps_.find(&parent);
+  assert(it != fps_.end() && !it->second.empty());
+  return it->second.back();
 }
 
 void EvictionState::SetFingerprints(const Node& n) {
   if (!adaptive()) return;
   uint64_t fp = FingerprintAbove(*n.parent);
+  std::vector<uint64_t>& v = fps_[&n];
+  v.clear();
   for (size_t i = 0; i < n.num_blocks(); ++i)
-    fps_[n.block_ids()[i]] = fp = ChainHash(fp, n.block(i));
+    v.push_back(fp = ChainHash(fp, n.block(i)));
+}
+
+void EvictionState::SplitFingerprints(const Node* head, const Node* tail,
+                                      size_t blocks) {
+  if (!adaptive()) return;
+  std::vector<uint64_t>& t = fps_[tail];
+  assert(t.size() > blocks);
+  fps_[head].assign(t.begin(), t.begin() + blocks);
+  std::vector<uint64_t>& rest = fps_[tail];  // fps_ may have rehashed
+  rest.erase(rest.begin(), rest.begin() + blocks);
 }
 
 bool EvictionState::CheckFingerprints(const Node& n) const {
   if (!adaptive()) return fps_.empty();
-  if (!n.parent->is_root() && !fps_.contains(n.parent->block_ids().back()))
-    return false;
+  if (!n.parent->is_root()) {
+    auto p = fps_.find(n.parent);
+    if (p == fps_.end() || p->second.size() != n.parent->num_blocks())
+      return false;
+  }
+  auto it = fps_.find(&n);
+  if (it == fps_.end() || it->second.size() != n.num_blocks()) return false;
   uint64_t fp = FingerprintAbove(*n.parent);
   for (size_t i = 0; i < n.num_blocks(); ++i) {
     fp = ChainHash(fp, n.block(i));
-    auto it = fps_.find(n.block_ids()[i]);
-    if (it == fps_.end() || it->second != fp) return false;
+    if (it->second[i] != fp) return false;
   }
   return true;
 }
@@ -257,7 +352,8 @@ bool EvictionState::CheckFingerprints(const Node& n) const {
 void EvictionState::Clear() {
   sets_[0].clear();
   sets_[1].clear();
-  recent_blocks_ = target_ = 0;
+  recent_blocks_ = 0;
+  target_ = max_target_ / 2;
   history_.Clear();
   fps_.clear();
 }

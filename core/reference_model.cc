@@ -87,7 +87,11 @@ bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
       for (const auto& [key, block] : tree) recent += !block.seen_again;
     }
     auto it = s.adaptive.find(tenant);
-    want_again = recent <= (it == s.adaptive.end() ? 0 : it->second.target);
+    const uint64_t target =
+        it != s.adaptive.end()
+            ? it->second.target
+            : std::min(quotas_.at(tenant).limit, budget_) / 2;
+    want_again = recent <= target;
   }
   for (bool again : {want_again, !want_again}) {
     bool found = false;
@@ -114,17 +118,25 @@ BlockId ReferenceModel::Remove(State& s, const Victim& v) {
   s.ids.erase(block.id);
   if (policy_ == EvictionPolicy::kAdaptive) {
     std::vector<Ghost>& list =
-        s.adaptive[v.tree.tenant].lists[block.seen_again ? 1 : 0];
+        ArcOf(s, v.tree.tenant).lists[block.seen_again ? 1 : 0];
     list.push_back(Ghost{v.tree.ns, v.key});
     if (list.size() > history_) list.erase(list.begin());
   }
   return block.id;
 }
 
+ReferenceModel::Adaptive& ReferenceModel::ArcOf(
+    State& s, const std::string& tenant) const {
+  auto [it, added] = s.adaptive.try_emplace(tenant);
+  if (added)
+    it->second.target = std::min(quotas_.at(tenant).limit, budget_) / 2;
+  return it->second;
+}
+
 bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
                                const std::string& ns, const Key& key) {
   if (policy_ != EvictionPolicy::kAdaptive) return false;
-  Adaptive& a = s.adaptive[tenant];
+  Adaptive& a = ArcOf(s, tenant);
   const uint64_t cap = std::min(quotas_.at(tenant).limit, budget_);
   const uint64_t n1 = a.lists[0].size(), n2 = a.lists[1].size();
   for (int l = 0; l < 2; ++l) {

@@ -113,6 +113,8 @@ class ReferenceModel {
                 const std::vector<Victim>& leaves, Victim* v) const;
   // Evicts v's block (and, under ADAPTIVE, remembers it).
   BlockId Remove(State& s, const Victim& v);
+  // A tenant's ARC state, created with the target at half its limit.
+  Adaptive& ArcOf(State& s, const std::string& tenant) const;
   // ADAPTIVE: the class of a block cached anew (adapting the target).
   bool SeenAgain(State& s, const std::string& tenant, const std::string& ns,
                  const Key& key);

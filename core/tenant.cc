@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -104,6 +105,7 @@ void Tenant::SyncPinnedOverReserved() {
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
   Node* head = SplitNode(node, blocks);
   EvictionState::Split(head, *node);
+  policy_.SplitFingerprints(head, node, blocks);
   block_index_->SetNode(head->block_ids(), head);
   ++nodes_;
   return head;
@@ -113,33 +115,37 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
                      absl::Span<const BlockId> ids, int64_t position,
                      uint64_t stamp) {
   if (!policy_.adaptive())
-    return AttachRun(parent, tokens, ids, position, stamp, kRecent);
+    return AttachRun(parent, tokens, ids, position, stamp, kRecent, {});
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
   const size_t bs = static_cast<size_t>(block_size_);
   uint64_t fp = policy_.FingerprintAbove(*parent);
+  absl::InlinedVector<uint64_t, 64> fps;
   size_t begin = 0;
   int cls = kRecent;
   for (size_t i = 0; i < ids.size(); ++i) {
     fp = ChainHash(fp, tokens.subspan(i * bs, bs));
-    policy_.SetFingerprint(ids[i], fp);
+    fps.push_back(fp);
     const int c = policy_.ClassForNew(fp);
     if (i > begin && c != cls) {
       parent =
           AttachRun(parent, tokens.subspan(begin * bs, (i - begin) * bs),
                     ids.subspan(begin, i - begin),
-                    position + static_cast<int64_t>(begin * bs), stamp, cls);
+                    position + static_cast<int64_t>(begin * bs), stamp, cls,
+                    absl::MakeConstSpan(fps).subspan(begin, i - begin));
       begin = i;
     }
     cls = c;
   }
   return AttachRun(parent, tokens.subspan(begin * bs), ids.subspan(begin),
-                   position + static_cast<int64_t>(begin * bs), stamp, cls);
+                   position + static_cast<int64_t>(begin * bs), stamp, cls,
+                   absl::MakeConstSpan(fps).subspan(begin));
 }
 
 Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
                         absl::Span<const BlockId> ids, int64_t position,
-                        uint64_t stamp, int cls) {
+                        uint64_t stamp, int cls,
+                        absl::Span<const uint64_t> fps) {
   Node* target;
   if (!parent->is_root() && parent->children.empty() && parent->pins == 0 &&
       parent->end_position() == position && ClassOf(*parent) == cls) {
@@ -150,6 +156,7 @@ Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
     target = AddChild(parent, tokens, ids, position);
   }
   policy_.AddBlocks(target, cls, ids.size());
+  policy_.AddFingerprints(target, fps);
   target->tree->blocks += ids.size();
   cached_blocks_ += ids.size();
   block_index_->SetNode(ids, target);
@@ -220,7 +227,7 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   auto remove_one = [&](Node& n) {
     LruErase(&n);
     policy_.RemoveBlocks(n, n.num_blocks());
-    policy_.DropFingerprints(n.block_ids());
+    policy_.DropFingerprints(&n);
     for (BlockId id : n.block_ids()) {
       removed->push_back(id);
       NoteRemoved(tree, id, reason);
@@ -528,9 +535,9 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
   if (lru_members != policy_.num_entries())
     return fail(absl::StrFormat("%d nodes have an LRU entry, the sets hold %d",
                                 lru_members, policy_.num_entries()));
-  if (policy_.num_fingerprints() != (policy_.adaptive() ? cached : 0)) {
-    return fail(absl::StrFormat("%d fingerprints for %d cached blocks",
-                                policy_.num_fingerprints(), cached));
+  if (policy_.num_fingerprint_nodes() != (policy_.adaptive() ? nodes : 0)) {
+    return fail(absl::StrFormat("fingerprints of %d nodes, %d nodes cached",
+                                policy_.num_fingerprint_nodes(), nodes));
   }
   if (recent != policy_.recent_blocks()) {
     return fail(absl::StrFormat("%d blocks seen once, the policy counts %d",

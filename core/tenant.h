@@ -167,7 +167,7 @@ class Tenant {
   // One run of blocks of class `cls` (Attach).
   Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
                   absl::Span<const BlockId> ids, int64_t position,
-                  uint64_t stamp, int cls);
+                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps);
   // Gives `n` an entry if it is evictable and has none.
   void SyncLru(Node* n) { policy_.Sync(n); }
   // Erases n's entry, if any. Every node must go through it (or Clear)

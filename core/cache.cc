@@ -110,6 +110,49 @@ absl::Status ValidateTokens(absl::Span<const Token> tokens,
   return absl::OkStatus();
 }
 
+absl::Status ValidatePriority(absl::string_view what, int priority,
+                              absl::Duration duration) {
+  if (priority < 0 || priority > kMaxRetentionPriority) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s priority %d is outside [0, %d]", what, priority,
+                        kMaxRetentionPriority));
+  }
+  if (duration < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " duration ", absl::FormatDuration(duration), " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+// Ranges are offsets into the Insert's tokens: sorted, disjoint, non-empty.
+absl::Status ValidateRetention(const Retention& r, size_t tokens) {
+  RETURN_IF_ERROR(ValidatePriority("retention", r.priority, r.duration));
+  uint64_t prev_end = 0;
+  for (size_t i = 0; i < r.ranges.size(); ++i) {
+    const RetentionRange& x = r.ranges[i];
+    const std::string what = absl::StrCat("retention range ", i);
+    RETURN_IF_ERROR(ValidatePriority(what, x.priority, x.duration));
+    const uint64_t end = x.token_end == 0 ? tokens : x.token_end;
+    if (end > tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s token_end %d exceeds the Insert's %d tokens", what, end, tokens));
+    }
+    if (x.token_begin >= end) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is empty: token_begin %d >= token_end %d", what,
+                          x.token_begin, end));
+    }
+    if (i > 0 && x.token_begin < prev_end) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "retention ranges %d [%d, %d) and %d [%d, %d) overlap or are out "
+          "of order",
+          i - 1, r.ranges[i - 1].token_begin, prev_end, i, x.token_begin, end));
+    }
+    prev_end = end;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
                                         const CacheOptions& o) {
   if (requested < absl::ZeroDuration()) {
@@ -444,6 +487,12 @@ absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   RETURN_IF_ERROR(
       ValidatePositions(req.position_offset, req.tokens.size(), limits));
   RETURN_IF_ERROR(LeaseTtl(req.lease_ttl, options_).status());
+  if (req.retention.has_value()) {
+    RETURN_IF_ERROR(ValidateRetention(*req.retention, req.tokens.size()));
+    return absl::UnimplementedError(
+        "retention hints are not supported by this build; send the Insert "
+        "without them");
+  }
   return absl::OkStatus();
 }
 

@@ -150,6 +150,24 @@ struct MatchResult {
   std::optional<RopeDenial> rope_denied;
 };
 
+// Retention hints (an Insert's `retention`): a priority per block, lower
+// evicted first, lapsing after a duration. The types and their validation
+// are here; the cache does not apply hints yet: a valid Insert that carries
+// one is refused with UNIMPLEMENTED, changing nothing (docs/api.md).
+inline constexpr int kDefaultRetentionPriority = 50;
+inline constexpr int kMaxRetentionPriority = 100;
+struct RetentionRange {
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;  // 0: to the end of the Insert's tokens
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+};
+struct Retention {
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+  std::vector<RetentionRange> ranges;              // sorted, not overlapping
+};
+
 struct InsertRequest {
   std::string ns;
   absl::Span<const Token> tokens;
@@ -157,6 +175,7 @@ struct InsertRequest {
   int64_t position_offset = 0;
   bool pin = false;
   absl::Duration lease_ttl = absl::ZeroDuration();
+  std::optional<Retention> retention;
 };
 
 struct InsertResult {
@@ -183,6 +202,11 @@ struct TenantStats {
   uint64_t redundant_blocks = 0;
   uint64_t lease_expired = 0;
   std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
+  // By retention priority: [0] below 50, [1] 50 (default or lapsed), [2]
+  // above. With no hints applied yet every block is in [1]; evicted counts
+  // the policy's evictions (budget, limit, requested).
+  uint64_t cached_blocks_by_retention[3] = {};
+  uint64_t evicted_blocks_by_retention[3] = {};
 };
 
 struct CacheStats {

@@ -454,7 +454,8 @@ TEST_F(CacheTest, TenantsNeverDrawTheSameLeaseIds) {
       for (const char* t : {"a", "b", "c", "d"}) {
         std::vector<Token> tokens = {static_cast<Token>(n)};
         std::vector<BlockId> ids = {static_cast<BlockId>(n * 10 + t[0])};
-        InsertRequest req{"", tokens, ids, 0, true, absl::ZeroDuration()};
+        InsertRequest req{
+            "", tokens, ids, 0, true, absl::ZeroDuration(), std::nullopt};
         const LeaseId lease = cache_->Insert(t, req).value().lease_id;
         ASSERT_TRUE(owner.emplace(lease, t).second)
             << "seed " << seed << ": tenant " << t << " drew lease " << lease
@@ -987,6 +988,80 @@ TEST_F(CacheTest, CreateRejectsAnUnknownEvictionPolicy) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(),
               HasSubstr("eviction_history_blocks 4294967297"));
+}
+
+// --- Retention hints: validated; not applied yet
+// --------------------------------
+
+TEST_F(CacheTest, RetentionValidationNamesTheValueAndChangesNothing) {
+  Init(4, 100);
+  Insert({1, 2, 3, 4}, {1});
+  const std::string before = Snapshot();
+  auto stats_before = cache_->Stats(TenantScope::All()).tenants[0];
+  struct Case {
+    Retention r;
+    std::string message;
+  };
+  auto range = [](uint64_t b, uint64_t e, int p = 50) {
+    return RetentionRange{b, e, p, absl::ZeroDuration()};
+  };
+  std::vector<Case> cases = {
+      {{101, absl::ZeroDuration(), {}},
+       "retention priority 101 is outside [0, 100]"},
+      {{-1, absl::ZeroDuration(), {}},
+       "retention priority -1 is outside [0, 100]"},
+      {{50, absl::Seconds(-1), {}}, "retention duration -1s is negative"},
+      {{50, absl::ZeroDuration(), {range(0, 4, 150)}},
+       "retention range 0 priority 150 is outside [0, 100]"},
+      {{50, absl::ZeroDuration(), {range(0, 12)}},
+       "retention range 0 token_end 12 exceeds the Insert's 8 tokens"},
+      {{50, absl::ZeroDuration(), {range(4, 4)}},
+       "retention range 0 is empty: token_begin 4 >= token_end 4"},
+      {{50, absl::ZeroDuration(), {range(8, 0)}},
+       "retention range 0 is empty: token_begin 8 >= token_end 8"},
+      {{50, absl::ZeroDuration(), {range(0, 6), range(4, 8)}},
+       "retention ranges 0 [0, 6) and 1 [4, 8) overlap or are out of order"},
+      {{50, absl::ZeroDuration(), {range(4, 8), range(0, 4)}},
+       "retention ranges 0 [4, 8) and 1 [0, 4) overlap or are out of order"},
+  };
+  std::vector<Token> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<BlockId> ids = {1, 2};
+  for (const Case& c : cases) {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.retention = c.r;
+    auto r = cache_->Insert("a", req);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+    EXPECT_EQ(Snapshot(), before);
+  }
+  // A valid hint is refused as not supported yet, also changing nothing.
+  InsertRequest req;
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.retention = Retention{80, absl::Seconds(5), {range(0, 4, 10)}};
+  auto r = cache_->Insert("a", req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Snapshot(), before);
+  const TenantStats after = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(after.insert_requests, stats_before.insert_requests);
+  Check();
+}
+
+TEST_F(CacheTest, WithoutHintsEveryBlockCountsAsDefaultRetention) {
+  Init(1, 3);
+  Insert({1, 2}, {1, 2});
+  Insert({3, 4}, {3, 4});  // evicts [2] (budget)
+  Evict(1);
+  ASSERT_TRUE(cache_->Invalidate(TenantScope::All(), {3}).ok());
+  const TenantStats s = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(s.cached_blocks_by_retention[0], 0u);
+  EXPECT_EQ(s.cached_blocks_by_retention[1], s.cached_blocks);
+  EXPECT_EQ(s.cached_blocks_by_retention[2], 0u);
+  EXPECT_EQ(s.evicted_blocks_by_retention[1], 2u);  // not the invalidated
+  EXPECT_EQ(s.evicted_blocks_by_retention[0] + s.evicted_blocks_by_retention[2],
+            0u);
 }
 
 }  // namespace

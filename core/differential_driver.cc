@@ -199,7 +199,8 @@ std::string DifferentialDriver::DoInsert(const std::string& tenant) {
   last_op_ = absl::StrCat(
       "insert ", tenant, "/", ns, " [", absl::StrJoin(tokens, ","), "] ids [",
       absl::StrJoin(ids, ","), "] @", offset, pin ? " pin" : "");
-  InsertRequest req{ns, tokens, ids, offset, pin, absl::ZeroDuration()};
+  InsertRequest req{ns,          tokens, ids, offset, pin, absl::ZeroDuration(),
+                    std::nullopt};
   auto real = cache_->Insert(tenant, req);
   InsertResult want;
   const auto code = model_->Insert(tenant, ns, tokens, ids, offset, pin, &want);
@@ -319,8 +320,8 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
     case 1: {  // Insert whose IDs do not fit its tokens
       if (ids.size() * kBs == tokens.size()) ids.push_back(next_id_++);
       got = cache_
-                ->Insert(tenant,
-                         {"", tokens, ids, 0, false, absl::ZeroDuration()})
+                ->Insert(tenant, {"", tokens, ids, 0, false,
+                                  absl::ZeroDuration(), std::nullopt})
                 .status();
       break;
     }
@@ -329,8 +330,8 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
       const BlockId id = PickId("");
       ids = {id, id};
       got = cache_
-                ->Insert(tenant,
-                         {"", tokens, ids, 0, false, absl::ZeroDuration()})
+                ->Insert(tenant, {"", tokens, ids, 0, false,
+                                  absl::ZeroDuration(), std::nullopt})
                 .status();
       break;
     }

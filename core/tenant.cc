@@ -382,6 +382,11 @@ TenantStats Tenant::Stats(uint64_t block_bytes) const {
   s.tree_nodes = nodes_;
   s.namespaces = trees_.size();
   s.active_leases = leases_.size();
+  s.cached_blocks_by_retention[1] = cached_blocks_;
+  s.evicted_blocks_by_retention[1] =
+      s.evicted_blocks[static_cast<int>(EvictReason::kBudget)] +
+      s.evicted_blocks[static_cast<int>(EvictReason::kLimit)] +
+      s.evicted_blocks[static_cast<int>(EvictReason::kRequested)];
   return s;
 }
 

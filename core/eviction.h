@@ -1,5 +1,6 @@
-// The eviction policy of one tenant (docs/architecture.md, "Eviction"): the
-// order in which its evictable leaves go, and ADAPTIVE's history.
+// The eviction policy of one tenant (docs/architecture.md, "Eviction
+// policies"): the order in which its evictable leaves go, and ADAPTIVE's
+// history.
 //
 // Both policies keep, per class, a lazily kept set of (key, node) entries of
 // evictable leaves, oldest stamp first (tenant.h explains the laziness: a
@@ -19,7 +20,7 @@
 //     more than p blocks, else of T2; the other class if that one has none;
 //   - p starts at half the tenant's limit, not at ARC's 0: on the Mooncake
 //     conversation trace at 60,000 blocks, ARC from 0 falls 0.6 points
-//     below LRU (docs/performance.md), and from the middle 0.1.
+//     below LRU (docs/performance.md), and from the middle 0.12.
 // A fingerprint is a 64-bit chain hash over the block's whole path and its
 // namespace: hash(parent's chain hash, the block's tokens). ADAPTIVE keeps
 // each cached block's, in one vector per node, so that neither an Insert
@@ -57,10 +58,9 @@ uint64_t NamespaceHash(absl::string_view ns);
 uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block);
 
 // A map from uint64 to uint64: open addressing, linear probing, Fibonacci
-// hashing and backward-shift deletion, so no tombstones. Eviction erases and
-// inserts at a steady rate; absl::flat_hash_map's tombstones made it rehash
-// in place again and again, a quarter of ADAPTIVE's time on the traces.
-// Load at most 3/4: 16-byte slots cost 21 to 43 bytes per entry.
+// hashing and backward-shift deletion, so that the history's steady churn
+// (an insert and an erase per evicted block) leaves no tombstones to probe
+// past or to clean up by rehashing. Load at most 3/4.
 class U64Map {
  public:
   size_t size() const { return size_; }

@@ -8,7 +8,8 @@
 // the matched IDs passed back and fresh IDs for the rest; Release.
 //
 //   trace_replay [--traces=conversation,synthetic]
-//                [--capacities=10000,50000,infinite] [--json]
+//                [--capacities=10000,50000,infinite]
+//                [--eviction_policy=lru,adaptive] [--json]
 //
 // A block operation is one block matched or inserted, so every prompt block
 // is one operation. Throughput and latency time only the three core calls
@@ -67,6 +68,10 @@ ABSL_FLAG(std::vector<std::string>, traces,
 ABSL_FLAG(std::vector<std::string>, capacities,
           std::vector<std::string>({"10000", "50000", "infinite"}),
           "cache capacities in blocks; 'infinite' for no limit");
+ABSL_FLAG(std::vector<std::string>, eviction_policy,
+          std::vector<std::string>({"lru"}),
+          "eviction policies to replay under (lru, adaptive): one row per "
+          "policy");
 ABSL_FLAG(int, block_size, 16, "tokens per block");
 ABSL_FLAG(int, trace_block_tokens, 512,
           "input tokens per trace hash id (Mooncake: 512), for the token hit "
@@ -117,8 +122,17 @@ Trace LoadOrDie(const std::string& name_or_path, const std::string& dir) {
 // --- Replay
 // -------------------------------------------------------------------
 
-std::unique_ptr<PrefixCache> NewCache(uint64_t capacity_blocks) {
+EvictionPolicy ParsePolicy(const std::string& name) {
+  EvictionPolicy p;
+  if (!ParseEvictionPolicy(name, &p))
+    Die(absl::StrCat("bad eviction policy '", name, "' (lru or adaptive)"));
+  return p;
+}
+
+std::unique_ptr<PrefixCache> NewCache(uint64_t capacity_blocks,
+                                      EvictionPolicy policy) {
   CacheOptions o;
+  o.eviction_policy = policy;
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.block_bytes = 1;
   o.budget_bytes = capacity_blocks;
@@ -187,7 +201,8 @@ class Backend {
 
 class CoreBackend final : public Backend {
  public:
-  explicit CoreBackend(uint64_t capacity) : cache_(NewCache(capacity)) {}
+  CoreBackend(uint64_t capacity, EvictionPolicy policy)
+      : cache_(NewCache(capacity, policy)) {}
 
   void Match(absl::Span<const Token> tokens, std::vector<BlockId>* ids,
              uint64_t* lease) override {
@@ -239,7 +254,7 @@ class CoreBackend final : public Backend {
 // `capacity` blocks, reached over TCP or its Unix socket.
 class RpcBackend final : public Backend {
  public:
-  RpcBackend(uint64_t capacity, bool unix_socket) {
+  RpcBackend(uint64_t capacity, EvictionPolicy policy, bool unix_socket) {
     const int bs = absl::GetFlag(FLAGS_block_size);
     absl::StatusOr<int> port = bench::FreeTcpPort();
     if (!port.ok()) Die(port.status().ToString());
@@ -254,6 +269,11 @@ class RpcBackend final : public Backend {
         "--metrics_listen=127.0.0.1:0",
         absl::StrCat("--block_size=", bs),
         absl::StrCat("--kv_budget=", budget_tokens, "tokens")};
+    // Only when not the default, so that LRU runs against any daemon.
+    if (policy != EvictionPolicy::kLru) {
+      argv.push_back(
+          absl::StrCat("--eviction_policy=", EvictionPolicyName(policy)));
+    }
     auto daemon = bench::Subprocess::Start(argv);
     if (!daemon.ok()) Die(daemon.status().ToString());
     daemon_ = *std::move(daemon);
@@ -324,12 +344,12 @@ class RpcBackend final : public Backend {
 };
 #endif  // PREFIXD_TRACE_REPLAY_RPC
 
-std::unique_ptr<Backend> NewBackend(const std::string& path,
-                                    uint64_t capacity) {
-  if (path == "core") return std::make_unique<CoreBackend>(capacity);
+std::unique_ptr<Backend> NewBackend(const std::string& path, uint64_t capacity,
+                                    EvictionPolicy policy) {
+  if (path == "core") return std::make_unique<CoreBackend>(capacity, policy);
 #ifdef PREFIXD_TRACE_REPLAY_RPC
   if (path == "tcp" || path == "unix") {
-    return std::make_unique<RpcBackend>(capacity, path == "unix");
+    return std::make_unique<RpcBackend>(capacity, policy, path == "unix");
   }
 #endif
   Die(absl::StrCat("unknown or unbuilt path '", path,
@@ -387,8 +407,8 @@ class Progress {
 // `tokens`: the whole trace expanded (Expand), request after request.
 Totals ReplayOnce(const Trace& trace, absl::Span<const Token> tokens,
                   const std::string& path, uint64_t capacity,
-                  const std::string& label) {
-  std::unique_ptr<Backend> backend = NewBackend(path, capacity);
+                  EvictionPolicy policy, const std::string& label) {
+  std::unique_ptr<Backend> backend = NewBackend(path, capacity, policy);
   const int bs = absl::GetFlag(FLAGS_block_size);
   Replayer replayer(backend.get(), bs);
   const uint64_t block_tokens = absl::GetFlag(FLAGS_trace_block_tokens);
@@ -433,7 +453,8 @@ double Percentile(std::vector<uint32_t> v, double q) {
 
 struct Row {
   std::string trace;
-  std::string path;  // core, tcp or unix
+  std::string policy;  // EvictionPolicyName
+  std::string path;    // core, tcp or unix
   uint64_t capacity;
   Totals t;
   double p50_us, p99_us;
@@ -443,20 +464,28 @@ struct Row {
 };
 
 Row Replay(const Trace& trace, absl::Span<const Token> tokens,
-           const std::string& path, uint64_t capacity) {
+           const std::string& path, uint64_t capacity, EvictionPolicy policy) {
   const int runs = std::max(1, absl::GetFlag(FLAGS_runs));
   std::vector<Totals> all;
   for (int i = 0; i < runs; ++i) {
-    all.push_back(ReplayOnce(
-        trace, tokens, path, capacity,
-        absl::StrCat(trace.name, " ", path, " capacity ",
-                     CapacityName(capacity), " run ", i + 1, "/", runs)));
+    all.push_back(
+        ReplayOnce(trace, tokens, path, capacity, policy,
+                   absl::StrCat(trace.name, " ", EvictionPolicyName(policy),
+                                " ", path, " capacity ", CapacityName(capacity),
+                                " run ", i + 1, "/", runs)));
   }
   std::sort(all.begin(), all.end(), [](const Totals& a, const Totals& b) {
     return a.cpu_seconds < b.cpu_seconds;
   });
-  Row row{trace.name, path, capacity, std::move(all[all.size() / 2]),
-          0,          0,    0,        0};
+  Row row{trace.name,
+          std::string(EvictionPolicyName(policy)),
+          path,
+          capacity,
+          std::move(all[all.size() / 2]),
+          0,
+          0,
+          0,
+          0};
   row.p50_us = Percentile(row.t.latency_ns, 0.50) / 1e3;
   row.p99_us = Percentile(row.t.latency_ns, 0.99) / 1e3;
   row.ops_per_s = row.t.blocks / row.t.seconds;
@@ -507,7 +536,10 @@ struct Memory {
 Memory MeasureMemory(const Trace& trace, uint64_t target) {
   Memory m;
   m.trace = trace.name;
-  CoreBackend backend(kInfinite);
+  // Nothing is evicted, so the policy shows only in what it keeps per
+  // block: the first one listed is measured.
+  CoreBackend backend(kInfinite,
+                      ParsePolicy(absl::GetFlag(FLAGS_eviction_policy)[0]));
   Replayer replayer(&backend, absl::GetFlag(FLAGS_block_size));
   size_t longest = 0;
   for (const Request& r : trace.requests) longest = std::max(longest, r.blocks);
@@ -558,16 +590,18 @@ double Ratio(uint64_t a, uint64_t b) {
 void PrintTable(const std::vector<Row>& rows, const std::optional<Memory>& m) {
   if (!rows.empty()) {
     std::printf(
-        "%-14s %-5s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s %8s\n",
-        "trace", "path", "capacity", "requests", "blocks", "hit_blk", "blk_hit",
-        "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s", "p50_us",
-        "p99_us");
+        "%-14s %-8s %-5s %10s %8s %9s %9s %9s %8s %9s %7s %12s %12s %8s "
+        "%8s\n",
+        "trace", "policy", "path", "capacity", "requests", "blocks", "hit_blk",
+        "blk_hit", "tok_hit", "evicted", "refused", "blk_ops/s", "cpu_ops/s",
+        "p50_us", "p99_us");
   }
   for (const Row& r : rows) {
     std::printf(
-        "%-14s %-5s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu %12.0f "
-        "%12.0f %8.2f %8.2f\n",
-        r.trace.c_str(), r.path.c_str(), CapacityName(r.capacity).c_str(),
+        "%-14s %-8s %-5s %10s %8llu %9llu %9llu %8.4f%% %7.3f%% %9llu %7llu "
+        "%12.0f %12.0f %8.2f %8.2f\n",
+        r.trace.c_str(), r.policy.c_str(), r.path.c_str(),
+        CapacityName(r.capacity).c_str(),
         static_cast<unsigned long long>(r.t.requests),
         static_cast<unsigned long long>(r.t.blocks),
         static_cast<unsigned long long>(r.t.hit_blocks),
@@ -599,7 +633,8 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
   std::vector<std::string> items;
   for (const Row& r : rows) {
     items.push_back(absl::StrFormat(
-        "    {\"trace\": \"%s\", \"path\": \"%s\", \"capacity\": \"%s\", "
+        "    {\"trace\": \"%s\", \"eviction_policy\": \"%s\", "
+        "\"path\": \"%s\", \"capacity\": \"%s\", "
         "\"requests\": %d, "
         "\"blocks\": %d, \"hit_blocks\": %d, \"inserted_blocks\": %d, "
         "\"evicted_blocks\": %d, \"refused_inserts\": %d, "
@@ -608,9 +643,9 @@ void PrintJson(const std::vector<Row>& rows, const std::optional<Memory>& m) {
         "\"block_ops_per_second\": %.0f, \"block_ops_per_cpu_second\": %.0f, "
         "\"p50_us\": %.3f, \"p99_us\": %.3f, "
         "\"cached_blocks\": %d, \"tree_nodes\": %d}",
-        r.trace, r.path, CapacityName(r.capacity), r.t.requests, r.t.blocks,
-        r.t.hit_blocks, r.t.inserted_blocks, r.t.evicted_blocks, r.t.refused,
-        Ratio(r.t.hit_blocks, r.t.blocks), r.t.input_tokens,
+        r.trace, r.policy, r.path, CapacityName(r.capacity), r.t.requests,
+        r.t.blocks, r.t.hit_blocks, r.t.inserted_blocks, r.t.evicted_blocks,
+        r.t.refused, Ratio(r.t.hit_blocks, r.t.blocks), r.t.input_tokens,
         r.t.hit_input_tokens, Ratio(r.t.hit_input_tokens, r.t.input_tokens),
         r.ops_per_s, r.cpu_ops_per_s, r.p50_us, r.p99_us, r.t.cached_blocks,
         r.t.tree_nodes));
@@ -643,6 +678,10 @@ int Main() {
     capacities.push_back(*cap);
   }
   if (absl::GetFlag(FLAGS_block_size) < 1) Die("block_size must be >= 1");
+  std::vector<EvictionPolicy> policies;
+  for (const std::string& p : absl::GetFlag(FLAGS_eviction_policy))
+    policies.push_back(ParsePolicy(p));
+  if (policies.empty()) Die("--eviction_policy lists no policy");
   if (!absl::GetFlag(FLAGS_mutex_deadlock_detection))
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
@@ -658,22 +697,25 @@ int Main() {
     tokens.reserve(trace.ids.size() * absl::GetFlag(FLAGS_block_size));
     Expand(trace.ids, 0, absl::GetFlag(FLAGS_block_size), &tokens);
     for (uint64_t cap : capacities) {
-      std::optional<size_t> core;  // index of this capacity's core row
-      for (const std::string& path : absl::GetFlag(FLAGS_paths)) {
-        rows.push_back(Replay(trace, tokens, path, cap));
-        if (path == "core") core = rows.size() - 1;
-        // Every path must reach the same cache: same hits, adoptions,
-        // evictions and refusals, block for block.
-        if (core.has_value() && *core != rows.size() - 1) {
-          const Totals &a = rows[*core].t, &b = rows.back().t;
-          if (a.hit_blocks != b.hit_blocks ||
-              a.inserted_blocks != b.inserted_blocks ||
-              a.evicted_blocks != b.evicted_blocks || a.refused != b.refused ||
-              a.cached_blocks != b.cached_blocks) {
-            Die(absl::StrCat(trace.name, " capacity ", CapacityName(cap), ": ",
-                             path, " differs from core (hit ", b.hit_blocks,
-                             " vs ", a.hit_blocks, ", evicted ",
-                             b.evicted_blocks, " vs ", a.evicted_blocks, ")"));
+      for (EvictionPolicy policy : policies) {
+        std::optional<size_t> core;  // index of this capacity's core row
+        for (const std::string& path : absl::GetFlag(FLAGS_paths)) {
+          rows.push_back(Replay(trace, tokens, path, cap, policy));
+          if (path == "core") core = rows.size() - 1;
+          // Every path must reach the same cache: same hits, adoptions,
+          // evictions and refusals, block for block.
+          if (core.has_value() && *core != rows.size() - 1) {
+            const Totals &a = rows[*core].t, &b = rows.back().t;
+            if (a.hit_blocks != b.hit_blocks ||
+                a.inserted_blocks != b.inserted_blocks ||
+                a.evicted_blocks != b.evicted_blocks ||
+                a.refused != b.refused || a.cached_blocks != b.cached_blocks) {
+              Die(absl::StrCat(trace.name, " capacity ", CapacityName(cap),
+                               ": ", path, " differs from core (hit ",
+                               b.hit_blocks, " vs ", a.hit_blocks, ", evicted ",
+                               b.evicted_blocks, " vs ", a.evicted_blocks,
+                               ")"));
+            }
           }
         }
       }

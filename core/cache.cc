@@ -110,6 +110,49 @@ absl::Status ValidateTokens(absl::Span<const Token> tokens,
   return absl::OkStatus();
 }
 
+absl::Status ValidatePriority(absl::string_view what, int priority,
+                              absl::Duration duration) {
+  if (priority < 0 || priority > kMaxRetentionPriority) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s priority %d is outside [0, %d]", what, priority,
+                        kMaxRetentionPriority));
+  }
+  if (duration < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " duration ", absl::FormatDuration(duration), " is negative"));
+  }
+  return absl::OkStatus();
+}
+
+// Ranges are offsets into the Insert's tokens: sorted, disjoint, non-empty.
+absl::Status ValidateRetention(const Retention& r, size_t tokens) {
+  RETURN_IF_ERROR(ValidatePriority("retention", r.priority, r.duration));
+  uint64_t prev_end = 0;
+  for (size_t i = 0; i < r.ranges.size(); ++i) {
+    const RetentionRange& x = r.ranges[i];
+    const std::string what = absl::StrCat("retention range ", i);
+    RETURN_IF_ERROR(ValidatePriority(what, x.priority, x.duration));
+    const uint64_t end = x.token_end == 0 ? tokens : x.token_end;
+    if (end > tokens) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s token_end %d exceeds the Insert's %d tokens", what, end, tokens));
+    }
+    if (x.token_begin >= end) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s is empty: token_begin %d >= token_end %d", what,
+                          x.token_begin, end));
+    }
+    if (i > 0 && x.token_begin < prev_end) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "retention ranges %d [%d, %d) and %d [%d, %d) overlap or are out "
+          "of order",
+          i - 1, r.ranges[i - 1].token_begin, prev_end, i, x.token_begin, end));
+    }
+    prev_end = end;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
                                         const CacheOptions& o) {
   if (requested < absl::ZeroDuration()) {
@@ -182,6 +225,17 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
     return absl::InvalidArgumentError(absl::StrCat(
         "default lease ttl ", absl::FormatDuration(o.default_lease_ttl),
         " is not in (0, ", absl::FormatDuration(o.limits.max_lease_ttl), "]"));
+  }
+  if (o.eviction_policy != EvictionPolicy::kLru &&
+      o.eviction_policy != EvictionPolicy::kAdaptive) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "eviction_policy %d is neither LRU (0) nor ADAPTIVE (1)",
+        static_cast<int>(o.eviction_policy)));
+  }
+  if (o.eviction_history_blocks > kMaxEvictionHistoryBlocks) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("eviction_history_blocks %d exceeds the limit of %d",
+                        o.eviction_history_blocks, kMaxEvictionHistoryBlocks));
   }
   if (o.limits.max_tenants > BlockIndex::kMaxTenants) {
     return absl::InvalidArgumentError(
@@ -433,6 +487,12 @@ absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   RETURN_IF_ERROR(
       ValidatePositions(req.position_offset, req.tokens.size(), limits));
   RETURN_IF_ERROR(LeaseTtl(req.lease_ttl, options_).status());
+  if (req.retention.has_value()) {
+    RETURN_IF_ERROR(ValidateRetention(*req.retention, req.tokens.size()));
+    return absl::UnimplementedError(
+        "retention hints are not supported by this build; send the Insert "
+        "without them");
+  }
   return absl::OkStatus();
 }
 
@@ -693,10 +753,11 @@ uint64_t PrefixCache::EvictGlobal(
     std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   uint64_t done = 0;
   for (; done < n; ++done) {
+    // Each tenant offers its policy's next victim; the oldest goes.
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
     for (Tenant* u : from) {
-      const uint64_t stamp = u->OldestEvictableStamp();
+      const uint64_t stamp = u->NextVictimStamp();
       if (stamp == 0) continue;
       if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
         continue;

@@ -68,6 +68,17 @@ struct CacheLimits {
   absl::Duration max_lease_ttl = absl::Hours(24);
 };
 
+// How a tenant picks the block to evict (docs/architecture.md, "Eviction").
+// Every policy evicts whole unpinned leaf blocks, is deterministic for a
+// given sequence of calls and keeps the budget exact.
+enum class EvictionPolicy {
+  kLru,       // least recently used leaf
+  kAdaptive,  // ARC adapted to leaf eviction, per tenant
+};
+absl::string_view EvictionPolicyName(EvictionPolicy p);  // "LRU", "ADAPTIVE"
+// Case-insensitive "lru" / "adaptive"; false (leaving *p) for anything else.
+bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p);
+
 struct CacheOptions {
   int block_size = 16;                        // tokens per block
   uint64_t block_bytes = 16 * 131072;         // KV bytes per block
@@ -89,7 +100,12 @@ struct CacheOptions {
   TenantQuota default_quota;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
   uint64_t seed = 0;       // lease-id generator seed; 0 = from the OS
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // ADAPTIVE's remembered evicted blocks per tenant, in each of its two
+  // histories; 0: the budget in blocks. At most kMaxEvictionHistoryBlocks.
+  uint64_t eviction_history_blocks = 0;
 };
+inline constexpr uint64_t kMaxEvictionHistoryBlocks = uint64_t{1} << 32;
 
 // Which tenants a multi-tenant call (Evict, Invalidate, Reset, Stats,
 // events) may act on. The server builds it from the principal.
@@ -134,6 +150,24 @@ struct MatchResult {
   std::optional<RopeDenial> rope_denied;
 };
 
+// Retention hints (an Insert's `retention`): a priority per block, lower
+// evicted first, lapsing after a duration. The types and their validation
+// are here; the cache does not apply hints yet: a valid Insert that carries
+// one is refused with UNIMPLEMENTED, changing nothing (docs/api.md).
+inline constexpr int kDefaultRetentionPriority = 50;
+inline constexpr int kMaxRetentionPriority = 100;
+struct RetentionRange {
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;  // 0: to the end of the Insert's tokens
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+};
+struct Retention {
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+  std::vector<RetentionRange> ranges;              // sorted, not overlapping
+};
+
 struct InsertRequest {
   std::string ns;
   absl::Span<const Token> tokens;
@@ -141,6 +175,7 @@ struct InsertRequest {
   int64_t position_offset = 0;
   bool pin = false;
   absl::Duration lease_ttl = absl::ZeroDuration();
+  std::optional<Retention> retention;
 };
 
 struct InsertResult {
@@ -167,6 +202,11 @@ struct TenantStats {
   uint64_t redundant_blocks = 0;
   uint64_t lease_expired = 0;
   std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
+  // By retention priority: [0] below 50, [1] 50 (default or lapsed), [2]
+  // above. With no hints applied yet every block is in [1]; evicted counts
+  // the policy's evictions (budget, limit, requested).
+  uint64_t cached_blocks_by_retention[3] = {};
+  uint64_t evicted_blocks_by_retention[3] = {};
 };
 
 struct CacheStats {

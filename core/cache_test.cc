@@ -48,6 +48,8 @@ class CacheTest : public ::testing::Test {
     o.clock = &clock_;
     o.seed = 42;
     o.default_lease_ttl = absl::Seconds(10);
+    o.eviction_policy = policy_;
+    o.eviction_history_blocks = history_blocks_;
     auto c = PrefixCache::Create(o);
     ASSERT_TRUE(c.ok()) << c.status();
     cache_ = std::move(c).value();
@@ -93,6 +95,9 @@ class CacheTest : public ::testing::Test {
     Check();
     return r.ok() ? *r : std::vector<BlockId>{};
   }
+
+  EvictionPolicy policy_ = EvictionPolicy::kLru;  // for Init
+  uint64_t history_blocks_ = 0;
 
   void Check() {
     absl::Status s = cache_->CheckInvariants();
@@ -449,7 +454,8 @@ TEST_F(CacheTest, TenantsNeverDrawTheSameLeaseIds) {
       for (const char* t : {"a", "b", "c", "d"}) {
         std::vector<Token> tokens = {static_cast<Token>(n)};
         std::vector<BlockId> ids = {static_cast<BlockId>(n * 10 + t[0])};
-        InsertRequest req{"", tokens, ids, 0, true, absl::ZeroDuration()};
+        InsertRequest req{
+            "", tokens, ids, 0, true, absl::ZeroDuration(), std::nullopt};
         const LeaseId lease = cache_->Insert(t, req).value().lease_id;
         ASSERT_TRUE(owner.emplace(lease, t).second)
             << "seed " << seed << ": tenant " << t << " drew lease " << lease
@@ -827,6 +833,235 @@ TEST_F(CacheTest, ABatchOfBadRequestsCreatesNoTenant) {
   EXPECT_EQ(r[0].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(r[1].status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(cache_->Stats(TenantScope::All()).tenants.empty());
+}
+
+// --- Eviction policies -------------------------------------------------------
+
+TEST(EvictionPolicyTest, NamesParseCaseInsensitively) {
+  EvictionPolicy p = EvictionPolicy::kLru;
+  EXPECT_TRUE(ParseEvictionPolicy("adaptive", &p));
+  EXPECT_EQ(p, EvictionPolicy::kAdaptive);
+  EXPECT_EQ(EvictionPolicyName(p), "ADAPTIVE");
+  EXPECT_TRUE(ParseEvictionPolicy("Lru", &p));
+  EXPECT_EQ(p, EvictionPolicy::kLru);
+  EXPECT_EQ(EvictionPolicyName(p), "LRU");
+  EXPECT_FALSE(ParseEvictionPolicy("arc", &p));
+  EXPECT_EQ(p, EvictionPolicy::kLru);  // left as it was
+  EXPECT_EQ(CacheOptions().eviction_policy, EvictionPolicy::kLru);
+}
+
+// The default policy is exactly the LRU of the tests above: the same
+// sequence under ADAPTIVE evicts the once-seen block first instead.
+TEST_F(CacheTest, LruEvictsTheOldestEvenIfItWasReused) {
+  Init(1, 2);
+  Insert({1}, {1});
+  Match({1});
+  Insert({2}, {2});
+  EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(1));
+}
+
+TEST_F(CacheTest, AdaptiveEvictsOnceSeenBlocksBeforeReusedOnes) {
+  policy_ = EvictionPolicy::kAdaptive;
+  Init(1, 2);
+  Insert({1}, {1});
+  Match({1});  // [1] is seen again: T2
+  Insert({2}, {2});
+  // T1 holds [2] and [3], more than the target (half the budget, 1): its
+  // oldest goes, although [1] is older.
+  EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
+}
+
+TEST_F(CacheTest, AdaptiveHistoryHitGivesOnceSeenBlocksMoreRoom) {
+  for (bool history_hit : {false, true}) {
+    SCOPED_TRACE(history_hit);
+    policy_ = EvictionPolicy::kAdaptive;
+    Init(1, 2);
+    Insert({1}, {1});
+    Match({1});
+    Insert({2}, {2});
+    EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
+    // [2] again, while the history remembers it evicted from T1: the
+    // target of T1 grows from 1 to 2 and [2] is cached as T2. T1 (just
+    // [3]) is then not above the target, so T2's oldest leaf, [1], goes. A
+    // block the history does not know leaves the target at 1, below T1's
+    // [3] and [5]: [3] goes.
+    const InsertResult r = history_hit ? Insert({2}, {4}) : Insert({5}, {5});
+    EXPECT_THAT(r.evicted_block_ids, ElementsAre(history_hit ? 1 : 3));
+  }
+}
+
+TEST_F(CacheTest, AdaptiveHistoryForgetsBeyondItsSize) {
+  policy_ = EvictionPolicy::kAdaptive;
+  history_blocks_ = 1;
+  Init(1, 2);
+  Insert({1}, {1});
+  Match({1});
+  Insert({2}, {2});
+  EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
+  EXPECT_THAT(Insert({4}, {4}).evicted_block_ids, ElementsAre(3));
+  // B1 keeps only [3] now: [2] comes back as a stranger, and T1 ([4], [2])
+  // is above the target, so T1's oldest goes, not [1].
+  EXPECT_THAT(Insert({2}, {5}).evicted_block_ids, ElementsAre(4));
+}
+
+TEST_F(CacheTest, AdaptiveHistoryKnowsBlocksByTheirWholePrefix) {
+  policy_ = EvictionPolicy::kAdaptive;
+  Init(1, 3);
+  Insert({1}, {1});
+  Match({1});
+  Insert({2}, {2});
+  Insert({6}, {6});
+  EXPECT_THAT(Insert({3}, {3}).evicted_block_ids, ElementsAre(2));
+  // [3 2] ends in the tokens of the evicted [2], but its prefix differs:
+  // no history hit, so the target stays 1 and T1's oldest leaf, [6], goes.
+  // (A hit would make [3 2] T2 and the target 2, and evict [1].)
+  EXPECT_THAT(Insert({3, 2}, {3, 4}).evicted_block_ids, ElementsAre(6));
+}
+
+TEST_F(CacheTest, AdaptiveReturnsEveryEvictedIdOnceAndKeepsTheBudget) {
+  policy_ = EvictionPolicy::kAdaptive;
+  history_blocks_ = 8;
+  Init(2, 16);
+  std::vector<BlockId> returned;
+  BlockId next = 1;
+  uint64_t seed = 7;
+  auto rnd = [&](int n) {
+    seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<int>((seed >> 33) % n);
+  };
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<Token> tokens;
+    for (int b = 1 + rnd(5); b > 0; --b) {
+      const Token v = static_cast<Token>(rnd(4));
+      tokens.push_back(v);
+      tokens.push_back(v + 10);
+    }
+    if (rnd(3) == 0) {
+      Match(tokens);
+      continue;
+    }
+    std::vector<BlockId> ids;
+    for (size_t b = 0; b < tokens.size() / 2; ++b) ids.push_back(next++);
+    const InsertResult r = Insert(tokens, ids);
+    returned.insert(returned.end(), r.redundant_block_ids.begin(),
+                    r.redundant_block_ids.end());
+    returned.insert(returned.end(), r.evicted_block_ids.begin(),
+                    r.evicted_block_ids.end());
+    if (rnd(10) == 0) {
+      const std::vector<BlockId> e = Evict(1 + rnd(3));
+      returned.insert(returned.end(), e.begin(), e.end());
+    }
+    ASSERT_LE(cache_->Stats(TenantScope::All()).resident_blocks, 16u);
+  }
+  std::vector<BlockId> all = returned;
+  for (const DumpNode& n :
+       cache_->Dump("a", "").value_or(std::vector<DumpNode>{}))
+    all.insert(all.end(), n.block_ids.begin(), n.block_ids.end());
+  std::sort(all.begin(), all.end());
+  std::vector<BlockId> want(next - 1);
+  std::iota(want.begin(), want.end(), 1);
+  EXPECT_EQ(all, want);  // each ID cached or returned, exactly once
+}
+
+TEST_F(CacheTest, AdaptiveStateSurvivesASnapshotAsOnceSeenBlocks) {
+  policy_ = EvictionPolicy::kAdaptive;
+  Init(1, 4);
+  Insert({1, 2}, {1, 2});
+  Match({1});
+  const std::string bytes = cache_->SaveSnapshot({});
+  Init(1, 4);
+  ASSERT_TRUE(cache_->LoadSnapshot(bytes).ok());
+  Check();  // every loaded block has its fingerprint
+  // Loaded blocks are all T1: LRU order among them, tail first.
+  EXPECT_THAT(Insert({5, 6, 7}, {5, 6, 7}).evicted_block_ids, ElementsAre(2));
+}
+
+TEST_F(CacheTest, CreateRejectsAnUnknownEvictionPolicy) {
+  CacheOptions o;
+  o.eviction_policy = static_cast<EvictionPolicy>(7);
+  auto c = PrefixCache::Create(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("eviction_policy 7"));
+  o.eviction_policy = EvictionPolicy::kAdaptive;
+  o.eviction_history_blocks = (uint64_t{1} << 32) + 1;
+  c = PrefixCache::Create(o);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("eviction_history_blocks 4294967297"));
+}
+
+// --- Retention hints: validated; not applied yet
+// --------------------------------
+
+TEST_F(CacheTest, RetentionValidationNamesTheValueAndChangesNothing) {
+  Init(4, 100);
+  Insert({1, 2, 3, 4}, {1});
+  const std::string before = Snapshot();
+  auto stats_before = cache_->Stats(TenantScope::All()).tenants[0];
+  struct Case {
+    Retention r;
+    std::string message;
+  };
+  auto range = [](uint64_t b, uint64_t e, int p = 50) {
+    return RetentionRange{b, e, p, absl::ZeroDuration()};
+  };
+  std::vector<Case> cases = {
+      {{101, absl::ZeroDuration(), {}},
+       "retention priority 101 is outside [0, 100]"},
+      {{-1, absl::ZeroDuration(), {}},
+       "retention priority -1 is outside [0, 100]"},
+      {{50, absl::Seconds(-1), {}}, "retention duration -1s is negative"},
+      {{50, absl::ZeroDuration(), {range(0, 4, 150)}},
+       "retention range 0 priority 150 is outside [0, 100]"},
+      {{50, absl::ZeroDuration(), {range(0, 12)}},
+       "retention range 0 token_end 12 exceeds the Insert's 8 tokens"},
+      {{50, absl::ZeroDuration(), {range(4, 4)}},
+       "retention range 0 is empty: token_begin 4 >= token_end 4"},
+      {{50, absl::ZeroDuration(), {range(8, 0)}},
+       "retention range 0 is empty: token_begin 8 >= token_end 8"},
+      {{50, absl::ZeroDuration(), {range(0, 6), range(4, 8)}},
+       "retention ranges 0 [0, 6) and 1 [4, 8) overlap or are out of order"},
+      {{50, absl::ZeroDuration(), {range(4, 8), range(0, 4)}},
+       "retention ranges 0 [4, 8) and 1 [0, 4) overlap or are out of order"},
+  };
+  std::vector<Token> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<BlockId> ids = {1, 2};
+  for (const Case& c : cases) {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.retention = c.r;
+    auto r = cache_->Insert("a", req);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message(), c.message);
+    EXPECT_EQ(Snapshot(), before);
+  }
+  // A valid hint is refused as not supported yet, also changing nothing.
+  InsertRequest req;
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.retention = Retention{80, absl::Seconds(5), {range(0, 4, 10)}};
+  auto r = cache_->Insert("a", req);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(Snapshot(), before);
+  const TenantStats after = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(after.insert_requests, stats_before.insert_requests);
+  Check();
+}
+
+TEST_F(CacheTest, WithoutHintsEveryBlockCountsAsDefaultRetention) {
+  Init(1, 3);
+  Insert({1, 2}, {1, 2});
+  Insert({3, 4}, {3, 4});  // evicts [2] (budget)
+  Evict(1);
+  ASSERT_TRUE(cache_->Invalidate(TenantScope::All(), {3}).ok());
+  const TenantStats s = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(s.cached_blocks_by_retention[0], 0u);
+  EXPECT_EQ(s.cached_blocks_by_retention[1], s.cached_blocks);
+  EXPECT_EQ(s.cached_blocks_by_retention[2], 0u);
+  EXPECT_EQ(s.evicted_blocks_by_retention[1], 2u);  // not the invalidated
+  EXPECT_EQ(s.evicted_blocks_by_retention[0] + s.evicted_blocks_by_retention[2],
+            0u);
 }
 
 }  // namespace

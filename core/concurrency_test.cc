@@ -98,7 +98,8 @@ TEST(ConcurrencyTest, MixedOperationsAcrossTenantsKeepEveryInvariant) {
                           ids,
                           0,
                           uniform(0, 4) == 0,
-                          absl::ZeroDuration()};
+                          absl::ZeroDuration(),
+                          std::nullopt};
         auto r = cache->Insert(tenant, req);
         if (r.ok()) {
           for (BlockId id : ids) ledger.Given(id);

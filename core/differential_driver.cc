@@ -14,6 +14,7 @@ namespace {
 constexpr int kBs = 2;
 constexpr uint64_t kBudget = 24;
 constexpr absl::Duration kLeaseTtl = absl::Seconds(10);
+constexpr uint64_t kHistory = 6;  // ADAPTIVE's per list
 
 std::string Describe(const MatchResult& r) {
   std::string out =
@@ -51,7 +52,8 @@ std::string CompareSorted(std::vector<BlockId> real,
 }  // namespace
 
 DifferentialDriver::DifferentialDriver(DifferentialChoices* choices,
-                                       RopeShift shift, uint64_t seed)
+                                       RopeShift shift, uint64_t seed,
+                                       EvictionPolicy policy)
     : choices_(*choices) {
   const std::map<std::string, ReferenceModel::Quota> quotas = {
       {"a", {4, 14}}, {"b", {0, 24}}, {"c", {3, 9}}};
@@ -64,11 +66,13 @@ DifferentialDriver::DifferentialDriver(DifferentialChoices* choices,
   o.seed = seed;
   o.dynamic_tenants = false;
   o.default_lease_ttl = kLeaseTtl;
+  o.eviction_policy = policy;
+  o.eviction_history_blocks = kHistory;
   for (const auto& [name, q] : quotas)
     o.tenants.push_back({name, {q.reserved, q.limit}});
   cache_ = std::move(PrefixCache::Create(o)).value();
-  model_ =
-      std::make_unique<ReferenceModel>(kBs, kBudget, shift, quotas, kLeaseTtl);
+  model_ = std::make_unique<ReferenceModel>(kBs, kBudget, shift, quotas,
+                                            kLeaseTtl, policy, kHistory);
 }
 
 std::string DifferentialDriver::Run(int max_steps) {
@@ -195,7 +199,8 @@ std::string DifferentialDriver::DoInsert(const std::string& tenant) {
   last_op_ = absl::StrCat(
       "insert ", tenant, "/", ns, " [", absl::StrJoin(tokens, ","), "] ids [",
       absl::StrJoin(ids, ","), "] @", offset, pin ? " pin" : "");
-  InsertRequest req{ns, tokens, ids, offset, pin, absl::ZeroDuration()};
+  InsertRequest req{ns,          tokens, ids, offset, pin, absl::ZeroDuration(),
+                    std::nullopt};
   auto real = cache_->Insert(tenant, req);
   InsertResult want;
   const auto code = model_->Insert(tenant, ns, tokens, ids, offset, pin, &want);
@@ -315,8 +320,8 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
     case 1: {  // Insert whose IDs do not fit its tokens
       if (ids.size() * kBs == tokens.size()) ids.push_back(next_id_++);
       got = cache_
-                ->Insert(tenant,
-                         {"", tokens, ids, 0, false, absl::ZeroDuration()})
+                ->Insert(tenant, {"", tokens, ids, 0, false,
+                                  absl::ZeroDuration(), std::nullopt})
                 .status();
       break;
     }
@@ -325,8 +330,8 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
       const BlockId id = PickId("");
       ids = {id, id};
       got = cache_
-                ->Insert(tenant,
-                         {"", tokens, ids, 0, false, absl::ZeroDuration()})
+                ->Insert(tenant, {"", tokens, ids, 0, false,
+                                  absl::ZeroDuration(), std::nullopt})
                 .status();
       break;
     }

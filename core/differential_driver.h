@@ -10,10 +10,11 @@
 // Sizes are kept small (block size 2, a 24-block budget, three tenants "a",
 // "b" and "c" with reservations and limits, four distinct blocks of tokens)
 // so that prefixes are shared, trees split, budgets fill and leases pin
-// often. Shapes the model does not know (DifferentialOp::kMalformed: empty,
-// misaligned or mismatched requests, negative offsets) are sent to the cache
-// alone: they must be INVALID_ARGUMENT (NOT_FOUND for a lease never issued)
-// and change nothing.
+// often. Under ADAPTIVE the history keeps 6 blocks per list, so that it
+// fills and forgets too. Shapes the model does not know
+// (DifferentialOp::kMalformed: empty, misaligned or mismatched requests,
+// negative offsets) are sent to the cache alone: they must be INVALID_ARGUMENT
+// (NOT_FOUND for a lease never issued) and change nothing.
 //
 // Test support (the prefixd_differential library), not part of prefixd_core.
 #ifndef PREFIXD_CORE_DIFFERENTIAL_DRIVER_H_
@@ -96,7 +97,8 @@ class DifferentialDriver {
   // `choices` must outlive the driver; `seed` is the cache's
   // CacheOptions::seed.
   DifferentialDriver(DifferentialChoices* choices, RopeShift shift,
-                     uint64_t seed);
+                     uint64_t seed,
+                     EvictionPolicy policy = EvictionPolicy::kLru);
 
   // Runs up to `max_steps` operations, fewer if the choices are exhausted.
   // Returns "" or the first disagreement or broken invariant, as

@@ -75,12 +75,16 @@ TEST(DifferentialTest, RandomOperationsAgreeWithTheReferenceModel) {
   const int per_seed = 2000;
   uint64_t seed = fixed_seed != 0 ? fixed_seed : std::random_device{}();
   for (uint64_t done = 0; done < total; done += per_seed, ++seed) {
-    for (RopeShift shift : {RopeShift::kAllow, RopeShift::kDeny}) {
-      RandomChoices choices(seed);
-      DifferentialDriver d(&choices, shift, seed + 1);
-      const std::string err = d.Run(per_seed / 2);
-      ASSERT_EQ(err, "") << "seed " << seed << " (PREFIXD_DIFF_SEED=" << seed
-                         << " replays it), shift " << static_cast<int>(shift);
+    for (EvictionPolicy policy :
+         {EvictionPolicy::kLru, EvictionPolicy::kAdaptive}) {
+      for (RopeShift shift : {RopeShift::kAllow, RopeShift::kDeny}) {
+        RandomChoices choices(seed);
+        DifferentialDriver d(&choices, shift, seed + 1, policy);
+        const std::string err = d.Run(per_seed / 4);
+        ASSERT_EQ(err, "") << "seed " << seed << " (PREFIXD_DIFF_SEED=" << seed
+                           << " replays it), shift " << static_cast<int>(shift)
+                           << ", " << EvictionPolicyName(policy);
+      }
     }
     if (fixed_seed != 0) break;
   }

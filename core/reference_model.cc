@@ -9,12 +9,15 @@ using Code = absl::StatusCode;
 ReferenceModel::ReferenceModel(int block_size, uint64_t budget_blocks,
                                RopeShift shift,
                                std::map<std::string, Quota> tenants,
-                               absl::Duration lease_ttl)
+                               absl::Duration lease_ttl, EvictionPolicy policy,
+                               uint64_t history_blocks)
     : bs_(block_size),
       budget_(budget_blocks),
       shift_(shift),
       quotas_(std::move(tenants)),
-      ttl_(lease_ttl) {}
+      ttl_(lease_ttl),
+      policy_(policy),
+      history_(history_blocks != 0 ? history_blocks : budget_blocks) {}
 
 ReferenceModel::Key ReferenceModel::Prefix(const std::vector<Token>& tokens,
                                            size_t blocks, int bs) {
@@ -45,33 +48,110 @@ bool ReferenceModel::FindVictim(const State& s,
                                 const std::set<Key>& guarded, Victim* v) const {
   bool found = false;
   uint64_t best = 0;
-  for (const auto& [t, tree] : s.trees) {
-    if (!eligible.count(t.tenant)) continue;
-    if (respect_reserved &&
-        CachedIn(s, t.tenant) <= quotas_.at(t.tenant).reserved)
+  for (const std::string& tenant : eligible) {
+    if (respect_reserved && CachedIn(s, tenant) <= quotas_.at(tenant).reserved)
       continue;
-    const bool guard =
-        guard_tree != nullptr && !(t < *guard_tree) && !(*guard_tree < t);
-    for (const auto& [key, block] : tree) {
-      if (block.pins > 0 || (guard && guarded.count(key)) ||
-          HasChild(s, t, key))
-        continue;
-      if (!found || block.stamp < best) {
-        found = true;
-        best = block.stamp;
-        *v = Victim{t, key};
+    std::vector<Victim> leaves;
+    for (const auto& [t, tree] : s.trees) {
+      if (t.tenant != tenant) continue;
+      const bool guard =
+          guard_tree != nullptr && !(t < *guard_tree) && !(*guard_tree < t);
+      for (const auto& [key, block] : tree) {
+        if (block.pins == 0 && !(guard && guarded.count(key)) &&
+            !HasChild(s, t, key))
+          leaves.push_back(Victim{t, key});
       }
+    }
+    Victim mine;
+    if (!PickLeaf(s, tenant, leaves, &mine)) continue;
+    const uint64_t stamp = s.trees.at(mine.tree).at(mine.key).stamp;
+    if (!found || stamp < best) {
+      found = true;
+      best = stamp;
+      *v = mine;
     }
   }
   return found;
 }
 
+// LRU: the oldest leaf. ADAPTIVE: the oldest of T1 if T1 holds more blocks
+// than the target, else of T2; the other class if that one has no leaf.
+bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
+                              const std::vector<Victim>& leaves,
+                              Victim* v) const {
+  bool want_again = false;
+  if (policy_ == EvictionPolicy::kAdaptive) {
+    uint64_t recent = 0;
+    for (const auto& [t, tree] : s.trees) {
+      if (t.tenant != tenant) continue;
+      for (const auto& [key, block] : tree) recent += !block.seen_again;
+    }
+    auto it = s.adaptive.find(tenant);
+    const uint64_t target =
+        it != s.adaptive.end()
+            ? it->second.target
+            : std::min(quotas_.at(tenant).limit, budget_) / 2;
+    want_again = recent <= target;
+  }
+  for (bool again : {want_again, !want_again}) {
+    bool found = false;
+    uint64_t best = 0;
+    for (const Victim& leaf : leaves) {
+      const Block& b = s.trees.at(leaf.tree).at(leaf.key);
+      if (policy_ == EvictionPolicy::kAdaptive && b.seen_again != again)
+        continue;
+      if (!found || b.stamp < best) {
+        found = true;
+        best = b.stamp;
+        *v = leaf;
+      }
+    }
+    if (found) return true;
+  }
+  return false;
+}
+
 BlockId ReferenceModel::Remove(State& s, const Victim& v) {
   auto& tree = s.trees.at(v.tree);
-  const BlockId id = tree.at(v.key).id;
+  const Block block = tree.at(v.key);
   tree.erase(v.key);
-  s.ids.erase(id);
-  return id;
+  s.ids.erase(block.id);
+  if (policy_ == EvictionPolicy::kAdaptive) {
+    std::vector<Ghost>& list =
+        ArcOf(s, v.tree.tenant).lists[block.seen_again ? 1 : 0];
+    list.push_back(Ghost{v.tree.ns, v.key});
+    if (list.size() > history_) list.erase(list.begin());
+  }
+  return block.id;
+}
+
+ReferenceModel::Adaptive& ReferenceModel::ArcOf(
+    State& s, const std::string& tenant) const {
+  auto [it, added] = s.adaptive.try_emplace(tenant);
+  if (added)
+    it->second.target = std::min(quotas_.at(tenant).limit, budget_) / 2;
+  return it->second;
+}
+
+bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
+                               const std::string& ns, const Key& key) {
+  if (policy_ != EvictionPolicy::kAdaptive) return false;
+  Adaptive& a = ArcOf(s, tenant);
+  const uint64_t cap = std::min(quotas_.at(tenant).limit, budget_);
+  const uint64_t n1 = a.lists[0].size(), n2 = a.lists[1].size();
+  for (int l = 0; l < 2; ++l) {
+    auto it = std::find(a.lists[l].begin(), a.lists[l].end(), Ghost{ns, key});
+    if (it == a.lists[l].end()) continue;
+    a.lists[l].erase(it);
+    if (l == 0) {
+      a.target = std::min(cap, a.target + std::max<uint64_t>(n2 / n1, 1));
+    } else {
+      const uint64_t step = std::max<uint64_t>(n1 / n2, 1);
+      a.target = a.target > step ? a.target - step : 0;
+    }
+    return true;
+  }
+  return false;
 }
 
 void ReferenceModel::DropEmpty(State& s) {
@@ -115,6 +195,7 @@ Code ReferenceModel::Match(const std::string& tenant, const std::string& ns,
   for (size_t k = 1; k <= matched; ++k) {
     Block& b = tree.at(Prefix(tokens, k, bs_));
     b.stamp = stamp;
+    b.seen_again = true;
     if (pin) {
       ++b.pins;
       lease.path.push_back(Prefix(tokens, k, bs_));
@@ -165,7 +246,10 @@ Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
     Key key = Prefix(tokens, i + 1, bs_);
     if (i >= cached) {
       tree[key] = Block{ids[i], stamp, offset + static_cast<int64_t>(i * bs_)};
+      tree[key].seen_again = SeenAgain(s, tenant, ns, key);
       s.ids.insert(ids[i]);
+    } else {
+      tree.at(key).seen_again = true;
     }
     tree.at(key).stamp = stamp;
     guarded.insert(std::move(key));
@@ -293,6 +377,7 @@ Code ReferenceModel::Invalidate(const std::vector<BlockId>& ids,
 
 std::vector<BlockId> ReferenceModel::Reset(const std::string& tenant) {
   std::vector<BlockId> out;
+  state_.adaptive.erase(tenant);
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = it->second.tenant == tenant ? leases_.erase(it) : std::next(it);
   }

@@ -1,8 +1,10 @@
 // A deliberately simple model of PrefixCache's semantics, for differential
 // tests and fuzzers (in the style of rax's fuzzTest): a map from each cached
 // whole-block prefix to its block, LRU by scanning everything, and feasibility
-// checked by trying the evictions on a copy. Slow and obviously right; it
-// shares no code with the real cache.
+// checked by trying the evictions on a copy. ADAPTIVE the same way: a class
+// per block, the history as two lists of (namespace, prefix) searched
+// linearly, the victim by a full scan. Slow and obviously right; it shares
+// no code with the real cache.
 #ifndef PREFIXD_CORE_REFERENCE_MODEL_H_
 #define PREFIXD_CORE_REFERENCE_MODEL_H_
 
@@ -24,9 +26,11 @@ class ReferenceModel {
     uint64_t reserved = 0;  // blocks
     uint64_t limit = 0;     // blocks
   };
+  // `history_blocks`: ADAPTIVE's per-list history size (0: the budget).
   ReferenceModel(int block_size, uint64_t budget_blocks, RopeShift shift,
-                 std::map<std::string, Quota> tenants,
-                 absl::Duration lease_ttl);
+                 std::map<std::string, Quota> tenants, absl::Duration lease_ttl,
+                 EvictionPolicy policy = EvictionPolicy::kLru,
+                 uint64_t history_blocks = 0);
 
   // Results use the real cache's types; lease IDs are the model's own.
   absl::StatusCode Match(const std::string& tenant, const std::string& ns,
@@ -55,6 +59,7 @@ class ReferenceModel {
     uint64_t stamp;
     int64_t position;
     int pins = 0;
+    bool seen_again = false;  // ADAPTIVE's T2 (else T1)
   };
   struct TreeKey {
     std::string tenant, ns;
@@ -68,10 +73,21 @@ class ReferenceModel {
     std::vector<Key> path;
     absl::Time expiry;
   };
+  // An evicted block, as ADAPTIVE's history remembers it.
+  struct Ghost {
+    std::string ns;
+    Key key;
+    bool operator==(const Ghost& o) const { return ns == o.ns && key == o.key; }
+  };
+  struct Adaptive {  // one tenant's ARC state
+    uint64_t target = 0;
+    std::vector<Ghost> lists[2];  // B1, B2; oldest first
+  };
   struct State {
     std::map<TreeKey, std::map<Key, Block>> trees;
     std::set<BlockId> ids;
     uint64_t now_stamp = 0;
+    std::map<std::string, Adaptive> adaptive;  // by tenant
   };
   struct Victim {
     TreeKey tree;
@@ -91,7 +107,17 @@ class ReferenceModel {
   bool FindVictim(const State& s, const std::set<std::string>& eligible,
                   bool respect_reserved, const TreeKey* guard_tree,
                   const std::set<Key>& guarded, Victim* v) const;
+  // The victim tenant `tenant`'s policy picks among `leaves` (its evictable
+  // ones); false if there are none.
+  bool PickLeaf(const State& s, const std::string& tenant,
+                const std::vector<Victim>& leaves, Victim* v) const;
+  // Evicts v's block (and, under ADAPTIVE, remembers it).
   BlockId Remove(State& s, const Victim& v);
+  // A tenant's ARC state, created with the target at half its limit.
+  Adaptive& ArcOf(State& s, const std::string& tenant) const;
+  // ADAPTIVE: the class of a block cached anew (adapting the target).
+  bool SeenAgain(State& s, const std::string& tenant, const std::string& ns,
+                 const Key& key);
   void DropEmpty(State& s);
   void EndLease(LeaseId id);
 
@@ -100,6 +126,8 @@ class ReferenceModel {
   RopeShift shift_;
   std::map<std::string, Quota> quotas_;
   absl::Duration ttl_;
+  EvictionPolicy policy_;
+  uint64_t history_;
   absl::Time now_ = absl::UnixEpoch();
   State state_;
   std::map<LeaseId, Lease> leases_;

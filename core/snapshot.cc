@@ -158,6 +158,8 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
             "snapshot: block id %d appears twice", ids[failed]));
       }
       Node* n = AddChild(parent, tokens, ids, static_cast<int64_t>(position));
+      policy_.AddBlocks(n, kRecent, nblocks);  // no history in a snapshot
+      policy_.SetFingerprints(*n);
       n->tree->blocks += nblocks;
       cached_blocks_ += nblocks;
       block_index_->SetNode(ids, n);

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -16,6 +17,13 @@ uint64_t SplitMix64(uint64_t* state) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
+}
+
+// CacheOptions' history size: 0 is the budget in blocks (as PrefixCache
+// computes it).
+uint64_t HistoryBlocks(const CacheOptions& o) {
+  if (o.eviction_history_blocks != 0) return o.eviction_history_blocks;
+  return std::min<uint64_t>(o.budget_bytes / o.block_bytes, uint64_t{1} << 62);
 }
 
 }  // namespace
@@ -32,6 +40,7 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       block_size_(options.block_size),
       detailed_events_(options.detailed_events),
       block_index_(block_index),
+      policy_(options.eviction_policy, HistoryBlocks(options), limit_blocks),
       rng_state_(rng_seed),
       events_(options.events_per_tenant, event_order, options.event_ring_bytes),
       pinned_over_reserved_(pinned_over_reserved) {
@@ -52,44 +61,18 @@ Tree* Tenant::GetOrCreateTree(absl::string_view ns) {
   return slot.get();
 }
 
-// --- The LRU set (lazily kept; see tenant.h) --------------------------------
+// --- Eviction order (lazily kept; see tenant.h and eviction.h) -------------
 
-void Tenant::LruErase(Node* n) {
-  if (n->lru_key == 0) return;
-  lru_.erase({n->lru_key, n});
-  n->lru_key = 0;
-}
-
-void Tenant::SyncLru(Node* n) {
-  if (n->lru_key != 0 || !n->evictable()) return;
-  // Stamps start at 1: 0 is "no entry".
-  assert(n->stamp != 0);
-  // Usually a fresh stamp, which sorts last: the hint saves the descent.
-  lru_.insert(lru_.end(), {n->stamp, n});
-  n->lru_key = n->stamp;
-}
-
-void Tenant::NormalizeLruHead() {
-  while (!lru_.empty()) {
-    auto head = lru_.begin();
-    Node* n = head->second;
-    assert(n->lru_key == head->first);
-    if (n->evictable() && head->first == n->stamp) return;
-    lru_.erase(head);
-    n->lru_key = 0;
-    SyncLru(n);  // back in at (stamp, n) if still evictable
-  }
-}
-
-uint64_t Tenant::OldestEvictableStamp() {
-  NormalizeLruHead();
-  return lru_.empty() ? 0 : lru_.begin()->first;
+uint64_t Tenant::NextVictimStamp() {
+  const Node* n = policy_.Victim();
+  return n == nullptr ? 0 : n->stamp;
 }
 
 void Tenant::TouchPath(Node* end, uint64_t stamp) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
-    assert(stamp >= n->stamp);  // so that lru_key <= stamp stays true
+    assert(stamp >= n->stamp);  // so that entry keys <= stamp stays true
     n->stamp = stamp;
+    policy_.Touch(n);
   }
 }
 
@@ -121,6 +104,8 @@ void Tenant::SyncPinnedOverReserved() {
 // entry.
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
   Node* head = SplitNode(node, blocks);
+  EvictionState::Split(head, *node);
+  policy_.SplitFingerprints(head, node, blocks);
   block_index_->SetNode(head->block_ids(), head);
   ++nodes_;
   return head;
@@ -129,15 +114,49 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
 Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
                      absl::Span<const BlockId> ids, int64_t position,
                      uint64_t stamp) {
+  if (!policy_.adaptive())
+    return AttachRun(parent, tokens, ids, position, stamp, kRecent, {});
+  // Each block's class comes from the history, by its fingerprint, in
+  // order (each lookup may adapt the target).
+  const size_t bs = static_cast<size_t>(block_size_);
+  uint64_t fp = policy_.FingerprintAbove(*parent);
+  absl::InlinedVector<uint64_t, 64> fps;
+  size_t begin = 0;
+  int cls = kRecent;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
+    fps.push_back(fp);
+    const int c = policy_.ClassForNew(fp);
+    if (i > begin && c != cls) {
+      parent =
+          AttachRun(parent, tokens.subspan(begin * bs, (i - begin) * bs),
+                    ids.subspan(begin, i - begin),
+                    position + static_cast<int64_t>(begin * bs), stamp, cls,
+                    absl::MakeConstSpan(fps).subspan(begin, i - begin));
+      begin = i;
+    }
+    cls = c;
+  }
+  return AttachRun(parent, tokens.subspan(begin * bs), ids.subspan(begin),
+                   position + static_cast<int64_t>(begin * bs), stamp, cls,
+                   absl::MakeConstSpan(fps).subspan(begin));
+}
+
+Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
+                        absl::Span<const BlockId> ids, int64_t position,
+                        uint64_t stamp, int cls,
+                        absl::Span<const uint64_t> fps) {
   Node* target;
   if (!parent->is_root() && parent->children.empty() && parent->pins == 0 &&
-      parent->end_position() == position) {
+      parent->end_position() == position && ClassOf(*parent) == cls) {
     // Extending a leaf keeps chains of single children in one node.
     target = parent;
     target->Append(tokens, ids);
   } else {
     target = AddChild(parent, tokens, ids, position);
   }
+  policy_.AddBlocks(target, cls, ids.size());
+  policy_.AddFingerprints(target, fps);
   target->tree->blocks += ids.size();
   cached_blocks_ += ids.size();
   block_index_->SetNode(ids, target);
@@ -165,9 +184,10 @@ void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
 }
 
 BlockId Tenant::EvictOne(EvictReason reason) {
-  NormalizeLruHead();
-  assert(!lru_.empty());
-  Node* n = lru_.begin()->second;
+  Node* n = policy_.Victim();
+  assert(n != nullptr);
+  policy_.RememberTail(*n);
+  policy_.RemoveBlocks(*n, 1);
   Tree* tree = n->tree;
   const BlockId id = n->block_ids().back();
   block_index_->Erase(id);
@@ -178,9 +198,8 @@ BlockId Tenant::EvictOne(EvictReason reason) {
     n->DropBack();
     return id;
   }
-  // The last block of the node: the node itself goes (it is lru_.begin()).
-  lru_.erase(lru_.begin());
-  n->lru_key = 0;
+  // The last block of the node: the node itself goes.
+  LruErase(n);
   Node* parent = n->parent;
   RemoveLeaf(n);
   --nodes_;
@@ -207,6 +226,8 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   Tree* tree = node->tree;
   auto remove_one = [&](Node& n) {
     LruErase(&n);
+    policy_.RemoveBlocks(n, n.num_blocks());
+    policy_.DropFingerprints(&n);
     for (BlockId id : n.block_ids()) {
       removed->push_back(id);
       NoteRemoved(tree, id, reason);
@@ -246,7 +267,7 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
   counters_.evicted_blocks[static_cast<int>(EvictReason::kReset)] +=
       cached_blocks_;
   trees_.clear();
-  lru_.clear();
+  policy_.Clear();
   leases_.clear();
   lease_expiry_.clear();
   leases_by_end_.clear();
@@ -361,6 +382,11 @@ TenantStats Tenant::Stats(uint64_t block_bytes) const {
   s.tree_nodes = nodes_;
   s.namespaces = trees_.size();
   s.active_leases = leases_.size();
+  s.cached_blocks_by_retention[1] = cached_blocks_;
+  s.evicted_blocks_by_retention[1] =
+      s.evicted_blocks[static_cast<int>(EvictReason::kBudget)] +
+      s.evicted_blocks[static_cast<int>(EvictReason::kLimit)] +
+      s.evicted_blocks[static_cast<int>(EvictReason::kRequested)];
   return s;
 }
 
@@ -419,8 +445,8 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
   if (leases_by_end_.size() != leases_.size())
     return fail("lease end-node index has extra entries");
 
-  uint64_t cached = 0, pinned = 0, nodes = 0;
-  size_t lru_members = 0;                 // nodes with an LRU entry
+  uint64_t cached = 0, pinned = 0, nodes = 0, recent = 0;
+  size_t lru_members = 0;                 // nodes with an entry
   absl::flat_hash_set<const Node*> live;  // every node of this tenant
   for (const auto& entry : trees_) {
     const std::string& ns = entry.first;
@@ -433,7 +459,8 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
                                   ns, tree->block_size, block_size_));
     }
     if (tree->root.tree != tree) return fail("root points at another tree");
-    if (tree->root.lru_key != 0) return fail("a root has an LRU entry");
+    if (tree->root.lru_key != 0)
+      return fail("a root has an LRU entry or a class");
     uint64_t tree_blocks = 0, tree_nodes = 0;
     std::string err;
     auto check = [&](auto&& self, const Node& parent) -> bool {
@@ -453,18 +480,24 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
           return fail(absl::StrFormat("node pinned %d times, leases say %d",
                                       n.pins, want));
         }
-        // The lazy LRU set (tenant.h): an evictable node has an entry; an
-        // entry's key is its node's lru_key and no newer than its stamp.
-        if (n.evictable() && n.lru_key == 0)
+        // The lazy entry sets (tenant.h): an evictable node has an entry
+        // in its class's set; an entry's key is its node's and no newer
+        // than its stamp. LRU has one class.
+        if (n.evictable() && EntryKey(n) == 0)
           return fail("an evictable node has no LRU entry");
-        if (n.lru_key != 0) {
-          if (n.lru_key > n.stamp) {
+        if (ClassOf(n) != kRecent && !policy_.adaptive())
+          return fail("a node has ADAPTIVE's second class under LRU");
+        if (ClassOf(n) == kRecent) recent += n.num_blocks();
+        if (!policy_.CheckFingerprints(n))
+          return fail("a block's fingerprint is missing or wrong");
+        if (EntryKey(n) != 0) {
+          if (EntryKey(n) > n.stamp) {
             return fail(absl::StrFormat(
-                "LRU entry at %d is newer than its node's stamp %d", n.lru_key,
-                n.stamp));
+                "LRU entry at %d is newer than its node's stamp %d",
+                EntryKey(n), n.stamp));
           }
-          if (!lru_.contains({n.lru_key, const_cast<Node*>(&n)}))
-            return fail("a node's LRU entry is missing");
+          if (!policy_.HasEntry(n))
+            return fail("a node's LRU entry is missing from its class's set");
           ++lru_members;
         }
         live.insert(&n);
@@ -492,17 +525,35 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
   // Each node with an entry found it above; every entry must name a live
   // node of this tenant under that node's lru_key (never a freed one), so
   // the counts agree and no node has two.
-  for (const auto& [key, node] : lru_) {
-    if (!live.contains(node))
-      return fail("an LRU entry names a node that is not in the trees");
-    if (key == 0 || node->lru_key != key) {
-      return fail(absl::StrFormat("LRU entry at %d, its node says %d", key,
-                                  node->lru_key));
+  std::string entry_error;
+  policy_.ForEachEntry([&](int cls, uint64_t key, const Node* node) {
+    if (!entry_error.empty()) return;
+    if (!live.contains(node)) {
+      entry_error = "an LRU entry names a node that is not in the trees";
+    } else if (key == 0 || EntryKey(*node) != key || ClassOf(*node) != cls) {
+      entry_error =
+          absl::StrFormat("entry at %d in set %d, its node says %d in class %d",
+                          key, cls, EntryKey(*node), ClassOf(*node));
     }
+  });
+  if (!entry_error.empty()) return fail(entry_error);
+  if (lru_members != policy_.num_entries())
+    return fail(absl::StrFormat("%d nodes have an LRU entry, the sets hold %d",
+                                lru_members, policy_.num_entries()));
+  if (policy_.num_fingerprint_nodes() != (policy_.adaptive() ? nodes : 0)) {
+    return fail(absl::StrFormat("fingerprints of %d nodes, %d nodes cached",
+                                policy_.num_fingerprint_nodes(), nodes));
   }
-  if (lru_members != lru_.size())
-    return fail(absl::StrFormat("%d nodes have an LRU entry, the set holds %d",
-                                lru_members, lru_.size()));
+  if (recent != policy_.recent_blocks()) {
+    return fail(absl::StrFormat("%d blocks seen once, the policy counts %d",
+                                recent, policy_.recent_blocks()));
+  }
+  const History& h = policy_.history();
+  if (policy_.target() > limit_blocks_ || !h.CheckInvariants()) {
+    return fail(absl::StrFormat(
+        "ADAPTIVE's target %d (limit %d) or history (%d and %d of %d) is off",
+        policy_.target(), limit_blocks_, h.size(0), h.size(1), h.capacity()));
+  }
   if (cached != cached_blocks_) {
     return fail(absl::StrFormat("cached_blocks %d, trees hold %d",
                                 cached_blocks_, cached));

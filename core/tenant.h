@@ -1,25 +1,28 @@
 // Tenant: everything one isolation domain owns — its trees (one per
-// namespace), its LRU set of evictable leaves, its leases, its event ring and
-// its counters — behind one mutex.
+// namespace), its eviction order of evictable leaves (eviction.h), its
+// leases, its event ring and its counters — behind one mutex.
 //
 // Bookkeeping kept exact on every change:
 //   cached_blocks  = blocks in all trees
 //   pinned_blocks  = blocks in nodes with pins > 0
 //   node.pins      = number of leases (and in-flight Insert guards) whose
 //                    end node is in node's subtree
-// The LRU set lru_ of (key, node) entries is kept lazily, so that a touch
-// (every Match) costs no btree operation:
-//   - every evictable node has exactly one entry, (node.lru_key, node), with
-//     lru_key <= node.stamp; a node that is not evictable has one or none;
-//   - node.lru_key is 0 exactly when the node has no entry, and no entry
+// The eviction policy's sets of (key, node) entries, one per node class
+// (eviction.h; LRU has one class), are kept lazily, so that a touch (every
+// Match) costs no btree operation:
+//   - every evictable node has exactly one entry, (EntryKey(node), node), in
+//     its class's set, with EntryKey(node) <= node.stamp; a node that is not
+//     evictable has one or none;
+//   - EntryKey(node) is 0 exactly when the node has no entry, and no entry
 //     ever names a freed node (a node's entry goes before the node does).
-// A touch only writes stamps; a node that stops being evictable keeps its
+// A touch only writes stamps (and, under ADAPTIVE, moves a node seen once
+// to the other class, once); a node that stops being evictable keeps its
 // entry; a node that becomes evictable gets one at (stamp, node) if it has
-// none. Before the head is read (OldestEvictableStamp, EvictOne) it is
+// none. Before a head is read (NextVictimStamp, EvictOne) it is
 // normalized: an entry of a node that is not evictable is dropped, and one
 // whose key is not its node's stamp is re-inserted at (stamp, node), until
-// the head is exact. It is then the minimum of {(stamp, node) : evictable},
-// the same leaf an eagerly re-keyed set would give.
+// the head is exact. It is then the minimum of {(stamp, node) : evictable,
+// of that class}, the same leaf an eagerly re-keyed set would give.
 // PrefixCache (cache.h) orchestrates calls across tenants and the budget;
 // nothing here locks anything.
 #ifndef PREFIXD_CORE_TENANT_H_
@@ -40,6 +43,7 @@
 #include "core/block_index.h"
 #include "core/cache.h"
 #include "core/events.h"
+#include "core/eviction.h"
 #include "core/mutex.h"
 #include "core/radix_tree.h"
 #include "core/snapshot_format.h"
@@ -79,23 +83,26 @@ class Tenant {
   Tree* FindTree(absl::string_view ns) const;
   Tree* GetOrCreateTree(absl::string_view ns);
 
-  // Recency stamp of the least-recently-used evictable block; 0 if none.
-  // Normalizes the head of the LRU set first (btree changes): REQUIRES mu
-  // held exclusively, like every other mutating method.
-  uint64_t OldestEvictableStamp();
-  // Removes the tail block of the LRU evictable leaf and returns its ID.
-  // REQUIRES: OldestEvictableStamp() != 0.
+  // Recency stamp of the leaf the policy evicts next; 0 if none. The cache
+  // evicts across tenants by the smallest. Normalizes the heads of the
+  // policy's sets first (btree changes): REQUIRES mu held exclusively, like
+  // every other mutating method.
+  uint64_t NextVictimStamp();
+  // Removes the tail block of the policy's next victim and returns its ID.
+  // REQUIRES: NextVictimStamp() != 0.
   BlockId EvictOne(EvictReason reason);
 
   // Splits `node` after its first `blocks` blocks (0 < blocks < size) and
   // returns the new head; `node` keeps the tail, its children and leases.
   Node* SplitAt(Node* node, size_t blocks);
-  // Appends blocks below `parent` (into it when it is an unpinned leaf that
-  // ends where the new blocks begin, else as a new child). Returns the node
-  // that now holds the last new block.
+  // Appends blocks below `parent` (into it when it is an unpinned leaf of
+  // the same class that ends where the new blocks begin, else as a new
+  // child; under ADAPTIVE one node per run of blocks of one class). Returns
+  // the node that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
                absl::Span<const BlockId> ids, int64_t position, uint64_t stamp);
-  // Sets `stamp` on every node from `end` up to the root (no LRU change).
+  // Sets `stamp` on every node from `end` up to the root (no btree change
+  // but ADAPTIVE's first touch of a node seen once).
   // REQUIRES: `stamp` is not older than any stamp on the path.
   void TouchPath(Node* end, uint64_t stamp);
   // `sync`: also bring the cache-wide pinned-over-reserved sum up to date;
@@ -157,13 +164,15 @@ class Tenant {
  private:
   Node* AddChild(Node* parent, absl::Span<const Token> tokens,
                  absl::Span<const BlockId> ids, int64_t position);
-  // Gives `n` an LRU entry if it is evictable and has none.
-  void SyncLru(Node* n);
-  // Erases n's LRU entry, if any. Every node must go through it before it
-  // is freed.
-  void LruErase(Node* n);
-  // Makes lru_.begin() the exact LRU evictable leaf (or empties lru_).
-  void NormalizeLruHead();
+  // One run of blocks of class `cls` (Attach).
+  Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
+                  absl::Span<const BlockId> ids, int64_t position,
+                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps);
+  // Gives `n` an entry if it is evictable and has none.
+  void SyncLru(Node* n) { policy_.Sync(n); }
+  // Erases n's entry, if any. Every node must go through it (or Clear)
+  // before it is freed.
+  void LruErase(Node* n) { policy_.Erase(n); }
   void NoteRemoved(Tree* tree, BlockId id, EvictReason reason);
   void DropTreeIfEmpty(const std::string& ns);
   LeaseId NextLeaseId();
@@ -178,8 +187,8 @@ class Tenant {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_
       ABSL_GUARDED_BY(mu);
-  // (key, node), oldest first; lazily kept (see the top of this file).
-  absl::btree_set<std::pair<uint64_t, Node*>> lru_ ABSL_GUARDED_BY(mu);
+  // The eviction order, lazily kept (see the top of this file).
+  EvictionState policy_ ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
   absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
       ABSL_GUARDED_BY(mu);

@@ -89,7 +89,8 @@ std::string State(const PrefixCache& c) {
 
 void Insert(PrefixCache& c, const char* tenant, std::string ns,
             std::vector<Token> tokens, std::vector<BlockId> ids, bool pin) {
-  InsertRequest req{std::move(ns), tokens, ids, 0, pin, absl::ZeroDuration()};
+  InsertRequest req{std::move(ns),        tokens,      ids, 0, pin,
+                    absl::ZeroDuration(), std::nullopt};
   if (!c.Insert(tenant, req).ok()) Fail("seed insert failed");
 }
 

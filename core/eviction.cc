@@ -1,0 +1,361 @@
+#include "core/eviction.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/strings/match.h"
+
+namespace prefixd {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ULL;
+  x ^= x >> 32;
+  x *= 0xd6e8feb86659fd93ULL;
+  return x ^ (x >> 32);
+}
+
+uint64_t Mum(uint64_t a, uint64_t b) {
+  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
+}
+
+}  // namespace
+
+absl::string_view EvictionPolicyName(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::kLru:
+      return "LRU";
+    case EvictionPolicy::kAdaptive:
+      return "ADAPTIVE";
+  }
+  return "unknown";
+}
+
+bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p) {
+  for (EvictionPolicy q : {EvictionPolicy::kLru, EvictionPolicy::kAdaptive}) {
+    if (absl::EqualsIgnoreCase(name, EvictionPolicyName(q))) {
+      *p = q;
+      return true;
+    }
+  }
+  return false;
+}
+
+// --- Fingerprints
+// -------------------------------------------------------------
+
+uint64_t NamespaceHash(absl::string_view ns) {
+  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed
+  for (char c : ns) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
+  return Mix(h ^ ns.size());
+}
+
+// wyhash's folded 64x64->128 multiply: 16 bytes of a block per step.
+uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block) {
+  constexpr uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL;
+  uint64_t h = parent ^ k0;
+  size_t i = 0;
+  for (; i + 4 <= block.size(); i += 4) {
+    const uint64_t a = block[i] | (uint64_t{block[i + 1]} << 32);
+    const uint64_t b = block[i + 2] | (uint64_t{block[i + 3]} << 32);
+    h = Mum(a ^ k1, b ^ h);
+  }
+  for (; i < block.size(); ++i) h = Mum(block[i] ^ k1, h ^ k0);
+  return Mum(h ^ k1, block.size() ^ k0);
+}
+
+// --- U64Map
+// -------------------------------------------------------------------
+
+size_t U64Map::Probe(uint64_t key) const {
+  const size_t mask = slots_.size() - 1;
+  size_t i = Home(key);
+  while (slots_[i].key != kFree && slots_[i].key != key) i = (i + 1) & mask;
+  return i;
+}
+
+const uint64_t* U64Map::Find(uint64_t key) const {
+  if (key == kFree) return has_free_key_ ? &free_key_value_ : nullptr;
+  if (slots_.empty()) return nullptr;
+  const Slot& s = slots_[Probe(key)];
+  return s.key == key ? &s.value : nullptr;
+}
+
+bool U64Map::Put(uint64_t key, uint64_t value, uint64_t* old) {
+  if (key == kFree) {
+    const bool had = has_free_key_;
+    *old = free_key_value_;
+    has_free_key_ = true;
+    free_key_value_ = value;
+    return had;
+  }
+  if ((size_ + 1) * 4 > slots_.size() * 3) Grow();
+  Slot& s = slots_[Probe(key)];
+  if (s.key == key) {
+    *old = s.value;
+    s.value = value;
+    return true;
+  }
+  s = Slot{key, value};
+  ++size_;
+  return false;
+}
+
+bool U64Map::Erase(uint64_t key, uint64_t* value, const uint64_t* only_if) {
+  if (key == kFree) {
+    if (!has_free_key_ || (only_if && *only_if != free_key_value_))
+      return false;
+    if (value != nullptr) *value = free_key_value_;
+    has_free_key_ = false;
+    return true;
+  }
+  if (slots_.empty()) return false;
+  size_t hole = Probe(key);
+  if (slots_[hole].key != key || (only_if && *only_if != slots_[hole].value))
+    return false;
+  if (value != nullptr) *value = slots_[hole].value;
+  // Backward shift: an entry after the hole moves into it unless its home
+  // lies cyclically in (hole, its slot].
+  const size_t mask = slots_.size() - 1;
+  for (size_t j = (hole + 1) & mask; slots_[j].key != kFree;
+       j = (j + 1) & mask) {
+    if (((j - Home(slots_[j].key)) & mask) >= ((j - hole) & mask)) {
+      slots_[hole] = slots_[j];
+      hole = j;
+    }
+  }
+  slots_[hole].key = kFree;
+  --size_;
+  return true;
+}
+
+void U64Map::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  const size_t n = old.empty() ? 16 : old.size() * 2;
+  slots_.assign(n, Slot{kFree, 0});
+  shift_ = 64 - __builtin_ctzll(n);
+  for (const Slot& s : old) {
+    if (s.key != kFree) slots_[Probe(s.key)] = s;
+  }
+}
+
+void U64Map::Clear() {
+  slots_.clear();
+  shift_ = 64;
+  size_ = 0;
+  has_free_key_ = false;
+}
+
+// --- History
+// ------------------------------------------------------------------
+
+int History::Take(uint64_t fp) {
+  uint64_t tag;
+  if (!tags_.Erase(fp, &tag)) return -1;
+  const int list = static_cast<int>(tag & 1);
+  --size_[list];
+  return list;
+}
+
+void History::Push(int list, uint64_t fp) {
+  const uint64_t tag = next_++ * 2 + static_cast<uint64_t>(list);
+  uint64_t old;
+  if (tags_.Put(fp, tag, &old)) --size_[old & 1];  // only a hash collision
+  order_[list].push_back({tag, fp});
+  ++size_[list];
+  while (size_[list] > capacity_) {
+    const auto [t, f] = order_[list].front();
+    order_[list].pop_front();
+    if (tags_.Erase(f, nullptr, &t)) --size_[list];
+  }
+  // Taken entries stay in order_ until they reach its front; rebuilding it
+  // when they outnumber the live ones keeps it within O(capacity).
+  if (order_[list].size() > 2 * size_[list] + 64) Compact(list);
+}
+
+void History::Compact(int list) {
+  std::deque<std::pair<uint64_t, uint64_t>> live;
+  for (const auto& [t, f] : order_[list]) {
+    const uint64_t* tag = tags_.Find(f);
+    if (tag != nullptr && *tag == t) live.push_back({t, f});
+  }
+  order_[list].swap(live);
+}
+
+void History::Clear() {
+  tags_.Clear();
+  order_[0].clear();
+  order_[1].clear();
+  size_[0] = size_[1] = 0;
+}
+
+bool History::CheckInvariants() const {
+  if (size_[0] > capacity_ || size_[1] > capacity_ ||
+      size_[0] + size_[1] != tags_.size())
+    return false;
+  for (int list = 0; list < 2; ++list) {
+    size_t live = 0;
+    for (const auto& [t, f] : order_[list]) {
+      const uint64_t* tag = tags_.Find(f);
+      live += tag != nullptr && *tag == t;
+    }
+    if (live != size_[list]) return false;
+  }
+  return true;
+}
+
+// --- EvictionState
+// ------------------------------------------------------------
+
+EvictionState::EvictionState(EvictionPolicy policy, uint64_t history_blocks,
+                             uint64_t max_target)
+    : policy_(policy),
+      max_target_(max_target),
+      target_(max_target / 2),
+      history_(adaptive() ? history_blocks : 0) {}
+
+void EvictionState::Sync(Node* n) {
+  if (EntryKey(*n) != 0 || !n->evictable()) return;
+  // Stamps start at 1: 0 is "no entry".
+  assert(n->stamp != 0 && n->stamp < kClassBit);
+  // Usually a fresh stamp, which sorts last: the hint saves the descent.
+  Entries& set = sets_[ClassOf(*n)];
+  set.insert(set.end(), {n->stamp, n});
+  SetEntryKey(n, n->stamp);
+}
+
+void EvictionState::Erase(Node* n) {
+  const uint64_t key = EntryKey(*n);
+  if (key == 0) return;
+  sets_[ClassOf(*n)].erase({key, n});
+  SetEntryKey(n, 0);
+}
+
+bool EvictionState::HasEntry(const Node& n) const {
+  return sets_[ClassOf(n)].contains({EntryKey(n), const_cast<Node*>(&n)});
+}
+
+void EvictionState::Normalize(int c) {
+  Entries& set = sets_[c];
+  while (!set.empty()) {
+    auto head = set.begin();
+    Node* n = head->second;
+    assert(EntryKey(*n) == head->first && ClassOf(*n) == c);
+    if (n->evictable() && head->first == n->stamp) return;
+    set.erase(head);
+    SetEntryKey(n, 0);
+    Sync(n);  // back in at (stamp, n) if still evictable
+  }
+}
+
+Node* EvictionState::Victim() {
+  Normalize(kRecent);
+  if (!adaptive()) return sets_[0].empty() ? nullptr : sets_[0].begin()->second;
+  Normalize(kFrequent);
+  int c = recent_blocks_ > target_ ? kRecent : kFrequent;
+  if (sets_[c].empty()) c = 1 - c;
+  return sets_[c].empty() ? nullptr : sets_[c].begin()->second;
+}
+
+void EvictionState::AddBlocks(Node* n, int cls, size_t blocks) {
+  assert(EntryKey(*n) == 0 || ClassOf(*n) == cls);
+  n->lru_key = (cls == kFrequent ? kClassBit : 0) | EntryKey(*n);
+  if (cls == kRecent) recent_blocks_ += blocks;
+}
+
+void EvictionState::RemoveBlocks(const Node& n, size_t blocks) {
+  if (ClassOf(n) == kRecent) recent_blocks_ -= blocks;
+}
+
+// The entry, if any, moves to the kFrequent set with its (maybe stale) key,
+// which the lazy scheme allows.
+void EvictionState::Promote(Node* n) {
+  const uint64_t key = EntryKey(*n);
+  if (key != 0) sets_[kRecent].erase({key, n});
+  recent_blocks_ -= n->num_blocks();
+  n->lru_key = kClassBit | key;
+  if (key != 0) sets_[kFrequent].insert({key, n});
+}
+
+int EvictionState::ClassForNew(uint64_t fp) {
+  if (!adaptive()) return kRecent;
+  // ARC's adaptation, with the lists' sizes before fp leaves its list.
+  const uint64_t in_b1 = history_.size(0), in_b2 = history_.size(1);
+  switch (history_.Take(fp)) {
+    case 0:
+      target_ =
+          std::min(max_target_, target_ + std::max<uint64_t>(in_b2 / in_b1, 1));
+      return kFrequent;
+    case 1: {
+      const uint64_t step = std::max<uint64_t>(in_b1 / in_b2, 1);
+      target_ = target_ > step ? target_ - step : 0;
+      return kFrequent;
+    }
+  }
+  return kRecent;
+}
+
+void EvictionState::RememberTail(const Node& victim) {
+  if (!adaptive()) return;
+  auto it = fps_.find(&victim);
+  assert(it != fps_.end() && it->second.size() == victim.num_blocks());
+  history_.Push(ClassOf(victim) == kRecent ? 0 : 1, it->second.back());
+  it->second.pop_back();
+  if (it->second.empty()) fps_.erase(it);  // the node goes with its block
+}
+
+uint64_t EvictionState::FingerprintAbove(const Node& parent) const {
+  if (parent.is_root()) return NamespaceHash(parent.tree->ns);
+  auto it = fps_.find(&parent);
+  assert(it != fps_.end() && !it->second.empty());
+  return it->second.back();
+}
+
+void EvictionState::SetFingerprints(const Node& n) {
+  if (!adaptive()) return;
+  uint64_t fp = FingerprintAbove(*n.parent);
+  std::vector<uint64_t>& v = fps_[&n];
+  v.clear();
+  for (size_t i = 0; i < n.num_blocks(); ++i)
+    v.push_back(fp = ChainHash(fp, n.block(i)));
+}
+
+void EvictionState::SplitFingerprints(const Node* head, const Node* tail,
+                                      size_t blocks) {
+  if (!adaptive()) return;
+  std::vector<uint64_t>& t = fps_[tail];
+  assert(t.size() > blocks);
+  fps_[head].assign(t.begin(), t.begin() + blocks);
+  std::vector<uint64_t>& rest = fps_[tail];  // fps_ may have rehashed
+  rest.erase(rest.begin(), rest.begin() + blocks);
+}
+
+bool EvictionState::CheckFingerprints(const Node& n) const {
+  if (!adaptive()) return fps_.empty();
+  if (!n.parent->is_root()) {
+    auto p = fps_.find(n.parent);
+    if (p == fps_.end() || p->second.size() != n.parent->num_blocks())
+      return false;
+  }
+  auto it = fps_.find(&n);
+  if (it == fps_.end() || it->second.size() != n.num_blocks()) return false;
+  uint64_t fp = FingerprintAbove(*n.parent);
+  for (size_t i = 0; i < n.num_blocks(); ++i) {
+    fp = ChainHash(fp, n.block(i));
+    if (it->second[i] != fp) return false;
+  }
+  return true;
+}
+
+void EvictionState::Clear() {
+  sets_[0].clear();
+  sets_[1].clear();
+  recent_blocks_ = 0;
+  target_ = max_target_ / 2;
+  history_.Clear();
+  fps_.clear();
+}
+
+}  // namespace prefixd

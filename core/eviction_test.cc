@@ -1,0 +1,82 @@
+// The eviction policy's own structures (eviction.h), against simple models;
+// the policies themselves are tested through PrefixCache (cache_test.cc and
+// the differential test).
+#include "core/eviction.h"
+
+#include <map>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace prefixd {
+namespace {
+
+// Random puts and erases over few keys (long probe runs, many backward
+// shifts) and the key kept aside (~0), against std::map.
+TEST(U64MapTest, AgreesWithStdMapUnderChurn) {
+  U64Map m;
+  std::map<uint64_t, uint64_t> want;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 200000; ++i) {
+    const uint64_t r = rng();
+    const uint64_t key = r % 7 == 0 ? ~uint64_t{0} : (r >> 8) % 3000;
+    if (r % 3 == 0) {
+      uint64_t value = 0;
+      const bool had = want.count(key) > 0;
+      const uint64_t expect = had ? want[key] : 0;
+      ASSERT_EQ(m.Erase(key, &value), had) << key;
+      if (had) {
+        ASSERT_EQ(value, expect);
+      }
+      want.erase(key);
+    } else {
+      uint64_t old = 0;
+      const bool had = want.count(key) > 0;
+      const uint64_t expect = had ? want[key] : 0;
+      ASSERT_EQ(m.Put(key, i, &old), had) << key;
+      if (had) {
+        ASSERT_EQ(old, expect);
+      }
+      want[key] = i;
+    }
+    ASSERT_EQ(m.size(), want.size() - want.count(~uint64_t{0}));
+  }
+  for (uint64_t k = 0; k < 3000; ++k) {
+    const uint64_t* v = m.Find(k);
+    ASSERT_EQ(v != nullptr, want.count(k) > 0) << k;
+    if (v != nullptr) {
+      ASSERT_EQ(*v, want[k]);
+    }
+  }
+  const uint64_t aside = 1;
+  EXPECT_EQ(m.Erase(~uint64_t{0}, nullptr, &aside),
+            want.count(~uint64_t{0}) > 0 && want[~uint64_t{0}] == 1);
+}
+
+TEST(HistoryTest, EachListKeepsItsNewestAndTakeFindsTheList) {
+  History h(2);
+  h.Push(0, 10);
+  h.Push(0, 11);
+  h.Push(1, 20);
+  h.Push(0, 12);  // B1 is full: 10 goes
+  EXPECT_EQ(h.size(0), 2u);
+  EXPECT_EQ(h.size(1), 1u);
+  EXPECT_EQ(h.Take(10), -1);
+  EXPECT_EQ(h.Take(11), 0);
+  EXPECT_EQ(h.Take(11), -1);  // taken once
+  EXPECT_EQ(h.Take(20), 1);
+  for (uint64_t fp = 100; fp < 1000; ++fp) {
+    h.Push(1, fp);
+    if (fp % 2 == 0) {
+      EXPECT_EQ(h.Take(fp), 1);
+    }
+    ASSERT_TRUE(h.CheckInvariants());
+  }
+  EXPECT_EQ(h.size(1), 2u);
+  EXPECT_EQ(h.Take(999), 1);
+  EXPECT_EQ(h.Take(997), 1);
+  EXPECT_EQ(h.Take(12), 0);
+}
+
+}  // namespace
+}  // namespace prefixd

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -29,6 +30,26 @@ absl::string_view EvictReasonName(EvictReason reason) {
       return "reset";
   }
   return "unknown";
+}
+
+absl::string_view EvictionPolicyName(EvictionPolicy p) {
+  switch (p) {
+    case EvictionPolicy::kLru:
+      return "LRU";
+    case EvictionPolicy::kAdaptive:
+      return "ADAPTIVE";
+  }
+  return "unknown";
+}
+
+bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p) {
+  for (EvictionPolicy e : {EvictionPolicy::kLru, EvictionPolicy::kAdaptive}) {
+    if (absl::EqualsIgnoreCase(name, EvictionPolicyName(e))) {
+      *p = e;
+      return true;
+    }
+  }
+  return false;
 }
 
 bool TenantScope::Contains(absl::string_view tenant) const {

@@ -68,6 +68,39 @@ struct CacheLimits {
   absl::Duration max_lease_ttl = absl::Hours(24);
 };
 
+// Which unpinned leaf block an eviction takes (docs/operations.md,
+// "Choosing an eviction policy"). Every policy evicts whole unpinned leaf
+// blocks, is deterministic for a given sequence of calls, keeps the budget
+// exact and returns every evicted ID exactly once.
+enum class EvictionPolicy { kLru, kAdaptive };
+
+// "LRU", "ADAPTIVE": the names of config.proto's EvictionPolicy.
+absl::string_view EvictionPolicyName(EvictionPolicy p);
+// Case-insensitive "lru" / "adaptive"; false (and *p untouched) otherwise.
+bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p);
+
+// Retention hints (docs/api.md, "Retention"): blocks with a lower priority
+// are evicted first; a hint lapses after its duration, and the block is
+// then ordinary (priority 50). Pins stay absolute, and hints never break
+// the budget.
+inline constexpr int kDefaultRetentionPriority = 50;
+inline constexpr int kMaxRetentionPriority = 100;
+
+// A hint for the blocks whose first token lies in [token_begin, token_end)
+// of the Insert's tokens; token_end 0 means to the end.
+struct RetentionRange {
+  uint64_t token_begin = 0;
+  uint64_t token_end = 0;
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+};
+
+struct Retention {
+  int priority = kDefaultRetentionPriority;
+  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
+  std::vector<RetentionRange> ranges;              // sorted, not overlapping
+};
+
 struct CacheOptions {
   int block_size = 16;                        // tokens per block
   uint64_t block_bytes = 16 * 131072;         // KV bytes per block
@@ -89,6 +122,9 @@ struct CacheOptions {
   TenantQuota default_quota;
   Clock* clock = nullptr;  // nullptr: Clock::Real()
   uint64_t seed = 0;       // lease-id generator seed; 0 = from the OS
+  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
+  // ADAPTIVE's remembered evicted blocks per tenant; 0: the budget in blocks.
+  uint64_t eviction_history_blocks = 0;
 };
 
 // Which tenants a multi-tenant call (Evict, Invalidate, Reset, Stats,
@@ -141,6 +177,9 @@ struct InsertRequest {
   int64_t position_offset = 0;
   bool pin = false;
   absl::Duration lease_ttl = absl::ZeroDuration();
+  // Set: every block the Insert covers (cached or new) takes this hint.
+  // Unset: new blocks get priority 50, cached ones keep theirs.
+  std::optional<Retention> retention;
 };
 
 struct InsertResult {
@@ -167,6 +206,10 @@ struct TenantStats {
   uint64_t redundant_blocks = 0;
   uint64_t lease_expired = 0;
   std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
+  // By retention class: 0 priority < 50, 1 priority 50 (default or lapsed),
+  // 2 priority > 50.
+  uint64_t cached_blocks_by_retention[3] = {};
+  uint64_t evicted_blocks_by_retention[3] = {};
 };
 
 struct CacheStats {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "core/cache.h"
 #include "model/kv_geometry.h"
 #include "server/defaults.h"
 
@@ -145,6 +146,19 @@ const std::vector<FlagSpec>& Flags() {
                "--events_publish=", v, ": want ENDPOINT[,REPLAY_ENDPOINT]"));
          }
          return SetString(&cl->events_publish, v);
+       }},
+      {"eviction_policy", "lru|adaptive", "lru",
+       "Which unpinned blocks go first when the budget is full: lru (least "
+       "recently used) or adaptive (recency and frequency, for small caches "
+       "and heavy churn). Overrides eviction { policy } of the config file. "
+       "See docs/operations.md.",
+       [](absl::string_view v, CommandLine* cl) {
+         EvictionPolicy p;
+         if (!ParseEvictionPolicy(v, &p)) {
+           return absl::InvalidArgumentError(
+               absl::StrCat("--eviction_policy=", v, ": want lru or adaptive"));
+         }
+         return SetString(&cl->eviction_policy, EvictionPolicyName(p));
        }},
       {"check_config", "FILE", "",
        "Validate the config file FILE (with the other flags over it) as "

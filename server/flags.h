@@ -34,6 +34,9 @@ struct CommandLine {
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.
   std::optional<std::string> events_publish;
+  // --eviction_policy=lru|adaptive, checked and stored as config.proto's
+  // EvictionPolicy name ("LRU", "ADAPTIVE").
+  std::optional<std::string> eviction_policy;
   // --check_config=FILE: validate FILE (and the other flags over it), print
   // the resolved settings and exit 0, or the error and exit 1; config_path
   // is FILE then.
@@ -44,7 +47,8 @@ struct CommandLine {
 
 // `args` excludes argv[0]. Accepts --name=value and --name value.
 // INVALID_ARGUMENT naming the flag for unknown flags, missing values,
-// positional arguments and a --block_size that is not a positive integer.
+// positional arguments, a --block_size that is not a positive integer and an
+// unknown --eviction_policy.
 absl::StatusOr<CommandLine> ParseCommandLine(
     absl::Span<const char* const> args);
 

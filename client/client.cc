@@ -379,6 +379,7 @@ absl::StatusOr<Client::InsertResult> Client::Insert(
   request.set_position_offset(options.position_offset);
   request.set_pin(options.pin);
   request.set_lease_ttl_ms(absl::ToInt64Milliseconds(options.lease_ttl));
+  if (options.retention) *request.mutable_retention() = *options.retention;
   auto r = core_->Unary<v1::InsertResponse>([&](auto* ctx, auto* resp) {
     return core_->stub()->Insert(ctx, request, resp);
   });

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,10 @@ struct PrefixOptions {
   bool pin = false;             // return a Lease on the matched/inserted path
   absl::Duration lease_ttl =
       absl::ZeroDuration();  // zero: the daemon's default
+  // Insert only: how long the blocks should stay (docs/api.md,
+  // "Retention"), e.g. priority 90 for a system prompt. Unset: new blocks
+  // get priority 50 and cached ones keep theirs.
+  std::optional<v1::Retention> retention;
 };
 
 // Options of a Route (the fleet index): the namespace the engines hashed the

@@ -172,6 +172,7 @@ void PrintInfo(const v1::GetInfoResponse& info, std::ostream& out) {
                                    HumanBytes(info.budget_bytes()), ", ",
                                    info.budget_blocks(), " blocks)")});
   t.AddRow({"rope_shift", info.rope_shift()});
+  t.AddRow({"eviction_policy", info.eviction_policy()});
   t.AddRow({"auth_mode", info.auth_mode()});
   t.AddRow(
       {"default_lease_ttl", absl::StrCat(info.default_lease_ttl_ms(), " ms")});

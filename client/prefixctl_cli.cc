@@ -176,6 +176,29 @@ absl::StatusOr<PrefixOptions> PrefixFlags(const ParsedFlags& flags) {
   return options;
 }
 
+// --priority and --retention_ms of `insert`: a retention hint when either
+// is given. Their bounds are the daemon's to check (docs/api.md).
+absl::StatusOr<std::optional<v1::Retention>> RetentionFlags(
+    const ParsedFlags& flags) {
+  if (!flags.Has("priority") && !flags.Has("retention_ms")) {
+    return std::nullopt;
+  }
+  v1::Retention r;
+  if (flags.Has("priority")) {
+    absl::StatusOr<uint64_t> p = flags.Uint("priority", 0);
+    if (!p.ok()) return p.status();
+    if (*p > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--priority=", *p, ": want 0..100"));
+    }
+    r.set_priority(static_cast<uint32_t>(*p));
+  }
+  absl::StatusOr<uint64_t> ms = flags.Uint("retention_ms", 0);
+  if (!ms.ok()) return ms.status();
+  r.set_duration_ms(*ms);
+  return std::optional<v1::Retention>(std::move(r));
+}
+
 // --lora_name, --lora_id, --cache_salt, --workers of `route`.
 absl::StatusOr<RouteOptions> RouteFlags(const ParsedFlags& flags) {
   RouteOptions options;
@@ -301,6 +324,11 @@ int RunInsert(Context& ctx) {
   absl::StatusOr<PrefixOptions> options = PrefixFlags(ctx.flags);
   if (!options.ok())
     return Usage(ctx, "insert", std::string(options.status().message()));
+  absl::StatusOr<std::optional<v1::Retention>> retention =
+      RetentionFlags(ctx.flags);
+  if (!retention.ok())
+    return Usage(ctx, "insert", std::string(retention.status().message()));
+  options->retention = *std::move(retention);
   absl::StatusOr<Client::InsertResult> insert =
       ctx.client->Insert(*tokens, **blocks, *options);
   if (!insert.ok()) return RpcError(ctx, insert.status());
@@ -499,6 +527,13 @@ const FlagSpec kBlockIds = {"block_ids", "LIST",
                             "block IDs: 100,101 or ranges 100-163", ""};
 const FlagSpec kBlockIdsFile = {"block_ids_file", "FILE",
                                 "block IDs from a file", ""};
+const FlagSpec kPriority = {
+    "priority", "N",
+    "retention priority 0..100 of the inserted blocks: lower goes first",
+    "50 (no hint)"};
+const FlagSpec kRetentionMs = {"retention_ms", "MS",
+                               "with a hint: lapse to priority 50 after MS ms",
+                               "0 (never lapses)"};
 
 const std::vector<Command>& Commands() {
   static const auto* commands = new std::vector<Command>{
@@ -509,7 +544,11 @@ const std::vector<Command>& Commands() {
         {"watch", "", "stream status changes until interrupted", ""},
         {"count", "N", "with --watch: stop after N statuses", "0 (no limit)"}},
        RunHealth},
-      {"info", "", "epoch, model, block size, budget, limits", {}, RunInfo},
+      {"info",
+       "",
+       "epoch, model, block size, budget, eviction policy, limits",
+       {},
+       RunInfo},
       {"stats",
        "[--all]",
        "per tenant: hit rate, cached/pinned blocks and bytes, leases, "
@@ -522,10 +561,11 @@ const std::vector<Command>& Commands() {
        {kTokens, kTokensFile, kNamespace, kPosition, kPin, kLeaseTtl},
        RunMatch},
       {"insert",
-       "--tokens LIST --block_ids LIST [--pin]",
+       "--tokens LIST --block_ids LIST [--pin] [--priority N [--retention_ms "
+       "MS]]",
        "adopt block IDs for whole blocks of tokens",
        {kTokens, kTokensFile, kBlockIds, kBlockIdsFile, kNamespace, kPosition,
-        kPin, kLeaseTtl},
+        kPin, kLeaseTtl, kPriority, kRetentionMs},
        RunInsert},
       {"release",
        "--lease ID",

@@ -299,6 +299,23 @@ absl::Status ResolveTenants(const v1::Config& c, CacheOptions* cache) {
   return absl::OkStatus();
 }
 
+absl::Status ResolveEviction(const v1::EvictionConfig& e, CacheOptions* cache) {
+  switch (e.policy()) {
+    case v1::LRU:
+      cache->eviction_policy = EvictionPolicy::kLru;
+      break;
+    case v1::ADAPTIVE:
+      cache->eviction_policy = EvictionPolicy::kAdaptive;
+      break;
+    default:  // a number no name stands for (JSON accepts them)
+      return Invalid("eviction.policy",
+                     absl::StrCat(static_cast<int>(e.policy()),
+                                  " is not a policy; want LRU or ADAPTIVE"));
+  }
+  cache->eviction_history_blocks = e.history_blocks();
+  return absl::OkStatus();
+}
+
 absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
   CacheOptions& cache = out->cache;
   cache.block_size = out->model.block_size;
@@ -327,6 +344,7 @@ absl::Status ResolveCache(const v1::Config& c, ServerConfig* out) {
                      " bytes) is not in ", kMinRing, "..", kMaxRing));
   }
   cache.event_ring_bytes = ring;
+  RETURN_IF_ERROR(ResolveEviction(c.eviction(), &cache));
   return ResolveTenants(c, &cache);
 }
 
@@ -505,6 +523,12 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
     config->mutable_index()->set_listen(*flags.index_listen);
   if (flags.index_block_size)
     config->mutable_index()->set_block_size(*flags.index_block_size);
+  if (flags.eviction_policy) {
+    // ParseCommandLine stored the enum's name.
+    v1::EvictionPolicy policy = v1::LRU;
+    v1::EvictionPolicy_Parse(*flags.eviction_policy, &policy);
+    config->mutable_eviction()->set_policy(policy);
+  }
   if (flags.events_publish) {
     // ENDPOINT[,REPLAY_ENDPOINT]
     v1::EventsPublishConfig* p = config->mutable_events_publish();
@@ -622,6 +646,18 @@ std::string DescribeModel(const ModelSpec& spec) {
                          layers, KvDtypeName(spec.kv_dtype), rope);
 }
 
+std::string DescribeEviction(const CacheOptions& o, uint64_t budget_blocks) {
+  std::string out(EvictionPolicyName(o.eviction_policy));
+  if (o.eviction_policy == EvictionPolicy::kAdaptive) {
+    const uint64_t history = o.eviction_history_blocks == 0
+                                 ? budget_blocks
+                                 : o.eviction_history_blocks;
+    absl::StrAppend(&out, ", history ", FormatCount(history),
+                    " blocks per tenant");
+  }
+  return out;
+}
+
 std::string ModelAndSizeLines(const ServerConfig& c, uint64_t budget_blocks,
                               absl::string_view indent) {
   const CacheOptions& o = c.cache;
@@ -643,6 +679,7 @@ std::string ModelAndSizeLines(const ServerConfig& c, uint64_t budget_blocks,
            ") = ", FormatCount(budget_blocks), " blocks = ",
            FormatCount(budget_blocks * static_cast<uint64_t>(o.block_size)),
            " tokens"));
+  line("eviction", DescribeEviction(o, budget_blocks));
   return out;
 }
 

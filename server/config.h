@@ -94,6 +94,11 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
 std::string ModelAndSizeLines(const ServerConfig& config,
                               uint64_t budget_blocks, absl::string_view indent);
 
+// "LRU", or "ADAPTIVE, history 2,048 blocks per tenant" (0 history: the
+// budget's blocks).
+std::string DescribeEviction(const CacheOptions& options,
+                             uint64_t budget_blocks);
+
 // "llama-3-8b: 32 layers x 8 KV heads x 128 head_dim, fp16, RoPE theta 500000
 // neox"
 std::string DescribeModel(const ModelSpec& spec);

@@ -295,6 +295,59 @@ TEST(ConfigTest, EventsPublish) {
   EXPECT_THAT(c.status().message(), HasSubstr("events_publish.endpoint"));
 }
 
+TEST(ConfigTest, EvictionDefaultsToLru) {
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(CommandLine{});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kLru);
+  EXPECT_EQ(c->cache.eviction_history_blocks, 0u);
+  EXPECT_THAT(ModelAndSizeLines(*c, 2048, "# "),
+              HasSubstr("# eviction     LRU\n"));
+}
+
+TEST(ConfigTest, EvictionFromTheFileAndTheFlagOverIt) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    eviction { policy: ADAPTIVE history_blocks: 512 }
+  )pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kAdaptive);
+  EXPECT_EQ(c->cache.eviction_history_blocks, 512u);
+  EXPECT_THAT(
+      ModelAndSizeLines(*c, 2048, "  "),
+      HasSubstr("eviction     ADAPTIVE, history 512 blocks per tenant"));
+
+  CommandLine flags;
+  flags.config_path =
+      WriteFile("eviction.textproto", "eviction { policy: ADAPTIVE }");
+  flags.eviction_policy = "LRU";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kLru);
+
+  flags.eviction_policy = "ADAPTIVE";
+  flags.config_path.clear();
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kAdaptive);
+  // History 0 is the budget: 4 GiB of 2 MiB blocks.
+  EXPECT_THAT(ModelAndSizeLines(*c, 2048, "  "),
+              HasSubstr("ADAPTIVE, history 2,048 blocks per tenant"));
+}
+
+TEST(ConfigTest, UnknownEvictionPolicyIsNamed) {
+  absl::StatusOr<ServerConfig> c = FromText("eviction { policy: LFU }");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("LFU"));
+
+  CommandLine flags;
+  flags.config_path =
+      WriteFile("eviction.json", R"({"eviction": {"policy": 7}})");
+  c = LoadServerConfig(flags);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("7"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
   CommandLine flags;
   flags.config_path = "/nonexistent/prefixd.textproto";

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/cache.h"
 #include "core/status_macros.h"
 #include "model/flag_parser.h"
 #include "model/kv_geometry.h"
@@ -77,6 +78,12 @@ const std::vector<FlagSpec>& Flags() {
        "endpoint it binds, e.g. tcp://*:5557,tcp://*:5558. Topic and buffer "
        "size: events_publish { } in the config file. See docs/index.md.",
        "none"},
+      {"eviction_policy", "lru|adaptive",
+       "Which unpinned blocks go first when the budget is full: lru (least "
+       "recently used) or adaptive (recency and frequency, for small caches "
+       "and heavy churn). Overrides eviction { policy } of the config file. "
+       "See docs/operations.md.",
+       "lru"},
       {"check_config", "FILE",
        "Validate the config file FILE (with the other flags over it) as "
        "start-up would, without serving: print the resolved settings and "
@@ -144,6 +151,20 @@ absl::Status SetConfigPath(const ParsedFlags& flags, CommandLine* cl) {
   return absl::OkStatus();
 }
 
+// Stores the policy by its config name (LRU, ADAPTIVE), whatever the case
+// given.
+absl::Status SetEvictionPolicy(const ParsedFlags& flags, CommandLine* cl) {
+  const std::string* v = flags.Find("eviction_policy");
+  if (v == nullptr) return absl::OkStatus();
+  EvictionPolicy p;
+  if (!ParseEvictionPolicy(*v, &p)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--eviction_policy=", *v, ": want lru or adaptive"));
+  }
+  cl->eviction_policy = std::string(EvictionPolicyName(p));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CommandLine> ParseCommandLine(
@@ -168,6 +189,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(
         std::pair{"index_block_size", &cl.index_block_size}}) {
     RETURN_IF_ERROR(SetPositive(flags, name, field));
   }
+  RETURN_IF_ERROR(SetEvictionPolicy(flags, &cl));
   RETURN_IF_ERROR(CheckEndpointShapes(cl));
   cl.help = flags.Bool("help");
   cl.version = flags.Bool("version");

@@ -34,6 +34,9 @@ struct CommandLine {
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.
   std::optional<std::string> events_publish;
+  // --eviction_policy=lru|adaptive, checked and stored as config.proto's
+  // EvictionPolicy name ("LRU", "ADAPTIVE").
+  std::optional<std::string> eviction_policy;
   // --check_config=FILE: validate FILE (and the other flags over it), print
   // the resolved settings and exit 0, or the error and exit 1; config_path
   // is FILE then.
@@ -44,8 +47,8 @@ struct CommandLine {
 
 // `args` excludes argv[0]. INVALID_ARGUMENT naming the flag (and the value)
 // for unknown flags, missing values, positional arguments, a --block_size
-// that is not a positive integer, --config naming another file than
-// --check_config; main() exits kExitUsage (2) on it.
+// that is not a positive integer, an unknown --eviction_policy, --config
+// naming another file than --check_config; main() exits kExitUsage (2) on it.
 absl::StatusOr<CommandLine> ParseCommandLine(
     absl::Span<const char* const> args);
 

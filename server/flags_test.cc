@@ -8,6 +8,7 @@
 namespace prefixd {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -78,6 +79,18 @@ TEST(FlagsTest, CheckConfigNamesTheFileOnce) {
   }
 }
 
+TEST(FlagsTest, EvictionPolicyIsCheckedAndStoredByItsConfigName) {
+  EXPECT_FALSE(Parse({})->eviction_policy.has_value());
+  EXPECT_EQ(Parse({"--eviction_policy=adaptive"})->eviction_policy, "ADAPTIVE");
+  EXPECT_EQ(Parse({"--eviction_policy", "LRU"})->eviction_policy, "LRU");
+  absl::StatusOr<CommandLine> bad = Parse({"--eviction_policy=lfu"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(),
+              AllOf(HasSubstr("--eviction_policy=lfu"), HasSubstr("lru"),
+                    HasSubstr("adaptive")));
+}
+
 TEST(FlagsTest, HelpAndShortHelp) {
   EXPECT_TRUE(Parse({"--help"})->help);
   EXPECT_TRUE(Parse({"-h"})->help);
@@ -104,12 +117,12 @@ TEST(FlagsTest, HelpListsEveryFlagWithItsDefault) {
        {"--config=FILE", "--listen=ADDR", "--metrics_listen=HOST:PORT",
         "--model=NAME|FILE", "--kv_dtype=DTYPE", "--block_size=TOKENS",
         "--kv_budget=SIZE", "--lease_ttl=DURATION", "--snapshot_path=FILE",
-        "--help", "--version"}) {
+        "--eviction_policy=lru|adaptive", "--help", "--version"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   for (const char* value :
        {"127.0.0.1:50051", "unix:///tmp/prefixd.sock", "127.0.0.1:9464",
-        "llama-3-8b", "fp16", "default: 16", "4GiB", "300s"}) {
+        "llama-3-8b", "fp16", "default: 16", "4GiB", "300s", "default: lru"}) {
     EXPECT_THAT(help, HasSubstr(value));
   }
 }

@@ -132,6 +132,35 @@ void AddEvictions(const CacheStats& stats,
   families->push_back(std::move(bytes));
 }
 
+// The retention classes of TenantStats' *_by_retention arrays, in order.
+constexpr const char* kRetentionClasses[] = {"low", "default", "high"};
+
+void AddRetention(const CacheStats& stats,
+                  std::vector<MetricFamily>* families) {
+  MetricFamily cached = NewFamily(
+      "prefixd_cached_blocks_by_retention",
+      "KV blocks cached now, by the priority of their retention hint: low "
+      "(below 50), default (50, no hint or a lapsed one), high (above 50).",
+      MetricType::Gauge);
+  MetricFamily evicted = NewFamily(
+      "prefixd_evicted_blocks_by_retention_total",
+      "Blocks evicted, by the priority their retention hint had when they "
+      "went: low (below 50), default (50), high (above 50).",
+      MetricType::Counter);
+  for (const TenantStats& t : stats.tenants) {
+    for (int r = 0; r < 3; ++r) {
+      std::vector<ClientMetric::Label> labels = {
+          {"retention", kRetentionClasses[r]}, {"tenant", t.tenant}};
+      AddSample(&cached, labels,
+                static_cast<double>(t.cached_blocks_by_retention[r]));
+      AddSample(&evicted, std::move(labels),
+                static_cast<double>(t.evicted_blocks_by_retention[r]));
+    }
+  }
+  families->push_back(std::move(cached));
+  families->push_back(std::move(evicted));
+}
+
 // Reads a whole small file ("" if it cannot).
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -449,6 +478,7 @@ std::vector<MetricFamily> CacheMetricFamilies(const CacheStats& stats,
     out.push_back(std::move(f));
   }
   AddEvictions(stats, &out);
+  AddRetention(stats, &out);
   AddGauge(&out, "prefixd_budget_bytes",
            "KV bytes the whole cache may hold (kv_budget).", MetricType::Gauge,
            static_cast<double>(stats.budget_bytes));

@@ -123,6 +123,35 @@ TEST(CacheMetricFamiliesTest, EveryReasonOfEveryTenantIsPresentZeroIncluded) {
   EXPECT_EQ(FindFamily(f, "prefixd_evicted_blocks_total")->metric.size(), 10u);
 }
 
+TEST(CacheMetricFamiliesTest, RetentionClassesComeFromStats) {
+  CacheStats s = TwoTenants();
+  TenantStats& acme = s.tenants[0];
+  acme.cached_blocks_by_retention[0] = 2;
+  acme.cached_blocks_by_retention[1] = 4;
+  acme.cached_blocks_by_retention[2] = 1;
+  acme.evicted_blocks_by_retention[0] = 3;
+  acme.evicted_blocks_by_retention[2] = 5;
+  const std::vector<MetricFamily> f = CacheMetricFamilies(s, "v");
+  const std::string cached = "prefixd_cached_blocks_by_retention";
+  const std::string evicted = "prefixd_evicted_blocks_by_retention_total";
+  ASSERT_NE(FindFamily(f, cached), nullptr);
+  ASSERT_NE(FindFamily(f, evicted), nullptr);
+  EXPECT_EQ(FindFamily(f, cached)->type, MetricType::Gauge);
+  EXPECT_EQ(FindFamily(f, evicted)->type, MetricType::Counter);
+  EXPECT_EQ(Value(f, cached, {{"tenant", "acme"}, {"retention", "low"}}), 2);
+  EXPECT_EQ(Value(f, cached, {{"tenant", "acme"}, {"retention", "default"}}),
+            4);
+  EXPECT_EQ(Value(f, cached, {{"tenant", "acme"}, {"retention", "high"}}), 1);
+  EXPECT_EQ(Value(f, evicted, {{"tenant", "acme"}, {"retention", "low"}}), 3);
+  EXPECT_EQ(Value(f, evicted, {{"tenant", "acme"}, {"retention", "default"}}),
+            0);
+  EXPECT_EQ(Value(f, evicted, {{"tenant", "acme"}, {"retention", "high"}}), 5);
+  // Every class of every tenant, zero included.
+  EXPECT_EQ(FindFamily(f, cached)->metric.size(), 6u);
+  EXPECT_EQ(Value(f, evicted, {{"tenant", "default"}, {"retention", "high"}}),
+            0);
+}
+
 TEST(CacheMetricFamiliesTest, NoTenantsStillExportsTheGlobalGauges) {
   CacheStats s;
   s.block_bytes = 10;

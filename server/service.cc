@@ -124,6 +124,60 @@ void MatchResultToProto(const MatchResult& r, uint64_t epoch,
   }
 }
 
+// "retention.priority", or "retention.ranges[2].priority" for range 2.
+std::string RetentionField(int range, absl::string_view name) {
+  return range < 0 ? absl::StrCat("retention.", name)
+                   : absl::StrCat("retention.ranges[", range, "].", name);
+}
+
+// The wire's unsigned numbers in core's types. Core validates the hint
+// (priorities up to 100, ranges); only what would not survive the
+// conversion is refused here, in the same words.
+absl::StatusOr<int> RetentionPriority(uint32_t value, int range, int item) {
+  if (value > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ItemPrefix(item), RetentionField(range, "priority"), " ",
+                     value, " is above ", kMaxRetentionPriority));
+  }
+  return static_cast<int>(value);
+}
+
+absl::StatusOr<absl::Duration> RetentionDuration(uint64_t ms, int range,
+                                                 int item) {
+  constexpr auto kMax =
+      static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (ms > kMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(ItemPrefix(item), RetentionField(range, "duration_ms"),
+                     " ", ms, " is above ", kMax));
+  }
+  return absl::Milliseconds(static_cast<int64_t>(ms));
+}
+
+absl::StatusOr<Retention> RetentionFromProto(const v1::Retention& r, int item) {
+  Retention out;
+  if (r.has_priority()) {
+    absl::StatusOr<int> p = RetentionPriority(r.priority(), -1, item);
+    if (!p.ok()) return p.status();
+    out.priority = *p;
+  }
+  absl::StatusOr<absl::Duration> d =
+      RetentionDuration(r.duration_ms(), -1, item);
+  if (!d.ok()) return d.status();
+  out.duration = *d;
+  out.ranges.reserve(r.ranges_size());
+  for (int i = 0; i < r.ranges_size(); ++i) {
+    const v1::RetentionRange& in = r.ranges(i);
+    absl::StatusOr<int> p = RetentionPriority(in.priority(), i, item);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<absl::Duration> rd =
+        RetentionDuration(in.duration_ms(), i, item);
+    if (!rd.ok()) return rd.status();
+    out.ranges.push_back({in.token_begin(), in.token_end(), *p, *rd});
+  }
+  return out;
+}
+
 absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
                                               int item, TokenCopies* copies) {
   InsertRequest in;
@@ -136,6 +190,11 @@ absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
   in.position_offset = req.position_offset();
   in.pin = req.pin();
   in.lease_ttl = TtlFromMs(req.lease_ttl_ms());
+  if (req.has_retention()) {
+    absl::StatusOr<Retention> r = RetentionFromProto(req.retention(), item);
+    if (!r.ok()) return r.status();
+    in.retention = *std::move(r);
+  }
   return in;
 }
 
@@ -223,6 +282,7 @@ absl::Status PrefixCacheService::DoGetInfo(const CallContext&,
   resp->set_version(info_.version);
   resp->set_auth_mode(std::string(auth_->mode()));
   resp->set_default_lease_ttl_ms(ToMs(o.default_lease_ttl));
+  resp->set_eviction_policy(std::string(EvictionPolicyName(o.eviction_policy)));
   return absl::OkStatus();
 }
 

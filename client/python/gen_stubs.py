@@ -9,8 +9,10 @@ fleet index's prefix_index_pb2.py, prefix_index_pb2_grpc.py. The
 `prefixd` package (client/python/prefixd) finds them through
 $PREFIXD_PYTHON_STUBS; they are never committed.
 
-Uses Debian's python3-grpc-tools (`python3 -m grpc_tools.protoc`), or else
-protoc with grpc_python_plugin (protobuf-compiler, protobuf-compiler-grpc).
+Uses protoc with grpc_python_plugin (protobuf-compiler,
+protobuf-compiler-grpc), or else `python3 -m grpc_tools.protoc`. protoc
+comes first: the protos use proto3 `optional` (Retention.priority), which
+Debian 12's python3-grpc-tools, bundling protoc 3.5, cannot compile.
 Files are written to a temporary directory and renamed into place, so
 concurrent runs never leave a half-written module.
 """
@@ -33,15 +35,15 @@ def have_grpc_tools(python):
 
 
 def protoc_command(python, proto_root, out):
-    if have_grpc_tools(python):
-        return [python, "-m", "grpc_tools.protoc", "-I" + proto_root, "--python_out=" + out,
-                "--grpc_python_out=" + out]
     protoc, plugin = shutil.which("protoc"), shutil.which("grpc_python_plugin")
     if protoc and plugin:
         return [protoc, "-I" + proto_root, "--python_out=" + out, "--grpc_python_out=" + out,
                 "--plugin=protoc-gen-grpc_python=" + plugin]
-    raise RuntimeError("no protobuf compiler for Python: apt-get install python3-grpc-tools "
-                       "(or protobuf-compiler and protobuf-compiler-grpc)")
+    if have_grpc_tools(python):
+        return [python, "-m", "grpc_tools.protoc", "-I" + proto_root, "--python_out=" + out,
+                "--grpc_python_out=" + out]
+    raise RuntimeError("no protobuf compiler for Python: apt-get install protobuf-compiler "
+                       "protobuf-compiler-grpc")
 
 
 def generate(out, proto_root=DEFAULT_PROTO_ROOT, python=sys.executable):

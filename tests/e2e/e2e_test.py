@@ -71,7 +71,8 @@ class E2E(Checker):
         self.proc = subprocess.Popen(
             [self.prefixd, "--config", config, "--listen", self.tcp, "--listen", self.unix,
              "--metrics_listen", "127.0.0.1:%d" % free_port(),
-             "--snapshot_path", os.path.join(self.tmp, "snapshot.bin")],
+             "--snapshot_path", os.path.join(self.tmp, "snapshot.bin"),
+             "--eviction_policy", "Lru"],
             stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=self.stderr)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -231,6 +232,44 @@ class E2E(Checker):
             "health", "info", "stats", "match", "insert", "release", "keepalive", "evict",
             "invalidate", "reset", "watch", "dump")), "prefixctl --help lists commands", out)
 
+    def test_eviction_and_retention(self):
+        info = self.ctl_json("info")
+        self.check(info.get("eviction_policy") == "LRU", "info: eviction_policy LRU", str(info))
+        rc, out, _ = self.ctl("info")
+        self.check(rc == 0 and re.search(r"eviction_policy +LRU", out) is not None,
+                   "info table: eviction_policy LRU", out)
+        self.check(re.search(r"eviction +LRU", self.logs()) is not None,
+                   "start-up banner names the policy", self.logs())
+        t = "retention"
+        rc, _, err = self.ctl("insert", "--tokens", "1-16", "--block_ids", "400",
+                              "--priority", "4294967295", tenant=t)
+        self.check(rc == 1 and "INVALID_ARGUMENT" in err and
+                   "retention.priority 4294967295" in err,
+                   "insert --priority 4294967295: the daemon names the value", err)
+        rc, _, err = self.ctl("insert", "--tokens", "1-16", "--block_ids", "400",
+                              "--priority", "4294967296", tenant=t)
+        self.check(rc == 2 and "--priority=4294967296" in err,
+                   "insert --priority past uint32: usage error naming it", err)
+        stats = self.ctl_json("stats", tenant=t)
+        self.check(stats.get("tenants", []) == [], "refused inserts change nothing", str(stats))
+        rc, out, err = self.ctl("insert", "--tokens", "1-32", "--block_ids", "400,401",
+                                "--priority", "90", "--retention_ms", "600000", tenant=t)
+        self.check(rc == 0 and "2 of 2 blocks new" in out,
+                   "insert --priority 90 --retention_ms 600000", out + err)
+        rc, out, _ = self.ctl("insert", "--help")
+        self.check(rc == 0 and "--priority=N" in out and "--retention_ms=MS" in out,
+                   "insert --help lists --priority and --retention_ms", out)
+        help_text = subprocess.run([self.prefixd, "--help"], capture_output=True,
+                                   text=True).stdout
+        self.check("--eviction_policy=lru|adaptive" in help_text,
+                   "prefixd --help lists --eviction_policy", help_text)
+        r = subprocess.run([self.prefixd, "--eviction_policy=lfu"], capture_output=True,
+                           text=True, timeout=30)
+        self.check(r.returncode != 0 and "--eviction_policy=lfu" in r.stderr and
+                   "lru or adaptive" in r.stderr,
+                   "prefixd --eviction_policy=lfu: refused, naming the value and the choices",
+                   "exit %d: %s" % (r.returncode, r.stderr))
+
     def test_plan(self):
         rc, out, err = self.ctl("--json", "plan", "--model", "llama-3-8b", "--gpus", "1xH100-80GB",
                                 "--weights", "16GB")
@@ -306,7 +345,8 @@ def main():
             if t.start():
                 for step in (t.test_health_and_info, t.test_insert_and_match, t.test_leases,
                              t.test_stats, t.test_watch_and_dump, t.test_tenants_evict_invalidate,
-                             t.test_errors, t.test_plan, t.test_drain):
+                             t.test_errors, t.test_eviction_and_retention, t.test_plan,
+                             t.test_drain):
                     print("--- %s" % step.__name__)
                     step()
         except Exception as e:  # a crash of the test itself is a failure, with the daemon's log

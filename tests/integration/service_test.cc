@@ -217,6 +217,73 @@ TEST_P(ServiceTest, GetInfoReportsModelBudgetAndEpoch) {
   EXPECT_FALSE(info.version().empty());
 }
 
+TEST_P(ServiceTest, GetInfoReportsTheEvictionPolicy) {
+  v1::GetInfoResponse info;
+  ASSERT_OK(Call(&v1::PrefixCache::Stub::GetInfo, v1::GetInfoRequest(), &info));
+  EXPECT_EQ(info.eviction_policy(), "LRU");
+  Start([](ServerConfig* c) {
+    c->cache.eviction_policy = EvictionPolicy::kAdaptive;
+  });
+  ASSERT_OK(Call(&v1::PrefixCache::Stub::GetInfo, v1::GetInfoRequest(), &info));
+  EXPECT_EQ(info.eviction_policy(), "ADAPTIVE");
+}
+
+// Retention numbers that do not fit core's types are refused at the wire,
+// naming the field and the value; nothing changes.
+TEST_P(ServiceTest, RetentionBeyondCoresTypesIsInvalidArgument) {
+  const v1::StatsResponse before = Stats("acme");
+  struct Case {
+    std::function<void(v1::Retention*)> set;
+    std::vector<std::string> message_has;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::Retention* r) { r->set_priority(4294967295u); },
+       {"retention.priority 4294967295", "100"}},
+      {[](v1::Retention* r) { r->set_duration_ms(~uint64_t{0}); },
+       {"retention.duration_ms 18446744073709551615"}},
+      {[](v1::Retention* r) {
+         r->add_ranges()->set_priority(80);
+         r->add_ranges()->set_priority(2147483648u);
+       },
+       {"retention.ranges[1].priority 2147483648", "100"}},
+      {[](v1::Retention* r) {
+         r->add_ranges()->set_duration_ms(uint64_t{1} << 63);
+       },
+       {"retention.ranges[0].duration_ms 9223372036854775808"}},
+  };
+  for (const Case& c : cases) {
+    v1::InsertRequest req = InsertReq(Tokens(1, 8), {10, 11});
+    c.set(req.mutable_retention());
+    v1::InsertResponse resp;
+    grpc::Status s = Call(&v1::PrefixCache::Stub::Insert, req, &resp, "acme");
+    EXPECT_CODE(s, INVALID_ARGUMENT);
+    for (const std::string& m : c.message_has) {
+      EXPECT_THAT(s.error_message(), HasSubstr(m));
+    }
+    // In a batch the item is named and the whole batch is refused, like a
+    // malformed tokens_le32.
+    v1::InsertBatchRequest batch;
+    *batch.add_requests() = InsertReq(Tokens(100, 4), {20});
+    *batch.add_requests() = req;
+    v1::InsertBatchResponse batch_resp;
+    s = Call(&v1::PrefixCache::Stub::InsertBatch, batch, &batch_resp, "acme");
+    EXPECT_CODE(s, INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("requests[1]: " + c.message_has[0]));
+  }
+  const v1::StatsResponse after = Stats("acme");
+  EXPECT_EQ(after.DebugString(), before.DebugString());
+  EXPECT_EQ(CachedBlocks("acme"), 0u);
+
+  // The same Insert with a hint that fits is served.
+  v1::InsertRequest ok = InsertReq(Tokens(1, 8), {10, 11});
+  ok.mutable_retention()->set_priority(90);
+  ok.mutable_retention()->set_duration_ms(600000);
+  v1::InsertResponse resp;
+  ASSERT_OK(Call(&v1::PrefixCache::Stub::Insert, ok, &resp, "acme"));
+  EXPECT_EQ(CachedBlocks("acme"), 2u);
+}
+
 TEST_P(ServiceTest, HandshakeChecksTheModelFingerprint) {
   v1::HandshakeRequest req;
   req.set_engine_id("vllm-0");

@@ -75,13 +75,20 @@ def http_get(url, timeout_s=10):
 Check = common.Checker
 
 
+def protoc_command(proto_dir, out_dir):
+    """The Python client's protoc command (client/python/gen_stubs.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "client", "python"))
+    import gen_stubs
+    return gen_stubs.protoc_command(sys.executable, proto_dir, out_dir)
+
+
 def load_stubs(proto_dir, out_dir):
     """Generates prefix_cache_pb2(_grpc) into out_dir and imports them."""
     os.makedirs(out_dir, exist_ok=True)
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir,
-         "--python_out", out_dir, "--grpc_python_out", out_dir,
-         os.path.join(proto_dir, "prefixd", "v1", "prefix_cache.proto")],
+        protoc_command(proto_dir, out_dir)
+        + [os.path.join(proto_dir, "prefixd", "v1", "prefix_cache.proto")],
         check=True)
     for d in ("prefixd", os.path.join("prefixd", "v1")):
         open(os.path.join(out_dir, d, "__init__.py"), "a").close()

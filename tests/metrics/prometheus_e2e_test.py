@@ -328,9 +328,8 @@ def load_index_stubs(proto_dir, out_dir):
     """prefix_index_pb2(_grpc), generated next to harness.load_stubs' output."""
     import importlib
     subprocess.run(
-        [sys.executable, "-m", "grpc_tools.protoc", "-I", proto_dir,
-         "--python_out", out_dir, "--grpc_python_out", out_dir,
-         os.path.join(proto_dir, "prefixd", "v1", "prefix_index.proto")],
+        harness.protoc_command(proto_dir, out_dir)
+        + [os.path.join(proto_dir, "prefixd", "v1", "prefix_index.proto")],
         check=True)
     return (importlib.import_module("prefixd.v1.prefix_index_pb2"),
             importlib.import_module("prefixd.v1.prefix_index_pb2_grpc"))

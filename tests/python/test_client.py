@@ -78,6 +78,7 @@ class ClientTest(TenantTestCase):
             self.assertEqual(c.health(), "SERVING")
             self.assertEqual(c.health(prefixd.HEALTH_SERVICE), "SERVING")
             info = c.info()
+            self.assertEqual(info.eviction_policy, "LRU")
             self.assertEqual(info.block_size, BLOCK)
             self.assertEqual(info.budget_blocks, BUDGET_BLOCKS)
             self.assertNotEqual(info.epoch, 0)
@@ -194,6 +195,36 @@ class ClientTest(TenantTestCase):
         with self.assertRaises(prefixd.InvalidArgument):  # 901 is cached elsewhere
             c.insert(tokens(3, 1), [901])
         self.assertIsInstance(e.exception, prefixd.PrefixdError)
+
+    def test_retention_reaches_the_daemon(self):
+        # Values the daemon can only refuse if they arrive: each error names
+        # the field the client filled in, and nothing is cached.
+        c = self.client()
+        cases = [
+            (prefixd.Retention(priority=2**32 - 1), "retention.priority 4294967295"),
+            (prefixd.Retention(priority=80, ranges=[
+                prefixd.RetentionRange(0, 16, priority=20),
+                prefixd.RetentionRange(16, 0, priority=90, duration=2**63 / 1000)]),
+             "retention.ranges[1].duration_ms 9223372036854775808"),
+        ]
+        for retention, message in cases:
+            with self.assertRaises(prefixd.InvalidArgument) as e:
+                c.insert(tokens(0, 2), [7001, 7002], retention=retention)
+            self.assertIn(message, e.exception.details)
+            with self.assertRaises(prefixd.InvalidArgument) as e:
+                c.insert_batch([(tokens(0, 2), [7001, 7002])], retention=retention)
+            self.assertIn("requests[0]: " + message, e.exception.details)
+        self.assertEqual(list(c.stats().tenants), [])
+        # The proto the client sends for a well-formed hint.
+        self.assertEqual(
+            prefixd.Retention(priority=80, duration=600, ranges=[
+                prefixd.RetentionRange(0, 16, priority=90)]).to_proto(),
+            pb.Retention(priority=80, duration_ms=600000, ranges=[
+                pb.RetentionRange(token_begin=0, token_end=16, priority=90)]))
+        self.assertFalse(prefixd.Retention().to_proto().HasField("priority"))
+        r = c.insert(tokens(0, 2), [7001, 7002], retention=prefixd.Retention(priority=90))
+        self.assertEqual(r.redundant_block_ids, [])
+        self.assertEqual(self.tenant_stats(c).cached_blocks, 2)
 
     def test_tokens_travel_as_le32_and_both_encodings_agree(self):
         self.assertEqual(prefixd.tokens_le32([1, 0x01020304, 0xFFFFFFFF]),

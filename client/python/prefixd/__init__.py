@@ -33,6 +33,8 @@ from prefixd.client import (  # noqa: E402
     PermissionDenied,
     PrefixdError,
     ResourceExhausted,
+    Retention,
+    RetentionRange,
     RopeDenied,
     RouteQuery,
     RouteResult,
@@ -49,7 +51,8 @@ from prefixd.client import (  # noqa: E402
 __all__ = [
     "HEALTH_SERVICE", "Client", "DeadlineExceeded", "Epoch", "EventStream", "FailedPrecondition",
     "InsertResult", "InvalidArgument", "Lease", "ListWorkersResult", "MatchResult", "NotFound",
-    "PermissionDenied", "PrefixdError", "ResourceExhausted", "RopeDenied", "RouteQuery",
+    "PermissionDenied", "PrefixdError", "ResourceExhausted", "Retention", "RetentionRange",
+    "RopeDenied", "RouteQuery",
     "RouteResult",
     "Segment", "Unauthenticated", "Unavailable", "Unimplemented", "WorkerInfo", "WorkerMatch",
     "WorkerState", "tokens_le32",

@@ -215,6 +215,41 @@ class Segment:
     rope_delta: int
 
 
+@dataclass(frozen=True)
+class RetentionRange:
+    """A hint for the blocks whose first token's offset in the Insert's
+    tokens is in [token_begin, token_end); token_end 0: to the end."""
+    token_begin: int
+    token_end: int = 0
+    priority: int = 50
+    duration: Optional[float] = None  # seconds; None or 0: never lapses
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long inserted blocks should stay (docs/api.md, "Retention"):
+    lower priorities (0..100) are evicted first; after `duration` seconds the
+    hint lapses and the block is ordinary (priority 50). Pins stay absolute
+    and hints never break the budget. `ranges` (sorted, not overlapping)
+    give parts of the Insert their own hint.
+
+        client.insert(system_prompt, ids, retention=Retention(priority=90))
+        client.insert(session, ids, retention=Retention(priority=80, duration=600))
+    """
+    priority: Optional[int] = None  # None: 50
+    duration: Optional[float] = None  # seconds; None or 0: never lapses
+    ranges: Sequence[RetentionRange] = ()
+
+    def to_proto(self) -> pb.Retention:
+        r = pb.Retention(duration_ms=_ms(self.duration), ranges=[
+            pb.RetentionRange(token_begin=g.token_begin, token_end=g.token_end,
+                              priority=g.priority, duration_ms=_ms(g.duration))
+            for g in self.ranges])
+        if self.priority is not None:
+            r.priority = self.priority
+        return r
+
+
 class Lease:
     """A pin on a cached path. `with lease:` releases it on exit."""
 
@@ -488,11 +523,13 @@ class Client:
 
     def insert(self, tokens: Sequence[int], block_ids: Sequence[int], *, namespace: str = "",
                position_offset: int = 0, pin: bool = False, lease_ttl: Optional[float] = None,
+               retention: Optional[Retention] = None,
                timeout: Optional[float] = None) -> InsertResult:
         """Offers `block_ids` (len(tokens) / block_size of them) to the cache.
-        Free every ID in redundant_block_ids and evicted_block_ids."""
+        Free every ID in redundant_block_ids and evicted_block_ids. With
+        `retention`, every block the tokens cover takes that hint."""
         r = self._call("Insert", self._insert_request(
-            tokens, block_ids, namespace, position_offset, pin, lease_ttl), timeout)
+            tokens, block_ids, namespace, position_offset, pin, lease_ttl, retention), timeout)
         self._see_epoch(r.epoch)
         return self._insert_result(r)
 
@@ -515,14 +552,16 @@ class Client:
     def insert_batch(self, items: Sequence[Tuple[Sequence[int], Sequence[int]]], *,
                      namespace: str = "", position_offsets: Optional[Sequence[int]] = None,
                      pin: bool = False, lease_ttl: Optional[float] = None,
+                     retention: Optional[Retention] = None,
                      timeout: Optional[float] = None) -> List[BatchItem[InsertResult]]:
         """Inserts every (tokens, block_ids) pair in one round trip
         (InsertBatch), in order: an InsertResult (free its redundant and
         evicted IDs, as for insert) or that item's own PrefixdError (its IDs
-        stay the engine's). Raises only when the whole batch is refused."""
+        stay the engine's). Raises only when the whole batch is refused.
+        `retention` applies to every item."""
         offsets = _offsets(position_offsets, len(items))
         r = self._call("InsertBatch", pb.InsertBatchRequest(requests=[
-            self._insert_request(t, ids, namespace, o, pin, lease_ttl)
+            self._insert_request(t, ids, namespace, o, pin, lease_ttl, retention)
             for (t, ids), o in zip(items, offsets)]), timeout)
         self._see_epoch(r.epoch)
         return [self._insert_result(i.response) if i.code == 0
@@ -536,10 +575,13 @@ class Client:
 
     @staticmethod
     def _insert_request(tokens, block_ids, namespace, position_offset, pin,
-                        lease_ttl) -> pb.InsertRequest:
-        return pb.InsertRequest(
+                        lease_ttl, retention=None) -> pb.InsertRequest:
+        r = pb.InsertRequest(
             namespace=namespace, tokens_le32=tokens_le32(tokens), block_ids=block_ids,
             position_offset=position_offset, pin=pin, lease_ttl_ms=_ms(lease_ttl))
+        if retention is not None:
+            r.retention.CopyFrom(retention.to_proto())
+        return r
 
     def _match_result(self, r: pb.MatchResponse) -> MatchResult:
         return MatchResult(

@@ -306,7 +306,7 @@ std::vector<Tenant*> PrefixCache::TenantsIn(const TenantScope& scope) const {
 // --- Match
 // --------------------------------------------------------------------
 
-absl::Status PrefixCache::ValidateMatch(const MatchRequest& req) const {
+absl::Status PrefixCache::ValidateMatch(const MatchQuery& req) const {
   const CacheLimits& limits = options_.limits;
   RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
   RETURN_IF_ERROR(
@@ -317,7 +317,7 @@ absl::Status PrefixCache::ValidateMatch(const MatchRequest& req) const {
 }
 
 absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
-                                               const MatchRequest& req) {
+                                               const MatchQuery& req) {
   RETURN_IF_ERROR(ValidateMatch(req));
   ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
   MutexLock lock(&t->mu);
@@ -327,11 +327,11 @@ absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
 }
 
 std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
-    absl::string_view tenant, absl::Span<const MatchRequest> reqs) {
+    absl::string_view tenant, absl::Span<const MatchQuery> reqs) {
   std::vector<absl::Status> valid;
   std::vector<absl::StatusOr<MatchResult>> out;
   absl::StatusOr<Tenant*> t = StartBatch(
-      reqs, [this](const MatchRequest& r) { return ValidateMatch(r); },
+      reqs, [this](const MatchQuery& r) { return ValidateMatch(r); },
       [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
   if (!t.ok()) return out;
   MutexLock lock(&(*t)->mu);
@@ -344,7 +344,7 @@ std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
 }
 
 absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
-    Tenant* t, const MatchRequest& req,
+    Tenant* t, const MatchQuery& req,
     absl::Time now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const CacheLimits& limits = options_.limits;
   if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
@@ -366,7 +366,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
     }
     RETURN_IF_ERROR(AdmitPins(t, newly_pinned));
   }
-  TenantStats& c = t->counters();
+  TenantUsage& c = t->counters();
   ++c.match_requests;
   c.match_tokens += req.tokens.size();
 
@@ -651,7 +651,7 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
   t->FlushRemovals();
   t->TakeParked(&result.evicted_block_ids);
 
-  TenantStats& c = t->counters();
+  TenantUsage& c = t->counters();
   ++c.insert_requests;
   c.inserted_blocks += n_new;
   c.redundant_blocks += redundant.size();
@@ -885,7 +885,7 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
     s.resident_blocks += t->cached_blocks();
   }
   std::sort(s.tenants.begin(), s.tenants.end(),
-            [](const TenantStats& a, const TenantStats& b) {
+            [](const TenantUsage& a, const TenantUsage& b) {
               return a.tenant < b.tenant;
             });
   return s;

@@ -55,7 +55,7 @@ class PrefixCache {
   // Stamps the matched blocks as most recently used. With req.pin and a
   // non-empty match, returns a lease that pins exactly the matched blocks.
   absl::StatusOr<MatchResult> Match(absl::string_view tenant,
-                                    const MatchRequest& req);
+                                    const MatchQuery& req);
 
   // Adopts req.block_ids for req.tokens (docs/api.md, "Insert"). On any error
   // nothing changes. `caller` is every tenant the caller may act for: blocks
@@ -72,7 +72,7 @@ class PrefixCache {
   // single call would have returned at that point; a failing request does
   // not stop the others.
   std::vector<absl::StatusOr<MatchResult>> MatchBatch(
-      absl::string_view tenant, absl::Span<const MatchRequest> reqs);
+      absl::string_view tenant, absl::Span<const MatchQuery> reqs);
   std::vector<absl::StatusOr<InsertResult>> InsertBatch(
       absl::string_view tenant, absl::Span<const InsertRequest> reqs,
       const TenantScope& caller = TenantScope::All());
@@ -154,10 +154,10 @@ class PrefixCache {
   std::vector<Tenant*> AllTenants() const;
   bool AllTenantsEmpty() const;
 
-  absl::Status ValidateMatch(const MatchRequest& req) const;
+  absl::Status ValidateMatch(const MatchQuery& req) const;
   absl::Status ValidateInsert(const InsertRequest& req) const;
   // The body of Match with t->mu held and t's leases expired at `now`.
-  absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchRequest& req,
+  absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchQuery& req,
                                           absl::Time now);
   // The body of Insert with t->mu held. `all` is null on the fast path
   // (only t locked: sets *needs_exclusive if other tenants must give up

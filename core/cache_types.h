@@ -88,7 +88,7 @@ struct Segment {
   int64_t rope_delta = 0;  // requested position - cached position
 };
 
-struct MatchRequest {
+struct MatchQuery {
   std::string ns;  // namespace (LoRA adapter, cache salt); "" is valid
   absl::Span<const Token> tokens;
   int64_t position_offset = 0;  // absolute position of tokens[0]
@@ -127,7 +127,7 @@ struct InsertResult {
   LeaseId lease_id = 0;
 };
 
-struct TenantStats {
+struct TenantUsage {
   std::string tenant;
   uint64_t reserved_bytes = 0;
   uint64_t limit_bytes = 0;
@@ -152,7 +152,7 @@ struct CacheStats {
   uint64_t budget_bytes = 0;
   uint64_t budget_blocks = 0;
   uint64_t resident_blocks = 0;      // cached blocks of the tenants in scope
-  std::vector<TenantStats> tenants;  // sorted by name
+  std::vector<TenantUsage> tenants;  // sorted by name
 };
 
 // One node of a tree, for the debug dump (pre-order, root excluded).

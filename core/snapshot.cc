@@ -41,7 +41,7 @@ uint64_t Ms(absl::Duration d) {
 // --- Tenant -----------------------------------------------------------------
 
 void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
-  const TenantStats& c = counters_;
+  const TenantUsage& c = counters_;
   for (uint64_t v :
        {c.match_requests, c.match_tokens, c.match_hit_tokens, c.insert_requests,
         c.inserted_blocks, c.redundant_blocks, c.lease_expired}) {
@@ -86,7 +86,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
 
 absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
                           absl::Duration max_ttl, uint64_t max_stamp) {
-  TenantStats& c = counters_;
+  TenantUsage& c = counters_;
   for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
                       &c.insert_requests, &c.inserted_blocks,
                       &c.redundant_blocks, &c.lease_expired}) {
@@ -182,7 +182,7 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
     Node* end = nodes_by_tree[ti][ni];
     PinPath(end, +1);
     const absl::Time expiry = now + absl::Milliseconds(left_ms);
-    leases_[id] = Lease{end, absl::Milliseconds(ttl_ms), expiry};
+    leases_[id] = LeaseRecord{end, absl::Milliseconds(ttl_ms), expiry};
     leases_by_end_.insert({end, id});
     lease_expiry_.insert({expiry, id});
   }

@@ -280,13 +280,13 @@ LeaseId Tenant::NextLeaseId() {
 LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
   const LeaseId id = NextLeaseId();
   PinPath(end, +1);
-  leases_[id] = Lease{end, ttl, now + ttl};
+  leases_[id] = LeaseRecord{end, ttl, now + ttl};
   leases_by_end_.insert({end, id});
   lease_expiry_.insert({now + ttl, id});
   return id;
 }
 
-Lease* Tenant::FindLease(LeaseId id) {
+LeaseRecord* Tenant::FindLease(LeaseId id) {
   auto it = leases_.find(id);
   return it == leases_.end() ? nullptr : &it->second;
 }
@@ -302,7 +302,7 @@ bool Tenant::EndLease(LeaseId id) {
 }
 
 void Tenant::RenewLease(LeaseId id, absl::Time now) {
-  Lease& lease = leases_.at(id);
+  LeaseRecord& lease = leases_.at(id);
   lease_expiry_.erase({lease.expiry, id});
   lease.expiry = now + lease.ttl;
   lease_expiry_.insert({lease.expiry, id});
@@ -352,8 +352,8 @@ void Tenant::FlushRemovals() {
 
 // --- Reading ----------------------------------------------------------------
 
-TenantStats Tenant::Stats(uint64_t block_bytes) const {
-  TenantStats s = counters_;
+TenantUsage Tenant::Stats(uint64_t block_bytes) const {
+  TenantUsage s = counters_;
   s.reserved_bytes = reserved_blocks_ * block_bytes;
   s.limit_bytes = limit_blocks_ * block_bytes;
   s.cached_blocks = cached_blocks_;

@@ -47,7 +47,7 @@
 
 namespace prefixd {
 
-struct Lease {
+struct LeaseRecord {
   Node* end = nullptr;  // the lease pins the path root..end
   absl::Duration ttl;
   absl::Time expiry;
@@ -118,7 +118,7 @@ class Tenant {
   // Leases.
   LeaseId AddLease(Node* end, absl::Duration ttl, absl::Time now);
   bool EndLease(LeaseId id);  // false if unknown
-  Lease* FindLease(LeaseId id);
+  LeaseRecord* FindLease(LeaseId id);
   void RenewLease(LeaseId id, absl::Time now);
   size_t ExpireLeases(absl::Time now);
 
@@ -139,8 +139,8 @@ class Tenant {
   void FlushRemovals();
   const EventRing& events() const { return events_; }
 
-  TenantStats& counters() { return counters_; }
-  TenantStats Stats(uint64_t block_bytes) const;
+  TenantUsage& counters() { return counters_; }
+  TenantUsage Stats(uint64_t block_bytes) const;
   std::vector<std::string> Namespaces() const;
   std::vector<DumpNode> Dump(const Tree& tree) const;
 
@@ -181,7 +181,7 @@ class Tenant {
       ABSL_GUARDED_BY(mu);
   // (key, node), oldest first; lazily kept (see the top of this file).
   absl::btree_set<std::pair<uint64_t, Node*>> lru_ ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<LeaseId, LeaseRecord> leases_ ABSL_GUARDED_BY(mu);
   absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
       ABSL_GUARDED_BY(mu);
   // Every lease by its end node: RemoveSubtree ends the leases of the nodes
@@ -194,7 +194,7 @@ class Tenant {
   uint64_t cached_blocks_ ABSL_GUARDED_BY(mu) = 0;
   uint64_t pinned_blocks_ ABSL_GUARDED_BY(mu) = 0;
   uint64_t nodes_ ABSL_GUARDED_BY(mu) = 0;
-  TenantStats counters_ ABSL_GUARDED_BY(mu);
+  TenantUsage counters_ ABSL_GUARDED_BY(mu);
 
   EventRing events_ ABSL_GUARDED_BY(mu);
   struct PendingRemoval {

@@ -65,7 +65,7 @@ void LimitsToProto(const CacheLimits& l, uint64_t max_message_bytes,
   out->set_max_lease_ttl_ms(ToMs(l.max_lease_ttl));
 }
 
-void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
+void TenantStatsToProto(const TenantUsage& t, uint64_t block_bytes,
                         v1::TenantStats* out) {
   out->set_tenant(t.tenant);
   out->set_cached_blocks(t.cached_blocks);
@@ -92,9 +92,9 @@ void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
   }
 }
 
-absl::StatusOr<MatchRequest> MatchFromProto(const v1::MatchRequest& req,
-                                            int item, TokenCopies* copies) {
-  MatchRequest m;
+absl::StatusOr<MatchQuery> MatchFromProto(const v1::MatchRequest& req, int item,
+                                          TokenCopies* copies) {
+  MatchQuery m;
   absl::StatusOr<absl::Span<const Token>> tokens =
       RequestTokens(req, item, copies);
   if (!tokens.ok()) return tokens.status();
@@ -264,7 +264,7 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          v1::MatchResponse* resp) {
   if (absl::Status s = RequireTenant(call); !s.ok()) return s;
   TokenCopies copies;
-  absl::StatusOr<MatchRequest> m = MatchFromProto(req, -1, &copies);
+  absl::StatusOr<MatchQuery> m = MatchFromProto(req, -1, &copies);
   if (!m.ok()) return m.status();
   absl::StatusOr<MatchResult> r = cache_->Match(call.tenant, *m);
   if (!r.ok()) return r.status();
@@ -376,7 +376,7 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
   resp->set_block_bytes(s.block_bytes);
   resp->set_budget_bytes(s.budget_bytes);
   resp->set_budget_blocks(s.budget_blocks);
-  for (const TenantStats& t : s.tenants) {
+  for (const TenantUsage& t : s.tenants) {
     TenantStatsToProto(t, s.block_bytes, resp->add_tenants());
   }
   return absl::OkStatus();
@@ -421,12 +421,11 @@ absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
     return s;
   }
   // A malformed item (tokens_le32) fails the whole batch, before any work.
-  std::vector<MatchRequest> batch;
+  std::vector<MatchQuery> batch;
   TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
-    absl::StatusOr<MatchRequest> m =
-        MatchFromProto(req.requests(i), i, &copies);
+    absl::StatusOr<MatchQuery> m = MatchFromProto(req.requests(i), i, &copies);
     if (!m.ok()) return m.status();
     batch.push_back(*std::move(m));
   }

@@ -320,7 +320,7 @@ absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
                                                const MatchQuery& req) {
   RETURN_IF_ERROR(ValidateMatch(req));
   ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   return MatchLocked(t, req, now);
@@ -334,7 +334,7 @@ std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
       reqs, [this](const MatchQuery& r) { return ValidateMatch(r); },
       [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
   if (!t.ok()) return out;
-  MutexLock lock(&(*t)->mu);
+  MutexLock lock(&TenantMutex(*t));
   const absl::Time now = clock_->Now();
   (*t)->ExpireLeases(now);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -347,10 +347,10 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
     Tenant* t, const MatchQuery& req,
     absl::Time now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const CacheLimits& limits = options_.limits;
-  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+  if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
-        t->name(), t->num_leases()));
+        t->name(), t->leases().size()));
   }
   const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
   Tree* tree = t->FindTree(req.ns);
@@ -459,7 +459,7 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   bool needs_exclusive = false;
   size_t done = 0;
   {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
       auto result = InsertLocked(t, reqs[done], caller, /*all=*/nullptr,
@@ -500,10 +500,10 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
         "tenant '%s' has %d namespaces, the limit max_namespaces_per_tenant",
         t->name(), t->num_trees()));
   }
-  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+  if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
-        t->name(), t->num_leases()));
+        t->name(), t->leases().size()));
   }
 
   // Which leading blocks are cached, and which of the caller's IDs are
@@ -723,7 +723,7 @@ uint64_t PrefixCache::EvictGlobal(
 absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     t->ExpireLeases(clock_->Now());
     if (t->EndLease(lease)) return absl::OkStatus();
   }
@@ -741,16 +741,16 @@ absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
   }
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return LeaseNotFound(leases[0]);
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   for (LeaseId id : leases) {
-    if (t->FindLease(id) == nullptr) return LeaseNotFound(id);
+    if (t->leases().Find(id) == nullptr) return LeaseNotFound(id);
   }
   std::vector<absl::Duration> out;
   for (LeaseId id : leases) {
     t->RenewLease(id, now);
-    out.push_back(t->FindLease(id)->ttl);
+    out.push_back(t->leases().Find(id)->ttl);
   }
   return out;
 }
@@ -759,7 +759,7 @@ size_t PrefixCache::ExpireLeases() {
   size_t n = 0;
   const absl::Time now = clock_->Now();
   for (Tenant* t : AllTenants()) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     n += t->ExpireLeases(now);
   }
   return n;
@@ -880,7 +880,7 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   s.budget_bytes = options_.budget_bytes;
   s.budget_blocks = budget_blocks_;
   for (Tenant* t : TenantsIn(scope)) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     s.tenants.push_back(t->Stats(options_.block_bytes));
     s.resident_blocks += t->cached_blocks();
   }
@@ -897,7 +897,7 @@ absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
   EventBatch batch;
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return batch;  // exactly what a tenant with no events sees
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
                                   &batch.next_sequence);
   return batch;
@@ -915,7 +915,7 @@ absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(
     absl::string_view tenant, absl::string_view ns) const {
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     if (const Tree* tree = t->FindTree(ns)) return t->Dump(*tree);
   }
   return absl::NotFoundError(
@@ -926,7 +926,7 @@ absl::StatusOr<std::vector<std::string>> PrefixCache::Namespaces(
     absl::string_view tenant) const {
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return std::vector<std::string>{};
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   return t->Namespaces();
 }
 

@@ -40,6 +40,9 @@
 namespace prefixd {
 
 class Tenant;
+class TenantsLock;
+// The lock of a tenant, for the lock annotations below (tenant.h).
+Mutex& TenantMutex(const Tenant* t);
 
 class PrefixCache {
  public:
@@ -156,16 +159,18 @@ class PrefixCache {
 
   absl::Status ValidateMatch(const MatchQuery& req) const;
   absl::Status ValidateInsert(const InsertRequest& req) const;
-  // The body of Match with t->mu held and t's leases expired at `now`.
+  // The body of Match, with t's leases expired at `now`.
   absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchQuery& req,
-                                          absl::Time now);
-  // The body of Insert with t->mu held. `all` is null on the fast path
-  // (only t locked: sets *needs_exclusive if other tenants must give up
-  // blocks) and every tenant, all locked, in the exclusive section.
+                                          absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // The body of Insert. `all` is null on the fast path (only t locked:
+  // sets *needs_exclusive if other tenants must give up blocks) and every
+  // tenant, all locked, in the exclusive section.
   absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req,
                                             const TenantScope& caller,
                                             const std::vector<Tenant*>* all,
-                                            bool* needs_exclusive);
+                                            bool* needs_exclusive)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
   // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
   // below their reservation when respect_reserved. Appends the IDs of
   // tenants in `caller` to *out and parks the others' (null: all to *out).
@@ -176,13 +181,13 @@ class PrefixCache {
                        bool respect_reserved, EvictReason reason,
                        const TenantScope* caller, std::vector<BlockId>* out);
 
-  // Admission of a lease that pins `blocks` more of t's blocks (REQUIRES
-  // t->mu). Pinned blocks above their tenant's reservation may fill only
-  // what the reservations leave of the budget, so that every tenant can
-  // always get back to its reservation by evicting unpinned blocks of
-  // tenants above theirs. Adds t's share on success; RESOURCE_EXHAUSTED
-  // naming the counts, changing nothing, otherwise.
-  absl::Status AdmitPins(Tenant* t, uint64_t blocks);
+  // Admission of a lease that pins `blocks` more of t's blocks. Pinned blocks
+  // above their tenant's reservation may fill only what the reservations leave
+  // of the budget, so that every tenant can always get back to its reservation
+  // by evicting unpinned blocks of tenants above theirs. Adds t's share on
+  // success; RESOURCE_EXHAUSTED naming the counts, changing nothing, otherwise.
+  absl::Status AdmitPins(Tenant* t, uint64_t blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
 
   uint64_t NextStamp() {
     return stamp_.fetch_add(1, std::memory_order_relaxed) + 1;

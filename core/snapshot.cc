@@ -72,7 +72,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     });
   }
   w->Varint(leases_.size());
-  for (const auto& [id, lease] : leases_) {
+  for (const auto& [id, lease] : leases_.all()) {
     const auto [ti, ni] = where.at(lease.end);
     w->Fixed64(id);
     w->Varint(ti);
@@ -181,10 +181,8 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
     }
     Node* end = nodes_by_tree[ti][ni];
     PinPath(end, +1);
-    const absl::Time expiry = now + absl::Milliseconds(left_ms);
-    leases_[id] = LeaseRecord{end, absl::Milliseconds(ttl_ms), expiry};
-    leases_by_end_.insert({end, id});
-    lease_expiry_.insert({expiry, id});
+    leases_.Restore(id, end, absl::Milliseconds(ttl_ms),
+                    now + absl::Milliseconds(left_ms));
   }
   uint64_t nparked;
   // Each ID takes a byte at least (as for nodes above).
@@ -286,7 +284,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
           absl::StrCat("snapshot: tenant '", name, "' appears twice"));
     }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp));
     total += t->cached_blocks();
   }
@@ -303,8 +301,8 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
 
 bool PrefixCache::AllTenantsEmpty() const {
   for (Tenant* t : AllTenants()) {
-    MutexLock lock(&t->mu);
-    if (t->cached_blocks() != 0 || t->num_leases() != 0) return false;
+    MutexLock lock(&TenantMutex(t));
+    if (t->cached_blocks() != 0 || t->leases().size() != 0) return false;
   }
   return true;
 }

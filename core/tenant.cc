@@ -9,16 +9,6 @@
 #include "absl/strings/str_format.h"
 
 namespace prefixd {
-namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 Tenant::Tenant(std::string name, uint32_t tenant_index,
                uint64_t reserved_blocks, uint64_t limit_blocks,
@@ -32,7 +22,7 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       block_size_(options.block_size),
       detailed_events_(options.detailed_events),
       block_index_(block_index),
-      rng_state_(rng_seed),
+      leases_(rng_seed),
       events_(options.events_per_tenant, event_order, options.event_ring_bytes),
       pinned_over_reserved_(pinned_over_reserved) {
   counters_.tenant = name_;
@@ -191,35 +181,32 @@ BlockId Tenant::EvictOne(EvictReason reason) {
 
 void Tenant::RemoveSubtree(Node* node, EvictReason reason,
                            std::vector<BlockId>* removed) {
+  // The subtree in pre-order, gathered first: the loops below touch the
+  // tenant's guarded state, which a callback of ForEachBelow could not be
+  // shown to hold the lock for.
+  std::vector<Node*> subtree = {node};
+  ForEachBelow(*node, [&](const Node& n, int) {
+    subtree.push_back(const_cast<Node*>(&n));
+  });
   // End the leases whose path runs through the subtree: those that end in
   // it, found by their end node.
   std::vector<LeaseId> ending;
-  auto collect = [&](const Node* n) {
-    for (auto it = leases_by_end_.lower_bound({n, 0});
-         it != leases_by_end_.end() && it->first == n; ++it) {
-      ending.push_back(it->second);
-    }
-  };
-  collect(node);
-  ForEachBelow(*node, [&](const Node& n, int) { collect(&n); });
+  for (const Node* n : subtree) leases_.EndingAt(n, &ending);
   for (LeaseId id : ending) EndLease(id);
 
   Tree* tree = node->tree;
-  auto remove_one = [&](Node& n) {
-    LruErase(&n);
-    for (BlockId id : n.block_ids()) {
+  for (Node* n : subtree) {
+    LruErase(n);
+    for (BlockId id : n->block_ids()) {
       removed->push_back(id);
       NoteRemoved(tree, id, reason);
     }
-    block_index_->Erase(n.block_ids());
-    cached_blocks_ -= n.num_blocks();
-    tree->blocks -= n.num_blocks();
+    block_index_->Erase(n->block_ids());
+    cached_blocks_ -= n->num_blocks();
+    tree->blocks -= n->num_blocks();
     --nodes_;
     --tree->nodes;
-  };
-  remove_one(*node);
-  ForEachBelow(*node,
-               [&](const Node& n, int) { remove_one(const_cast<Node&>(n)); });
+  }
 
   Node* parent = node->parent;
   auto handle =
@@ -247,9 +234,7 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
       cached_blocks_;
   trees_.clear();
   lru_.clear();
-  leases_.clear();
-  lease_expiry_.clear();
-  leases_by_end_.clear();
+  leases_.Clear();
   pending_removals_.clear();
   maybe_empty_.clear();
   cached_blocks_ = pinned_blocks_ = nodes_ = 0;
@@ -269,49 +254,23 @@ void Tenant::DropTreeIfEmpty(const std::string& ns) {
 
 // --- Leases -----------------------------------------------------------------
 
-LeaseId Tenant::NextLeaseId() {
-  LeaseId id;
-  do {
-    id = SplitMix64(&rng_state_);
-  } while (id == 0 || leases_.contains(id));
-  return id;
-}
-
 LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
-  const LeaseId id = NextLeaseId();
+  const LeaseId id = leases_.Add(end, ttl, now);
   PinPath(end, +1);
-  leases_[id] = LeaseRecord{end, ttl, now + ttl};
-  leases_by_end_.insert({end, id});
-  lease_expiry_.insert({now + ttl, id});
   return id;
-}
-
-LeaseRecord* Tenant::FindLease(LeaseId id) {
-  auto it = leases_.find(id);
-  return it == leases_.end() ? nullptr : &it->second;
 }
 
 bool Tenant::EndLease(LeaseId id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return false;
-  PinPath(it->second.end, -1);
-  lease_expiry_.erase({it->second.expiry, id});
-  leases_by_end_.erase({it->second.end, id});
-  leases_.erase(it);
+  Node* end = leases_.Remove(id);
+  if (end == nullptr) return false;
+  PinPath(end, -1);
   return true;
-}
-
-void Tenant::RenewLease(LeaseId id, absl::Time now) {
-  LeaseRecord& lease = leases_.at(id);
-  lease_expiry_.erase({lease.expiry, id});
-  lease.expiry = now + lease.ttl;
-  lease_expiry_.insert({lease.expiry, id});
 }
 
 size_t Tenant::ExpireLeases(absl::Time now) {
   size_t n = 0;
-  while (!lease_expiry_.empty() && lease_expiry_.begin()->first <= now) {
-    EndLease(lease_expiry_.begin()->second);
+  while (const LeaseId id = leases_.FirstExpired(now)) {
+    EndLease(id);
     ++n;
   }
   counters_.lease_expired += n;
@@ -400,24 +359,14 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     *error = absl::StrCat("tenant '", name_, "': ", what);
     return false;
   };
+  std::string lease_error;
+  if (!leases_.CheckInvariants(&lease_error)) return fail(lease_error);
   // Pins a node must have: one per lease whose end is in its subtree.
   absl::flat_hash_map<const Node*, int32_t> expected_pins;
-  for (const auto& [id, lease] : leases_) {
-    if (!lease_expiry_.contains({lease.expiry, id})) {
-      return fail(
-          absl::StrFormat("lease %016x missing from the expiry order", id));
-    }
-    if (!leases_by_end_.contains({lease.end, id})) {
-      return fail(
-          absl::StrFormat("lease %016x missing from the end-node index", id));
-    }
+  for (const auto& [id, lease] : leases_.all()) {
     for (const Node* n = lease.end; !n->is_root(); n = n->parent)
       ++expected_pins[n];
   }
-  if (lease_expiry_.size() != leases_.size())
-    return fail("lease expiry order has extra entries");
-  if (leases_by_end_.size() != leases_.size())
-    return fail("lease end-node index has extra entries");
 
   uint64_t cached = 0, pinned = 0, nodes = 0;
   size_t lru_members = 0;                 // nodes with an LRU entry
@@ -436,7 +385,8 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     if (tree->root.lru_key != 0) return fail("a root has an LRU entry");
     uint64_t tree_blocks = 0, tree_nodes = 0;
     std::string err;
-    auto check = [&](auto&& self, const Node& parent) -> bool {
+    auto check = [&](auto&& self, const Node& parent)
+                     ABSL_SHARED_LOCKS_REQUIRED(mu_) -> bool {
       for (const auto& c : parent.children) {
         const Node& n = *c;
         if (n.parent != &parent) return fail("child's parent pointer is wrong");

@@ -1,6 +1,7 @@
 #include "core/cache.h"
 
 #include <algorithm>
+#include <cassert>
 #include <optional>
 #include <random>
 #include <utility>
@@ -443,6 +444,26 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
       InsertBatch(tenant, absl::MakeConstSpan(&req, 1), caller)[0]);
 }
 
+// What an Insert will do, worked out before anything changes but the claim
+// of its IDs in the block index (DropPlan undoes that).
+struct PrefixCache::InsertPlan {
+  absl::Time now;
+  absl::Duration ttl;             // of the lease, if req.pin
+  Tree* tree = nullptr;           // null: the namespace has no tree yet
+  WalkPath steps;                 // the leading blocks already cached
+  size_t cached = 0;              // how many blocks the steps cover
+  size_t n_new = 0;               // blocks to attach after them
+  uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
+  std::vector<BlockId>
+      redundant;               // caller's IDs for blocks cached under others
+  std::vector<BlockId> claim;  // redundant and new IDs, claimed in the index
+  // Set by the budget check (FitBudget, FitBudgetEvicting).
+  uint64_t need_own = 0;     // own blocks to evict: the tenant's limit
+  uint64_t need_global = 0;  // blocks to evict from any tenant: the budget
+  int64_t reserved = 0;      // added to resident_blocks_ ahead of the apply
+  absl::Status refusal;      // why, when the check says kRefused
+};
+
 // Runs the batch in order. Inserts that fit the budget run with only the
 // tenant locked; from the first one that must evict other tenants' blocks
 // on, the rest run in the exclusive section, so the order never changes.
@@ -456,16 +477,22 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
       [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
   if (!found.ok()) return out;
   Tenant* t = *found;
-  bool needs_exclusive = false;
   size_t done = 0;
   {
     MutexLock lock(&TenantMutex(t));
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
-      auto result = InsertLocked(t, reqs[done], caller, /*all=*/nullptr,
-                                 &needs_exclusive);
-      if (needs_exclusive) break;
-      out[done] = std::move(result);
+      absl::StatusOr<InsertPlan> plan = PlanInsert(t, reqs[done]);
+      if (!plan.ok()) {
+        out[done] = plan.status();
+        continue;
+      }
+      const Budget verdict = FitBudget(t, reqs[done], &*plan);
+      if (verdict == Budget::kNeedsExclusive) {
+        DropPlan(*plan);
+        break;
+      }
+      out[done] = Conclude(t, reqs[done], caller, verdict, nullptr, &*plan);
     }
   }
   if (done == reqs.size()) return out;
@@ -474,28 +501,35 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   const absl::Time now = clock_->Now();
-  for (Tenant* u : all.tenants()) u->ExpireLeases(now);
+  for (Tenant* u : all.tenants()) {
+    all.AssertHeld(u);
+    u->ExpireLeases(now);
+  }
+  all.AssertHeld(t);
   for (; done < reqs.size(); ++done) {
-    if (valid[done].ok())
-      out[done] =
-          InsertLocked(t, reqs[done], caller, &all.tenants(), &needs_exclusive);
+    if (!valid[done].ok()) continue;
+    absl::StatusOr<InsertPlan> plan = PlanInsert(t, reqs[done]);
+    if (!plan.ok()) {
+      out[done] = plan.status();
+      continue;
+    }
+    const Budget verdict = FitBudgetEvicting(t, reqs[done], all, &*plan);
+    out[done] = Conclude(t, reqs[done], caller, verdict, &all, &*plan);
   }
   return out;
 }
 
-absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
-    Tenant* t, const InsertRequest& req, const TenantScope& caller,
-    const std::vector<Tenant*>* all,
-    bool* needs_exclusive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const bool exclusive = all != nullptr;
+absl::StatusOr<PrefixCache::InsertPlan> PrefixCache::PlanInsert(
+    Tenant* t, const InsertRequest& req) {
   const CacheLimits& limits = options_.limits;
-  const size_t bs = options_.block_size;
-  const absl::Time now = clock_->Now();
-  t->ExpireLeases(now);
-  ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
+  InsertPlan plan;
+  plan.now = clock_->Now();
+  t->ExpireLeases(plan.now);
+  ASSIGN_OR_RETURN(plan.ttl, LeaseTtl(req.lease_ttl, options_));
 
-  Tree* tree = t->FindTree(req.ns);
-  if (tree == nullptr && t->num_trees() >= limits.max_namespaces_per_tenant) {
+  plan.tree = t->FindTree(req.ns);
+  if (plan.tree == nullptr &&
+      t->num_trees() >= limits.max_namespaces_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' has %d namespaces, the limit max_namespaces_per_tenant",
         t->name(), t->num_trees()));
@@ -508,30 +542,26 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
 
   // Which leading blocks are cached, and which of the caller's IDs are
   // confirmed (the very ID cached there) or redundant (another ID).
-  const WalkPath steps =
-      tree != nullptr ? Walk(*tree, req.tokens, req.position_offset, false)
-                      : WalkPath{};
-  const size_t nblocks = req.block_ids.size();
-  size_t cached = 0;
-  uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
-  std::vector<BlockId> redundant, claim;
-  for (const WalkStep& s : steps) {
+  if (plan.tree != nullptr)
+    plan.steps = Walk(*plan.tree, req.tokens, req.position_offset, false);
+  for (const WalkStep& s : plan.steps) {
     for (size_t j = 0; j < s.blocks; ++j) {
       const BlockId want = req.block_ids[s.first_block + j];
-      if (want != s.node->block_ids()[j]) redundant.push_back(want);
+      if (want != s.node->block_ids()[j]) plan.redundant.push_back(want);
     }
-    cached += s.blocks;
-    if (s.node->pins == 0) protected_blocks += s.blocks;
+    plan.cached += s.blocks;
+    if (s.node->pins == 0) plan.protected_blocks += s.blocks;
   }
-  const size_t n_new = nblocks - cached;
-  claim = redundant;
-  claim.insert(claim.end(), req.block_ids.begin() + cached,
-               req.block_ids.end());
+  plan.n_new = req.block_ids.size() - plan.cached;
+  plan.claim = plan.redundant;
+  plan.claim.insert(plan.claim.end(), req.block_ids.begin() + plan.cached,
+                    req.block_ids.end());
   // ClaimAll refuses an ID that is cached or repeated. Only claimed IDs can
   // repeat without also claiming a cached one: a confirmed ID is cached, so
   // passing it twice makes the second a claim of a cached ID.
   size_t failed = 0;
-  if (!index_.ClaimAll(claim, t->index(), &failed)) {
+  if (!index_.ClaimAll(plan.claim, t->index(), &failed)) {
+    const auto& claim = plan.claim;
     const BlockId id = claim[failed];
     const bool repeated = std::find(claim.begin(), claim.begin() + failed,
                                     id) != claim.begin() + failed;
@@ -539,124 +569,163 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
         repeated ? absl::StrFormat("block id %d appears twice in block_ids", id)
                  : absl::StrFormat("block id %d is already cached", id));
   }
+  return plan;
+}
 
-  // Budget. Own limit first: a tenant over its limit evicts its own blocks.
-  const uint64_t evictable_own = t->unpinned_blocks() - protected_blocks;
-  const uint64_t after = t->cached_blocks() + n_new;
-  const uint64_t need_own =
-      after > t->limit_blocks() ? after - t->limit_blocks() : 0;
-  if (need_own > evictable_own) {
-    index_.Erase(claim);
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("tenant '%s' limit is %d blocks: it caches %d (%d "
-                        "pinned), this insert adds %d, and only "
-                        "%d can be evicted",
-                        t->name(), t->limit_blocks(), t->cached_blocks(),
-                        t->pinned_blocks(), n_new, evictable_own));
-  }
+bool PrefixCache::FitOwnLimit(Tenant* t, InsertPlan* plan) {
+  // A tenant over its limit evicts its own blocks, but not those on the
+  // path this insert touches.
+  const uint64_t evictable_own = t->unpinned_blocks() - plan->protected_blocks;
+  const uint64_t after = t->cached_blocks() + plan->n_new;
+  plan->need_own = after > t->limit_blocks() ? after - t->limit_blocks() : 0;
+  if (plan->need_own <= evictable_own) return true;
+  plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
+      "tenant '%s' limit is %d blocks: it caches %d (%d pinned), this insert "
+      "adds %d, and only %d can be evicted",
+      t->name(), t->limit_blocks(), t->cached_blocks(), t->pinned_blocks(),
+      plan->n_new, evictable_own));
+  return false;
+}
+
+PrefixCache::Budget PrefixCache::FitBudget(Tenant* t, const InsertRequest& req,
+                                           InsertPlan* plan) {
+  if (!FitOwnLimit(t, plan)) return Budget::kRefused;
   const int64_t net =
-      static_cast<int64_t>(n_new) - static_cast<int64_t>(need_own);
+      static_cast<int64_t>(plan->n_new) - static_cast<int64_t>(plan->need_own);
+  if (net > 0) {
+    // Reserved before checking, so that two tenants' concurrent inserts
+    // cannot both fit into the last free blocks.
+    const int64_t before = resident_blocks_.fetch_add(net);
+    if (before + net > static_cast<int64_t>(budget_blocks_)) {
+      resident_blocks_.fetch_sub(net);
+      return Budget::kNeedsExclusive;
+    }
+    plan->reserved = net;
+  }
+  return FitPins(t, req, plan);
+}
+
+PrefixCache::Budget PrefixCache::FitBudgetEvicting(Tenant* t,
+                                                   const InsertRequest& req,
+                                                   const TenantsLock& all,
+                                                   InsertPlan* plan) {
+  if (!FitOwnLimit(t, plan)) return Budget::kRefused;
+  const int64_t net =
+      static_cast<int64_t>(plan->n_new) - static_cast<int64_t>(plan->need_own);
   const int64_t budget = static_cast<int64_t>(budget_blocks_);
-  uint64_t need_global = 0;
-  if (!exclusive) {
-    if (net > 0) {
-      const int64_t before = resident_blocks_.fetch_add(net);
-      if (before + net > budget) {
-        resident_blocks_.fetch_sub(net);
-        index_.Erase(claim);
-        *needs_exclusive = true;
-        return absl::AbortedError("needs the exclusive section");
-      }
+  // Nothing else changes the resident count while every tenant is locked.
+  const int64_t resident = resident_blocks_.load();
+  plan->need_global = resident + net > budget
+                          ? static_cast<uint64_t>(resident + net - budget)
+                          : 0;
+  uint64_t available = 0, pinned = 0;
+  for (Tenant* u : all.tenants()) {
+    all.AssertHeld(u);
+    uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
+    pinned += u->pinned_blocks();
+    if (u == t) {  // after this insert's own evictions, with its path guarded
+      unpinned -= plan->protected_blocks + plan->need_own;
+      have = have + plan->n_new - plan->need_own;
     }
-  } else {
-    const int64_t resident = resident_blocks_.load();
-    need_global = resident + net > budget
-                      ? static_cast<uint64_t>(resident + net - budget)
-                      : 0;
-    uint64_t available = 0, pinned = 0;
-    for (Tenant* u : *all) {
-      uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
-      pinned += u->pinned_blocks();
-      if (u == t) {  // after this insert's own evictions, with its path guarded
-        unpinned -= protected_blocks + need_own;
-        have = have + n_new - need_own;
-      }
-      if (have > u->reserved_blocks())
-        available += std::min(unpinned, have - u->reserved_blocks());
-    }
-    if (need_global > available) {
-      index_.Erase(claim);
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("budget is %d blocks: %d cached (%d pinned), this "
-                          "insert adds %d, and only %d can be "
-                          "evicted from tenants above their reservation",
-                          budget_blocks_, resident, pinned, n_new, available));
-    }
+    if (have > u->reserved_blocks())
+      available += std::min(unpinned, have - u->reserved_blocks());
   }
-
-  if (req.pin) {
-    // The lease pins the walked path's unpinned blocks and the new ones.
-    if (absl::Status s = AdmitPins(t, protected_blocks + n_new); !s.ok()) {
-      if (!exclusive && net > 0) resident_blocks_.fetch_sub(net);
-      index_.Erase(claim);
-      return s;
-    }
+  if (plan->need_global > available) {
+    plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
+        "budget is %d blocks: %d cached (%d pinned), this insert adds %d, and "
+        "only %d can be evicted from tenants above their reservation",
+        budget_blocks_, resident, pinned, plan->n_new, available));
+    return Budget::kRefused;
   }
+  return FitPins(t, req, plan);
+}
 
-  // Nothing can fail from here on.
-  if (tree == nullptr) tree = t->GetOrCreateTree(req.ns);
+PrefixCache::Budget PrefixCache::FitPins(Tenant* t, const InsertRequest& req,
+                                         InsertPlan* plan) {
+  if (!req.pin) return Budget::kFits;
+  // The lease pins the walked path's unpinned blocks and the new ones.
+  plan->refusal = AdmitPins(t, plan->protected_blocks + plan->n_new);
+  return plan->refusal.ok() ? Budget::kFits : Budget::kRefused;
+}
+
+void PrefixCache::DropPlan(const InsertPlan& plan) {
+  if (plan.reserved != 0) resident_blocks_.fetch_sub(plan.reserved);
+  index_.Erase(plan.claim);
+}
+
+absl::StatusOr<InsertResult> PrefixCache::Conclude(
+    Tenant* t, const InsertRequest& req, const TenantScope& caller,
+    Budget verdict, const TenantsLock* all, InsertPlan* plan) {
+  if (verdict == Budget::kRefused) {
+    DropPlan(*plan);
+    return std::move(plan->refusal);
+  }
+  return ApplyInsert(t, req, caller, all, plan);
+}
+
+Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
+                               const InsertPlan& plan, uint64_t stamp) {
+  const size_t bs = options_.block_size;
+  const size_t cached = plan.cached;
+  Tree* tree = plan.tree != nullptr ? plan.tree : t->GetOrCreateTree(req.ns);
   Node* end = &tree->root;
-  if (!steps.empty()) {
-    end = steps.back().node;
-    if (steps.back().blocks < end->num_blocks())
-      end = t->SplitAt(end, steps.back().blocks);
+  if (!plan.steps.empty()) {
+    end = plan.steps.back().node;
+    if (plan.steps.back().blocks < end->num_blocks())
+      end = t->SplitAt(end, plan.steps.back().blocks);
   }
-  const uint64_t stamp = NextStamp();
   t->TouchPath(end, stamp);
-  if (n_new > 0) {
-    const int64_t position =
-        req.position_offset + static_cast<int64_t>(cached * bs);
-    Node* parent = end;
-    end = t->Attach(parent, req.tokens.subspan(cached * bs),
-                    req.block_ids.subspan(cached), position, stamp);
-    t->LogStored(*tree,
-                 cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
-                            : std::nullopt,
-                 req.tokens.subspan(cached * bs, n_new * bs),
-                 req.block_ids.subspan(cached), position,
-                 static_cast<int64_t>(cached * bs));
-  }
+  if (plan.n_new == 0) return end;
+  const int64_t position =
+      req.position_offset + static_cast<int64_t>(cached * bs);
+  Node* parent = end;
+  end = t->Attach(parent, req.tokens.subspan(cached * bs),
+                  req.block_ids.subspan(cached), position, stamp);
+  t->LogStored(*tree,
+               cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
+                          : std::nullopt,
+               req.tokens.subspan(cached * bs, plan.n_new * bs),
+               req.block_ids.subspan(cached), position,
+               static_cast<int64_t>(cached * bs));
+  return end;
+}
+
+InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
+                                      const TenantScope& caller,
+                                      const TenantsLock* all,
+                                      InsertPlan* plan) {
+  assert(plan->need_global == 0 || all != nullptr);
+  Node* end = PlaceBlocks(t, req, *plan, NextStamp());
   // The guard pin keeps this insert's own path out of the victims. It is
   // not a lease: it must not count against the reservations (AdmitPins).
   t->PinPath(end, +1, /*sync=*/false);
   InsertResult result;
-  for (uint64_t i = 0; i < need_own; ++i) {
+  for (uint64_t i = 0; i < plan->need_own; ++i) {
     result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
   }
-  if (need_global > 0) {
-    const uint64_t evicted =
-        need_own + EvictGlobal(*all, need_global, /*respect_reserved=*/true,
-                               EvictReason::kBudget, &caller,
-                               &result.evicted_block_ids);
-    resident_blocks_.fetch_add(static_cast<int64_t>(n_new) -
-                               static_cast<int64_t>(evicted));
-  } else if (exclusive) {
-    resident_blocks_.fetch_add(net);
-  } else if (net < 0) {
-    resident_blocks_.fetch_add(net);
+  uint64_t evicted = plan->need_own;
+  if (plan->need_global > 0) {
+    evicted +=
+        EvictGlobal(*all, plan->need_global, /*respect_reserved=*/true,
+                    EvictReason::kBudget, &caller, &result.evicted_block_ids);
   }
-  if (req.pin) result.lease_id = t->AddLease(end, ttl, now);
+  // The one update of the resident count: the blocks added, less those
+  // evicted, less what the budget check reserved ahead.
+  const int64_t delta = static_cast<int64_t>(plan->n_new) -
+                        static_cast<int64_t>(evicted) - plan->reserved;
+  if (delta != 0) resident_blocks_.fetch_add(delta);
+  if (req.pin) result.lease_id = t->AddLease(end, plan->ttl, plan->now);
   t->PinPath(end, -1);
-  index_.Erase(redundant);
+  index_.Erase(plan->redundant);
   t->FlushRemovals();
   t->TakeParked(&result.evicted_block_ids);
 
   TenantUsage& c = t->counters();
   ++c.insert_requests;
-  c.inserted_blocks += n_new;
-  c.redundant_blocks += redundant.size();
-  result.cached_tokens = cached * bs;
-  result.redundant_block_ids = std::move(redundant);
+  c.inserted_blocks += plan->n_new;
+  c.redundant_blocks += plan->redundant.size();
+  result.cached_tokens = plan->cached * options_.block_size;
+  result.redundant_block_ids = std::move(plan->redundant);
   return result;
 }
 
@@ -687,15 +756,16 @@ absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
   return absl::OkStatus();
 }
 
-uint64_t PrefixCache::EvictGlobal(
-    const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
-    EvictReason reason, const TenantScope* caller,
-    std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
+                                  bool respect_reserved, EvictReason reason,
+                                  const TenantScope* caller,
+                                  std::vector<BlockId>* out) {
   uint64_t done = 0;
   for (; done < n; ++done) {
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
-    for (Tenant* u : from) {
+    for (Tenant* u : from.tenants()) {
+      from.AssertHeld(u);
       const uint64_t stamp = u->OldestEvictableStamp();
       if (stamp == 0) continue;
       if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
@@ -706,6 +776,7 @@ uint64_t PrefixCache::EvictGlobal(
       }
     }
     if (victim == nullptr) break;
+    from.AssertHeld(victim);
     const BlockId id = victim->EvictOne(reason);
     if (caller == nullptr || caller->Contains(victim->name())) {
       out->push_back(id);
@@ -713,7 +784,10 @@ uint64_t PrefixCache::EvictGlobal(
       victim->Park(id);
     }
   }
-  for (Tenant* u : from) u->FlushRemovals();
+  for (Tenant* u : from.tenants()) {
+    from.AssertHeld(u);
+    u->FlushRemovals();
+  }
   return done;
 }
 
@@ -783,11 +857,10 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
   std::vector<BlockId> out;
   // Tenants above their reservation give first; the rest only if needed.
-  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, nullptr,
-              &out);
+  EvictGlobal(locked, blocks, true, EvictReason::kRequested, nullptr, &out);
   if (out.size() < blocks) {
-    EvictGlobal(locked.tenants(), blocks - out.size(), false,
-                EvictReason::kRequested, nullptr, &out);
+    EvictGlobal(locked, blocks - out.size(), false, EvictReason::kRequested,
+                nullptr, &out);
   }
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
   for (Tenant* t : locked.tenants()) t->TakeParked(&out);

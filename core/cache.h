@@ -41,6 +41,7 @@ namespace prefixd {
 
 class Tenant;
 class TenantsLock;
+class Node;
 // The lock of a tenant, for the lock annotations below (tenant.h).
 Mutex& TenantMutex(const Tenant* t);
 
@@ -163,21 +164,58 @@ class PrefixCache {
   absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchQuery& req,
                                           absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
-  // The body of Insert. `all` is null on the fast path (only t locked:
-  // sets *needs_exclusive if other tenants must give up blocks) and every
-  // tenant, all locked, in the exclusive section.
-  absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req,
-                                            const TenantScope& caller,
-                                            const std::vector<Tenant*>* all,
-                                            bool* needs_exclusive)
+  // Insert runs in three steps. PlanInsert walks the tree, classifies the
+  // caller's IDs (cached, redundant, new) and claims the IDs it will adopt;
+  // the budget check decides whether the plan fits (FitBudget with t alone
+  // locked, FitBudgetEvicting in the exclusive section); ApplyInsert
+  // changes the tree and cannot fail. A plan that does not go ahead is
+  // dropped (DropPlan), which undoes its claim and reservation.
+  struct InsertPlan;
+  enum class Budget {
+    kFits,            // go ahead
+    kNeedsExclusive,  // only other tenants' blocks can make room
+    kRefused,         // cannot fit: InsertPlan::refusal says why
+  };
+  absl::StatusOr<InsertPlan> PlanInsert(Tenant* t, const InsertRequest& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
-  // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
-  // below their reservation when respect_reserved. Appends the IDs of
-  // tenants in `caller` to *out and parks the others' (null: all to *out).
-  // Returns how many blocks went. REQUIRES: every tenant's mutex held
-  // exclusively by the caller (reading a tenant's oldest stamp normalizes
-  // its LRU set, tenant.h).
-  uint64_t EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
+  // The tenant's own limit: sets need_own, or the refusal.
+  bool FitOwnLimit(Tenant* t, InsertPlan* plan)
+      ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(t));
+  // The fast path: reserves the plan's net new blocks in the resident count
+  // if the budget has room for them, else kNeedsExclusive. Never evicts
+  // another tenant's blocks.
+  Budget FitBudget(Tenant* t, const InsertRequest& req, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // The exclusive section (`all` holds every tenant): sets need_global, the
+  // blocks other tenants above their reservation must give up.
+  Budget FitBudgetEvicting(Tenant* t, const InsertRequest& req,
+                           const TenantsLock& all, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Admission of the lease, last, when req.pin.
+  Budget FitPins(Tenant* t, const InsertRequest& req, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  void DropPlan(const InsertPlan& plan);
+  // The result of a plan the budget check judged `verdict` (kFits or
+  // kRefused). `all`: every tenant, locked, when plan->need_global > 0.
+  absl::StatusOr<InsertResult> Conclude(Tenant* t, const InsertRequest& req,
+                                        const TenantScope& caller,
+                                        Budget verdict, const TenantsLock* all,
+                                        InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  InsertResult ApplyInsert(Tenant* t, const InsertRequest& req,
+                           const TenantScope& caller, const TenantsLock* all,
+                           InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Splits, stamps and attaches the plan's blocks; returns the node that
+  // holds the last block of the request.
+  Node* PlaceBlocks(Tenant* t, const InsertRequest& req, const InsertPlan& plan,
+                    uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Evicts up to n blocks, globally LRU among the tenants `from` holds,
+  // skipping tenants at or below their reservation when respect_reserved.
+  // Appends the IDs of tenants in `caller` to *out and parks the others'
+  // (null: all to *out). Returns how many blocks went.
+  uint64_t EvictGlobal(const TenantsLock& from, uint64_t n,
                        bool respect_reserved, EvictReason reason,
                        const TenantScope* caller, std::vector<BlockId>* out);
 

@@ -344,9 +344,9 @@ std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
   return out;
 }
 
-absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
-    Tenant* t, const MatchQuery& req,
-    absl::Time now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
+                                                     const MatchQuery& req,
+                                                     absl::Time now) {
   const CacheLimits& limits = options_.limits;
   if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -854,7 +854,10 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   const absl::Time now = clock_->Now();
-  for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->ExpireLeases(now);
+  }
   std::vector<BlockId> out;
   // Tenants above their reservation give first; the rest only if needed.
   EvictGlobal(locked, blocks, true, EvictReason::kRequested, nullptr, &out);
@@ -863,13 +866,15 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
                 nullptr, &out);
   }
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
-  for (Tenant* t : locked.tenants()) t->TakeParked(&out);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->TakeParked(&out);
+  }
   return out;
 }
 
 absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
-    const TenantScope& scope,
-    absl::Span<const BlockId> block_ids) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const TenantScope& scope, absl::Span<const BlockId> block_ids) {
   if (block_ids.empty())
     return absl::InvalidArgumentError("block_ids is empty");
   if (block_ids.size() > options_.limits.max_block_ids_per_request) {
@@ -923,12 +928,16 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
     auto owner = index_.Find(listed);
     if (!owner) continue;  // already gone with an ancestor cut earlier
     Tenant* t = by_index[owner->tenant];
+    locked.AssertHeld(t);
     Node* node = owner->node;
     const size_t j = first_cut.at(node);
     if (j > 0) t->SplitAt(node, j);  // `node` keeps the tail from block j
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
   }
-  for (Tenant* t : locked.tenants()) t->FlushRemovals();
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->FlushRemovals();
+  }
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
   return removed;
 }
@@ -937,9 +946,15 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   std::vector<BlockId> removed;
-  for (Tenant* t : locked.tenants()) t->Clear(&removed);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->Clear(&removed);
+  }
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
-  for (Tenant* t : locked.tenants()) t->TakeParked(&removed);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->TakeParked(&removed);
+  }
   return removed;
 }
 
@@ -1011,6 +1026,7 @@ absl::Status PrefixCache::CheckInvariants() const {
   int64_t over_reserved = 0;
   std::string error;
   for (const Tenant* t : all.tenants()) {
+    all.AssertHeld(t);
     if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
     cached += t->cached_blocks();
     pinned += t->pinned_blocks();

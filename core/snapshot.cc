@@ -215,7 +215,8 @@ std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   w.Varint(options_.block_size);
   w.Varint(stamp_.load());
   w.Varint(tenant_order_.size());
-  for (const Tenant* t : tenant_order_) {
+  for (const Tenant* t : all.tenants()) {
+    all.AssertHeld(t);
     w.String(t->name());
     t->Save(&w, now);
   }

@@ -304,8 +304,7 @@ std::vector<Tenant*> PrefixCache::TenantsIn(const TenantScope& scope) const {
   return out;
 }
 
-// --- Match
-// --------------------------------------------------------------------
+// --- Match -------------------------------------------------------------------
 
 absl::Status PrefixCache::ValidateMatch(const MatchQuery& req) const {
   const CacheLimits& limits = options_.limits;
@@ -407,8 +406,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
   return result;
 }
 
-// --- Insert
-// -------------------------------------------------------------------
+// --- Insert ------------------------------------------------------------------
 
 absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   const CacheLimits& limits = options_.limits;
@@ -791,8 +789,7 @@ uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
   return done;
 }
 
-// --- Leases
-// -------------------------------------------------------------------
+// --- Leases ------------------------------------------------------------------
 
 absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   Tenant* t = FindTenant(tenant);
@@ -802,7 +799,6 @@ absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
     if (t->EndLease(lease)) return absl::OkStatus();
   }
   return LeaseNotFound(lease);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
@@ -839,8 +835,7 @@ size_t PrefixCache::ExpireLeases() {
   return n;
 }
 
-// --- Evict, Invalidate, Reset
-// -----------------------------------------------------
+// --- Evict, Invalidate, Reset ------------------------------------------------
 
 absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
     const TenantScope& scope, uint64_t blocks) {
@@ -958,8 +953,7 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   return removed;
 }
 
-// --- Reading
-// ------------------------------------------------------------------
+// --- Reading -----------------------------------------------------------------
 
 CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   CacheStats s;

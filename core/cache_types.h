@@ -83,8 +83,8 @@ struct TenantScope {
 
 struct Segment {
   std::vector<BlockId> block_ids;
-  int64_t cached_position =
-      0;                   // absolute position of the first token as cached
+  // Absolute position of the first token as cached.
+  int64_t cached_position = 0;
   int64_t rope_delta = 0;  // requested position - cached position
 };
 

@@ -200,8 +200,7 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
   return absl::OkStatus();
 }
 
-// --- PrefixCache
-// --------------------------------------------------------------
+// --- PrefixCache -------------------------------------------------------------
 
 std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   MutexLock exclusive(&exclusive_mu_);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"

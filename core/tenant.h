@@ -231,8 +231,8 @@ class Tenant {
     std::vector<BlockId> ids;
   };
   std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> maybe_empty_
-      ABSL_GUARDED_BY(mu_);  // namespaces whose tree may be empty
+  // Namespaces whose tree may be empty.
+  std::vector<std::string> maybe_empty_ ABSL_GUARDED_BY(mu_);
   std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu_);  // see Park()
   std::atomic<int64_t>* const pinned_over_reserved_;
   int64_t accounted_over_reserved_ ABSL_GUARDED_BY(mu_) = 0;

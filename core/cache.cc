@@ -446,14 +446,17 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
 // of its IDs in the block index (DropPlan undoes that).
 struct PrefixCache::InsertPlan {
   absl::Time now;
-  absl::Duration ttl;             // of the lease, if req.pin
-  Tree* tree = nullptr;           // null: the namespace has no tree yet
-  WalkPath steps;                 // the leading blocks already cached
-  size_t cached = 0;              // how many blocks the steps cover
+  absl::Duration ttl;    // of the lease, if req.pin
+  Tree* tree = nullptr;  // null: the namespace has no tree yet
+  // The last node of the cached leading blocks (null: none are cached)
+  // and how many of its blocks they take.
+  Node* last = nullptr;
+  size_t last_blocks = 0;
+  size_t cached = 0;              // how many leading blocks are cached
   size_t n_new = 0;               // blocks to attach after them
   uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
-  std::vector<BlockId>
-      redundant;               // caller's IDs for blocks cached under others
+  // The caller's IDs for blocks cached under other IDs.
+  std::vector<BlockId> redundant;
   std::vector<BlockId> claim;  // redundant and new IDs, claimed in the index
   // Set by the budget check (FitBudget, FitBudgetEvicting).
   uint64_t need_own = 0;     // own blocks to evict: the tenant's limit
@@ -480,17 +483,17 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
     MutexLock lock(&TenantMutex(t));
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
-      absl::StatusOr<InsertPlan> plan = PlanInsert(t, reqs[done]);
-      if (!plan.ok()) {
-        out[done] = plan.status();
+      InsertPlan plan;
+      if (absl::Status s = PlanInsert(t, reqs[done], &plan); !s.ok()) {
+        out[done] = std::move(s);
         continue;
       }
-      const Budget verdict = FitBudget(t, reqs[done], &*plan);
+      const Budget verdict = FitBudget(t, reqs[done], &plan);
       if (verdict == Budget::kNeedsExclusive) {
-        DropPlan(*plan);
+        DropPlan(plan);
         break;
       }
-      out[done] = Conclude(t, reqs[done], caller, verdict, nullptr, &*plan);
+      Conclude(t, reqs[done], caller, verdict, nullptr, &plan, &out[done]);
     }
   }
   if (done == reqs.size()) return out;
@@ -506,21 +509,21 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   all.AssertHeld(t);
   for (; done < reqs.size(); ++done) {
     if (!valid[done].ok()) continue;
-    absl::StatusOr<InsertPlan> plan = PlanInsert(t, reqs[done]);
-    if (!plan.ok()) {
-      out[done] = plan.status();
+    InsertPlan plan;
+    if (absl::Status s = PlanInsert(t, reqs[done], &plan); !s.ok()) {
+      out[done] = std::move(s);
       continue;
     }
-    const Budget verdict = FitBudgetEvicting(t, reqs[done], all, &*plan);
-    out[done] = Conclude(t, reqs[done], caller, verdict, &all, &*plan);
+    const Budget verdict = FitBudgetEvicting(t, reqs[done], all, &plan);
+    Conclude(t, reqs[done], caller, verdict, &all, &plan, &out[done]);
   }
   return out;
 }
 
-absl::StatusOr<PrefixCache::InsertPlan> PrefixCache::PlanInsert(
-    Tenant* t, const InsertRequest& req) {
+absl::Status PrefixCache::PlanInsert(Tenant* t, const InsertRequest& req,
+                                     InsertPlan* out) {
   const CacheLimits& limits = options_.limits;
-  InsertPlan plan;
+  InsertPlan& plan = *out;
   plan.now = clock_->Now();
   t->ExpireLeases(plan.now);
   ASSIGN_OR_RETURN(plan.ttl, LeaseTtl(req.lease_ttl, options_));
@@ -540,15 +543,20 @@ absl::StatusOr<PrefixCache::InsertPlan> PrefixCache::PlanInsert(
 
   // Which leading blocks are cached, and which of the caller's IDs are
   // confirmed (the very ID cached there) or redundant (another ID).
-  if (plan.tree != nullptr)
-    plan.steps = Walk(*plan.tree, req.tokens, req.position_offset, false);
-  for (const WalkStep& s : plan.steps) {
+  const WalkPath steps = plan.tree != nullptr ? Walk(*plan.tree, req.tokens,
+                                                     req.position_offset, false)
+                                              : WalkPath{};
+  for (const WalkStep& s : steps) {
     for (size_t j = 0; j < s.blocks; ++j) {
       const BlockId want = req.block_ids[s.first_block + j];
       if (want != s.node->block_ids()[j]) plan.redundant.push_back(want);
     }
     plan.cached += s.blocks;
     if (s.node->pins == 0) plan.protected_blocks += s.blocks;
+  }
+  if (!steps.empty()) {
+    plan.last = steps.back().node;
+    plan.last_blocks = steps.back().blocks;
   }
   plan.n_new = req.block_ids.size() - plan.cached;
   plan.claim = plan.redundant;
@@ -567,7 +575,7 @@ absl::StatusOr<PrefixCache::InsertPlan> PrefixCache::PlanInsert(
         repeated ? absl::StrFormat("block id %d appears twice in block_ids", id)
                  : absl::StrFormat("block id %d is already cached", id));
   }
-  return plan;
+  return absl::OkStatus();
 }
 
 bool PrefixCache::FitOwnLimit(Tenant* t, InsertPlan* plan) {
@@ -651,14 +659,16 @@ void PrefixCache::DropPlan(const InsertPlan& plan) {
   index_.Erase(plan.claim);
 }
 
-absl::StatusOr<InsertResult> PrefixCache::Conclude(
-    Tenant* t, const InsertRequest& req, const TenantScope& caller,
-    Budget verdict, const TenantsLock* all, InsertPlan* plan) {
+void PrefixCache::Conclude(Tenant* t, const InsertRequest& req,
+                           const TenantScope& caller, Budget verdict,
+                           const TenantsLock* all, InsertPlan* plan,
+                           absl::StatusOr<InsertResult>* out) {
   if (verdict == Budget::kRefused) {
     DropPlan(*plan);
-    return std::move(plan->refusal);
+    *out = std::move(plan->refusal);
+    return;
   }
-  return ApplyInsert(t, req, caller, all, plan);
+  *out = ApplyInsert(t, req, caller, all, plan);
 }
 
 Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
@@ -667,10 +677,10 @@ Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
   const size_t cached = plan.cached;
   Tree* tree = plan.tree != nullptr ? plan.tree : t->GetOrCreateTree(req.ns);
   Node* end = &tree->root;
-  if (!plan.steps.empty()) {
-    end = plan.steps.back().node;
-    if (plan.steps.back().blocks < end->num_blocks())
-      end = t->SplitAt(end, plan.steps.back().blocks);
+  if (plan.last != nullptr) {
+    end = plan.last;
+    if (plan.last_blocks < end->num_blocks())
+      end = t->SplitAt(end, plan.last_blocks);
   }
   t->TouchPath(end, stamp);
   if (plan.n_new == 0) return end;

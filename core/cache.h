@@ -176,7 +176,8 @@ class PrefixCache {
     kNeedsExclusive,  // only other tenants' blocks can make room
     kRefused,         // cannot fit: InsertPlan::refusal says why
   };
-  absl::StatusOr<InsertPlan> PlanInsert(Tenant* t, const InsertRequest& req)
+  // Fills *plan, a new InsertPlan; on error nothing is claimed.
+  absl::Status PlanInsert(Tenant* t, const InsertRequest& req, InsertPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
   // The tenant's own limit: sets need_own, or the refusal.
   bool FitOwnLimit(Tenant* t, InsertPlan* plan)
@@ -195,12 +196,13 @@ class PrefixCache {
   Budget FitPins(Tenant* t, const InsertRequest& req, InsertPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
   void DropPlan(const InsertPlan& plan);
-  // The result of a plan the budget check judged `verdict` (kFits or
-  // kRefused). `all`: every tenant, locked, when plan->need_global > 0.
-  absl::StatusOr<InsertResult> Conclude(Tenant* t, const InsertRequest& req,
-                                        const TenantScope& caller,
-                                        Budget verdict, const TenantsLock* all,
-                                        InsertPlan* plan)
+  // Stores in *out the result of a plan the budget check judged `verdict`
+  // (kFits or kRefused); *out is the batch's slot, so that the result is
+  // not moved once more. `all`: every tenant, locked, when
+  // plan->need_global > 0.
+  void Conclude(Tenant* t, const InsertRequest& req, const TenantScope& caller,
+                Budget verdict, const TenantsLock* all, InsertPlan* plan,
+                absl::StatusOr<InsertResult>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
   InsertResult ApplyInsert(Tenant* t, const InsertRequest& req,
                            const TenantScope& caller, const TenantsLock* all,

@@ -38,11 +38,6 @@ void LeaseTable::Restore(LeaseId id, Node* end, absl::Duration ttl,
   by_expiry_.insert({expiry, id});
 }
 
-const LeaseRecord* LeaseTable::Find(LeaseId id) const {
-  auto it = leases_.find(id);
-  return it == leases_.end() ? nullptr : &it->second;
-}
-
 Node* LeaseTable::Remove(LeaseId id) {
   auto it = leases_.find(id);
   if (it == leases_.end()) return nullptr;
@@ -58,11 +53,6 @@ void LeaseTable::Renew(LeaseId id, absl::Time now) {
   by_expiry_.erase({lease.expiry, id});
   lease.expiry = now + lease.ttl;
   by_expiry_.insert({lease.expiry, id});
-}
-
-LeaseId LeaseTable::FirstExpired(absl::Time now) const {
-  if (by_expiry_.empty() || by_expiry_.begin()->first > now) return 0;
-  return by_expiry_.begin()->second;
 }
 
 void LeaseTable::EndingAt(const Node* n, std::vector<LeaseId>* out) const {

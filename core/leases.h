@@ -48,13 +48,20 @@ class LeaseTable {
   // and not in use.
   void Restore(LeaseId id, Node* end, absl::Duration ttl, absl::Time expiry);
   // nullptr if unknown.
-  const LeaseRecord* Find(LeaseId id) const;
+  const LeaseRecord* Find(LeaseId id) const {
+    auto it = leases_.find(id);
+    return it == leases_.end() ? nullptr : &it->second;
+  }
   // Forgets a lease and returns its end node; nullptr if unknown.
   Node* Remove(LeaseId id);
   // Moves a lease's expiry to now + its TTL. REQUIRES: the lease exists.
   void Renew(LeaseId id, absl::Time now);
-  // The lease that expires first if its expiry is <= now, else 0.
-  LeaseId FirstExpired(absl::Time now) const;
+  // The lease that expires first if its expiry is <= now, else 0. Inline:
+  // every Match and Insert asks, and almost always gets 0.
+  LeaseId FirstExpired(absl::Time now) const {
+    if (by_expiry_.empty() || by_expiry_.begin()->first > now) return 0;
+    return by_expiry_.begin()->second;
+  }
   // Appends the IDs of the leases that end at `n`.
   void EndingAt(const Node* n, std::vector<LeaseId>* out) const;
   void Clear();

@@ -127,7 +127,7 @@ class TreeFixture {
   }
 
   MatchResult Match(size_t p, size_t len) {
-    MatchRequest req;
+    MatchQuery req;
     req.tokens = probe(p, len);
     MatchResult r = Check(cache_->Match(kTenant, req), "Match");
     if (r.matched_tokens != len) Die("probe not fully cached");
@@ -298,7 +298,7 @@ void BM_MatchRandomPrefix(benchmark::State& state, uint64_t prefixes,
     std::fill(query.begin(), query.begin() + 2 * kBlockSize, 0);
     std::copy(prefix.begin(), prefix.end(), query.begin());
     if (++k == order.size()) k = 0;
-    MatchRequest req;
+    MatchQuery req;
     req.tokens = query;
     MatchResult r = Check(f.cache().Match(kTenant, req), "Match");
     if (r.matched_tokens != prefix.size()) Die("random prefix not matched");

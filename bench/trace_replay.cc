@@ -206,7 +206,7 @@ class CoreBackend final : public Backend {
 
   void Match(absl::Span<const Token> tokens, std::vector<BlockId>* ids,
              uint64_t* lease) override {
-    MatchRequest m;
+    MatchQuery m;
     m.tokens = tokens;
     m.pin = true;
     auto match = cache_->Match(kTenant, m);
@@ -237,7 +237,7 @@ class CoreBackend final : public Backend {
   void Finish(Totals* t) override {
     const CacheStats s = cache_->Stats(TenantScope::All());
     t->cached_blocks = s.resident_blocks;
-    for (const TenantStats& ts : s.tenants) t->tree_nodes += ts.tree_nodes;
+    for (const TenantUsage& ts : s.tenants) t->tree_nodes += ts.tree_nodes;
     if (absl::GetFlag(FLAGS_check)) {
       absl::Status ok = cache_->CheckInvariants();
       if (!ok.ok()) Die(ok.ToString());

@@ -1,6 +1,7 @@
 #include "core/cache.h"
 
 #include <algorithm>
+#include <cassert>
 #include <optional>
 #include <random>
 #include <utility>
@@ -357,10 +358,9 @@ std::vector<Tenant*> PrefixCache::TenantsIn(const TenantScope& scope) const {
   return out;
 }
 
-// --- Match
-// --------------------------------------------------------------------
+// --- Match -------------------------------------------------------------------
 
-absl::Status PrefixCache::ValidateMatch(const MatchRequest& req) const {
+absl::Status PrefixCache::ValidateMatch(const MatchQuery& req) const {
   const CacheLimits& limits = options_.limits;
   RETURN_IF_ERROR(ValidateTokens(req.tokens, limits));
   RETURN_IF_ERROR(
@@ -371,24 +371,24 @@ absl::Status PrefixCache::ValidateMatch(const MatchRequest& req) const {
 }
 
 absl::StatusOr<MatchResult> PrefixCache::Match(absl::string_view tenant,
-                                               const MatchRequest& req) {
+                                               const MatchQuery& req) {
   RETURN_IF_ERROR(ValidateMatch(req));
   ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(tenant));
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   return MatchLocked(t, req, now);
 }
 
 std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
-    absl::string_view tenant, absl::Span<const MatchRequest> reqs) {
+    absl::string_view tenant, absl::Span<const MatchQuery> reqs) {
   std::vector<absl::Status> valid;
   std::vector<absl::StatusOr<MatchResult>> out;
   absl::StatusOr<Tenant*> t = StartBatch(
-      reqs, [this](const MatchRequest& r) { return ValidateMatch(r); },
+      reqs, [this](const MatchQuery& r) { return ValidateMatch(r); },
       [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
   if (!t.ok()) return out;
-  MutexLock lock(&(*t)->mu);
+  MutexLock lock(&TenantMutex(*t));
   const absl::Time now = clock_->Now();
   (*t)->ExpireLeases(now);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -397,14 +397,14 @@ std::vector<absl::StatusOr<MatchResult>> PrefixCache::MatchBatch(
   return out;
 }
 
-absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
-    Tenant* t, const MatchRequest& req,
-    absl::Time now) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
+                                                     const MatchQuery& req,
+                                                     absl::Time now) {
   const CacheLimits& limits = options_.limits;
-  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+  if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
-        t->name(), t->num_leases()));
+        t->name(), t->leases().size()));
   }
   const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
   Tree* tree = t->FindTree(req.ns);
@@ -420,7 +420,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
     }
     RETURN_IF_ERROR(AdmitPins(t, newly_pinned));
   }
-  TenantStats& c = t->counters();
+  TenantUsage& c = t->counters();
   ++c.match_requests;
   c.match_tokens += req.tokens.size();
 
@@ -460,8 +460,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(
   return result;
 }
 
-// --- Insert
-// -------------------------------------------------------------------
+// --- Insert ------------------------------------------------------------------
 
 absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   const CacheLimits& limits = options_.limits;
@@ -503,6 +502,29 @@ absl::StatusOr<InsertResult> PrefixCache::Insert(absl::string_view tenant,
       InsertBatch(tenant, absl::MakeConstSpan(&req, 1), caller)[0]);
 }
 
+// What an Insert will do, worked out before anything changes but the claim
+// of its IDs in the block index (DropPlan undoes that).
+struct PrefixCache::InsertPlan {
+  absl::Time now;
+  absl::Duration ttl;    // of the lease, if req.pin
+  Tree* tree = nullptr;  // null: the namespace has no tree yet
+  // The last node of the cached leading blocks (null: none are cached)
+  // and how many of its blocks they take.
+  Node* last = nullptr;
+  size_t last_blocks = 0;
+  size_t cached = 0;              // how many leading blocks are cached
+  size_t n_new = 0;               // blocks to attach after them
+  uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
+  // The caller's IDs for blocks cached under other IDs.
+  std::vector<BlockId> redundant;
+  std::vector<BlockId> claim;  // redundant and new IDs, claimed in the index
+  // Set by the budget check (FitBudget, FitBudgetEvicting).
+  uint64_t need_own = 0;     // own blocks to evict: the tenant's limit
+  uint64_t need_global = 0;  // blocks to evict from any tenant: the budget
+  int64_t reserved = 0;      // added to resident_blocks_ ahead of the apply
+  absl::Status refusal;      // why, when the check says kRefused
+};
+
 // Runs the batch in order. Inserts that fit the budget run with only the
 // tenant locked; from the first one that must evict other tenants' blocks
 // on, the rest run in the exclusive section, so the order never changes.
@@ -516,16 +538,22 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
       [&] { return FindOrCreateTenant(tenant); }, &valid, &out);
   if (!found.ok()) return out;
   Tenant* t = *found;
-  bool needs_exclusive = false;
   size_t done = 0;
   {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     for (; done < reqs.size(); ++done) {
       if (!valid[done].ok()) continue;
-      auto result = InsertLocked(t, reqs[done], caller, /*all=*/nullptr,
-                                 &needs_exclusive);
-      if (needs_exclusive) break;
-      out[done] = std::move(result);
+      InsertPlan plan;
+      if (absl::Status s = PlanInsert(t, reqs[done], &plan); !s.ok()) {
+        out[done] = std::move(s);
+        continue;
+      }
+      const Budget verdict = FitBudget(t, reqs[done], &plan);
+      if (verdict == Budget::kNeedsExclusive) {
+        DropPlan(plan);
+        break;
+      }
+      Conclude(t, reqs[done], caller, verdict, nullptr, &plan, &out[done]);
     }
   }
   if (done == reqs.size()) return out;
@@ -534,64 +562,72 @@ std::vector<absl::StatusOr<InsertResult>> PrefixCache::InsertBatch(
   ReaderMutexLock tenants(&tenants_mu_);
   TenantsLock all(tenant_order_);
   const absl::Time now = clock_->Now();
-  for (Tenant* u : all.tenants()) u->ExpireLeases(now);
+  for (Tenant* u : all.tenants()) {
+    all.AssertHeld(u);
+    u->ExpireLeases(now);
+  }
+  all.AssertHeld(t);
   for (; done < reqs.size(); ++done) {
-    if (valid[done].ok())
-      out[done] =
-          InsertLocked(t, reqs[done], caller, &all.tenants(), &needs_exclusive);
+    if (!valid[done].ok()) continue;
+    InsertPlan plan;
+    if (absl::Status s = PlanInsert(t, reqs[done], &plan); !s.ok()) {
+      out[done] = std::move(s);
+      continue;
+    }
+    const Budget verdict = FitBudgetEvicting(t, reqs[done], all, &plan);
+    Conclude(t, reqs[done], caller, verdict, &all, &plan, &out[done]);
   }
   return out;
 }
 
-absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
-    Tenant* t, const InsertRequest& req, const TenantScope& caller,
-    const std::vector<Tenant*>* all,
-    bool* needs_exclusive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-  const bool exclusive = all != nullptr;
+absl::Status PrefixCache::PlanInsert(Tenant* t, const InsertRequest& req,
+                                     InsertPlan* out) {
   const CacheLimits& limits = options_.limits;
-  const size_t bs = options_.block_size;
-  const absl::Time now = clock_->Now();
-  t->ExpireLeases(now);
-  ASSIGN_OR_RETURN(const absl::Duration ttl, LeaseTtl(req.lease_ttl, options_));
+  InsertPlan& plan = *out;
+  plan.now = clock_->Now();
+  t->ExpireLeases(plan.now);
+  ASSIGN_OR_RETURN(plan.ttl, LeaseTtl(req.lease_ttl, options_));
 
-  Tree* tree = t->FindTree(req.ns);
-  if (tree == nullptr && t->num_trees() >= limits.max_namespaces_per_tenant) {
+  plan.tree = t->FindTree(req.ns);
+  if (plan.tree == nullptr &&
+      t->num_trees() >= limits.max_namespaces_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' has %d namespaces, the limit max_namespaces_per_tenant",
         t->name(), t->num_trees()));
   }
-  if (req.pin && t->num_leases() >= limits.max_leases_per_tenant) {
+  if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' holds %d leases, the limit max_leases_per_tenant",
-        t->name(), t->num_leases()));
+        t->name(), t->leases().size()));
   }
 
   // Which leading blocks are cached, and which of the caller's IDs are
   // confirmed (the very ID cached there) or redundant (another ID).
-  const WalkPath steps =
-      tree != nullptr ? Walk(*tree, req.tokens, req.position_offset, false)
-                      : WalkPath{};
-  const size_t nblocks = req.block_ids.size();
-  size_t cached = 0;
-  uint64_t protected_blocks = 0;  // unpinned blocks this insert touches
-  std::vector<BlockId> redundant, claim;
+  const WalkPath steps = plan.tree != nullptr ? Walk(*plan.tree, req.tokens,
+                                                     req.position_offset, false)
+                                              : WalkPath{};
   for (const WalkStep& s : steps) {
     for (size_t j = 0; j < s.blocks; ++j) {
       const BlockId want = req.block_ids[s.first_block + j];
-      if (want != s.node->block_ids()[j]) redundant.push_back(want);
+      if (want != s.node->block_ids()[j]) plan.redundant.push_back(want);
     }
-    cached += s.blocks;
-    if (s.node->pins == 0) protected_blocks += s.blocks;
+    plan.cached += s.blocks;
+    if (s.node->pins == 0) plan.protected_blocks += s.blocks;
   }
-  const size_t n_new = nblocks - cached;
-  claim = redundant;
-  claim.insert(claim.end(), req.block_ids.begin() + cached,
-               req.block_ids.end());
+  if (!steps.empty()) {
+    plan.last = steps.back().node;
+    plan.last_blocks = steps.back().blocks;
+  }
+  plan.n_new = req.block_ids.size() - plan.cached;
+  plan.claim = plan.redundant;
+  plan.claim.insert(plan.claim.end(), req.block_ids.begin() + plan.cached,
+                    req.block_ids.end());
   // ClaimAll refuses an ID that is cached or repeated. Only claimed IDs can
   // repeat without also claiming a cached one: a confirmed ID is cached, so
   // passing it twice makes the second a claim of a cached ID.
   size_t failed = 0;
-  if (!index_.ClaimAll(claim, t->index(), &failed)) {
+  if (!index_.ClaimAll(plan.claim, t->index(), &failed)) {
+    const auto& claim = plan.claim;
     const BlockId id = claim[failed];
     const bool repeated = std::find(claim.begin(), claim.begin() + failed,
                                     id) != claim.begin() + failed;
@@ -599,124 +635,165 @@ absl::StatusOr<InsertResult> PrefixCache::InsertLocked(
         repeated ? absl::StrFormat("block id %d appears twice in block_ids", id)
                  : absl::StrFormat("block id %d is already cached", id));
   }
+  return absl::OkStatus();
+}
 
-  // Budget. Own limit first: a tenant over its limit evicts its own blocks.
-  const uint64_t evictable_own = t->unpinned_blocks() - protected_blocks;
-  const uint64_t after = t->cached_blocks() + n_new;
-  const uint64_t need_own =
-      after > t->limit_blocks() ? after - t->limit_blocks() : 0;
-  if (need_own > evictable_own) {
-    index_.Erase(claim);
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("tenant '%s' limit is %d blocks: it caches %d (%d "
-                        "pinned), this insert adds %d, and only "
-                        "%d can be evicted",
-                        t->name(), t->limit_blocks(), t->cached_blocks(),
-                        t->pinned_blocks(), n_new, evictable_own));
-  }
+bool PrefixCache::FitOwnLimit(Tenant* t, InsertPlan* plan) {
+  // A tenant over its limit evicts its own blocks, but not those on the
+  // path this insert touches.
+  const uint64_t evictable_own = t->unpinned_blocks() - plan->protected_blocks;
+  const uint64_t after = t->cached_blocks() + plan->n_new;
+  plan->need_own = after > t->limit_blocks() ? after - t->limit_blocks() : 0;
+  if (plan->need_own <= evictable_own) return true;
+  plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
+      "tenant '%s' limit is %d blocks: it caches %d (%d pinned), this insert "
+      "adds %d, and only %d can be evicted",
+      t->name(), t->limit_blocks(), t->cached_blocks(), t->pinned_blocks(),
+      plan->n_new, evictable_own));
+  return false;
+}
+
+PrefixCache::Budget PrefixCache::FitBudget(Tenant* t, const InsertRequest& req,
+                                           InsertPlan* plan) {
+  if (!FitOwnLimit(t, plan)) return Budget::kRefused;
   const int64_t net =
-      static_cast<int64_t>(n_new) - static_cast<int64_t>(need_own);
+      static_cast<int64_t>(plan->n_new) - static_cast<int64_t>(plan->need_own);
+  if (net > 0) {
+    // Reserved before checking, so that two tenants' concurrent inserts
+    // cannot both fit into the last free blocks.
+    const int64_t before = resident_blocks_.fetch_add(net);
+    if (before + net > static_cast<int64_t>(budget_blocks_)) {
+      resident_blocks_.fetch_sub(net);
+      return Budget::kNeedsExclusive;
+    }
+    plan->reserved = net;
+  }
+  return FitPins(t, req, plan);
+}
+
+PrefixCache::Budget PrefixCache::FitBudgetEvicting(Tenant* t,
+                                                   const InsertRequest& req,
+                                                   const TenantsLock& all,
+                                                   InsertPlan* plan) {
+  if (!FitOwnLimit(t, plan)) return Budget::kRefused;
+  const int64_t net =
+      static_cast<int64_t>(plan->n_new) - static_cast<int64_t>(plan->need_own);
   const int64_t budget = static_cast<int64_t>(budget_blocks_);
-  uint64_t need_global = 0;
-  if (!exclusive) {
-    if (net > 0) {
-      const int64_t before = resident_blocks_.fetch_add(net);
-      if (before + net > budget) {
-        resident_blocks_.fetch_sub(net);
-        index_.Erase(claim);
-        *needs_exclusive = true;
-        return absl::AbortedError("needs the exclusive section");
-      }
+  // Nothing else changes the resident count while every tenant is locked.
+  const int64_t resident = resident_blocks_.load();
+  plan->need_global = resident + net > budget
+                          ? static_cast<uint64_t>(resident + net - budget)
+                          : 0;
+  uint64_t available = 0, pinned = 0;
+  for (Tenant* u : all.tenants()) {
+    all.AssertHeld(u);
+    uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
+    pinned += u->pinned_blocks();
+    if (u == t) {  // after this insert's own evictions, with its path guarded
+      unpinned -= plan->protected_blocks + plan->need_own;
+      have = have + plan->n_new - plan->need_own;
     }
-  } else {
-    const int64_t resident = resident_blocks_.load();
-    need_global = resident + net > budget
-                      ? static_cast<uint64_t>(resident + net - budget)
-                      : 0;
-    uint64_t available = 0, pinned = 0;
-    for (Tenant* u : *all) {
-      uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
-      pinned += u->pinned_blocks();
-      if (u == t) {  // after this insert's own evictions, with its path guarded
-        unpinned -= protected_blocks + need_own;
-        have = have + n_new - need_own;
-      }
-      if (have > u->reserved_blocks())
-        available += std::min(unpinned, have - u->reserved_blocks());
-    }
-    if (need_global > available) {
-      index_.Erase(claim);
-      return absl::ResourceExhaustedError(
-          absl::StrFormat("budget is %d blocks: %d cached (%d pinned), this "
-                          "insert adds %d, and only %d can be "
-                          "evicted from tenants above their reservation",
-                          budget_blocks_, resident, pinned, n_new, available));
-    }
+    if (have > u->reserved_blocks())
+      available += std::min(unpinned, have - u->reserved_blocks());
   }
-
-  if (req.pin) {
-    // The lease pins the walked path's unpinned blocks and the new ones.
-    if (absl::Status s = AdmitPins(t, protected_blocks + n_new); !s.ok()) {
-      if (!exclusive && net > 0) resident_blocks_.fetch_sub(net);
-      index_.Erase(claim);
-      return s;
-    }
+  if (plan->need_global > available) {
+    plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
+        "budget is %d blocks: %d cached (%d pinned), this insert adds %d, and "
+        "only %d can be evicted from tenants above their reservation",
+        budget_blocks_, resident, pinned, plan->n_new, available));
+    return Budget::kRefused;
   }
+  return FitPins(t, req, plan);
+}
 
-  // Nothing can fail from here on.
-  if (tree == nullptr) tree = t->GetOrCreateTree(req.ns);
+PrefixCache::Budget PrefixCache::FitPins(Tenant* t, const InsertRequest& req,
+                                         InsertPlan* plan) {
+  if (!req.pin) return Budget::kFits;
+  // The lease pins the walked path's unpinned blocks and the new ones.
+  plan->refusal = AdmitPins(t, plan->protected_blocks + plan->n_new);
+  return plan->refusal.ok() ? Budget::kFits : Budget::kRefused;
+}
+
+void PrefixCache::DropPlan(const InsertPlan& plan) {
+  if (plan.reserved != 0) resident_blocks_.fetch_sub(plan.reserved);
+  index_.Erase(plan.claim);
+}
+
+void PrefixCache::Conclude(Tenant* t, const InsertRequest& req,
+                           const TenantScope& caller, Budget verdict,
+                           const TenantsLock* all, InsertPlan* plan,
+                           absl::StatusOr<InsertResult>* out) {
+  if (verdict == Budget::kRefused) {
+    DropPlan(*plan);
+    *out = std::move(plan->refusal);
+    return;
+  }
+  *out = ApplyInsert(t, req, caller, all, plan);
+}
+
+Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
+                               const InsertPlan& plan, uint64_t stamp) {
+  const size_t bs = options_.block_size;
+  const size_t cached = plan.cached;
+  Tree* tree = plan.tree != nullptr ? plan.tree : t->GetOrCreateTree(req.ns);
   Node* end = &tree->root;
-  if (!steps.empty()) {
-    end = steps.back().node;
-    if (steps.back().blocks < end->num_blocks())
-      end = t->SplitAt(end, steps.back().blocks);
+  if (plan.last != nullptr) {
+    end = plan.last;
+    if (plan.last_blocks < end->num_blocks())
+      end = t->SplitAt(end, plan.last_blocks);
   }
-  const uint64_t stamp = NextStamp();
   t->TouchPath(end, stamp);
-  if (n_new > 0) {
-    const int64_t position =
-        req.position_offset + static_cast<int64_t>(cached * bs);
-    Node* parent = end;
-    end = t->Attach(parent, req.tokens.subspan(cached * bs),
-                    req.block_ids.subspan(cached), position, stamp);
-    t->LogStored(*tree,
-                 cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
-                            : std::nullopt,
-                 req.tokens.subspan(cached * bs, n_new * bs),
-                 req.block_ids.subspan(cached), position,
-                 static_cast<int64_t>(cached * bs));
-  }
+  if (plan.n_new == 0) return end;
+  const int64_t position =
+      req.position_offset + static_cast<int64_t>(cached * bs);
+  Node* parent = end;
+  end = t->Attach(parent, req.tokens.subspan(cached * bs),
+                  req.block_ids.subspan(cached), position, stamp);
+  t->LogStored(*tree,
+               cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
+                          : std::nullopt,
+               req.tokens.subspan(cached * bs, plan.n_new * bs),
+               req.block_ids.subspan(cached), position,
+               static_cast<int64_t>(cached * bs));
+  return end;
+}
+
+InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
+                                      const TenantScope& caller,
+                                      const TenantsLock* all,
+                                      InsertPlan* plan) {
+  assert(plan->need_global == 0 || all != nullptr);
+  Node* end = PlaceBlocks(t, req, *plan, NextStamp());
   // The guard pin keeps this insert's own path out of the victims. It is
   // not a lease: it must not count against the reservations (AdmitPins).
   t->PinPath(end, +1, /*sync=*/false);
   InsertResult result;
-  for (uint64_t i = 0; i < need_own; ++i) {
+  for (uint64_t i = 0; i < plan->need_own; ++i) {
     result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
   }
-  if (need_global > 0) {
-    const uint64_t evicted =
-        need_own + EvictGlobal(*all, need_global, /*respect_reserved=*/true,
-                               EvictReason::kBudget, &caller,
-                               &result.evicted_block_ids);
-    resident_blocks_.fetch_add(static_cast<int64_t>(n_new) -
-                               static_cast<int64_t>(evicted));
-  } else if (exclusive) {
-    resident_blocks_.fetch_add(net);
-  } else if (net < 0) {
-    resident_blocks_.fetch_add(net);
+  uint64_t evicted = plan->need_own;
+  if (plan->need_global > 0) {
+    evicted +=
+        EvictGlobal(*all, plan->need_global, /*respect_reserved=*/true,
+                    EvictReason::kBudget, &caller, &result.evicted_block_ids);
   }
-  if (req.pin) result.lease_id = t->AddLease(end, ttl, now);
+  // The one update of the resident count: the blocks added, less those
+  // evicted, less what the budget check reserved ahead.
+  const int64_t delta = static_cast<int64_t>(plan->n_new) -
+                        static_cast<int64_t>(evicted) - plan->reserved;
+  if (delta != 0) resident_blocks_.fetch_add(delta);
+  if (req.pin) result.lease_id = t->AddLease(end, plan->ttl, plan->now);
   t->PinPath(end, -1);
-  index_.Erase(redundant);
+  index_.Erase(plan->redundant);
   t->FlushRemovals();
   t->TakeParked(&result.evicted_block_ids);
 
-  TenantStats& c = t->counters();
+  TenantUsage& c = t->counters();
   ++c.insert_requests;
-  c.inserted_blocks += n_new;
-  c.redundant_blocks += redundant.size();
-  result.cached_tokens = cached * bs;
-  result.redundant_block_ids = std::move(redundant);
+  c.inserted_blocks += plan->n_new;
+  c.redundant_blocks += plan->redundant.size();
+  result.cached_tokens = plan->cached * options_.block_size;
+  result.redundant_block_ids = std::move(plan->redundant);
   return result;
 }
 
@@ -747,16 +824,17 @@ absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
   return absl::OkStatus();
 }
 
-uint64_t PrefixCache::EvictGlobal(
-    const std::vector<Tenant*>& from, uint64_t n, bool respect_reserved,
-    EvictReason reason, const TenantScope* caller,
-    std::vector<BlockId>* out) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
+                                  bool respect_reserved, EvictReason reason,
+                                  const TenantScope* caller,
+                                  std::vector<BlockId>* out) {
   uint64_t done = 0;
   for (; done < n; ++done) {
     // Each tenant offers its policy's next victim; the oldest goes.
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
-    for (Tenant* u : from) {
+    for (Tenant* u : from.tenants()) {
+      from.AssertHeld(u);
       const uint64_t stamp = u->NextVictimStamp();
       if (stamp == 0) continue;
       if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
@@ -767,6 +845,7 @@ uint64_t PrefixCache::EvictGlobal(
       }
     }
     if (victim == nullptr) break;
+    from.AssertHeld(victim);
     const BlockId id = victim->EvictOne(reason);
     if (caller == nullptr || caller->Contains(victim->name())) {
       out->push_back(id);
@@ -774,22 +853,23 @@ uint64_t PrefixCache::EvictGlobal(
       victim->Park(id);
     }
   }
-  for (Tenant* u : from) u->FlushRemovals();
+  for (Tenant* u : from.tenants()) {
+    from.AssertHeld(u);
+    u->FlushRemovals();
+  }
   return done;
 }
 
-// --- Leases
-// -------------------------------------------------------------------
+// --- Leases ------------------------------------------------------------------
 
 absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     t->ExpireLeases(clock_->Now());
     if (t->EndLease(lease)) return absl::OkStatus();
   }
   return LeaseNotFound(lease);
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
@@ -802,16 +882,16 @@ absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
   }
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return LeaseNotFound(leases[0]);
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   const absl::Time now = clock_->Now();
   t->ExpireLeases(now);
   for (LeaseId id : leases) {
-    if (t->FindLease(id) == nullptr) return LeaseNotFound(id);
+    if (t->leases().Find(id) == nullptr) return LeaseNotFound(id);
   }
   std::vector<absl::Duration> out;
   for (LeaseId id : leases) {
     t->RenewLease(id, now);
-    out.push_back(t->FindLease(id)->ttl);
+    out.push_back(t->leases().Find(id)->ttl);
   }
   return out;
 }
@@ -820,14 +900,13 @@ size_t PrefixCache::ExpireLeases() {
   size_t n = 0;
   const absl::Time now = clock_->Now();
   for (Tenant* t : AllTenants()) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     n += t->ExpireLeases(now);
   }
   return n;
 }
 
-// --- Evict, Invalidate, Reset
-// -----------------------------------------------------
+// --- Evict, Invalidate, Reset ------------------------------------------------
 
 absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
     const TenantScope& scope, uint64_t blocks) {
@@ -841,23 +920,27 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   const absl::Time now = clock_->Now();
-  for (Tenant* t : locked.tenants()) t->ExpireLeases(now);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->ExpireLeases(now);
+  }
   std::vector<BlockId> out;
   // Tenants above their reservation give first; the rest only if needed.
-  EvictGlobal(locked.tenants(), blocks, true, EvictReason::kRequested, nullptr,
-              &out);
+  EvictGlobal(locked, blocks, true, EvictReason::kRequested, nullptr, &out);
   if (out.size() < blocks) {
-    EvictGlobal(locked.tenants(), blocks - out.size(), false,
-                EvictReason::kRequested, nullptr, &out);
+    EvictGlobal(locked, blocks - out.size(), false, EvictReason::kRequested,
+                nullptr, &out);
   }
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
-  for (Tenant* t : locked.tenants()) t->TakeParked(&out);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->TakeParked(&out);
+  }
   return out;
 }
 
 absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
-    const TenantScope& scope,
-    absl::Span<const BlockId> block_ids) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const TenantScope& scope, absl::Span<const BlockId> block_ids) {
   if (block_ids.empty())
     return absl::InvalidArgumentError("block_ids is empty");
   if (block_ids.size() > options_.limits.max_block_ids_per_request) {
@@ -911,12 +994,16 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
     auto owner = index_.Find(listed);
     if (!owner) continue;  // already gone with an ancestor cut earlier
     Tenant* t = by_index[owner->tenant];
+    locked.AssertHeld(t);
     Node* node = owner->node;
     const size_t j = first_cut.at(node);
     if (j > 0) t->SplitAt(node, j);  // `node` keeps the tail from block j
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
   }
-  for (Tenant* t : locked.tenants()) t->FlushRemovals();
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->FlushRemovals();
+  }
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
   return removed;
 }
@@ -925,14 +1012,19 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   MutexLock exclusive(&exclusive_mu_);
   TenantsLock locked(TenantsIn(scope));
   std::vector<BlockId> removed;
-  for (Tenant* t : locked.tenants()) t->Clear(&removed);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->Clear(&removed);
+  }
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
-  for (Tenant* t : locked.tenants()) t->TakeParked(&removed);
+  for (Tenant* t : locked.tenants()) {
+    locked.AssertHeld(t);
+    t->TakeParked(&removed);
+  }
   return removed;
 }
 
-// --- Reading
-// ------------------------------------------------------------------
+// --- Reading -----------------------------------------------------------------
 
 CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   CacheStats s;
@@ -941,12 +1033,12 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   s.budget_bytes = options_.budget_bytes;
   s.budget_blocks = budget_blocks_;
   for (Tenant* t : TenantsIn(scope)) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     s.tenants.push_back(t->Stats(options_.block_bytes));
     s.resident_blocks += t->cached_blocks();
   }
   std::sort(s.tenants.begin(), s.tenants.end(),
-            [](const TenantStats& a, const TenantStats& b) {
+            [](const TenantUsage& a, const TenantUsage& b) {
               return a.tenant < b.tenant;
             });
   return s;
@@ -958,7 +1050,7 @@ absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
   EventBatch batch;
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return batch;  // exactly what a tenant with no events sees
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
                                   &batch.next_sequence);
   return batch;
@@ -976,7 +1068,7 @@ absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(
     absl::string_view tenant, absl::string_view ns) const {
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     if (const Tree* tree = t->FindTree(ns)) return t->Dump(*tree);
   }
   return absl::NotFoundError(
@@ -987,7 +1079,7 @@ absl::StatusOr<std::vector<std::string>> PrefixCache::Namespaces(
     absl::string_view tenant) const {
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return std::vector<std::string>{};
-  MutexLock lock(&t->mu);
+  MutexLock lock(&TenantMutex(t));
   return t->Namespaces();
 }
 
@@ -999,6 +1091,7 @@ absl::Status PrefixCache::CheckInvariants() const {
   int64_t over_reserved = 0;
   std::string error;
   for (const Tenant* t : all.tenants()) {
+    all.AssertHeld(t);
     if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
     cached += t->cached_blocks();
     pinned += t->pinned_blocks();

@@ -18,12 +18,9 @@
 #ifndef PREFIXD_CORE_CACHE_H_
 #define PREFIXD_CORE_CACHE_H_
 
-#include <array>
 #include <atomic>
 #include <cstdint>
-#include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,212 +32,18 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "core/block_index.h"
+#include "core/cache_types.h"
 #include "core/clock.h"
-#include "core/events.h"
 #include "core/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {
 
 class Tenant;
-
-struct TenantQuota {
-  uint64_t reserved_bytes = 0;  // others can never evict this tenant below it
-  uint64_t limit_bytes = std::numeric_limits<uint64_t>::max();  // hard cap
-};
-
-struct TenantSpec {
-  std::string name;
-  TenantQuota quota;
-};
-
-// Bounds on what one request or one tenant may use. Request sizes past a
-// limit are INVALID_ARGUMENT; counts of things kept (tenants, namespaces,
-// leases) past a limit are RESOURCE_EXHAUSTED. Messages name the limit.
-struct CacheLimits {
-  size_t max_tokens_per_request = 1 << 20;
-  size_t max_block_ids_per_request = 1 << 16;
-  size_t max_namespaces_per_tenant = 1024;
-  size_t max_tenants = 64;
-  size_t max_leases_per_tenant = 1 << 16;
-  size_t max_namespace_bytes = 128;
-  int64_t max_position = int64_t{1} << 32;  // position_offset + tokens
-  absl::Duration max_lease_ttl = absl::Hours(24);
-};
-
-// How a tenant picks the block to evict (docs/architecture.md, "Eviction").
-// Every policy evicts whole unpinned leaf blocks, is deterministic for a
-// given sequence of calls and keeps the budget exact.
-enum class EvictionPolicy {
-  kLru,       // least recently used leaf
-  kAdaptive,  // ARC adapted to leaf eviction, per tenant
-};
-absl::string_view EvictionPolicyName(EvictionPolicy p);  // "LRU", "ADAPTIVE"
-// Case-insensitive "lru" / "adaptive"; false (leaving *p) for anything else.
-bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p);
-
-struct CacheOptions {
-  int block_size = 16;                        // tokens per block
-  uint64_t block_bytes = 16 * 131072;         // KV bytes per block
-  uint64_t budget_bytes = uint64_t{4} << 30;  // KV bytes the cache may hold
-  RopeShift rope_shift = RopeShift::kDeny;
-  absl::Duration default_lease_ttl = absl::Seconds(300);
-  size_t events_per_tenant = 4096;  // size of each event ring
-  // Bytes each ring may hold (EventRing::Bytes); 0: no bound but the count.
-  uint64_t event_ring_bytes = uint64_t{4} << 20;
-  // Stored events carry their tokens, and a tenant's Cleared event the IDs
-  // it removed: what a reader needs to tell others exactly what changed
-  // (the KV event publisher, docs/index.md). Off, events stay small.
-  bool detailed_events = false;
-  CacheLimits limits;
-  // Tenants known up front. Others are created on first use when
-  // dynamic_tenants is set (with default_quota), else PERMISSION_DENIED.
-  std::vector<TenantSpec> tenants;
-  bool dynamic_tenants = true;
-  TenantQuota default_quota;
-  Clock* clock = nullptr;  // nullptr: Clock::Real()
-  uint64_t seed = 0;       // lease-id generator seed; 0 = from the OS
-  EvictionPolicy eviction_policy = EvictionPolicy::kLru;
-  // ADAPTIVE's remembered evicted blocks per tenant, in each of its two
-  // histories; 0: the budget in blocks. At most kMaxEvictionHistoryBlocks.
-  uint64_t eviction_history_blocks = 0;
-};
-inline constexpr uint64_t kMaxEvictionHistoryBlocks = uint64_t{1} << 32;
-
-// Which tenants a multi-tenant call (Evict, Invalidate, Reset, Stats,
-// events) may act on. The server builds it from the principal.
-struct TenantScope {
-  bool all = false;
-  std::vector<std::string> tenants;  // used when !all
-
-  static TenantScope All() { return {true, {}}; }
-  static TenantScope One(absl::string_view t) {
-    return {false, {std::string(t)}};
-  }
-  bool Contains(absl::string_view tenant) const;
-};
-
-struct Segment {
-  std::vector<BlockId> block_ids;
-  int64_t cached_position =
-      0;                   // absolute position of the first token as cached
-  int64_t rope_delta = 0;  // requested position - cached position
-};
-
-struct MatchRequest {
-  std::string ns;  // namespace (LoRA adapter, cache salt); "" is valid
-  absl::Span<const Token> tokens;
-  int64_t position_offset = 0;  // absolute position of tokens[0]
-  bool pin = false;
-  absl::Duration lease_ttl = absl::ZeroDuration();  // zero: the default
-};
-
-// Why a match under RoPE DENY stopped: the next query block is cached, but
-// at another position, and DENY never offers blocks that need re-rotating.
-struct RopeDenial {
-  int64_t requested_position = 0;  // of the first block not matched
-  int64_t cached_position = 0;     // where that block is cached
-};
-
-struct MatchResult {
-  uint64_t matched_tokens = 0;
-  std::vector<Segment> segments;
-  LeaseId lease_id = 0;  // 0 when !pin or nothing matched
-  // Set only when DENY stopped the match (see RopeDenial).
-  std::optional<RopeDenial> rope_denied;
-};
-
-// Retention hints (an Insert's `retention`): a priority per block, lower
-// evicted first, lapsing after a duration. The types and their validation
-// are here; the cache does not apply hints yet: a valid Insert that carries
-// one is refused with UNIMPLEMENTED, changing nothing (docs/api.md).
-inline constexpr int kDefaultRetentionPriority = 50;
-inline constexpr int kMaxRetentionPriority = 100;
-struct RetentionRange {
-  uint64_t token_begin = 0;
-  uint64_t token_end = 0;  // 0: to the end of the Insert's tokens
-  int priority = kDefaultRetentionPriority;
-  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
-};
-struct Retention {
-  int priority = kDefaultRetentionPriority;
-  absl::Duration duration = absl::ZeroDuration();  // zero: never lapses
-  std::vector<RetentionRange> ranges;              // sorted, not overlapping
-};
-
-struct InsertRequest {
-  std::string ns;
-  absl::Span<const Token> tokens;
-  absl::Span<const BlockId> block_ids;  // tokens.size() / block_size of them
-  int64_t position_offset = 0;
-  bool pin = false;
-  absl::Duration lease_ttl = absl::ZeroDuration();
-  std::optional<Retention> retention;
-};
-
-struct InsertResult {
-  uint64_t cached_tokens = 0;                // leading tokens already present
-  std::vector<BlockId> redundant_block_ids;  // caller frees these
-  std::vector<BlockId> evicted_block_ids;    // caller frees these
-  LeaseId lease_id = 0;
-};
-
-struct TenantStats {
-  std::string tenant;
-  uint64_t reserved_bytes = 0;
-  uint64_t limit_bytes = 0;
-  uint64_t cached_blocks = 0;
-  uint64_t pinned_blocks = 0;
-  uint64_t tree_nodes = 0;
-  uint64_t namespaces = 0;
-  uint64_t active_leases = 0;
-  uint64_t match_requests = 0;
-  uint64_t match_tokens = 0;
-  uint64_t match_hit_tokens = 0;
-  uint64_t insert_requests = 0;
-  uint64_t inserted_blocks = 0;
-  uint64_t redundant_blocks = 0;
-  uint64_t lease_expired = 0;
-  std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
-  // By retention priority: [0] below 50, [1] 50 (default or lapsed), [2]
-  // above. With no hints applied yet every block is in [1]; evicted counts
-  // the policy's evictions (budget, limit, requested).
-  uint64_t cached_blocks_by_retention[3] = {};
-  uint64_t evicted_blocks_by_retention[3] = {};
-};
-
-struct CacheStats {
-  int block_size = 0;
-  uint64_t block_bytes = 0;
-  uint64_t budget_bytes = 0;
-  uint64_t budget_blocks = 0;
-  uint64_t resident_blocks = 0;      // cached blocks of the tenants in scope
-  std::vector<TenantStats> tenants;  // sorted by name
-};
-
-// One node of a tree, for the debug dump (pre-order, root excluded).
-struct DumpNode {
-  int depth = 0;  // 1 for children of the root
-  int64_t position = 0;
-  uint64_t stamp = 0;
-  int pins = 0;
-  std::vector<Token> tokens;
-  std::vector<BlockId> block_ids;
-};
-
-struct EventBatch {
-  std::vector<Event> events;
-  uint64_t next_sequence = 1;  // pass as from_sequence to continue
-  // True when events between from_sequence and events.front() were dropped
-  // from the ring: the reader must resynchronize (e.g. from a dump).
-  bool missed = false;
-};
-
-// The header of a snapshot: the server's, carried through untouched.
-struct SnapshotMeta {
-  std::string fingerprint;
-  uint64_t epoch = 0;
-};
+class TenantsLock;
+class Node;
+// The lock of a tenant, for the lock annotations below (tenant.h).
+Mutex& TenantMutex(const Tenant* t);
 
 class PrefixCache {
  public:
@@ -256,7 +59,7 @@ class PrefixCache {
   // Stamps the matched blocks as most recently used. With req.pin and a
   // non-empty match, returns a lease that pins exactly the matched blocks.
   absl::StatusOr<MatchResult> Match(absl::string_view tenant,
-                                    const MatchRequest& req);
+                                    const MatchQuery& req);
 
   // Adopts req.block_ids for req.tokens (docs/api.md, "Insert"). On any error
   // nothing changes. `caller` is every tenant the caller may act for: blocks
@@ -273,7 +76,7 @@ class PrefixCache {
   // single call would have returned at that point; a failing request does
   // not stop the others.
   std::vector<absl::StatusOr<MatchResult>> MatchBatch(
-      absl::string_view tenant, absl::Span<const MatchRequest> reqs);
+      absl::string_view tenant, absl::Span<const MatchQuery> reqs);
   std::vector<absl::StatusOr<InsertResult>> InsertBatch(
       absl::string_view tenant, absl::Span<const InsertRequest> reqs,
       const TenantScope& caller = TenantScope::All());
@@ -355,35 +158,76 @@ class PrefixCache {
   std::vector<Tenant*> AllTenants() const;
   bool AllTenantsEmpty() const;
 
-  absl::Status ValidateMatch(const MatchRequest& req) const;
+  absl::Status ValidateMatch(const MatchQuery& req) const;
   absl::Status ValidateInsert(const InsertRequest& req) const;
-  // The body of Match with t->mu held and t's leases expired at `now`.
-  absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchRequest& req,
-                                          absl::Time now);
-  // The body of Insert with t->mu held. `all` is null on the fast path
-  // (only t locked: sets *needs_exclusive if other tenants must give up
-  // blocks) and every tenant, all locked, in the exclusive section.
-  absl::StatusOr<InsertResult> InsertLocked(Tenant* t, const InsertRequest& req,
-                                            const TenantScope& caller,
-                                            const std::vector<Tenant*>* all,
-                                            bool* needs_exclusive);
-  // Evicts up to n blocks, globally LRU among `from`, skipping tenants at or
-  // below their reservation when respect_reserved. Appends the IDs of
-  // tenants in `caller` to *out and parks the others' (null: all to *out).
-  // Returns how many blocks went. REQUIRES: every tenant's mutex held
-  // exclusively by the caller (reading a tenant's oldest stamp normalizes
-  // its LRU set, tenant.h).
-  uint64_t EvictGlobal(const std::vector<Tenant*>& from, uint64_t n,
+  // The body of Match, with t's leases expired at `now`.
+  absl::StatusOr<MatchResult> MatchLocked(Tenant* t, const MatchQuery& req,
+                                          absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Insert runs in three steps. PlanInsert walks the tree, classifies the
+  // caller's IDs (cached, redundant, new) and claims the IDs it will adopt;
+  // the budget check decides whether the plan fits (FitBudget with t alone
+  // locked, FitBudgetEvicting in the exclusive section); ApplyInsert
+  // changes the tree and cannot fail. A plan that does not go ahead is
+  // dropped (DropPlan), which undoes its claim and reservation.
+  struct InsertPlan;
+  enum class Budget {
+    kFits,            // go ahead
+    kNeedsExclusive,  // only other tenants' blocks can make room
+    kRefused,         // cannot fit: InsertPlan::refusal says why
+  };
+  // Fills *plan, a new InsertPlan; on error nothing is claimed.
+  absl::Status PlanInsert(Tenant* t, const InsertRequest& req, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // The tenant's own limit: sets need_own, or the refusal.
+  bool FitOwnLimit(Tenant* t, InsertPlan* plan)
+      ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(t));
+  // The fast path: reserves the plan's net new blocks in the resident count
+  // if the budget has room for them, else kNeedsExclusive. Never evicts
+  // another tenant's blocks.
+  Budget FitBudget(Tenant* t, const InsertRequest& req, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // The exclusive section (`all` holds every tenant): sets need_global, the
+  // blocks other tenants above their reservation must give up.
+  Budget FitBudgetEvicting(Tenant* t, const InsertRequest& req,
+                           const TenantsLock& all, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Admission of the lease, last, when req.pin.
+  Budget FitPins(Tenant* t, const InsertRequest& req, InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  void DropPlan(const InsertPlan& plan);
+  // Stores in *out the result of a plan the budget check judged `verdict`
+  // (kFits or kRefused); *out is the batch's slot, so that the result is
+  // not moved once more. `all`: every tenant, locked, when
+  // plan->need_global > 0.
+  void Conclude(Tenant* t, const InsertRequest& req, const TenantScope& caller,
+                Budget verdict, const TenantsLock* all, InsertPlan* plan,
+                absl::StatusOr<InsertResult>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  InsertResult ApplyInsert(Tenant* t, const InsertRequest& req,
+                           const TenantScope& caller, const TenantsLock* all,
+                           InsertPlan* plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Splits, stamps and attaches the plan's blocks; returns the node that
+  // holds the last block of the request.
+  Node* PlaceBlocks(Tenant* t, const InsertRequest& req, const InsertPlan& plan,
+                    uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // Evicts up to n blocks, globally LRU among the tenants `from` holds,
+  // skipping tenants at or below their reservation when respect_reserved.
+  // Appends the IDs of tenants in `caller` to *out and parks the others'
+  // (null: all to *out). Returns how many blocks went.
+  uint64_t EvictGlobal(const TenantsLock& from, uint64_t n,
                        bool respect_reserved, EvictReason reason,
                        const TenantScope* caller, std::vector<BlockId>* out);
 
-  // Admission of a lease that pins `blocks` more of t's blocks (REQUIRES
-  // t->mu). Pinned blocks above their tenant's reservation may fill only
-  // what the reservations leave of the budget, so that every tenant can
-  // always get back to its reservation by evicting unpinned blocks of
-  // tenants above theirs. Adds t's share on success; RESOURCE_EXHAUSTED
-  // naming the counts, changing nothing, otherwise.
-  absl::Status AdmitPins(Tenant* t, uint64_t blocks);
+  // Admission of a lease that pins `blocks` more of t's blocks. Pinned blocks
+  // above their tenant's reservation may fill only what the reservations leave
+  // of the budget, so that every tenant can always get back to its reservation
+  // by evicting unpinned blocks of tenants above theirs. Adds t's share on
+  // success; RESOURCE_EXHAUSTED naming the counts, changing nothing, otherwise.
+  absl::Status AdmitPins(Tenant* t, uint64_t blocks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
 
   uint64_t NextStamp() {
     return stamp_.fetch_add(1, std::memory_order_relaxed) + 1;

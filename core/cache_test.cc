@@ -57,7 +57,7 @@ class CacheTest : public ::testing::Test {
 
   MatchResult Match(std::vector<Token> tokens, int64_t offset = 0,
                     bool pin = false, absl::string_view tenant = "a") {
-    MatchRequest req;
+    MatchQuery req;
     req.tokens = tokens;
     req.position_offset = offset;
     req.pin = pin;
@@ -338,7 +338,7 @@ TEST_F(CacheTest, NamespacesAreSeparateTrees) {
   req.ns = "lora-a";
   ASSERT_TRUE(cache_->Insert("a", req).ok());
   EXPECT_EQ(Match({1, 2}).matched_tokens, 0);  // default namespace
-  MatchRequest m;
+  MatchQuery m;
   m.tokens = tokens;
   m.ns = "lora-a";
   EXPECT_EQ(cache_->Match("a", m)->matched_tokens, 2);
@@ -382,7 +382,7 @@ TEST_F(CacheTest, PinsOfOthersNeverTakeAReservation) {
   EXPECT_EQ(Snapshot("b"), before);
   // A Match that would pin b's unpinned blocks is held to the same bound.
   Insert(Range(300, 303), {300, 301, 302, 303}, 0, false, "b");
-  MatchRequest m;
+  MatchQuery m;
   std::vector<Token> tokens = Range(300, 303);
   m.tokens = tokens;
   m.pin = true;
@@ -525,7 +525,7 @@ constexpr bool kTimeBounds = true;
 TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
   Init(1, 1 << 20);
   Insert({0}, {1 << 30});
-  MatchRequest pin;
+  MatchQuery pin;
   std::vector<Token> zero = {0};
   pin.tokens = zero;
   pin.pin = true;
@@ -638,7 +638,7 @@ TEST_F(CacheTest, RopeDenyStopsAtTheFirstShiftedBlock) {
 
 TEST_F(CacheTest, BadRequestsNameTheirValues) {
   Init(4, 100);
-  MatchRequest m;
+  MatchQuery m;
   EXPECT_THAT(cache_->Match("a", m).status().message(),
               HasSubstr("tokens is empty"));
   std::vector<Token> t = Range(1, 4);
@@ -676,7 +676,7 @@ TEST_F(CacheTest, UnknownTenantsAreRefusedWithoutDynamicTenants) {
   o.tenants = {{"acme", {}}};
   auto c = PrefixCache::Create(o);
   ASSERT_TRUE(c.ok());
-  MatchRequest m;
+  MatchQuery m;
   std::vector<Token> t{1};
   m.tokens = t;
   auto r = (*c)->Match("other", m);
@@ -734,7 +734,7 @@ TEST_F(CacheTest, StatsCountHitsAndInserts) {
   Insert(Range(1, 8), {1, 2});
   Match(Range(1, 10));  // 10 tokens asked, 8 hit
   Insert(Range(1, 8), {7, 8});
-  TenantStats s = cache_->Stats(TenantScope::All()).tenants[0];
+  TenantUsage s = cache_->Stats(TenantScope::All()).tenants[0];
   EXPECT_EQ(s.match_requests, 1);
   EXPECT_EQ(s.match_tokens, 10);
   EXPECT_EQ(s.match_hit_tokens, 8);
@@ -793,7 +793,7 @@ TEST_F(CacheTest, BatchesEqualTheSameCallsOneByOne) {
             absl::StatusCode::kInvalidArgument);    // id 9 twice
   EXPECT_FALSE(got[4]->evicted_block_ids.empty());  // past the budget of 6
 
-  std::vector<MatchRequest> matches(3);
+  std::vector<MatchQuery> matches(3);
   std::vector<Token> m0{1, 2, 4}, m1{50}, m2{};
   matches[0].tokens = m0;
   matches[0].pin = true;
@@ -1044,7 +1044,7 @@ TEST_F(CacheTest, RetentionValidationNamesTheValueAndChangesNothing) {
   auto r = cache_->Insert("a", req);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(Snapshot(), before);
-  const TenantStats after = cache_->Stats(TenantScope::All()).tenants[0];
+  const TenantUsage after = cache_->Stats(TenantScope::All()).tenants[0];
   EXPECT_EQ(after.insert_requests, stats_before.insert_requests);
   Check();
 }
@@ -1055,7 +1055,7 @@ TEST_F(CacheTest, WithoutHintsEveryBlockCountsAsDefaultRetention) {
   Insert({3, 4}, {3, 4});  // evicts [2] (budget)
   Evict(1);
   ASSERT_TRUE(cache_->Invalidate(TenantScope::All(), {3}).ok());
-  const TenantStats s = cache_->Stats(TenantScope::All()).tenants[0];
+  const TenantUsage s = cache_->Stats(TenantScope::All()).tenants[0];
   EXPECT_EQ(s.cached_blocks_by_retention[0], 0u);
   EXPECT_EQ(s.cached_blocks_by_retention[1], s.cached_blocks);
   EXPECT_EQ(s.cached_blocks_by_retention[2], 0u);

@@ -85,8 +85,7 @@ TEST(ConcurrencyTest, MixedOperationsAcrossTenantsKeepEveryInvariant) {
       }
       const int op = uniform(0, 99);
       if (op < 35) {
-        MatchRequest req{"", tokens, 0, uniform(0, 3) == 0,
-                         absl::ZeroDuration()};
+        MatchQuery req{"", tokens, 0, uniform(0, 3) == 0, absl::ZeroDuration()};
         auto r = cache->Match(tenant, req);
         ASSERT_TRUE(r.ok()) << r.status();
         if (r->lease_id) leases.push_back(r->lease_id);

@@ -168,7 +168,7 @@ std::string DifferentialDriver::DoMatch(const std::string& tenant) {
   last_op_ =
       absl::StrCat("match ", tenant, "/", ns, " [", absl::StrJoin(tokens, ","),
                    "] @", offset, pin ? " pin" : "");
-  MatchRequest req{ns, tokens, offset, pin, absl::ZeroDuration()};
+  MatchQuery req{ns, tokens, offset, pin, absl::ZeroDuration()};
   auto real = cache_->Match(tenant, req);
   MatchResult want;
   const auto code = model_->Match(tenant, ns, tokens, offset, pin, &want);
@@ -359,7 +359,7 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
 }
 
 std::string DifferentialDriver::CompareCounts() {
-  for (const TenantStats& t : cache_->Stats(TenantScope::All()).tenants) {
+  for (const TenantUsage& t : cache_->Stats(TenantScope::All()).tenants) {
     if (t.cached_blocks != model_->Cached(t.tenant) ||
         t.pinned_blocks != model_->Pinned(t.tenant) ||
         t.active_leases != model_->Leases(t.tenant)) {

@@ -74,10 +74,10 @@ class Node {
   uint32_t num_blocks_ = 0;
 
  public:
-  int32_t pins =
-      0;  // leases (and in-flight inserts) whose path runs through here
-  size_t key_hash =
-      0;  // hash of the first block (children of the parent are keyed by it)
+  // Leases (and in-flight inserts) whose path runs through here.
+  int32_t pins = 0;
+  // Hash of the first block (children of the parent are keyed by it).
+  size_t key_hash = 0;
   Tree* tree = nullptr;
   Node* parent = nullptr;  // nullptr for the root
   int64_t position = 0;    // absolute position tokens[0] was computed at

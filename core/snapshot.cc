@@ -41,7 +41,7 @@ uint64_t Ms(absl::Duration d) {
 // --- Tenant -----------------------------------------------------------------
 
 void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
-  const TenantStats& c = counters_;
+  const TenantUsage& c = counters_;
   for (uint64_t v :
        {c.match_requests, c.match_tokens, c.match_hit_tokens, c.insert_requests,
         c.inserted_blocks, c.redundant_blocks, c.lease_expired}) {
@@ -72,7 +72,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     });
   }
   w->Varint(leases_.size());
-  for (const auto& [id, lease] : leases_) {
+  for (const auto& [id, lease] : leases_.all()) {
     const auto [ti, ni] = where.at(lease.end);
     w->Fixed64(id);
     w->Varint(ti);
@@ -86,7 +86,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
 
 absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
                           absl::Duration max_ttl, uint64_t max_stamp) {
-  TenantStats& c = counters_;
+  TenantUsage& c = counters_;
   for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
                       &c.insert_requests, &c.inserted_blocks,
                       &c.redundant_blocks, &c.lease_expired}) {
@@ -183,10 +183,8 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
     }
     Node* end = nodes_by_tree[ti][ni];
     PinPath(end, +1);
-    const absl::Time expiry = now + absl::Milliseconds(left_ms);
-    leases_[id] = Lease{end, absl::Milliseconds(ttl_ms), expiry};
-    leases_by_end_.insert({end, id});
-    lease_expiry_.insert({expiry, id});
+    leases_.Restore(id, end, absl::Milliseconds(ttl_ms),
+                    now + absl::Milliseconds(left_ms));
   }
   uint64_t nparked;
   // Each ID takes a byte at least (as for nodes above).
@@ -204,8 +202,7 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
   return absl::OkStatus();
 }
 
-// --- PrefixCache
-// --------------------------------------------------------------
+// --- PrefixCache -------------------------------------------------------------
 
 std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   MutexLock exclusive(&exclusive_mu_);
@@ -219,7 +216,8 @@ std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   w.Varint(options_.block_size);
   w.Varint(stamp_.load());
   w.Varint(tenant_order_.size());
-  for (const Tenant* t : tenant_order_) {
+  for (const Tenant* t : all.tenants()) {
+    all.AssertHeld(t);
     w.String(t->name());
     t->Save(&w, now);
   }
@@ -288,7 +286,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
           absl::StrCat("snapshot: tenant '", name, "' appears twice"));
     }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
-    MutexLock lock(&t->mu);
+    MutexLock lock(&TenantMutex(t));
     RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp));
     total += t->cached_blocks();
   }
@@ -305,8 +303,8 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
 
 bool PrefixCache::AllTenantsEmpty() const {
   for (Tenant* t : AllTenants()) {
-    MutexLock lock(&t->mu);
-    if (t->cached_blocks() != 0 || t->num_leases() != 0) return false;
+    MutexLock lock(&TenantMutex(t));
+    if (t->cached_blocks() != 0 || t->leases().size() != 0) return false;
   }
   return true;
 }

@@ -61,7 +61,7 @@ class SnapshotTest : public ::testing::Test {
 
   static std::string Dump(PrefixCache& c) {
     std::string out;
-    for (const TenantStats& t : c.Stats(TenantScope::All()).tenants) {
+    for (const TenantUsage& t : c.Stats(TenantScope::All()).tenants) {
       absl::StrAppend(&out, t.tenant, ": cached ", t.cached_blocks, " pinned ",
                       t.pinned_blocks, " leases ", t.active_leases, " matches ",
                       t.match_requests, "\n");
@@ -89,7 +89,7 @@ TEST_F(SnapshotTest, RoundTripRestoresTreesLeasesAndCounters) {
   Insert(*a, "x", {1, 1, 2, 2, 3, 3}, {10, 20, 30});
   Insert(*a, "x", {1, 1, 2, 2, 4, 4}, {10, 20, 40}, 0, /*pin=*/true);
   Insert(*a, "y", {7, 7}, {70}, 100);
-  MatchRequest m;
+  MatchQuery m;
   std::vector<Token> t = {1, 1, 2, 2, 3, 3};
   m.tokens = t;
   LeaseId lease = a->Match("x", m).value().lease_id;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
@@ -11,13 +10,6 @@
 
 namespace prefixd {
 namespace {
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // CacheOptions' history size: 0 is the budget in blocks (as PrefixCache
 // computes it).
@@ -41,7 +33,7 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       detailed_events_(options.detailed_events),
       block_index_(block_index),
       policy_(options.eviction_policy, HistoryBlocks(options), limit_blocks),
-      rng_state_(rng_seed),
+      leases_(rng_seed),
       events_(options.events_per_tenant, event_order, options.event_ring_bytes),
       pinned_over_reserved_(pinned_over_reserved) {
   counters_.tenant = name_;
@@ -210,37 +202,34 @@ BlockId Tenant::EvictOne(EvictReason reason) {
 
 void Tenant::RemoveSubtree(Node* node, EvictReason reason,
                            std::vector<BlockId>* removed) {
+  // The subtree in pre-order, gathered first: the loops below touch the
+  // tenant's guarded state, which a callback of ForEachBelow could not be
+  // shown to hold the lock for.
+  std::vector<Node*> subtree = {node};
+  ForEachBelow(*node, [&](const Node& n, int) {
+    subtree.push_back(const_cast<Node*>(&n));
+  });
   // End the leases whose path runs through the subtree: those that end in
   // it, found by their end node.
   std::vector<LeaseId> ending;
-  auto collect = [&](const Node* n) {
-    for (auto it = leases_by_end_.lower_bound({n, 0});
-         it != leases_by_end_.end() && it->first == n; ++it) {
-      ending.push_back(it->second);
-    }
-  };
-  collect(node);
-  ForEachBelow(*node, [&](const Node& n, int) { collect(&n); });
+  for (const Node* n : subtree) leases_.EndingAt(n, &ending);
   for (LeaseId id : ending) EndLease(id);
 
   Tree* tree = node->tree;
-  auto remove_one = [&](Node& n) {
-    LruErase(&n);
-    policy_.RemoveBlocks(n, n.num_blocks());
-    policy_.DropFingerprints(&n);
-    for (BlockId id : n.block_ids()) {
+  for (Node* n : subtree) {
+    LruErase(n);
+    policy_.RemoveBlocks(*n, n->num_blocks());
+    policy_.DropFingerprints(n);
+    for (BlockId id : n->block_ids()) {
       removed->push_back(id);
       NoteRemoved(tree, id, reason);
     }
-    block_index_->Erase(n.block_ids());
-    cached_blocks_ -= n.num_blocks();
-    tree->blocks -= n.num_blocks();
+    block_index_->Erase(n->block_ids());
+    cached_blocks_ -= n->num_blocks();
+    tree->blocks -= n->num_blocks();
     --nodes_;
     --tree->nodes;
-  };
-  remove_one(*node);
-  ForEachBelow(*node,
-               [&](const Node& n, int) { remove_one(const_cast<Node&>(n)); });
+  }
 
   Node* parent = node->parent;
   auto handle =
@@ -268,9 +257,7 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
       cached_blocks_;
   trees_.clear();
   policy_.Clear();
-  leases_.clear();
-  lease_expiry_.clear();
-  leases_by_end_.clear();
+  leases_.Clear();
   pending_removals_.clear();
   maybe_empty_.clear();
   cached_blocks_ = pinned_blocks_ = nodes_ = 0;
@@ -290,49 +277,23 @@ void Tenant::DropTreeIfEmpty(const std::string& ns) {
 
 // --- Leases -----------------------------------------------------------------
 
-LeaseId Tenant::NextLeaseId() {
-  LeaseId id;
-  do {
-    id = SplitMix64(&rng_state_);
-  } while (id == 0 || leases_.contains(id));
-  return id;
-}
-
 LeaseId Tenant::AddLease(Node* end, absl::Duration ttl, absl::Time now) {
-  const LeaseId id = NextLeaseId();
+  const LeaseId id = leases_.Add(end, ttl, now);
   PinPath(end, +1);
-  leases_[id] = Lease{end, ttl, now + ttl};
-  leases_by_end_.insert({end, id});
-  lease_expiry_.insert({now + ttl, id});
   return id;
-}
-
-Lease* Tenant::FindLease(LeaseId id) {
-  auto it = leases_.find(id);
-  return it == leases_.end() ? nullptr : &it->second;
 }
 
 bool Tenant::EndLease(LeaseId id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return false;
-  PinPath(it->second.end, -1);
-  lease_expiry_.erase({it->second.expiry, id});
-  leases_by_end_.erase({it->second.end, id});
-  leases_.erase(it);
+  Node* end = leases_.Remove(id);
+  if (end == nullptr) return false;
+  PinPath(end, -1);
   return true;
-}
-
-void Tenant::RenewLease(LeaseId id, absl::Time now) {
-  Lease& lease = leases_.at(id);
-  lease_expiry_.erase({lease.expiry, id});
-  lease.expiry = now + lease.ttl;
-  lease_expiry_.insert({lease.expiry, id});
 }
 
 size_t Tenant::ExpireLeases(absl::Time now) {
   size_t n = 0;
-  while (!lease_expiry_.empty() && lease_expiry_.begin()->first <= now) {
-    EndLease(lease_expiry_.begin()->second);
+  while (const LeaseId id = leases_.FirstExpired(now)) {
+    EndLease(id);
     ++n;
   }
   counters_.lease_expired += n;
@@ -373,8 +334,8 @@ void Tenant::FlushRemovals() {
 
 // --- Reading ----------------------------------------------------------------
 
-TenantStats Tenant::Stats(uint64_t block_bytes) const {
-  TenantStats s = counters_;
+TenantUsage Tenant::Stats(uint64_t block_bytes) const {
+  TenantUsage s = counters_;
   s.reserved_bytes = reserved_blocks_ * block_bytes;
   s.limit_bytes = limit_blocks_ * block_bytes;
   s.cached_blocks = cached_blocks_;
@@ -426,24 +387,14 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     *error = absl::StrCat("tenant '", name_, "': ", what);
     return false;
   };
+  std::string lease_error;
+  if (!leases_.CheckInvariants(&lease_error)) return fail(lease_error);
   // Pins a node must have: one per lease whose end is in its subtree.
   absl::flat_hash_map<const Node*, int32_t> expected_pins;
-  for (const auto& [id, lease] : leases_) {
-    if (!lease_expiry_.contains({lease.expiry, id})) {
-      return fail(
-          absl::StrFormat("lease %016x missing from the expiry order", id));
-    }
-    if (!leases_by_end_.contains({lease.end, id})) {
-      return fail(
-          absl::StrFormat("lease %016x missing from the end-node index", id));
-    }
+  for (const auto& [id, lease] : leases_.all()) {
     for (const Node* n = lease.end; !n->is_root(); n = n->parent)
       ++expected_pins[n];
   }
-  if (lease_expiry_.size() != leases_.size())
-    return fail("lease expiry order has extra entries");
-  if (leases_by_end_.size() != leases_.size())
-    return fail("lease end-node index has extra entries");
 
   uint64_t cached = 0, pinned = 0, nodes = 0, recent = 0;
   size_t lru_members = 0;                 // nodes with an entry
@@ -463,7 +414,8 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
       return fail("a root has an LRU entry or a class");
     uint64_t tree_blocks = 0, tree_nodes = 0;
     std::string err;
-    auto check = [&](auto&& self, const Node& parent) -> bool {
+    auto check = [&](auto&& self, const Node& parent)
+                     ABSL_SHARED_LOCKS_REQUIRED(mu_) -> bool {
       for (const auto& c : parent.children) {
         const Node& n = *c;
         if (n.parent != &parent) return fail("child's parent pointer is wrong");

@@ -23,12 +23,16 @@
 // whose key is not its node's stamp is re-inserted at (stamp, node), until
 // the head is exact. It is then the minimum of {(stamp, node) : evictable,
 // of that class}, the same leaf an eagerly re-keyed set would give.
-// PrefixCache (cache.h) orchestrates calls across tenants and the budget;
-// nothing here locks anything.
+// PrefixCache (cache.h) orchestrates calls across tenants and the budget and
+// takes the locks; nothing here locks anything. Each method states the lock
+// it needs (ABSL_*_LOCKS_REQUIRED), and clang builds check them
+// (-Wthread-safety, core/CMakeLists.txt).
 #ifndef PREFIXD_CORE_TENANT_H_
 #define PREFIXD_CORE_TENANT_H_
 
+#include <algorithm>
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -39,24 +43,19 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "core/block_index.h"
-#include "core/cache.h"
+#include "core/cache_types.h"
 #include "core/events.h"
 #include "core/eviction.h"
+#include "core/leases.h"
 #include "core/mutex.h"
 #include "core/radix_tree.h"
 #include "core/snapshot_format.h"
 
 namespace prefixd {
 
-struct Lease {
-  Node* end = nullptr;  // the lease pins the path root..end
-  absl::Duration ttl;
-  absl::Time expiry;
-};
-
-// All methods REQUIRE mu held (by the caller; see PrefixCache's locking).
 class Tenant {
  public:
   // `event_order`: the cache-wide counter of Event::order (EventRing).
@@ -68,114 +67,153 @@ class Tenant {
          std::atomic<int64_t>* pinned_over_reserved, uint64_t rng_seed);
   ~Tenant();
 
-  mutable Mutex mu;
-
   const std::string& name() const { return name_; }
   uint32_t index() const { return index_; }
   uint64_t reserved_blocks() const { return reserved_blocks_; }
   uint64_t limit_blocks() const { return limit_blocks_; }
-  uint64_t cached_blocks() const { return cached_blocks_; }
-  uint64_t pinned_blocks() const { return pinned_blocks_; }
-  uint64_t unpinned_blocks() const { return cached_blocks_ - pinned_blocks_; }
-  size_t num_trees() const { return trees_.size(); }
-  size_t num_leases() const { return leases_.size(); }
+  uint64_t cached_blocks() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cached_blocks_;
+  }
+  uint64_t pinned_blocks() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return pinned_blocks_;
+  }
+  uint64_t unpinned_blocks() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return cached_blocks_ - pinned_blocks_;
+  }
+  size_t num_trees() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return trees_.size();
+  }
 
-  Tree* FindTree(absl::string_view ns) const;
-  Tree* GetOrCreateTree(absl::string_view ns);
+  Tree* FindTree(absl::string_view ns) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  Tree* GetOrCreateTree(absl::string_view ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Recency stamp of the leaf the policy evicts next; 0 if none. The cache
   // evicts across tenants by the smallest. Normalizes the heads of the
-  // policy's sets first (btree changes): REQUIRES mu held exclusively, like
-  // every other mutating method.
-  uint64_t NextVictimStamp();
+  // policy's sets first (btree changes), hence the exclusive lock.
+  uint64_t NextVictimStamp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the tail block of the policy's next victim and returns its ID.
   // REQUIRES: NextVictimStamp() != 0.
-  BlockId EvictOne(EvictReason reason);
+  BlockId EvictOne(EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Splits `node` after its first `blocks` blocks (0 < blocks < size) and
   // returns the new head; `node` keeps the tail, its children and leases.
-  Node* SplitAt(Node* node, size_t blocks);
+  Node* SplitAt(Node* node, size_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends blocks below `parent` (into it when it is an unpinned leaf of
   // the same class that ends where the new blocks begin, else as a new
   // child; under ADAPTIVE one node per run of blocks of one class). Returns
   // the node that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
-               absl::Span<const BlockId> ids, int64_t position, uint64_t stamp);
+               absl::Span<const BlockId> ids, int64_t position, uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `stamp` on every node from `end` up to the root (no btree change
   // but ADAPTIVE's first touch of a node seen once).
   // REQUIRES: `stamp` is not older than any stamp on the path.
-  void TouchPath(Node* end, uint64_t stamp);
+  void TouchPath(Node* end, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `sync`: also bring the cache-wide pinned-over-reserved sum up to date;
   // false only for Insert's guard pin, which must not show there.
-  void PinPath(Node* end, int delta, bool sync = true);
+  void PinPath(Node* end, int delta, bool sync = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pinned blocks above the reservation, as last added to the cache-wide
   // sum; AdmitPinned adds `blocks` before they are pinned, Sync the rest.
-  int64_t pinned_over_reserved() const { return accounted_over_reserved_; }
-  void AdmitPinned(int64_t blocks) { accounted_over_reserved_ += blocks; }
-  void SyncPinnedOverReserved();
+  int64_t pinned_over_reserved() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return accounted_over_reserved_;
+  }
+  void AdmitPinned(int64_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    accounted_over_reserved_ += blocks;
+  }
+  void SyncPinnedOverReserved() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `node` and everything below it; appends their IDs to *removed.
   // Leases ending in the removed subtree end first. Costs O(removed nodes,
   // blocks and leases x log), whatever else the tenant holds.
   void RemoveSubtree(Node* node, EvictReason reason,
-                     std::vector<BlockId>* removed);
-  // Drops every tree and lease; returns how many blocks went.
-  void Clear(std::vector<BlockId>* removed);
+                     std::vector<BlockId>* removed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops every tree and lease; appends the IDs of the blocks it drops to
+  // *removed.
+  void Clear(std::vector<BlockId>* removed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Leases.
-  LeaseId AddLease(Node* end, absl::Duration ttl, absl::Time now);
-  bool EndLease(LeaseId id);  // false if unknown
-  Lease* FindLease(LeaseId id);
-  void RenewLease(LeaseId id, absl::Time now);
-  size_t ExpireLeases(absl::Time now);
+  // Leases (the table is leases(); these also pin and unpin their paths).
+  const LeaseTable& leases() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return leases_;
+  }
+  LeaseId AddLease(Node* end, absl::Duration ttl, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // False if the lease is unknown.
+  bool EndLease(LeaseId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RenewLease(LeaseId id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    leases_.Renew(id, now);
+  }
+  // Ends every lease whose expiry is <= now; returns how many.
+  size_t ExpireLeases(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Blocks of this tenant that a call by a principal who may not act for it
   // evicted (the budget is shared): they wait here, so that no response
   // carries another tenant's IDs, and go out exactly once, appended to the
   // evicted (or removed) IDs of this tenant's next Insert, Evict or Reset.
-  void Park(BlockId id) { parked_.push_back(id); }
-  void TakeParked(std::vector<BlockId>* out);
-  size_t num_parked() const { return parked_.size(); }
+  void Park(BlockId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    parked_.push_back(id);
+  }
+  void TakeParked(std::vector<BlockId>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Events: removals are gathered during a call and logged at its end.
   // `tokens`: the stored blocks' (kept with CacheOptions::detailed_events);
   // `prefix_tokens`: the tokens before them on the path.
   void LogStored(const Tree& tree, std::optional<BlockId> parent,
                  absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
-                 int64_t position, int64_t prefix_tokens);
-  void FlushRemovals();
-  const EventRing& events() const { return events_; }
+                 int64_t position, int64_t prefix_tokens)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FlushRemovals() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  const EventRing& events() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return events_;
+  }
 
-  TenantStats& counters() { return counters_; }
-  TenantStats Stats(uint64_t block_bytes) const;
-  std::vector<std::string> Namespaces() const;
-  std::vector<DumpNode> Dump(const Tree& tree) const;
+  TenantUsage& counters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return counters_;
+  }
+  TenantUsage Stats(uint64_t block_bytes) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::vector<std::string> Namespaces() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::vector<DumpNode> Dump(const Tree& tree) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   // Snapshot support (snapshot.cc): everything but the name, which the
   // caller writes and reads. Load REQUIRES an empty tenant; on error the
   // tenant is left half-built and must be discarded with its cache. Stamps
   // must lie in [1, max_stamp] (the snapshot's recency counter).
-  void Save(SnapshotWriter* w, absl::Time now) const;
+  void Save(SnapshotWriter* w, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status Load(SnapshotReader* r, absl::Time now, absl::Duration max_ttl,
-                    uint64_t max_stamp);
+                    uint64_t max_stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Appends a description of the first broken invariant to *error.
-  bool CheckInvariants(const BlockIndex& index, std::string* error) const;
+  // Sets *error to a description of the first broken invariant.
+  bool CheckInvariants(const BlockIndex& index, std::string* error) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
  private:
+  friend Mutex& TenantMutex(const Tenant* t);
+
   Node* AddChild(Node* parent, absl::Span<const Token> tokens,
-                 absl::Span<const BlockId> ids, int64_t position);
+                 absl::Span<const BlockId> ids, int64_t position)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One run of blocks of class `cls` (Attach).
   Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
                   absl::Span<const BlockId> ids, int64_t position,
-                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps);
+                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `n` an entry if it is evictable and has none.
-  void SyncLru(Node* n) { policy_.Sync(n); }
+  void SyncLru(Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { policy_.Sync(n); }
   // Erases n's entry, if any. Every node must go through it (or Clear)
   // before it is freed.
-  void LruErase(Node* n) { policy_.Erase(n); }
-  void NoteRemoved(Tree* tree, BlockId id, EvictReason reason);
-  void DropTreeIfEmpty(const std::string& ns);
-  LeaseId NextLeaseId();
+  void LruErase(Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    policy_.Erase(n);
+  }
+  void NoteRemoved(Tree* tree, BlockId id, EvictReason reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropTreeIfEmpty(const std::string& ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable Mutex mu_;
 
   const std::string name_;
   const uint32_t index_;
@@ -186,52 +224,67 @@ class Tenant {
   BlockIndex* const block_index_;
 
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_
-      ABSL_GUARDED_BY(mu);
+      ABSL_GUARDED_BY(mu_);
   // The eviction order, lazily kept (see the top of this file).
-  EvictionState policy_ ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<LeaseId, Lease> leases_ ABSL_GUARDED_BY(mu);
-  absl::btree_set<std::pair<absl::Time, LeaseId>> lease_expiry_
-      ABSL_GUARDED_BY(mu);
-  // Every lease by its end node: RemoveSubtree ends the leases of the nodes
-  // it removes without a scan of all leases (a split keeps the end node
-  // object, see SplitAt, so entries never move).
-  absl::btree_set<std::pair<const Node*, LeaseId>> leases_by_end_
-      ABSL_GUARDED_BY(mu);
-  uint64_t rng_state_ ABSL_GUARDED_BY(mu);
+  EvictionState policy_ ABSL_GUARDED_BY(mu_);
+  LeaseTable leases_ ABSL_GUARDED_BY(mu_);
 
-  uint64_t cached_blocks_ ABSL_GUARDED_BY(mu) = 0;
-  uint64_t pinned_blocks_ ABSL_GUARDED_BY(mu) = 0;
-  uint64_t nodes_ ABSL_GUARDED_BY(mu) = 0;
-  TenantStats counters_ ABSL_GUARDED_BY(mu);
+  uint64_t cached_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t pinned_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t nodes_ ABSL_GUARDED_BY(mu_) = 0;
+  TenantUsage counters_ ABSL_GUARDED_BY(mu_);
 
-  EventRing events_ ABSL_GUARDED_BY(mu);
+  EventRing events_ ABSL_GUARDED_BY(mu_);
   struct PendingRemoval {
     Tree* tree;
     std::string ns;
     EvictReason reason;
     std::vector<BlockId> ids;
   };
-  std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu);
-  std::vector<std::string> maybe_empty_
-      ABSL_GUARDED_BY(mu);  // namespaces whose tree may be empty
-  std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu);  // see Park()
+  std::vector<PendingRemoval> pending_removals_ ABSL_GUARDED_BY(mu_);
+  // Namespaces whose tree may be empty.
+  std::vector<std::string> maybe_empty_ ABSL_GUARDED_BY(mu_);
+  std::vector<BlockId> parked_ ABSL_GUARDED_BY(mu_);  // see Park()
   std::atomic<int64_t>* const pinned_over_reserved_;
-  int64_t accounted_over_reserved_ ABSL_GUARDED_BY(mu) = 0;
+  int64_t accounted_over_reserved_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// The lock of t, which PrefixCache takes (with MutexLock or TenantsLock) and
+// names in its annotations (cache.h declares it, for a Tenant it cannot
+// see). The annotation tells the analysis that this is t->mu_, the lock of
+// the ABSL_*_LOCKS_REQUIRED(mu_) annotations above.
+inline Mutex& TenantMutex(const Tenant* t) ABSL_LOCK_RETURNED(t->mu_) {
+  return t->mu_;
+}
 
 // Locks a set of tenants for the length of a scope. Only holders of
 // exclusive_mu_ lock more than one tenant, so any order is deadlock-free.
+//
+// The analysis tracks a fixed set of named locks; it cannot express "the
+// mutex of every tenant in a vector whose length is known at run time".
+// So the constructor and destructor, which lock and unlock that set, are
+// exempt from it, and AssertHeld tells it, one tenant at a time where the
+// set is used, that the tenant's mutex is held.
 class TenantsLock {
  public:
   explicit TenantsLock(std::vector<Tenant*> tenants)
       ABSL_NO_THREAD_SAFETY_ANALYSIS : tenants_(std::move(tenants)) {
-    for (Tenant* t : tenants_) t->mu.Lock();
+    for (Tenant* t : tenants_) TenantMutex(t).Lock();
   }
   ~TenantsLock() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     for (auto it = tenants_.rbegin(); it != tenants_.rend(); ++it)
-      (*it)->mu.Unlock();
+      TenantMutex(*it).Unlock();
   }
+  TenantsLock(const TenantsLock&) = delete;
+  TenantsLock& operator=(const TenantsLock&) = delete;
+
   const std::vector<Tenant*>& tenants() const { return tenants_; }
+  // REQUIRES: t is one of tenants() (checked in debug builds).
+  void AssertHeld(const Tenant* t) const
+      ABSL_ASSERT_EXCLUSIVE_LOCK(TenantMutex(t)) {
+    assert(std::find(tenants_.begin(), tenants_.end(), t) != tenants_.end());
+    (void)t;
+  }
 
  private:
   std::vector<Tenant*> tenants_;

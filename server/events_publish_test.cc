@@ -180,7 +180,7 @@ class PublishedCacheTest : public ::testing::Test {
 
   uint64_t Matched(const std::vector<Token>& tokens, absl::string_view tenant,
                    absl::string_view ns = "") {
-    MatchRequest m;
+    MatchQuery m;
     m.ns = std::string(ns);
     m.tokens = tokens;
     return cache_->Match(tenant, m)->matched_tokens / kBs;

@@ -53,11 +53,11 @@ struct TenantMetric {
   const char* name;
   const char* help;
   MetricType type;
-  double (*value)(const TenantStats& t, uint64_t block_bytes);
+  double (*value)(const TenantUsage& t, uint64_t block_bytes);
 };
 
 #define PREFIXD_FIELD(field) \
-  [](const TenantStats& t, uint64_t) { return static_cast<double>(t.field); }
+  [](const TenantUsage& t, uint64_t) { return static_cast<double>(t.field); }
 
 constexpr TenantMetric kTenantMetrics[] = {
     {"prefixd_match_requests_total", "Match calls the cache answered.",
@@ -85,7 +85,7 @@ constexpr TenantMetric kTenantMetrics[] = {
      PREFIXD_FIELD(cached_blocks)},
     {"prefixd_cached_bytes",
      "KV bytes cached now (cached blocks x block bytes).", MetricType::Gauge,
-     [](const TenantStats& t, uint64_t block_bytes) {
+     [](const TenantUsage& t, uint64_t block_bytes) {
        return static_cast<double>(t.cached_blocks * block_bytes);
      }},
     {"prefixd_pinned_blocks",
@@ -117,7 +117,7 @@ void AddEvictions(const CacheStats& stats,
                 "KV bytes of prefixd_evicted_blocks_total (blocks x block "
                 "bytes), by reason.",
                 MetricType::Counter);
-  for (const TenantStats& t : stats.tenants) {
+  for (const TenantUsage& t : stats.tenants) {
     for (int r = 0; r < kNumEvictReasons; ++r) {
       std::vector<ClientMetric::Label> labels = {
           {"reason", std::string(EvictReasonName(static_cast<EvictReason>(r)))},
@@ -132,7 +132,7 @@ void AddEvictions(const CacheStats& stats,
   families->push_back(std::move(bytes));
 }
 
-// The retention classes of TenantStats' *_by_retention arrays, in order.
+// The retention classes of TenantUsage's *_by_retention arrays, in order.
 constexpr const char* kRetentionClasses[] = {"low", "default", "high"};
 
 void AddRetention(const CacheStats& stats,
@@ -147,7 +147,7 @@ void AddRetention(const CacheStats& stats,
       "Blocks evicted, by the priority their retention hint had when they "
       "went: low (below 50), default (50), high (above 50).",
       MetricType::Counter);
-  for (const TenantStats& t : stats.tenants) {
+  for (const TenantUsage& t : stats.tenants) {
     for (int r = 0; r < 3; ++r) {
       std::vector<ClientMetric::Label> labels = {
           {"retention", kRetentionClasses[r]}, {"tenant", t.tenant}};
@@ -472,7 +472,7 @@ std::vector<MetricFamily> CacheMetricFamilies(const CacheStats& stats,
   std::vector<MetricFamily> out;
   for (const TenantMetric& m : kTenantMetrics) {
     MetricFamily f = NewFamily(m.name, m.help, m.type);
-    for (const TenantStats& t : stats.tenants) {
+    for (const TenantUsage& t : stats.tenants) {
       AddSample(&f, {{"tenant", t.tenant}}, m.value(t, stats.block_bytes));
     }
     out.push_back(std::move(f));

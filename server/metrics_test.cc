@@ -55,7 +55,7 @@ CacheStats TwoTenants() {
   s.block_size = 16;
   s.block_bytes = 1000;
   s.budget_bytes = 64000;
-  TenantStats a;
+  TenantUsage a;
   a.tenant = "acme";
   a.reserved_bytes = 8000;
   a.limit_bytes = 32000;
@@ -71,7 +71,7 @@ CacheStats TwoTenants() {
   a.redundant_blocks = 1;
   a.lease_expired = 2;
   a.evicted_blocks = {1, 0, 2, 0, 0};
-  TenantStats b;
+  TenantUsage b;
   b.tenant = "default";
   b.limit_bytes = 64000;
   s.tenants = {a, b};
@@ -125,7 +125,7 @@ TEST(CacheMetricFamiliesTest, EveryReasonOfEveryTenantIsPresentZeroIncluded) {
 
 TEST(CacheMetricFamiliesTest, RetentionClassesComeFromStats) {
   CacheStats s = TwoTenants();
-  TenantStats& acme = s.tenants[0];
+  TenantUsage& acme = s.tenants[0];
   acme.cached_blocks_by_retention[0] = 2;
   acme.cached_blocks_by_retention[1] = 4;
   acme.cached_blocks_by_retention[2] = 1;
@@ -356,7 +356,7 @@ TEST(MetricsTest, ServesTheCacheAsItIsAtScrapeTime) {
   ins.block_ids = ids;
   ASSERT_TRUE(cache->Insert("t1", ins).ok());
   tokens.push_back(99);
-  MatchRequest match;
+  MatchQuery match;
   match.tokens = tokens;
   ASSERT_TRUE(cache->Match("t1", match).ok());
 

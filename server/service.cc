@@ -66,7 +66,7 @@ void LimitsToProto(const CacheLimits& l, uint64_t max_message_bytes,
   out->set_max_lease_ttl_ms(ToMs(l.max_lease_ttl));
 }
 
-void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
+void TenantStatsToProto(const TenantUsage& t, uint64_t block_bytes,
                         v1::TenantStats* out) {
   out->set_tenant(t.tenant);
   out->set_cached_blocks(t.cached_blocks);
@@ -93,9 +93,9 @@ void TenantStatsToProto(const TenantStats& t, uint64_t block_bytes,
   }
 }
 
-absl::StatusOr<MatchRequest> MatchFromProto(const v1::MatchRequest& req,
-                                            int item, TokenCopies* copies) {
-  MatchRequest m;
+absl::StatusOr<MatchQuery> MatchFromProto(const v1::MatchRequest& req, int item,
+                                          TokenCopies* copies) {
+  MatchQuery m;
   ASSIGN_OR_RETURN(absl::Span<const Token> tokens,
                    RequestTokens(req, item, copies));
   m.ns = req.namespace_();
@@ -157,23 +157,18 @@ absl::StatusOr<absl::Duration> RetentionDuration(uint64_t ms, int range,
 absl::StatusOr<Retention> RetentionFromProto(const v1::Retention& r, int item) {
   Retention out;
   if (r.has_priority()) {
-    absl::StatusOr<int> p = RetentionPriority(r.priority(), -1, item);
-    if (!p.ok()) return p.status();
-    out.priority = *p;
+    ASSIGN_OR_RETURN(out.priority, RetentionPriority(r.priority(), -1, item));
   }
-  absl::StatusOr<absl::Duration> d =
-      RetentionDuration(r.duration_ms(), -1, item);
-  if (!d.ok()) return d.status();
-  out.duration = *d;
+  ASSIGN_OR_RETURN(out.duration, RetentionDuration(r.duration_ms(), -1, item));
   out.ranges.reserve(r.ranges_size());
   for (int i = 0; i < r.ranges_size(); ++i) {
     const v1::RetentionRange& in = r.ranges(i);
-    absl::StatusOr<int> p = RetentionPriority(in.priority(), i, item);
-    if (!p.ok()) return p.status();
-    absl::StatusOr<absl::Duration> rd =
-        RetentionDuration(in.duration_ms(), i, item);
-    if (!rd.ok()) return rd.status();
-    out.ranges.push_back({in.token_begin(), in.token_end(), *p, *rd});
+    RetentionRange& range = out.ranges.emplace_back();
+    range.token_begin = in.token_begin();
+    range.token_end = in.token_end();
+    ASSIGN_OR_RETURN(range.priority, RetentionPriority(in.priority(), i, item));
+    ASSIGN_OR_RETURN(range.duration,
+                     RetentionDuration(in.duration_ms(), i, item));
   }
   return out;
 }
@@ -191,9 +186,7 @@ absl::StatusOr<InsertRequest> InsertFromProto(const v1::InsertRequest& req,
   in.pin = req.pin();
   in.lease_ttl = TtlFromMs(req.lease_ttl_ms());
   if (req.has_retention()) {
-    absl::StatusOr<Retention> r = RetentionFromProto(req.retention(), item);
-    if (!r.ok()) return r.status();
-    in.retention = *std::move(r);
+    ASSIGN_OR_RETURN(in.retention, RetentionFromProto(req.retention(), item));
   }
   return in;
 }
@@ -323,7 +316,7 @@ absl::Status PrefixCacheService::DoMatch(const CallContext& call,
                                          v1::MatchResponse* resp) {
   RETURN_IF_ERROR(RequireTenant(call));
   TokenCopies copies;
-  ASSIGN_OR_RETURN(MatchRequest m, MatchFromProto(req, -1, &copies));
+  ASSIGN_OR_RETURN(MatchQuery m, MatchFromProto(req, -1, &copies));
   ASSIGN_OR_RETURN(MatchResult r, cache_->Match(call.tenant, m));
   MatchResultToProto(r, info_.epoch, resp);
   return absl::OkStatus();
@@ -430,7 +423,7 @@ absl::Status PrefixCacheService::DoStats(const CallContext& call,
   resp->set_block_bytes(s.block_bytes);
   resp->set_budget_bytes(s.budget_bytes);
   resp->set_budget_blocks(s.budget_blocks);
-  for (const TenantStats& t : s.tenants) {
+  for (const TenantUsage& t : s.tenants) {
     TenantStatsToProto(t, s.block_bytes, resp->add_tenants());
   }
   return absl::OkStatus();
@@ -471,12 +464,11 @@ absl::Status PrefixCacheService::DoMatchBatch(const CallContext& call,
   RETURN_IF_ERROR(
       CheckBatch("MatchBatch", req.requests(), cache_->options().limits));
   // A malformed item (tokens_le32) fails the whole batch, before any work.
-  std::vector<MatchRequest> batch;
+  std::vector<MatchQuery> batch;
   TokenCopies copies;
   batch.reserve(req.requests_size());
   for (int i = 0; i < req.requests_size(); ++i) {
-    ASSIGN_OR_RETURN(MatchRequest m,
-                     MatchFromProto(req.requests(i), i, &copies));
+    ASSIGN_OR_RETURN(MatchQuery m, MatchFromProto(req.requests(i), i, &copies));
     batch.push_back(std::move(m));
   }
   std::vector<absl::StatusOr<MatchResult>> results =

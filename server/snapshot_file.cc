@@ -130,7 +130,7 @@ absl::StatusOr<SnapshotMeta> Load(absl::string_view bytes,
 std::string Describe(const PrefixCache& cache) {
   uint64_t blocks = 0, leases = 0;
   const CacheStats stats = cache.Stats(TenantScope::All());
-  for (const TenantStats& t : stats.tenants) {
+  for (const TenantUsage& t : stats.tenants) {
     blocks += t.cached_blocks;
     leases += t.active_leases;
   }

@@ -85,7 +85,7 @@ class SnapshotFileTest : public ::testing::Test {
 
   static std::string State(const PrefixCache& cache) {
     std::string out;
-    for (const TenantStats& t : cache.Stats(TenantScope::All()).tenants) {
+    for (const TenantUsage& t : cache.Stats(TenantScope::All()).tenants) {
       absl::StrAppend(&out, t.tenant, " cached ", t.cached_blocks, " pinned ",
                       t.pinned_blocks, " leases ", t.active_leases, "\n");
       const std::vector<std::string> namespaces =

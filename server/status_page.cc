@@ -573,7 +573,7 @@ std::string TenantTable(const CacheStats& s, absl::Duration window_length,
       "<th>leases</th><th>leases expired</th><th>hit rate, last ",
       span,
       "</th><th>hit rate, all</th><th>matches</th><th>inserts</th></tr>\n");
-  for (const TenantStats& t : s.tenants) {
+  for (const TenantUsage& t : s.tenants) {
     const std::string name = HtmlEscape(t.tenant);
     HitRateWindow::Rate recent;
     if (auto it = window.tenants.find(t.tenant); it != window.tenants.end()) {
@@ -601,7 +601,7 @@ std::string EvictionTable(const CacheStats& s) {
                     "</th>");
   }
   out += "</tr>\n";
-  for (const TenantStats& t : s.tenants) {
+  for (const TenantUsage& t : s.tenants) {
     const std::string name = HtmlEscape(t.tenant);
     absl::StrAppend(&out, "<tr data-tenant=\"", name, "\">",
                     Td("l tenant", name));
@@ -657,7 +657,7 @@ void HitRateWindow::Record(absl::Time now, const CacheStats& stats) {
 
 void HitRateWindow::RecordLocked(absl::Time now, const CacheStats& stats) {
   Sample sample{now, {}};
-  for (const TenantStats& t : stats.tenants) {
+  for (const TenantUsage& t : stats.tenants) {
     sample.tenants[t.tenant] = {t.match_hit_tokens, t.match_tokens};
   }
   samples_.push_back(std::move(sample));

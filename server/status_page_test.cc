@@ -69,7 +69,7 @@ void Traffic(PrefixCache& cache, const std::string& tenant) {
   ins.block_ids = ids;
   ASSERT_TRUE(cache.Insert(tenant, ins).ok());
   tokens.push_back(99);
-  MatchRequest match;
+  MatchQuery match;
   match.tokens = tokens;
   ASSERT_TRUE(cache.Match(tenant, match).ok());
 }
@@ -96,7 +96,7 @@ TEST(HitRateWindowTest, CountsOnlyTheLastWindow) {
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   CacheStats stats;
   stats.tenants.resize(1);
-  TenantStats& t = stats.tenants[0];
+  TenantUsage& t = stats.tenants[0];
   t.tenant = "a";
   t.match_hit_tokens = 0;
   t.match_tokens = 100;  // 0% before the window
@@ -120,7 +120,7 @@ TEST(HitRateWindowTest, CountsOnlyTheLastWindow) {
   EXPECT_EQ(r.tenants["a"].hit_tokens, 20u);
   EXPECT_EQ(r.tenants["a"].looked_up_tokens, 20u);
   // A tenant that appears later counts from zero.
-  stats.tenants.push_back(TenantStats{.tenant = "b"});
+  stats.tenants.push_back(TenantUsage{.tenant = "b"});
   stats.tenants.back().match_hit_tokens = 3;
   stats.tenants.back().match_tokens = 4;
   r = window.Over(t0 + absl::Minutes(13), stats);

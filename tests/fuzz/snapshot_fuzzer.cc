@@ -65,7 +65,7 @@ std::string Wrap(absl::string_view body) {
 // Everything a snapshot should restore, as text.
 std::string State(const PrefixCache& c) {
   std::string out;
-  for (const TenantStats& t : c.Stats(TenantScope::All()).tenants) {
+  for (const TenantUsage& t : c.Stats(TenantScope::All()).tenants) {
     absl::StrAppend(&out, t.tenant, " ", t.cached_blocks, " ", t.pinned_blocks,
                     " ", t.active_leases, " ", t.match_requests, "\n");
     const std::vector<std::string> namespaces = c.Namespaces(t.tenant).value();

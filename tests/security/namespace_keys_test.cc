@@ -32,7 +32,7 @@ const std::vector<Token> kPrompt = {1, 2, 3, 4, 5, 6, 7, 8};
 
 uint64_t Matched(PrefixCache* cache, const std::string& tenant,
                  const std::string& ns) {
-  MatchRequest m;
+  MatchQuery m;
   m.ns = ns;
   m.tokens = kPrompt;
   absl::StatusOr<MatchResult> r = cache->Match(tenant, m);
@@ -85,7 +85,7 @@ TEST(NamespaceKeysTest, ConcatenationLookalikesNeverCollide) {
           EXPECT_TRUE(events->events.empty());
         }
         CacheStats s = cache->Stats(TenantScope::One(o.tenant));
-        for (const TenantStats& t : s.tenants) {
+        for (const TenantUsage& t : s.tenants) {
           if (t.tenant != k.tenant) {
             EXPECT_EQ(t.cached_blocks, 0u);
           }

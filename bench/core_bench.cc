@@ -380,6 +380,81 @@ void BM_Evict(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(evicted));
 }
 
+// --- Invalidate.
+// -------------------------------------------------------------------
+
+// Invalidate of 8,192 one-block leaves below one block that `leases` leases
+// pin (built untimed per iteration): ending the leases of each removed node
+// must not scan all of them, so the time per leaf should not grow with
+// `leases`. Items are invalidated blocks.
+void BM_InvalidateBesideLeases(benchmark::State& state) {
+  const int leases = static_cast<int>(state.range(0));
+  constexpr Token kLeaves = 8192;
+  uint64_t removed = 0;
+  for (auto _ : state) {
+    std::unique_ptr<PrefixCache> cache = NewCache(2 * kLeaves);
+    std::vector<Token> root;
+    AppendBlock(0, &root);
+    const std::vector<BlockId> root_id = {uint64_t{1} << 40};
+    InsertRequest in;
+    in.tokens = root;
+    in.block_ids = root_id;
+    Check(cache->Insert(kTenant, in), "Insert");
+    MatchQuery pin;
+    pin.tokens = root;
+    pin.pin = true;
+    for (int i = 0; i < leases; ++i) Check(cache->Match(kTenant, pin), "Match");
+    std::vector<BlockId> leaves;
+    for (Token k = 1; k <= kLeaves; ++k) {
+      std::vector<Token> t = root;
+      AppendBlock(k, &t);
+      const std::vector<BlockId> ids = {root_id[0], k};
+      in.tokens = t;
+      in.block_ids = ids;
+      Check(cache->Insert(kTenant, in), "Insert");
+      leaves.push_back(k);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    auto out =
+        Check(cache->Invalidate(TenantScope::All(), leaves), "Invalidate");
+    const auto stop = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+    if (out.size() != kLeaves) Die("Invalidate removed too few blocks");
+    removed += out.size();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(removed));
+}
+
+// Invalidate of one node of `blocks` blocks, ID by ID from its tail: the
+// node must be cut once, not re-split per ID, so the time per ID should not
+// grow with `blocks`. Items are invalidated blocks.
+void BM_InvalidateTailFirst(benchmark::State& state) {
+  const size_t blocks = static_cast<size_t>(state.range(0));
+  uint64_t removed = 0;
+  for (auto _ : state) {
+    std::unique_ptr<PrefixCache> cache = NewCache(blocks);
+    std::vector<Token> t;
+    std::vector<BlockId> ids;
+    for (size_t b = 0; b < blocks; ++b) {
+      AppendBlock(b, &t);
+      ids.push_back(b + 1);
+    }
+    InsertRequest in;
+    in.tokens = t;
+    in.block_ids = ids;
+    Check(cache->Insert(kTenant, in), "Insert");
+    const std::vector<BlockId> reversed(ids.rbegin(), ids.rend());
+    const auto start = std::chrono::steady_clock::now();
+    auto out =
+        Check(cache->Invalidate(TenantScope::All(), reversed), "Invalidate");
+    const auto stop = std::chrono::steady_clock::now();
+    state.SetIterationTime(std::chrono::duration<double>(stop - start).count());
+    if (out.size() != blocks) Die("Invalidate removed too few blocks");
+    removed += out.size();
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(removed));
+}
+
 std::string TreeName(uint64_t prefixes) {
   if (prefixes == 0) return "deep";
   int exp = 0;
@@ -413,6 +488,15 @@ void RegisterAll() {
   benchmark::RegisterBenchmark("Evict/leaf_blocks", BM_Evict)
       ->Arg(1)
       ->Arg(16)
+      ->UseManualTime();
+  benchmark::RegisterBenchmark("Invalidate/beside_leases",
+                               BM_InvalidateBesideLeases)
+      ->Arg(0)
+      ->Arg(65536)
+      ->UseManualTime();
+  benchmark::RegisterBenchmark("Invalidate/tail_first", BM_InvalidateTailFirst)
+      ->Arg(1024)
+      ->Arg(32768)
       ->UseManualTime();
 }
 

@@ -15,7 +15,10 @@ block per id. Per request, as bench/trace_replay does through core/:
 With --policy=belady, step 3 evicts instead the evictable block whose next use
 (the next request that holds it) is farthest in the future: the offline
 optimum that bench/belady computes, checked against it by
-bench/check_belady.sh (docs/performance.md, "Eviction").
+bench/check_belady.py (docs/performance.md, "Eviction policies"). With
+--policy=reuse_oracle it evicts the least recently used block among those
+never used again, and LRU's block only when there is none: what a policy
+could reach if it knew which blocks come back, but not when.
 
 Prints the block hit rate per capacity (a table, or JSON with --json).
 Plain Python 3, no third-party modules.
@@ -71,21 +74,34 @@ def next_uses(requests):
     return out
 
 
-def simulate_belady(requests, capacity):
-    """As simulate(), evicting the block used again farthest in the future."""
+def simulate_belady(requests, capacity, reuse_oracle=False):
+    """As simulate(), evicting the block used again farthest in the future.
+
+    With reuse_oracle, evicts instead the least recently used of the blocks
+    never used again, and only when there is none the least recently used
+    block: an oracle that knows which blocks come back but not when.
+    """
     nexts = next_uses(requests)
+    never = len(requests)
+    clock = 0
     root = Block(None, None)
     cached = 0
     hits = total = evicted = refused = 0
-    heap = []  # (-next_use, seq, block), checked when popped
+    heap = []  # (key, seq, block), checked when popped
     seq = 0
+
+    def order_key(b):
+        if reuse_oracle:
+            return (b.next_use != never, b.stamp)
+        return -b.next_use
 
     def push(b):
         nonlocal seq
         seq += 1
-        heapq.heappush(heap, (-b.next_use, seq, b))
+        heapq.heappush(heap, (order_key(b), seq, b))
 
     for ids, nxt in zip(requests, nexts):
+        clock += 1
         total += len(ids)
         node, path = root, []
         for key in ids:
@@ -97,15 +113,17 @@ def simulate_belady(requests, capacity):
         hits += len(path)
         for b, n in zip(path, nxt):
             b.next_use = n
+            b.stamp = clock
         if len(ids) > capacity:
             refused += 1
             if path and not path[-1].children:
                 push(path[-1])
             continue
-        for key, n in zip(ids[len(path):], nxt[len(path):]):
-            child = Block(key, node)
+        for k, n in zip(ids[len(path):], nxt[len(path):]):
+            child = Block(k, node)
             child.next_use = n
-            node.children[key] = child
+            child.stamp = clock
+            node.children[k] = child
             cached += 1
             path.append(child)
             node = child
@@ -114,8 +132,8 @@ def simulate_belady(requests, capacity):
         on_path = set(map(id, path))
         aside = []
         while cached > capacity:
-            neg, _, b = heapq.heappop(heap)
-            if not b.cached or b.children or b.next_use != -neg:
+            k, _, b = heapq.heappop(heap)
+            if not b.cached or b.children or order_key(b) != k:
                 continue  # stale entry
             if id(b) in on_path:
                 aside.append(b)
@@ -201,9 +219,11 @@ def main():
     ap.add_argument("--capacities", default="10000,50000,infinite",
                     help="capacities in blocks, comma-separated")
     ap.add_argument("--json", action="store_true", help="print JSON")
-    ap.add_argument("--policy", choices=("lru", "belady"), default="lru",
-                    help="lru (prefixd's default) or belady (the offline "
-                    "optimum)")
+    ap.add_argument("--policy", choices=("lru", "belady", "reuse_oracle"),
+                    default="lru",
+                    help="lru (prefixd's default), belady (the offline "
+                    "optimum) or reuse_oracle (LRU that knows which blocks "
+                    "are never used again and evicts those first)")
     args = ap.parse_args()
 
     requests = load(args.trace)
@@ -211,8 +231,11 @@ def main():
     for c in args.capacities.split(","):
         c = c.strip()
         cap = float("inf") if c in ("infinite", "inf") else int(c)
-        run = simulate_belady if args.policy == "belady" else simulate
-        hits, total, evicted, refused = run(requests, cap)
+        if args.policy == "lru":
+            hits, total, evicted, refused = simulate(requests, cap)
+        else:
+            hits, total, evicted, refused = simulate_belady(
+                requests, cap, reuse_oracle=args.policy == "reuse_oracle")
         rows.append({"capacity": c, "blocks": total, "hit_blocks": hits,
                      "block_hit_rate": hits / total if total else 0.0,
                      "evicted_blocks": evicted, "refused_inserts": refused})

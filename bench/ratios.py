@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the issue-8 ratios from one core_bench run.
+"""Prints the core targets' ratios (docs/performance.md) from one core_bench run.
 
   core_bench --benchmark_out=core.json --benchmark_out_format=json
   ratios.py core.json
@@ -90,6 +90,18 @@ def main():
         if e is not None:
             print("  Evict from %2d-block leaves: %.0f ns per block "
                   "(%.2f M blocks/s)" % (leaf, e / 1024, 1024 / e * 1e3))
+
+    print("\nInvalidate (time per removed block; 1.0 = linear)")
+    a, b = get("Invalidate/beside_leases/0"), \
+        get("Invalidate/beside_leases/65536")
+    if a is not None and b is not None:
+        print("  8,192 leaves beside 65,536 leases / beside none: %.2fx "
+              "(%.0f vs %.0f ns per block)" % (b / a, b / 8192, a / 8192))
+    a, b = get("Invalidate/tail_first/1024"), get("Invalidate/tail_first/32768")
+    if a is not None and b is not None:
+        print("  one node tail first, per ID at 32,768 / at 1,024 blocks: "
+              "%.2fx (%.0f vs %.0f ns per block)"
+              % ((b / 32768) / (a / 1024), b / 32768, a / 1024))
 
 
 if __name__ == "__main__":

@@ -972,31 +972,29 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
                         block_ids.size(), FormatIds(unknown)));
   }
   // One cut per node, at its first listed block: splitting once per listed
-  // ID would copy a long node's head again for every ID (quadratic). A node
-  // is visited in the order of its first listed ID, so results keep the
-  // order they had.
-  absl::flat_hash_map<const Node*, size_t> first_cut;  // node -> block
-  std::vector<BlockId> cuts;  // per node, the ID of its first listed block
+  // ID would copy a long node's head again for every ID (quadratic), and so
+  // would searching the node's IDs once per listed ID. Each node's IDs are
+  // scanned once, for the first that is listed (an ID lies in one node
+  // only). Nodes are cut in the order of their first listed ID, so results
+  // keep the order they had.
+  const absl::flat_hash_set<BlockId> listed(block_ids.begin(), block_ids.end());
+  absl::flat_hash_set<const Node*> seen;
+  std::vector<std::pair<BlockId, size_t>> cuts;  // (first listed ID, index)
   for (BlockId id : block_ids) {
     const Node* node = index_.Find(id)->node;
-    const size_t j =
-        std::find(node->block_ids().begin(), node->block_ids().end(), id) -
-        node->block_ids().begin();
-    auto [it, added] = first_cut.try_emplace(node, j);
-    if (added) {
-      cuts.push_back(id);
-    } else if (j < it->second) {
-      it->second = j;
-    }
+    if (!seen.insert(node).second) continue;
+    const absl::Span<const BlockId> ids = node->block_ids();
+    size_t j = 0;
+    while (!listed.contains(ids[j])) ++j;
+    cuts.push_back({ids[j], j});
   }
   std::vector<BlockId> removed;
-  for (BlockId listed : cuts) {
-    auto owner = index_.Find(listed);
+  for (const auto& [first, j] : cuts) {
+    auto owner = index_.Find(first);
     if (!owner) continue;  // already gone with an ancestor cut earlier
     Tenant* t = by_index[owner->tenant];
     locked.AssertHeld(t);
     Node* node = owner->node;
-    const size_t j = first_cut.at(node);
     if (j > 0) t->SplitAt(node, j);  // `node` keeps the tail from block j
     t->RemoveSubtree(node, EvictReason::kInvalidated, &removed);
   }

@@ -500,29 +500,12 @@ TEST_F(CacheTest, InvalidateRemovesTheBlockAndEverythingBelow) {
   EXPECT_TRUE(cache_->Release("a", outside.lease_id).ok());
 }
 
-// Invalidate costs what it removes. With 65,536 leases parked on one block,
-// ending the leases of each removed node must not scan them all (that was
-// 8,192 x 65,536 lookups, seconds under the exclusive lock); and a long node
-// invalidated ID by ID from its tail must be cut once, not re-split per ID.
-// The time bounds below hold with room to spare in an optimised build (the
-// whole test takes about 0.3 s; the quadratic paths took 3.5 s and 1.8 s).
-// Sanitizers slow every step several-fold, so there only the results are
-// checked.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define PREFIXD_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define PREFIXD_SANITIZED 1
-#endif
-#ifdef PREFIXD_SANITIZED
-constexpr bool kTimeBounds = false;
-#else
-constexpr bool kTimeBounds = true;
-#endif
-
-TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
+// Invalidate beside many leases and of a long node tail first: the results
+// are exact. That it costs what it removes (ending the leases of each
+// removed node without scanning them all; cutting a long node once, not
+// re-splitting it per ID) is measured by core_bench's Invalidate benchmarks
+// and bench/ratios.py (docs/performance.md), not timed here.
+TEST_F(CacheTest, InvalidateBesideManyLeasesAndTailFirstIsExact) {
   Init(1, 1 << 20);
   Insert({0}, {1 << 30});
   MatchQuery pin;
@@ -540,17 +523,11 @@ TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
     ASSERT_TRUE(cache_->Insert("a", req).ok());
     children.push_back(k);
   }
-  absl::Time start = absl::Now();
   auto removed = cache_->Invalidate(TenantScope::One("a"), children);
-  const absl::Duration with_leases = absl::Now() - start;
   ASSERT_TRUE(removed.ok()) << removed.status();
   EXPECT_EQ(removed->size(), 8192u);
   EXPECT_EQ(cache_->Stats(TenantScope::One("a")).tenants[0].active_leases,
             65536u);
-  if (kTimeBounds) {
-    EXPECT_LT(with_leases, absl::Milliseconds(500))
-        << "8,192 nodes beside 65,536 leases took " << with_leases;
-  }
 
   std::vector<Token> tokens = Range(100000, 100000 + 32767);
   std::vector<BlockId> ids(tokens.begin(), tokens.end());
@@ -559,16 +536,10 @@ TEST_F(CacheTest, InvalidateIsLinearInWhatItRemoves) {
   req.block_ids = ids;
   ASSERT_TRUE(cache_->Insert("b", req).ok());
   std::vector<BlockId> reversed(ids.rbegin(), ids.rend());
-  start = absl::Now();
   removed = cache_->Invalidate(TenantScope::One("b"), reversed);
-  const absl::Duration tail_first = absl::Now() - start;
   ASSERT_TRUE(removed.ok()) << removed.status();
   std::sort(removed->begin(), removed->end());
   EXPECT_EQ(*removed, ids);  // ids ascend
-  if (kTimeBounds) {
-    EXPECT_LT(tail_first, absl::Milliseconds(500))
-        << "32,768 IDs of one node, tail first, took " << tail_first;
-  }
   Check();
 }
 

@@ -86,6 +86,7 @@ bench: configure
 	$(BUILD_DIR)/bench/trace_replay
 	$(BUILD_DIR)/bench/trace_replay --paths=core,tcp,unix --runs=1 --memory_blocks=0
 	$(BUILD_DIR)/bench/belady
+	/usr/bin/python3 bench/eviction_table.py --build=$(BUILD_DIR) | tee $(BENCH_OUT)/eviction.md
 	bash -o pipefail -c '$(BUILD_DIR)/bench/index_bench | tee $(BENCH_OUT)/index.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe

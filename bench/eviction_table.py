@@ -39,6 +39,10 @@ def main():
                     default="64,256,1953,5859,19531,60000,infinite")
     ap.add_argument("--target_capacities", default="1953,5859",
                     help="where a policy must close >= 25%% of the gap")
+    ap.add_argument("--reuse_oracle", action="store_true",
+                    help="add lru_sim.py --policy=reuse_oracle's column (LRU "
+                    "that knows which blocks are never used again; about a "
+                    "minute of Python)")
     args = ap.parse_args()
 
     policies = args.policies.split(",")
@@ -54,11 +58,23 @@ def main():
 
     rate = {}
     for r in replay["replays"]:
-        rate[(r["trace"], r["eviction_policy"], r["capacity"])] = (
+        rate[(r["trace"], r["eviction_policy"].lower(), r["capacity"])] = (
             100.0 * r["hit_blocks"] / r["blocks"])
     for r in belady["results"]:
         rate[(r["trace"], "belady", r["capacity"])] = (
             100.0 * r["hit_blocks"] / r["blocks"])
+
+    if args.reuse_oracle:
+        trace_dir = os.path.join(HERE, "..", "tests", "data", "mooncake")
+        for trace in args.traces.split(","):
+            out = run_json([
+                sys.executable, os.path.join(HERE, "lru_sim.py"),
+                "--trace=" + os.path.join(trace_dir, trace + "_trace.jsonl"),
+                "--capacities=" + args.capacities, "--policy=reuse_oracle",
+                "--json"])
+            for r in out["results"]:
+                rate[(trace, "reuse_oracle", r["capacity"])] = (
+                    100.0 * r["hit_blocks"] / r["blocks"])
 
     others = [p for p in policies if p != "lru"]
     worst = {p: (None, 1e9) for p in others}   # (where, points vs LRU)
@@ -66,7 +82,10 @@ def main():
     targets = args.target_capacities.split(",")
     for trace in args.traces.split(","):
         print("\n%s (block hit rate, %%)\n" % trace)
-        head = ["capacity"] + [p.upper() for p in policies] + ["Belady"]
+        head = ["capacity"] + [p.upper() for p in policies]
+        if args.reuse_oracle:
+            head.append("reuse oracle")
+        head.append("Belady")
         head += ["%s gap closed" % p.upper() for p in others]
         head += ["%s - LRU" % p.upper() for p in others]
         print("| " + " | ".join(head) + " |")
@@ -75,6 +94,8 @@ def main():
             lru = rate[(trace, "lru", cap)]
             opt = rate[(trace, "belady", cap)]
             cells = [cap] + ["%.2f" % rate[(trace, p, cap)] for p in policies]
+            if args.reuse_oracle:
+                cells.append("%.2f" % rate[(trace, "reuse_oracle", cap)])
             cells.append("%.2f" % opt)
             for p in others:
                 gap = opt - lru

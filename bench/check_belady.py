@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench/belady must equal the independent Python Belady (lru_sim.py).
 
-Runs `belady --json` and lru_sim.simulate_belady on each trace and capacity
+Runs `belady --json` and lru_sim.simulate(..., "belady") on each trace and capacity
 and requires the same hit blocks, evicted blocks and refused inserts. Also
 requires Belady's hit rate to be at least LRU's (lru_sim.simulate) at every
 capacity: an optimum below LRU would be a broken optimum. Exits 77 (ctest:
@@ -49,8 +49,8 @@ def main():
         requests = lru_sim.load(path)
         for c in args.capacities.split(","):
             cap = float("inf") if c == "infinite" else int(c)
-            hits, total, evicted, refused = lru_sim.simulate_belady(
-                requests, cap)
+            hits, total, evicted, refused = lru_sim.simulate(
+                requests, cap, "belady")
             lru_hits = lru_sim.simulate(requests, cap)[0]
             r = got.get(c)
             same = r is not None and (

@@ -4,13 +4,12 @@
 It shares no code with prefixd: a plain prefix tree of trace hash ids, one
 block per id. Per request, as bench/trace_replay does through core/:
   1. match the longest cached prefix of the request's ids; stamp the matched
-     blocks with the next logical time;
+     blocks with the request's logical time (one step per request);
   2. if the request has more blocks than the capacity, insert nothing (prefixd
      refuses such an Insert with RESOURCE_EXHAUSTED and changes nothing);
-  3. otherwise insert the rest and stamp every block of the request with the
-     next logical time; then, while more blocks are cached than the capacity,
-     evict the least-recently-stamped block that has no cached child and is not
-     on the current request's path.
+  3. otherwise insert the rest, stamped with the same time; then, while more
+     blocks are cached than the capacity, evict the least-recently-stamped
+     block that has no cached child and is not on the current request's path.
 
 With --policy=belady, step 3 evicts instead the evictable block whose next use
 (the next request that holds it) is farthest in the future: the offline
@@ -74,12 +73,14 @@ def next_uses(requests):
     return out
 
 
-def simulate_belady(requests, capacity, reuse_oracle=False):
-    """As simulate(), evicting the block used again farthest in the future.
+def simulate(requests, capacity, policy="lru"):
+    """Returns (hit_blocks, total_blocks, evicted_blocks, refused_inserts).
 
-    With reuse_oracle, evicts instead the least recently used of the blocks
-    never used again, and only when there is none the least recently used
-    block: an oracle that knows which blocks come back but not when.
+    policy "lru" evicts the least recently stamped evictable block; "belady"
+    the one used again farthest in the future; "reuse_oracle" the least
+    recently stamped of those never used again, and only when there is none
+    the least recently stamped: an oracle that knows which blocks come back
+    but not when.
     """
     nexts = next_uses(requests)
     never = len(requests)
@@ -87,13 +88,17 @@ def simulate_belady(requests, capacity, reuse_oracle=False):
     root = Block(None, None)
     cached = 0
     hits = total = evicted = refused = 0
-    heap = []  # (key, seq, block), checked when popped
+    # Candidates (key, seq, block), checked when popped: a block is a victim
+    # only if it is still cached, childless and its key is still `key`.
+    heap = []
     seq = 0
 
     def order_key(b):
-        if reuse_oracle:
+        if policy == "belady":
+            return -b.next_use
+        if policy == "reuse_oracle":
             return (b.next_use != never, b.stamp)
-        return -b.next_use
+        return b.stamp
 
     def push(b):
         nonlocal seq
@@ -130,7 +135,7 @@ def simulate_belady(requests, capacity, reuse_oracle=False):
         if path and not path[-1].children:
             push(path[-1])
         on_path = set(map(id, path))
-        aside = []
+        aside = []  # on the current path: not evictable, offered again after
         while cached > capacity:
             k, _, b = heapq.heappop(heap)
             if not b.cached or b.children or order_key(b) != k:
@@ -147,69 +152,6 @@ def simulate_belady(requests, capacity, reuse_oracle=False):
                 push(parent)
         for b in aside:
             push(b)
-    return hits, total, evicted, refused
-
-
-def simulate(requests, capacity):
-    """Returns (hit_blocks, total_blocks, evicted_blocks, refused_inserts)."""
-    root = Block(None, None)
-    cached = 0
-    clock = 0
-    hits = total = evicted = refused = 0
-    # Candidates (stamp, seq, block), checked when popped: a block is a
-    # victim only if it is still cached, childless and stamped `stamp`.
-    heap = []
-    seq = 0
-
-    def push(b):
-        nonlocal seq
-        seq += 1
-        heapq.heappush(heap, (b.stamp, seq, b))
-
-    for ids in requests:
-        total += len(ids)
-        node, path = root, []
-        for key in ids:
-            child = node.children.get(key)
-            if child is None:
-                break
-            path.append(child)
-            node = child
-        hits += len(path)
-        clock += 1
-        for b in path:
-            b.stamp = clock
-        if len(ids) > capacity:
-            refused += 1
-            if path and not path[-1].children:
-                push(path[-1])
-            continue
-        clock += 1
-        for b in path:
-            b.stamp = clock
-        for key in ids[len(path):]:
-            child = Block(key, node)
-            child.stamp = clock
-            node.children[key] = child
-            cached += 1
-            path.append(child)
-            node = child
-        if path and not path[-1].children:
-            push(path[-1])
-        on_path = set(map(id, path))
-        while cached > capacity:
-            stamp, _, b = heapq.heappop(heap)
-            if not b.cached or b.children or b.stamp != stamp:
-                continue  # stale entry
-            if id(b) in on_path:
-                sys.exit("simulator bug: only the current path is evictable")
-            del b.parent.children[b.key]
-            b.cached = False
-            cached -= 1
-            evicted += 1
-            parent = b.parent
-            if parent is not root and not parent.children:
-                push(parent)
     return hits, total, evicted, refused
 
 
@@ -231,11 +173,7 @@ def main():
     for c in args.capacities.split(","):
         c = c.strip()
         cap = float("inf") if c in ("infinite", "inf") else int(c)
-        if args.policy == "lru":
-            hits, total, evicted, refused = simulate(requests, cap)
-        else:
-            hits, total, evicted, refused = simulate_belady(
-                requests, cap, reuse_oracle=args.policy == "reuse_oracle")
+        hits, total, evicted, refused = simulate(requests, cap, args.policy)
         rows.append({"capacity": c, "blocks": total, "hit_blocks": hits,
                      "block_hit_rate": hits / total if total else 0.0,
                      "evicted_blocks": evicted, "refused_inserts": refused})

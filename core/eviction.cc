@@ -340,11 +340,13 @@ void EvictionState::SetFingerprints(const Node& n) {
 void EvictionState::SplitFingerprints(const Node* head, const Node* tail,
                                       size_t blocks) {
   if (!adaptive()) return;
+  // The head's are copied out before fps_[head] inserts: a rehash moves
+  // the tail's vector, and a reference to it would dangle.
   std::vector<uint64_t>& t = fps_[tail];
   assert(t.size() > blocks);
-  fps_[head].assign(t.begin(), t.begin() + blocks);
-  std::vector<uint64_t>& rest = fps_[tail];  // fps_ may have rehashed
-  rest.erase(rest.begin(), rest.begin() + blocks);
+  std::vector<uint64_t> first(t.begin(), t.begin() + blocks);
+  t.erase(t.begin(), t.begin() + blocks);
+  fps_[head] = std::move(first);
 }
 
 bool EvictionState::CheckFingerprints(const Node& n) const {

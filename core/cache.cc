@@ -154,6 +154,68 @@ absl::Status ValidateRetention(const Retention& r, size_t tokens) {
   return absl::OkStatus();
 }
 
+Hint MakeHint(int priority, absl::Duration duration, absl::Time now) {
+  Hint h;
+  h.priority = priority;
+  if (priority != kDefaultRetentionPriority && duration > absl::ZeroDuration())
+    h.lapse = now + duration;
+  return h;
+}
+
+// An Insert's blocks [begin, end) that share one hint: each block takes the
+// hint of the range holding its first token, else the Insert's.
+struct HintRun {
+  size_t begin, end;
+  Hint hint;
+};
+std::vector<HintRun> HintRuns(const Retention& r, size_t blocks,
+                              size_t block_size, absl::Time now) {
+  const uint64_t tokens = blocks * block_size;
+  std::vector<HintRun> runs;
+  size_t ri = 0;
+  for (size_t b = 0; b < blocks; ++b) {
+    const uint64_t first = b * block_size;
+    auto end_of = [&](const RetentionRange& x) {
+      return x.token_end == 0 ? tokens : x.token_end;
+    };
+    while (ri < r.ranges.size() && end_of(r.ranges[ri]) <= first) ++ri;
+    const bool in = ri < r.ranges.size() && r.ranges[ri].token_begin <= first;
+    const Hint h =
+        in ? MakeHint(r.ranges[ri].priority, r.ranges[ri].duration, now)
+           : MakeHint(r.priority, r.duration, now);
+    if (!runs.empty() && runs.back().hint == h) {
+      runs.back().end = b + 1;
+    } else {
+      runs.push_back({b, b + 1, h});
+    }
+  }
+  return runs;
+}
+
+// Gives the cached blocks of an Insert, the path from the root to `end`,
+// their hints, splitting nodes where the hint changes inside one.
+void HintCachedPath(Tenant* t, Node* end, absl::Span<const HintRun> runs)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t)) {
+  std::vector<Node*> path;
+  for (Node* n = end; !n->is_root(); n = n->parent) path.push_back(n);
+  std::reverse(path.begin(), path.end());
+  size_t first = 0;  // the Insert's block at the node's head
+  auto run = runs.begin();
+  for (Node* n : path) {
+    const size_t last = first + n->num_blocks();
+    while (true) {
+      while (run->end <= first) ++run;
+      if (run->end >= last) break;
+      // The hint changes inside n: its head up to the change goes apart.
+      t->SetHint(t->SplitAt(n, run->end - first), run->hint);
+      first = run->end;
+    }
+    t->SetHint(n, run->hint);
+    first = last;
+  }
+  assert(first <= runs.back().end);
+}
+
 absl::StatusOr<absl::Duration> LeaseTtl(absl::Duration requested,
                                         const CacheOptions& o) {
   if (requested < absl::ZeroDuration()) {
@@ -486,12 +548,8 @@ absl::Status PrefixCache::ValidateInsert(const InsertRequest& req) const {
   RETURN_IF_ERROR(
       ValidatePositions(req.position_offset, req.tokens.size(), limits));
   RETURN_IF_ERROR(LeaseTtl(req.lease_ttl, options_).status());
-  if (req.retention.has_value()) {
+  if (req.retention.has_value())
     RETURN_IF_ERROR(ValidateRetention(*req.retention, req.tokens.size()));
-    return absl::UnimplementedError(
-        "retention hints are not supported by this build; send the Insert "
-        "without them");
-  }
   return absl::OkStatus();
 }
 
@@ -743,12 +801,25 @@ Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
       end = t->SplitAt(end, plan.last_blocks);
   }
   t->TouchPath(end, stamp);
+  std::vector<HintRun> runs;
+  if (req.retention.has_value()) {
+    runs = HintRuns(*req.retention, req.block_ids.size(), bs, plan.now);
+    if (cached > 0) HintCachedPath(t, end, runs);
+  }
   if (plan.n_new == 0) return end;
   const int64_t position =
       req.position_offset + static_cast<int64_t>(cached * bs);
-  Node* parent = end;
-  end = t->Attach(parent, req.tokens.subspan(cached * bs),
-                  req.block_ids.subspan(cached), position, stamp);
+  if (runs.empty()) {
+    end = t->Attach(end, req.tokens.subspan(cached * bs),
+                    req.block_ids.subspan(cached), position, stamp);
+  }
+  for (const HintRun& run : runs) {
+    if (run.end <= cached) continue;
+    const size_t b = std::max(run.begin, cached), n = run.end - b;
+    end = t->Attach(
+        end, req.tokens.subspan(b * bs, n * bs), req.block_ids.subspan(b, n),
+        req.position_offset + static_cast<int64_t>(b * bs), stamp, run.hint);
+  }
   t->LogStored(*tree,
                cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
                           : std::nullopt,
@@ -1030,8 +1101,10 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   s.block_bytes = options_.block_bytes;
   s.budget_bytes = options_.budget_bytes;
   s.budget_blocks = budget_blocks_;
+  const absl::Time now = clock_->Now();
   for (Tenant* t : TenantsIn(scope)) {
     MutexLock lock(&TenantMutex(t));
+    t->LapseHints(now);  // so that the by-retention counts are current
     s.tenants.push_back(t->Stats(options_.block_bytes));
     s.resident_blocks += t->cached_blocks();
   }

@@ -961,8 +961,8 @@ TEST_F(CacheTest, CreateRejectsAnUnknownEvictionPolicy) {
               HasSubstr("eviction_history_blocks 4294967297"));
 }
 
-// --- Retention hints: validated; not applied yet
-// --------------------------------
+// --- Retention hints
+// -----------------------------------------------------------
 
 TEST_F(CacheTest, RetentionValidationNamesTheValueAndChangesNothing) {
   Init(4, 100);
@@ -1007,17 +1007,165 @@ TEST_F(CacheTest, RetentionValidationNamesTheValueAndChangesNothing) {
     EXPECT_EQ(r.status().message(), c.message);
     EXPECT_EQ(Snapshot(), before);
   }
-  // A valid hint is refused as not supported yet, also changing nothing.
+  const TenantUsage after = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(after.insert_requests, stats_before.insert_requests);
+  // A valid hint is applied: one block at 10 (the range), one at 80.
   InsertRequest req;
   req.tokens = tokens;
   req.block_ids = ids;
   req.retention = Retention{80, absl::Seconds(5), {range(0, 4, 10)}};
-  auto r = cache_->Insert("a", req);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_EQ(Snapshot(), before);
-  const TenantUsage after = cache_->Stats(TenantScope::All()).tenants[0];
-  EXPECT_EQ(after.insert_requests, stats_before.insert_requests);
+  ASSERT_TRUE(cache_->Insert("a", req).ok());
+  const TenantUsage hinted = cache_->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(hinted.cached_blocks_by_retention[0], 1u);  // the cached one
+  EXPECT_EQ(hinted.cached_blocks_by_retention[1], 0u);
+  EXPECT_EQ(hinted.cached_blocks_by_retention[2], 1u);
   Check();
+}
+
+// Hints under both policies: the order is by priority first.
+class CacheRetentionTest
+    : public CacheTest,
+      public ::testing::WithParamInterface<EvictionPolicy> {
+ protected:
+  void SetUp() override { policy_ = GetParam(); }
+
+  InsertResult InsertHinted(std::vector<Token> tokens, std::vector<BlockId> ids,
+                            std::optional<Retention> retention,
+                            absl::string_view tenant = "a") {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.retention = std::move(retention);
+    auto r = cache_->Insert(tenant, req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    Check();
+    return r.ok() ? *r : InsertResult{};
+  }
+  static Retention Hint(int priority, absl::Duration d = absl::ZeroDuration()) {
+    return Retention{priority, d, {}};
+  }
+  TenantUsage Usage(absl::string_view tenant = "a") {
+    return cache_->Stats(TenantScope::One(tenant)).tenants[0];
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Policies, CacheRetentionTest,
+                         ::testing::Values(EvictionPolicy::kLru,
+                                           EvictionPolicy::kAdaptive),
+                         [](const auto& info) {
+                           return std::string(EvictionPolicyName(info.param));
+                         });
+
+TEST_P(CacheRetentionTest, LowerPriorityGoesFirst) {
+  Init(1, 4);
+  InsertHinted({1, 2}, {1, 2}, Hint(80));
+  InsertHinted({3, 4}, {3, 4}, Hint(20));  // newer, but lower
+  EXPECT_THAT(InsertHinted({5}, {5}, std::nullopt).evicted_block_ids,
+              ElementsAre(4));
+  EXPECT_THAT(InsertHinted({6}, {6}, std::nullopt).evicted_block_ids,
+              ElementsAre(3));
+  // Then the ordinary blocks, oldest first, before the priority-80 ones.
+  EXPECT_THAT(InsertHinted({7}, {7}, std::nullopt).evicted_block_ids,
+              ElementsAre(5));
+  const TenantUsage u = Usage();
+  EXPECT_EQ(u.evicted_blocks_by_retention[0], 2u);
+  EXPECT_EQ(u.evicted_blocks_by_retention[1], 1u);
+  EXPECT_EQ(u.evicted_blocks_by_retention[2], 0u);
+  EXPECT_EQ(u.cached_blocks_by_retention[1], 2u);
+  EXPECT_EQ(u.cached_blocks_by_retention[2], 2u);
+}
+
+TEST_P(CacheRetentionTest, TheCrossTenantChoiceComparesPriorities) {
+  Init(1, 2);
+  InsertHinted({1}, {1}, Hint(90), "a");
+  InsertHinted({2}, {2}, Hint(10), "b");  // newer, lower
+  EXPECT_THAT(InsertHinted({3}, {3}, std::nullopt, "a").evicted_block_ids,
+              ElementsAre(2));
+  EXPECT_EQ(Usage("b").cached_blocks, 0u);
+  EXPECT_EQ(Usage("a").cached_blocks, 2u);
+}
+
+TEST_P(CacheRetentionTest, PinsBeatPriority) {
+  Init(1, 2);
+  InsertRequest req;
+  std::vector<Token> tokens = {1};
+  std::vector<BlockId> ids = {1};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.pin = true;
+  req.retention = Hint(0);
+  ASSERT_TRUE(cache_->Insert("a", req).ok());
+  InsertHinted({2}, {2}, Hint(100));
+  EXPECT_THAT(InsertHinted({3}, {3}, std::nullopt).evicted_block_ids,
+              ElementsAre(2));
+}
+
+TEST_P(CacheRetentionTest, PriorityHundredIsStillEvictedForTheBudget) {
+  Init(1, 2);
+  InsertHinted({1, 2}, {1, 2}, Hint(100));
+  EXPECT_THAT(InsertHinted({3, 4}, {3, 4}, Hint(100)).evicted_block_ids,
+              ElementsAre(2, 1));
+  EXPECT_EQ(Usage().evicted_blocks_by_retention[2], 2u);
+}
+
+TEST_P(CacheRetentionTest, AHintLapsesAfterItsDuration) {
+  Init(1, 2);
+  InsertHinted({1}, {1}, Hint(90, absl::Seconds(5)));
+  InsertHinted({2}, {2}, std::nullopt);
+  EXPECT_EQ(Usage().cached_blocks_by_retention[2], 1u);
+  clock_.Advance(absl::Seconds(4));
+  // Still held: the newer ordinary block goes.
+  EXPECT_THAT(InsertHinted({3}, {3}, std::nullopt).evicted_block_ids,
+              ElementsAre(2));
+  clock_.Advance(absl::Seconds(1));
+  // Lapsed: block 1 is ordinary and the oldest.
+  EXPECT_EQ(Usage().cached_blocks_by_retention[2], 0u);
+  EXPECT_THAT(InsertHinted({4}, {4}, std::nullopt).evicted_block_ids,
+              ElementsAre(1));
+}
+
+TEST_P(CacheRetentionTest, TheLatestHintWins) {
+  Init(1, 2);
+  InsertHinted({1}, {1}, Hint(90));
+  InsertHinted({1}, {1}, Hint(10));  // cached: takes the new hint
+  InsertHinted({2}, {2}, std::nullopt);
+  EXPECT_EQ(Usage().cached_blocks_by_retention[0], 1u);
+  EXPECT_THAT(InsertHinted({3}, {3}, std::nullopt).evicted_block_ids,
+              ElementsAre(1));
+  // Without a hint, cached blocks keep theirs.
+  InsertHinted({4}, {4}, Hint(90));
+  InsertHinted({4}, {4}, std::nullopt);
+  EXPECT_EQ(Usage().cached_blocks_by_retention[2], 1u);
+}
+
+TEST_P(CacheRetentionTest, RangesSplitNodesWhereTheHintChanges) {
+  Init(2, 5);
+  // One node of four blocks, ordinary.
+  InsertHinted({1, 2, 3, 4, 5, 6, 7, 8}, {1, 2, 3, 4}, std::nullopt);
+  // Its first two blocks again, at 90, the second of them by a range at 10.
+  Retention r = Hint(90);
+  r.ranges.push_back({2, 0, 10, absl::ZeroDuration()});
+  InsertHinted({1, 2, 3, 4}, {1, 2}, r);
+  const std::vector<DumpNode> dump = cache_->Dump("a", "").value();
+  ASSERT_EQ(dump.size(), 3u);
+  EXPECT_THAT(dump[0].block_ids, ElementsAre(1));
+  EXPECT_THAT(dump[1].block_ids, ElementsAre(2));
+  EXPECT_THAT(dump[2].block_ids, ElementsAre(3, 4));
+  const TenantUsage u = Usage();
+  EXPECT_EQ(u.cached_blocks_by_retention[0], 1u);
+  EXPECT_EQ(u.cached_blocks_by_retention[1], 2u);
+  EXPECT_EQ(u.cached_blocks_by_retention[2], 1u);
+  // New blocks in runs of one hint: [5] at 20, [6, 7] at 70.
+  Retention n = Hint(70);
+  n.ranges.push_back({0, 2, 20, absl::ZeroDuration()});
+  EXPECT_THAT(
+      InsertHinted({9, 9, 10, 10, 11, 11}, {5, 6, 7}, n).evicted_block_ids,
+      ElementsAre(4, 3));
+  // Left: [1] 90 -> [2] 10, [5] 20 -> [6 7] 70. The leaves by priority.
+  EXPECT_THAT(Evict(1), ElementsAre(2));
+  EXPECT_THAT(Evict(1), ElementsAre(7));
+  EXPECT_THAT(Evict(2), ElementsAre(6, 5));
+  EXPECT_THAT(Evict(1), ElementsAre(1));
 }
 
 TEST_F(CacheTest, WithoutHintsEveryBlockCountsAsDefaultRetention) {

@@ -128,9 +128,8 @@ struct MatchResult {
 };
 
 // Retention hints (an Insert's `retention`): a priority per block, lower
-// evicted first, lapsing after a duration. The types and their validation
-// are here; the cache does not apply hints yet: a valid Insert that carries
-// one is refused with UNIMPLEMENTED, changing nothing (docs/api.md).
+// evicted first, lapsing after a duration (docs/api.md, "Retention";
+// docs/architecture.md says how the tenant keeps them).
 inline constexpr int kDefaultRetentionPriority = 50;
 inline constexpr int kMaxRetentionPriority = 100;
 struct RetentionRange {
@@ -180,8 +179,8 @@ struct TenantUsage {
   uint64_t lease_expired = 0;
   std::array<uint64_t, kNumEvictReasons> evicted_blocks{};  // by EvictReason
   // By retention priority: [0] below 50, [1] 50 (default or lapsed), [2]
-  // above. With no hints applied yet every block is in [1]; evicted counts
-  // the policy's evictions (budget, limit, requested).
+  // above. Evicted counts the policy's evictions (budget, limit, requested)
+  // by the block's priority when it went.
   uint64_t cached_blocks_by_retention[3] = {};
   uint64_t evicted_blocks_by_retention[3] = {};
 };

@@ -187,6 +187,44 @@ std::string DifferentialDriver::DoMatch(const std::string& tenant) {
   return "";
 }
 
+// Half the Inserts carry a hint: a priority of five levels (so that ties
+// are common), lapsing after 0 (never) to 8 seconds (Advance moves 1 to 6),
+// and half of those a range anywhere in the tokens, aligned or not.
+std::optional<Retention> DifferentialDriver::PickRetention(size_t tokens) {
+  const int kind = choices_.Int(0, 3);
+  if (kind < 2) return std::nullopt;
+  auto duration = [&] {
+    return choices_.Int(0, 1) == 0 ? absl::ZeroDuration()
+                                   : absl::Seconds(choices_.Int(1, 8));
+  };
+  Retention r;
+  r.priority = 25 * choices_.Int(0, 4);
+  r.duration = duration();
+  if (kind == 3) {
+    RetentionRange x;
+    const int n = static_cast<int>(tokens);
+    x.token_begin = static_cast<uint64_t>(choices_.Int(0, n - 1));
+    const int end = choices_.Int(static_cast<int>(x.token_begin) + 1, n);
+    x.token_end = end == n && choices_.Int(0, 1) == 0 ? 0 : end;
+    x.priority = 25 * choices_.Int(0, 4);
+    x.duration = duration();
+    r.ranges.push_back(x);
+  }
+  return r;
+}
+
+std::string DifferentialDriver::DescribeRetention(
+    const std::optional<Retention>& r) {
+  if (!r.has_value()) return "";
+  std::string out = absl::StrCat(" retention ", r->priority, "/",
+                                 absl::FormatDuration(r->duration));
+  for (const RetentionRange& x : r->ranges) {
+    absl::StrAppend(&out, " range [", x.token_begin, ",", x.token_end, ") ",
+                    x.priority, "/", absl::FormatDuration(x.duration));
+  }
+  return out;
+}
+
 std::string DifferentialDriver::DoInsert(const std::string& tenant) {
   const std::string ns = Namespace();
   const std::vector<Token> tokens = Tokens(choices_.Int(1, 6));
@@ -196,14 +234,17 @@ std::string DifferentialDriver::DoInsert(const std::string& tenant) {
   if (choices_.RepeatId() && ids.size() > 1) ids[1] = ids[0];
   const int64_t offset = Offset();
   const bool pin = choices_.Pin(DifferentialOp::kInsert);
-  last_op_ = absl::StrCat(
-      "insert ", tenant, "/", ns, " [", absl::StrJoin(tokens, ","), "] ids [",
-      absl::StrJoin(ids, ","), "] @", offset, pin ? " pin" : "");
-  InsertRequest req{ns,          tokens, ids, offset, pin, absl::ZeroDuration(),
-                    std::nullopt};
+  const std::optional<Retention> retention = PickRetention(tokens.size());
+  last_op_ =
+      absl::StrCat("insert ", tenant, "/", ns, " [", absl::StrJoin(tokens, ","),
+                   "] ids [", absl::StrJoin(ids, ","), "] @", offset,
+                   pin ? " pin" : "", DescribeRetention(retention));
+  InsertRequest req{ns,       tokens, ids, offset, pin, absl::ZeroDuration(),
+                    retention};
   auto real = cache_->Insert(tenant, req);
   InsertResult want;
-  const auto code = model_->Insert(tenant, ns, tokens, ids, offset, pin, &want);
+  const auto code =
+      model_->Insert(tenant, ns, tokens, ids, offset, pin, &want, retention);
   if (real.status().code() != code) {
     return absl::StrCat("status ", real.status().ToString(), " model code ",
                         static_cast<int>(code));
@@ -360,6 +401,19 @@ std::string DifferentialDriver::DoMalformed(const std::string& tenant) {
 
 std::string DifferentialDriver::CompareCounts() {
   for (const TenantUsage& t : cache_->Stats(TenantScope::All()).tenants) {
+    const std::array<uint64_t, 3> cached = model_->CachedByRetention(t.tenant);
+    const std::array<uint64_t, 3> evicted =
+        model_->EvictedByRetention(t.tenant);
+    for (int c = 0; c < 3; ++c) {
+      if (t.cached_blocks_by_retention[c] != cached[c] ||
+          t.evicted_blocks_by_retention[c] != evicted[c]) {
+        return absl::StrCat("tenant ", t.tenant, " retention class ", c,
+                            " real cached/evicted ",
+                            t.cached_blocks_by_retention[c], "/",
+                            t.evicted_blocks_by_retention[c], " model ",
+                            cached[c], "/", evicted[c]);
+      }
+    }
     if (t.cached_blocks != model_->Cached(t.tenant) ||
         t.pinned_blocks != model_->Pinned(t.tenant) ||
         t.active_leases != model_->Leases(t.tenant)) {

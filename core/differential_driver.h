@@ -3,8 +3,10 @@
 // DifferentialChoices, runs each against PrefixCache and ReferenceModel side
 // by side, compares every result, and after every operation runs
 // CheckInvariants() and compares each tenant's cached, pinned and lease
-// counts. The test's choices come from a seeded generator, the fuzzer's from
-// its input bytes. The driver asks for them in a fixed order, so a seed or a
+// counts (and its blocks by retention class). Half the Inserts carry a
+// retention hint, some with a range, lapsing with the fake clock. The test's
+// choices come from a seeded generator, the fuzzer's from its input bytes.
+// The driver asks for them in a fixed order, so a seed or a
 // corpus file replays one exact operation sequence.
 //
 // Sizes are kept small (block size 2, a 24-block budget, three tenants "a",
@@ -23,6 +25,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +120,9 @@ class DifferentialDriver {
   std::string Step();  // one operation; "" or what disagreed
   std::string DoMatch(const std::string& tenant);
   std::string DoInsert(const std::string& tenant);
+  // An Insert's retention hint, or none.
+  std::optional<Retention> PickRetention(size_t tokens);
+  static std::string DescribeRetention(const std::optional<Retention>& r);
   std::string DoLeaseOp(DifferentialOp op, const std::string& tenant);
   std::string DoEvict();
   std::string DoInvalidate();

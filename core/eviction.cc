@@ -219,22 +219,31 @@ EvictionState::EvictionState(EvictionPolicy policy, uint64_t history_blocks,
 void EvictionState::Sync(Node* n) {
   if (EntryKey(*n) != 0 || !n->evictable()) return;
   // Stamps start at 1: 0 is "no entry".
-  assert(n->stamp != 0 && n->stamp < kClassBit);
-  // Usually a fresh stamp, which sorts last: the hint saves the descent.
+  assert(n->stamp != 0 && n->stamp <= kMaxStamp);
+  // Usually a fresh stamp of the default priority, which sorts last: the
+  // hint saves the descent (a wrong hint costs only the descent).
   Entries& set = sets_[ClassOf(*n)];
-  set.insert(set.end(), {n->stamp, n});
   SetEntryKey(n, n->stamp);
+  set.insert(set.end(), {SetKey(*n), n});
 }
 
 void EvictionState::Erase(Node* n) {
-  const uint64_t key = EntryKey(*n);
-  if (key == 0) return;
-  sets_[ClassOf(*n)].erase({key, n});
+  if (EntryKey(*n) == 0) return;
+  sets_[ClassOf(*n)].erase({SetKey(*n), n});
   SetEntryKey(n, 0);
 }
 
+void EvictionState::SetPriority(Node* n, int p) {
+  if (PriorityOf(*n) == p) return;
+  const bool entry = EntryKey(*n) != 0;
+  if (entry) sets_[ClassOf(*n)].erase({SetKey(*n), n});
+  n->lru_key = (n->lru_key & ~(uint64_t{0x7f} << kPriorityShift)) |
+               (static_cast<uint64_t>(p) << kPriorityShift);
+  if (entry) sets_[ClassOf(*n)].insert({SetKey(*n), n});
+}
+
 bool EvictionState::HasEntry(const Node& n) const {
-  return sets_[ClassOf(n)].contains({EntryKey(n), const_cast<Node*>(&n)});
+  return sets_[ClassOf(n)].contains({SetKey(n), const_cast<Node*>(&n)});
 }
 
 void EvictionState::Normalize(int c) {
@@ -242,8 +251,8 @@ void EvictionState::Normalize(int c) {
   while (!set.empty()) {
     auto head = set.begin();
     Node* n = head->second;
-    assert(EntryKey(*n) == head->first && ClassOf(*n) == c);
-    if (n->evictable() && head->first == n->stamp) return;
+    assert(SetKey(*n) == head->first && ClassOf(*n) == c);
+    if (n->evictable() && EntryKey(*n) == n->stamp) return;
     set.erase(head);
     SetEntryKey(n, 0);
     Sync(n);  // back in at (stamp, n) if still evictable
@@ -256,12 +265,18 @@ Node* EvictionState::Victim() {
   Normalize(kFrequent);
   int c = recent_blocks_ > target_ ? kRecent : kFrequent;
   if (sets_[c].empty()) c = 1 - c;
-  return sets_[c].empty() ? nullptr : sets_[c].begin()->second;
+  if (sets_[c].empty()) return nullptr;
+  // The lowest priority first; the class choice only within one priority.
+  const Entries& other = sets_[1 - c];
+  if (!other.empty() && PriorityOf(*other.begin()->second) <
+                            PriorityOf(*sets_[c].begin()->second))
+    c = 1 - c;
+  return sets_[c].begin()->second;
 }
 
 void EvictionState::AddBlocks(Node* n, int cls, size_t blocks) {
   assert(EntryKey(*n) == 0 || ClassOf(*n) == cls);
-  n->lru_key = (cls == kFrequent ? kClassBit : 0) | EntryKey(*n);
+  n->lru_key = (cls == kFrequent ? kClassBit : 0) | SetKey(*n);
   if (cls == kRecent) recent_blocks_ += blocks;
 }
 
@@ -272,11 +287,11 @@ void EvictionState::RemoveBlocks(const Node& n, size_t blocks) {
 // The entry, if any, moves to the kFrequent set with its (maybe stale) key,
 // which the lazy scheme allows.
 void EvictionState::Promote(Node* n) {
-  const uint64_t key = EntryKey(*n);
-  if (key != 0) sets_[kRecent].erase({key, n});
+  const bool entry = EntryKey(*n) != 0;
+  if (entry) sets_[kRecent].erase({SetKey(*n), n});
   recent_blocks_ -= n->num_blocks();
-  n->lru_key = kClassBit | key;
-  if (key != 0) sets_[kFrequent].insert({key, n});
+  n->lru_key |= kClassBit;
+  if (entry) sets_[kFrequent].insert({SetKey(*n), n});
 }
 
 int EvictionState::ClassForNew(uint64_t fp) {
@@ -325,11 +340,13 @@ void EvictionState::SetFingerprints(const Node& n) {
 void EvictionState::SplitFingerprints(const Node* head, const Node* tail,
                                       size_t blocks) {
   if (!adaptive()) return;
+  // The head's are copied out before fps_[head] inserts: a rehash moves
+  // the tail's vector, and a reference to it would dangle.
   std::vector<uint64_t>& t = fps_[tail];
   assert(t.size() > blocks);
-  fps_[head].assign(t.begin(), t.begin() + blocks);
-  std::vector<uint64_t>& rest = fps_[tail];  // fps_ may have rehashed
-  rest.erase(rest.begin(), rest.begin() + blocks);
+  std::vector<uint64_t> first(t.begin(), t.begin() + blocks);
+  t.erase(t.begin(), t.begin() + blocks);
+  fps_[head] = std::move(first);
 }
 
 bool EvictionState::CheckFingerprints(const Node& n) const {

@@ -47,11 +47,28 @@ namespace prefixd {
 enum NodeClass : int { kRecent = 0, kFrequent = 1 };
 
 // Node has no room for another field (radix_tree.h caps it at 104 bytes), so
-// Node::lru_key holds the class in its top bit and the entry key below it;
-// stamps never come near 2^63.
+// Node::lru_key holds the class in its top bit, the retention priority
+// (0..100, cache_types.h) in the 7 bits below it and the entry's stamp in the
+// low 56 bits; stamps never come near 2^56 (snapshots refuse larger ones).
+// A set's key is lru_key without the class bit, (priority, stamp): the sets
+// order by priority first, so the head of a set is the least recently used
+// evictable leaf of the lowest priority present.
 inline constexpr uint64_t kClassBit = uint64_t{1} << 63;
+inline constexpr int kPriorityShift = 56;
+inline constexpr uint64_t kStampMask = (uint64_t{1} << kPriorityShift) - 1;
+inline constexpr uint64_t kMaxStamp = kStampMask;
 inline int ClassOf(const Node& n) { return static_cast<int>(n.lru_key >> 63); }
-inline uint64_t EntryKey(const Node& n) { return n.lru_key & ~kClassBit; }
+inline int PriorityOf(const Node& n) {
+  return static_cast<int>((n.lru_key >> kPriorityShift) & 0x7f);
+}
+// The entry's stamp; 0: no entry.
+inline uint64_t EntryKey(const Node& n) { return n.lru_key & kStampMask; }
+// (priority, stamp) as one comparable key, as the sets and the cache's
+// cross-tenant victim choice order them.
+inline uint64_t VictimKey(int priority, uint64_t stamp) {
+  return (static_cast<uint64_t>(priority) << kPriorityShift) | stamp;
+}
+inline uint64_t SetKey(const Node& n) { return n.lru_key & ~kClassBit; }
 
 // Fingerprints.
 uint64_t NamespaceHash(absl::string_view ns);
@@ -154,10 +171,14 @@ class EvictionState {
   // The tail block of `victim` (Victim()) is about to be evicted: its
   // fingerprint moves to the history.
   void RememberTail(const Node& victim);
-  // SplitAt made `head` of tail's first blocks: same class, no entry yet.
+  // SplitAt made `head` of tail's first blocks: same class and priority, no
+  // entry yet.
   static void Split(Node* head, const Node& tail) {
-    head->lru_key = tail.lru_key & kClassBit;
+    head->lru_key = tail.lru_key & ~kStampMask;
   }
+  // Gives n retention priority p, moving its entry, if any, to (p, its
+  // stamp): the lazy scheme's keys stay no newer than the stamp.
+  void SetPriority(Node* n, int p);
 
   // Per-block fingerprints (ADAPTIVE only; no-ops under LRU).
   // The fingerprint the first block below `parent` chains from.
@@ -199,7 +220,7 @@ class EvictionState {
  private:
   using Entries = absl::btree_set<std::pair<uint64_t, Node*>>;
   static void SetEntryKey(Node* n, uint64_t key) {
-    n->lru_key = (n->lru_key & kClassBit) | key;
+    n->lru_key = (n->lru_key & ~kStampMask) | key;
   }
   // Makes sets_[c].begin() the exact LRU evictable leaf of class c.
   void Normalize(int c);

@@ -1,10 +1,40 @@
 #include "core/reference_model.h"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 namespace prefixd {
 
 using Code = absl::StatusCode;
+
+namespace {
+
+int RetentionClassOf(int priority) {
+  if (priority < kDefaultRetentionPriority) return 0;
+  return priority == kDefaultRetentionPriority ? 1 : 2;
+}
+
+// Block i's hint: the first range holding its first token, else the
+// Insert's; the lapse time is now plus the duration (zero: never).
+std::pair<int, absl::Time> HintOf(const Retention& r, size_t i, int bs,
+                                  size_t tokens, absl::Time now) {
+  const uint64_t first = i * bs;
+  int priority = r.priority;
+  absl::Duration d = r.duration;
+  for (const RetentionRange& x : r.ranges) {
+    const uint64_t end = x.token_end == 0 ? tokens : x.token_end;
+    if (x.token_begin <= first && first < end) {
+      priority = x.priority;
+      d = x.duration;
+      break;
+    }
+  }
+  return {priority,
+          d == absl::ZeroDuration() ? absl::InfiniteFuture() : now + d};
+}
+
+}  // namespace
 
 ReferenceModel::ReferenceModel(int block_size, uint64_t budget_blocks,
                                RopeShift shift,
@@ -22,6 +52,10 @@ ReferenceModel::ReferenceModel(int block_size, uint64_t budget_blocks,
 ReferenceModel::Key ReferenceModel::Prefix(const std::vector<Token>& tokens,
                                            size_t blocks, int bs) {
   return Key(tokens.begin(), tokens.begin() + blocks * bs);
+}
+
+int ReferenceModel::Priority(const Block& b) const {
+  return b.lapse <= now_ ? kDefaultRetentionPriority : b.priority;
 }
 
 bool ReferenceModel::HasChild(const State& s, const TreeKey& t,
@@ -47,7 +81,7 @@ bool ReferenceModel::FindVictim(const State& s,
                                 const TreeKey* guard_tree,
                                 const std::set<Key>& guarded, Victim* v) const {
   bool found = false;
-  uint64_t best = 0;
+  std::pair<int, uint64_t> best;
   for (const std::string& tenant : eligible) {
     if (respect_reserved && CachedIn(s, tenant) <= quotas_.at(tenant).reserved)
       continue;
@@ -64,18 +98,20 @@ bool ReferenceModel::FindVictim(const State& s,
     }
     Victim mine;
     if (!PickLeaf(s, tenant, leaves, &mine)) continue;
-    const uint64_t stamp = s.trees.at(mine.tree).at(mine.key).stamp;
-    if (!found || stamp < best) {
+    const Block& b = s.trees.at(mine.tree).at(mine.key);
+    const std::pair<int, uint64_t> key = {Priority(b), b.stamp};
+    if (!found || key < best) {
       found = true;
-      best = stamp;
+      best = key;
       *v = mine;
     }
   }
   return found;
 }
 
-// LRU: the oldest leaf. ADAPTIVE: the oldest of T1 if T1 holds more blocks
-// than the target, else of T2; the other class if that one has no leaf.
+// Among the leaves of the lowest priority: LRU: the oldest leaf. ADAPTIVE:
+// the oldest of T1 if T1 holds more blocks than the target, else of T2; the
+// other class if that one has no leaf of that priority.
 bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
                               const std::vector<Victim>& leaves,
                               Victim* v) const {
@@ -93,11 +129,15 @@ bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
             : std::min(quotas_.at(tenant).limit, budget_) / 2;
     want_again = recent <= target;
   }
+  int lowest = kMaxRetentionPriority + 1;
+  for (const Victim& leaf : leaves)
+    lowest = std::min(lowest, Priority(s.trees.at(leaf.tree).at(leaf.key)));
   for (bool again : {want_again, !want_again}) {
     bool found = false;
     uint64_t best = 0;
     for (const Victim& leaf : leaves) {
       const Block& b = s.trees.at(leaf.tree).at(leaf.key);
+      if (Priority(b) != lowest) continue;
       if (policy_ == EvictionPolicy::kAdaptive && b.seen_again != again)
         continue;
       if (!found || b.stamp < best) {
@@ -114,6 +154,7 @@ bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
 BlockId ReferenceModel::Remove(State& s, const Victim& v) {
   auto& tree = s.trees.at(v.tree);
   const Block block = tree.at(v.key);
+  ++s.evicted_by_retention[v.tree.tenant][RetentionClassOf(Priority(block))];
   tree.erase(v.key);
   s.ids.erase(block.id);
   if (policy_ == EvictionPolicy::kAdaptive) {
@@ -212,7 +253,8 @@ Code ReferenceModel::Match(const std::string& tenant, const std::string& ns,
 Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
                             const std::vector<Token>& tokens,
                             const std::vector<BlockId>& ids, int64_t offset,
-                            bool pin, InsertResult* out) {
+                            bool pin, InsertResult* out,
+                            const std::optional<Retention>& retention) {
   *out = InsertResult{};
   if (tokens.empty() || tokens.size() % bs_ != 0 ||
       ids.size() * bs_ != tokens.size()) {
@@ -251,7 +293,12 @@ Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
     } else {
       tree.at(key).seen_again = true;
     }
-    tree.at(key).stamp = stamp;
+    Block& b = tree.at(key);
+    b.stamp = stamp;
+    if (retention.has_value()) {
+      std::tie(b.priority, b.lapse) =
+          HintOf(*retention, i, bs_, tokens.size(), now_);
+    }
     guarded.insert(std::move(key));
   }
   std::vector<BlockId> evicted;
@@ -436,6 +483,23 @@ bool ReferenceModel::PinsFit(const State& s, const std::string& tenant,
     total += over(PinnedIn(s, name) + (name == tenant ? more : 0), q.reserved);
   }
   return total <= (budget_ > reserved_all ? budget_ - reserved_all : 0);
+}
+
+std::array<uint64_t, 3> ReferenceModel::CachedByRetention(
+    const std::string& tenant) const {
+  std::array<uint64_t, 3> out = {0, 0, 0};
+  for (const auto& [t, tree] : state_.trees) {
+    if (t.tenant != tenant) continue;
+    for (const auto& [k, b] : tree) ++out[RetentionClassOf(Priority(b))];
+  }
+  return out;
+}
+
+std::array<uint64_t, 3> ReferenceModel::EvictedByRetention(
+    const std::string& tenant) const {
+  auto it = state_.evicted_by_retention.find(tenant);
+  return it == state_.evicted_by_retention.end() ? std::array<uint64_t, 3>{}
+                                                 : it->second;
 }
 
 size_t ReferenceModel::Leases(const std::string& tenant) const {

@@ -3,13 +3,17 @@
 // whole-block prefix to its block, LRU by scanning everything, and feasibility
 // checked by trying the evictions on a copy. ADAPTIVE the same way: a class
 // per block, the history as two lists of (namespace, prefix) searched
-// linearly, the victim by a full scan. Slow and obviously right; it shares
-// no code with the real cache.
+// linearly, the victim by a full scan. Retention hints as a plain priority
+// and lapse time per block; the victim is the minimum of (effective
+// priority, the policy's order). Slow and obviously right; it shares no code
+// with the real cache.
 #ifndef PREFIXD_CORE_REFERENCE_MODEL_H_
 #define PREFIXD_CORE_REFERENCE_MODEL_H_
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,7 +43,8 @@ class ReferenceModel {
   absl::StatusCode Insert(const std::string& tenant, const std::string& ns,
                           const std::vector<Token>& tokens,
                           const std::vector<BlockId>& ids, int64_t offset,
-                          bool pin, InsertResult* out);
+                          bool pin, InsertResult* out,
+                          const std::optional<Retention>& retention = {});
   absl::StatusCode Release(const std::string& tenant, LeaseId lease);
   absl::StatusCode KeepAlive(const std::string& tenant, LeaseId lease);
   std::vector<BlockId> Evict(uint64_t n);  // scope: every tenant
@@ -51,6 +56,9 @@ class ReferenceModel {
   uint64_t Cached(const std::string& tenant) const;
   uint64_t Pinned(const std::string& tenant) const;
   size_t Leases(const std::string& tenant) const;
+  // TenantUsage's cached / evicted blocks by retention class.
+  std::array<uint64_t, 3> CachedByRetention(const std::string& tenant) const;
+  std::array<uint64_t, 3> EvictedByRetention(const std::string& tenant) const;
 
  private:
   using Key = std::vector<Token>;  // whole-block prefix, within one tree
@@ -60,6 +68,8 @@ class ReferenceModel {
     int64_t position;
     int pins = 0;
     bool seen_again = false;  // ADAPTIVE's T2 (else T1)
+    int priority = kDefaultRetentionPriority;
+    absl::Time lapse = absl::InfiniteFuture();
   };
   struct TreeKey {
     std::string tenant, ns;
@@ -88,6 +98,7 @@ class ReferenceModel {
     std::set<BlockId> ids;
     uint64_t now_stamp = 0;
     std::map<std::string, Adaptive> adaptive;  // by tenant
+    std::map<std::string, std::array<uint64_t, 3>> evicted_by_retention;
   };
   struct Victim {
     TreeKey tree;
@@ -95,6 +106,8 @@ class ReferenceModel {
   };
 
   static Key Prefix(const std::vector<Token>& tokens, size_t blocks, int bs);
+  // The priority a block has now: its hint's until it lapses, then 50.
+  int Priority(const Block& b) const;
   bool HasChild(const State& s, const TreeKey& t, const Key& k) const;
   uint64_t CachedIn(const State& s, const std::string& tenant) const;
   uint64_t PinnedIn(const State& s, const std::string& tenant) const;

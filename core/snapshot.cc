@@ -162,6 +162,9 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
       policy_.SetFingerprints(*n);
       n->tree->blocks += nblocks;
       cached_blocks_ += nblocks;
+      // Snapshots keep no hints: restored blocks are ordinary.
+      blocks_by_retention_[RetentionClass(kDefaultRetentionPriority)] +=
+          nblocks;
       block_index_->SetNode(ids, n);
       n->stamp = stamp;
       SyncLru(n);
@@ -265,7 +268,9 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
   uint64_t epoch, block_size, stamp, ntenants;
   r.Raw(kMagic.size(), &skip);
   if (!r.String(&fingerprint, kMaxString) || !r.Fixed64(&epoch) ||
-      !r.Varint(&block_size) || !r.Varint(&stamp) || !r.Varint(&ntenants)) {
+      !r.Varint(&block_size) || !r.Varint(&stamp) || !r.Varint(&ntenants) ||
+      // Node::lru_key keeps stamps in 56 bits (eviction.h).
+      stamp > kMaxStamp) {
     return r.Error("header");
   }
   if (block_size != static_cast<uint64_t>(options_.block_size)) {

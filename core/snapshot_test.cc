@@ -235,6 +235,43 @@ TEST_F(SnapshotTest, AStampOutsideTheRecencyCounterIsRefused) {
   }
 }
 
+// Node::lru_key keeps stamps in 56 bits (eviction.h): a counter past them
+// would hand out stamps that run into the priority bits.
+TEST_F(SnapshotTest, ARecencyCounterPast56BitsIsRefused) {
+  auto file = [](uint64_t counter) {
+    SnapshotWriter w = OneTreeHeader(counter);
+    for (uint64_t v : {1, 1, 0, 1, 1, 5, 5, 99, 0, 0}) w.Varint(v);
+    w.Fixed32(Crc32(w.bytes()));  // one node (stamp 1) and nothing else
+    return w.bytes();
+  };
+  const absl::Status s = Make()->LoadSnapshot(file(uint64_t{1} << 56)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_THAT(s.message(), HasSubstr("header"));
+  EXPECT_TRUE(Make()->LoadSnapshot(file((uint64_t{1} << 56) - 1)).ok());
+}
+
+// Snapshots keep no retention hints (docs/operations.md): restored blocks
+// are ordinary, and counted so.
+TEST_F(SnapshotTest, RestoredBlocksHaveTheDefaultRetention) {
+  auto a = Make();
+  InsertRequest req;
+  std::vector<Token> tokens = {1, 1, 2, 2};
+  std::vector<BlockId> ids = {10, 20};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.retention = Retention{90, absl::ZeroDuration(), {}};
+  ASSERT_TRUE(a->Insert("x", req).ok());
+  EXPECT_EQ(
+      a->Stats(TenantScope::All()).tenants[0].cached_blocks_by_retention[2],
+      2u);
+  auto b = Make();
+  ASSERT_TRUE(b->LoadSnapshot(a->SaveSnapshot({"fp", 1})).ok());
+  EXPECT_TRUE(b->CheckInvariants().ok()) << b->CheckInvariants();
+  const TenantUsage u = b->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(u.cached_blocks_by_retention[1], 2u);
+  EXPECT_EQ(u.cached_blocks_by_retention[2], 0u);
+}
+
 // Regression (snapshot_fuzzer): a tenant recorded twice loaded both records
 // into one tenant and counted its blocks twice against the budget.
 TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {

@@ -57,7 +57,49 @@ Tree* Tenant::GetOrCreateTree(absl::string_view ns) {
 
 uint64_t Tenant::NextVictimStamp() {
   const Node* n = policy_.Victim();
-  return n == nullptr ? 0 : n->stamp;
+  return n == nullptr ? 0 : VictimKey(PriorityOf(*n), n->stamp);
+}
+
+// --- Retention hints
+// ----------------------------------------------------------
+
+Hint Tenant::HintOf(const Node& n) const {
+  Hint h;
+  h.priority = PriorityOf(n);
+  if (!lapses_.empty()) {
+    auto it = lapses_.find(&n);
+    if (it != lapses_.end()) h.lapse = it->second;
+  }
+  return h;
+}
+
+void Tenant::SetLapse(Node* n, absl::Time lapse) {
+  if (!lapses_.empty()) {
+    auto it = lapses_.find(n);
+    if (it != lapses_.end()) {
+      lapse_order_.erase({it->second, n});
+      lapses_.erase(it);
+    }
+  }
+  if (lapse == absl::InfiniteFuture()) return;
+  lapses_[n] = lapse;
+  lapse_order_.insert({lapse, n});
+}
+
+void Tenant::SetHint(Node* n, const Hint& hint) {
+  const int before = PriorityOf(*n);
+  blocks_by_retention_[RetentionClass(before)] -= n->num_blocks();
+  blocks_by_retention_[RetentionClass(hint.priority)] += n->num_blocks();
+  policy_.SetPriority(n, hint.priority);
+  // The default priority has nothing to lapse back from.
+  SetLapse(n, hint.priority == kDefaultRetentionPriority
+                  ? absl::InfiniteFuture()
+                  : hint.lapse);
+}
+
+void Tenant::LapseHints(absl::Time now) {
+  while (!lapse_order_.empty() && lapse_order_.begin()->first <= now)
+    SetHint(lapse_order_.begin()->second, Hint());
 }
 
 void Tenant::TouchPath(Node* end, uint64_t stamp) {
@@ -96,7 +138,8 @@ void Tenant::SyncPinnedOverReserved() {
 // entry.
 Node* Tenant::SplitAt(Node* node, size_t blocks) {
   Node* head = SplitNode(node, blocks);
-  EvictionState::Split(head, *node);
+  EvictionState::Split(head, *node);  // the priority too
+  if (!lapses_.empty()) SetLapse(head, HintOf(*node).lapse);
   policy_.SplitFingerprints(head, node, blocks);
   block_index_->SetNode(head->block_ids(), head);
   ++nodes_;
@@ -105,9 +148,9 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
 
 Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
                      absl::Span<const BlockId> ids, int64_t position,
-                     uint64_t stamp) {
+                     uint64_t stamp, const Hint& hint) {
   if (!policy_.adaptive())
-    return AttachRun(parent, tokens, ids, position, stamp, kRecent, {});
+    return AttachRun(parent, tokens, ids, position, stamp, kRecent, {}, hint);
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
   const size_t bs = static_cast<size_t>(block_size_);
@@ -124,29 +167,34 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
           AttachRun(parent, tokens.subspan(begin * bs, (i - begin) * bs),
                     ids.subspan(begin, i - begin),
                     position + static_cast<int64_t>(begin * bs), stamp, cls,
-                    absl::MakeConstSpan(fps).subspan(begin, i - begin));
+                    absl::MakeConstSpan(fps).subspan(begin, i - begin), hint);
       begin = i;
     }
     cls = c;
   }
   return AttachRun(parent, tokens.subspan(begin * bs), ids.subspan(begin),
                    position + static_cast<int64_t>(begin * bs), stamp, cls,
-                   absl::MakeConstSpan(fps).subspan(begin));
+                   absl::MakeConstSpan(fps).subspan(begin), hint);
 }
 
 Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
                         absl::Span<const BlockId> ids, int64_t position,
-                        uint64_t stamp, int cls,
-                        absl::Span<const uint64_t> fps) {
+                        uint64_t stamp, int cls, absl::Span<const uint64_t> fps,
+                        const Hint& hint) {
   Node* target;
   if (!parent->is_root() && parent->children.empty() && parent->pins == 0 &&
-      parent->end_position() == position && ClassOf(*parent) == cls) {
+      parent->end_position() == position && ClassOf(*parent) == cls &&
+      HintOf(*parent) == hint) {
     // Extending a leaf keeps chains of single children in one node.
     target = parent;
     target->Append(tokens, ids);
   } else {
     target = AddChild(parent, tokens, ids, position);
+    policy_.SetPriority(target, hint.priority);  // no entry yet
+    if (hint.priority != kDefaultRetentionPriority)
+      SetLapse(target, hint.lapse);
   }
+  blocks_by_retention_[RetentionClass(hint.priority)] += ids.size();
   policy_.AddBlocks(target, cls, ids.size());
   policy_.AddFingerprints(target, fps);
   target->tree->blocks += ids.size();
@@ -163,7 +211,9 @@ Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
   ++nodes_;
   // The parent stops being evictable and keeps its LRU entry, if any; the
   // child gets one once the caller has stamped it.
-  return prefixd::AddChild(parent, tokens, ids, position);
+  Node* n = prefixd::AddChild(parent, tokens, ids, position);
+  policy_.SetPriority(n, kDefaultRetentionPriority);  // no entry yet
+  return n;
 }
 
 void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
@@ -180,6 +230,11 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   assert(n != nullptr);
   policy_.RememberTail(*n);
   policy_.RemoveBlocks(*n, 1);
+  const int cls = RetentionClass(PriorityOf(*n));
+  --blocks_by_retention_[cls];
+  if (reason == EvictReason::kBudget || reason == EvictReason::kLimit ||
+      reason == EvictReason::kRequested)
+    ++counters_.evicted_blocks_by_retention[cls];
   Tree* tree = n->tree;
   const BlockId id = n->block_ids().back();
   block_index_->Erase(id);
@@ -192,6 +247,7 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   }
   // The last block of the node: the node itself goes.
   LruErase(n);
+  if (!lapses_.empty()) SetLapse(n, absl::InfiniteFuture());
   Node* parent = n->parent;
   RemoveLeaf(n);
   --nodes_;
@@ -219,6 +275,8 @@ void Tenant::RemoveSubtree(Node* node, EvictReason reason,
   for (Node* n : subtree) {
     LruErase(n);
     policy_.RemoveBlocks(*n, n->num_blocks());
+    blocks_by_retention_[RetentionClass(PriorityOf(*n))] -= n->num_blocks();
+    if (!lapses_.empty()) SetLapse(n, absl::InfiniteFuture());
     policy_.DropFingerprints(n);
     for (BlockId id : n->block_ids()) {
       removed->push_back(id);
@@ -257,6 +315,10 @@ void Tenant::Clear(std::vector<BlockId>* removed) {
       cached_blocks_;
   trees_.clear();
   policy_.Clear();
+  lapses_.clear();
+  lapse_order_.clear();
+  blocks_by_retention_[0] = blocks_by_retention_[1] = blocks_by_retention_[2] =
+      0;
   leases_.Clear();
   pending_removals_.clear();
   maybe_empty_.clear();
@@ -291,6 +353,7 @@ bool Tenant::EndLease(LeaseId id) {
 }
 
 size_t Tenant::ExpireLeases(absl::Time now) {
+  LapseHints(now);
   size_t n = 0;
   while (const LeaseId id = leases_.FirstExpired(now)) {
     EndLease(id);
@@ -343,11 +406,8 @@ TenantUsage Tenant::Stats(uint64_t block_bytes) const {
   s.tree_nodes = nodes_;
   s.namespaces = trees_.size();
   s.active_leases = leases_.size();
-  s.cached_blocks_by_retention[1] = cached_blocks_;
-  s.evicted_blocks_by_retention[1] =
-      s.evicted_blocks[static_cast<int>(EvictReason::kBudget)] +
-      s.evicted_blocks[static_cast<int>(EvictReason::kLimit)] +
-      s.evicted_blocks[static_cast<int>(EvictReason::kRequested)];
+  for (int c = 0; c < 3; ++c)
+    s.cached_blocks_by_retention[c] = blocks_by_retention_[c];
   return s;
 }
 
@@ -397,6 +457,7 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
   }
 
   uint64_t cached = 0, pinned = 0, nodes = 0, recent = 0;
+  uint64_t by_retention[3] = {0, 0, 0};
   size_t lru_members = 0;                 // nodes with an entry
   absl::flat_hash_set<const Node*> live;  // every node of this tenant
   for (const auto& entry : trees_) {
@@ -440,6 +501,9 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
         if (ClassOf(n) != kRecent && !policy_.adaptive())
           return fail("a node has ADAPTIVE's second class under LRU");
         if (ClassOf(n) == kRecent) recent += n.num_blocks();
+        if (PriorityOf(n) > kMaxRetentionPriority)
+          return fail(absl::StrFormat("a node has priority %d", PriorityOf(n)));
+        by_retention[RetentionClass(PriorityOf(n))] += n.num_blocks();
         if (!policy_.CheckFingerprints(n))
           return fail("a block's fingerprint is missing or wrong");
         if (EntryKey(n) != 0) {
@@ -482,10 +546,11 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     if (!entry_error.empty()) return;
     if (!live.contains(node)) {
       entry_error = "an LRU entry names a node that is not in the trees";
-    } else if (key == 0 || EntryKey(*node) != key || ClassOf(*node) != cls) {
+    } else if (EntryKey(*node) == 0 || SetKey(*node) != key ||
+               ClassOf(*node) != cls) {
       entry_error =
           absl::StrFormat("entry at %d in set %d, its node says %d in class %d",
-                          key, cls, EntryKey(*node), ClassOf(*node));
+                          key, cls, SetKey(*node), ClassOf(*node));
     }
   });
   if (!entry_error.empty()) return fail(entry_error);
@@ -505,6 +570,21 @@ bool Tenant::CheckInvariants(const BlockIndex& index,
     return fail(absl::StrFormat(
         "ADAPTIVE's target %d (limit %d) or history (%d and %d of %d) is off",
         policy_.target(), limit_blocks_, h.size(0), h.size(1), h.capacity()));
+  }
+  for (int c = 0; c < 3; ++c) {
+    if (by_retention[c] != blocks_by_retention_[c]) {
+      return fail(absl::StrFormat(
+          "%d blocks in retention class %d, the tenant counts %d",
+          by_retention[c], c, blocks_by_retention_[c]));
+    }
+  }
+  if (lapses_.size() != lapse_order_.size())
+    return fail("lapse map and lapse order differ in size");
+  for (const auto& [time, node] : lapse_order_) {
+    auto it = lapses_.find(node);
+    if (!live.contains(node) || it == lapses_.end() || it->second != time ||
+        PriorityOf(*node) == kDefaultRetentionPriority)
+      return fail("a lapse names a dead node, disagrees, or has priority 50");
   }
   if (cached != cached_blocks_) {
     return fail(absl::StrFormat("cached_blocks %d, trees hold %d",

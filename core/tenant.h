@@ -56,6 +56,23 @@
 
 namespace prefixd {
 
+// A node's retention hint (docs/api.md, "Retention"): its blocks' priority
+// and when it lapses back to the default. Every block of a node shares one.
+struct Hint {
+  int priority = kDefaultRetentionPriority;
+  absl::Time lapse = absl::InfiniteFuture();  // never
+  bool operator==(const Hint& o) const {
+    return priority == o.priority && lapse == o.lapse;
+  }
+  bool operator!=(const Hint& o) const { return !(*this == o); }
+};
+// TenantUsage's by-retention class of a priority: below, at, above 50.
+inline int RetentionClass(int priority) {
+  return priority < kDefaultRetentionPriority    ? 0
+         : priority == kDefaultRetentionPriority ? 1
+                                                 : 2;
+}
+
 class Tenant {
  public:
   // `event_order`: the cache-wide counter of Event::order (EventRing).
@@ -88,9 +105,10 @@ class Tenant {
   Tree* GetOrCreateTree(absl::string_view ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Recency stamp of the leaf the policy evicts next; 0 if none. The cache
-  // evicts across tenants by the smallest. Normalizes the heads of the
-  // policy's sets first (btree changes), hence the exclusive lock.
+  // VictimKey(priority, stamp) of the leaf the policy evicts next; 0 if
+  // none. The cache evicts across tenants by the smallest: the lowest
+  // priority first, then the oldest. Normalizes the heads of the policy's
+  // sets first (btree changes), hence the exclusive lock.
   uint64_t NextVictimStamp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the tail block of the policy's next victim and returns its ID.
   // REQUIRES: NextVictimStamp() != 0.
@@ -100,12 +118,20 @@ class Tenant {
   // returns the new head; `node` keeps the tail, its children and leases.
   Node* SplitAt(Node* node, size_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends blocks below `parent` (into it when it is an unpinned leaf of
-  // the same class that ends where the new blocks begin, else as a new
-  // child; under ADAPTIVE one node per run of blocks of one class). Returns
-  // the node that now holds the last new block.
+  // the same class and hint that ends where the new blocks begin, else as a
+  // new child; under ADAPTIVE one node per run of blocks of one class), all
+  // with `hint`. Returns the node that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
-               absl::Span<const BlockId> ids, int64_t position, uint64_t stamp)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+               absl::Span<const BlockId> ids, int64_t position, uint64_t stamp,
+               const Hint& hint = Hint()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Retention hints. A node's priority lives in Node::lru_key (eviction.h),
+  // its lapse time, when it has one, in lapses_: empty without hints.
+  Hint HintOf(const Node& n) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void SetHint(Node* n, const Hint& hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every hint whose lapse time is <= now becomes the default. ExpireLeases
+  // calls it, so that every call sees lapsed hints gone before it looks.
+  void LapseHints(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `stamp` on every node from `end` up to the root (no btree change
   // but ADAPTIVE's first touch of a node seen once).
   // REQUIRES: `stamp` is not older than any stamp on the path.
@@ -199,8 +225,10 @@ class Tenant {
   // One run of blocks of class `cls` (Attach).
   Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
                   absl::Span<const BlockId> ids, int64_t position,
-                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  uint64_t stamp, int cls, absl::Span<const uint64_t> fps,
+                  const Hint& hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sets or drops n's lapse time (InfiniteFuture: none).
+  void SetLapse(Node* n, absl::Time lapse) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives `n` an entry if it is evictable and has none.
   void SyncLru(Node* n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { policy_.Sync(n); }
   // Erases n's entry, if any. Every node must go through it (or Clear)
@@ -233,6 +261,13 @@ class Tenant {
   uint64_t pinned_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t nodes_ ABSL_GUARDED_BY(mu_) = 0;
   TenantUsage counters_ ABSL_GUARDED_BY(mu_);
+  // Cached blocks by RetentionClass of their priority.
+  uint64_t blocks_by_retention_[3] ABSL_GUARDED_BY(mu_) = {0, 0, 0};
+  // Lapse times of the nodes whose hint has one (never of priority 50), and
+  // the same in lapse order.
+  absl::flat_hash_map<const Node*, absl::Time> lapses_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<std::pair<absl::Time, Node*>> lapse_order_
+      ABSL_GUARDED_BY(mu_);
 
   EventRing events_ ABSL_GUARDED_BY(mu_);
   struct PendingRemoval {

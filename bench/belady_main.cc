@@ -17,13 +17,6 @@
 #include "bench/belady.h"
 #include "bench/trace.h"
 
-ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/tests/data/mooncake",
-          "directory of <name>_trace.jsonl files (default: the repository's "
-          "tests/data/mooncake)");
-ABSL_FLAG(std::vector<std::string>, traces,
-          std::vector<std::string>({"conversation", "synthetic"}),
-          "traces to replay: names (file <trace_dir>/<name>_trace.jsonl) or "
-          "paths ending in .jsonl");
 ABSL_FLAG(std::vector<std::string>, capacities,
           std::vector<std::string>({"64", "256", "1953", "5859", "19531",
                                     "60000", "infinite"}),
@@ -114,6 +107,7 @@ int main(int argc, char** argv) {
       "Prints the offline-optimal (Belady) block hit rate of the Mooncake "
       "trace replay at each capacity: the bound for every eviction policy "
       "(docs/performance.md, \"Eviction\").");
+  prefixd::bench::ListBenchFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return prefixd::bench::Main();
 }

@@ -4,11 +4,21 @@
 #include <fstream>
 #include <limits>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+
+ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/tests/data/mooncake",
+          "directory of <name>_trace.jsonl files (default: the repository's "
+          "tests/data/mooncake)");
+ABSL_FLAG(std::vector<std::string>, traces,
+          std::vector<std::string>({"conversation", "synthetic"}),
+          "traces to replay: names (file <trace_dir>/<name>_trace.jsonl) or "
+          "paths ending in .jsonl");
 
 namespace prefixd {
 namespace bench {
@@ -104,6 +114,15 @@ absl::StatusOr<uint64_t> ParseCapacity(const std::string& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad capacity '", s, "': a number of blocks > 0, or 'infinite'"));
   return v;
+}
+
+void ListBenchFlagsInHelp() {
+  absl::FlagsUsageConfig config;
+  config.contains_helpshort_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "bench/");
+  };
+  config.contains_help_flags = config.contains_helpshort_flags;
+  absl::SetFlagsUsageConfig(config);
 }
 
 std::string CapacityName(uint64_t capacity) {

@@ -10,7 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+
+// Which traces a benchmark replays (shared by trace_replay and belady):
+// --trace_dir, and --traces (names of <trace_dir>/<name>_trace.jsonl, or
+// paths ending in .jsonl).
+ABSL_DECLARE_FLAG(std::string, trace_dir);
+ABSL_DECLARE_FLAG(std::vector<std::string>, traces);
 
 namespace prefixd {
 namespace bench {
@@ -39,6 +46,11 @@ absl::StatusOr<Trace> LoadTrace(const std::string& name_or_path,
 // positive number, or "infinite" (also "inf") for kInfinite.
 inline constexpr uint64_t kInfinite = uint64_t{1} << 62;
 absl::StatusOr<uint64_t> ParseCapacity(const std::string& s);
+
+// Makes --help list the flags of every bench/ file (absl's default lists
+// only those of the file named like the program, which would leave out the
+// trace flags above). Call before absl::ParseCommandLine.
+void ListBenchFlagsInHelp();
 std::string CapacityName(uint64_t capacity);
 
 }  // namespace bench

@@ -58,13 +58,6 @@
 #define PREFIXD_DAEMON_PATH ""
 #endif
 
-ABSL_FLAG(std::string, trace_dir, PREFIXD_SOURCE_DIR "/tests/data/mooncake",
-          "directory of <name>_trace.jsonl files (default: the repository's "
-          "tests/data/mooncake)");
-ABSL_FLAG(std::vector<std::string>, traces,
-          std::vector<std::string>({"conversation", "synthetic"}),
-          "traces to replay: names (file <trace_dir>/<name>_trace.jsonl) or "
-          "paths ending in .jsonl");
 ABSL_FLAG(std::vector<std::string>, capacities,
           std::vector<std::string>({"10000", "50000", "infinite"}),
           "cache capacities in blocks; 'infinite' for no limit");
@@ -737,6 +730,7 @@ int main(int argc, char** argv) {
       "Replays Mooncake traces through prefixd's core in process, or "
       "through the daemon over TCP and a Unix socket (--paths); see "
       "docs/performance.md.");
+  prefixd::bench::ListBenchFlagsInHelp();
   absl::ParseCommandLine(argc, argv);
   return prefixd::Main();
 }

@@ -3,25 +3,10 @@
 #include <algorithm>
 #include <cassert>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/match.h"
 
 namespace prefixd {
-namespace {
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 32;
-  x *= 0xd6e8feb86659fd93ULL;
-  x ^= x >> 32;
-  x *= 0xd6e8feb86659fd93ULL;
-  return x ^ (x >> 32);
-}
-
-uint64_t Mum(uint64_t a, uint64_t b) {
-  const unsigned __int128 r = static_cast<unsigned __int128>(a) * b;
-  return static_cast<uint64_t>(r) ^ static_cast<uint64_t>(r >> 64);
-}
-
-}  // namespace
 
 absl::string_view EvictionPolicyName(EvictionPolicy p) {
   switch (p) {
@@ -46,24 +31,13 @@ bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p) {
 // --- Fingerprints
 // -------------------------------------------------------------
 
-uint64_t NamespaceHash(absl::string_view ns) {
-  uint64_t h = 0xcbf29ce484222325ULL;  // FNV-1a, then mixed
-  for (char c : ns) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
-  return Mix(h ^ ns.size());
-}
+// absl::HashOf, as the fleet index keys its blocks: fingerprints live only
+// in this process's memory (a snapshot's are recomputed on load), so its
+// per-process seed does no harm.
+uint64_t NamespaceHash(absl::string_view ns) { return absl::HashOf(ns); }
 
-// wyhash's folded 64x64->128 multiply: 16 bytes of a block per step.
 uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block) {
-  constexpr uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL;
-  uint64_t h = parent ^ k0;
-  size_t i = 0;
-  for (; i + 4 <= block.size(); i += 4) {
-    const uint64_t a = block[i] | (uint64_t{block[i + 1]} << 32);
-    const uint64_t b = block[i + 2] | (uint64_t{block[i + 3]} << 32);
-    h = Mum(a ^ k1, b ^ h);
-  }
-  for (; i < block.size(); ++i) h = Mum(block[i] ^ k1, h ^ k0);
-  return Mum(h ^ k1, block.size() ^ k0);
+  return absl::HashOf(parent, block);
 }
 
 // --- U64Map

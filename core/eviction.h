@@ -22,8 +22,8 @@
 //     conversation trace at 60,000 blocks, ARC from 0 falls 0.6 points
 //     below LRU (docs/performance.md), and from the middle 0.12.
 // A fingerprint is a 64-bit chain hash over the block's whole path and its
-// namespace: hash(parent's chain hash, the block's tokens). ADAPTIVE keeps
-// each cached block's, in one vector per node, so that neither an Insert
+// namespace: absl::HashOf(parent's chain hash, the block's tokens). ADAPTIVE
+// keeps each cached block's, in one vector per node, so that neither an Insert
 // nor an eviction hashes more than the blocks it adds or removes, and an
 // eviction finds its block's next to the last one's.
 #ifndef PREFIXD_CORE_EVICTION_H_

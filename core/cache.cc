@@ -839,8 +839,9 @@ InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
   // not a lease: it must not count against the reservations (AdmitPins).
   t->PinPath(end, +1, /*sync=*/false);
   InsertResult result;
-  for (uint64_t i = 0; i < plan->need_own; ++i) {
-    result.evicted_block_ids.push_back(t->EvictOne(EvictReason::kLimit));
+  for (uint64_t done = 0; done < plan->need_own;) {
+    done += t->EvictRun(EvictReason::kLimit, plan->need_own - done,
+                        &result.evicted_block_ids);
   }
   uint64_t evicted = plan->need_own;
   if (plan->need_global > 0) {
@@ -900,8 +901,11 @@ uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
                                   const TenantScope* caller,
                                   std::vector<BlockId>* out) {
   uint64_t done = 0;
-  for (; done < n; ++done) {
-    // Each tenant offers its policy's next victim; the oldest goes.
+  std::vector<BlockId> run;
+  while (done < n) {
+    // Each tenant offers its policy's next victim; the oldest goes. It
+    // stays the oldest while its blocks go one by one (stamps are unique),
+    // so the tenant's whole run goes at once.
     Tenant* victim = nullptr;
     uint64_t oldest = 0;
     for (Tenant* u : from.tenants()) {
@@ -917,11 +921,17 @@ uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
     }
     if (victim == nullptr) break;
     from.AssertHeld(victim);
-    const BlockId id = victim->EvictOne(reason);
-    if (caller == nullptr || caller->Contains(victim->name())) {
-      out->push_back(id);
-    } else {
-      victim->Park(id);
+    uint64_t limit = n - done;
+    if (respect_reserved) {
+      limit =
+          std::min(limit, victim->cached_blocks() - victim->reserved_blocks());
+    }
+    const bool own = caller == nullptr || caller->Contains(victim->name());
+    std::vector<BlockId>* to = own ? out : &run;
+    done += victim->EvictRun(reason, limit, to);
+    if (!own) {
+      for (BlockId id : run) victim->Park(id);
+      run.clear();
     }
   }
   for (Tenant* u : from.tenants()) {

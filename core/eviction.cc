@@ -286,13 +286,33 @@ int EvictionState::ClassForNew(uint64_t fp) {
   return kRecent;
 }
 
-void EvictionState::RememberTail(const Node& victim) {
+size_t EvictionState::RunLength(const Node& victim, size_t limit) const {
+  assert(limit > 0);
+  if (!adaptive() || ClassOf(victim) == kFrequent) return limit;
+  // A T1 victim with T2 empty, or of lower priority than T2's head, stays
+  // the victim. Otherwise the priorities are equal (a lower T2 head would
+  // have been chosen) and T1 was chosen for holding more than the target:
+  // it is chosen again while it still does.
+  const Entries& frequent = sets_[kFrequent];
+  if (frequent.empty() ||
+      PriorityOf(victim) < PriorityOf(*frequent.begin()->second))
+    return limit;
+  assert(recent_blocks_ > target_);
+  return std::min<uint64_t>(limit, recent_blocks_ - target_);
+}
+
+void EvictionState::RememberTail(const Node& victim, size_t blocks) {
   if (!adaptive()) return;
   auto it = fps_.find(&victim);
-  assert(it != fps_.end() && it->second.size() == victim.num_blocks());
-  history_.Push(ClassOf(victim) == kRecent ? 0 : 1, it->second.back());
-  it->second.pop_back();
-  if (it->second.empty()) fps_.erase(it);  // the node goes with its block
+  assert(it != fps_.end() && it->second.size() == victim.num_blocks() &&
+         blocks <= victim.num_blocks());
+  std::vector<uint64_t>& fps = it->second;
+  const int list = ClassOf(victim) == kRecent ? 0 : 1;
+  for (size_t i = 0; i < blocks; ++i) {
+    history_.Push(list, fps.back());
+    fps.pop_back();
+  }
+  if (fps.empty()) fps_.erase(it);  // the node goes with its blocks
 }
 
 uint64_t EvictionState::FingerprintAbove(const Node& parent) const {

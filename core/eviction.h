@@ -168,9 +168,15 @@ class EvictionState {
   // The class of a block about to be cached with fingerprint fp: kFrequent
   // if the history remembers it (which adapts the target and forgets it).
   int ClassForNew(uint64_t fp);
-  // The tail block of `victim` (Victim()) is about to be evicted: its
-  // fingerprint moves to the history.
-  void RememberTail(const Node& victim);
+  // How many of the tail blocks of `victim` (Victim()), at most `limit`, go
+  // before the policy would choose another leaf: the victim stays the same
+  // while its blocks go, except under ADAPTIVE when T1's blocks fall to the
+  // target. Evicting them in one run is then block for block the same as
+  // one at a time. At least 1.
+  size_t RunLength(const Node& victim, size_t limit) const;
+  // The last `blocks` blocks of `victim` are about to be evicted: their
+  // fingerprints move to the history, the tail's first.
+  void RememberTail(const Node& victim, size_t blocks);
   // SplitAt made `head` of tail's first blocks: same class and priority, no
   // entry yet.
   static void Split(Node* head, const Node& tail) {

@@ -71,12 +71,13 @@ void Node::DropFront(size_t blocks) {
   key_hash = MakeBlockKey(block(0)).hash;
 }
 
-void Node::DropBack() {
-  assert(num_blocks_ > 1);
+void Node::DropBack(size_t blocks) {
+  assert(blocks > 0 && num_blocks_ > blocks);
   // The IDs move down to the new end of the tokens; the allocation keeps its
   // size until the node is rebuilt or freed.
-  const size_t from = IdsOffset(num_blocks_), to = IdsOffset(num_blocks_ - 1);
-  --num_blocks_;
+  const size_t from = IdsOffset(num_blocks_),
+               to = IdsOffset(num_blocks_ - blocks);
+  num_blocks_ -= static_cast<uint32_t>(blocks);
   std::memmove(data_.get() + to, data_.get() + from,
                num_blocks_ * sizeof(BlockId));
 }

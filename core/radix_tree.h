@@ -117,13 +117,13 @@ class Node {
   bool evictable() const { return !is_root() && children.empty() && pins == 0; }
 
   // Edge edits. `tokens` must be ids.size() whole blocks. Assign replaces the
-  // edge, Append extends it, DropFront(k) keeps blocks [k, n) and DropBack
-  // removes the last block. Only Assign and DropFront recompute key_hash.
+  // edge, Append extends it, DropFront(k) keeps blocks [k, n) and DropBack(k)
+  // removes the last k. Only Assign and DropFront recompute key_hash.
   // REQUIRES: `tree` is set.
   void Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
   void Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
   void DropFront(size_t blocks);
-  void DropBack();
+  void DropBack(size_t blocks = 1);
 
   Node* FindChild(absl::Span<const Token> first_block) const;
 

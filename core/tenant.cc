@@ -225,27 +225,33 @@ void Tenant::NoteRemoved(Tree* tree, BlockId id, EvictReason reason) {
   ++counters_.evicted_blocks[static_cast<int>(reason)];
 }
 
-BlockId Tenant::EvictOne(EvictReason reason) {
+size_t Tenant::EvictRun(EvictReason reason, uint64_t limit,
+                        std::vector<BlockId>* out) {
   Node* n = policy_.Victim();
   assert(n != nullptr);
-  policy_.RememberTail(*n);
-  policy_.RemoveBlocks(*n, 1);
+  const size_t k = policy_.RunLength(
+      *n, static_cast<size_t>(std::min<uint64_t>(limit, n->num_blocks())));
+  policy_.RememberTail(*n, k);
+  policy_.RemoveBlocks(*n, k);
   const int cls = RetentionClass(PriorityOf(*n));
-  --blocks_by_retention_[cls];
+  blocks_by_retention_[cls] -= k;
   if (reason == EvictReason::kBudget || reason == EvictReason::kLimit ||
       reason == EvictReason::kRequested)
-    ++counters_.evicted_blocks_by_retention[cls];
+    counters_.evicted_blocks_by_retention[cls] += k;
   Tree* tree = n->tree;
-  const BlockId id = n->block_ids().back();
-  block_index_->Erase(id);
-  --cached_blocks_;
-  --tree->blocks;
-  NoteRemoved(tree, id, reason);
-  if (n->num_blocks() > 1) {
-    n->DropBack();
-    return id;
+  const absl::Span<const BlockId> ids = n->block_ids().last(k);
+  block_index_->Erase(ids);
+  cached_blocks_ -= k;
+  tree->blocks -= k;
+  for (size_t i = k; i-- > 0;) {
+    out->push_back(ids[i]);
+    NoteRemoved(tree, ids[i], reason);
   }
-  // The last block of the node: the node itself goes.
+  if (k < n->num_blocks()) {
+    n->DropBack(k);
+    return k;
+  }
+  // The node's last blocks: the node itself goes.
   LruErase(n);
   if (!lapses_.empty()) SetLapse(n, absl::InfiniteFuture());
   Node* parent = n->parent;
@@ -253,7 +259,7 @@ BlockId Tenant::EvictOne(EvictReason reason) {
   --nodes_;
   SyncLru(parent);
   if (parent->is_root()) maybe_empty_.push_back(tree->ns);
-  return id;
+  return k;
 }
 
 void Tenant::RemoveSubtree(Node* node, EvictReason reason,

@@ -18,7 +18,7 @@
 // A touch only writes stamps (and, under ADAPTIVE, moves a node seen once
 // to the other class, once); a node that stops being evictable keeps its
 // entry; a node that becomes evictable gets one at (stamp, node) if it has
-// none. Before a head is read (NextVictimStamp, EvictOne) it is
+// none. Before a head is read (NextVictimStamp, EvictRun) it is
 // normalized: an entry of a node that is not evictable is dropped, and one
 // whose key is not its node's stamp is re-inserted at (stamp, node), until
 // the head is exact. It is then the minimum of {(stamp, node) : evictable,
@@ -110,9 +110,14 @@ class Tenant {
   // priority first, then the oldest. Normalizes the heads of the policy's
   // sets first (btree changes), hence the exclusive lock.
   uint64_t NextVictimStamp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes the tail block of the policy's next victim and returns its ID.
+  // Removes tail blocks of the policy's next victim, at most `limit` (> 0),
+  // as long as it stays the next victim (EvictionState::RunLength), and
+  // appends their IDs to *out, each block's as repeated single evictions
+  // would: the tail's first. Returns how many; at least 1. One run costs one
+  // policy lookup and one block-index call, however many blocks it takes.
   // REQUIRES: NextVictimStamp() != 0.
-  BlockId EvictOne(EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t EvictRun(EvictReason reason, uint64_t limit, std::vector<BlockId>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Splits `node` after its first `blocks` blocks (0 < blocks < size) and
   // returns the new head; `node` keeps the tail, its children and leases.

@@ -4,7 +4,11 @@
 # Dockerfile. Only missing packages are installed; when everything is
 # present it returns at once without touching the network.
 #
-# Usage: deploy/install-deps.sh [--check]   (--check: list what is missing, exit 1 if any)
+# Usage: deploy/install-deps.sh [--check] [--sglang-peer]
+#   --check        list what is missing, exit 1 if any
+#   --sglang-peer  also python3-torch, which only bench/sglang_peer.py needs
+#                  (docs/performance.md, "SGLang RadixCache as a peer"); no
+#                  build or test does, so the default list leaves it out
 set -euo pipefail
 
 PACKAGES=(
@@ -34,6 +38,15 @@ PACKAGES=(
   prometheus redis-server kubernetes-client python3-yaml file
 )
 
+CHECK=0
+for arg in "$@"; do
+  case "$arg" in
+    --check) CHECK=1 ;;
+    --sglang-peer) PACKAGES+=(python3-torch) ;;
+    *) echo "install-deps: unknown argument '$arg' (--check, --sglang-peer)" >&2; exit 2 ;;
+  esac
+done
+
 # A package whose command is already installed from another package counts
 # as present: kubectl from Kubernetes' own repository ships /usr/bin/kubectl
 # too, and the two cannot be installed side by side.
@@ -56,7 +69,7 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
   exit 0
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $CHECK -eq 1 ]]; then
   echo "install-deps: missing: ${missing[*]}"
   exit 1
 fi

@@ -65,7 +65,7 @@ bool U64Map::Put(uint64_t key, uint64_t value, uint64_t* old) {
     free_key_value_ = value;
     return had;
   }
-  if ((size_ + 1) * 4 > slots_.size() * 3) Grow();
+  if ((size_ + 1) * 2 > slots_.size()) Grow();
   Slot& s = slots_[Probe(key)];
   if (s.key == key) {
     *old = s.value;

@@ -77,7 +77,10 @@ uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block);
 // A map from uint64 to uint64: open addressing, linear probing, Fibonacci
 // hashing and backward-shift deletion, so that the history's steady churn
 // (an insert and an erase per evicted block) leaves no tombstones to probe
-// past or to clean up by rehashing. Load at most 3/4.
+// past or to clean up by rehashing. Load at most 1/2: most probes are
+// misses (a new block's fingerprint is rarely in the history), and a miss
+// or an erase scans the whole cluster, which at 3/4 cost a third of
+// ADAPTIVE's replay time (docs/performance.md).
 class U64Map {
  public:
   size_t size() const { return size_; }

@@ -34,14 +34,14 @@ import argparse
 import dataclasses
 import json
 import os
-import re
 import sys
 import time
 import types
 from typing import Any, NamedTuple, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_HASH_IDS = re.compile(r'"hash_ids"\s*:\s*\[([^\]]*)\]')
+sys.path.insert(0, _HERE)
+import lru_sim  # noqa: E402  (bench/lru_sim.py: the trace reader)
 _RADIX_CACHE = os.path.join("sglang", "srt", "mem_cache", "radix_cache.py")
 
 
@@ -235,16 +235,7 @@ def load_trace(name, trace_dir):
         trace_dir, name + "_trace.jsonl")
     if not os.path.isfile(path):
         fail("trace '%s': no file %s" % (name, path))
-    requests = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            m = _HASH_IDS.search(line)
-            if m is None:
-                fail("%s:%d: no hash_ids" % (path, n))
-            body = m.group(1).strip()
-            requests.append([int(x) for x in body.split(",")] if body else [])
+    requests = lru_sim.load(path)  # the simulator's reader: hash_ids only
     return os.path.basename(path).replace("_trace.jsonl", ""), requests
 
 

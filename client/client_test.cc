@@ -197,6 +197,14 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
     v1::EvictionCount* e = t->add_evictions();
     e->set_reason("requested");
     e->set_blocks(3);
+    // Out of the table's order: the CLI places classes by name.
+    v1::RetentionCount* high = t->add_retention();
+    high->set_retention("high");
+    high->set_cached_blocks(1);
+    v1::RetentionCount* def = t->add_retention();
+    def->set_retention("default");
+    def->set_cached_blocks(1);
+    def->set_evicted_blocks(3);
     return grpc::Status::OK;
   }
 
@@ -764,7 +772,10 @@ TEST_F(ClientTest, CtlStatsTable) {
       "MiB)  0 blocks (0 B)  1\n"
       "\n"
       "EVICTED_BLOCKS  budget  limit  requested  invalidated  reset\n"
-      "default         0       0      3          0            0\n");
+      "default         0       0      3          0            0\n"
+      "\n"
+      "RETENTION  cached low  default  high  evicted low  default  high\n"
+      "default    -           1        1     -            3        0\n");
 }
 
 TEST_F(ClientTest, CtlJsonIsOneObjectPerLine) {

@@ -70,6 +70,8 @@ std::string OneLine(std::string s) {
   return s;
 }
 
+constexpr const char* kRetentionClasses[] = {"low", "default", "high"};
+
 uint64_t EvictedBlocks(const v1::TenantStats& t, const std::string& reason) {
   for (const v1::EvictionCount& e : t.evictions()) {
     if (e.reason() == reason) return e.blocks();
@@ -201,6 +203,8 @@ void PrintStats(const v1::StatsResponse& stats, std::ostream& out) {
            "CACHED", "PINNED", "LEASES"});
   Table e({"EVICTED_BLOCKS", "budget", "limit", "requested", "invalidated",
            "reset"});
+  Table r({"RETENTION", "cached low", "default", "high", "evicted low",
+           "default", "high"});
   auto blocks_and_bytes = [](uint64_t blocks, uint64_t bytes) {
     return absl::StrCat(blocks, " blocks (", HumanBytes(bytes), ")");
   };
@@ -216,10 +220,26 @@ void PrintStats(const v1::StatsResponse& stats, std::ostream& out) {
     for (const char* reason : kEvictReasons)
       row.push_back(absl::StrCat(EvictedBlocks(s, reason)));
     e.AddRow(std::move(row));
+    // By class name; a daemon without retention counts sends none, and
+    // the row is dashes.
+    std::vector<std::string> cached(3, "-"), evicted(3, "-");
+    for (const v1::RetentionCount& c : s.retention()) {
+      for (int i = 0; i < 3; ++i) {
+        if (c.retention() != kRetentionClasses[i]) continue;
+        cached[i] = absl::StrCat(c.cached_blocks());
+        evicted[i] = absl::StrCat(c.evicted_blocks());
+      }
+    }
+    std::vector<std::string> by_class = {s.tenant()};
+    by_class.insert(by_class.end(), cached.begin(), cached.end());
+    by_class.insert(by_class.end(), evicted.begin(), evicted.end());
+    r.AddRow(std::move(by_class));
   }
   t.Print(out);
   out << "\n";
   e.Print(out);
+  out << "\n";
+  r.Print(out);
 }
 
 void PrintMatch(const v1::MatchResponse& match, size_t query_tokens,

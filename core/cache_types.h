@@ -161,6 +161,11 @@ struct InsertResult {
   LeaseId lease_id = 0;
 };
 
+// The retention classes of TenantUsage's counts, as Stats and /metrics
+// name them.
+inline constexpr const char* kRetentionClassNames[3] = {"low", "default",
+                                                        "high"};
+
 struct TenantUsage {
   std::string tenant;
   uint64_t reserved_bytes = 0;
@@ -181,6 +186,7 @@ struct TenantUsage {
   // By retention priority: [0] below 50, [1] 50 (default or lapsed), [2]
   // above. Evicted counts the policy's evictions (budget, limit, requested)
   // by the block's priority when it went.
+  // kRetentionClassNames names them.
   uint64_t cached_blocks_by_retention[3] = {};
   uint64_t evicted_blocks_by_retention[3] = {};
 };

@@ -132,9 +132,6 @@ void AddEvictions(const CacheStats& stats,
   families->push_back(std::move(bytes));
 }
 
-// The retention classes of TenantUsage's *_by_retention arrays, in order.
-constexpr const char* kRetentionClasses[] = {"low", "default", "high"};
-
 void AddRetention(const CacheStats& stats,
                   std::vector<MetricFamily>* families) {
   MetricFamily cached = NewFamily(
@@ -150,7 +147,7 @@ void AddRetention(const CacheStats& stats,
   for (const TenantUsage& t : stats.tenants) {
     for (int r = 0; r < 3; ++r) {
       std::vector<ClientMetric::Label> labels = {
-          {"retention", kRetentionClasses[r]}, {"tenant", t.tenant}};
+          {"retention", kRetentionClassNames[r]}, {"tenant", t.tenant}};
       AddSample(&cached, labels,
                 static_cast<double>(t.cached_blocks_by_retention[r]));
       AddSample(&evicted, std::move(labels),

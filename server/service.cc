@@ -91,6 +91,12 @@ void TenantStatsToProto(const TenantUsage& t, uint64_t block_bytes,
     e->set_blocks(t.evicted_blocks[r]);
     e->set_bytes(t.evicted_blocks[r] * block_bytes);
   }
+  for (int r = 0; r < 3; ++r) {
+    v1::RetentionCount* c = out->add_retention();
+    c->set_retention(kRetentionClassNames[r]);
+    c->set_cached_blocks(t.cached_blocks_by_retention[r]);
+    c->set_evicted_blocks(t.evicted_blocks_by_retention[r]);
+  }
 }
 
 absl::StatusOr<MatchQuery> MatchFromProto(const v1::MatchRequest& req, int item,

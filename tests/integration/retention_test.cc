@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,7 +22,9 @@
 namespace prefixd {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
 constexpr int kBlockSize = 4;
@@ -153,6 +157,25 @@ TEST_P(RetentionTest, HintsNeverBreakTheBudget) {
   ASSERT_TRUE(Call(&v1::PrefixCache::Stub::Stats, v1::StatsRequest(), &s).ok());
   ASSERT_EQ(s.tenants_size(), 1);
   EXPECT_EQ(s.tenants(0).cached_blocks(), kBudgetBlocks);
+}
+
+// Stats carries the counts /metrics exports, by class name.
+TEST_P(RetentionTest, StatsCountsBlocksByRetentionClass) {
+  Insert(WithPriority(InsertReq(1, {10, 11}), 20));  // low
+  Insert(WithPriority(InsertReq(2, {20, 21}), 90));  // high
+  Insert(InsertReq(3, {30, 31}));                    // default
+  // Two of the budget's eight blocks must go: the low ones.
+  Insert(InsertReq(4, {40, 41, 42, 43}));
+  v1::StatsResponse s;
+  ASSERT_TRUE(Call(&v1::PrefixCache::Stub::Stats, v1::StatsRequest(), &s).ok());
+  ASSERT_EQ(s.tenants_size(), 1);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> by_class;
+  for (const v1::RetentionCount& c : s.tenants(0).retention())
+    by_class[c.retention()] = {c.cached_blocks(), c.evicted_blocks()};
+  using Counts = std::pair<uint64_t, uint64_t>;  // cached, evicted
+  EXPECT_THAT(by_class, ElementsAre(Pair("default", Counts{6, 0}),
+                                    Pair("high", Counts{2, 0}),
+                                    Pair("low", Counts{0, 2})));
 }
 
 TEST_P(RetentionTest, ARangeGivesPartOfTheInsertItsOwnHint) {

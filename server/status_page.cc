@@ -615,6 +615,32 @@ std::string EvictionTable(const CacheStats& s) {
   return out + "</table>\n";
 }
 
+// Cached and evicted blocks by retention class (docs/api.md, "Retention").
+std::string RetentionTable(const CacheStats& s) {
+  std::string out = "<table id=\"retention\">\n<tr><th class=\"l\">tenant</th>";
+  for (const char* state : {"cached", "evicted"}) {
+    for (const char* cls : kRetentionClassNames)
+      absl::StrAppend(&out, "<th>", state, " ", cls, "</th>");
+  }
+  out += "</tr>\n";
+  for (const TenantUsage& t : s.tenants) {
+    const std::string name = HtmlEscape(t.tenant);
+    absl::StrAppend(&out, "<tr data-tenant=\"", name, "\">",
+                    Td("l tenant", name));
+    for (int r = 0; r < 3; ++r) {
+      absl::StrAppend(&out, Td(absl::StrCat("cached-", kRetentionClassNames[r]),
+                               FormatCount(t.cached_blocks_by_retention[r])));
+    }
+    for (int r = 0; r < 3; ++r) {
+      absl::StrAppend(&out,
+                      Td(absl::StrCat("evicted-", kRetentionClassNames[r]),
+                         FormatCount(t.evicted_blocks_by_retention[r])));
+    }
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 HttpResponse Html(std::string body) {
   return {200,
           "text/html; charset=utf-8",
@@ -717,6 +743,10 @@ std::string StatusPage::StatusHtml(absl::Time now) {
       HtmlEscape(info_.version), "</h1>\n", SummaryTable(info_, stats),
       "<h2>Tenants</h2>\n", TenantTable(stats, window_, window),
       "<h2>Evicted blocks by reason</h2>\n", EvictionTable(stats),
+      "<h2>Blocks by retention priority</h2>\n", RetentionTable(stats),
+      "<p class=\"muted\">Retention: low below 50, default 50 (unset or "
+      "lapsed), high above 50; evicted counts the policy's evictions (budget, "
+      "limit, requested).</p>\n",
       "<p class=\"muted\">Hit rate: prompt tokens matched / tokens looked "
       "up; the last ",
       absl::FormatDuration(window_),

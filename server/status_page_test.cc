@@ -146,6 +146,27 @@ TEST(StatusPageTest, ShowsTheCacheAndEscapesTenantNames) {
   EXPECT_THAT(html, Not(HasSubstr("alert('x')")));
 }
 
+TEST(StatusPageTest, CountsBlocksByRetentionClass) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page(cache.get(), Info());
+  Traffic(*cache, "acme");  // 2 blocks at the default priority
+  std::vector<Token> tokens = {50, 51, 52, 53};
+  const std::vector<BlockId> ids = {21};
+  InsertRequest ins;
+  ins.tokens = tokens;
+  ins.block_ids = ids;
+  ins.retention = Retention{.priority = 90};
+  ASSERT_TRUE(cache->Insert("acme", ins).ok());
+  ASSERT_TRUE(cache->Evict(TenantScope::One("acme"), 2).ok());  // 50 before 90
+  const std::string html = page.StatusHtml(absl::Now());
+  EXPECT_THAT(html, HasSubstr("<table id=\"retention\">"));
+  EXPECT_THAT(html, HasSubstr("<th>cached low</th><th>cached default</th>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"cached-default\">0</td>"
+                              "<td class=\"cached-high\">1</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"evicted-default\">2</td>"
+                              "<td class=\"evicted-high\">0</td>"));
+}
+
 TEST(StatusPageTest, PresetsComeFromTheModelTables) {
   std::unique_ptr<PrefixCache> cache = Cache();
   StatusPage page(cache.get(), Info());

@@ -170,6 +170,8 @@ void EventsPublisher::Poll() {
     for (KvEvent& e : converted) Add(std::move(e));
   }
   Flush();
+  absl::MutexLock lock(&mu_);
+  stats_.published_order = watermark;
 }
 
 // AllBlocksCleared, then every tree of every tenant from its root. Each

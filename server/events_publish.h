@@ -65,6 +65,9 @@ struct EventsPublishStats {
   // AllBlocksCleared (index/fleet_index.h's kEventTypeNames order).
   std::array<uint64_t, 3> events = {};
   std::array<uint64_t, kNumResyncReasons> resyncs = {};
+  // Every cache event whose order (PrefixCache::last_event_order) is at
+  // most this has been published: the watermark of the last whole poll.
+  uint64_t published_order = 0;
 };
 
 // Thread safety: every method may be called from any thread.

@@ -148,21 +148,23 @@ class PublishedCacheTest : public ::testing::Test {
     if (publisher_ != nullptr) publisher_->Stop();
   }
 
-  // Waits until the index applied every batch published so far, twice in a
-  // row with nothing new published.
+  // Waits until everything the cache has logged so far is published and
+  // the index has applied every published batch. Not "nothing new for a
+  // while": a publisher thread starved for longer than the wait (under
+  // sanitizers on a loaded machine) looked idle with events still unread.
   bool Quiesce() {
-    const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    uint64_t before = ~uint64_t{0};
+    const uint64_t logged = cache_->last_event_order();
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (absl::Now() < deadline) {
+      publisher_->Wake();
       absl::SleepFor(absl::Milliseconds(10));
-      const uint64_t published = publisher_->stats().wire.batches;
+      const EventsPublishStats p = publisher_->stats();
       const IndexStats s = index_->Stats();
-      if (published > 0 && s.workers.size() == 1 &&
-          s.workers[0].last_seq == static_cast<int64_t>(published) - 1 &&
-          published == before) {
+      if (p.published_order >= logged && p.wire.batches > 0 &&
+          s.workers.size() == 1 &&
+          s.workers[0].last_seq == static_cast<int64_t>(p.wire.batches) - 1) {
         return true;
       }
-      before = published;
     }
     return false;
   }

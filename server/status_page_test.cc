@@ -155,7 +155,9 @@ TEST(StatusPageTest, CountsBlocksByRetentionClass) {
   InsertRequest ins;
   ins.tokens = tokens;
   ins.block_ids = ids;
-  ins.retention = Retention{.priority = 90};
+  Retention high;
+  high.priority = 90;
+  ins.retention = high;
   ASSERT_TRUE(cache->Insert("acme", ins).ok());
   ASSERT_TRUE(cache->Evict(TenantScope::One("acme"), 2).ok());  // 50 before 90
   const std::string html = page.StatusHtml(absl::Now());

@@ -2,7 +2,7 @@
 //
 // File layout (all integers little-endian; varints are LEB128):
 //
-//   "PFXDSNP2"                      magic and format version
+//   "PFXDSNP3"                      magic and format version
 //   string  fingerprint             the server's model fingerprint
 //   fixed64 epoch                   the epoch the state belongs to
 //   varint  block_size
@@ -10,10 +10,12 @@
 //   varint  tenants, then per tenant: string name, Tenant::Save
 //   fixed32 CRC-32 of every byte before it
 //
-// Tenant::Save writes counters, the next event sequence, each tree's nodes
+// Tenant::Save writes counters (PFXDSNP3 added the evictions by retention
+// class), the next event sequence, each tree's nodes
 // in pre-order (depth, position, stamp, blocks, tokens, IDs) and each lease
 // as (tree, node) indexes with its TTL and the time it had left, then the
 // IDs parked for the tenant (Tenant::Park), still owed to its engine.
+// PFXDSNP2 files (no evictions by retention class) load with those at 0;
 // PFXDSNP1 files (no parked IDs) are refused as unreadable.
 #include <algorithm>
 
@@ -28,7 +30,11 @@
 namespace prefixd {
 namespace {
 
-constexpr absl::string_view kMagic = "PFXDSNP2";
+constexpr absl::string_view kMagic = "PFXDSNP3";
+// The previous format, still read: the same without the evictions by
+// retention class.
+constexpr absl::string_view kMagicV2 = "PFXDSNP2";
+static_assert(kMagic.size() == kMagicV2.size());
 constexpr size_t kMaxString = 1 << 16;
 constexpr uint64_t kMaxBlocksPerNode = uint64_t{1} << 24;
 
@@ -48,6 +54,7 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     w->Varint(v);
   }
   for (uint64_t v : c.evicted_blocks) w->Varint(v);
+  for (uint64_t v : c.evicted_blocks_by_retention) w->Varint(v);
   w->Varint(events_.next_sequence());
 
   std::vector<const Tree*> trees;
@@ -85,7 +92,8 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
 }
 
 absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
-                          absl::Duration max_ttl, uint64_t max_stamp) {
+                          absl::Duration max_ttl, uint64_t max_stamp,
+                          bool retention_counters) {
   TenantUsage& c = counters_;
   for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
                       &c.insert_requests, &c.inserted_blocks,
@@ -94,6 +102,11 @@ absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
   }
   for (uint64_t& v : c.evicted_blocks) {
     if (!r->Varint(&v)) return r->Error("tenant counters");
+  }
+  if (retention_counters) {
+    for (uint64_t& v : c.evicted_blocks_by_retention) {
+      if (!r->Varint(&v)) return r->Error("tenant counters");
+    }
   }
   uint64_t next_sequence;
   if (!r->Varint(&next_sequence) || next_sequence == 0)
@@ -231,10 +244,11 @@ std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
 absl::StatusOr<SnapshotMeta> PrefixCache::ReadSnapshotMeta(
     absl::string_view bytes) {
   if (bytes.size() < kMagic.size() + 4 ||
-      bytes.substr(0, kMagic.size()) != kMagic) {
+      (bytes.substr(0, kMagic.size()) != kMagic &&
+       bytes.substr(0, kMagic.size()) != kMagicV2)) {
     return absl::DataLossError(absl::StrFormat(
-        "snapshot: not a prefixd snapshot (%d bytes, no '%s' header)",
-        bytes.size(), kMagic));
+        "snapshot: not a prefixd snapshot (%d bytes, no '%s' or '%s' header)",
+        bytes.size(), kMagic, kMagicV2));
   }
   SnapshotReader crc_reader(bytes.substr(bytes.size() - 4));
   uint32_t want;
@@ -267,6 +281,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
   std::string fingerprint;
   uint64_t epoch, block_size, stamp, ntenants;
   r.Raw(kMagic.size(), &skip);
+  const bool retention_counters = skip == kMagic;
   if (!r.String(&fingerprint, kMaxString) || !r.Fixed64(&epoch) ||
       !r.Varint(&block_size) || !r.Varint(&stamp) || !r.Varint(&ntenants) ||
       // Node::lru_key keeps stamps in 56 bits (eviction.h).
@@ -292,7 +307,8 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
     }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
     MutexLock lock(&TenantMutex(t));
-    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp));
+    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp,
+                            retention_counters));
     total += t->cached_blocks();
   }
   if (!r.done()) return r.Error("trailing data");

@@ -31,9 +31,11 @@ class SnapshotTest : public ::testing::Test {
   // A hand-built file up to its first tree's node count: block_size 2, the
   // recency counter `counter`, one tenant "x" with zero counters, one tree
   // in namespace "". Tests append nodes, leases, parked IDs and the CRC.
-  static SnapshotWriter OneTreeHeader(uint64_t counter = 1) {
+  // `v2`: the previous format, PFXDSNP2, without the evictions by
+  // retention class.
+  static SnapshotWriter OneTreeHeader(uint64_t counter = 1, bool v2 = false) {
     SnapshotWriter w;
-    w.Raw("PFXDSNP2");
+    w.Raw(v2 ? "PFXDSNP2" : "PFXDSNP3");
     w.String("fp");
     w.Fixed64(1);       // epoch
     w.Varint(2);        // block_size
@@ -41,6 +43,9 @@ class SnapshotTest : public ::testing::Test {
     w.Varint(1);        // tenants
     w.String("x");
     for (int i = 0; i < 7 + kNumEvictReasons; ++i) w.Varint(0);  // counters
+    if (!v2) {
+      for (int i = 0; i < 3; ++i) w.Varint(0);  // evictions by retention
+    }
     w.Varint(1);   // next event sequence
     w.Varint(1);   // trees
     w.String("");  // namespace
@@ -272,6 +277,49 @@ TEST_F(SnapshotTest, RestoredBlocksHaveTheDefaultRetention) {
   EXPECT_EQ(u.cached_blocks_by_retention[2], 0u);
 }
 
+// The evictions by retention class carry over like the other counters
+// (the blocks' own hints do not, above).
+TEST_F(SnapshotTest, EvictionsByRetentionClassSurviveASnapshot) {
+  auto a = Make(/*budget=*/4);
+  InsertRequest req;
+  std::vector<Token> tokens = {1, 1, 2, 2};
+  std::vector<BlockId> ids = {10, 20};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  req.retention = Retention{20, absl::ZeroDuration(), {}};
+  ASSERT_TRUE(a->Insert("x", req).ok());
+  Insert(*a, "x", {3, 3, 4, 4, 5, 5, 6, 6}, {30, 40, 50, 60});  // evicts 2
+  const TenantUsage before = a->Stats(TenantScope::All()).tenants[0];
+  ASSERT_EQ(before.evicted_blocks_by_retention[0], 2u);
+  auto b = Make(/*budget=*/4);
+  ASSERT_TRUE(b->LoadSnapshot(a->SaveSnapshot({"fp", 1})).ok());
+  const TenantUsage after = b->Stats(TenantScope::All()).tenants[0];
+  EXPECT_THAT(after.evicted_blocks_by_retention, ElementsAre(2u, 0u, 0u));
+}
+
+// A file of the previous format (PFXDSNP2) still loads, with the
+// evictions by retention class at 0.
+TEST_F(SnapshotTest, APreviousFormatFileLoads) {
+  SnapshotWriter w = OneTreeHeader(/*counter=*/1, /*v2=*/true);
+  w.Varint(1);  // nodes
+  w.Varint(1);  // depth
+  w.Varint(0);  // position
+  w.Varint(1);  // stamp
+  w.Varint(1);  // blocks
+  w.Varint(5);  // tokens
+  w.Varint(5);
+  w.Varint(99);  // block id
+  w.Varint(0);   // leases
+  w.Varint(0);   // parked
+  w.Fixed32(Crc32(w.bytes()));
+  auto c = Make();
+  ASSERT_TRUE(c->LoadSnapshot(w.bytes()).ok());
+  EXPECT_TRUE(c->CheckInvariants().ok());
+  const TenantUsage u = c->Stats(TenantScope::All()).tenants[0];
+  EXPECT_EQ(u.cached_blocks, 1u);
+  EXPECT_THAT(u.evicted_blocks_by_retention, ElementsAre(0u, 0u, 0u));
+}
+
 // Regression (snapshot_fuzzer): a tenant recorded twice loaded both records
 // into one tenant and counted its blocks twice against the budget.
 TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {
@@ -279,7 +327,7 @@ TEST_F(SnapshotTest, ATenantRecordedTwiceIsRefused) {
   Insert(*a, "x", {1, 1, 2, 2}, {1, 2});
   const std::string good = a->SaveSnapshot({"fp", 1});
   // Header, then "1 tenant" (one byte), then the tenant record, then CRC.
-  const size_t header = std::string("PFXDSNP2").size() + 1 + 2 + 8 + 1 + 1;
+  const size_t header = std::string("PFXDSNP3").size() + 1 + 2 + 8 + 1 + 1;
   ASSERT_EQ(good[header], 1);  // tenant count
   const std::string record =
       good.substr(header + 1, good.size() - 4 - header - 1);

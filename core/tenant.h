@@ -212,10 +212,13 @@ class Tenant {
   // caller writes and reads. Load REQUIRES an empty tenant; on error the
   // tenant is left half-built and must be discarded with its cache. Stamps
   // must lie in [1, max_stamp] (the snapshot's recency counter).
+  // `retention_counters`: the record holds the evictions by retention class
+  // (PFXDSNP3; a PFXDSNP2 record does not, and they start at 0).
   void Save(SnapshotWriter* w, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status Load(SnapshotReader* r, absl::Time now, absl::Duration max_ttl,
-                    uint64_t max_stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                    uint64_t max_stamp, bool retention_counters)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Sets *error to a description of the first broken invariant.
   bool CheckInvariants(const BlockIndex& index, std::string* error) const

@@ -3,7 +3,7 @@
 // or leave a broken cache (docs/operations.md).
 //
 // The input is a snapshot's body (everything between the magic and the
-// CRC); the target wraps it in "PFXDSNP2" and the right CRC-32, so every
+// CRC); the target wraps it in "PFXDSNP3" and the right CRC-32, so every
 // input reaches the parser instead of stopping at the checksum. A load that
 // succeeds must leave a cache that passes CheckInvariants() and survives a
 // save and a second load unchanged. The raw input also goes through
@@ -27,7 +27,7 @@
 namespace prefixd {
 namespace {
 
-constexpr absl::string_view kMagic = "PFXDSNP2";
+constexpr absl::string_view kMagic = "PFXDSNP3";
 
 ManualClock* TheClock() {
   static ManualClock* clock = new ManualClock;

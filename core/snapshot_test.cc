@@ -52,6 +52,22 @@ class SnapshotTest : public ::testing::Test {
     return w;
   }
 
+  // Ends a OneTreeHeader file with one node (block 5 5, ID 99), no leases,
+  // nothing parked, and the CRC.
+  static void OneNodeAndCrc(SnapshotWriter* w) {
+    w->Varint(1);  // nodes
+    w->Varint(1);  // depth
+    w->Varint(0);  // position
+    w->Varint(1);  // stamp
+    w->Varint(1);  // blocks
+    w->Varint(5);  // tokens
+    w->Varint(5);
+    w->Varint(99);  // block id
+    w->Varint(0);   // leases
+    w->Varint(0);   // parked
+    w->Fixed32(Crc32(w->bytes()));
+  }
+
   static InsertResult Insert(PrefixCache& c, absl::string_view tenant,
                              std::vector<Token> tokens,
                              std::vector<BlockId> ids, int64_t offset = 0,
@@ -176,17 +192,7 @@ TEST_F(SnapshotTest, ATreeWithoutNodesIsRefused) {
   SnapshotWriter ok;
   std::string body = w.bytes().substr(0, w.bytes().size() - 6);  // 0 0 + CRC
   ok.Raw(body);
-  ok.Varint(1);  // nodes
-  ok.Varint(1);  // depth
-  ok.Varint(0);  // position
-  ok.Varint(1);  // stamp
-  ok.Varint(1);  // blocks
-  ok.Varint(5);  // tokens
-  ok.Varint(5);
-  ok.Varint(99);  // block id
-  ok.Varint(0);   // leases
-  ok.Varint(0);   // parked
-  ok.Fixed32(Crc32(ok.bytes()));
+  OneNodeAndCrc(&ok);
   auto c = Make();
   ASSERT_TRUE(c->LoadSnapshot(ok.bytes()).ok());
   EXPECT_TRUE(c->CheckInvariants().ok());
@@ -301,17 +307,7 @@ TEST_F(SnapshotTest, EvictionsByRetentionClassSurviveASnapshot) {
 // evictions by retention class at 0.
 TEST_F(SnapshotTest, APreviousFormatFileLoads) {
   SnapshotWriter w = OneTreeHeader(/*counter=*/1, /*v2=*/true);
-  w.Varint(1);  // nodes
-  w.Varint(1);  // depth
-  w.Varint(0);  // position
-  w.Varint(1);  // stamp
-  w.Varint(1);  // blocks
-  w.Varint(5);  // tokens
-  w.Varint(5);
-  w.Varint(99);  // block id
-  w.Varint(0);   // leases
-  w.Varint(0);   // parked
-  w.Fixed32(Crc32(w.bytes()));
+  OneNodeAndCrc(&w);
   auto c = Make();
   ASSERT_TRUE(c->LoadSnapshot(w.bytes()).ok());
   EXPECT_TRUE(c->CheckInvariants().ok());

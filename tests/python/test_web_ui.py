@@ -159,6 +159,7 @@ return {title: document.title, epoch: text('epoch'), geometry: text('geometry'),
         budget: text('budget'), resident: text('resident'), now: text('now'),
         tenants: Object.fromEntries(rows('tenants')),
         evictions: Object.fromEntries(rows('evictions')),
+        retention: Object.fromEntries(rows('retention')),
         bold: document.querySelectorAll('td b').length,
         scripts: document.querySelectorAll('script').length};
 """
@@ -219,6 +220,13 @@ class StatusPageTest(unittest.TestCase):
             for reason in ("budget", "limit", "requested", "invalidated", "reset"):
                 self.assertEqual(page["evictions"][t.tenant][reason],
                                  str(evicted.get(reason, 0)), (t.tenant, reason))
+            self.assertEqual([c.retention for c in t.retention], ["low", "default", "high"])
+            for c in t.retention:
+                cells = page["retention"][t.tenant]
+                self.assertEqual(cells["cached-" + c.retention], str(c.cached_blocks),
+                                 (t.tenant, c.retention))
+                self.assertEqual(cells["evicted-" + c.retention], str(c.evicted_blocks),
+                                 (t.tenant, c.retention))
         acme, evil = page["tenants"]["acme"], page["tenants"][EVIL]
         # Everything happened within the window: the recent rate is the total.
         self.assertEqual(acme["hit"], "85.0% (96/113)")
@@ -229,6 +237,11 @@ class StatusPageTest(unittest.TestCase):
         self.assertEqual(page["evictions"]["acme"]["requested"], "1")
         self.assertEqual(page["evictions"][EVIL]["invalidated"], "1")
         self.assertEqual(sum(int(page["evictions"][t]["budget"]) for t in page["evictions"]), 1)
+        # No hints: every block is of the default class, and the policy's
+        # evictions (budget, requested) count there; invalidations do not.
+        self.assertEqual(page["retention"]["acme"]["cached-default"], acme["cached"])
+        self.assertEqual(int(page["retention"]["acme"]["evicted-default"])
+                         + int(page["retention"][EVIL]["evicted-default"]), 2)
 
     def test_tenant_name_is_text(self):
         # Shown exactly, as text: had it been markup, the <script> and <b>

@@ -80,6 +80,17 @@ class SnapshotTest : public ::testing::Test {
     return std::move(c.Insert(tenant, req)).value();
   }
 
+  // Inserts with a retention hint of `priority` that never lapses.
+  static void InsertWithPriority(PrefixCache& c, absl::string_view tenant,
+                                 std::vector<Token> tokens,
+                                 std::vector<BlockId> ids, int priority) {
+    InsertRequest req;
+    req.tokens = tokens;
+    req.block_ids = ids;
+    req.retention = Retention{priority, absl::ZeroDuration(), {}};
+    ASSERT_TRUE(c.Insert(tenant, req).ok());
+  }
+
   static std::string Dump(PrefixCache& c) {
     std::string out;
     for (const TenantUsage& t : c.Stats(TenantScope::All()).tenants) {
@@ -265,13 +276,7 @@ TEST_F(SnapshotTest, ARecencyCounterPast56BitsIsRefused) {
 // are ordinary, and counted so.
 TEST_F(SnapshotTest, RestoredBlocksHaveTheDefaultRetention) {
   auto a = Make();
-  InsertRequest req;
-  std::vector<Token> tokens = {1, 1, 2, 2};
-  std::vector<BlockId> ids = {10, 20};
-  req.tokens = tokens;
-  req.block_ids = ids;
-  req.retention = Retention{90, absl::ZeroDuration(), {}};
-  ASSERT_TRUE(a->Insert("x", req).ok());
+  InsertWithPriority(*a, "x", {1, 1, 2, 2}, {10, 20}, 90);
   EXPECT_EQ(
       a->Stats(TenantScope::All()).tenants[0].cached_blocks_by_retention[2],
       2u);
@@ -287,13 +292,7 @@ TEST_F(SnapshotTest, RestoredBlocksHaveTheDefaultRetention) {
 // (the blocks' own hints do not, above).
 TEST_F(SnapshotTest, EvictionsByRetentionClassSurviveASnapshot) {
   auto a = Make(/*budget=*/4);
-  InsertRequest req;
-  std::vector<Token> tokens = {1, 1, 2, 2};
-  std::vector<BlockId> ids = {10, 20};
-  req.tokens = tokens;
-  req.block_ids = ids;
-  req.retention = Retention{20, absl::ZeroDuration(), {}};
-  ASSERT_TRUE(a->Insert("x", req).ok());
+  InsertWithPriority(*a, "x", {1, 1, 2, 2}, {10, 20}, 20);
   Insert(*a, "x", {3, 3, 4, 4, 5, 5, 6, 6}, {30, 40, 50, 60});  // evicts 2
   const TenantUsage before = a->Stats(TenantScope::All()).tenants[0];
   ASSERT_EQ(before.evicted_blocks_by_retention[0], 2u);

@@ -26,11 +26,12 @@ Prints each violation as file:line and exits 1; exits 0 when there is none.
 --self_test checks on a scratch tree that violations are caught.
 """
 
-import argparse
 import os
 import re
 import sys
 import tempfile
+
+import source_check
 
 ALLOWED = {
     "core": {"core"},
@@ -158,11 +159,7 @@ def self_test():
         "server/bad.cc:2:", "server/sub/bench.h:1:",
     ]
     with tempfile.TemporaryDirectory() as root:
-        for rel, text in files.items():
-            path = os.path.join(root, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+        source_check.write_tree(root, files)
         got = sorted(p.split(" ", 1)[0] for p in check(root))
         if got != expected:
             print(f"self test: reported {got}, expected {expected}")
@@ -176,24 +173,16 @@ def self_test():
     return 0
 
 
+def passed(root):
+    scanned = [d for d in ALLOWED if os.path.isdir(os.path.join(root, d))]
+    return f"layering ok: {', '.join(d + '/' for d in scanned)}"
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), help="the repository (default: this one)")
-    parser.add_argument("--self_test", action="store_true")
-    args = parser.parse_args()
-    if args.self_test:
-        return self_test()
-    problems = check(args.root)
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} include(s) against the layering "
-              "(docs/architecture.md, tests/layering_check.py)")
-        return 1
-    scanned = [d for d in ALLOWED if os.path.isdir(os.path.join(args.root, d))]
-    print(f"layering ok: {', '.join(d + '/' for d in scanned)}")
-    return 0
+    return source_check.main(
+        __doc__, check, self_test,
+        "include(s) against the layering (docs/architecture.md, "
+        "tests/layering_check.py)", passed)
 
 
 if __name__ == "__main__":

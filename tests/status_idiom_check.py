@@ -17,11 +17,12 @@ Prints each one as file:line and exits 1; exits 0 when there is none.
 --self_test checks on a scratch tree that each form is caught.
 """
 
-import argparse
 import os
 import re
 import sys
 import tempfile
+
+import source_check
 
 EXEMPT = set()
 
@@ -127,11 +128,7 @@ def self_test():
     expected = ["server/a.cc:10:", "server/a.cc:15:", "server/a.cc:3:",
                 "server/a.cc:4:", "server/a.cc:6:", "server/a.cc:9:"]
     with tempfile.TemporaryDirectory() as root:
-        for rel, text in files.items():
-            path = os.path.join(root, rel)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
+        source_check.write_tree(root, files)
         got = sorted(p.split(" ", 1)[0] for p in check(root))
         if got != expected:
             print(f"self test: reported {got}, expected {expected}")
@@ -141,22 +138,11 @@ def self_test():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--root", default=os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), help="the repository (default: this one)")
-    parser.add_argument("--self_test", action="store_true")
-    args = parser.parse_args()
-    if args.self_test:
-        return self_test()
-    problems = check(args.root)
-    for p in problems:
-        print(p)
-    if problems:
-        print(f"{len(problems)} hand-written error check(s) that only pass "
-              "the error on (server/grpc_status.h, tests/status_idiom_check.py)")
-        return 1
-    print("status idiom ok: server/")
-    return 0
+    return source_check.main(
+        __doc__, check, self_test,
+        "hand-written error check(s) that only pass the error on "
+        "(server/grpc_status.h, tests/status_idiom_check.py)",
+        lambda root: "status idiom ok: server/")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 // The daemon's clock is a ManualClock, so a hint lapses without sleeping.
 #include <grpcpp/grpcpp.h>
 
-#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -17,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 #include "server/config.h"
-#include "server/server.h"
+#include "server/test_server.h"
 
 namespace prefixd {
 namespace {
@@ -60,32 +59,22 @@ std::vector<uint64_t> Evicted(const v1::InsertResponse& r) {
 class RetentionTest : public ::testing::TestWithParam<EvictionPolicy> {
  protected:
   void SetUp() override {
-    CommandLine flags;
-    flags.listen = {"127.0.0.1:0"};
-    flags.block_size = kBlockSize;
-    flags.kv_budget = absl::StrCat(kBudgetBlocks * kBlockBytes, "B");
-    flags.eviction_policy = std::string(EvictionPolicyName(GetParam()));
-    absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+    absl::StatusOr<ServerConfig> config = TestServer::Config(absl::StrCat(
+        "block_size: ", kBlockSize, " kv_budget: \"",
+        kBudgetBlocks * kBlockBytes,
+        "B\" eviction { policy: ", EvictionPolicyName(GetParam()), " }"));
     ASSERT_TRUE(config.ok()) << config.status();
     ASSERT_EQ(config->cache.eviction_policy, GetParam());
     config->cache.clock = &clock_;
-    config->drain_timeout = absl::Seconds(5);
-    absl::StatusOr<std::unique_ptr<Server>> server =
-        Server::Start(*std::move(config));
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    stub_ = v1::PrefixCache::NewStub(grpc::CreateChannel(
-        server_->addresses()[0], grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(server_.Start(*std::move(config)).ok());
+    stub_ = server_.Stub(TestServer::Transport::kTcp);
   }
 
   template <typename Req, typename Resp>
   grpc::Status Call(grpc::Status (v1::PrefixCache::Stub::*method)(
                         grpc::ClientContext*, const Req&, Resp*),
                     const Req& req, Resp* resp) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::seconds(30));
-    return ((*stub_).*method)(&ctx, req, resp);
+    return ((*stub_).*method)(TestServer::Context().get(), req, resp);
   }
 
   v1::InsertResponse Insert(const v1::InsertRequest& req) {
@@ -104,7 +93,7 @@ class RetentionTest : public ::testing::TestWithParam<EvictionPolicy> {
   }
 
   ManualClock clock_;
-  std::unique_ptr<Server> server_;
+  TestServer server_;
   std::unique_ptr<v1::PrefixCache::Stub> stub_;
 };
 

@@ -571,10 +571,10 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
                    absl::Now());
     }
     const IndexStats s = index->Stats();
-    std::string error;
-    if (s.entries != w.blocks || !index->CheckInvariants(&error)) {
+    const absl::Status invariants = index->CheckInvariants();
+    if (s.entries != w.blocks || !invariants.ok()) {
       Die(absl::StrCat("a pass indexed ", s.entries, " entries of ", w.blocks,
-                       " stored blocks ", error));
+                       " stored blocks ", invariants.ToString()));
     }
   }
 

@@ -73,8 +73,8 @@ class FleetIndexTest : public ::testing::Test {
     batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
     batch.events = std::move(events);
     index_.Apply(w, batch, ++seq_[w], absl::Now());
-    std::string error;
-    ASSERT_TRUE(index_.CheckInvariants(&error)) << error;
+    const absl::Status invariants = index_.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << invariants;
   }
 
   // matched_blocks per worker name.
@@ -340,13 +340,12 @@ TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   std::vector<Token> second = Prompt({5, 6, 7, 8});
   q.tokens = second;
   EXPECT_LT(index.Route(q).workers[0].matched_blocks, 4u);
-  std::string error;
-  EXPECT_TRUE(index.CheckInvariants(&error)) << error;
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
   EXPECT_GT(index.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)],
             0u);
   // A later removal of an evicted block's hash is harmless.
   apply(Removed({{5, 6, 7, 8}, {5, 6, 7}}));
-  EXPECT_TRUE(index.CheckInvariants(&error)) << error;
+  EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
 }
 
 // Random stores, removals and clears on 3 workers x 2 mediums, against a
@@ -415,9 +414,8 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
       model[w][1].clear();
     }
     index.Apply(ids[w], batch, seq[w]++, absl::Now());
-    std::string error;
-    ASSERT_TRUE(index.CheckInvariants(&error))
-        << "step " << step << ": " << error;
+    const absl::Status invariants = index.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
     for (const auto& prompt : prompts) {
       std::vector<Token> tokens = Prompt(prompt);
       RouteQuery q;
@@ -438,7 +436,7 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
   }
   // Nothing leaks: clearing everyone empties the index.
   for (int w = 0; w < kWorkers; ++w)
-    index.ClearWorker(ids[w], ClearReason::kRestart);
+    index.ClearWorker(ids[w], ClearReason::kRestart, "");
   EXPECT_EQ(index.entries(), 0u);
   EXPECT_EQ(index.Stats().blocks, 0u);
 }

@@ -224,10 +224,10 @@ absl::Status ValidateIngestOptions(const IngestOptions& o) {
 class Ingest::Runner {
  public:
   // A source.
-  Runner(FleetIndex* index, const IngestOptions& options, IndexSource source)
+  Runner(KvIndex* index, const IngestOptions& options, IndexSource source)
       : index_(index), options_(options), source_(std::move(source)) {}
   // The listen socket, already bound.
-  Runner(FleetIndex* index, const IngestOptions& options,
+  Runner(KvIndex* index, const IngestOptions& options,
          std::unique_ptr<zmq::socket_t> listen, std::string endpoint)
       : index_(index),
         options_(options),
@@ -555,7 +555,7 @@ class Ingest::Runner {
     for (const auto& [rank, w] : s.workers) index_->SetState(w, state, detail);
   }
 
-  FleetIndex* const index_;
+  KvIndex* const index_;
   const IngestOptions& options_;
   IndexSource source_;
   std::unique_ptr<zmq::socket_t> listen_;
@@ -569,7 +569,7 @@ class Ingest::Runner {
   std::thread thread_;
 };
 
-absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(FleetIndex* index,
+absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
                                                       IngestOptions options) {
   if (absl::Status s = ValidateIngestOptions(options); !s.ok()) return s;
   std::unique_ptr<Ingest> ingest(new Ingest());

@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "index/fleet_index.h"
+#include "index/kv_index.h"
 
 namespace prefixd {
 
@@ -58,7 +58,7 @@ class Ingest {
  public:
   // Starts a thread per source (and one for `listen`, bound before this
   // returns). UNAVAILABLE if `listen` cannot be bound.
-  static absl::StatusOr<std::unique_ptr<Ingest>> Start(FleetIndex* index,
+  static absl::StatusOr<std::unique_ptr<Ingest>> Start(KvIndex* index,
                                                        IngestOptions options);
   ~Ingest();
   Ingest(const Ingest&) = delete;

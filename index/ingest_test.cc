@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/fleet_index.h"
 #include "index/zmq_wire.h"
 
 namespace prefixd {

@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
-#include "index/fleet_index.h"
+#include "index/kv_index.h"
 #include "index/ingest.h"
 #include "index/publisher.h"
 #include "model/kv_geometry.h"

@@ -104,7 +104,7 @@ void WorkersToProto(const IndexStats& stats, int block_size,
 
 }  // namespace
 
-PrefixIndexService::PrefixIndexService(const FleetIndex* index,
+PrefixIndexService::PrefixIndexService(const KvIndex* index,
                                        const Authorizer* auth,
                                        CacheLimits limits,
                                        RpcObserver* observer)

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "core/cache.h"
-#include "index/fleet_index.h"
+#include "index/kv_index.h"
 #include "prefixd/v1/prefix_index.grpc.pb.h"
 #include "server/arena_allocator.h"
 #include "server/auth.h"
@@ -18,11 +18,11 @@
 
 namespace prefixd {
 
-// Thread safety: handlers run concurrently; FleetIndex is thread-safe.
+// Thread safety: handlers run concurrently; the index is thread-safe.
 // `index`, `auth` and `observer` (nullable) must outlive the service.
 class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
  public:
-  PrefixIndexService(const FleetIndex* index, const Authorizer* auth,
+  PrefixIndexService(const KvIndex* index, const Authorizer* auth,
                      CacheLimits limits, RpcObserver* observer);
 
   grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* ctx,
@@ -39,7 +39,7 @@ class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
   absl::Status DoRoute(const CallContext& call, const v1::RouteRequest& req,
                        int item, v1::RouteResponse* resp) const;
 
-  const FleetIndex* const index_;
+  const KvIndex* const index_;
   const Authorizer* const auth_;
   const CacheLimits limits_;
   RpcObserver* const observer_;

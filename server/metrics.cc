@@ -234,7 +234,7 @@ bool OpenFiles(const std::string& proc_dir, uint64_t* out) {
 // Serves the cache, index and process families at every scrape.
 class ScrapeCollector final : public prometheus::Collectable {
  public:
-  ScrapeCollector(const PrefixCache* cache, const FleetIndex* index,
+  ScrapeCollector(const PrefixCache* cache, const KvIndex* index,
                   const EventsPublisher* events_publisher, std::string version)
       : cache_(cache),
         index_(index),
@@ -260,7 +260,7 @@ class ScrapeCollector final : public prometheus::Collectable {
 
  private:
   const PrefixCache* const cache_;
-  const FleetIndex* const index_;                  // may be null
+  const KvIndex* const index_;                     // may be null
   const EventsPublisher* const events_publisher_;  // may be null
   const std::string version_;
 };
@@ -556,7 +556,7 @@ Metrics::Metrics(std::string version)
 Metrics::~Metrics() { StopServing(); }
 
 absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
-                            const FleetIndex* index,
+                            const KvIndex* index,
                             const EventsPublisher* events_publisher,
                             StatusPage* pages) {
   assert(listener_ == nullptr);

@@ -35,7 +35,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
-#include "index/fleet_index.h"
+#include "index/kv_index.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
@@ -95,7 +95,7 @@ class Metrics final : public RpcObserver {
   // `pages`, every other path is theirs (/, /plan); it too must outlive
   // serving.
   absl::Status Serve(const PrefixCache* cache, const std::string& listen,
-                     const FleetIndex* index = nullptr,
+                     const KvIndex* index = nullptr,
                      const EventsPublisher* events_publisher = nullptr,
                      StatusPage* pages = nullptr);
 

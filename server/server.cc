@@ -80,7 +80,8 @@ absl::Status Server::Build() {
       ServiceInfo::From(config_, epoch_), observer_);
 
   if (config_.index_enabled) {
-    index_ = std::make_unique<FleetIndex>(config_.index);
+    fleet_index_ = std::make_unique<FleetIndex>(config_.index);
+    index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
     index_service_ = std::make_unique<PrefixIndexService>(
         index_.get(), authorizer_.get(), cache_->options().limits, observer_);
   }

@@ -21,6 +21,7 @@
 #include "core/cache.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
+#include "index/instrumented_index.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/events_publish.h"
@@ -77,8 +78,9 @@ class Server {
   std::shared_ptr<grpc::Channel> InProcessChannel();
   uint64_t epoch() const { return epoch_; }
   PrefixCache* cache() const { return cache_.get(); }
-  // The fleet index; nullptr unless config.index_enabled.
-  FleetIndex* index() const { return index_.get(); }
+  // The fleet index (instrumented for the metrics); nullptr unless
+  // config.index_enabled.
+  KvIndex* index() const { return index_.get(); }
   // The bound index listen endpoint (a wildcard port resolved); "" if none.
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();
@@ -107,7 +109,8 @@ class Server {
   const std::vector<grpc::Service*> extra_services_;
   std::unique_ptr<EventWatchers> watchers_;
   std::unique_ptr<PrefixCacheService> service_;
-  std::unique_ptr<FleetIndex> index_;
+  std::unique_ptr<FleetIndex> fleet_index_;
+  std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<PrefixIndexService> index_service_;
   std::unique_ptr<EventsPublisher> events_publisher_;

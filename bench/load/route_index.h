@@ -21,7 +21,7 @@
 #include "absl/time/clock.h"
 #include "bench/load/common.h"
 #include "index/events.h"
-#include "index/fleet_index.h"
+#include "index/kv_index.h"
 
 namespace prefixd::bench {
 
@@ -33,7 +33,7 @@ inline size_t RouteIndexHeld(int worker, int workers, size_t prompt_blocks) {
 }
 
 // Fills `index` as above; returns the (block, holder) entries it holds.
-inline uint64_t FillRouteIndex(FleetIndex* index, int workers, int prompts,
+inline uint64_t FillRouteIndex(KvIndex* index, int workers, int prompts,
                                int prompt_tokens) {
   const int bs = index->options().block_size;
   const size_t blocks = static_cast<size_t>(prompt_tokens / bs);
@@ -59,7 +59,7 @@ inline uint64_t FillRouteIndex(FleetIndex* index, int workers, int prompts,
     }
     index->Apply(id, batch, 0, absl::Now());
   }
-  return index->entries();
+  return index->Stats().entries;
 }
 
 }  // namespace prefixd::bench

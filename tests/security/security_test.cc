@@ -789,7 +789,7 @@ TEST_P(SecurityTest, PrefixctlSpeaksTlsAndPresentsItsCredential) {
 // list the workers; engines and admins may do both.
 TEST_P(SecurityTest, IndexRoutesATenantOnlyOverItsOwnSalts) {
   StartServer("", "index { block_size: 4 listen: \"tcp://127.0.0.1:*\" }\n");
-  FleetIndex* index = server_->index();
+  KvIndex* index = server_->index();
   ASSERT_NE(index, nullptr);
   const WorkerId w = index->AddWorker("w0", "test");
   const std::vector<uint32_t> p = Tokens(100, 2);
@@ -848,6 +848,44 @@ TEST_P(SecurityTest, IndexRoutesATenantOnlyOverItsOwnSalts) {
   EXPECT_EQ(by_engine.workers(0).matched_blocks(), 2u);
   ASSERT_OK_AND_MOVE(unsalted, ops->Route(p));
   EXPECT_EQ(unsalted.best_worker(), "");
+}
+
+// A namespace key that joined LoRA and salt with a separator let a tenant
+// reach another tenant's salt: the victim's blocks sit under (LoRA "L",
+// salt "x\x1fsalt-a2"), whose old key "n:L\x1fx\x1fsalt-a2" was also the
+// key of (LoRA "L\x1fx", salt "salt-a2"), a salt app-a owns.
+TEST_P(SecurityTest, IndexNamespacesWithSeparatorsStayApart) {
+  StartServer("", "index { block_size: 4 listen: \"tcp://127.0.0.1:*\" }\n");
+  KvIndex* index = server_->index();
+  ASSERT_NE(index, nullptr);
+  const WorkerId w = index->AddWorker("w0", "test");
+  const std::vector<uint32_t> p = Tokens(100, 2);
+  BlockStoredEvent ev;
+  ev.block_hashes = {11, 12};
+  ev.token_ids = p;
+  ev.block_size = kBlockSize;
+  ev.lora_name = "L";
+  ev.cache_salt = std::string("x\x1fsalt-a2");
+  ev.chain_blocks = 2;
+  KvEventBatch batch;
+  batch.events.push_back(ev);
+  index->Apply(w, batch, 0, absl::Now());
+
+  auto app_a = Connect("app-a");
+  auto engine = Connect("engine-ac");
+  // Positive control: the victim's own namespace holds both blocks.
+  RouteOptions victim;
+  victim.lora_name = "L";
+  victim.cache_salt = std::string("x\x1fsalt-a2");
+  ASSERT_OK_AND_MOVE(own, engine->Route(p, victim));
+  EXPECT_EQ(own.workers(0).matched_blocks(), 2u);
+  // app-a, with a salt it owns and a LoRA name carrying the separator.
+  RouteOptions crafted;
+  crafted.lora_name = std::string("L\x1fx");
+  crafted.cache_salt = "salt-a2";
+  ASSERT_OK_AND_MOVE(got, app_a->Route(p, crafted));
+  EXPECT_EQ(got.best_worker(), "");
+  EXPECT_EQ(got.workers(0).matched_blocks(), 0u);
 }
 
 TEST(IndexAuthConfig, CacheSaltsAreForTenantPrincipalsOnly) {

@@ -1,0 +1,175 @@
+// KvIndex: what the rest of prefixd asks of the fleet index (docs/index.md),
+// and the vocabulary of its answers.
+//
+// Ingestion (index/ingest.h) registers workers, applies their decoded
+// batches in order and reports their stream states; the services ask Route
+// and Stats. FleetIndex (index/fleet_index.h) implements it;
+// InstrumentedIndex (index/instrumented_index.h) wraps any KvIndex and
+// counts calls for the metrics, as llm-d's instrumented index does.
+#ifndef PREFIXD_INDEX_KV_INDEX_H_
+#define PREFIXD_INDEX_KV_INDEX_H_
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "index/events.h"
+#include "index/holder_tree.h"
+
+namespace prefixd {
+
+struct IndexOptions {
+  int block_size = 16;              // the engines' block size
+  uint64_t max_entries = 50000000;  // (block, holder) entries
+};
+
+// Values equal prefixd.v1.WorkerState's.
+enum class WorkerState : int {
+  kConnecting = 1,
+  kLive = 2,
+  kReplaying = 3,
+  kError = 4,
+};
+absl::string_view WorkerStateName(WorkerState state);
+
+// Why a worker was cleared (label `reason` of prefixd_index_clears_total).
+enum class ClearReason : int {
+  kAllBlocksCleared = 0,
+  kRestart = 1,
+  kReplayFailed = 2,
+  kUndecodable = 3,
+  kBlockSize = 4,
+  kRemoved = 5,    // the worker left (a pool address no longer resolves)
+  kReconnect = 6,  // the connection came back: the engine may have restarted
+};
+inline constexpr int kNumClearReasons = 7;
+absl::string_view ClearReasonName(ClearReason reason);
+
+// Event types counted per worker (prefixd_index_events_total{type}).
+inline constexpr int kNumEventTypes = 4;  // stored, removed, cleared, unknown
+inline constexpr std::array<absl::string_view, kNumEventTypes> kEventTypeNames =
+    {"BlockStored", "BlockRemoved", "AllBlocksCleared", "unknown"};
+
+// Upper bounds (seconds) of prefixd_index_event_lag_seconds.
+inline constexpr std::array<double, 12> kLagBuckets = {
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+
+struct RouteQuery {
+  absl::Span<const Token> tokens;
+  absl::string_view lora_name;
+  int64_t lora_id = 0;
+  absl::string_view cache_salt;
+  std::vector<std::string> workers;  // only these (empty: all)
+};
+
+// Route's answer names workers and mediums by views of the index's own
+// names, which live as long as the index (workers are retired, never freed;
+// mediums are never renamed): a Route allocates no strings.
+struct RouteMedium {
+  absl::string_view medium;
+  uint64_t blocks = 0;
+};
+
+struct WorkerMatch {
+  absl::string_view worker;
+  uint64_t matched_blocks = 0;
+  // per medium held along the prompt
+  absl::InlinedVector<RouteMedium, 2> mediums;
+  WorkerState state = WorkerState::kConnecting;
+  int64_t last_seq = -1;
+  int64_t lag_ms = 0;
+};
+
+struct RouteResult {
+  std::vector<WorkerMatch> workers;  // matched_blocks desc, then name
+  absl::string_view best_worker;     // empty if nobody holds block 0
+  uint64_t prompt_blocks = 0;
+};
+
+struct MediumCount {
+  std::string medium;
+  uint64_t blocks = 0;
+};
+
+struct WorkerStatus {
+  std::string worker;
+  std::string endpoint;
+  WorkerState state = WorkerState::kConnecting;
+  std::string state_detail;
+  std::vector<MediumCount> mediums;  // blocks held per medium
+  uint64_t events = 0;
+  std::array<uint64_t, kNumEventTypes> events_by_type = {};
+  uint64_t gaps = 0;
+  uint64_t replays_ok = 0;
+  uint64_t replays_failed = 0;
+  uint64_t dropped_blocks = 0;
+  uint64_t unknown_fields = 0;  // fields the decoder skipped
+  std::array<uint64_t, kNumClearReasons> clears = {};
+  int64_t last_seq = -1;
+  int64_t last_event_unix_ms = 0;
+  int64_t lag_ms = 0;
+};
+
+struct IndexStats {
+  std::vector<WorkerStatus> workers;  // sorted by name
+  uint64_t entries = 0;
+  uint64_t max_entries = 0;
+  uint64_t blocks = 0;  // distinct blocks (tree nodes' blocks)
+  uint64_t nodes = 0;
+  DropCounts dropped = {};
+  // Filled by InstrumentedIndex (zero from a bare FleetIndex).
+  // prefixd_index_event_lag_seconds: per-bucket counts of kLagBuckets (last
+  // = +Inf); the exporter makes them cumulative.
+  std::array<uint64_t, kLagBuckets.size() + 1> lag_counts = {};
+  double lag_sum = 0;
+  uint64_t route_requests = 0;
+  uint64_t route_prompt_blocks = 0;
+  uint64_t route_matched_blocks = 0;
+};
+
+class KvIndex {
+ public:
+  virtual ~KvIndex() = default;
+
+  virtual const IndexOptions& options() const = 0;
+
+  // The worker named `name`, created (CONNECTING) if new; a retired worker
+  // of that name comes back. `endpoint` is recorded for ListWorkers.
+  virtual WorkerId AddWorker(absl::string_view name,
+                             absl::string_view endpoint) = 0;
+  // Clears the worker and hides it from Route and Stats until it is added
+  // again.
+  virtual void RetireWorker(WorkerId worker) = 0;
+
+  // Stream bookkeeping: the state ingestion sees (a non-empty `detail`
+  // replaces the worker's state_detail), gaps and replays.
+  virtual void SetState(WorkerId worker, WorkerState state,
+                        absl::string_view detail) = 0;
+  virtual void CountGap(WorkerId worker) = 0;
+  virtual void CountReplay(WorkerId worker, bool ok) = 0;
+
+  // Applies one decoded batch that the stream numbered `seq`, in order.
+  // Blocks of a wrong block_size put the worker in ERROR (cleared); a batch
+  // whose stores all have the right size brings it back to LIVE.
+  virtual void Apply(WorkerId worker, const KvEventBatch& batch, int64_t seq,
+                     absl::Time now) = 0;
+  // Drops everything the worker holds and counts `reason`; the worker is
+  // CONNECTING, with `detail` (if not empty) as its state_detail.
+  virtual void ClearWorker(WorkerId worker, ClearReason reason,
+                           absl::string_view detail) = 0;
+  // Marks the batch numbered `seq` as consumed without applying it (an
+  // undecodable payload, after ClearWorker).
+  virtual void SetLastSeq(WorkerId worker, int64_t seq) = 0;
+
+  virtual RouteResult Route(const RouteQuery& query) const = 0;
+  virtual IndexStats Stats() const = 0;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_INDEX_KV_INDEX_H_

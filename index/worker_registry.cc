@@ -1,0 +1,44 @@
+#include "index/worker_registry.h"
+
+#include <algorithm>
+
+namespace prefixd {
+
+int64_t WorkerRecord::LagMs(absl::Time now) const {
+  if (last_seq < 0) return 0;
+  return std::max<int64_t>(
+      0, absl::ToInt64Milliseconds(
+             now - absl::FromUnixNanos(static_cast<int64_t>(last_ts * 1e9))));
+}
+
+WorkerRecord& WorkerRegistry::Add(absl::string_view name,
+                                  absl::string_view endpoint) {
+  auto it = ids_.find(name);
+  if (it != ids_.end()) {
+    WorkerRecord& w = *workers_[it->second];
+    if (w.retired) {
+      w.retired = false;
+      w.state = WorkerState::kConnecting;
+      w.last_seq = -1;
+    }
+    w.endpoint = std::string(endpoint);
+    return w;
+  }
+  auto w = std::make_unique<WorkerRecord>();
+  w->id = static_cast<WorkerId>(workers_.size());
+  w->name = std::string(name);
+  w->endpoint = std::string(endpoint);
+  ids_[w->name] = w->id;
+  workers_.push_back(std::move(w));
+  return *workers_.back();
+}
+
+void WorkerRegistry::CountDrops(WorkerId worker, const DropCounts& drops) {
+  WorkerRecord& w = Get(worker);
+  for (int r = 0; r < kNumDropReasons; ++r) {
+    w.dropped_blocks += drops[r];
+    dropped_[r] += drops[r];
+  }
+}
+
+}  // namespace prefixd

@@ -1,0 +1,75 @@
+// WorkerRegistry: the fleet index's workers (one engine event stream each,
+// docs/index.md "Workers"): their names, stream states and counters.
+//
+// Workers are numbered densely from 0 in the order they are first added
+// and never freed: a worker that leaves is retired (hidden from answers)
+// and comes back under its number if added again, so a WorkerId and a view
+// of a worker's name stay valid for the registry's life.
+//
+// Thread safety: none; FleetIndex serializes access.
+#ifndef PREFIXD_INDEX_WORKER_REGISTRY_H_
+#define PREFIXD_INDEX_WORKER_REGISTRY_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
+#include "index/kv_index.h"
+
+namespace prefixd {
+
+struct WorkerRecord {
+  WorkerId id = 0;
+  std::string name;
+  std::string endpoint;
+  bool retired = false;
+  WorkerState state = WorkerState::kConnecting;
+  std::string detail;
+  std::array<uint64_t, kNumEventTypes> events_by_type = {};
+  uint64_t gaps = 0;
+  uint64_t replays_ok = 0;
+  uint64_t replays_failed = 0;
+  uint64_t dropped_blocks = 0;
+  uint64_t unknown_fields = 0;
+  std::array<uint64_t, kNumClearReasons> clears = {};
+  int64_t last_seq = -1;
+  int64_t last_event_unix_ms = 0;
+  double last_ts = 0;  // the engine's timestamp of the last batch applied
+
+  // now - the last applied batch's engine timestamp (0 before any).
+  int64_t LagMs(absl::Time now) const;
+};
+
+class WorkerRegistry {
+ public:
+  // The worker named `name`, created if new; a retired one comes back
+  // CONNECTING with no batch applied. `endpoint` replaces the recorded one.
+  WorkerRecord& Add(absl::string_view name, absl::string_view endpoint);
+  WorkerRecord& Get(WorkerId id) { return *workers_[id]; }
+  const WorkerRecord& Get(WorkerId id) const { return *workers_[id]; }
+  // Ids run from 0 to size() - 1, retired ones included.
+  size_t size() const { return workers_.size(); }
+
+  // Blocks of `worker` not indexed, by reason; kept in the totals too.
+  void CountDrops(WorkerId worker, const DropCounts& drops);
+  // Blocks max_entries dropped (each holder's loss is counted by the caller
+  // in its worker's dropped_blocks).
+  void CountTrimmed(uint64_t blocks) {
+    dropped_[static_cast<int>(DropReason::kMaxEntries)] += blocks;
+  }
+  // Totals over every worker that ever was, by reason.
+  const DropCounts& dropped() const { return dropped_; }
+
+ private:
+  std::vector<std::unique_ptr<WorkerRecord>> workers_;
+  absl::flat_hash_map<std::string, WorkerId> ids_;
+  DropCounts dropped_ = {};
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_INDEX_WORKER_REGISTRY_H_

@@ -576,6 +576,8 @@ v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
   request.set_cache_salt(options.cache_salt);
   request.mutable_workers()->Add(options.workers.begin(),
                                  options.workers.end());
+  request.mutable_block_extra_keys()->Add(options.block_extra_keys.begin(),
+                                          options.block_extra_keys.end());
   return request;
 }
 

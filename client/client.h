@@ -84,6 +84,9 @@ struct RouteOptions {
   int64_t lora_id = 0;    // 0: none
   std::string cache_salt;
   std::vector<std::string> workers;  // only these (empty: every worker)
+  // Per block, its keys beyond the tokens (multimodal inputs, prompt
+  // embeddings), as vLLM's typed extra keys (docs/index.md).
+  std::vector<v1::BlockExtraKeys> block_extra_keys;
 };
 
 // grpc.health.v1 serving status, numbered as on the wire.

@@ -129,11 +129,22 @@ v1::ListWorkersResponse TwoWorkers() {
   w->set_dropped_blocks(0);
   w->set_last_seq(1042);
   w->set_last_event_unix_ms(kNowMs - 1500);
+  w->set_last_error(
+      "replay_failed: batch 1021 is gone from the replay buffer of "
+      "tcp://10.0.0.5:5558");
+  v1::KvCacheGroup* g = w->add_groups();
+  g->set_group(0);
+  g->set_kind("full_attention");
+  g = w->add_groups();
+  g->set_group(1);
+  g->set_kind("sliding_window");
+  g->set_window_blocks(256);
   w = r.add_workers();
   w->set_worker("vllm-1");
   w->set_endpoint("tcp://10.0.0.6:5557");
   w->set_state(v1::ERROR);
   w->set_state_detail("batch 88: BlockStored with block_size 32, not 16");
+  w->set_last_error(w->state_detail());
   w->set_clears(2);
   w->set_dropped_blocks(3);
   w->set_last_seq(-1);
@@ -447,16 +458,20 @@ TEST(IndexOutputTest, RouteWithNoHolder) {
 TEST(IndexOutputTest, WorkersTableWithStateDetail) {
   std::ostringstream out;
   PrintWorkers(TwoWorkers(), absl::FromUnixMillis(kNowMs), out);
-  EXPECT_EQ(
-      out.str(),
-      "2 workers  entries 1234/50000000  block_size 16\n"
-      "WORKER  STATE  ENDPOINT             BLOCKS         EVENTS  GAPS  "
-      "REPLAYS  CLEARS  DROPPED  LAST_SEQ  LAST_EVENT\n"
-      "vllm-0  LIVE   tcp://10.0.0.5:5557  GPU=120,CPU=8  5230    1     "
-      "1        0       0        1042      1.5s ago\n"
-      "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
-      "0        2       3        -         never\n"
-      "  state_detail: batch 88: BlockStored with block_size 32, not 16\n");
+  EXPECT_EQ(out.str(),
+            "2 workers  entries 1234/50000000  block_size 16\n"
+            "WORKER  STATE  ENDPOINT             BLOCKS         EVENTS  GAPS  "
+            "REPLAYS  CLEARS  DROPPED  LAST_SEQ  LAST_EVENT\n"
+            "vllm-0  LIVE   tcp://10.0.0.5:5557  GPU=120,CPU=8  5230    1     "
+            "1        0       0        1042      1.5s ago\n"
+            "  last_error: replay_failed: batch 1021 is gone from the replay "
+            "buffer of tcp://10.0.0.5:5558\n"
+            "  group 0: full_attention\n"
+            "  group 1: sliding_window, window 256 blocks\n"
+            "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
+            "0        2       3        -         never\n"
+            "  state_detail: batch 88: BlockStored with block_size 32, not 16\n"
+            "  last_error: batch 88: BlockStored with block_size 32, not 16\n");
 }
 
 TEST(IndexOutputTest, StateDetailStaysOnOneLine) {
@@ -579,16 +594,20 @@ TEST_F(IndexClientTest, CtlRouteJsonIsTheResponse) {
 TEST_F(IndexClientTest, CtlWorkersTableAndJson) {
   std::string out;
   ASSERT_EQ(Ctl(addr_, {"workers"}, &out), kExitOk);
-  EXPECT_EQ(
-      out,
-      "2 workers  entries 1234/50000000  block_size 16\n"
-      "WORKER  STATE  ENDPOINT             BLOCKS         EVENTS  GAPS  "
-      "REPLAYS  CLEARS  DROPPED  LAST_SEQ  LAST_EVENT\n"
-      "vllm-0  LIVE   tcp://10.0.0.5:5557  GPU=120,CPU=8  5230    1     "
-      "1        0       0        1042      never\n"
-      "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
-      "0        2       3        -         never\n"
-      "  state_detail: batch 88: BlockStored with block_size 32, not 16\n");
+  EXPECT_EQ(out,
+            "2 workers  entries 1234/50000000  block_size 16\n"
+            "WORKER  STATE  ENDPOINT             BLOCKS         EVENTS  GAPS  "
+            "REPLAYS  CLEARS  DROPPED  LAST_SEQ  LAST_EVENT\n"
+            "vllm-0  LIVE   tcp://10.0.0.5:5557  GPU=120,CPU=8  5230    1     "
+            "1        0       0        1042      never\n"
+            "  last_error: replay_failed: batch 1021 is gone from the replay "
+            "buffer of tcp://10.0.0.5:5558\n"
+            "  group 0: full_attention\n"
+            "  group 1: sliding_window, window 256 blocks\n"
+            "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
+            "0        2       3        -         never\n"
+            "  state_detail: batch 88: BlockStored with block_size 32, not 16\n"
+            "  last_error: batch 88: BlockStored with block_size 32, not 16\n");
   ASSERT_EQ(Ctl(addr_, {"workers", "--json"}, &out), kExitOk);
   EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1);
   EXPECT_THAT(out, HasSubstr("\"endpoint\":\"tcp://10.0.0.5:5557\""));

@@ -399,6 +399,15 @@ void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
               Ago(w.last_event_unix_ms(), now)});
     if (!w.state_detail().empty())
       t.AddNote(absl::StrCat("  state_detail: ", OneLine(w.state_detail())));
+    if (!w.last_error().empty())
+      t.AddNote(absl::StrCat("  last_error: ", OneLine(w.last_error())));
+    for (const v1::KvCacheGroup& g : w.groups()) {
+      t.AddNote(absl::StrCat(
+          "  group ", g.group(), ": ", g.kind(),
+          g.window_blocks() > 0
+              ? absl::StrCat(", window ", g.window_blocks(), " blocks")
+              : ""));
+    }
   }
   t.Print(out);
 }

@@ -21,17 +21,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-
-// Debian's msgpack-cxx is header-only and needs Boost unless told not to.
-#ifndef MSGPACK_NO_BOOST
-#define MSGPACK_NO_BOOST
-#endif
-#include <msgpack.hpp>
+#include "core/status_macros.h"
+#include "index/extra_keys.h"
+#include "index/msgpack_view.h"
 
 namespace prefixd {
 namespace {
 
-using msgpack::object;
+using msgpack_view::Bin;
+using msgpack_view::Bytes;
+using msgpack_view::IntText;
+using msgpack_view::IsInt;
+using msgpack_view::IsNull;
+using msgpack_view::MapValue;
+using msgpack_view::object;
+using msgpack_view::Str;
+using msgpack_view::ToInt64;
+using msgpack_view::TypeName;
 namespace mtype = msgpack::type;
 
 // Bounds on what one payload may declare (a fuzzed or hostile payload must
@@ -61,68 +67,6 @@ bool ReferenceInPayload(mtype::object_type /*type*/, size_t size,
   return size <= kMaxBytes;
 }
 
-absl::string_view Str(const object& o) {
-  return absl::string_view(o.via.str.ptr, o.via.str.size);
-}
-
-absl::string_view Bin(const object& o) {
-  return absl::string_view(o.via.bin.ptr, o.via.bin.size);
-}
-
-// nullptr: the field was absent (a map without the key, an array that ends
-// before its position); both mean the same as nil.
-bool IsNull(const object* o) { return o == nullptr || o->type == mtype::NIL; }
-
-absl::string_view TypeName(const object& o) {
-  switch (o.type) {
-    case mtype::NIL:
-      return "nil";
-    case mtype::BOOLEAN:
-      return "bool";
-    case mtype::POSITIVE_INTEGER:
-    case mtype::NEGATIVE_INTEGER:
-      return "int";
-    case mtype::FLOAT32:
-    case mtype::FLOAT64:
-      return "float";
-    case mtype::STR:
-      return "str";
-    case mtype::BIN:
-      return "bin";
-    case mtype::ARRAY:
-      return "array";
-    case mtype::MAP:
-      return "map";
-    case mtype::EXT:
-      return "ext";
-  }
-  return "unknown";
-}
-
-// An int as text, whichever sign it was encoded with.
-std::string IntText(const object& o) {
-  return o.type == mtype::NEGATIVE_INTEGER ? absl::StrCat(o.via.i64)
-                                           : absl::StrCat(o.via.u64);
-}
-
-bool IsInt(const object& o) {
-  return o.type == mtype::POSITIVE_INTEGER || o.type == mtype::NEGATIVE_INTEGER;
-}
-
-// An int that fits int64_t (msgpack ints reach 2^64 - 1).
-bool ToInt64(const object& o, int64_t* v) {
-  if (o.type == mtype::NEGATIVE_INTEGER) {
-    *v = o.via.i64;
-    return true;
-  }
-  if (o.type == mtype::POSITIVE_INTEGER &&
-      o.via.u64 <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    *v = static_cast<int64_t>(o.via.u64);
-    return true;
-  }
-  return false;
-}
-
 bool ToHash(const object& o, EngineHash* h) {
   switch (o.type) {
     case mtype::POSITIVE_INTEGER:
@@ -145,7 +89,7 @@ bool ToHash(const object& o, EngineHash* h) {
 }
 
 // The fields of the event types, in msgspec declaration order, which is
-// their position (after the tag) in the array form.
+// their position (after the tag) in the array form (events.h).
 enum Field : int {
   kBlockHashes,
   kParentBlockHash,
@@ -156,9 +100,13 @@ enum Field : int {
   kLoraName,
   kExtraKeys,
   kGroupIdx,
-  // Known so they are not counted as unknown; the index has no use for them.
   kKvCacheSpecKind,
   kKvCacheSpecSlidingWindow,
+  kLocality,
+  kOwnership,
+  // Known so it is not counted as unknown; the index has no use for it.
+  kSessionId,
+  kEventVersion,
   kNumFields,
 };
 
@@ -174,6 +122,10 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "group_idx",
     "kv_cache_spec_kind",
     "kv_cache_spec_sliding_window",
+    "locality",
+    "ownership",
+    "session_id",
+    "event_version",
 };
 
 constexpr Field kStoredFields[] = {
@@ -188,8 +140,13 @@ constexpr Field kStoredFields[] = {
     kGroupIdx,
     kKvCacheSpecKind,
     kKvCacheSpecSlidingWindow,
+    kLocality,
+    kOwnership,
+    kSessionId,
+    kEventVersion,
 };
-constexpr Field kRemovedFields[] = {kBlockHashes, kMedium, kGroupIdx};
+constexpr Field kRemovedFields[] = {kBlockHashes, kMedium,    kGroupIdx,
+                                    kLocality,    kOwnership, kEventVersion};
 
 enum class Kind { kStored, kRemoved, kCleared, kUnknown };
 
@@ -339,25 +296,70 @@ class EventDecoder {
   }
 
   absl::Status DecodeStored(const object* const* f, BlockStoredEvent* ev) {
-    if (absl::Status s = BlockHashes(f[kBlockHashes], &ev->block_hashes);
-        !s.ok()) {
-      return s;
+    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes], &ev->block_hashes));
+    RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
+    RETURN_IF_ERROR(TokenIds(f[kTokenIds], ev));
+    RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
+    RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
+    RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
+    RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
+    RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
+    RETURN_IF_ERROR(GroupSpec(f, ev));
+    RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
+    RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
+    RETURN_IF_ERROR(Known(kSessionId, f[kSessionId]));
+    RETURN_IF_ERROR(
+        IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
+    if (!ReadExtraKeys(f[kExtraKeys], ev)) {
+      return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
-    const uint64_t blocks = ev->block_hashes.size();
+    return absl::OkStatus();
+  }
 
-    const object* size = f[kBlockSize];
+  absl::Status DecodeRemoved(const object* const* f, BlockRemovedEvent* ev) {
+    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes], &ev->block_hashes));
+    RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
+    RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
+    RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
+    RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
+    return IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version);
+  }
+
+  absl::Status BlockHashes(const object* o, std::vector<EngineHash>* out) {
+    if (IsNull(o)) return Error("block_hashes is missing");
+    if (o->type != mtype::ARRAY) {
+      return WrongType(kBlockHashes, *o, "an array");
+    }
+    const uint32_t n = o->via.array.size;
+    out->resize(n);
+    EngineHash* dst = out->data();
+    const object* src = o->via.array.ptr;
+    for (uint32_t i = 0; i < n; ++i) {
+      if (!ToHash(src[i], &dst[i])) {
+        return Error(absl::StrCat("block_hashes[", i, "] is a ",
+                                  TypeName(src[i]), ", want an int or bytes"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BlockSize(const object* size, int64_t* out) {
     if (IsNull(size)) return Error("block_size is missing");
     if (!IsInt(*size)) return WrongType(kBlockSize, *size, "a positive int");
-    if (!ToInt64(*size, &ev->block_size) || ev->block_size <= 0) {
+    if (!ToInt64(*size, out) || *out <= 0) {
       return Error(
           absl::StrCat("block_size ", IntText(*size), " is not positive"));
     }
+    return absl::OkStatus();
+  }
 
-    const object* tokens = f[kTokenIds];
+  // token_ids: block_hashes * block_size token ids (0 <= id < 2^32).
+  absl::Status TokenIds(const object* tokens, BlockStoredEvent* ev) {
     if (IsNull(tokens)) return Error("token_ids is missing");
     if (tokens->type != mtype::ARRAY) {
       return WrongType(kTokenIds, *tokens, "an array");
     }
+    const uint64_t blocks = ev->block_hashes.size();
     const uint64_t count = tokens->via.array.size;
     const uint64_t bs = static_cast<uint64_t>(ev->block_size);
     // A huge block_size must not wrap the product around to the count.
@@ -384,67 +386,50 @@ class EventDecoder {
       }
       out[i] = static_cast<Token>(t.via.u64);
     }
+    return absl::OkStatus();
+  }
 
-    const object* parent = f[kParentBlockHash];
+  absl::Status Parent(const object* parent, std::optional<EngineHash>* out) {
     if (IsNull(parent)) {
-      ev->parent_block_hash.reset();
-    } else {
-      EngineHash h;
-      if (!ToHash(*parent, &h)) {
-        return WrongType(kParentBlockHash, *parent, "an int, bytes or nil");
-      }
-      ev->parent_block_hash = h;
+      out->reset();
+      return absl::OkStatus();
     }
-
-    if (absl::Status s = OptionalInt(kLoraId, f[kLoraId], &ev->lora_id);
-        !s.ok()) {
-      return s;
+    EngineHash h;
+    if (!ToHash(*parent, &h)) {
+      return WrongType(kParentBlockHash, *parent, "an int, bytes or nil");
     }
-    if (absl::Status s = Medium(f[kMedium], &ev->medium); !s.ok()) return s;
+    *out = h;
+    return absl::OkStatus();
+  }
 
-    const object* lora_name = f[kLoraName];
-    if (IsNull(lora_name)) {
-      ev->lora_name.reset();
-    } else if (lora_name->type == mtype::STR) {
+  absl::Status LoraName(const object* o, std::optional<std::string>* out) {
+    if (IsNull(o)) {
+      out->reset();
+    } else if (o->type == mtype::STR) {
       // Assigned in place: a reused event keeps the string's capacity.
-      if (ev->lora_name.has_value()) {
-        ev->lora_name->assign(lora_name->via.str.ptr, lora_name->via.str.size);
+      if (out->has_value()) {
+        (*out)->assign(o->via.str.ptr, o->via.str.size);
       } else {
-        ev->lora_name.emplace(Str(*lora_name));
+        out->emplace(Str(*o));
       }
     } else {
-      return WrongType(kLoraName, *lora_name, "a str or nil");
+      return WrongType(kLoraName, *o, "a str or nil");
     }
-
-    if (absl::Status s = GroupIdx(f[kGroupIdx], &ev->group_idx); !s.ok()) {
-      return s;
-    }
-    return ExtraKeys(f[kExtraKeys], ev);
+    return absl::OkStatus();
   }
 
-  absl::Status DecodeRemoved(const object* const* f, BlockRemovedEvent* ev) {
-    if (absl::Status s = BlockHashes(f[kBlockHashes], &ev->block_hashes);
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = Medium(f[kMedium], &ev->medium); !s.ok()) return s;
-    return GroupIdx(f[kGroupIdx], &ev->group_idx);
-  }
-
-  absl::Status BlockHashes(const object* o, std::vector<EngineHash>* out) {
-    if (IsNull(o)) return Error("block_hashes is missing");
-    if (o->type != mtype::ARRAY) {
-      return WrongType(kBlockHashes, *o, "an array");
-    }
-    const uint32_t n = o->via.array.size;
-    out->resize(n);
-    EngineHash* dst = out->data();
-    const object* src = o->via.array.ptr;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!ToHash(src[i], &dst[i])) {
-        return Error(absl::StrCat("block_hashes[", i, "] is a ",
-                                  TypeName(src[i]), ", want an int or bytes"));
-      }
+  // The KV-cache group's kind (lower-cased) and sliding window.
+  absl::Status GroupSpec(const object* const* f, BlockStoredEvent* ev) {
+    RETURN_IF_ERROR(
+        Name(kKvCacheSpecKind, f[kKvCacheSpecKind], &ev->kv_cache_spec_kind));
+    absl::AsciiStrToLower(&ev->kv_cache_spec_kind);
+    RETURN_IF_ERROR(IntOrZero(kKvCacheSpecSlidingWindow,
+                              f[kKvCacheSpecSlidingWindow],
+                              &ev->kv_cache_spec_sliding_window));
+    if (ev->kv_cache_spec_sliding_window < 0) {
+      return Error(absl::StrCat("kv_cache_spec_sliding_window ",
+                                ev->kv_cache_spec_sliding_window,
+                                " is negative"));
     }
     return absl::OkStatus();
   }
@@ -465,69 +450,40 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  absl::Status GroupIdx(const object* o, int64_t* out) {
+  absl::Status IntOrZero(Field field, const object* o, int64_t* out) {
     std::optional<int64_t> v;
-    if (absl::Status s = OptionalInt(kGroupIdx, o, &v); !s.ok()) return s;
+    RETURN_IF_ERROR(OptionalInt(field, o, &v));
     *out = v.value_or(0);
     return absl::OkStatus();
   }
 
-  absl::Status Medium(const object* o, std::string* out) {
+  // A str or nil (then "").
+  absl::Status Name(Field field, const object* o, std::string* out) {
     if (IsNull(o)) {
-      *out = "GPU";
+      out->clear();
       return absl::OkStatus();
     }
-    if (o->type != mtype::STR) return WrongType(kMedium, *o, "a str or nil");
+    if (o->type != mtype::STR) return WrongType(field, *o, "a str or nil");
     out->assign(o->via.str.ptr, o->via.str.size);
+    return absl::OkStatus();
+  }
+
+  // A str, upper-cased, or `if_null`.
+  absl::Status UpperName(Field field, const object* o, const char* if_null,
+                         std::string* out) {
+    if (IsNull(o)) {
+      *out = if_null;
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(Name(field, o, out));
     absl::AsciiStrToUpper(out);
     return absl::OkStatus();
   }
 
-  // cache_salt and chain_blocks from extra_keys (see events.h). A block
-  // whose keys hold anything beyond the LoRA name (and a root event's salt)
-  // ends the chain: its hash depends on content its tokens do not show.
-  absl::Status ExtraKeys(const object* o, BlockStoredEvent* ev) {
-    const size_t blocks = ev->block_hashes.size();
-    ev->cache_salt.clear();
-    ev->chain_blocks = blocks;
-    if (IsNull(o)) return absl::OkStatus();
-    if (o->type != mtype::ARRAY) {
-      return WrongType(kExtraKeys, *o, "an array or nil");
-    }
-    // Entries past the blocks describe nothing; missing ones are plain.
-    const size_t entries = std::min<size_t>(o->via.array.size, blocks);
-    for (size_t i = 0; i < entries; ++i) {
-      const object& entry = o->via.array.ptr[i];
-      if (entry.type == mtype::NIL) continue;
-      if (entry.type != mtype::ARRAY) {
-        // Not what msgspec sends (a tuple or None); nothing says what the
-        // block's hash covered, so it is not indexed.
-        ev->chain_blocks = i;
-        return absl::OkStatus();
-      }
-      bool lora_removed = !ev->lora_name.has_value();
-      uint32_t left = 0;
-      const object* last = nullptr;
-      for (uint32_t k = 0; k < entry.via.array.size; ++k) {
-        const object& item = entry.via.array.ptr[k];
-        if (!lora_removed && item.type == mtype::STR &&
-            Str(item) == *ev->lora_name) {
-          lora_removed = true;
-          continue;
-        }
-        ++left;
-        last = &item;
-      }
-      if (left == 0) continue;
-      if (i == 0 && !ev->parent_block_hash.has_value() && left == 1 &&
-          last->type == mtype::STR) {
-        ev->cache_salt.assign(last->via.str.ptr, last->via.str.size);
-        continue;
-      }
-      ev->chain_blocks = i;
-      return absl::OkStatus();
-    }
-    return absl::OkStatus();
+  // A field read only to be checked: a str or nil.
+  absl::Status Known(Field field, const object* o) {
+    if (IsNull(o) || o->type == mtype::STR) return absl::OkStatus();
+    return WrongType(field, *o, "a str or nil");
   }
 
   KvEventBatch* const out_;

@@ -2,23 +2,35 @@
 // decoded from one msgpack payload into plain structs.
 //
 // A payload is an EventBatch (ts, events, data_parallel_rank) that msgspec
-// encodes either as an array (older vLLM, SGLang) or as a map with those
-// keys (newer vLLM). Each event is tagged: an array whose first element is
-// the type name, or a map with a "type" key. Trailing fields an encoder
-// omitted are null; unknown fields and unknown event types are skipped and
-// counted, never fatal. Anything else malformed is an error: the caller
-// cannot know what a broken batch removed.
+// encodes either as an array (older vLLM, SGLang, whose third element is
+// attn_dp_rank) or as a map with those keys (newer vLLM). Each event is
+// tagged: an array whose first element is the type name, or a map with a
+// "type" key; an array event's fields are in vLLM's declaration order:
+//
+//   BlockStored  block_hashes, parent_block_hash, token_ids, block_size,
+//                lora_id, medium, lora_name, extra_keys, group_idx,
+//                kv_cache_spec_kind, kv_cache_spec_sliding_window,
+//                locality, ownership, session_id, event_version
+//   BlockRemoved block_hashes, medium, group_idx, locality, ownership,
+//                event_version
+//
+// Trailing fields an encoder omitted are null; unknown fields and unknown
+// event types are skipped and counted, never fatal. Anything else
+// malformed is an error: the caller cannot know what a broken batch
+// removed.
 #ifndef PREFIXD_INDEX_EVENTS_H_
 #define PREFIXD_INDEX_EVENTS_H_
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "core/types.h"
 
 namespace prefixd {
@@ -28,6 +40,58 @@ namespace prefixd {
 // worker's block again, never as the index's key.
 using EngineHash = uint64_t;
 
+// What an engine mixes into a block's hash besides its tokens, the LoRA
+// and the cache salt: a multimodal input, prompt embeddings, or a key the
+// publisher could not type. The index keys a block by its tokens *and*
+// these (index/keys.h), so a block is found only by a prompt that carries
+// the same ones. vLLM sends them in `extra_keys`, raw (a tuple per block)
+// or typed (a list of tagged maps per block); both give the same keys:
+//
+//   typed {"type":"mm","modality":..,"hash":H,"block_offset":k}  raw [H, k]
+//   typed {"type":"prompt_embeds","hash":D}                      raw D (bytes)
+//   typed {"type":"legacy","value":V}                            raw V
+struct ContentKey {
+  enum class Kind : uint8_t { kMultiModal = 1, kPromptEmbeds = 2, kLegacy = 3 };
+  Kind kind = Kind::kLegacy;
+  // mm, prompt_embeds: the hash's bytes (str or bin alike); legacy: the
+  // value's msgpack encoding.
+  std::string id;
+  int64_t offset = 0;  // mm: where the input starts, from the block's start
+
+  friend bool operator==(const ContentKey& a, const ContentKey& b) {
+    return a.kind == b.kind && a.offset == b.offset && a.id == b.id;
+  }
+  friend bool operator<(const ContentKey& a, const ContentKey& b) {
+    if (a.kind != b.kind) return a.kind < b.kind;
+    if (a.offset != b.offset) return a.offset < b.offset;
+    return a.id < b.id;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const ContentKey& k) {
+    return H::combine(std::move(h), static_cast<uint8_t>(k.kind), k.id,
+                      k.offset);
+  }
+};
+
+// The content keys of consecutive blocks, flat: block i's are
+// keys[begin[i], begin[i+1]), sorted (so their order on the wire does not
+// matter). Empty `begin`: no block has any.
+struct BlockContent {
+  std::vector<ContentKey> keys;
+  std::vector<uint32_t> begin;
+
+  bool empty() const { return begin.empty(); }
+  absl::Span<const ContentKey> Of(size_t block) const {
+    if (block + 1 >= begin.size()) return {};
+    return absl::MakeConstSpan(keys).subspan(begin[block],
+                                             begin[block + 1] - begin[block]);
+  }
+  void Clear() {
+    keys.clear();
+    begin.clear();
+  }
+};
+
 struct BlockStoredEvent {
   std::vector<EngineHash> block_hashes;
   std::optional<EngineHash> parent_block_hash;  // nullopt: starts at the root
@@ -36,21 +100,37 @@ struct BlockStoredEvent {
   std::optional<int64_t> lora_id;
   std::string medium = "GPU";  // upper-cased; "GPU" when null
   std::optional<std::string> lora_name;
-  // From extra_keys: the one string left in the first block's keys once the
-  // LoRA name is set aside (root events only; empty if none).
+  // From extra_keys: the cache salt of a root event's first block (raw: the
+  // last string left once the LoRA name is set aside; typed: its
+  // "cache_salt" key); empty if none.
   std::string cache_salt;
-  // Leading blocks whose extra keys carry nothing but the LoRA name (and, in
-  // the first block of a root event, the salt). Blocks from here on carry
-  // multimodal or other keys: their tokens alone do not name their content,
-  // so the indexed chain ends before them. == block_hashes.size() normally.
+  // From extra_keys: each block's content keys (see ContentKey).
+  BlockContent content;
+  // Leading blocks whose extra keys the decoder understood. A block whose
+  // keys it cannot read (an unknown typed key, a LoRA name other than the
+  // event's, a salt anywhere but a root event's first block) ends the
+  // indexed chain: nothing says what its hash covered.
+  // == block_hashes.size() normally.
   size_t chain_blocks = 0;
-  int64_t group_idx = 0;  // 0 when null
+  int64_t group_idx = 0;  // the KV-cache group; 0 when null
+  // The group's kind as vLLM names it ("full_attention", "sliding_window",
+  // "mamba", ...; empty when null) and its window in tokens (0 when null).
+  std::string kv_cache_spec_kind;
+  int64_t kv_cache_spec_sliding_window = 0;
+  // Upper-cased; empty when null. LOCAL or REMOTE relative to the
+  // publisher, and the secondary offloading tier that generated the event.
+  std::string locality;
+  std::string ownership;
+  int64_t event_version = 0;  // 0 when null
 };
 
 struct BlockRemovedEvent {
   std::vector<EngineHash> block_hashes;
   std::string medium = "GPU";
   int64_t group_idx = 0;
+  std::string locality;
+  std::string ownership;
+  int64_t event_version = 0;
 };
 
 struct AllBlocksClearedEvent {};

@@ -408,19 +408,23 @@ TEST(DecodeEventBatchTest, OlderVllmBlockRemovedWithoutGroupIdx) {
 TEST(DecodeEventBatchTest, UnknownArrayTailsAndMapKeysAreSkippedAndCounted) {
   KvEventBatch b;
   V stored = StoredArray(Arr({1}), kNil, Tokens(0, 2), 2);
-  stored.items.push_back("future");  // position 12
+  // locality, ownership, session_id, event_version: known.
+  for (V v : {V("LOCAL"), kNil, V("session-1"), V(1)})
+    stored.items.push_back(v);
+  stored.items.push_back("future");  // position 16
   stored.items.push_back(Arr({1, 2}));
-  const V payload = Map(
-      {{"ts", Float(0.5)},
-       {"events",
-        Arr({stored, Arr({"BlockRemoved", Arr({1}), "GPU", 0, Map({{"x", 1}})}),
-             Arr({"AllBlocksCleared", 1}),
-             Map({{"type", "BlockRemoved"},
-                  {"block_hashes", Arr({1})},
-                  {"medium", "GPU"},
-                  {"eviction_reason", "lru"},
-                  {7, 8}})})},
-       {"producer", "vllm-0.20"}});
+  const V payload =
+      Map({{"ts", Float(0.5)},
+           {"events", Arr({stored,
+                           Arr({"BlockRemoved", Arr({1}), "GPU", 0, kNil, kNil,
+                                kNil, Map({{"x", 1}})}),
+                           Arr({"AllBlocksCleared", 1}),
+                           Map({{"type", "BlockRemoved"},
+                                {"block_hashes", Arr({1})},
+                                {"medium", "GPU"},
+                                {"eviction_reason", "lru"},
+                                {7, 8}})})},
+           {"producer", "vllm-0.20"}});
   ASSERT_TRUE(Decode(payload, &b).ok());
   EXPECT_EQ(b.events.size(), 4u);
   // 2 (stored) + 1 (removed) + 1 (cleared) + 2 (map event) + 1 (batch).
@@ -467,6 +471,22 @@ TEST(DecodeEventBatchTest, ExtraKeysSetTheLoraNameAside) {
   EXPECT_EQ(s->chain_blocks, 3u);
 }
 
+// The msgpack encoding of a str, as a legacy content key holds it.
+std::string PackedStr(const std::string& s) { return Bytes(V(s.c_str())); }
+
+ContentKey Key(ContentKey::Kind kind, std::string id, int64_t offset = 0) {
+  ContentKey k;
+  k.kind = kind;
+  k.id = std::move(id);
+  k.offset = offset;
+  return k;
+}
+
+std::vector<ContentKey> ContentOf(const BlockStoredEvent& s, size_t block) {
+  const absl::Span<const ContentKey> keys = s.content.Of(block);
+  return std::vector<ContentKey>(keys.begin(), keys.end());
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysSetOnlyOneCopyOfTheLoraNameAside) {
   KvEventBatch b;
   ASSERT_TRUE(
@@ -477,7 +497,11 @@ TEST(DecodeEventBatchTest, ExtraKeysSetOnlyOneCopyOfTheLoraNameAside) {
           .ok());
   const BlockStoredEvent* s = Stored(b, 0);
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(s->chain_blocks, 1u);
+  EXPECT_EQ(s->chain_blocks, 2u);
+  // The second copy is content the block's hash covered.
+  EXPECT_TRUE(ContentOf(*s, 0).empty());
+  EXPECT_THAT(ContentOf(*s, 1), ElementsAre(Key(ContentKey::Kind::kLegacy,
+                                                PackedStr("adapter"))));
 }
 
 TEST(DecodeEventBatchTest, SaltComesFromTheFirstBlockOfARootEvent) {
@@ -494,7 +518,7 @@ TEST(DecodeEventBatchTest, SaltComesFromTheFirstBlockOfARootEvent) {
   EXPECT_EQ(s->chain_blocks, 3u);
 }
 
-TEST(DecodeEventBatchTest, MultimodalKeyInTheThirdBlockEndsTheChainThere) {
+TEST(DecodeEventBatchTest, AnOlderEnginesMultimodalHashIsALegacyKey) {
   KvEventBatch b;
   ASSERT_TRUE(
       Decode(ArrayBatch({StoredWithKeys(
@@ -505,42 +529,60 @@ TEST(DecodeEventBatchTest, MultimodalKeyInTheThirdBlockEndsTheChainThere) {
   const BlockStoredEvent* s = Stored(b, 0);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->cache_salt, "salt");
-  EXPECT_EQ(s->chain_blocks, 2u);
-  EXPECT_EQ(s->block_hashes.size(), 4u);  // still reported, just not chained
+  EXPECT_EQ(s->chain_blocks, 4u);
+  EXPECT_TRUE(ContentOf(*s, 0).empty());
+  EXPECT_TRUE(ContentOf(*s, 1).empty());
+  EXPECT_THAT(ContentOf(*s, 2), ElementsAre(Key(ContentKey::Kind::kLegacy,
+                                                PackedStr("mm-hash-0f3a"))));
+  EXPECT_TRUE(ContentOf(*s, 3).empty());
 }
 
-TEST(DecodeEventBatchTest, NonStringExtraKeysEndTheChain) {
+TEST(DecodeEventBatchTest, EmbeddingsAndMultimodalTuplesAreContentKeys) {
   KvEventBatch b;
   ASSERT_TRUE(
-      Decode(ArrayBatch(
-                 {StoredWithKeys(
-                      3, kNil, Arr({kNil, Arr({Bin("embeds-digest")}), kNil})),
-                  StoredWithKeys(2, kNil, Arr({Arr({Arr({"mm", 0})}), kNil}))}),
-             &b)
+      Decode(
+          ArrayBatch(
+              {StoredWithKeys(3, kNil,
+                              Arr({kNil, Arr({Bin("embeds-digest")}), kNil})),
+               StoredWithKeys(
+                   2, kNil,
+                   Arr({Arr({Arr({"mm-b", 5}), Arr({"mm-a", -3})}), kNil}))}),
+          &b)
           .ok());
   const BlockStoredEvent* s = Stored(b, 0);
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(s->chain_blocks, 1u);
+  EXPECT_EQ(s->chain_blocks, 3u);
+  EXPECT_THAT(ContentOf(*s, 1), ElementsAre(Key(ContentKey::Kind::kPromptEmbeds,
+                                                "embeds-digest")));
   const BlockStoredEvent* t = Stored(b, 1);
   ASSERT_NE(t, nullptr);
-  EXPECT_EQ(t->chain_blocks, 0u);  // a tuple in block 0 is no salt either
-  EXPECT_EQ(t->cache_salt, "");
+  EXPECT_EQ(t->chain_blocks, 2u);
+  EXPECT_EQ(t->cache_salt, "");  // a tuple in block 0 is no salt
+  // Sorted: by kind, then offset.
+  EXPECT_THAT(ContentOf(*t, 0),
+              ElementsAre(Key(ContentKey::Kind::kMultiModal, "mm-a", -3),
+                          Key(ContentKey::Kind::kMultiModal, "mm-b", 5)));
+  EXPECT_TRUE(ContentOf(*t, 1).empty());
 }
 
-TEST(DecodeEventBatchTest, SecondStringInTheFirstBlockEndsTheChainAtZero) {
+// vLLM's order: the LoRA name, the multimodal hashes (older engines: plain
+// strings), the salt.
+TEST(DecodeEventBatchTest, TheLastStringOfARootEventsFirstBlockIsTheSalt) {
   KvEventBatch b;
   ASSERT_TRUE(Decode(ArrayBatch({StoredWithKeys(
                          2, "adapter",
-                         Arr({Arr({"adapter", "salt", "mm-hash"}), kNil}))}),
+                         Arr({Arr({"adapter", "mm-hash", "salt"}), kNil}))}),
                      &b)
                   .ok());
   const BlockStoredEvent* s = Stored(b, 0);
   ASSERT_NE(s, nullptr);
-  EXPECT_EQ(s->chain_blocks, 0u);
-  EXPECT_EQ(s->cache_salt, "");
+  EXPECT_EQ(s->chain_blocks, 2u);
+  EXPECT_EQ(s->cache_salt, "salt");
+  EXPECT_THAT(ContentOf(*s, 0), ElementsAre(Key(ContentKey::Kind::kLegacy,
+                                                PackedStr("mm-hash"))));
 }
 
-TEST(DecodeEventBatchTest, SaltLikeStringInANonRootEventEndsTheChain) {
+TEST(DecodeEventBatchTest, AStringInANonRootEventIsNoSalt) {
   KvEventBatch b;
   ASSERT_TRUE(Decode(ArrayBatch({StoredWithKeys(
                          2, kNil, Arr({Arr({"salt"}), kNil}), /*parent=*/77)}),
@@ -549,8 +591,135 @@ TEST(DecodeEventBatchTest, SaltLikeStringInANonRootEventEndsTheChain) {
   const BlockStoredEvent* s = Stored(b, 0);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->parent_block_hash, 77u);
-  EXPECT_EQ(s->chain_blocks, 0u);
+  EXPECT_EQ(s->chain_blocks, 2u);
   EXPECT_EQ(s->cache_salt, "");
+  EXPECT_THAT(ContentOf(*s, 0),
+              ElementsAre(Key(ContentKey::Kind::kLegacy, PackedStr("salt"))));
+}
+
+// The newest vLLM types its extra keys; an older one sends raw tuples. The
+// same request must give the same namespace and the same content keys.
+TEST(DecodeEventBatchTest, TypedAndRawExtraKeysGiveTheSameNamespaceAndKeys) {
+  const V raw =
+      Arr({Arr({"adapter", Arr({"img-1", 3}), "salt-7", Bin("emb-0")}),
+           Arr({"adapter", Arr({"img-1", -13}), "old-mm"}), kNil});
+  const V typed =
+      Arr({Arr({Map({{"type", "lora"}, {"name", "adapter"}}),
+                Map({{"type", "mm"},
+                     {"modality", "image"},
+                     {"hash", "img-1"},
+                     {"block_offset", 3}}),
+                Map({{"type", "cache_salt"}, {"salt", "salt-7"}}),
+                Map({{"type", "prompt_embeds"}, {"hash", Bin("emb-0")}})}),
+           // Another order within a block changes nothing.
+           Arr({Map({{"type", "legacy"}, {"value", "old-mm"}}),
+                Map({{"type", "mm"}, {"hash", "img-1"}, {"block_offset", -13}}),
+                Map({{"type", "lora"}, {"name", "adapter"}})}),
+           Arr({})});
+  KvEventBatch from_raw, from_typed;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(3, "adapter", raw)}), &from_raw).ok());
+  // The typed form may leave lora_name null: its LoRA key names it.
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(3, kNil, typed)}), &from_typed).ok());
+  const BlockStoredEvent* r = Stored(from_raw, 0);
+  const BlockStoredEvent* t = Stored(from_typed, 0);
+  ASSERT_NE(r, nullptr);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(r->lora_name, "adapter");
+  EXPECT_EQ(t->lora_name, "adapter");
+  EXPECT_EQ(r->cache_salt, "salt-7");
+  EXPECT_EQ(t->cache_salt, "salt-7");
+  EXPECT_EQ(r->chain_blocks, 3u);
+  EXPECT_EQ(t->chain_blocks, 3u);
+  for (size_t block = 0; block < 3; ++block) {
+    EXPECT_EQ(ContentOf(*r, block), ContentOf(*t, block)) << "block " << block;
+  }
+  EXPECT_THAT(ContentOf(*t, 0),
+              ElementsAre(Key(ContentKey::Kind::kMultiModal, "img-1", 3),
+                          Key(ContentKey::Kind::kPromptEmbeds, "emb-0")));
+  EXPECT_THAT(ContentOf(*t, 1),
+              ElementsAre(Key(ContentKey::Kind::kMultiModal, "img-1", -13),
+                          Key(ContentKey::Kind::kLegacy, PackedStr("old-mm"))));
+}
+
+// What the decoder cannot vouch for ends the chain before that block.
+TEST(DecodeEventBatchTest, TypedKeysItCannotReadEndTheChain) {
+  const std::vector<std::pair<const char*, V>> cases = {
+      {"unknown type", Map({{"type", "audio_codes"}, {"hash", "x"}})},
+      {"no type", Map({{"hash", "x"}})},
+      {"another LoRA", Map({{"type", "lora"}, {"name", "other"}})},
+      {"salt outside block 0", Map({{"type", "cache_salt"}, {"salt", "s"}})},
+      {"mm without offset", Map({{"type", "mm"}, {"hash", "x"}})},
+      {"mm hash an int",
+       Map({{"type", "mm"}, {"hash", 7}, {"block_offset", 0}})},
+      {"embeds without hash", Map({{"type", "prompt_embeds"}})},
+      {"legacy without value", Map({{"type", "legacy"}})},
+  };
+  for (const auto& [what, key] : cases) {
+    KvEventBatch b;
+    ASSERT_TRUE(
+        Decode(ArrayBatch({StoredWithKeys(
+                   3, "adapter",
+                   Arr({Arr({"adapter"}), Arr({"adapter", key}), kNil}))}),
+               &b)
+            .ok())
+        << what;
+    ASSERT_NE(Stored(b, 0), nullptr) << what;
+    EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u) << what;
+  }
+  // A second typed salt in block 0, or one in a non-root event: block 0.
+  KvEventBatch b;
+  const V salt = Map({{"type", "cache_salt"}, {"salt", "s"}});
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredWithKeys(2, kNil, Arr({Arr({salt, salt})})),
+                         StoredWithKeys(2, kNil, Arr({Arr({salt})}), 77)}),
+             &b)
+          .ok());
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 0u);
+  EXPECT_EQ(Stored(b, 1)->chain_blocks, 0u);
+}
+
+TEST(DecodeEventBatchTest, NewestFieldsAreReadInBothForms) {
+  KvEventBatch b;
+  V stored =
+      StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil, "cpu", kNil, kNil, 2);
+  stored.items[10] = "Sliding_Window";
+  stored.items[11] = 4096;
+  for (V v : {V("remote"), V("lmcache"), V("sess-9"), V(1)})
+    stored.items.push_back(v);
+  ASSERT_TRUE(Decode(ArrayBatch({stored, Map({{"type", "BlockRemoved"},
+                                              {"block_hashes", Arr({1})},
+                                              {"medium", "cpu"},
+                                              {"group_idx", 2},
+                                              {"locality", "LOCAL"},
+                                              {"ownership", "lmcache"},
+                                              {"event_version", 1}})}),
+                     &b)
+                  .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->group_idx, 2);
+  EXPECT_EQ(s->kv_cache_spec_kind, "sliding_window");
+  EXPECT_EQ(s->kv_cache_spec_sliding_window, 4096);
+  EXPECT_EQ(s->locality, "REMOTE");
+  EXPECT_EQ(s->ownership, "lmcache");
+  EXPECT_EQ(s->event_version, 1);
+  EXPECT_EQ(b.unknown_fields, 0u);
+  const BlockRemovedEvent* r = Removed(b, 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->locality, "LOCAL");
+  EXPECT_EQ(r->ownership, "lmcache");
+  EXPECT_EQ(r->event_version, 1);
+
+  // Wrong types are errors naming the field.
+  stored.items[12] = 5;
+  const absl::Status st = DecodeError(ArrayBatch({stored}));
+  EXPECT_THAT(st.message(), HasSubstr("locality is a int"));
+  stored.items[12] = kNil;
+  stored.items[11] = -1;
+  EXPECT_THAT(DecodeError(ArrayBatch({stored})).message(),
+              HasSubstr("kv_cache_spec_sliding_window -1 is negative"));
 }
 
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
@@ -805,7 +974,8 @@ TEST(DecodeEventBatchTest, DeepNestingIsRefused) {
                      &b)
                   .ok());
   ASSERT_NE(Stored(b, 0), nullptr);
-  EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u);
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 2u);  // a legacy key of block 1
+  EXPECT_EQ(Stored(b, 0)->content.Of(1).size(), 1u);
 }
 
 TEST(DecodeEventBatchTest, BoolsAreNotInts) {

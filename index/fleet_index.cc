@@ -5,6 +5,7 @@
 #include <utility>
 #include <variant>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "index/keys.h"
@@ -57,7 +58,7 @@ void FleetIndex::SetState(WorkerId id, WorkerState state,
   MutexLock lock(&mu_);
   WorkerRecord& w = workers_.Get(id);
   w.state = state;
-  if (!detail.empty()) w.detail = std::string(detail);
+  w.detail = std::string(detail);
 }
 
 void FleetIndex::CountGap(WorkerId id) {
@@ -82,7 +83,9 @@ void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
   WorkerRecord& w = workers_.Get(id);
   ClearLocked(w, reason);
   w.state = WorkerState::kConnecting;
-  if (!detail.empty()) w.detail = std::string(detail);
+  w.detail = std::string(detail);
+  w.last_error = absl::StrCat(ClearReasonName(reason), ": ", detail);
+  w.last_seq = -1;
 }
 
 void FleetIndex::ClearLocked(WorkerRecord& w, ClearReason reason) {
@@ -111,6 +114,7 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
       "events carry block_size %d but index.block_size is %d: set "
       "--index_block_size to the engine's block size",
       wrong->block_size, options_.block_size);
+  w.last_error = w.detail;
   DropCounts drops = {};
   drops[static_cast<int>(DropReason::kBlockSize)] = blocks;
   workers_.CountDrops(w.id, drops);
@@ -133,9 +137,10 @@ void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
   for (const KvEvent& e : batch.events) {
     if (const auto* st = std::get_if<BlockStoredEvent>(&e)) {
       ++w.events_by_type[0];
-      tree_.Store(id, *st, stamp, &drops);
+      StoreLocked(w, *st, stamp, &drops);
     } else if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
       ++w.events_by_type[1];
+      w.event_version = std::max(w.event_version, rm->event_version);
       tree_.Remove(id, *rm);
     } else {
       ++w.events_by_type[2];
@@ -143,8 +148,50 @@ void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
     }
   }
   workers_.CountDrops(id, drops);
-  w.state = WorkerState::kLive;
+  if (w.state != WorkerState::kLive) {
+    w.state = WorkerState::kLive;
+    w.detail.clear();
+  }
   Trim();
+}
+
+void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
+                             uint64_t stamp, DropCounts* drops) {
+  w.event_version = std::max(w.event_version, ev.event_version);
+  const int64_t g = ev.group_idx;
+  DropReason reason;
+  if (g < 0 || g >= kMaxGroups) {
+    reason = DropReason::kGroup;
+  } else {
+    LearnGroup(w, ev);
+    if (g > 0 && w.groups[static_cast<size_t>(g)].kind == GroupKind::kNone) {
+      reason = DropReason::kGroup;
+    } else if (ev.block_size != options_.block_size) {
+      reason = DropReason::kBlockSize;
+    } else {
+      tree_.Store(w.id, ev, stamp, drops);
+      return;
+    }
+  }
+  (*drops)[static_cast<int>(reason)] += ev.block_hashes.size();
+}
+
+// A group is indexed once a store has declared its kind (group 0 is full
+// attention unless declared otherwise, as every engine without hybrid
+// groups has it). Older engines send group_idx without a kind: their
+// other groups are skipped, and routing follows group 0 alone.
+void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
+  if (ev.kv_cache_spec_kind.empty()) return;
+  GroupRule rule =
+      RuleForSpec(ev.kv_cache_spec_kind, ev.kv_cache_spec_sliding_window,
+                  options_.block_size);
+  // Blocks of another size cannot line up with the index's: such a group
+  // can never vouch for a prefix (group 0's case is RejectBlockSize's).
+  if (ev.block_size != options_.block_size) rule.kind = GroupKind::kUnsupported;
+  GroupRule& known = w.groups[static_cast<size_t>(ev.group_idx)];
+  if (rule == known) return;
+  known = rule;
+  hybrid_.Set(w.id, w.groups);
 }
 
 void FleetIndex::Trim() {
@@ -162,10 +209,10 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   // The keys are computed before the lock is taken.
   const size_t bs = static_cast<size_t>(options_.block_size);
   absl::InlinedVector<Token, 512> keys(q.tokens.size() / bs * kKeyTokens);
-  BlockKeys(q.tokens, bs, q.tokens.size() / bs, keys.data());
+  BlockKeys(q.tokens, bs, q.tokens.size() / bs, q.content, keys.data());
   RouteScores scores;
   ReaderMutexLock lock(&mu_);
-  tree_.Score(keys, ns, workers_.size(),
+  tree_.Score(keys, ns, workers_.size(), hybrid_,
               clock_.fetch_add(1, std::memory_order_relaxed) + 1, &scores);
   return Assemble(q, scores, now);
 }
@@ -188,7 +235,7 @@ RouteResult FleetIndex::Assemble(const RouteQuery& q, const RouteScores& scores,
                                         w.name) == q.workers.end()) {
       continue;
     }
-    order.push_back({scores.Any(id), &w});
+    order.push_back({scores.Usable(id), &w});
   }
   std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
     if (a.blocks != b.blocks) return a.blocks > b.blocks;
@@ -202,16 +249,21 @@ RouteResult FleetIndex::Assemble(const RouteQuery& q, const RouteScores& scores,
     WorkerMatch& m = result.workers[i];
     m.worker = w.name;
     m.matched_blocks = order[i].blocks;
+    m.full_attention_blocks = scores.FullAttention(w.id);
     for (size_t k = 0; k < scores.num_mediums; ++k) {
-      const uint32_t held = scores.InMedium(num_workers, w.id, k);
+      const uint32_t held = scores.InMedium(w.id, k);
       if (held > 0) m.mediums.push_back({tree_.MediumName(k), held});
     }
     m.state = w.state;
     m.last_seq = w.last_seq;
     m.lag_ms = w.LagMs(now);
   }
-  if (!result.workers.empty() && result.workers[0].matched_blocks > 0) {
-    result.best_worker = result.workers[0].worker;
+  for (const WorkerMatch& m : result.workers) {
+    if (m.matched_blocks == 0) break;
+    if (m.state == WorkerState::kLive) {
+      result.best_worker = m.worker;
+      break;
+    }
   }
   return result;
 }
@@ -224,6 +276,7 @@ WorkerStatus FleetIndex::StatusOf(const WorkerRecord& w, absl::Time now) const {
   s.endpoint = w.endpoint;
   s.state = w.state;
   s.state_detail = w.detail;
+  s.last_error = w.last_error;
   for (const HolderTree::MediumBlocks& m : tree_.Holdings(w.id))
     s.mediums.push_back({std::string(m.medium), m.blocks});
   s.events_by_type = w.events_by_type;
@@ -237,6 +290,11 @@ WorkerStatus FleetIndex::StatusOf(const WorkerRecord& w, absl::Time now) const {
   s.last_seq = w.last_seq;
   s.last_event_unix_ms = w.last_event_unix_ms;
   s.lag_ms = w.LagMs(now);
+  s.event_version = w.event_version;
+  for (int g = 0; g < kMaxGroups; ++g) {
+    if (w.groups[static_cast<size_t>(g)].kind != GroupKind::kNone)
+      s.groups.push_back({g, w.groups[static_cast<size_t>(g)]});
+  }
   return s;
 }
 

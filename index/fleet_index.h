@@ -57,6 +57,13 @@ class FleetIndex final : public KvIndex {
   // trusted to line up with the index's blocks.
   bool RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores the event, or counts why not (a group without a rule).
+  void StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev, uint64_t stamp,
+                   DropCounts* drops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records the rule a store declares for its group (REQUIRES: group_idx
+  // in range).
+  void LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearLocked(WorkerRecord& w, ClearReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -69,6 +76,8 @@ class FleetIndex final : public KvIndex {
   mutable Mutex mu_;
   HolderTree tree_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  // The group rules of workers serving hybrid models, for Score.
+  HybridRules hybrid_ ABSL_GUARDED_BY(mu_);
   // Recency for max_entries: Apply and Route advance it; Route under the
   // shared lock, hence atomic.
   mutable std::atomic<uint64_t> clock_{0};

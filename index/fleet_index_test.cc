@@ -318,6 +318,198 @@ TEST_F(FleetIndexTest, RetiredWorkerLeavesRouteAndComesBack) {
   EXPECT_EQ(Route({1})["w1"], 0u);
 }
 
+TEST_F(FleetIndexTest, ContentKeysArePartOfTheBlock) {
+  BlockStoredEvent ev = Stored({}, {1, 2, 3});
+  ContentKey image;
+  image.kind = ContentKey::Kind::kMultiModal;
+  image.id = "img-7";
+  image.offset = 2;
+  // Block 1 carries the image: [] [img] [].
+  ev.content.keys = {image};
+  ev.content.begin = {0, 0, 1, 1};
+  Apply(w0_, {ev});
+  std::vector<Token> tokens = Prompt({1, 2, 3});
+  RouteQuery q;
+  q.tokens = tokens;
+  // Without the image the prompt matches only up to it.
+  EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 1u);
+  BlockContent content;
+  content.keys = {image};
+  content.begin = {0, 0, 1, 1};
+  q.content = &content;
+  EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 3u);
+  // Another image, or the same one at another offset, is another block.
+  content.keys[0].offset = 3;
+  EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 1u);
+  content.keys[0].offset = 2;
+  content.keys[0].id = "img-8";
+  EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 1u);
+}
+
+TEST_F(FleetIndexTest, BestWorkerIsALiveWorker) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  Apply(w1_, {Stored({}, {1, 2})});
+  index_.SetState(w0_, WorkerState::kReplaying, "replaying from batch 4");
+  std::vector<Token> tokens = Prompt({1, 2, 3});
+  RouteQuery q;
+  q.tokens = tokens;
+  RouteResult r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].worker, "w0");  // still sorted by what it holds
+  EXPECT_EQ(r.best_worker, "w1");        // but not LIVE
+  // LIVE again with its next batch, and the detail is gone.
+  Apply(w0_, {Stored({1, 2, 3}, {4})});
+  EXPECT_EQ(index_.Route(q).best_worker, "w0");
+  EXPECT_EQ(index_.Stats().workers[0].state_detail, "");
+}
+
+TEST_F(FleetIndexTest, AClearStartsTheStreamOver) {
+  Apply(w0_, {Stored({}, {1})});
+  EXPECT_EQ(index_.Stats().workers[0].last_seq, 1);
+  index_.ClearWorker(w0_, ClearReason::kReconnect, "reconnected");
+  const WorkerStatus s = index_.Stats().workers[0];
+  EXPECT_EQ(s.last_seq, -1);
+  EXPECT_EQ(s.state, WorkerState::kConnecting);
+  EXPECT_EQ(s.state_detail, "reconnected");
+}
+
+// A hybrid model: group 0 full attention, group 1 a sliding window of 9
+// tokens (cdiv(9 - 1, 4) = 2 blocks before a boundary), group 2 a state.
+class HybridIndexTest : public FleetIndexTest {
+ protected:
+  BlockStoredEvent InGroup(const std::vector<Token>& parent,
+                           const std::vector<Token>& blocks, int group,
+                           const char* kind, int64_t window = 0) {
+    BlockStoredEvent ev = Stored(parent, blocks);
+    ev.group_idx = group;
+    ev.kv_cache_spec_kind = kind;
+    ev.kv_cache_spec_sliding_window = window;
+    return ev;
+  }
+  BlockRemovedEvent RemovedIn(const std::vector<std::vector<Token>>& paths,
+                              int group) {
+    BlockRemovedEvent ev = Removed(paths);
+    ev.group_idx = group;
+    return ev;
+  }
+  // matched / full-attention blocks of `w` for the prompt.
+  std::pair<uint64_t, uint64_t> Match(const std::vector<Token>& blocks,
+                                      absl::string_view w) {
+    std::vector<Token> tokens = Prompt(blocks);
+    RouteQuery q;
+    q.tokens = tokens;
+    for (const WorkerMatch& m : index_.Route(q).workers) {
+      if (m.worker == w) return {m.matched_blocks, m.full_attention_blocks};
+    }
+    return {999, 999};
+  }
+};
+
+TEST_F(HybridIndexTest, ASlidingWindowNeedsItsBlocksBeforeTheBoundary) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5, 6, 7};
+  Apply(w0_, {InGroup({}, chain, 0, "full_attention")});
+  // The window group still holds only its last blocks.
+  Apply(w0_, {InGroup({1, 2, 3, 4}, {5, 6, 7}, 1, "sliding_window", 9)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{7}, uint64_t{7}));
+  // Blocks 5 and 6 make boundary 6 usable too: a prompt ending there.
+  EXPECT_EQ(Match({1, 2, 3, 4, 5, 6}, "w0"),
+            std::make_pair(uint64_t{6}, uint64_t{6}));
+  // Boundary 5 needs blocks 4 and 5 (3 and 4 here, 0-based): 4 is gone.
+  EXPECT_EQ(Match({1, 2, 3, 4, 5}, "w0"),
+            std::make_pair(uint64_t{0}, uint64_t{5}));
+  // The window loses block 6: boundary 7 needs 6 and 7 in the window.
+  Apply(w0_, {RemovedIn({{1, 2, 3, 4, 5, 6}}, 1)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{7}));
+  // w1 holds the whole chain in both groups: it is the one to route to.
+  Apply(w1_, {InGroup({}, chain, 0, "full_attention"),
+              InGroup({}, chain, 1, "sliding_window", 9)});
+  std::vector<Token> tokens = Prompt(chain);
+  RouteQuery q;
+  q.tokens = tokens;
+  const RouteResult r = index_.Route(q);
+  EXPECT_EQ(r.best_worker, "w1");
+  EXPECT_EQ(r.workers[0].matched_blocks, 7u);
+}
+
+TEST_F(HybridIndexTest, AStateGroupNeedsTheBoundaryBlockOnly) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5, 6, 7, 8};
+  Apply(w0_, {InGroup({}, chain, 0, "full_attention"),
+              InGroup({1, 2, 3, 4, 5}, {6}, 2, "mamba")});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{6}, uint64_t{8}));
+  EXPECT_EQ(Match({1, 2, 3, 4, 5, 6}, "w0"),
+            std::make_pair(uint64_t{6}, uint64_t{6}));
+}
+
+TEST_F(HybridIndexTest, AGroupOfAKindWithoutARuleMakesNothingUsable) {
+  const std::vector<Token> chain = {1, 2, 3};
+  Apply(w0_, {InGroup({}, chain, 0, "full_attention"),
+              InGroup({}, chain, 1, "chunked_local_attention")});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{3}));
+}
+
+TEST_F(HybridIndexTest, GroupZeroCanBeTheWindow) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5};
+  Apply(w0_, {InGroup({}, chain, 0, "sliding_window", 9)});
+  Apply(w0_, {Removed({{1}, {1, 2}})});  // group 0 evicts its oldest blocks
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{0}));
+}
+
+// Every rule against a brute-force model: a worker holds random sets of a
+// 10-block chain in a full, a window (3 blocks) and a state group; Route's
+// usable prefix is the largest n every group allows.
+TEST(HybridIndexRandom, UsablePrefixAgreesWithABruteForceModel) {
+  std::mt19937 rng(2026);
+  const std::vector<Token> chain = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  const size_t len = chain.size();
+  for (int round = 0; round < 300; ++round) {
+    FleetIndex index(IndexOptions{kBs, 1000000});
+    const WorkerId w = index.AddWorker("w", "");
+    std::vector<std::vector<bool>> held(3, std::vector<bool>(len));
+    for (auto& g : held)
+      for (size_t b = 0; b < len; ++b) g[b] = rng() % 4 != 0;
+    const char* kinds[3] = {"full_attention", "sliding_window", "mamba"};
+    KvEventBatch batch;
+    for (int g = 0; g < 3; ++g) {
+      for (size_t b = 0; b < len; ++b) {
+        // Group 0 stores everything first, so every parent is known; its
+        // holes are removed after.
+        if (g > 0 && !held[g][b]) continue;
+        std::vector<Token> parent(chain.begin(), chain.begin() + b);
+        BlockStoredEvent ev = Stored(parent, {chain[b]});
+        ev.group_idx = g;
+        ev.kv_cache_spec_kind = kinds[g];
+        ev.kv_cache_spec_sliding_window = g == 1 ? 3 * kBs + 1 : 0;
+        batch.events.push_back(ev);
+      }
+    }
+    std::vector<std::vector<Token>> holes;
+    for (size_t b = 0; b < len; ++b) {
+      if (!held[0][b])
+        holes.push_back(
+            std::vector<Token>(chain.begin(), chain.begin() + b + 1));
+    }
+    batch.events.push_back(Removed(holes));
+    index.Apply(w, batch, 0, absl::Now());
+    ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
+
+    size_t want = 0, full = 0;
+    while (full < len && held[0][full]) ++full;
+    for (size_t n = 1; n <= len; ++n) {
+      bool ok = n <= full && held[2][n - 1];
+      for (size_t b = n - std::min<size_t>(3, n); b < n; ++b)
+        ok = ok && held[1][b];
+      if (ok) want = n;
+    }
+    std::vector<Token> tokens = Prompt(chain);
+    RouteQuery q;
+    q.tokens = tokens;
+    const RouteResult r = index.Route(q);
+    ASSERT_EQ(r.workers.size(), 1u);
+    ASSERT_EQ(r.workers[0].matched_blocks, want) << "round " << round;
+    ASSERT_EQ(r.workers[0].full_attention_blocks, full) << "round " << round;
+  }
+}
+
 TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   FleetIndex index(IndexOptions{kBs, 10});
   const WorkerId w = index.AddWorker("w", "");

@@ -16,10 +16,21 @@
 namespace prefixd {
 namespace {
 
-// A holder packs (worker, medium): 24 bits of worker, 8 of medium.
-uint32_t PackHolder(WorkerId w, uint8_t medium) { return (w << 8) | medium; }
-WorkerId HolderWorker(uint32_t h) { return h >> 8; }
+// A holder packs (worker, group, medium): 20 bits of worker, 4 of KV-cache
+// group, 8 of medium.
+uint32_t PackHolder(WorkerId w, int64_t group, uint8_t medium) {
+  return (w << 12) | (static_cast<uint32_t>(group) << 8) | medium;
+}
+WorkerId HolderWorker(uint32_t h) { return h >> 12; }
+int HolderGroup(uint32_t h) { return static_cast<int>((h >> 8) & 0xf); }
 uint8_t HolderMedium(uint32_t h) { return static_cast<uint8_t>(h & 0xff); }
+bool SameWorkerAndMedium(uint32_t a, uint32_t b) {
+  return HolderWorker(a) == HolderWorker(b) &&
+         HolderMedium(a) == HolderMedium(b);
+}
+
+static_assert(HolderTree::kMaxWorkers == 1u << 20 && kMaxGroups == 16,
+              "holders pack 20 bits of worker and 4 of group");
 
 }  // namespace
 
@@ -43,7 +54,7 @@ HolderTree::HolderTree(int block_size) : block_size_(block_size) {
 HolderTree::~HolderTree() = default;
 
 void HolderTree::AddWorker(WorkerId worker) {
-  // Holders pack the worker in 24 bits.
+  // Holders pack the worker in 20 bits; the registry refuses more workers.
   if (worker >= kMaxWorkers) std::abort();
   if (holdings_.size() <= worker) holdings_.resize(worker + 1);
   holdings_[worker].medium_blocks.resize(mediums_.size());
@@ -100,16 +111,25 @@ uint8_t HolderTree::MediumId(absl::string_view medium) {
   return static_cast<uint8_t>(mediums_.size() - 1);
 }
 
-void HolderTree::Hold(WorkerId worker, uint32_t slot, uint8_t medium,
+uint8_t HolderTree::TierId(absl::string_view medium, absl::string_view locality,
+                           absl::string_view ownership) {
+  if (locality.empty() && ownership.empty()) return MediumId(medium);
+  return MediumId(TierName(medium, locality, ownership));
+}
+
+void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
                       EngineHash hash) {
   WorkerHoldings& held = holdings_[worker];
-  const uint32_t h = PackHolder(worker, medium);
   {
     Slot& s = slots_[slot];
-    if (std::find(s.holders.begin(), s.holders.end(), h) == s.holders.end()) {
-      s.holders.push_back(h);
+    if (std::find(s.holders.begin(), s.holders.end(), holder) ==
+        s.holders.end()) {
+      const bool new_in_medium = std::none_of(
+          s.holders.begin(), s.holders.end(),
+          [&](uint32_t h) { return SameWorkerAndMedium(h, holder); });
+      s.holders.push_back(holder);
       ++entries_;
-      ++held.medium_blocks[medium];
+      if (new_in_medium) ++held.medium_blocks[HolderMedium(holder)];
     }
   }
   const SlotRef ref{slot, slots_[slot].gen};
@@ -123,23 +143,46 @@ void HolderTree::Hold(WorkerId worker, uint32_t slot, uint8_t medium,
   const SlotRef old = it->second;
   it->second = ref;
   if (Slot* s = Resolve(old); s != nullptr) {
-    for (size_t m = 0; m < mediums_.size(); ++m)
-      Unhold(worker, old.slot, static_cast<uint8_t>(m));
+    UnholdAll(worker, old.slot);
     if (s->holders.empty()) Prune(s->node);
   }
 }
 
-bool HolderTree::Unhold(WorkerId worker, uint32_t slot, uint8_t medium) {
+bool HolderTree::Unhold(uint32_t holder, uint32_t slot) {
   Slot& s = slots_[slot];
-  const uint32_t h = PackHolder(worker, medium);
-  auto it = std::find(s.holders.begin(), s.holders.end(), h);
+  auto it = std::find(s.holders.begin(), s.holders.end(), holder);
   if (it != s.holders.end()) {
     s.holders.erase(it);
     --entries_;
-    --holdings_[worker].medium_blocks[medium];
+    if (std::none_of(s.holders.begin(), s.holders.end(), [&](uint32_t h) {
+          return SameWorkerAndMedium(h, holder);
+        })) {
+      --holdings_[HolderWorker(holder)].medium_blocks[HolderMedium(holder)];
+    }
   }
+  const WorkerId worker = HolderWorker(holder);
   return std::none_of(s.holders.begin(), s.holders.end(),
-                      [&](uint32_t x) { return HolderWorker(x) == worker; });
+                      [&](uint32_t h) { return HolderWorker(h) == worker; });
+}
+
+void HolderTree::UnholdAll(WorkerId worker, uint32_t slot) {
+  Slot& s = slots_[slot];
+  std::vector<uint64_t>& per_medium = holdings_[worker].medium_blocks;
+  absl::InlinedVector<uint8_t, 4> mediums;
+  auto keep = s.holders.begin();
+  for (uint32_t h : s.holders) {
+    if (HolderWorker(h) != worker) {
+      *keep++ = h;
+      continue;
+    }
+    --entries_;
+    if (std::find(mediums.begin(), mediums.end(), HolderMedium(h)) ==
+        mediums.end()) {
+      mediums.push_back(HolderMedium(h));
+      --per_medium[HolderMedium(h)];
+    }
+  }
+  s.holders.erase(keep, s.holders.end());
 }
 
 // --- Tree edits -------------------------------------------------------------
@@ -174,14 +217,11 @@ Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
 //   root ── [A B C D]      becomes      root ── [A B C] ─┬─ [D]
 //                                                        └─ [X]
 // when C' has C's tokens: C gains the holder, the edge splits after it and
-// X hangs below as a new child. A childless edge is extended in place.
+// X hangs below as a new child (AttachNew).
 void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
                        uint64_t stamp, DropCounts* drops) {
+  assert(ev.group_idx >= 0 && ev.group_idx < kMaxGroups);
   const size_t n = ev.block_hashes.size();
-  if (ev.group_idx != 0) {
-    (*drops)[static_cast<int>(DropReason::kGroup)] += n;
-    return;
-  }
   const size_t chain = std::min(ev.chain_blocks, n);
   if (chain < n)
     (*drops)[static_cast<int>(DropReason::kExtraKeys)] += n - chain;
@@ -193,9 +233,10 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     (*drops)[static_cast<int>(DropReason::kUnknownParent)] += chain;
     return;
   }
-  const uint8_t medium = MediumId(ev.medium);
+  const uint32_t holder = PackHolder(
+      worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
   key_scratch_.resize(chain * kKeyTokens);
-  BlockKeys(ev.token_ids, static_cast<size_t>(block_size_), chain,
+  BlockKeys(ev.token_ids, static_cast<size_t>(block_size_), chain, &ev.content,
             key_scratch_.data());
   const absl::Span<const Token> keys(key_scratch_);
   for (size_t i = 0; i < chain; ++i) {
@@ -204,7 +245,7 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     node->stamp = stamp;
     if (used < node->num_blocks()) {
       if (SameKey(node->block(used), block)) {
-        Hold(worker, static_cast<uint32_t>(node->block_ids()[used]), medium,
+        Hold(worker, holder, static_cast<uint32_t>(node->block_ids()[used]),
              ev.block_hashes[i]);
         ++used;
         continue;
@@ -217,37 +258,57 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     if (Node* child = node->FindChild(block); child != nullptr) {
       node = child;
       used = 1;
-      Hold(worker, static_cast<uint32_t>(node->block_ids()[0]), medium,
+      Hold(worker, holder, static_cast<uint32_t>(node->block_ids()[0]),
            ev.block_hashes[i]);
       continue;
     }
     // Nothing below holds block i: the rest of the chain is new.
     std::vector<BlockId> ids(chain - i);
     for (BlockId& id : ids) id = NewSlot(nullptr);
-    const absl::Span<const Token> rest = keys.subspan(i * kKeyTokens);
-    Node* target;
-    if (!node->is_root() && node->children.empty()) {
-      target = node;  // a chain of single children stays one node
-      target->Append(rest, ids);
-    } else {
-      target =
-          AddChild(node, rest, ids, node->is_root() ? 0 : node->end_position());
-    }
-    target->stamp = stamp;
-    target->tree->blocks += ids.size();
+    AttachNew(node, keys.subspan(i * kKeyTokens), ids, stamp);
     for (size_t k = 0; k < ids.size(); ++k) {
-      slots_[ids[k]].node = target;
-      Hold(worker, static_cast<uint32_t>(ids[k]), medium,
+      Hold(worker, holder, static_cast<uint32_t>(ids[k]),
            ev.block_hashes[i + k]);
     }
     return;
   }
 }
 
+// A childless edge is extended in place (a chain of single children stays
+// one node) up to kMaxEdgeBlocks; the rest becomes children, each at most
+// that long.
+void HolderTree::AttachNew(Node* node, absl::Span<const Token> keys,
+                           absl::Span<const BlockId> ids, uint64_t stamp) {
+  size_t done = 0;
+  while (done < ids.size()) {
+    const size_t left = ids.size() - done;
+    Node* target;
+    size_t take;
+    if (!node->is_root() && node->children.empty() &&
+        node->num_blocks() < kMaxEdgeBlocks) {
+      take = std::min(kMaxEdgeBlocks - node->num_blocks(), left);
+      target = node;
+      target->Append(keys.subspan(done * kKeyTokens, take * kKeyTokens),
+                     ids.subspan(done, take));
+    } else {
+      take = std::min(kMaxEdgeBlocks, left);
+      target = AddChild(
+          node, keys.subspan(done * kKeyTokens, take * kKeyTokens),
+          ids.subspan(done, take), node->is_root() ? 0 : node->end_position());
+    }
+    target->stamp = stamp;
+    target->tree->blocks += take;
+    for (size_t k = done; k < done + take; ++k) slots_[ids[k]].node = target;
+    done += take;
+    node = target;
+  }
+}
+
 void HolderTree::Remove(WorkerId worker, const BlockRemovedEvent& ev) {
-  // Other KV-cache groups reuse hashes: skipped before any lookup.
-  if (ev.group_idx != 0) return;
-  const uint8_t medium = MediumId(ev.medium);
+  // A group no store could name holds nothing.
+  if (ev.group_idx < 0 || ev.group_idx >= kMaxGroups) return;
+  const uint32_t holder = PackHolder(
+      worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
   WorkerHoldings& held = holdings_[worker];
   for (EngineHash hash : ev.block_hashes) {
     auto it = held.blocks.find(hash);
@@ -258,23 +319,30 @@ void HolderTree::Remove(WorkerId worker, const BlockRemovedEvent& ev) {
       held.blocks.erase(it);
       continue;
     }
-    if (Unhold(worker, ref.slot, medium)) held.blocks.erase(it);
+    if (Unhold(holder, ref.slot)) held.blocks.erase(it);
     if (s->holders.empty()) Prune(s->node);
   }
 }
 
+// Each node loses all its trailing blocks without holders at once: one
+// edit of the edge, not one per block.
 void HolderTree::Prune(Node* node) {
   while (!node->is_root() && node->children.empty()) {
     Tree* tree = node->tree;
-    while (node->num_blocks() > 1 &&
-           slots_[node->block_ids().back()].holders.empty()) {
-      FreeSlot(static_cast<uint32_t>(node->block_ids().back()));
-      node->DropBack();
-      --tree->blocks;
+    const auto ids = node->block_ids();
+    size_t empty = 0;
+    while (empty < ids.size() &&
+           slots_[ids[ids.size() - 1 - empty]].holders.empty()) {
+      ++empty;
     }
-    if (!slots_[node->block_ids().back()].holders.empty()) return;
-    FreeSlot(static_cast<uint32_t>(node->block_ids().back()));
-    --tree->blocks;
+    if (empty == 0) return;
+    for (size_t k = ids.size() - empty; k < ids.size(); ++k)
+      FreeSlot(static_cast<uint32_t>(ids[k]));
+    tree->blocks -= empty;
+    if (empty < ids.size()) {
+      node->DropBack(empty);
+      return;
+    }
     Node* parent = node->parent;
     RemoveLeaf(node);
     node = parent;
@@ -290,8 +358,7 @@ void HolderTree::Clear(WorkerId worker) {
   for (const auto& [hash, ref] : held.blocks) {
     Slot* s = Resolve(ref);
     if (s == nullptr) continue;
-    for (size_t m = 0; m < mediums_.size(); ++m)
-      Unhold(worker, ref.slot, static_cast<uint8_t>(m));
+    UnholdAll(worker, ref.slot);
     if (s->holders.empty()) emptied.push_back(ref);
   }
   // A prune frees only blocks without holders, so a later ref that still
@@ -300,15 +367,38 @@ void HolderTree::Clear(WorkerId worker) {
     if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
   }
   absl::flat_hash_map<EngineHash, SlotRef>().swap(held.blocks);
-  std::fill(held.medium_blocks.begin(), held.medium_blocks.end(), 0);
+  assert(std::all_of(held.medium_blocks.begin(), held.medium_blocks.end(),
+                     [](uint64_t n) { return n == 0; }));
+}
+
+Node* HolderTree::DropTail(Node* leaf, size_t blocks,
+                           absl::FunctionRef<void(WorkerId)> dropped) {
+  const auto ids = leaf->block_ids();
+  for (size_t k = ids.size() - blocks; k < ids.size(); ++k) {
+    Slot& s = slots_[ids[k]];
+    while (!s.holders.empty()) {
+      const WorkerId w = HolderWorker(s.holders.back());
+      const uint64_t before = entries_;
+      UnholdAll(w, static_cast<uint32_t>(ids[k]));
+      for (uint64_t e = entries_; e < before; ++e) dropped(w);
+    }
+    FreeSlot(static_cast<uint32_t>(ids[k]));  // references to it go stale
+  }
+  leaf->tree->blocks -= blocks;
+  if (blocks < ids.size()) {
+    leaf->DropBack(blocks);
+    return nullptr;
+  }
+  Node* parent = leaf->parent;
+  RemoveLeaf(leaf);
+  return parent;
 }
 
 // The scan of the leaves that finds the least recent ones is paid once per
-// 1% of churn.
+// 1% of churn; each leaf loses its tail in one edit.
 uint64_t HolderTree::Trim(uint64_t max_entries,
                           absl::FunctionRef<void(WorkerId)> dropped) {
   if (entries_ <= max_entries) return 0;
-  uint64_t dropped_blocks = 0;
   const uint64_t target = max_entries - max_entries / 100;
   using Leaf = std::pair<uint64_t, Node*>;
   std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
@@ -317,35 +407,26 @@ uint64_t HolderTree::Trim(uint64_t max_entries,
       if (n.children.empty()) leaves.push({n.stamp, const_cast<Node*>(&n)});
     });
   }
+  uint64_t dropped_blocks = 0;
   std::vector<std::string> empty_trees;
   while (entries_ > target && !leaves.empty()) {
     Node* node = leaves.top().second;
     leaves.pop();
+    // Tail blocks, until the entries would be down to the target.
+    const auto ids = node->block_ids();
+    size_t tail = 0;
+    for (uint64_t e = entries_; tail < ids.size() && e > target;) {
+      e -= slots_[ids[ids.size() - 1 - tail]].holders.size();
+      ++tail;
+    }
     Tree* tree = node->tree;
-    while (entries_ > target) {
-      const uint32_t id = static_cast<uint32_t>(node->block_ids().back());
-      Slot& s = slots_[id];
-      for (uint32_t h : s.holders) {
-        --holdings_[HolderWorker(h)].medium_blocks[HolderMedium(h)];
-        dropped(HolderWorker(h));
-        --entries_;
-      }
-      s.holders.clear();
-      ++dropped_blocks;
-      FreeSlot(id);  // the workers' references to it go stale
-      --tree->blocks;
-      if (node->num_blocks() > 1) {
-        node->DropBack();
-        continue;
-      }
-      Node* parent = node->parent;
-      RemoveLeaf(node);
-      if (!parent->is_root() && parent->children.empty()) {
-        leaves.push({parent->stamp, parent});
-      } else if (parent->is_root() && parent->children.empty()) {
-        empty_trees.push_back(tree->ns);
-      }
-      break;
+    dropped_blocks += tail;
+    Node* parent = DropTail(node, tail, dropped);
+    if (parent == nullptr) continue;
+    if (!parent->is_root() && parent->children.empty()) {
+      leaves.push({parent->stamp, parent});
+    } else if (parent->is_root() && parent->children.empty()) {
+      empty_trees.push_back(tree->ns);
     }
   }
   for (const std::string& key : empty_trees) trees_.erase(key);
@@ -354,50 +435,151 @@ uint64_t HolderTree::Trim(uint64_t max_entries,
 
 // --- Score ------------------------------------------------------------------
 
+// One pass over the holders of a prompt's matched blocks. A plain worker's
 // run[w] advances at block b only if it was b, so it ends as the worker's
-// longest run from the start (likewise per medium); the pass stops at the
-// first block that advanced nobody.
-void HolderTree::Score(absl::Span<const Token> keys, const std::string& ns,
-                       size_t workers, uint64_t stamp, RouteScores* out) const {
-  out->prompt_blocks = keys.size() / kKeyTokens;
-  out->num_mediums = std::max<size_t>(mediums_.size(), 1);
-  out->run.assign(workers * (1 + out->num_mediums), 0);
-  auto tree = trees_.find(ns);
-  if (tree == trees_.end()) return;
+// longest run from the start (likewise per medium). A hybrid worker's
+// groups keep a GroupTally each, and after every block the worker is asked
+// whether its groups allow a boundary there (index/group_rules.h).
+class HolderTree::Scorer {
+ public:
+  Scorer(const HolderTree& tree, size_t workers, const HybridRules& hybrid,
+         RouteScores* out)
+      : hybrid_(hybrid), out_(out) {
+    out->num_workers = workers;
+    out->num_mediums = std::max<size_t>(tree.mediums_.size(), 1);
+    out->run.assign(workers * (1 + out->num_mediums), 0);
+    out->full.clear();
+    if (!hybrid.empty()) {
+      tallies_.assign(hybrid.workers.size() * kMaxGroups, GroupTally());
+      usable_.assign(hybrid.workers.size(), 0);
+      seen_at_.assign(hybrid.workers.size(), UINT32_MAX);
+    }
+  }
 
-  uint32_t* run = out->run.data();
-  uint32_t* by_medium = run + workers;
-  const size_t num_mediums = out->num_mediums;
-  const WalkPath path = Walk(*tree->second, keys, 0, false);
-  uint32_t b = 0;  // prompt block index
-  bool advanced = true;
-  for (const WalkStep& step : path) {
-    // Other Scores may stamp the same node concurrently.
-    std::atomic_ref<uint64_t>(step.node->stamp)
-        .store(stamp, std::memory_order_relaxed);
-    const auto ids = step.node->block_ids();
-    // The slots are scattered: ask for all of this step's at once rather
-    // than miss the cache once per block.
-    for (size_t k = 0; k < step.blocks; ++k)
-      __builtin_prefetch(&slots_[ids[k]]);
-    for (size_t k = 0; k < step.blocks && advanced; ++k, ++b) {
-      advanced = false;
-      for (uint32_t h : slots_[ids[k]].holders) {
-        const WorkerId w = HolderWorker(h);
-        if (w >= workers) continue;
-        if (run[w] == b) {
-          run[w] = b + 1;
-          advanced = true;
-        }
-        uint32_t& m = by_medium[w * num_mediums + HolderMedium(h)];
-        if (m == b) {
-          m = b + 1;
-          advanced = true;
-        }
+  // False once no worker can gain from a later block.
+  bool Block(uint32_t b, absl::Span<const uint32_t> holders) {
+    bool advanced = false;
+    for (uint32_t h : holders) {
+      const WorkerId w = HolderWorker(h);
+      if (w >= out_->num_workers) continue;
+      const int32_t hw = hybrid_.Of(w);
+      if (hw < 0) {
+        advanced |= Advance(w, HolderMedium(h), b);
+      } else {
+        HybridHolder(hw, h, b);
       }
     }
-    if (!advanced) break;
+    for (int32_t hw : touched_) Boundary(hw, b + 1);
+    touched_.clear();
+    // A window or state group may make a later boundary usable although
+    // nobody's run went on.
+    return advanced || !hybrid_.empty();
   }
+
+  void Finish() {
+    if (hybrid_.empty()) return;
+    out_->full.assign(out_->run.begin(),
+                      out_->run.begin() + static_cast<long>(out_->num_workers));
+    for (WorkerId w = 0; w < out_->num_workers; ++w) {
+      const int32_t hw = hybrid_.Of(w);
+      if (hw < 0) continue;
+      out_->run[w] = usable_[static_cast<size_t>(hw)];
+      out_->full[w] = FullRun(hw);
+    }
+  }
+
+ private:
+  bool Advance(WorkerId w, uint8_t medium, uint32_t b) {
+    bool advanced = false;
+    uint32_t* run = out_->run.data();
+    if (run[w] == b) {
+      run[w] = b + 1;
+      advanced = true;
+    }
+    uint32_t& m = run[out_->num_workers + w * out_->num_mediums + medium];
+    if (m == b) {
+      m = b + 1;
+      advanced = true;
+    }
+    return advanced;
+  }
+
+  void HybridHolder(int32_t hw, uint32_t h, uint32_t b) {
+    const int g = HolderGroup(h);
+    GroupTally& t = tallies_[static_cast<size_t>(hw) * kMaxGroups + g];
+    if (t.run == b) t.run = b + 1;
+    if (t.last != b) {
+      if (t.last == UINT32_MAX || t.last + 1 != b) t.streak_start = b;
+      t.last = b;
+    }
+    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
+    if (rules.groups[g].kind == GroupKind::kFull) {
+      // Per medium: the full-attention groups' runs.
+      uint32_t& m =
+          out_->run[out_->num_workers + HolderWorker(h) * out_->num_mediums +
+                    HolderMedium(h)];
+      if (m == b) m = b + 1;
+    }
+    if (seen_at_[static_cast<size_t>(hw)] != b) {
+      seen_at_[static_cast<size_t>(hw)] = b;
+      touched_.push_back(hw);
+    }
+  }
+
+  void Boundary(int32_t hw, uint32_t n) {
+    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
+    const GroupTally* t = &tallies_[static_cast<size_t>(hw) * kMaxGroups];
+    for (int g = 0; g < rules.num_groups; ++g) {
+      if (!GroupAllowsBoundary(rules.groups[g], t[g], n)) return;
+    }
+    usable_[static_cast<size_t>(hw)] = n;
+  }
+
+  uint32_t FullRun(int32_t hw) const {
+    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
+    uint32_t full = UINT32_MAX;
+    for (int g = 0; g < rules.num_groups; ++g) {
+      if (rules.groups[g].kind != GroupKind::kFull) continue;
+      full = std::min(full,
+                      tallies_[static_cast<size_t>(hw) * kMaxGroups + g].run);
+    }
+    return full == UINT32_MAX ? 0 : full;
+  }
+
+  const HybridRules& hybrid_;
+  RouteScores* const out_;
+  std::vector<GroupTally> tallies_;  // [hybrid worker][group]
+  std::vector<uint32_t> usable_;     // by hybrid worker
+  std::vector<uint32_t> seen_at_;    // the last block that touched it
+  absl::InlinedVector<int32_t, 8> touched_;
+};
+
+void HolderTree::Score(absl::Span<const Token> keys, const std::string& ns,
+                       size_t workers, const HybridRules& hybrid,
+                       uint64_t stamp, RouteScores* out) const {
+  out->prompt_blocks = keys.size() / kKeyTokens;
+  Scorer scorer(*this, workers, hybrid, out);
+  auto tree = trees_.find(ns);
+  if (tree != trees_.end()) {
+    const WalkPath path = Walk(*tree->second, keys, 0, false);
+    uint32_t b = 0;  // prompt block index
+    bool go_on = true;
+    for (const WalkStep& step : path) {
+      // Other Scores may stamp the same node concurrently.
+      std::atomic_ref<uint64_t>(step.node->stamp)
+          .store(stamp, std::memory_order_relaxed);
+      const auto ids = step.node->block_ids();
+      // The slots are scattered: ask for all of this step's at once rather
+      // than miss the cache once per block.
+      for (size_t k = 0; k < step.blocks; ++k)
+        __builtin_prefetch(&slots_[ids[k]]);
+      for (size_t k = 0; k < step.blocks && go_on; ++k, ++b) {
+        go_on = scorer.Block(b, slots_[ids[k]].holders);
+      }
+      if (!go_on) break;
+    }
+  }
+  scorer.Finish();
 }
 
 // --- Introspection ----------------------------------------------------------
@@ -438,8 +620,16 @@ absl::Status HolderTree::CheckTree(const Tree& tree, Tally* tally) const {
       }
       tally->live_slots.insert(static_cast<uint32_t>(id));
       tally->entries += s.holders.size();
-      for (uint32_t h : s.holders)
-        ++tally->held[HolderWorker(h)][HolderMedium(h)];
+      for (size_t i = 0; i < s.holders.size(); ++i) {
+        const uint32_t h = s.holders[i];
+        // Blocks per medium: a block the worker holds in several groups
+        // counts once.
+        if (std::none_of(
+                s.holders.begin(), s.holders.begin() + i,
+                [&](uint32_t x) { return SameWorkerAndMedium(x, h); })) {
+          ++tally->held[HolderWorker(h)][HolderMedium(h)];
+        }
+      }
     }
     if (n.children.empty() && slots_[n.block_ids().back()].holders.empty() &&
         status.ok()) {

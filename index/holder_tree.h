@@ -45,6 +45,7 @@
 #include "core/radix_tree.h"
 #include "index/chunked_vector.h"
 #include "index/events.h"
+#include "index/group_rules.h"
 
 namespace prefixd {
 
@@ -66,21 +67,35 @@ using DropCounts = std::array<uint64_t, kNumDropReasons>;
 // Per worker, the longest leading runs a Score found.
 struct RouteScores {
   uint64_t prompt_blocks = 0;
+  size_t num_workers = 0;
   size_t num_mediums = 0;
-  // run[w]: leading blocks held by w in any medium; run[W + w*M + m]: in
-  // medium m. Indexed by WorkerId.
+  // run[w]: the prefix usable on w (for a plain worker, the leading blocks
+  // it holds in any medium); run[W + w*M + m]: the leading blocks it holds
+  // in medium m (a hybrid worker's full-attention groups only).
   absl::InlinedVector<uint32_t, 64> run;
-  uint32_t Any(WorkerId w) const { return run[w]; }
-  uint32_t InMedium(size_t workers, WorkerId w, size_t m) const {
-    return run[workers + w * num_mediums + m];
+  // A hybrid worker's full-attention run (the shortest of its full groups'
+  // runs; 0 without one); empty when no worker is hybrid.
+  std::vector<uint32_t> full;
+
+  uint32_t Usable(WorkerId w) const { return run[w]; }
+  uint32_t FullAttention(WorkerId w) const {
+    return full.empty() ? run[w] : full[w];
+  }
+  uint32_t InMedium(WorkerId w, size_t m) const {
+    return run[num_workers + w * num_mediums + m];
   }
 };
 
 class HolderTree {
  public:
-  // The most workers and mediums a holder can name.
-  static constexpr uint32_t kMaxWorkers = 1u << 24;
+  // The most workers and mediums a holder can name (with kMaxGroups
+  // groups, index/group_rules.h).
+  static constexpr uint32_t kMaxWorkers = 1u << 20;
   static constexpr size_t kMaxMediums = 256;
+  // The most blocks a node's edge holds: every edit of an edge (an append,
+  // a split, a removal from its tail) costs at most this many blocks' worth
+  // of copying, however long a chain an engine stores.
+  static constexpr size_t kMaxEdgeBlocks = 256;
 
   explicit HolderTree(int block_size);
   ~HolderTree();
@@ -90,7 +105,8 @@ class HolderTree {
   // Makes room for worker ids up to `worker` (they hold nothing).
   void AddWorker(WorkerId worker);
 
-  // Applies one event of `worker`; blocks not indexed are added to *drops.
+  // Applies one event of `worker` in KV-cache group ev.group_idx
+  // (REQUIRES: < kMaxGroups); blocks not indexed are added to *drops.
   // `stamp` is the recency max_entries orders leaves by.
   void Store(WorkerId worker, const BlockStoredEvent& ev, uint64_t stamp,
              DropCounts* drops);
@@ -105,10 +121,11 @@ class HolderTree {
                 absl::FunctionRef<void(WorkerId)> dropped);
 
   // Measures a prompt, given by its block keys (BlockKeys, index/keys.h),
-  // in namespace `ns` for worker ids below `workers`. May run concurrently
-  // with other Scores.
+  // in namespace `ns` for worker ids below `workers`, hybrid workers by
+  // their group rules. May run concurrently with other Scores.
   void Score(absl::Span<const Token> keys, const std::string& ns,
-             size_t workers, uint64_t stamp, RouteScores* out) const;
+             size_t workers, const HybridRules& hybrid, uint64_t stamp,
+             RouteScores* out) const;
 
   // Blocks the worker holds per medium (mediums with none left out).
   struct MediumBlocks {
@@ -135,25 +152,40 @@ class HolderTree {
   struct WorkerHoldings {
     // The engine's block hashes -> the blocks they name.
     absl::flat_hash_map<EngineHash, SlotRef> blocks;
-    std::vector<uint64_t> medium_blocks;  // by medium id
+    // Blocks held per medium, in any group.
+    std::vector<uint64_t> medium_blocks;
   };
+  class Scorer;
 
   uint32_t NewSlot(Node* node);
   void FreeSlot(uint32_t slot);
   uint8_t MediumId(absl::string_view medium);
+  uint8_t TierId(absl::string_view medium, absl::string_view locality,
+                 absl::string_view ownership);
   // The slot `ref` names if it is still the block the worker stored.
   Slot* Resolve(SlotRef ref);
   Tree* GetOrCreateTree(const std::string& key);
   // Where a store starts: after `*used` blocks of the returned node, or
   // null if the parent is unknown.
   Node* StoreStart(WorkerId worker, const BlockStoredEvent& ev, size_t* used);
-  void Hold(WorkerId worker, uint32_t slot, uint8_t medium, EngineHash hash);
-  // Removes (worker, medium) from the slot; true if the worker holds it no
-  // more.
-  bool Unhold(WorkerId worker, uint32_t slot, uint8_t medium);
+  // Hangs `ids` (new slots) with their keys below `node` (after its last
+  // block): appended to a childless edge, else as new children, no edge
+  // longer than kMaxEdgeBlocks. Returns the first block's node.
+  void AttachNew(Node* node, absl::Span<const Token> keys,
+                 absl::Span<const BlockId> ids, uint64_t stamp);
+  void Hold(WorkerId worker, uint32_t holder, uint32_t slot, EngineHash hash);
+  // Removes one holder from the slot; true if its worker holds the slot in
+  // no group and no medium any more.
+  bool Unhold(uint32_t holder, uint32_t slot);
+  // Removes every holder of `worker` from the slot.
+  void UnholdAll(WorkerId worker, uint32_t slot);
   // Drops trailing blocks without holders from childless nodes, from `node`
   // up towards the root.
   void Prune(Node* node);
+  // Drops the last `blocks` blocks of a leaf (every holder of them),
+  // removing the node when it has no block left; returns its parent then.
+  Node* DropTail(Node* leaf, size_t blocks,
+                 absl::FunctionRef<void(WorkerId)> dropped);
   absl::Status CheckTree(const Tree& tree, Tally* tally) const;
   absl::Status CheckCounts(const Tally& tally) const;
   absl::Status CheckSlots(const Tally& tally) const;

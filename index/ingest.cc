@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "core/status_macros.h"
 #include "index/events.h"
 #include "index/sequence.h"
 #include "index/zmq_wire.h"
@@ -113,8 +114,44 @@ using ReplayFrames = std::vector<std::pair<int64_t, std::string>>;
 // instead of racing it (a small replay buffer could roll over meanwhile).
 constexpr absl::Duration kCatchUpGrace = absl::Milliseconds(250);
 
+// One frame of a replay's answer, as a DEALER receives it. Publishers answer
+// in one of two forms (docs/index.md, "Wire"), told apart by the number of
+// parts:
+//
+//   SGLang, vLLM up to 0.25     ["", seq, payload]          end ["", -1, ""]
+//   vLLM 0.26 and later         ["", topic, seq, payload]   end ["", "", -1,
+//   ""]
+//
+// Returns the sequence number (-1: the end) and points *payload at the
+// payload part.
+absl::StatusOr<int64_t> ReplayFrame(const std::string& endpoint,
+                                    std::vector<zmq::message_t>& parts,
+                                    zmq::message_t** payload) {
+  if ((parts.size() != 3 && parts.size() != 4) || parts[0].size() != 0) {
+    return absl::DataLossError(absl::StrCat(
+        "replay from ", endpoint, " answered a frame of ", parts.size(),
+        " parts",
+        parts.empty() || parts[0].size() == 0 ? "" : " (no delimiter)",
+        ", neither [\"\", seq, payload] nor [\"\", topic, seq, payload]"));
+  }
+  const zmq::message_t& seq_part = parts[parts.size() - 2];
+  std::optional<int64_t> seq = ReadBe64(seq_part);
+  if (!seq.has_value()) {
+    return absl::DataLossError(absl::StrCat("replay from ", endpoint,
+                                            " sent a ", seq_part.size(),
+                                            "-byte sequence number, not 8"));
+  }
+  if (*seq < -1) {
+    return absl::DataLossError(
+        absl::StrCat("replay from ", endpoint, " sent sequence number ", *seq));
+  }
+  *payload = &parts.back();
+  return *seq;
+}
+
 // Asks a replay endpoint for batches from `from` on: `["", from]` to its
-// ROUTER, which answers `["", seq, payload]` per batch and `["", -1, ""]`.
+// ROUTER, which answers one frame per buffered batch and an end marker
+// (ReplayFrame).
 absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
                                          int64_t from, absl::Duration timeout) {
   zmq::socket_t dealer(ZmqContext(), zmq::socket_type::dealer);
@@ -148,20 +185,10 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
                              zmq::recv_flags::dontwait)) {
       continue;
     }
-    // [empty delimiter, seq, payload]
-    if (parts.size() != 3 || parts[0].size() != 0) {
-      return absl::DataLossError(
-          absl::StrCat("replay from ", endpoint, " answered a frame of ",
-                       parts.size(), " parts, not [\"\", seq, payload]"));
-    }
-    std::optional<int64_t> seq = ReadBe64(parts[1]);
-    if (!seq.has_value()) {
-      return absl::DataLossError(absl::StrCat("replay from ", endpoint,
-                                              " sent a ", parts[1].size(),
-                                              "-byte sequence number, not 8"));
-    }
-    if (*seq == -1) return frames;
-    frames.emplace_back(*seq, parts[2].to_string());
+    zmq::message_t* payload = nullptr;
+    ASSIGN_OR_RETURN(const int64_t seq, ReplayFrame(endpoint, parts, &payload));
+    if (seq == -1) return frames;
+    frames.emplace_back(seq, payload->to_string());
   }
 }
 
@@ -253,6 +280,10 @@ class Ingest::Runner {
     std::unique_ptr<StreamMonitor> monitor;
     SeqTracker seq;
     std::map<int64_t, WorkerId> workers;  // by data-parallel rank
+    // Until a batch names its rank, the stream is listed as worker `name`
+    // (rank 0); a stream whose first batch is of rank r > 0 (one stream per
+    // rank, as vLLM's port offsets make them) drops that worker.
+    bool rank_known = false;
     // The catch-up of a new connection: done with the first batch that
     // arrives (replaying only what came before it), or at this time if
     // none has (an idle engine with a history).
@@ -482,7 +513,10 @@ class Ingest::Runner {
     absl::StatusOr<ReplayFrames> frames =
         absl::UnavailableError("the source has no replay endpoint");
     if (!s.replay_endpoint.empty()) {
-      SetAll(s, WorkerState::kReplaying, "");
+      SetAll(s, WorkerState::kReplaying,
+             absl::StrCat(catch_up ? "catching up" : "filling a gap",
+                          ": replaying from batch ", from, " from ",
+                          s.replay_endpoint));
       frames = FetchReplay(s.replay_endpoint, from, options_.replay_timeout);
     }
     const bool filled =
@@ -507,38 +541,52 @@ class Ingest::Runner {
       s.seq.Reset();
       if (!frames.ok()) return;
     }
-    if (catch_up && s.seq.last() < 0 && !frames->empty() &&
-        frames->front().first > 0) {
-      // Joined late: what the engine stored before its oldest buffered
-      // batch is unknown (blocks extending it are dropped as unknown
-      // parents) until the engine stores it again.
-      SetAll(s, WorkerState::kReplaying,
-             absl::StrCat("joined at batch ", frames->front().first,
-                          ": blocks the engine stored before it are not "
-                          "indexed until stored again"));
-    }
+    // Joined late: what the engine stored before its oldest buffered
+    // batch is unknown (blocks extending it are dropped as unknown
+    // parents) until the engine stores it again.
+    const bool late = catch_up && s.seq.last() < 0 && !frames->empty() &&
+                      frames->front().first > 0;
+    const int64_t joined_at = late ? frames->front().first : 0;
     s.seq.BeginReplay();
+    bool applied = true;  // the last batch applied, or none came
     for (const auto& [seq, payload] : *frames) {
       if (s.seq.last() >= 0 && seq <= s.seq.last()) continue;
-      DecodeApply(s, seq, payload);
+      applied = DecodeApply(s, seq, payload);
       s.seq.ReplayApplied(seq);
     }
-    if (frames->empty()) SetAll(s, WorkerState::kLive, "");
+    // Caught up: LIVE, with what it could not recover said.
+    if (applied) {
+      SetAll(s, WorkerState::kLive,
+             late ? absl::StrCat("joined at batch ", joined_at,
+                                 ": blocks the engine stored before it are "
+                                 "not indexed until stored again")
+                  : "");
+    }
   }
 
-  void DecodeApply(Stream& s, int64_t seq, absl::string_view payload) {
+  // False if the payload did not decode (the stream's workers are cleared).
+  bool DecodeApply(Stream& s, int64_t seq, absl::string_view payload) {
     if (absl::Status st = DecodeEventBatch(payload, &batch_); !st.ok()) {
       ClearAll(
           s, ClearReason::kUndecodable,
           absl::StrCat("batch ", seq, " could not be decoded: ", st.message()));
       for (const auto& [rank, w] : s.workers) index_->SetLastSeq(w, seq);
-      return;
+      return false;
     }
     index_->Apply(WorkerFor(s, batch_.data_parallel_rank.value_or(0)), batch_,
                   seq, absl::Now());
+    return true;
   }
 
   WorkerId WorkerFor(Stream& s, int64_t rank) {
+    if (!s.rank_known) {
+      s.rank_known = true;
+      auto first = s.workers.find(0);
+      if (rank != 0 && first != s.workers.end()) {
+        index_->RetireWorker(first->second);
+        s.workers.erase(first);
+      }
+    }
     auto it = s.workers.find(rank);
     if (it != s.workers.end()) return it->second;
     const WorkerId w = index_->AddWorker(

@@ -77,6 +77,12 @@ std::vector<Token> Prompt(const std::vector<uint32_t>& blocks) {
   return out;
 }
 
+// How a publisher frames its replay answers (docs/index.md, "Wire").
+enum class ReplayFraming {
+  kSeq,    // SGLang, vLLM <= 0.25: ["", seq, payload], end ["", -1, ""]
+  kTopic,  // vLLM >= 0.26: ["", topic, seq, payload], end ["", "", -1, ""]
+};
+
 // vLLM's publisher, reduced to what the index relies on. The replay socket
 // is served on its own thread; every send happens on the test's thread.
 class Publisher {
@@ -84,8 +90,10 @@ class Publisher {
   // Binds fresh ports, or the given ones (an engine restarting in place).
   explicit Publisher(size_t buffer = 100,
                      const std::string& pub_at = "tcp://127.0.0.1:*",
-                     const std::string& replay_at = "tcp://127.0.0.1:*")
-      : buffer_(buffer) {
+                     const std::string& replay_at = "tcp://127.0.0.1:*",
+                     ReplayFraming framing = ReplayFraming::kSeq,
+                     std::string topic = "")
+      : buffer_(buffer), framing_(framing), topic_(std::move(topic)) {
     pub_.set(zmq::sockopt::linger, 0);
     pub_.bind(pub_at);
     router_.set(zmq::sockopt::linger, 0);
@@ -101,8 +109,7 @@ class Publisher {
 
   // Publishes the next batch; `drop` keeps it from the wire (a loss in
   // transit) but not from the replay buffer.
-  void Publish(const std::string& payload, bool drop = false,
-               const std::string& topic = "") {
+  void Publish(const std::string& payload, bool drop = false) {
     const int64_t seq = next_++;
     {
       absl::MutexLock lock(&mu_);
@@ -112,7 +119,7 @@ class Publisher {
     if (drop) return;
     const std::string seq_bytes = Be64(seq);  // outlives the send
     std::array<zmq::const_buffer, 3> parts = {
-        zmq::buffer(topic), zmq::buffer(seq_bytes), zmq::buffer(payload)};
+        zmq::buffer(topic_), zmq::buffer(seq_bytes), zmq::buffer(payload)};
     ASSERT_TRUE(zmq::send_multipart(pub_, parts));
   }
   void Restart() {
@@ -143,19 +150,21 @@ class Publisher {
           if (f.first >= start) frames.push_back(f);
       }
       const std::string id = req[0].to_string();
-      for (const auto& [seq, payload] : frames) {
-        const std::string seq_bytes = Be64(seq);
-        std::array<zmq::const_buffer, 4> out = {
-            zmq::buffer(id), zmq::const_buffer("", 0), zmq::buffer(seq_bytes),
-            zmq::buffer(payload)};
-        (void)zmq::send_multipart(router_, out);
-      }
-      const std::string end_seq = Be64(-1);
-      std::array<zmq::const_buffer, 4> end = {
-          zmq::buffer(id), zmq::const_buffer("", 0), zmq::buffer(end_seq),
-          zmq::const_buffer("", 0)};
-      (void)zmq::send_multipart(router_, end);
+      for (const auto& [seq, payload] : frames)
+        Answer(id, topic_, seq, payload);
+      Answer(id, "", -1, "");
     }
+  }
+
+  void Answer(const std::string& id, const std::string& topic, int64_t seq,
+              const std::string& payload) {
+    const std::string seq_bytes = Be64(seq);
+    std::vector<zmq::const_buffer> out = {zmq::buffer(id),
+                                          zmq::const_buffer("", 0)};
+    if (framing_ == ReplayFraming::kTopic) out.push_back(zmq::buffer(topic));
+    out.push_back(zmq::buffer(seq_bytes));
+    out.push_back(zmq::buffer(payload));
+    (void)zmq::send_multipart(router_, out);
   }
 
   zmq::context_t ctx_{1};
@@ -163,6 +172,8 @@ class Publisher {
   zmq::socket_t router_{ctx_, zmq::socket_type::router};
   std::string endpoint_, replay_endpoint_;
   const size_t buffer_;
+  const ReplayFraming framing_;
+  const std::string topic_;
   absl::Mutex mu_;
   std::deque<std::pair<int64_t, std::string>> replay_ ABSL_GUARDED_BY(mu_);
   int64_t next_ = 0;
@@ -262,7 +273,12 @@ TEST_F(IngestTest, AGapTheReplayCannotFillClearsTheWorker) {
   IndexStats s = index_.Stats();
   EXPECT_EQ(s.workers[0].clears[static_cast<int>(ClearReason::kReplayFailed)],
             1u);
-  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("no replay endpoint"));
+  // LIVE again with the batch that revealed the gap; the clear is
+  // remembered.
+  EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(s.workers[0].state_detail, "");
+  EXPECT_THAT(s.workers[0].last_error, HasSubstr("replay_failed: "));
+  EXPECT_THAT(s.workers[0].last_error, HasSubstr("no replay endpoint"));
 }
 
 TEST_F(IngestTest, ARestartClearsTheWorker) {
@@ -290,7 +306,8 @@ TEST_F(IngestTest, GarbageClearsTheWorkerAndIngestGoesOn) {
   IndexStats s = index_.Stats();
   EXPECT_EQ(s.workers[0].clears[static_cast<int>(ClearReason::kUndecodable)],
             1u);
-  EXPECT_THAT(s.workers[0].state_detail, HasSubstr("batch 1"));
+  EXPECT_EQ(s.workers[0].state_detail, "");
+  EXPECT_THAT(s.workers[0].last_error, HasSubstr("undecodable: batch 1"));
   EXPECT_EQ(Matched(index_, {1}, "e0"), 0u);
   EXPECT_EQ(Matched(index_, {4}, "e0"), 1u);
 }
@@ -372,6 +389,72 @@ TEST_F(IngestTest, EachDataParallelRankIsAWorker) {
 
 // A pool source resolves its host name and subscribes to every address, one
 // worker each, replayed at the pool's replay_port.
+// vLLM 0.26 and later put the topic in every replay answer (and an empty one
+// in the end marker): the catch-up on connect and a gap's replay must read
+// that form as well as the older one.
+TEST(IngestReplayForms, TopicFramedReplaysCatchUpAndFillGaps) {
+  Publisher pub(100, "tcp://127.0.0.1:*", "tcp://127.0.0.1:*",
+                ReplayFraming::kTopic, "kv@e0@llama");
+  pub.Publish(StoredPayload({1}, 0));  // before the index connects
+  pub.Publish(StoredPayload({2}, 1001));
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.sources.push_back({"e0", pub.endpoint(), pub.replay_endpoint()});
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return s.workers.size() == 1 && s.workers[0].last_seq == 1 &&
+           s.workers[0].state == WorkerState::kLive;
+  })) << index.Stats().workers[0].state_detail;
+  EXPECT_EQ(Matched(index, {1, 2}, "e0"), 2u);
+  absl::SleepFor(absl::Milliseconds(200));  // the subscription travels
+  pub.Publish(StoredPayload({3}, 1002), /*drop=*/true);
+  pub.Publish(StoredPayload({4}, 1003));
+  ASSERT_TRUE(WaitFor(
+      index, [](const IndexStats& s) { return s.workers[0].last_seq == 3; }));
+  const IndexStats s = index.Stats();
+  EXPECT_EQ(Matched(index, {1, 2, 3, 4}, "e0"), 4u);
+  EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(s.workers[0].state_detail, "");
+  EXPECT_EQ(s.workers[0].gaps, 1u);
+  EXPECT_EQ(s.workers[0].replays_ok, 2u);  // the catch-up and the gap
+  EXPECT_EQ(s.workers[0].replays_failed, 0u);
+  uint64_t clears = 0;
+  for (uint64_t c : s.workers[0].clears) clears += c;
+  EXPECT_EQ(clears, 0u);
+}
+
+// One source per DP rank, as vLLM's port offsets make them: a source that
+// carries rank 1 only is worker "<name>/dp1", and no "<name>" is left
+// behind that no batch ever feeds.
+TEST(IngestDataParallel, ASourceOfRankOneLeavesNoRankZeroWorker) {
+  Publisher pub;
+  pub.Publish(StoredPayload({1}, 0, kBs, /*dp_rank=*/1));  // catch-up
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.sources.push_back({"e0-r1", pub.endpoint(), pub.replay_endpoint()});
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return s.workers.size() == 1 && s.workers[0].worker == "e0-r1/dp1" &&
+           s.workers[0].state == WorkerState::kLive;
+  }));
+  absl::SleepFor(absl::Milliseconds(200));  // the subscription travels
+  pub.Publish(StoredPayload({2}, 1001, kBs, 1), /*drop=*/true);
+  pub.Publish(StoredPayload({3}, 1002, kBs, 1));
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& s) {
+    return !s.workers.empty() && s.workers[0].last_seq == 2;
+  }));
+  const IndexStats s = index.Stats();
+  ASSERT_EQ(s.workers.size(), 1u);
+  EXPECT_EQ(s.workers[0].worker, "e0-r1/dp1");
+  EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(s.workers[0].gaps, 1u);  // counted once, on the one worker
+  EXPECT_EQ(Matched(index, {1, 2, 3}, "e0-r1/dp1"), 3u);
+}
+
 TEST(IngestPool, OneWorkerPerAddressTheHostResolvesTo) {
   Publisher pub;
   FleetIndex index(IndexOptions{kBs, 1000000});

@@ -6,9 +6,15 @@
 namespace prefixd {
 
 void BlockKeys(absl::Span<const Token> tokens, size_t block_size, size_t blocks,
-               Token* keys) {
+               const BlockContent* content, Token* keys) {
+  const bool with_content = content != nullptr && !content->empty();
   for (size_t i = 0; i < blocks; ++i) {
-    const uint64_t f = absl::HashOf(tokens.subspan(i * block_size, block_size));
+    const absl::Span<const Token> block =
+        tokens.subspan(i * block_size, block_size);
+    absl::Span<const ContentKey> extra;
+    if (with_content) extra = content->Of(i);
+    const uint64_t f =
+        extra.empty() ? absl::HashOf(block) : absl::HashOf(block, extra);
     keys[kKeyTokens * i] = static_cast<Token>(f);
     keys[kKeyTokens * i + 1] = static_cast<Token>(f >> 32);
   }
@@ -26,6 +32,14 @@ std::string NamespaceKey(absl::string_view lora_name, int64_t lora_id,
   }
   if (lora_id != 0) return absl::StrCat("i", lora_id, ":", cache_salt);
   return absl::StrCat("-", cache_salt);
+}
+
+std::string TierName(absl::string_view medium, absl::string_view locality,
+                     absl::string_view ownership) {
+  std::string name(medium);
+  if (locality == "REMOTE") absl::StrAppend(&name, "/REMOTE");
+  if (!ownership.empty()) absl::StrAppend(&name, "/", ownership);
+  return name;
 }
 
 }  // namespace prefixd

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "core/types.h"
+#include "index/events.h"
 
 namespace prefixd {
 
@@ -30,10 +31,12 @@ namespace prefixd {
 inline constexpr int kKeyTokens = 2;
 
 // keys[2i, 2i+1] = the fingerprint of block i of `tokens`, for `blocks`
-// whole blocks of `block_size` tokens.
+// whole blocks of `block_size` tokens, and of block i's content keys when
+// `content` (may be null) has any: a block with content keys never shares
+// a key with the same tokens without them, or with other ones.
 // REQUIRES: tokens.size() >= blocks * block_size; keys has 2 * blocks room.
 void BlockKeys(absl::Span<const Token> tokens, size_t block_size, size_t blocks,
-               Token* keys);
+               const BlockContent* content, Token* keys);
 
 inline bool SameKey(absl::Span<const Token> a, absl::Span<const Token> b) {
   return a[0] == b[0] && a[1] == b[1];
@@ -42,6 +45,13 @@ inline bool SameKey(absl::Span<const Token> a, absl::Span<const Token> b) {
 // The namespace of a LoRA (name, else id; 0 and "" mean none) and a salt.
 std::string NamespaceKey(absl::string_view lora_name, int64_t lora_id,
                          absl::string_view cache_salt);
+
+// The tier a holder is in, as Route and ListWorkers name it: the medium,
+// then "/REMOTE" for blocks the publisher holds remotely, then "/" and the
+// offloading tier that generated the event, if any ("CPU",
+// "CPU/REMOTE", "CPU/lmcache").
+std::string TierName(absl::string_view medium, absl::string_view locality,
+                     absl::string_view ownership);
 
 }  // namespace prefixd
 

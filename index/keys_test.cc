@@ -57,7 +57,7 @@ TEST(NamespaceKeyTest, NameWinsOverId) {
 TEST(BlockKeysTest, EqualBlocksGetEqualKeysAndOthersDiffer) {
   const std::vector<Token> tokens = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5};
   std::vector<Token> keys(3 * kKeyTokens);
-  BlockKeys(tokens, 4, 3, keys.data());
+  BlockKeys(tokens, 4, 3, nullptr, keys.data());
   const absl::Span<const Token> k(keys);
   EXPECT_TRUE(SameKey(k.subspan(0, 2), k.subspan(2, 2)));
   EXPECT_FALSE(SameKey(k.subspan(0, 2), k.subspan(4, 2)));

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "index/events.h"
+#include "index/group_rules.h"
 #include "index/holder_tree.h"
 
 namespace prefixd {
@@ -61,6 +62,10 @@ inline constexpr std::array<double, 12> kLagBuckets = {
 
 struct RouteQuery {
   absl::Span<const Token> tokens;
+  // The prompt's content keys per block (multimodal inputs, prompt
+  // embeddings), sorted within each block as events.h's BlockContent;
+  // null or empty: none.
+  const BlockContent* content = nullptr;
   absl::string_view lora_name;
   int64_t lora_id = 0;
   absl::string_view cache_salt;
@@ -77,7 +82,14 @@ struct RouteMedium {
 
 struct WorkerMatch {
   absl::string_view worker;
+  // The leading blocks the worker can reuse: for an engine serving a
+  // hybrid model, as far as each of its KV-cache groups holds what it needs
+  // (index/group_rules.h); otherwise the leading blocks it holds in any
+  // medium.
   uint64_t matched_blocks = 0;
+  // The leading blocks its full-attention group(s) hold (== matched_blocks
+  // for a plain engine).
+  uint64_t full_attention_blocks = 0;
   // per medium held along the prompt
   absl::InlinedVector<RouteMedium, 2> mediums;
   WorkerState state = WorkerState::kConnecting;
@@ -87,7 +99,8 @@ struct WorkerMatch {
 
 struct RouteResult {
   std::vector<WorkerMatch> workers;  // matched_blocks desc, then name
-  absl::string_view best_worker;     // empty if nobody holds block 0
+  // The first LIVE worker with matched_blocks > 0; empty if none.
+  absl::string_view best_worker;
   uint64_t prompt_blocks = 0;
 };
 
@@ -96,11 +109,20 @@ struct MediumCount {
   uint64_t blocks = 0;
 };
 
+// A KV-cache group a worker's events declared (hybrid models).
+struct GroupStatus {
+  int group = 0;
+  GroupRule rule;
+};
+
 struct WorkerStatus {
   std::string worker;
   std::string endpoint;
   WorkerState state = WorkerState::kConnecting;
   std::string state_detail;
+  // Why the worker was last cleared or put in ERROR; kept after it
+  // recovers (state_detail is then empty).
+  std::string last_error;
   std::vector<MediumCount> mediums;  // blocks held per medium
   uint64_t events = 0;
   std::array<uint64_t, kNumEventTypes> events_by_type = {};
@@ -113,6 +135,8 @@ struct WorkerStatus {
   int64_t last_seq = -1;
   int64_t last_event_unix_ms = 0;
   int64_t lag_ms = 0;
+  int64_t event_version = 0;
+  std::vector<GroupStatus> groups;  // declared groups; empty: plain engine
 };
 
 struct IndexStats {
@@ -146,8 +170,9 @@ class KvIndex {
   // again.
   virtual void RetireWorker(WorkerId worker) = 0;
 
-  // Stream bookkeeping: the state ingestion sees (a non-empty `detail`
-  // replaces the worker's state_detail), gaps and replays.
+  // Stream bookkeeping: the state ingestion sees and why (`detail`, which
+  // replaces the worker's state_detail; empty clears it), gaps and
+  // replays.
   virtual void SetState(WorkerId worker, WorkerState state,
                         absl::string_view detail) = 0;
   virtual void CountGap(WorkerId worker) = 0;
@@ -155,11 +180,13 @@ class KvIndex {
 
   // Applies one decoded batch that the stream numbered `seq`, in order.
   // Blocks of a wrong block_size put the worker in ERROR (cleared); a batch
-  // whose stores all have the right size brings it back to LIVE.
+  // whose stores all have the right size brings it back to LIVE (with its
+  // state_detail cleared if it was not LIVE).
   virtual void Apply(WorkerId worker, const KvEventBatch& batch, int64_t seq,
                      absl::Time now) = 0;
   // Drops everything the worker holds and counts `reason`; the worker is
-  // CONNECTING, with `detail` (if not empty) as its state_detail.
+  // CONNECTING with `detail` as its state_detail, and no batch applied
+  // (last_seq -1), as its stream starts over.
   virtual void ClearWorker(WorkerId worker, ClearReason reason,
                            absl::string_view detail) = 0;
   // Marks the batch numbered `seq` as consumed without applying it (an

@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
+#include "index/group_rules.h"
 #include "index/kv_index.h"
 
 namespace prefixd {
@@ -28,7 +29,8 @@ struct WorkerRecord {
   std::string endpoint;
   bool retired = false;
   WorkerState state = WorkerState::kConnecting;
-  std::string detail;
+  std::string detail;      // why the state is what it is ("" when LIVE)
+  std::string last_error;  // why it was last cleared or put in ERROR
   std::array<uint64_t, kNumEventTypes> events_by_type = {};
   uint64_t gaps = 0;
   uint64_t replays_ok = 0;
@@ -39,6 +41,10 @@ struct WorkerRecord {
   int64_t last_seq = -1;
   int64_t last_event_unix_ms = 0;
   double last_ts = 0;  // the engine's timestamp of the last batch applied
+  int64_t event_version = 0;  // the highest its events declared
+  // Its KV-cache groups' rules as its stores declared them (hybrid models,
+  // index/group_rules.h); all kNone for a plain engine.
+  std::array<GroupRule, kMaxGroups> groups = {};
 
   // now - the last applied batch's engine timestamp (0 before any).
   int64_t LagMs(absl::Time now) const;

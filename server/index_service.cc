@@ -12,6 +12,7 @@
 #include "core/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"
+#include "server/route_request.h"
 
 namespace prefixd {
 namespace {
@@ -63,6 +64,7 @@ void RouteToProto(const RouteResult& r, int block_size,
     v1::WorkerMatch* w = out->add_workers();
     w->set_worker(m.worker.data(), m.worker.size());
     w->set_matched_blocks(m.matched_blocks);
+    w->set_full_attention_blocks(m.full_attention_blocks);
     for (const RouteMedium& c : m.mediums) {
       v1::MediumMatch* mm = w->add_mediums();
       mm->set_medium(c.medium.data(), c.medium.size());
@@ -99,6 +101,14 @@ void WorkersToProto(const IndexStats& stats, int block_size,
     uint64_t clears = 0;
     for (uint64_t c : w.clears) clears += c;
     out->set_clears(clears);
+    out->set_last_error(w.last_error);
+    out->set_event_version(w.event_version);
+    for (const GroupStatus& g : w.groups) {
+      v1::KvCacheGroup* group = out->add_groups();
+      group->set_group(static_cast<uint32_t>(g.group));
+      group->set_kind(std::string(GroupKindName(g.rule.kind)));
+      group->set_window_blocks(g.rule.window_blocks);
+    }
   }
 }
 
@@ -116,23 +126,13 @@ PrefixIndexService::PrefixIndexService(const KvIndex* index,
 absl::Status PrefixIndexService::DoRoute(const CallContext& call,
                                          const v1::RouteRequest& req, int item,
                                          v1::RouteResponse* resp) const {
-  RETURN_IF_ERROR(MayRoute(call, req.cache_salt(), item));
-  TokenCopies copies;
-  ASSIGN_OR_RETURN(absl::Span<const Token> tokens,
-                   RequestTokens(req, item, &copies));
-  if (tokens.size() > limits_.max_tokens_per_request) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(ItemPrefix(item), "Route of ", tokens.size(),
-                     " tokens exceeds max_tokens_per_request ",
-                     limits_.max_tokens_per_request));
-  }
-  RouteQuery q;
-  q.tokens = tokens;
-  q.lora_name = req.lora_name();
-  q.lora_id = req.lora_id();
-  q.cache_salt = req.cache_salt();
-  q.workers.assign(req.workers().begin(), req.workers().end());
-  RouteToProto(index_->Route(q), index_->options().block_size, resp);
+  RouteRequestReader reader;
+  RETURN_IF_ERROR(
+      reader.Read(req, item, limits_, index_->options().block_size));
+  // The salt the Route runs with: the request's, or its extra keys'.
+  RETURN_IF_ERROR(MayRoute(call, reader.query().cache_salt, item));
+  RouteToProto(index_->Route(reader.query()), index_->options().block_size,
+               resp);
   return absl::OkStatus();
 }
 

@@ -402,6 +402,66 @@ TEST_F(ClientIndexServerTest, RouteBatchAnswersEveryItem) {
   ExpectNothingHeld(r->responses(1).response(), 1);
 }
 
+// A Route's per-block extra keys: bad ones are INVALID_ARGUMENT naming the
+// field and the numbers; good ones (vLLM's typed keys) are answered.
+TEST_F(ClientIndexServerTest, RouteBlockExtraKeysAreCheckedAndNamed) {
+  auto client = Connect();
+  auto keys = [](uint32_t block, std::vector<v1::ExtraKey> ks) {
+    v1::BlockExtraKeys b;
+    b.set_block(block);
+    for (v1::ExtraKey& k : ks) *b.add_keys() = std::move(k);
+    return b;
+  };
+  v1::ExtraKey image;
+  image.mutable_mm()->set_modality("image");
+  image.mutable_mm()->set_hash("img-1");
+  image.mutable_mm()->set_block_offset(4);
+  v1::ExtraKey lora, salt, unset;
+  lora.set_lora("other");
+  salt.set_cache_salt("s");
+  RouteOptions ok;
+  ok.lora_name = "sql-adapter";
+  ok.block_extra_keys = {keys(1, {image}), keys(0, {salt})};
+  auto r = client->Route(Tokens(1, 64), ok);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectNothingHeld(*r, 4);
+
+  const std::vector<std::pair<std::vector<v1::BlockExtraKeys>, std::string>>
+      bad = {
+          {{keys(4, {image})},
+           "block_extra_keys[0].block 4 is past the prompt's 4 whole blocks"},
+          {{keys(1, {image}), keys(1, {image})},
+           "block_extra_keys[1].block 1 is listed twice"},
+          {{keys(2, {unset})}, "block_extra_keys[0].keys[0] sets no key"},
+          {{keys(0, {image, lora})},
+           "block_extra_keys[0].keys[1] names lora_name \"other\" but the "
+           "request's lora_name is \"sql-adapter\""},
+          {{keys(3, {salt})},
+           "block_extra_keys[0].keys[0] is a cache_salt in block 3"},
+      };
+  for (const auto& [extra, want] : bad) {
+    RouteOptions o;
+    o.lora_name = "sql-adapter";
+    o.block_extra_keys = extra;
+    const absl::Status st = client->Route(Tokens(1, 64), o).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_THAT(st.message(), HasSubstr(want));
+  }
+  // In a batch, the item names itself.
+  RouteOptions o;
+  o.block_extra_keys = {keys(9, {image})};
+  v1::RouteBatchRequest batch;
+  *batch.add_requests() = RouteRequestFor(Tokens(1, 16));
+  *batch.add_requests() = RouteRequestFor(Tokens(1, 16), o);
+  auto items = client->RouteBatch(batch);
+  ASSERT_TRUE(items.ok()) << items.status();
+  EXPECT_EQ(items->responses(0).code(), 0);
+  EXPECT_EQ(items->responses(1).code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(items->responses(1).message(),
+              HasSubstr("requests[1]: block_extra_keys[0].block 9"));
+}
+
 TEST_F(ClientIndexServerTest, ListWorkersShowsTheSource) {
   auto client = Connect();
   auto r = client->ListWorkers();

@@ -38,8 +38,8 @@ import enum
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import (Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple,
-                    TypeVar, Union)
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar, Union)
 
 import grpc
 
@@ -52,6 +52,12 @@ TENANT_HEADER = "x-prefixd-tenant"
 HEALTH_SERVICE = "prefixd.v1.PrefixCache"
 
 EpochCallback = Callable[[int, int], None]
+
+# Route's per-block extra keys: {block index: [typed key, ...]} (or pairs),
+# each key a dict in vLLM's typed form, e.g. {"type": "mm", "hash": "...",
+# "block_offset": 0}.
+ExtraKeys = Union[Mapping[int, Sequence[Mapping[str, Any]]],
+                  Sequence[Tuple[int, Sequence[Mapping[str, Any]]]]]
 
 
 # ---- errors ------------------------------------------------------------------
@@ -354,19 +360,23 @@ State = Union[WorkerState, int]
 class WorkerMatch:
     """How much of a prompt one worker holds (an entry of RouteResult)."""
     worker: str
-    # The longest run of whole blocks from the start of the prompt that the
-    # worker holds in any medium.
+    # The whole blocks from the start of the prompt the worker can reuse:
+    # the longest run it holds in any medium (for an engine serving a hybrid
+    # model, as far as each of its KV-cache groups holds what it needs).
     matched_blocks: int
     mediums: Dict[str, int]  # per medium ("GPU", "CPU", ...), the run held there
     state: State             # WorkerState.LIVE, ...
     last_seq: int            # the last event batch applied; -1: none yet
     lag_ms: int              # now - that batch's engine timestamp
+    # The run its full-attention group(s) hold (== matched_blocks unless the
+    # engine serves a hybrid model).
+    full_attention_blocks: int = 0
 
 
 @dataclass
 class RouteResult:
     workers: List[WorkerMatch]  # most matched_blocks first, then by name
-    best_worker: str            # "" when no worker holds the first block
+    best_worker: str            # the first LIVE worker holding block 0; "" if none
     prompt_blocks: int          # whole blocks in the prompt
     block_size: int
 
@@ -387,6 +397,7 @@ class RouteQuery:
     lora_id: Optional[int] = None
     cache_salt: Optional[str] = None
     workers: Optional[Sequence[str]] = None
+    block_extra_keys: Optional[ExtraKeys] = None
 
 
 @dataclass
@@ -404,6 +415,11 @@ class WorkerInfo:
     dropped_blocks: int    # blocks of this worker the index did not take
     last_seq: int          # the last batch applied; -1: none yet
     last_event_unix_ms: int  # when that batch was applied; 0: never
+    # Why it was last cleared or put in ERROR ("reason: detail"); "" if never.
+    last_error: str = ""
+    event_version: int = 0  # the highest its events declared
+    # A hybrid model's KV-cache groups: group_idx -> (kind, window_blocks).
+    groups: Dict[int, Tuple[str, int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -652,13 +668,18 @@ class Client:
     def route(self, tokens: Sequence[int], *, lora_name: Optional[str] = None,
               lora_id: Optional[int] = None, cache_salt: Optional[str] = None,
               workers: Optional[Sequence[str]] = None,
+              block_extra_keys: Optional[ExtraKeys] = None,
               timeout: Optional[float] = None) -> RouteResult:
         """How many leading whole blocks of `tokens` each worker holds, best
         first. The namespace is what the engines mixed into the first block's
         hash: `lora_name` (wins over `lora_id`), `cache_salt`. `workers`:
-        only these (default: all). Unimplemented when the daemon runs no
-        fleet index."""
-        r = self._call("Route", _route_request(tokens, lora_name, lora_id, cache_salt, workers),
+        only these (default: all). `block_extra_keys`: per block index, its
+        keys beyond the tokens in vLLM's typed form, e.g.
+        {2: [{"type": "mm", "modality": "image", "hash": "...",
+        "block_offset": 5}]}. Unimplemented when the daemon runs no fleet
+        index."""
+        r = self._call("Route", _route_request(tokens, lora_name, lora_id, cache_salt, workers,
+                                               block_extra_keys),
                        timeout, self._index_stub)
         return _route_result(r)
 
@@ -675,7 +696,7 @@ class Client:
         for q in queries:
             if isinstance(q, RouteQuery):
                 requests.append(_route_request(q.tokens, q.lora_name, q.lora_id, q.cache_salt,
-                                               q.workers))
+                                               q.workers, q.block_extra_keys))
             else:
                 requests.append(_route_request(q, lora_name, lora_id, cache_salt, workers))
         r = self._call("RouteBatch", ipb.RouteBatchRequest(requests=requests), timeout,
@@ -692,7 +713,10 @@ class Client:
                 state_detail=w.state_detail, mediums={m.medium: m.blocks for m in w.mediums},
                 events=w.events, gaps=w.gaps, replays=w.replays, clears=w.clears,
                 dropped_blocks=w.dropped_blocks, last_seq=w.last_seq,
-                last_event_unix_ms=w.last_event_unix_ms) for w in r.workers],
+                last_event_unix_ms=w.last_event_unix_ms, last_error=w.last_error,
+                event_version=w.event_version,
+                groups={g.group: (g.kind, g.window_blocks) for g in w.groups})
+                for w in r.workers],
             block_size=r.block_size, entries=r.entries, max_entries=r.max_entries)
 
     def watch_events(self, from_sequence: int = 0, *,
@@ -749,19 +773,55 @@ def tokens_le32(tokens: Iterable[int]) -> bytes:
     return a.tobytes()
 
 
-def _route_request(tokens, lora_name, lora_id, cache_salt, workers) -> ipb.RouteRequest:
+def _route_request(tokens, lora_name, lora_id, cache_salt, workers,
+                   block_extra_keys=None) -> ipb.RouteRequest:
     if isinstance(workers, str):  # a lone name would be split into letters
         raise TypeError("workers is a sequence of worker names, not the string %r" % workers)
     return ipb.RouteRequest(tokens_le32=tokens_le32(tokens), lora_name=lora_name or "",
                             lora_id=lora_id or 0, cache_salt=cache_salt or "",
-                            workers=list(workers or ()))
+                            workers=list(workers or ()),
+                            block_extra_keys=_block_extra_keys(block_extra_keys))
+
+
+def _bytes(v) -> bytes:
+    return v.encode("utf-8") if isinstance(v, str) else bytes(v)
+
+
+def _extra_key(key: Mapping) -> ipb.ExtraKey:
+    """One key in vLLM's typed form ({"type": ..., ...}) as the proto's."""
+    kind = key.get("type")
+    if kind == "lora":
+        return ipb.ExtraKey(lora=key["name"])
+    if kind == "cache_salt":
+        return ipb.ExtraKey(cache_salt=key["salt"])
+    if kind == "prompt_embeds":
+        return ipb.ExtraKey(prompt_embeds=_bytes(key["hash"]))
+    if kind == "mm":
+        return ipb.ExtraKey(mm=ipb.MultiModalKey(modality=key.get("modality") or "",
+                                                 hash=_bytes(key["hash"]),
+                                                 block_offset=int(key["block_offset"])))
+    if kind == "legacy":
+        if not isinstance(key["value"], str):
+            raise TypeError("a legacy extra key's value must be a str, not %r" % (key["value"],))
+        return ipb.ExtraKey(legacy=key["value"])
+    raise ValueError("unknown extra key type %r (lora, cache_salt, prompt_embeds, mm, legacy)"
+                     % (kind,))
+
+
+def _block_extra_keys(keys: Optional[ExtraKeys]) -> List[ipb.BlockExtraKeys]:
+    if not keys:
+        return []
+    items = keys.items() if isinstance(keys, Mapping) else keys
+    return [ipb.BlockExtraKeys(block=int(block), keys=[_extra_key(k) for k in block_keys])
+            for block, block_keys in items]
 
 
 def _route_result(r: ipb.RouteResponse) -> RouteResult:
     return RouteResult(
         workers=[WorkerMatch(worker=w.worker, matched_blocks=w.matched_blocks,
                              mediums={m.medium: m.matched_blocks for m in w.mediums},
-                             state=_state(w.state), last_seq=w.last_seq, lag_ms=w.lag_ms)
+                             state=_state(w.state), last_seq=w.last_seq, lag_ms=w.lag_ms,
+                             full_attention_blocks=w.full_attention_blocks)
                  for w in r.workers],
         best_worker=r.best_worker, prompt_blocks=r.prompt_blocks, block_size=r.block_size)
 

@@ -17,12 +17,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "model/flag_parser.h"
+#include "base/flag_parser.h"
+#include "base/status_macros.h"
 #include "model/forward.h"
 #include "model/hf_config.h"
 #include "model/kv_geometry.h"
 #include "model/planner.h"
-#include "model/status_macros.h"
 #include "model/units.h"
 
 namespace prefixd {

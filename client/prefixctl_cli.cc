@@ -18,11 +18,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "base/flag_parser.h"
 #include "client/client.h"
 #include "client/id_list.h"
 #include "client/output.h"
 #include "client/plan.h"
-#include "model/flag_parser.h"
 
 namespace prefixd {
 namespace {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/radix_tree.h"
-#include "core/status_macros.h"
 #include "core/tenant.h"
 
 namespace prefixd {

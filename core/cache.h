@@ -31,10 +31,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/clock.h"
+#include "base/mutex.h"
 #include "core/block_index.h"
 #include "core/cache_types.h"
-#include "core/clock.h"
-#include "core/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {

@@ -15,7 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/events.h"
 #include "core/types.h"
 

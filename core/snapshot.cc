@@ -22,9 +22,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "core/cache.h"
 #include "core/snapshot_format.h"
-#include "core/status_macros.h"
 #include "core/tenant.h"
 
 namespace prefixd {

@@ -45,12 +45,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "core/block_index.h"
 #include "core/cache_types.h"
 #include "core/events.h"
 #include "core/eviction.h"
 #include "core/leases.h"
-#include "core/mutex.h"
 #include "core/radix_tree.h"
 #include "core/snapshot_format.h"
 

@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {

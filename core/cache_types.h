@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/clock.h"
-#include "core/events.h"
+#include "core/event_ring.h"
 #include "core/types.h"
 
 namespace prefixd {

@@ -48,7 +48,7 @@
 #include "base/mutex.h"
 #include "core/block_index.h"
 #include "core/cache_types.h"
-#include "core/events.h"
+#include "core/event_ring.h"
 #include "core/eviction.h"
 #include "core/leases.h"
 #include "core/radix_tree.h"

@@ -101,7 +101,7 @@ clean:
 
 # Sanitizer and fuzz builds (docs/operations.md, "Reliability tests"). Every
 # report aborts the process, so it fails its test. Debian's gRPC and abseil
-# are not TSan-instrumented: under TSan only core's tests run (core/mutex.h).
+# are not TSan-instrumented: under TSan only core's tests run (base/mutex.h).
 CLANG_CMAKE = -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPREFIXD_BUILD_BENCH=OFF
 SAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=1 \

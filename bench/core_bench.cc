@@ -30,8 +30,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "base/mutex.h"
 #include "benchmark/benchmark.h"
 #include "core/cache.h"
 
@@ -521,7 +521,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!detect) {
-    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    prefixd::DisableMutexDeadlockDetection();
   }
   argc = kept;
   benchmark::Initialize(&argc, argv);

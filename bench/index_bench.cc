@@ -54,10 +54,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/mutex.h"
 #include "bench/load/route_index.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
@@ -768,6 +768,6 @@ int main(int argc, char** argv) {
       "the fleet index's ingest rate and memory (docs/performance.md)");
   absl::ParseCommandLine(argc, argv);
   // As the daemon: abseil's deadlock detector off.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  prefixd::DisableMutexDeadlockDetection();
   return prefixd::bench::Run();
 }

@@ -46,7 +46,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "bench/trace.h"
 #include "core/cache.h"
 #ifdef PREFIXD_TRACE_REPLAY_RPC
@@ -676,7 +676,7 @@ int Main() {
     policies.push_back(ParsePolicy(p));
   if (policies.empty()) Die("--eviction_policy lists no policy");
   if (!absl::GetFlag(FLAGS_mutex_deadlock_detection))
-    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+    prefixd::DisableMutexDeadlockDetection();
 
   std::optional<Memory> memory;
   if (absl::GetFlag(FLAGS_memory_blocks) > 0) {

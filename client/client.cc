@@ -10,7 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "client/connect_error.h"
 #include "client/health.h"
 
@@ -66,7 +66,7 @@ class ClientCore {
     std::function<void(uint64_t, uint64_t)> callback;
     uint64_t old = 0;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (first_epoch_ == 0) first_epoch_ = epoch;
       if (last_epoch_ != 0 && last_epoch_ != epoch) {
         old = last_epoch_;
@@ -79,19 +79,19 @@ class ClientCore {
   }
 
   void SetCallback(std::function<void(uint64_t, uint64_t)> callback) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     callback_ = std::move(callback);
   }
   bool changed() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return changed_;
   }
   uint64_t epoch() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return last_epoch_;
   }
   void Accept() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     first_epoch_ = last_epoch_;
     changed_ = false;
   }
@@ -108,7 +108,7 @@ class ClientCore {
   const ClientOptions options_;
   const std::string target_;  // "" for FromChannel
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   uint64_t first_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool changed_ ABSL_GUARDED_BY(mu_) = false;

@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "client/health.h"
 #include "client/id_list.h"
 #include "client/output.h"
@@ -93,7 +93,7 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
                      v1::MatchResponse* response) override {
     Record(ctx);
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       last_match_ = *request;
     }
     response->set_epoch(epoch);
@@ -131,7 +131,7 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
                        const v1::ReleaseRequest* request,
                        v1::ReleaseResponse*) override {
     Record(ctx);
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (request->lease_id() != kLease) {
       return {grpc::StatusCode::NOT_FOUND,
               absl::StrCat("lease ", request->lease_id(), " not found")};
@@ -250,26 +250,26 @@ class FakePrefixCache final : public v1::PrefixCache::Service {
   }
 
   std::vector<uint64_t> released() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return released_;
   }
   v1::MatchRequest last_match() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return last_match_;
   }
   std::pair<std::string, std::string> last_metadata() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return {last_authorization_, last_tenant_};
   }
 
  private:
   void Record(grpc::ServerContext* ctx) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     last_authorization_ = Metadata(ctx, "authorization");
     last_tenant_ = Metadata(ctx, "x-prefixd-tenant");
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<uint64_t> released_ ABSL_GUARDED_BY(mu_);
   v1::MatchRequest last_match_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "client/client.h"
 #include "client/output.h"
 #include "client/prefixctl_cli.h"
@@ -181,7 +181,7 @@ class FakePrefixIndex final : public v1::PrefixIndex::Service {
   grpc::Status ListWorkers(grpc::ServerContext* ctx,
                            const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* response) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     last_tenant_ = Metadata(ctx, "x-prefixd-tenant");
     *response = TwoWorkers();
     response->mutable_workers(0)->set_last_event_unix_ms(0);  // "never": no
@@ -190,11 +190,11 @@ class FakePrefixIndex final : public v1::PrefixIndex::Service {
   }
 
   std::vector<v1::RouteRequest> sent() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return sent_;
   }
   std::pair<std::string, std::string> last_metadata() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return {last_authorization_, last_tenant_};
   }
 
@@ -224,13 +224,13 @@ class FakePrefixIndex final : public v1::PrefixIndex::Service {
   }
 
   void Record(grpc::ServerContext* ctx, const v1::RouteRequest& request) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     sent_.push_back(request);
     last_authorization_ = Metadata(ctx, "authorization");
     last_tenant_ = Metadata(ctx, "x-prefixd-tenant");
   }
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<v1::RouteRequest> sent_ ABSL_GUARDED_BY(mu_);
   std::string last_authorization_ ABSL_GUARDED_BY(mu_);
   std::string last_tenant_ ABSL_GUARDED_BY(mu_);

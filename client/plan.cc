@@ -17,12 +17,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "model/flag_parser.h"
+#include "base/flag_parser.h"
+#include "base/status_macros.h"
 #include "model/forward.h"
 #include "model/hf_config.h"
 #include "model/kv_geometry.h"
 #include "model/planner.h"
-#include "model/status_macros.h"
 #include "model/units.h"
 
 namespace prefixd {
@@ -388,7 +388,8 @@ std::string GpusText(const GpuPool& gpus) {
              : absl::StrCat(gpus.count, " x ", gpus.model);
 }
 
-std::string TextReport(const Request& req, const Plan& plan) {
+// The notes and the one-line figures of the text report.
+std::string SummaryText(const Request& req, const Plan& plan) {
   const PlanInput& in = req.input;
   const ModelGeometry& g = in.geometry;
   std::string out;
@@ -430,7 +431,11 @@ std::string TextReport(const Request& req, const Plan& plan) {
               absl::StrCat(FormatCount(plan.crossover_tokens),
                            " cached tokens in flight read as many bytes per "
                            "decode step as the weights"));
+  return out;
+}
 
+// KV per sequence and concurrent sequences, per context length.
+std::string ContextText(const Plan& plan) {
   std::vector<std::vector<std::string>> rows = {
       {"context", "KV per sequence", "concurrent sequences"}};
   for (const ContextRow& row : plan.contexts) {
@@ -438,10 +443,18 @@ std::string TextReport(const Request& req, const Plan& plan) {
                     Bytes(row.kv_bytes_per_sequence),
                     FormatCount(row.concurrent_sequences)});
   }
-  absl::StrAppend(&out, "\nKV per sequence and sequences that fit at once\n",
-                  Table(rows, 0));
+  return absl::StrCat("\nKV per sequence and sequences that fit at once\n",
+                      Table(rows, 0));
+}
 
-  rows = {{"variant", "kv_heads", "bytes/token", "tokens that fit"}};
+// The same budget with the KV-head count as the only variable.
+std::string HeadVariantText(const Plan& plan) {
+  if (plan.head_variants.empty()) {
+    return "\nKV heads as the only variable: not applicable (MLA caches one "
+           "latent per layer, whatever the head count)\n";
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"variant", "kv_heads", "bytes/token", "tokens that fit"}};
   for (const ContextRow& row : plan.contexts) {
     rows[0].push_back(absl::StrCat("seqs@", FormatCount(row.context_len)));
   }
@@ -455,34 +468,33 @@ std::string TextReport(const Request& req, const Plan& plan) {
     }
     rows.back().push_back(FormatCount(v.crossover_tokens));
   }
-  if (plan.head_variants.empty()) {
-    absl::StrAppend(&out,
-                    "\nKV heads as the only variable: not applicable (MLA "
-                    "caches one latent per layer, whatever the head count)\n");
-  } else {
-    absl::StrAppend(&out,
-                    "\nKV heads as the only variable (same budget; * = this "
-                    "model)\n",
-                    Table(rows, 1));
-  }
+  return absl::StrCat(
+      "\nKV heads as the only variable (same budget; * = this model)\n",
+      Table(rows, 1));
+}
 
-  if (plan.waste.has_value()) {
-    const WasteReport& w = *plan.waste;
-    rows = {
-        {"allocation", "reserved tokens", "wasted tokens", "wasted bytes",
-         "sequences that fit"},
-        {"contiguous", FormatCount(w.contiguous_reserved_tokens),
-         FormatCount(w.contiguous_wasted_tokens),
-         Bytes(w.contiguous_wasted_bytes), FormatCount(w.contiguous_sequences)},
-        {"paged", FormatCount(w.paged_reserved_tokens),
-         FormatCount(w.paged_wasted_tokens), Bytes(w.paged_wasted_bytes),
-         FormatCount(w.paged_sequences)}};
-    absl::StrAppend(&out, "\nOne sequence of ", FormatCount(w.actual_len),
-                    " tokens: contiguous reservation of max_seq_len ",
-                    FormatCount(w.max_seq_len), " vs paged blocks of ",
-                    w.block_size, "\n", Table(rows, 1));
-  }
-  return out;
+// Contiguous reservation against paged blocks for one sequence, if asked.
+std::string WasteText(const Plan& plan) {
+  if (!plan.waste.has_value()) return "";
+  const WasteReport& w = *plan.waste;
+  const std::vector<std::vector<std::string>> rows = {
+      {"allocation", "reserved tokens", "wasted tokens", "wasted bytes",
+       "sequences that fit"},
+      {"contiguous", FormatCount(w.contiguous_reserved_tokens),
+       FormatCount(w.contiguous_wasted_tokens),
+       Bytes(w.contiguous_wasted_bytes), FormatCount(w.contiguous_sequences)},
+      {"paged", FormatCount(w.paged_reserved_tokens),
+       FormatCount(w.paged_wasted_tokens), Bytes(w.paged_wasted_bytes),
+       FormatCount(w.paged_sequences)}};
+  return absl::StrCat("\nOne sequence of ", FormatCount(w.actual_len),
+                      " tokens: contiguous reservation of max_seq_len ",
+                      FormatCount(w.max_seq_len), " vs paged blocks of ",
+                      w.block_size, "\n", Table(rows, 1));
+}
+
+std::string TextReport(const Request& req, const Plan& plan) {
+  return absl::StrCat(SummaryText(req, plan), ContextText(plan),
+                      HeadVariantText(plan), WasteText(plan));
 }
 
 // Whether the given GPUs hold weights + overhead + KV, and by how much.

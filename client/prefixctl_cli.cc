@@ -18,11 +18,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "base/flag_parser.h"
 #include "client/client.h"
 #include "client/id_list.h"
 #include "client/output.h"
 #include "client/plan.h"
-#include "model/flag_parser.h"
 
 namespace prefixd {
 namespace {
@@ -746,6 +746,40 @@ int RunPlan(int argc, char** argv, size_t command_index, std::ostream& out,
                         plan_argv.data(), out, err);
 }
 
+// Runs `command` with its parsed flags: the connection options and the
+// client first, then the command.
+int RunCommand(const Command& command, const ParsedFlags& flags,
+               std::ostream& out, std::ostream& err) {
+  const std::string& name = command.name;
+  Context ctx{flags, out, err, false, "", {}, nullptr};
+  if (absl::Status s = flags.NoPositional(); !s.ok())
+    return Usage(ctx, name, std::string(s.message()));
+  ctx.json = flags.Bool("json");
+  ctx.addr = flags.String("addr", kDefaultAddr);
+  const char* env_token = std::getenv("PREFIXD_TOKEN");
+  ctx.options.token = flags.String("token", env_token ? env_token : "");
+  ctx.options.tenant = flags.String("tenant");
+  ctx.options.tls = flags.Bool("tls");
+  ctx.options.tls_ca_file = flags.String("tls_ca");
+  ctx.options.tls_cert_file = flags.String("tls_cert");
+  ctx.options.tls_key_file = flags.String("tls_key");
+  absl::StatusOr<absl::Duration> timeout =
+      flags.Duration("timeout", absl::Seconds(5));
+  if (!timeout.ok())
+    return Usage(ctx, name, std::string(timeout.status().message()));
+  ctx.options.deadline = *timeout;
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Connect(ctx.addr, ctx.options);
+  if (!client.ok()) {
+    // One line: the message already says what to give instead.
+    ctx.err << "prefixctl " << name << ": " << client.status().message()
+            << "\n";
+    return kExitUsage;
+  }
+  ctx.client = *std::move(client);
+  return command.run(ctx);
+}
+
 }  // namespace
 
 void InstallInterruptHandler() {
@@ -797,33 +831,7 @@ int RunPrefixctl(int argc, char** argv, std::ostream& out, std::ostream& err) {
     return kExitOk;
   }
 
-  Context ctx{*flags, out, err, false, "", {}, nullptr};
-  if (absl::Status s = flags->NoPositional(); !s.ok())
-    return Usage(ctx, name, std::string(s.message()));
-  ctx.json = flags->Bool("json");
-  ctx.addr = flags->String("addr", kDefaultAddr);
-  const char* env_token = std::getenv("PREFIXD_TOKEN");
-  ctx.options.token = flags->String("token", env_token ? env_token : "");
-  ctx.options.tenant = flags->String("tenant");
-  ctx.options.tls = flags->Bool("tls");
-  ctx.options.tls_ca_file = flags->String("tls_ca");
-  ctx.options.tls_cert_file = flags->String("tls_cert");
-  ctx.options.tls_key_file = flags->String("tls_key");
-  absl::StatusOr<absl::Duration> timeout =
-      flags->Duration("timeout", absl::Seconds(5));
-  if (!timeout.ok())
-    return Usage(ctx, name, std::string(timeout.status().message()));
-  ctx.options.deadline = *timeout;
-  absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Connect(ctx.addr, ctx.options);
-  if (!client.ok()) {
-    // One line: the message already says what to give instead.
-    ctx.err << "prefixctl " << name << ": " << client.status().message()
-            << "\n";
-    return kExitUsage;
-  }
-  ctx.client = *std::move(client);
-  return command->run(ctx);
+  return RunCommand(*command, *flags, out, err);
 }
 
 }  // namespace prefixd

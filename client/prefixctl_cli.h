@@ -8,7 +8,7 @@
 
 #include <ostream>
 
-#include "model/flag_parser.h"
+#include "base/flag_parser.h"
 
 namespace prefixd {
 

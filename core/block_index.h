@@ -23,7 +23,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/types/span.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/status_macros.h"
 #include "core/radix_tree.h"
-#include "core/status_macros.h"
 #include "core/tenant.h"
 
 namespace prefixd {
@@ -265,12 +265,8 @@ absl::StatusOr<Tenant*> StartBatch(absl::Span<const Req> reqs,
   return t;
 }
 
-}  // namespace
-
-// --- Construction and tenants -----------------------------------------------
-
-absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
-    CacheOptions o) {
+// CacheOptions' sizes: blocks, the budget, the event rings, lease TTLs.
+absl::Status ValidateSizes(const CacheOptions& o) {
   if (o.block_size < 1 || o.block_size > 65536) {
     return absl::InvalidArgumentError(
         absl::StrFormat("block_size %d is outside [1, 65536]", o.block_size));
@@ -289,6 +285,10 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         "default lease ttl ", absl::FormatDuration(o.default_lease_ttl),
         " is not in (0, ", absl::FormatDuration(o.limits.max_lease_ttl), "]"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePolicy(const CacheOptions& o) {
   if (o.eviction_policy != EvictionPolicy::kLru &&
       o.eviction_policy != EvictionPolicy::kAdaptive) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -300,6 +300,11 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         absl::StrFormat("eviction_history_blocks %d exceeds the limit of %d",
                         o.eviction_history_blocks, kMaxEvictionHistoryBlocks));
   }
+  return absl::OkStatus();
+}
+
+// How many tenants there may be, and the quota of those made on demand.
+absl::Status ValidateTenantLimits(const CacheOptions& o) {
   if (o.limits.max_tenants > BlockIndex::kMaxTenants) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tenants %d is above the supported %d",
@@ -315,6 +320,12 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         "default tenant quota reserves %d bytes above its limit of %d",
         o.default_quota.reserved_bytes, o.default_quota.limit_bytes));
   }
+  return absl::OkStatus();
+}
+
+// The configured tenants: valid, distinct names; reservations within their
+// limits and, together, within the budget.
+absl::Status ValidateTenantSpecs(const CacheOptions& o) {
   absl::flat_hash_set<std::string> names;
   uint64_t reserved_total = 0;
   for (const TenantSpec& t : o.tenants) {
@@ -337,6 +348,89 @@ absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
         "tenant reservations total %d bytes, above the budget of %d bytes",
         reserved_total, o.budget_bytes));
   }
+  return absl::OkStatus();
+}
+
+// The nodes of `tree`, pre-order, children in token order so that dumps
+// are stable across runs.
+std::vector<DumpNode> DumpTree(const Tree& tree) {
+  std::vector<DumpNode> out;
+  auto visit = [&](auto&& self, const Node& node, int depth) -> void {
+    std::vector<const Node*> kids;
+    for (const auto& c : node.children) kids.push_back(c.get());
+    std::sort(kids.begin(), kids.end(), [](const Node* a, const Node* b) {
+      const auto x = a->tokens(), y = b->tokens();
+      return std::lexicographical_compare(x.begin(), x.end(), y.begin(),
+                                          y.end());
+    });
+    for (const Node* c : kids) {
+      out.push_back(DumpNode{
+          depth, c->position, c->stamp, c->pins,
+          std::vector<Token>(c->tokens().begin(), c->tokens().end()),
+          std::vector<BlockId>(c->block_ids().begin(), c->block_ids().end())});
+      self(self, *c, depth + 1);
+    }
+  };
+  visit(visit, tree.root, 1);
+  return out;
+}
+
+}  // namespace
+
+// The matched blocks of a walk as segments, runs of blocks with one RoPE
+// delta (requested position - cached position), merged across nodes that
+// agree. Returns how many blocks matched.
+size_t AppendSegments(const WalkPath& steps, int64_t position_offset,
+                      size_t block_size, std::vector<Segment>* segments) {
+  const size_t total_blocks = steps.back().first_block + steps.back().blocks;
+  size_t matched_blocks = 0;
+  for (const WalkStep& s : steps) {
+    const int64_t requested =
+        position_offset + static_cast<int64_t>(s.first_block * block_size);
+    const int64_t delta = requested - s.node->position;
+    if (segments->empty() || segments->back().rope_delta != delta) {
+      segments->push_back(Segment{{}, s.node->position, delta});
+      segments->back().block_ids.reserve(total_blocks - matched_blocks);
+    }
+    auto& ids = segments->back().block_ids;
+    ids.insert(ids.end(), s.node->block_ids().begin(),
+               s.node->block_ids().begin() + s.blocks);
+    matched_blocks += s.blocks;
+  }
+  return matched_blocks;
+}
+
+// Where Invalidate cuts: (first listed ID, its index in its node), one cut
+// per node, at its first listed block. Splitting once per listed ID would
+// copy a long node's head again for every ID (quadratic), and so would
+// searching the node's IDs once per listed ID. Each node's IDs are scanned
+// once, for the first that is listed (an ID lies in one node only). Nodes
+// are cut in the order of their first listed ID, so results keep the order
+// they had. REQUIRES: every ID is cached.
+std::vector<std::pair<BlockId, size_t>> InvalidationCuts(
+    const BlockIndex& index, absl::Span<const BlockId> block_ids) {
+  const absl::flat_hash_set<BlockId> listed(block_ids.begin(), block_ids.end());
+  absl::flat_hash_set<const Node*> seen;
+  std::vector<std::pair<BlockId, size_t>> cuts;
+  for (BlockId id : block_ids) {
+    const Node* node = index.Find(id)->node;
+    if (!seen.insert(node).second) continue;
+    const absl::Span<const BlockId> ids = node->block_ids();
+    size_t j = 0;
+    while (!listed.contains(ids[j])) ++j;
+    cuts.push_back({ids[j], j});
+  }
+  return cuts;
+}
+
+// --- Construction and tenants -----------------------------------------------
+
+absl::StatusOr<std::unique_ptr<PrefixCache>> PrefixCache::Create(
+    CacheOptions o) {
+  RETURN_IF_ERROR(ValidateSizes(o));
+  RETURN_IF_ERROR(ValidatePolicy(o));
+  RETURN_IF_ERROR(ValidateTenantLimits(o));
+  RETURN_IF_ERROR(ValidateTenantSpecs(o));
   return std::unique_ptr<PrefixCache>(new PrefixCache(std::move(o)));
 }
 
@@ -350,19 +444,8 @@ PrefixCache::PrefixCache(CacheOptions options)
                                : (uint64_t{std::random_device{}()} << 32) ^
                                      std::random_device{}()) {
   MutexLock lock(&tenants_mu_);
-  for (const TenantSpec& spec : options_.tenants) {
-    const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-    auto t = std::make_unique<Tenant>(
-        spec.name, i,
-        BlocksOf(spec.quota.reserved_bytes, options_.block_bytes,
-                 budget_blocks_),
-        BlocksOf(spec.quota.limit_bytes, options_.block_bytes, budget_blocks_),
-        options_, &index_, &event_order_, &pinned_over_reserved_,
-        TenantSeed(seed_, i));
-    reserved_blocks_ += t->reserved_blocks();
-    tenant_order_.push_back(t.get());
-    tenants_[spec.name] = std::move(t);
-  }
+  for (const TenantSpec& spec : options_.tenants)
+    AddTenant(spec.name, spec.quota);
 }
 
 PrefixCache::~PrefixCache() = default;
@@ -391,16 +474,20 @@ absl::StatusOr<Tenant*> PrefixCache::FindOrCreateTenant(
         absl::StrFormat("tenant '%s' cannot be created: max_tenants %d reached",
                         name, options_.limits.max_tenants));
   }
+  return AddTenant(name, options_.default_quota);
+}
+
+Tenant* PrefixCache::AddTenant(absl::string_view name,
+                               const TenantQuota& quota) {
   const uint32_t i = static_cast<uint32_t>(tenant_order_.size());
-  auto t =
-      std::make_unique<Tenant>(std::string(name), i,
-                               BlocksOf(options_.default_quota.reserved_bytes,
-                                        options_.block_bytes, budget_blocks_),
-                               BlocksOf(options_.default_quota.limit_bytes,
-                                        options_.block_bytes, budget_blocks_),
-                               options_, &index_, &event_order_,
-                               &pinned_over_reserved_, TenantSeed(seed_, i));
-  reserved_blocks_ += t->reserved_blocks();
+  const uint64_t reserved =
+      BlocksOf(quota.reserved_bytes, options_.block_bytes, budget_blocks_);
+  auto t = std::make_unique<Tenant>(
+      std::string(name), i, reserved,
+      BlocksOf(quota.limit_bytes, options_.block_bytes, budget_blocks_),
+      options_, &index_, &event_order_, &pinned_over_reserved_,
+      TenantSeed(seed_, i));
+  reserved_blocks_ += reserved;
   Tenant* raw = t.get();
   tenant_order_.push_back(raw);
   tenants_[std::string(name)] = std::move(t);
@@ -469,7 +556,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
         t->name(), t->leases().size()));
   }
   const absl::Duration ttl = LeaseTtl(req.lease_ttl, options_).value();
-  Tree* tree = t->FindTree(req.ns);
+  Tree* tree = t->trees().Find(req.ns);
   const Node* refused = nullptr;
   const WalkPath steps =
       tree == nullptr ? WalkPath{}
@@ -496,29 +583,15 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
   }
   if (steps.empty()) return result;
 
-  const size_t bs = options_.block_size;
-  const size_t total_blocks = steps.back().first_block + steps.back().blocks;
-  size_t matched_blocks = 0;
-  for (const WalkStep& s : steps) {
-    const int64_t requested =
-        req.position_offset + static_cast<int64_t>(s.first_block * bs);
-    const int64_t delta = requested - s.node->position;
-    if (result.segments.empty() || result.segments.back().rope_delta != delta) {
-      result.segments.push_back(Segment{{}, s.node->position, delta});
-      result.segments.back().block_ids.reserve(total_blocks - matched_blocks);
-    }
-    auto& ids = result.segments.back().block_ids;
-    ids.insert(ids.end(), s.node->block_ids().begin(),
-               s.node->block_ids().begin() + s.blocks);
-    matched_blocks += s.blocks;
-  }
+  const size_t matched_blocks = AppendSegments(
+      steps, req.position_offset, options_.block_size, &result.segments);
   Node* end = steps.back().node;
   if (steps.back().blocks < end->num_blocks())
     end = t->SplitAt(end, steps.back().blocks);
   t->TouchPath(end, NextStamp());
-  result.matched_tokens = matched_blocks * bs;
+  result.matched_tokens = matched_blocks * options_.block_size;
   c.match_hit_tokens += result.matched_tokens;
-  if (req.pin) result.lease_id = t->AddLease(end, ttl, now);
+  if (req.pin) result.lease_id = t->leases().Add(end, ttl, now);
   return result;
 }
 
@@ -646,12 +719,12 @@ absl::Status PrefixCache::PlanInsert(Tenant* t, const InsertRequest& req,
   t->ExpireLeases(plan.now);
   ASSIGN_OR_RETURN(plan.ttl, LeaseTtl(req.lease_ttl, options_));
 
-  plan.tree = t->FindTree(req.ns);
+  plan.tree = t->trees().Find(req.ns);
   if (plan.tree == nullptr &&
-      t->num_trees() >= limits.max_namespaces_per_tenant) {
+      t->trees().size() >= limits.max_namespaces_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "tenant '%s' has %d namespaces, the limit max_namespaces_per_tenant",
-        t->name(), t->num_trees()));
+        t->name(), t->trees().size()));
   }
   if (req.pin && t->leases().size() >= limits.max_leases_per_tenant) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -696,18 +769,20 @@ absl::Status PrefixCache::PlanInsert(Tenant* t, const InsertRequest& req,
   return absl::OkStatus();
 }
 
-bool PrefixCache::FitOwnLimit(Tenant* t, InsertPlan* plan) {
+bool PrefixCache::FitOwnLimit(const Tenant* t, InsertPlan* plan) {
   // A tenant over its limit evicts its own blocks, but not those on the
   // path this insert touches.
-  const uint64_t evictable_own = t->unpinned_blocks() - plan->protected_blocks;
-  const uint64_t after = t->cached_blocks() + plan->n_new;
-  plan->need_own = after > t->limit_blocks() ? after - t->limit_blocks() : 0;
+  const uint64_t evictable_own =
+      t->blocks().unpinned() - plan->protected_blocks;
+  const uint64_t after = t->blocks().cached() + plan->n_new;
+  plan->need_own =
+      after > t->blocks().limit() ? after - t->blocks().limit() : 0;
   if (plan->need_own <= evictable_own) return true;
   plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
       "tenant '%s' limit is %d blocks: it caches %d (%d pinned), this insert "
       "adds %d, and only %d can be evicted",
-      t->name(), t->limit_blocks(), t->cached_blocks(), t->pinned_blocks(),
-      plan->n_new, evictable_own));
+      t->name(), t->blocks().limit(), t->blocks().cached(),
+      t->blocks().pinned(), plan->n_new, evictable_own));
   return false;
 }
 
@@ -745,14 +820,14 @@ PrefixCache::Budget PrefixCache::FitBudgetEvicting(Tenant* t,
   uint64_t available = 0, pinned = 0;
   for (Tenant* u : all.tenants()) {
     all.AssertHeld(u);
-    uint64_t unpinned = u->unpinned_blocks(), have = u->cached_blocks();
-    pinned += u->pinned_blocks();
+    uint64_t unpinned = u->blocks().unpinned(), have = u->blocks().cached();
+    pinned += u->blocks().pinned();
     if (u == t) {  // after this insert's own evictions, with its path guarded
       unpinned -= plan->protected_blocks + plan->need_own;
       have = have + plan->n_new - plan->need_own;
     }
-    if (have > u->reserved_blocks())
-      available += std::min(unpinned, have - u->reserved_blocks());
+    if (have > u->blocks().reserved())
+      available += std::min(unpinned, have - u->blocks().reserved());
   }
   if (plan->need_global > available) {
     plan->refusal = absl::ResourceExhaustedError(absl::StrFormat(
@@ -820,12 +895,13 @@ Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
         end, req.tokens.subspan(b * bs, n * bs), req.block_ids.subspan(b, n),
         req.position_offset + static_cast<int64_t>(b * bs), stamp, run.hint);
   }
-  t->LogStored(*tree,
-               cached > 0 ? std::optional<BlockId>(req.block_ids[cached - 1])
-                          : std::nullopt,
-               req.tokens.subspan(cached * bs, plan.n_new * bs),
-               req.block_ids.subspan(cached), position,
-               static_cast<int64_t>(cached * bs));
+  t->outbox().LogStored(*tree,
+                        cached > 0
+                            ? std::optional<BlockId>(req.block_ids[cached - 1])
+                            : std::nullopt,
+                        req.tokens.subspan(cached * bs, plan.n_new * bs),
+                        req.block_ids.subspan(cached), position,
+                        static_cast<int64_t>(cached * bs));
   return end;
 }
 
@@ -837,7 +913,7 @@ InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
   Node* end = PlaceBlocks(t, req, *plan, NextStamp());
   // The guard pin keeps this insert's own path out of the victims. It is
   // not a lease: it must not count against the reservations (AdmitPins).
-  t->PinPath(end, +1, /*sync=*/false);
+  t->blocks().PinPath(end, +1, /*sync=*/false);
   InsertResult result;
   for (uint64_t done = 0; done < plan->need_own;) {
     done += t->EvictRun(EvictReason::kLimit, plan->need_own - done,
@@ -854,11 +930,11 @@ InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
   const int64_t delta = static_cast<int64_t>(plan->n_new) -
                         static_cast<int64_t>(evicted) - plan->reserved;
   if (delta != 0) resident_blocks_.fetch_add(delta);
-  if (req.pin) result.lease_id = t->AddLease(end, plan->ttl, plan->now);
-  t->PinPath(end, -1);
+  if (req.pin) result.lease_id = t->leases().Add(end, plan->ttl, plan->now);
+  t->blocks().PinPath(end, -1);
   index_.Erase(plan->redundant);
   t->FlushRemovals();
-  t->TakeParked(&result.evicted_block_ids);
+  t->outbox().TakeParked(&result.evicted_block_ids);
 
   TenantUsage& c = t->counters();
   ++c.insert_requests;
@@ -870,11 +946,11 @@ InsertResult PrefixCache::ApplyInsert(Tenant* t, const InsertRequest& req,
 }
 
 absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
-  const uint64_t reserved = t->reserved_blocks();
-  const uint64_t after = t->pinned_blocks() + blocks;
+  const uint64_t reserved = t->blocks().reserved();
+  const uint64_t after = t->blocks().pinned() + blocks;
   const int64_t over =
       after > reserved ? static_cast<int64_t>(after - reserved) : 0;
-  const int64_t add = over - t->pinned_over_reserved();
+  const int64_t add = over - t->blocks().pinned_over_reserved();
   if (add <= 0) return absl::OkStatus();
   const uint64_t reserved_all = reserved_blocks_.load();
   const int64_t pool = budget_blocks_ > reserved_all
@@ -892,7 +968,7 @@ absl::Status PrefixCache::AdmitPins(Tenant* t, uint64_t blocks) {
         t->name(), after, over, reserved, reserved_all, pool, budget_blocks_,
         before));
   }
-  t->AdmitPinned(add);
+  t->blocks().AdmitPinned(add);
   return absl::OkStatus();
 }
 
@@ -910,9 +986,9 @@ uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
     uint64_t oldest = 0;
     for (Tenant* u : from.tenants()) {
       from.AssertHeld(u);
-      const uint64_t stamp = u->NextVictimStamp();
+      const uint64_t stamp = u->NextVictimPriorityStamp();
       if (stamp == 0) continue;
-      if (respect_reserved && u->cached_blocks() <= u->reserved_blocks())
+      if (respect_reserved && u->blocks().cached() <= u->blocks().reserved())
         continue;
       if (victim == nullptr || stamp < oldest) {
         victim = u;
@@ -923,14 +999,14 @@ uint64_t PrefixCache::EvictGlobal(const TenantsLock& from, uint64_t n,
     from.AssertHeld(victim);
     uint64_t limit = n - done;
     if (respect_reserved) {
-      limit =
-          std::min(limit, victim->cached_blocks() - victim->reserved_blocks());
+      limit = std::min(limit,
+                       victim->blocks().cached() - victim->blocks().reserved());
     }
     const bool own = caller == nullptr || caller->Contains(victim->name());
     std::vector<BlockId>* to = own ? out : &run;
     done += victim->EvictRun(reason, limit, to);
     if (!own) {
-      for (BlockId id : run) victim->Park(id);
+      for (BlockId id : run) victim->outbox().Park(id);
       run.clear();
     }
   }
@@ -948,7 +1024,7 @@ absl::Status PrefixCache::Release(absl::string_view tenant, LeaseId lease) {
   if (t != nullptr) {
     MutexLock lock(&TenantMutex(t));
     t->ExpireLeases(clock_->Now());
-    if (t->EndLease(lease)) return absl::OkStatus();
+    if (t->leases().End(lease)) return absl::OkStatus();
   }
   return LeaseNotFound(lease);
 }
@@ -971,7 +1047,7 @@ absl::StatusOr<std::vector<absl::Duration>> PrefixCache::KeepAlive(
   }
   std::vector<absl::Duration> out;
   for (LeaseId id : leases) {
-    t->RenewLease(id, now);
+    t->leases().Renew(id, now);
     out.push_back(t->leases().Find(id)->ttl);
   }
   return out;
@@ -1015,7 +1091,7 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Evict(
   resident_blocks_.fetch_sub(static_cast<int64_t>(out.size()));
   for (Tenant* t : locked.tenants()) {
     locked.AssertHeld(t);
-    t->TakeParked(&out);
+    t->outbox().TakeParked(&out);
   }
   return out;
 }
@@ -1052,25 +1128,8 @@ absl::StatusOr<std::vector<BlockId>> PrefixCache::Invalidate(
         absl::StrFormat("%d of %d block ids are not cached: %s", unknown.size(),
                         block_ids.size(), FormatIds(unknown)));
   }
-  // One cut per node, at its first listed block: splitting once per listed
-  // ID would copy a long node's head again for every ID (quadratic), and so
-  // would searching the node's IDs once per listed ID. Each node's IDs are
-  // scanned once, for the first that is listed (an ID lies in one node
-  // only). Nodes are cut in the order of their first listed ID, so results
-  // keep the order they had.
-  const absl::flat_hash_set<BlockId> listed(block_ids.begin(), block_ids.end());
-  absl::flat_hash_set<const Node*> seen;
-  std::vector<std::pair<BlockId, size_t>> cuts;  // (first listed ID, index)
-  for (BlockId id : block_ids) {
-    const Node* node = index_.Find(id)->node;
-    if (!seen.insert(node).second) continue;
-    const absl::Span<const BlockId> ids = node->block_ids();
-    size_t j = 0;
-    while (!listed.contains(ids[j])) ++j;
-    cuts.push_back({ids[j], j});
-  }
   std::vector<BlockId> removed;
-  for (const auto& [first, j] : cuts) {
+  for (const auto& [first, j] : InvalidationCuts(index_, block_ids)) {
     auto owner = index_.Find(first);
     if (!owner) continue;  // already gone with an ancestor cut earlier
     Tenant* t = by_index[owner->tenant];
@@ -1098,7 +1157,7 @@ std::vector<BlockId> PrefixCache::Reset(const TenantScope& scope) {
   resident_blocks_.fetch_sub(static_cast<int64_t>(removed.size()));
   for (Tenant* t : locked.tenants()) {
     locked.AssertHeld(t);
-    t->TakeParked(&removed);
+    t->outbox().TakeParked(&removed);
   }
   return removed;
 }
@@ -1114,9 +1173,8 @@ CacheStats PrefixCache::Stats(const TenantScope& scope) const {
   const absl::Time now = clock_->Now();
   for (Tenant* t : TenantsIn(scope)) {
     MutexLock lock(&TenantMutex(t));
-    t->LapseHints(now);  // so that the by-retention counts are current
-    s.tenants.push_back(t->Stats(options_.block_bytes));
-    s.resident_blocks += t->cached_blocks();
+    s.tenants.push_back(t->Stats(options_.block_bytes, now));
+    s.resident_blocks += t->blocks().cached();
   }
   std::sort(s.tenants.begin(), s.tenants.end(),
             [](const TenantUsage& a, const TenantUsage& b) {
@@ -1132,8 +1190,8 @@ absl::StatusOr<EventBatch> PrefixCache::ReadEvents(absl::string_view tenant,
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return batch;  // exactly what a tenant with no events sees
   MutexLock lock(&TenantMutex(t));
-  batch.events = t->events().Read(from_sequence, max_events, &batch.missed,
-                                  &batch.next_sequence);
+  batch.events = t->outbox().ring().Read(from_sequence, max_events,
+                                         &batch.missed, &batch.next_sequence);
   return batch;
 }
 
@@ -1150,7 +1208,7 @@ absl::StatusOr<std::vector<DumpNode>> PrefixCache::Dump(
   Tenant* t = FindTenant(tenant);
   if (t != nullptr) {
     MutexLock lock(&TenantMutex(t));
-    if (const Tree* tree = t->FindTree(ns)) return t->Dump(*tree);
+    if (const Tree* tree = t->trees().Find(ns)) return DumpTree(*tree);
   }
   return absl::NotFoundError(
       absl::StrCat("namespace '", ns, "' has no cached blocks"));
@@ -1161,7 +1219,7 @@ absl::StatusOr<std::vector<std::string>> PrefixCache::Namespaces(
   Tenant* t = FindTenant(tenant);
   if (t == nullptr) return std::vector<std::string>{};
   MutexLock lock(&TenantMutex(t));
-  return t->Namespaces();
+  return t->trees().Namespaces();
 }
 
 absl::Status PrefixCache::CheckInvariants() const {
@@ -1170,15 +1228,14 @@ absl::Status PrefixCache::CheckInvariants() const {
   TenantsLock all(tenant_order_);
   uint64_t cached = 0, pinned = 0;
   int64_t over_reserved = 0;
-  std::string error;
   for (const Tenant* t : all.tenants()) {
     all.AssertHeld(t);
-    if (!t->CheckInvariants(index_, &error)) return absl::InternalError(error);
-    cached += t->cached_blocks();
-    pinned += t->pinned_blocks();
+    RETURN_IF_ERROR(t->CheckInvariants(index_));
+    cached += t->blocks().cached();
+    pinned += t->blocks().pinned();
     over_reserved +=
-        std::max<int64_t>(0, static_cast<int64_t>(t->pinned_blocks()) -
-                                 static_cast<int64_t>(t->reserved_blocks()));
+        std::max<int64_t>(0, static_cast<int64_t>(t->blocks().pinned()) -
+                                 static_cast<int64_t>(t->blocks().reserved()));
   }
   if (over_reserved != pinned_over_reserved_.load()) {
     return absl::InternalError(

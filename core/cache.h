@@ -31,10 +31,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "base/clock.h"
+#include "base/mutex.h"
 #include "core/block_index.h"
 #include "core/cache_types.h"
-#include "core/clock.h"
-#include "core/mutex.h"
 #include "core/types.h"
 
 namespace prefixd {
@@ -64,7 +64,7 @@ class PrefixCache {
   // Adopts req.block_ids for req.tokens (docs/api.md, "Insert"). On any error
   // nothing changes. `caller` is every tenant the caller may act for: blocks
   // of other tenants it evicts are not returned but parked with their
-  // tenant, for its next Insert, Evict or Reset (Tenant::Park); the result
+  // tenant, for its next Insert, Evict or Reset (EventOutbox::Park); the result
   // carries the tenant's own parked blocks.
   absl::StatusOr<InsertResult> Insert(
       absl::string_view tenant, const InsertRequest& req,
@@ -153,6 +153,9 @@ class PrefixCache {
   explicit PrefixCache(CacheOptions options);
 
   absl::StatusOr<Tenant*> FindOrCreateTenant(absl::string_view name);
+  // A new tenant with `quota`, last in creation order.
+  Tenant* AddTenant(absl::string_view name, const TenantQuota& quota)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(tenants_mu_);
   Tenant* FindTenant(absl::string_view name) const;
   std::vector<Tenant*> TenantsIn(const TenantScope& scope) const;
   std::vector<Tenant*> AllTenants() const;
@@ -180,7 +183,7 @@ class PrefixCache {
   absl::Status PlanInsert(Tenant* t, const InsertRequest& req, InsertPlan* plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
   // The tenant's own limit: sets need_own, or the refusal.
-  bool FitOwnLimit(Tenant* t, InsertPlan* plan)
+  bool FitOwnLimit(const Tenant* t, InsertPlan* plan)
       ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(t));
   // The fast path: reserves the plan's net new blocks in the resident count
   // if the budget has room for them, else kNeedsExclusive. Never evicts

@@ -15,8 +15,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "core/clock.h"
-#include "core/events.h"
+#include "base/clock.h"
+#include "core/event_ring.h"
 #include "core/types.h"
 
 namespace prefixd {

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "base/mutex.h"
 #include "core/cache.h"
-#include "core/mutex.h"
 #include "gtest/gtest.h"
 
 namespace prefixd {

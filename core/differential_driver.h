@@ -29,8 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "core/cache.h"
-#include "core/clock.h"
 #include "core/reference_model.h"
 
 namespace prefixd {

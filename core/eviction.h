@@ -21,127 +21,28 @@
 //   - p starts at half the tenant's limit, not at ARC's 0: on the Mooncake
 //     conversation trace at 60,000 blocks, ARC from 0 falls 0.6 points
 //     below LRU (docs/performance.md), and from the middle 0.12.
-// A fingerprint is a 64-bit chain hash over the block's whole path and its
-// namespace: absl::HashOf(parent's chain hash, the block's tokens). ADAPTIVE
-// keeps each cached block's, in one vector per node, so that neither an Insert
-// nor an eviction hashes more than the blocks it adds or removes, and an
-// eviction finds its block's next to the last one's.
+// A block is remembered by its fingerprint (fingerprints.h); the history is
+// eviction_history.h, the packing of a node's class, priority and entry
+// stamp class_priority_stamp.h.
+//
+// Thread safety: none; the owning tenant's mutex guards it (tenant.h).
 #ifndef PREFIXD_CORE_EVICTION_H_
 #define PREFIXD_CORE_EVICTION_H_
 
 #include <cstdint>
-#include <deque>
 #include <utility>
-#include <vector>
 
 #include "absl/container/btree_set.h"
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/string_view.h"
-#include "absl/types/span.h"
-#include "core/cache.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "core/cache_types.h"
+#include "core/class_priority_stamp.h"
+#include "core/eviction_history.h"
+#include "core/fingerprints.h"
 #include "core/radix_tree.h"
-#include "core/types.h"
 
 namespace prefixd {
 
-enum NodeClass : int { kRecent = 0, kFrequent = 1 };
-
-// Node has no room for another field (radix_tree.h caps it at 104 bytes), so
-// Node::lru_key holds the class in its top bit, the retention priority
-// (0..100, cache_types.h) in the 7 bits below it and the entry's stamp in the
-// low 56 bits; stamps never come near 2^56 (snapshots refuse larger ones).
-// A set's key is lru_key without the class bit, (priority, stamp): the sets
-// order by priority first, so the head of a set is the least recently used
-// evictable leaf of the lowest priority present.
-inline constexpr uint64_t kClassBit = uint64_t{1} << 63;
-inline constexpr int kPriorityShift = 56;
-inline constexpr uint64_t kStampMask = (uint64_t{1} << kPriorityShift) - 1;
-inline constexpr uint64_t kMaxStamp = kStampMask;
-inline int ClassOf(const Node& n) { return static_cast<int>(n.lru_key >> 63); }
-inline int PriorityOf(const Node& n) {
-  return static_cast<int>((n.lru_key >> kPriorityShift) & 0x7f);
-}
-// The entry's stamp; 0: no entry.
-inline uint64_t EntryKey(const Node& n) { return n.lru_key & kStampMask; }
-// (priority, stamp) as one comparable key, as the sets and the cache's
-// cross-tenant victim choice order them.
-inline uint64_t VictimKey(int priority, uint64_t stamp) {
-  return (static_cast<uint64_t>(priority) << kPriorityShift) | stamp;
-}
-inline uint64_t SetKey(const Node& n) { return n.lru_key & ~kClassBit; }
-
-// Fingerprints.
-uint64_t NamespaceHash(absl::string_view ns);
-uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block);
-
-// A map from uint64 to uint64: open addressing, linear probing, Fibonacci
-// hashing and backward-shift deletion, so that the history's steady churn
-// (an insert and an erase per evicted block) leaves no tombstones to probe
-// past or to clean up by rehashing. Load at most 1/2: most probes are
-// misses (a new block's fingerprint is rarely in the history), and a miss
-// or an erase scans the whole cluster, which at 3/4 cost a third of
-// ADAPTIVE's replay time (docs/performance.md).
-class U64Map {
- public:
-  size_t size() const { return size_; }
-  const uint64_t* Find(uint64_t key) const;
-  // Inserts, or replaces and returns true with the old value in *old.
-  bool Put(uint64_t key, uint64_t value, uint64_t* old);
-  // Removes key if present (and, with `only_if`, its value is that one);
-  // true, with its value in *value if not null, if it did.
-  bool Erase(uint64_t key, uint64_t* value = nullptr,
-             const uint64_t* only_if = nullptr);
-  void Clear();
-
- private:
-  struct Slot {
-    uint64_t key, value;
-  };
-  static constexpr uint64_t kFree = ~uint64_t{0};  // a key, kept aside
-  size_t Home(uint64_t key) const {
-    return static_cast<size_t>((key * 0x9e3779b97f4a7c15ULL) >> shift_);
-  }
-  // The slot holding key, or the free slot where it would go.
-  size_t Probe(uint64_t key) const;
-  void Grow();
-
-  std::vector<Slot> slots_;  // a power of two of them, or none
-  int shift_ = 64;           // 64 - log2(slots_.size())
-  size_t size_ = 0;
-  bool has_free_key_ = false;  // the entry of key kFree
-  uint64_t free_key_value_ = 0;
-};
-
-// ADAPTIVE's history: B1 and B2 (lists 0 and 1), each a FIFO set of at
-// most `capacity` fingerprints, in one hash map so that a lookup costs one
-// probe. Push adds the newest and drops the list's oldest beyond the
-// capacity; Take removes one from the middle. O(1) amortized each.
-class History {
- public:
-  explicit History(uint64_t capacity) : capacity_(capacity) {}
-  size_t size(int list) const { return size_[list]; }
-  uint64_t capacity() const { return capacity_; }
-  // The list that held fp, which forgets it; -1 if neither did.
-  int Take(uint64_t fp);
-  void Push(int list, uint64_t fp);
-  void Clear();
-  // Whether the FIFOs and the map agree and the capacity holds.
-  bool CheckInvariants() const;
-
- private:
-  void Compact(int list);
-
-  const uint64_t capacity_;
-  uint64_t next_ = 0;  // push number
-  // fp -> its push number * 2 + its list.
-  U64Map tags_;
-  // (tag, fp), oldest first; an entry whose tag is not tags_'s for its fp
-  // was taken (or pushed again) and is skipped.
-  std::deque<std::pair<uint64_t, uint64_t>> order_[2];
-  size_t size_[2] = {0, 0};
-};
-
-// REQUIRES the owning tenant's mutex for everything.
 class EvictionState {
  public:
   // `max_target`: the most T1 may be aimed at (the tenant's limit in blocks);
@@ -150,7 +51,6 @@ class EvictionState {
                 uint64_t max_target);
 
   bool adaptive() const { return policy_ == EvictionPolicy::kAdaptive; }
-  EvictionPolicy policy() const { return policy_; }
 
   // The lazily kept entry sets (tenant.h). Sync gives an evictable node
   // without an entry one at (stamp, node) in its class's set; Erase drops a
@@ -183,57 +83,41 @@ class EvictionState {
   // SplitAt made `head` of tail's first blocks: same class and priority, no
   // entry yet.
   static void Split(Node* head, const Node& tail) {
-    head->lru_key = tail.lru_key & ~kStampMask;
+    head->class_priority_stamp = tail.class_priority_stamp & ~kStampMask;
   }
   // Gives n retention priority p, moving its entry, if any, to (p, its
   // stamp): the lazy scheme's keys stay no newer than the stamp.
   void SetPriority(Node* n, int p);
-
-  // Per-block fingerprints (ADAPTIVE only; no-ops under LRU).
-  // The fingerprint the first block below `parent` chains from.
-  uint64_t FingerprintAbove(const Node& parent) const;
-  // Blocks appended to n (a new node or a leaf extended in place).
-  void AddFingerprints(const Node* n, absl::Span<const uint64_t> fps) {
-    if (adaptive()) {
-      std::vector<uint64_t>& v = fps_[n];
-      v.insert(v.end(), fps.begin(), fps.end());
-    }
-  }
-  // Computes those of all n's blocks (a snapshot's nodes).
-  void SetFingerprints(const Node& n);
-  // SplitAt moved tail's first `blocks` blocks to `head`.
-  void SplitFingerprints(const Node* head, const Node* tail, size_t blocks);
-  void DropFingerprints(const Node* n) {
-    if (adaptive()) fps_.erase(n);
-  }
-  // Whether n's blocks have their fingerprints (and, under LRU, none).
-  bool CheckFingerprints(const Node& n) const;
-  size_t num_fingerprint_nodes() const { return fps_.size(); }
+  // Every cached block's fingerprint (ADAPTIVE only).
+  BlockFingerprints& fingerprints() { return fingerprints_; }
   // Everything back to the empty tenant's state (Reset).
   void Clear();
 
-  uint64_t recent_blocks() const { return recent_blocks_; }
-  uint64_t target() const { return target_; }
-  const History& history() const { return history_; }
-
-  // Whether (key, n) is n's entry in its class's set.
-  bool HasEntry(const Node& n) const;
-  size_t num_entries() const { return sets_[0].size() + sets_[1].size(); }
-  template <typename F>
-  void ForEachEntry(F&& f) const {
-    for (int c = 0; c < 2; ++c) {
-      for (const auto& [key, node] : sets_[c]) f(c, key, node);
-    }
-  }
+  // A cached node's entry, class and fingerprints agree with the sets.
+  absl::Status CheckNode(const Node& n) const;
+  // The sets hold exactly the entries of `live` (every node of the tenant)
+  // and the counts, the target and the history are right.
+  absl::Status CheckInvariants(
+      const absl::flat_hash_set<const Node*>& live) const;
 
  private:
   using Entries = absl::btree_set<std::pair<uint64_t, Node*>>;
-  static void SetEntryKey(Node* n, uint64_t key) {
-    n->lru_key = (n->lru_key & ~kStampMask) | key;
+  static void SetEntryStamp(Node* n, uint64_t stamp) {
+    n->class_priority_stamp = (n->class_priority_stamp & ~kStampMask) | stamp;
   }
   // Makes sets_[c].begin() the exact LRU evictable leaf of class c.
   void Normalize(int c);
   void Promote(Node* n);
+  // Whether (key, n) is n's entry in its class's set.
+  bool HasEntry(const Node& n) const;
+  absl::Status CheckEntry(const Node& n) const;
+  absl::Status CheckEntriesAreLive(
+      const absl::flat_hash_set<const Node*>& live) const;
+  absl::Status CheckEntryCount(
+      const absl::flat_hash_set<const Node*>& live) const;
+  absl::Status CheckRecentBlocks(
+      const absl::flat_hash_set<const Node*>& live) const;
+  absl::Status CheckTargetAndHistory() const;
 
   const EvictionPolicy policy_;
   const uint64_t max_target_;
@@ -241,8 +125,7 @@ class EvictionState {
   uint64_t recent_blocks_ = 0;  // blocks of kRecent nodes (all under LRU)
   uint64_t target_;             // ARC's p, in blocks
   History history_;
-  // node -> its blocks' fingerprints, in order.
-  absl::flat_hash_map<const Node*, std::vector<uint64_t>> fps_;
+  BlockFingerprints fingerprints_;
 };
 
 }  // namespace prefixd

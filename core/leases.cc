@@ -3,6 +3,7 @@
 #include <cassert>
 
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -68,27 +69,77 @@ void LeaseTable::Clear() {
   by_end_.clear();
 }
 
-bool LeaseTable::CheckInvariants(std::string* error) const {
+absl::Status LeaseTable::CheckInvariants() const {
   for (const auto& [id, lease] : leases_) {
     if (!by_expiry_.contains({lease.expiry, id})) {
-      *error = absl::StrFormat("lease %016x missing from the expiry order", id);
-      return false;
+      return absl::InternalError(
+          absl::StrFormat("lease %016x missing from the expiry order", id));
     }
     if (!by_end_.contains({lease.end, id})) {
-      *error =
-          absl::StrFormat("lease %016x missing from the end-node index", id);
-      return false;
+      return absl::InternalError(
+          absl::StrFormat("lease %016x missing from the end-node index", id));
     }
   }
-  if (by_expiry_.size() != leases_.size()) {
-    *error = "lease expiry order has extra entries";
-    return false;
-  }
-  if (by_end_.size() != leases_.size()) {
-    *error = "lease end-node index has extra entries";
-    return false;
-  }
+  if (by_expiry_.size() != leases_.size())
+    return absl::InternalError("lease expiry order has extra entries");
+  if (by_end_.size() != leases_.size())
+    return absl::InternalError("lease end-node index has extra entries");
+  return absl::OkStatus();
+}
+
+// --- Leases -----------------------------------------------------------------
+
+LeaseId Leases::Add(Node* end, absl::Duration ttl, absl::Time now) {
+  const LeaseId id = table_.Add(end, ttl, now);
+  blocks_->PinPath(end, +1);
+  return id;
+}
+
+bool Leases::End(LeaseId id) {
+  Node* end = table_.Remove(id);
+  if (end == nullptr) return false;
+  blocks_->PinPath(end, -1);
   return true;
+}
+
+size_t Leases::ExpireUpTo(absl::Time now) {
+  size_t n = 0;
+  while (const LeaseId id = table_.FirstExpired(now)) {
+    End(id);
+    ++n;
+  }
+  return n;
+}
+
+void Leases::EndAt(absl::Span<Node* const> nodes) {
+  std::vector<LeaseId> ending;
+  for (const Node* n : nodes) table_.EndingAt(n, &ending);
+  for (LeaseId id : ending) End(id);
+}
+
+void Leases::Restore(LeaseId id, Node* end, absl::Duration ttl,
+                     absl::Time expiry) {
+  blocks_->PinPath(end, +1);
+  table_.Restore(id, end, ttl, expiry);
+}
+
+absl::Status Leases::CheckInvariants(
+    const absl::flat_hash_set<const Node*>& live) const {
+  RETURN_IF_ERROR(table_.CheckInvariants());
+  // Pins a node must have: one per lease whose end is in its subtree.
+  absl::flat_hash_map<const Node*, int32_t> expected;
+  for (const auto& [id, lease] : table_.all()) {
+    for (const Node* n = lease.end; !n->is_root(); n = n->parent) ++expected[n];
+  }
+  for (const Node* n : live) {
+    auto it = expected.find(n);
+    const int32_t want = it == expected.end() ? 0 : it->second;
+    if (n->pins != want) {
+      return absl::InternalError(absl::StrFormat(
+          "node pinned %d times, leases say %d", n->pins, want));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace prefixd

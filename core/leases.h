@@ -1,11 +1,9 @@
-// LeaseTable: one tenant's leases, by ID, by expiry and by end node.
-//
-// It is bookkeeping only: the pins a lease puts on its path are the
-// tenant's (Tenant::AddLease, Tenant::EndLease), and so is the lock. Its
-// owner, Tenant, keeps it under the tenant mutex.
+// A tenant's leases: LeaseTable, the bookkeeping (by ID, by expiry and by
+// end node), and Leases, which adds the pins a lease holds on its path.
 //
 // Kept exact on every change: each lease has exactly one entry in the
-// expiry order and one in the end-node index (CheckInvariants).
+// expiry order and one in the end-node index, and every node carries one
+// pin per lease whose end node is in its subtree (CheckInvariants).
 #ifndef PREFIXD_CORE_LEASES_H_
 #define PREFIXD_CORE_LEASES_H_
 
@@ -16,7 +14,11 @@
 
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "core/block_accounting.h"
 #include "core/radix_tree.h"
 #include "core/types.h"
 
@@ -28,6 +30,7 @@ struct LeaseRecord {
   absl::Time expiry;
 };
 
+// Thread safety: none; the owning tenant's mutex guards it.
 class LeaseTable {
  public:
   using Map = absl::flat_hash_map<LeaseId, LeaseRecord>;
@@ -66,8 +69,9 @@ class LeaseTable {
   void EndingAt(const Node* n, std::vector<LeaseId>* out) const;
   void Clear();
 
-  // Appends a description of the first broken invariant to *error.
-  bool CheckInvariants(std::string* error) const;
+  // Every lease is in the expiry order and the end-node index, and they
+  // hold nothing else.
+  absl::Status CheckInvariants() const;
 
  private:
   LeaseId NextId();
@@ -79,6 +83,48 @@ class LeaseTable {
   // nodes it removes without a scan of all leases (a split keeps the end
   // node object, see Tenant::SplitAt, so entries never move).
   absl::btree_set<std::pair<const Node*, LeaseId>> by_end_;
+};
+
+// A tenant's leases and the pins they hold. Adding a lease pins its path
+// root..end (BlockAccounting::PinPath), so that nothing on it is evicted;
+// ending one, by release, expiry or the removal of its path, unpins it.
+//
+// Thread safety: none; the owning tenant's mutex guards it.
+class Leases {
+ public:
+  // `rng_seed`: as for LeaseTable. `blocks`: where the pins are put.
+  Leases(uint64_t rng_seed, BlockAccounting* blocks)
+      : table_(rng_seed), blocks_(blocks) {}
+
+  const LeaseTable& table() const { return table_; }
+  size_t size() const { return table_.size(); }
+  // nullptr if unknown.
+  const LeaseRecord* Find(LeaseId id) const { return table_.Find(id); }
+
+  // A lease on root..end expiring at now + ttl, under a fresh ID.
+  LeaseId Add(Node* end, absl::Duration ttl, absl::Time now);
+  // False if the lease is unknown.
+  bool End(LeaseId id);
+  // Moves a lease's expiry to now + its TTL. REQUIRES: the lease exists.
+  void Renew(LeaseId id, absl::Time now) { table_.Renew(id, now); }
+  // Ends every lease whose expiry is <= now; returns how many.
+  size_t ExpireUpTo(absl::Time now);
+  // Ends the leases that end at one of `nodes` (a subtree about to go).
+  void EndAt(absl::Span<Node* const> nodes);
+  // A lease of a restored snapshot, pinned like a new one. REQUIRES: id !=
+  // 0 and not in use.
+  void Restore(LeaseId id, Node* end, absl::Duration ttl, absl::Time expiry);
+  // Forgets every lease; their pins go with the trees (Reset).
+  void Clear() { table_.Clear(); }
+
+  // The table is consistent, and every node of `live` (all of the
+  // tenant's) carries one pin per lease whose end node is in its subtree.
+  absl::Status CheckInvariants(
+      const absl::flat_hash_set<const Node*>& live) const;
+
+ private:
+  LeaseTable table_;
+  BlockAccounting* const blocks_;
 };
 
 }  // namespace prefixd

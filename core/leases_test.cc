@@ -21,8 +21,8 @@ class LeaseTableTest : public ::testing::Test {
   }
 
   void ExpectConsistent() const {
-    std::string error;
-    EXPECT_TRUE(table_.CheckInvariants(&error)) << error;
+    const absl::Status s = table_.CheckInvariants();
+    EXPECT_TRUE(s.ok()) << s;
   }
 
   Tree tree_{"", 2};

@@ -82,9 +82,10 @@ class Node {
   Node* parent = nullptr;  // nullptr for the root
   int64_t position = 0;    // absolute position tokens[0] was computed at
   uint64_t stamp = 0;      // recency: the logical time of the last touch
-  // The key of this node's entry in the tenant's LRU set, (lru_key, this);
-  // 0 if it has none. The entry may be stale (tenant.h): lru_key <= stamp.
-  uint64_t lru_key = 0;
+  // The node's eviction class, retention priority and the stamp of its
+  // entry in its tenant's eviction set, packed into one word
+  // (core/class_priority_stamp.h); 0 for a root and a fresh node.
+  uint64_t class_priority_stamp = 0;
   ChildSet children;
 
   int block_size() const;  // tokens per block: the tree's

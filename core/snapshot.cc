@@ -7,14 +7,14 @@
 //   fixed64 epoch                   the epoch the state belongs to
 //   varint  block_size
 //   varint  recency counter
-//   varint  tenants, then per tenant: string name, Tenant::Save
+//   varint  tenants, then per tenant: string name, TenantRecord::Save
 //   fixed32 CRC-32 of every byte before it
 //
-// Tenant::Save writes counters (PFXDSNP3 added the evictions by retention
+// TenantRecord::Save writes counters (PFXDSNP3 added the evictions by retention
 // class), the next event sequence, each tree's nodes
 // in pre-order (depth, position, stamp, blocks, tokens, IDs) and each lease
 // as (tree, node) indexes with its TTL and the time it had left, then the
-// IDs parked for the tenant (Tenant::Park), still owed to its engine.
+// IDs parked for the tenant (EventOutbox::Park), still owed to its engine.
 // PFXDSNP2 files (no evictions by retention class) load with those at 0;
 // PFXDSNP1 files (no parked IDs) are refused as unreadable.
 #include <algorithm>
@@ -22,9 +22,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "core/cache.h"
+#include "core/class_priority_stamp.h"
 #include "core/snapshot_format.h"
-#include "core/status_macros.h"
 #include "core/tenant.h"
 
 namespace prefixd {
@@ -46,8 +47,70 @@ uint64_t Ms(absl::Duration d) {
 
 // --- Tenant -----------------------------------------------------------------
 
-void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
-  const TenantUsage& c = counters_;
+// Writes and reads one tenant's record: everything but the name, which the
+// cache writes and reads. Load REQUIRES an empty tenant; on error the tenant
+// is left half-built and must be discarded with its cache. Stamps must lie
+// in [1, max_stamp] (the snapshot's recency counter).
+//
+// Thread safety: the tenant's mutex, held by the caller.
+class TenantRecord {
+ public:
+  struct Limits {
+    absl::Time now;
+    absl::Duration max_ttl;
+    uint64_t max_stamp;
+    // The record holds the evictions by retention class (PFXDSNP3; a
+    // PFXDSNP2 record does not, and they start at 0).
+    bool retention_counters;
+  };
+
+  static void Save(const Tenant& t, SnapshotWriter* w, absl::Time now)
+      ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(&t));
+  static absl::Status Load(Tenant* t, SnapshotReader* r, const Limits& limits)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+
+ private:
+  using Where = absl::flat_hash_map<const Node*, std::pair<uint64_t, uint64_t>>;
+  // The nodes of each tree read so far, in file order (leases name them).
+  using NodesByTree = std::vector<std::vector<Node*>>;
+
+  static void SaveCounters(const TenantUsage& c, SnapshotWriter* w);
+  // The trees by namespace; *where gets each node's (tree, node) index.
+  static void SaveTrees(const Tenant& t, SnapshotWriter* w, Where* where)
+      ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(&t));
+  static void SaveLeases(const Tenant& t, const Where& where, SnapshotWriter* w,
+                         absl::Time now)
+      ABSL_SHARED_LOCKS_REQUIRED(TenantMutex(&t));
+
+  static absl::Status LoadCounters(SnapshotReader* r, bool retention_counters,
+                                   TenantUsage* c);
+  static absl::Status LoadEventSequence(Tenant* t, SnapshotReader* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  static absl::Status LoadTree(Tenant* t, SnapshotReader* r,
+                               const Limits& limits, NodesByTree* nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  // One node; path[d] is the node last read at depth d (the root at 0).
+  static absl::Status LoadNode(Tenant* t, SnapshotReader* r,
+                               const Limits& limits, std::vector<Node*>* path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  static absl::Status LoadLease(Tenant* t, SnapshotReader* r,
+                                const Limits& limits, const NodesByTree& nodes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+  static absl::Status LoadParked(Tenant* t, SnapshotReader* r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(TenantMutex(t));
+};
+
+void TenantRecord::Save(const Tenant& t, SnapshotWriter* w, absl::Time now) {
+  SaveCounters(t.counters_, w);
+  w->Varint(t.outbox_.ring().next_sequence());
+  Where where;
+  SaveTrees(t, w, &where);
+  SaveLeases(t, where, w, now);
+  w->Varint(t.outbox_.parked().size());
+  for (BlockId id : t.outbox_.parked()) w->Varint(id);
+}
+
+void TenantRecord::SaveCounters(const TenantUsage& c, SnapshotWriter* w) {
   for (uint64_t v :
        {c.match_requests, c.match_tokens, c.match_hit_tokens, c.insert_requests,
         c.inserted_blocks, c.redundant_blocks, c.lease_expired}) {
@@ -55,13 +118,13 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
   }
   for (uint64_t v : c.evicted_blocks) w->Varint(v);
   for (uint64_t v : c.evicted_blocks_by_retention) w->Varint(v);
-  w->Varint(events_.next_sequence());
+}
 
+void TenantRecord::SaveTrees(const Tenant& t, SnapshotWriter* w, Where* where) {
   std::vector<const Tree*> trees;
-  for (const auto& entry : trees_) trees.push_back(entry.second.get());
+  for (const auto& entry : t.trees_.all()) trees.push_back(entry.second.get());
   std::sort(trees.begin(), trees.end(),
             [](const Tree* a, const Tree* b) { return a->ns < b->ns; });
-  absl::flat_hash_map<const Node*, std::pair<uint64_t, uint64_t>> where;
   w->Varint(trees.size());
   for (uint64_t ti = 0; ti < trees.size(); ++ti) {
     const Tree* tree = trees[ti];
@@ -69,17 +132,21 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     w->Varint(tree->nodes);
     uint64_t ni = 0;
     ForEachBelow(tree->root, [&](const Node& n, int depth) {
-      where[&n] = {ti, ni++};
+      (*where)[&n] = {ti, ni++};
       w->Varint(depth);
       w->Varint(n.position);
       w->Varint(n.stamp);
       w->Varint(n.num_blocks());
-      for (Token t : n.tokens()) w->Varint(t);
+      for (Token token : n.tokens()) w->Varint(token);
       for (BlockId id : n.block_ids()) w->Varint(id);
     });
   }
-  w->Varint(leases_.size());
-  for (const auto& [id, lease] : leases_.all()) {
+}
+
+void TenantRecord::SaveLeases(const Tenant& t, const Where& where,
+                              SnapshotWriter* w, absl::Time now) {
+  w->Varint(t.leases_.size());
+  for (const auto& [id, lease] : t.leases_.table().all()) {
     const auto [ti, ni] = where.at(lease.end);
     w->Fixed64(id);
     w->Varint(ti);
@@ -87,134 +154,154 @@ void Tenant::Save(SnapshotWriter* w, absl::Time now) const {
     w->Varint(Ms(lease.ttl));
     w->Varint(Ms(std::max(absl::ZeroDuration(), lease.expiry - now)));
   }
-  w->Varint(parked_.size());
-  for (BlockId id : parked_) w->Varint(id);
 }
 
-absl::Status Tenant::Load(SnapshotReader* r, absl::Time now,
-                          absl::Duration max_ttl, uint64_t max_stamp,
-                          bool retention_counters) {
-  TenantUsage& c = counters_;
-  for (uint64_t* v : {&c.match_requests, &c.match_tokens, &c.match_hit_tokens,
-                      &c.insert_requests, &c.inserted_blocks,
-                      &c.redundant_blocks, &c.lease_expired}) {
+absl::Status TenantRecord::Load(Tenant* t, SnapshotReader* r,
+                                const Limits& limits) {
+  RETURN_IF_ERROR(LoadCounters(r, limits.retention_counters, &t->counters_));
+  RETURN_IF_ERROR(LoadEventSequence(t, r));
+  uint64_t ntrees;
+  if (!r->Varint(&ntrees)) return r->Error("tree count");
+  NodesByTree nodes;
+  for (uint64_t ti = 0; ti < ntrees; ++ti)
+    RETURN_IF_ERROR(LoadTree(t, r, limits, &nodes));
+  uint64_t nleases;
+  if (!r->Varint(&nleases)) return r->Error("lease count");
+  for (uint64_t i = 0; i < nleases; ++i)
+    RETURN_IF_ERROR(LoadLease(t, r, limits, nodes));
+  RETURN_IF_ERROR(LoadParked(t, r));
+  if (t->blocks_.cached() > t->blocks_.limit()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "snapshot: tenant '%s' holds %d blocks, over its limit of %d", t->name_,
+        t->blocks_.cached(), t->blocks_.limit()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TenantRecord::LoadCounters(SnapshotReader* r,
+                                        bool retention_counters,
+                                        TenantUsage* c) {
+  for (uint64_t* v :
+       {&c->match_requests, &c->match_tokens, &c->match_hit_tokens,
+        &c->insert_requests, &c->inserted_blocks, &c->redundant_blocks,
+        &c->lease_expired}) {
     if (!r->Varint(v)) return r->Error("tenant counters");
   }
-  for (uint64_t& v : c.evicted_blocks) {
+  for (uint64_t& v : c->evicted_blocks) {
     if (!r->Varint(&v)) return r->Error("tenant counters");
   }
   if (retention_counters) {
-    for (uint64_t& v : c.evicted_blocks_by_retention) {
+    for (uint64_t& v : c->evicted_blocks_by_retention) {
       if (!r->Varint(&v)) return r->Error("tenant counters");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status TenantRecord::LoadEventSequence(Tenant* t, SnapshotReader* r) {
   uint64_t next_sequence;
   if (!r->Varint(&next_sequence) || next_sequence == 0)
     return r->Error("event sequence");
-  events_.SkipTo(next_sequence);
+  t->outbox_.ContinueAt(next_sequence);
+  return absl::OkStatus();
+}
 
-  uint64_t ntrees;
-  if (!r->Varint(&ntrees)) return r->Error("tree count");
-  std::vector<std::vector<Node*>> nodes_by_tree;
-  for (uint64_t ti = 0; ti < ntrees; ++ti) {
-    std::string ns;
-    uint64_t count;
-    // Save never writes an empty tree (the cache drops them), and one would
-    // break that invariant.
-    if (!r->String(&ns, kMaxString) || !r->Varint(&count) || count == 0)
-      return r->Error("tree header");
-    if (FindTree(ns) != nullptr) {
-      return absl::DataLossError(
-          absl::StrCat("snapshot: namespace '", ns, "' appears twice"));
-    }
-    Tree* tree = GetOrCreateTree(ns);
-    std::vector<Node*> path = {&tree->root};  // path[d] is the node at depth d
-    std::vector<Node*>& nodes = nodes_by_tree.emplace_back();
-    for (uint64_t ni = 0; ni < count; ++ni) {
-      uint64_t depth, position, stamp, nblocks;
-      if (!r->Varint(&depth) || !r->Varint(&position) || !r->Varint(&stamp) ||
-          !r->Varint(&nblocks) || depth == 0 || depth > path.size() ||
-          // Save writes stamps the recency counter handed out (from 1 on):
-          // 0 would read as "no LRU entry" (tenant.h), and a stamp ahead of
-          // the counter would be newer than the next touch's.
-          stamp == 0 || stamp > max_stamp || nblocks == 0 ||
-          nblocks > kMaxBlocksPerNode || position > (uint64_t{1} << 62) ||
-          // Each token and ID takes a byte at least: a count the rest of
-          // the file cannot hold must not size an allocation.
-          nblocks * (block_size_ + 1) > r->remaining()) {
-        return r->Error("node header");
-      }
-      std::vector<Token> tokens(nblocks * block_size_);
-      std::vector<BlockId> ids(nblocks);
-      for (Token& t : tokens) {
-        uint64_t v;
-        if (!r->Varint(&v) || v > UINT32_MAX) return r->Error("token");
-        t = static_cast<Token>(v);
-      }
-      for (BlockId& id : ids) {
-        if (!r->Varint(&id)) return r->Error("block id");
-      }
-      path.resize(depth);
-      Node* parent = path.back();
-      if (parent->FindChild(
-              absl::MakeConstSpan(tokens).subspan(0, block_size_)) != nullptr) {
-        return absl::DataLossError(
-            "snapshot: two children start with the same block");
-      }
-      if (!parent->is_root() && stamp > parent->stamp) {
-        return absl::DataLossError(
-            "snapshot: a node is more recent than its parent");
-      }
-      size_t failed = 0;
-      if (!block_index_->ClaimAll(ids, index_, &failed)) {
-        return absl::DataLossError(absl::StrFormat(
-            "snapshot: block id %d appears twice", ids[failed]));
-      }
-      Node* n = AddChild(parent, tokens, ids, static_cast<int64_t>(position));
-      policy_.AddBlocks(n, kRecent, nblocks);  // no history in a snapshot
-      policy_.SetFingerprints(*n);
-      n->tree->blocks += nblocks;
-      cached_blocks_ += nblocks;
-      // Snapshots keep no hints: restored blocks are ordinary.
-      blocks_by_retention_[RetentionClass(kDefaultRetentionPriority)] +=
-          nblocks;
-      block_index_->SetNode(ids, n);
-      n->stamp = stamp;
-      SyncLru(n);
-      nodes.push_back(n);
-      path.push_back(n);
-    }
+absl::Status TenantRecord::LoadTree(Tenant* t, SnapshotReader* r,
+                                    const Limits& limits, NodesByTree* nodes) {
+  std::string ns;
+  uint64_t count;
+  // Save never writes an empty tree (the cache drops them), and one would
+  // break that invariant.
+  if (!r->String(&ns, kMaxString) || !r->Varint(&count) || count == 0)
+    return r->Error("tree header");
+  if (t->trees_.Find(ns) != nullptr) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot: namespace '", ns, "' appears twice"));
   }
+  Tree* tree = t->GetOrCreateTree(ns);
+  std::vector<Node*> path = {&tree->root};
+  std::vector<Node*>& read = nodes->emplace_back();
+  for (uint64_t ni = 0; ni < count; ++ni) {
+    RETURN_IF_ERROR(LoadNode(t, r, limits, &path));
+    read.push_back(path.back());
+  }
+  return absl::OkStatus();
+}
 
-  uint64_t nleases;
-  if (!r->Varint(&nleases)) return r->Error("lease count");
-  for (uint64_t i = 0; i < nleases; ++i) {
-    uint64_t id, ti, ni, ttl_ms, left_ms;
-    if (!r->Fixed64(&id) || !r->Varint(&ti) || !r->Varint(&ni) ||
-        !r->Varint(&ttl_ms) || !r->Varint(&left_ms) || id == 0 ||
-        leases_.contains(id) || ti >= nodes_by_tree.size() ||
-        ni >= nodes_by_tree[ti].size() || ttl_ms == 0 ||
-        absl::Milliseconds(ttl_ms) > max_ttl || left_ms > ttl_ms) {
-      return r->Error("lease");
-    }
-    Node* end = nodes_by_tree[ti][ni];
-    PinPath(end, +1);
-    leases_.Restore(id, end, absl::Milliseconds(ttl_ms),
-                    now + absl::Milliseconds(left_ms));
+absl::Status TenantRecord::LoadNode(Tenant* t, SnapshotReader* r,
+                                    const Limits& limits,
+                                    std::vector<Node*>* path) {
+  const int bs = t->block_size_;
+  uint64_t depth, position, stamp, nblocks;
+  if (!r->Varint(&depth) || !r->Varint(&position) || !r->Varint(&stamp) ||
+      !r->Varint(&nblocks) || depth == 0 || depth > path->size() ||
+      // Save writes stamps the recency counter handed out (from 1 on): 0
+      // would read as "no LRU entry" (tenant.h), and a stamp ahead of the
+      // counter would be newer than the next touch's.
+      stamp == 0 || stamp > limits.max_stamp || nblocks == 0 ||
+      nblocks > kMaxBlocksPerNode || position > (uint64_t{1} << 62) ||
+      // Each token and ID takes a byte at least: a count the rest of the
+      // file cannot hold must not size an allocation.
+      nblocks * (bs + 1) > r->remaining()) {
+    return r->Error("node header");
   }
+  std::vector<Token> tokens(nblocks * bs);
+  std::vector<BlockId> ids(nblocks);
+  for (Token& token : tokens) {
+    uint64_t v;
+    if (!r->Varint(&v) || v > UINT32_MAX) return r->Error("token");
+    token = static_cast<Token>(v);
+  }
+  for (BlockId& id : ids) {
+    if (!r->Varint(&id)) return r->Error("block id");
+  }
+  path->resize(depth);
+  Node* parent = path->back();
+  if (parent->FindChild(absl::MakeConstSpan(tokens).subspan(0, bs)) !=
+      nullptr) {
+    return absl::DataLossError(
+        "snapshot: two children start with the same block");
+  }
+  if (!parent->is_root() && stamp > parent->stamp) {
+    return absl::DataLossError(
+        "snapshot: a node is more recent than its parent");
+  }
+  size_t failed = 0;
+  if (!t->block_index_->ClaimAll(ids, t->index_, &failed)) {
+    return absl::DataLossError(
+        absl::StrFormat("snapshot: block id %d appears twice", ids[failed]));
+  }
+  path->push_back(t->AddRestoredNode(parent, tokens, ids,
+                                     static_cast<int64_t>(position), stamp));
+  return absl::OkStatus();
+}
+
+absl::Status TenantRecord::LoadLease(Tenant* t, SnapshotReader* r,
+                                     const Limits& limits,
+                                     const NodesByTree& nodes) {
+  uint64_t id, ti, ni, ttl_ms, left_ms;
+  if (!r->Fixed64(&id) || !r->Varint(&ti) || !r->Varint(&ni) ||
+      !r->Varint(&ttl_ms) || !r->Varint(&left_ms) || id == 0 ||
+      t->leases_.table().contains(id) || ti >= nodes.size() ||
+      ni >= nodes[ti].size() || ttl_ms == 0 ||
+      absl::Milliseconds(ttl_ms) > limits.max_ttl || left_ms > ttl_ms) {
+    return r->Error("lease");
+  }
+  t->leases_.Restore(id, nodes[ti][ni], absl::Milliseconds(ttl_ms),
+                     limits.now + absl::Milliseconds(left_ms));
+  return absl::OkStatus();
+}
+
+absl::Status TenantRecord::LoadParked(Tenant* t, SnapshotReader* r) {
   uint64_t nparked;
   // Each ID takes a byte at least (as for nodes above).
   if (!r->Varint(&nparked) || nparked > r->remaining())
     return r->Error("parked count");
-  parked_.resize(nparked);
-  for (BlockId& id : parked_) {
+  std::vector<BlockId> parked(nparked);
+  for (BlockId& id : parked) {
     if (!r->Varint(&id)) return r->Error("parked block id");
   }
-  if (cached_blocks_ > limit_blocks_) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "snapshot: tenant '%s' holds %d blocks, over its limit of %d", name_,
-        cached_blocks_, limit_blocks_));
-  }
+  t->outbox_.RestoreParked(std::move(parked));
   return absl::OkStatus();
 }
 
@@ -235,7 +322,7 @@ std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   for (const Tenant* t : all.tenants()) {
     all.AssertHeld(t);
     w.String(t->name());
-    t->Save(&w, now);
+    TenantRecord::Save(*t, &w, now);
   }
   w.Fixed32(Crc32(w.bytes()));
   return std::move(w.bytes());
@@ -284,7 +371,8 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
   const bool retention_counters = skip == kMagic;
   if (!r.String(&fingerprint, kMaxString) || !r.Fixed64(&epoch) ||
       !r.Varint(&block_size) || !r.Varint(&stamp) || !r.Varint(&ntenants) ||
-      // Node::lru_key keeps stamps in 56 bits (eviction.h).
+      // Node::class_priority_stamp keeps stamps in 56 bits
+      // (class_priority_stamp.h).
       stamp > kMaxStamp) {
     return r.Error("header");
   }
@@ -307,9 +395,10 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
     }
     ASSIGN_OR_RETURN(Tenant * t, FindOrCreateTenant(name));
     MutexLock lock(&TenantMutex(t));
-    RETURN_IF_ERROR(t->Load(&r, now, options_.limits.max_lease_ttl, stamp,
-                            retention_counters));
-    total += t->cached_blocks();
+    RETURN_IF_ERROR(TenantRecord::Load(
+        t, &r,
+        {now, options_.limits.max_lease_ttl, stamp, retention_counters}));
+    total += t->blocks().cached();
   }
   if (!r.done()) return r.Error("trailing data");
   if (total > budget_blocks_) {
@@ -325,7 +414,7 @@ absl::StatusOr<SnapshotMeta> PrefixCache::LoadSnapshot(
 bool PrefixCache::AllTenantsEmpty() const {
   for (Tenant* t : AllTenants()) {
     MutexLock lock(&TenantMutex(t));
-    if (t->cached_blocks() != 0 || t->leases().size() != 0) return false;
+    if (t->blocks().cached() != 0 || t->leases().size() != 0) return false;
   }
   return true;
 }

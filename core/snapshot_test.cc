@@ -257,7 +257,7 @@ TEST_F(SnapshotTest, AStampOutsideTheRecencyCounterIsRefused) {
   }
 }
 
-// Node::lru_key keeps stamps in 56 bits (eviction.h): a counter past them
+// Node::class_priority_stamp keeps stamps in 56 bits: a counter past them
 // would hand out stamps that run into the priority bits.
 TEST_F(SnapshotTest, ARecencyCounterPast56BitsIsRefused) {
   auto file = [](uint64_t counter) {

@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {

@@ -12,10 +12,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "base/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 #include "model/kv_geometry.h"
-#include "model/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -379,6 +379,62 @@ absl::Status RequireDouble(const Struct& s, const std::string& name,
   return absl::OkStatus();
 }
 
+// original_max_position_embeddings of the scaling block, else of config
+// `c` (Phi-3 keeps it at the top level); nullopt if neither has it.
+absl::StatusOr<std::optional<int>> OriginalMaxPosition(
+    const Struct& c, const Struct& block, absl::string_view where) {
+  ASSIGN_OR_RETURN(
+      std::optional<int> original,
+      PositiveInt(block, "original_max_position_embeddings", where));
+  if (original.has_value()) return original;
+  return PositiveInt(c, "original_max_position_embeddings", "");
+}
+
+// The numbers rope.scaling reads from the scaling block. `has_original`:
+// whether the config gave original_max_position_embeddings.
+absl::Status ReadScalingFactors(const Struct& block, absl::string_view where,
+                                bool has_original,
+                                int64_t max_position_embeddings,
+                                RopeConfig& rope) {
+  const std::string type_name(RopeScalingName(rope.scaling));
+  switch (rope.scaling) {
+    case RopeScaling::kLinear:
+    case RopeScaling::kDynamicNtk:
+    case RopeScaling::kYarn:
+      RETURN_IF_ERROR(
+          RequireDouble(block, "factor", where, type_name, &rope.factor));
+      if (rope.scaling != RopeScaling::kYarn) break;
+      RETURN_IF_ERROR(
+          OptionalDouble(block, "beta_fast", where, &rope.beta_fast));
+      return OptionalDouble(block, "beta_slow", where, &rope.beta_slow);
+    case RopeScaling::kLlama3:
+      for (auto [name, dst] :
+           {std::pair<const char*, double*>{"factor", &rope.factor},
+            {"low_freq_factor", &rope.low_freq_factor},
+            {"high_freq_factor", &rope.high_freq_factor}}) {
+        RETURN_IF_ERROR(RequireDouble(block, name, where, type_name, dst));
+      }
+      if (!has_original) {
+        return Invalid(absl::StrCat(
+            where,
+            "original_max_position_embeddings is required for rope "
+            "type llama3"));
+      }
+      break;
+    case RopeScaling::kLongRope:
+      // The per-dimension factor lists are not modelled: LongRoPE is never
+      // shifted. factor, when absent, is the context extension ratio.
+      rope.factor = rope.original_max_position > 0
+                        ? static_cast<double>(max_position_embeddings) /
+                              rope.original_max_position
+                        : 1.0;
+      return OptionalDouble(block, "factor", where, &rope.factor);
+    case RopeScaling::kNone:
+      break;
+  }
+  return absl::OkStatus();
+}
+
 // Reads the scaling block: rope_scaling (or rope_parameters in newer
 // configs) of config `c`.
 absl::Status ReadScaling(const Struct& c, const Struct& block,
@@ -394,68 +450,17 @@ absl::Status ReadScaling(const Struct& c, const Struct& block,
   }
   rope.scaling = *scaling;
   if (rope.scaling == RopeScaling::kNone) return absl::OkStatus();
-  const std::string type_name(RopeScalingName(rope.scaling));
 
-  absl::StatusOr<std::optional<int>> original =
-      PositiveInt(block, "original_max_position_embeddings", where);
-  if (!original.ok()) return original.status();
-  if (!original->has_value()) {
-    // Phi-3 keeps it at the top level.
-    original = PositiveInt(c, "original_max_position_embeddings", "");
-    if (!original.ok()) return original.status();
-  }
-  if (original->has_value()) {
-    rope.original_max_position = **original;
+  ASSIGN_OR_RETURN(const std::optional<int> original,
+                   OriginalMaxPosition(c, block, where));
+  if (original.has_value()) {
+    rope.original_max_position = *original;
   } else if (rope.scaling == RopeScaling::kYarn ||
              rope.scaling == RopeScaling::kLongRope) {
     rope.original_max_position = static_cast<int>(out.max_position_embeddings);
   }
-
-  switch (rope.scaling) {
-    case RopeScaling::kLinear:
-    case RopeScaling::kDynamicNtk:
-    case RopeScaling::kYarn:
-      if (absl::Status s =
-              RequireDouble(block, "factor", where, type_name, &rope.factor);
-          !s.ok()) {
-        return s;
-      }
-      if (rope.scaling != RopeScaling::kYarn) break;
-      if (absl::Status s =
-              OptionalDouble(block, "beta_fast", where, &rope.beta_fast);
-          !s.ok()) {
-        return s;
-      }
-      return OptionalDouble(block, "beta_slow", where, &rope.beta_slow);
-    case RopeScaling::kLlama3:
-      for (auto [name, dst] :
-           {std::pair<const char*, double*>{"factor", &rope.factor},
-            {"low_freq_factor", &rope.low_freq_factor},
-            {"high_freq_factor", &rope.high_freq_factor}}) {
-        if (absl::Status s = RequireDouble(block, name, where, type_name, dst);
-            !s.ok()) {
-          return s;
-        }
-      }
-      if (!original->has_value()) {
-        return Invalid(absl::StrCat(
-            where,
-            "original_max_position_embeddings is required for rope "
-            "type llama3"));
-      }
-      break;
-    case RopeScaling::kLongRope:
-      // The per-dimension factor lists are not modelled: LongRoPE is never
-      // shifted. factor, when absent, is the context extension ratio.
-      rope.factor = rope.original_max_position > 0
-                        ? static_cast<double>(out.max_position_embeddings) /
-                              rope.original_max_position
-                        : 1.0;
-      return OptionalDouble(block, "factor", where, &rope.factor);
-    case RopeScaling::kNone:
-      break;
-  }
-  return absl::OkStatus();
+  return ReadScalingFactors(block, where, original.has_value(),
+                            out.max_position_embeddings, rope);
 }
 
 absl::Status ReadRope(const Struct& c, ModelSpecFromHf& out) {

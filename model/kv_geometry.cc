@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -221,101 +221,125 @@ ModelGeometry Geometry(int layers, int kv_heads, int head_dim,
   return g;
 }
 
-std::vector<ModelPreset> Presets() {
-  RopeConfig llama3_rope;
-  llama3_rope.theta = 500000.0;
-  llama3_rope.scaling = RopeScaling::kLlama3;
-  llama3_rope.factor = 8.0;
-  llama3_rope.low_freq_factor = 1.0;
-  llama3_rope.high_freq_factor = 4.0;
-  llama3_rope.original_max_position = 8192;
+// meta-llama/Llama-3.1-8B config.json: num_hidden_layers 32,
+// num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim
+// 4096/32 = 128), rope_theta 500000.0, rope_scaling {rope_type llama3,
+// factor 8.0, low_freq_factor 1.0, high_freq_factor 4.0,
+// original_max_position_embeddings 8192}. Llama-3-8B (3.0) has the same
+// geometry and theta but rope_scaling null: use --hf_config for it.
+// meta-llama/Llama-3.1-70B config.json: num_hidden_layers 80,
+// num_attention_heads 64, num_key_value_heads 8, hidden_size 8192
+// (head_dim 128), RoPE as for the 8B.
+std::vector<ModelPreset> LlamaPresets() {
+  RopeConfig rope;
+  rope.theta = 500000.0;
+  rope.scaling = RopeScaling::kLlama3;
+  rope.factor = 8.0;
+  rope.low_freq_factor = 1.0;
+  rope.high_freq_factor = 4.0;
+  rope.original_max_position = 8192;
+  return {{Geometry(32, 8, 128, 32, "llama-3-8b", {}), rope,
+           "meta-llama/Llama-3.1-8B"},
+          {Geometry(80, 8, 128, 64, "llama-3-70b", {}), rope,
+           "meta-llama/Llama-3.1-70B"}};
+}
 
-  std::vector<ModelPreset> presets;
-  // meta-llama/Llama-3.1-8B config.json: num_hidden_layers 32,
-  // num_attention_heads 32, num_key_value_heads 8, hidden_size 4096 (head_dim
-  // 4096/32 = 128), rope_theta 500000.0, rope_scaling {rope_type llama3,
-  // factor 8.0, low_freq_factor 1.0, high_freq_factor 4.0,
-  // original_max_position_embeddings 8192}. Llama-3-8B (3.0) has the same
-  // geometry and theta but rope_scaling null: use --hf_config for it.
-  presets.push_back({Geometry(32, 8, 128, 32, "llama-3-8b", {}), llama3_rope,
-                     "meta-llama/Llama-3.1-8B"});
-  // meta-llama/Llama-3.1-70B config.json: num_hidden_layers 80,
-  // num_attention_heads 64, num_key_value_heads 8, hidden_size 8192
-  // (head_dim 128), RoPE as for the 8B.
-  presets.push_back({Geometry(80, 8, 128, 64, "llama-3-70b", {}), llama3_rope,
-                     "meta-llama/Llama-3.1-70B"});
-  // mistralai/Mistral-7B-v0.3 config.json (v0.2 is the same here):
-  // num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
-  // hidden_size 4096 (head_dim 128), rope_theta 1000000.0, sliding_window
-  // null. v0.1 differs: rope_theta 10000.0 and a 4096-token sliding window.
-  RopeConfig mistral_rope;
-  mistral_rope.theta = 1000000.0;
-  presets.push_back({Geometry(32, 8, 128, 32, "mistral-7b", {}), mistral_rope,
-                     "mistralai/Mistral-7B-v0.3"});
-  // google/gemma-2-9b config.json: num_hidden_layers 42,
-  // num_attention_heads 16, num_key_value_heads 8, head_dim 256 (not
-  // hidden_size 3584 / 16), rope_theta 10000.0, sliding_window 4096 on every
-  // other layer (layers 0, 2, ..., 40: 21 of 42).
-  RopeConfig gemma_rope;
-  gemma_rope.theta = 10000.0;
-  presets.push_back({Geometry(42, 8, 256, 16, "gemma-2-9b", {4096, 21}),
-                     gemma_rope, "google/gemma-2-9b"});
-  // google/gemma-3-27b-it config.json, text_config: num_hidden_layers 62,
-  // num_attention_heads 32, num_key_value_heads 16, head_dim 128,
-  // sliding_window 1024, sliding_window_pattern 6 (layers 5, 11, ..., 59
-  // are global: 10 of 62, so 52 slide), rope_theta 1000000 with
-  // rope_scaling linear factor 8 for the global layers. The sliding layers
-  // rotate with rope_local_base_freq 10000, which the RoPE settings here do
-  // not describe: shift ALLOW would re-rotate them wrongly.
-  RopeConfig gemma3_rope;
-  gemma3_rope.theta = 1000000.0;
-  gemma3_rope.scaling = RopeScaling::kLinear;
-  gemma3_rope.factor = 8.0;
-  presets.push_back({Geometry(62, 16, 128, 32, "gemma-3-27b", {1024, 52}),
-                     gemma3_rope, "google/gemma-3-27b-it"});
-  // deepseek-ai/DeepSeek-V3 config.json: num_hidden_layers 61,
-  // num_attention_heads 128, kv_lora_rank 512, qk_rope_head_dim 64 (MLA: the
-  // num_key_value_heads 128 there does not size the cache), rope_theta
-  // 10000, rope_scaling yarn factor 40, original_max_position_embeddings
-  // 4096, beta_fast 32, beta_slow 1. The rope part is rotated interleaved
-  // (gptj), as DeepSeek's reference code and vLLM do.
-  RopeConfig deepseek_rope;
-  deepseek_rope.theta = 10000.0;
-  deepseek_rope.scaling = RopeScaling::kYarn;
-  deepseek_rope.factor = 40.0;
-  deepseek_rope.original_max_position = 4096;
-  deepseek_rope.beta_fast = 32.0;
-  deepseek_rope.beta_slow = 1.0;
-  deepseek_rope.layout = RopeLayout::kGptj;
-  ModelGeometry deepseek = Geometry(61, 1, 64, 128, "deepseek-v3", {});
-  deepseek.kv_lora_rank = 512;
-  presets.push_back({deepseek, deepseek_rope, "deepseek-ai/DeepSeek-V3"});
-  // Qwen/Qwen3-Next-80B-A3B-Instruct config.json: num_hidden_layers 48,
-  // full_attention_interval 4 (12 attention layers, 36 Gated DeltaNet
-  // layers), num_attention_heads 16, num_key_value_heads 2, head_dim 256,
-  // partial_rotary_factor 0.25, rope_theta 10000000; linear_num_key_heads
-  // 16, linear_num_value_heads 32, linear_key_head_dim 128,
-  // linear_value_head_dim 128, linear_conv_kernel_dim 4, torch_dtype
-  // bfloat16. State per layer: conv (4 - 1) x (128 x 16 x 2 + 128 x 32) +
-  // recurrent 32 x 128 x 128 = 548,864 values x 2 B = 1,097,728 B.
-  RopeConfig qwen_rope;
-  qwen_rope.theta = 10000000.0;
-  qwen_rope.rotary_dim = 64;
-  ModelGeometry qwen = Geometry(12, 2, 256, 16, "qwen3-next-80b-a3b", {});
-  qwen.state_layers = 36;
-  qwen.state_bytes_per_layer = 1097728;
-  presets.push_back({qwen, qwen_rope, "Qwen/Qwen3-Next-80B-A3B-Instruct"});
-  // ai21labs/Jamba-v0.1 config.json: num_hidden_layers 32, attn_layer_period
-  // 8, attn_layer_offset 4 (4 attention layers, 28 Mamba layers),
-  // num_attention_heads 32, num_key_value_heads 8, hidden_size 4096
-  // (head_dim 128); mamba_expand 2, mamba_d_conv 4, mamba_d_state 16,
-  // torch_dtype bfloat16. State per layer: intermediate 2 x 4096 = 8192;
-  // conv 8192 x (4 - 1) + ssm 8192 x 16 = 155,648 values x 2 B = 311,296 B.
-  // Jamba has no positional encoding; the RoPE settings are the defaults.
-  ModelGeometry jamba = Geometry(4, 8, 128, 32, "jamba-v0.1", {});
-  jamba.state_layers = 28;
-  jamba.state_bytes_per_layer = 311296;
-  presets.push_back({jamba, RopeConfig(), "ai21labs/Jamba-v0.1"});
+// mistralai/Mistral-7B-v0.3 config.json (v0.2 is the same here):
+// num_hidden_layers 32, num_attention_heads 32, num_key_value_heads 8,
+// hidden_size 4096 (head_dim 128), rope_theta 1000000.0, sliding_window
+// null. v0.1 differs: rope_theta 10000.0 and a 4096-token sliding window.
+ModelPreset MistralPreset() {
+  RopeConfig rope;
+  rope.theta = 1000000.0;
+  return {Geometry(32, 8, 128, 32, "mistral-7b", {}), rope,
+          "mistralai/Mistral-7B-v0.3"};
+}
+
+// google/gemma-2-9b config.json: num_hidden_layers 42,
+// num_attention_heads 16, num_key_value_heads 8, head_dim 256 (not
+// hidden_size 3584 / 16), rope_theta 10000.0, sliding_window 4096 on every
+// other layer (layers 0, 2, ..., 40: 21 of 42).
+ModelPreset Gemma2Preset() {
+  RopeConfig rope;
+  rope.theta = 10000.0;
+  return {Geometry(42, 8, 256, 16, "gemma-2-9b", {4096, 21}), rope,
+          "google/gemma-2-9b"};
+}
+
+// google/gemma-3-27b-it config.json, text_config: num_hidden_layers 62,
+// num_attention_heads 32, num_key_value_heads 16, head_dim 128,
+// sliding_window 1024, sliding_window_pattern 6 (layers 5, 11, ..., 59
+// are global: 10 of 62, so 52 slide), rope_theta 1000000 with
+// rope_scaling linear factor 8 for the global layers. The sliding layers
+// rotate with rope_local_base_freq 10000, which the RoPE settings here do
+// not describe: shift ALLOW would re-rotate them wrongly.
+ModelPreset Gemma3Preset() {
+  RopeConfig rope;
+  rope.theta = 1000000.0;
+  rope.scaling = RopeScaling::kLinear;
+  rope.factor = 8.0;
+  return {Geometry(62, 16, 128, 32, "gemma-3-27b", {1024, 52}), rope,
+          "google/gemma-3-27b-it"};
+}
+
+// deepseek-ai/DeepSeek-V3 config.json: num_hidden_layers 61,
+// num_attention_heads 128, kv_lora_rank 512, qk_rope_head_dim 64 (MLA: the
+// num_key_value_heads 128 there does not size the cache), rope_theta
+// 10000, rope_scaling yarn factor 40, original_max_position_embeddings
+// 4096, beta_fast 32, beta_slow 1. The rope part is rotated interleaved
+// (gptj), as DeepSeek's reference code and vLLM do.
+ModelPreset DeepSeekV3Preset() {
+  RopeConfig rope;
+  rope.theta = 10000.0;
+  rope.scaling = RopeScaling::kYarn;
+  rope.factor = 40.0;
+  rope.original_max_position = 4096;
+  rope.beta_fast = 32.0;
+  rope.beta_slow = 1.0;
+  rope.layout = RopeLayout::kGptj;
+  ModelGeometry g = Geometry(61, 1, 64, 128, "deepseek-v3", {});
+  g.kv_lora_rank = 512;
+  return {g, rope, "deepseek-ai/DeepSeek-V3"};
+}
+
+// Qwen/Qwen3-Next-80B-A3B-Instruct config.json: num_hidden_layers 48,
+// full_attention_interval 4 (12 attention layers, 36 Gated DeltaNet
+// layers), num_attention_heads 16, num_key_value_heads 2, head_dim 256,
+// partial_rotary_factor 0.25, rope_theta 10000000; linear_num_key_heads
+// 16, linear_num_value_heads 32, linear_key_head_dim 128,
+// linear_value_head_dim 128, linear_conv_kernel_dim 4, torch_dtype
+// bfloat16. State per layer: conv (4 - 1) x (128 x 16 x 2 + 128 x 32) +
+// recurrent 32 x 128 x 128 = 548,864 values x 2 B = 1,097,728 B.
+ModelPreset Qwen3NextPreset() {
+  RopeConfig rope;
+  rope.theta = 10000000.0;
+  rope.rotary_dim = 64;
+  ModelGeometry g = Geometry(12, 2, 256, 16, "qwen3-next-80b-a3b", {});
+  g.state_layers = 36;
+  g.state_bytes_per_layer = 1097728;
+  return {g, rope, "Qwen/Qwen3-Next-80B-A3B-Instruct"};
+}
+
+// ai21labs/Jamba-v0.1 config.json: num_hidden_layers 32, attn_layer_period
+// 8, attn_layer_offset 4 (4 attention layers, 28 Mamba layers),
+// num_attention_heads 32, num_key_value_heads 8, hidden_size 4096
+// (head_dim 128); mamba_expand 2, mamba_d_conv 4, mamba_d_state 16,
+// torch_dtype bfloat16. State per layer: intermediate 2 x 4096 = 8192;
+// conv 8192 x (4 - 1) + ssm 8192 x 16 = 155,648 values x 2 B = 311,296 B.
+// Jamba has no positional encoding; the RoPE settings are the defaults.
+ModelPreset JambaPreset() {
+  ModelGeometry g = Geometry(4, 8, 128, 32, "jamba-v0.1", {});
+  g.state_layers = 28;
+  g.state_bytes_per_layer = 311296;
+  return {g, RopeConfig(), "ai21labs/Jamba-v0.1"};
+}
+
+// Every preset, in the order the help and the errors list them.
+std::vector<ModelPreset> Presets() {
+  std::vector<ModelPreset> presets = LlamaPresets();
+  for (ModelPreset p : {MistralPreset(), Gemma2Preset(), Gemma3Preset(),
+                        DeepSeekV3Preset(), Qwen3NextPreset(), JambaPreset()})
+    presets.push_back(std::move(p));
   return presets;
 }
 

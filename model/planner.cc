@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "model/status_macros.h"
+#include "base/status_macros.h"
 #include "model/units.h"
 
 namespace prefixd {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 
 namespace prefixd {
 
@@ -69,7 +69,7 @@ class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
   grpc::MessageHolder<Req, Resp>* AllocateMessages() override {
     ArenaHolder<Req, Resp, Block>* h = nullptr;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!idle_.empty()) {
         h = idle_.back();
         idle_.pop_back();
@@ -81,7 +81,7 @@ class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
   }
   void Recycle(ArenaHolder<Req, Resp, Block>* h) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (idle_.size() < kPooledHolders) {
         idle_.push_back(h);
         return;
@@ -91,7 +91,7 @@ class ArenaAllocator final : public grpc::MessageAllocator<Req, Resp> {
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<ArenaHolder<Req, Resp, Block>*> idle_ ABSL_GUARDED_BY(mu_);
 };
 

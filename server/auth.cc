@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -478,7 +478,7 @@ absl::string_view PrincipalAuthorizer::mode() const {
 }
 
 std::shared_ptr<const PrincipalTable> PrincipalAuthorizer::principals() const {
-  absl::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return principals_;
 }
 
@@ -553,7 +553,7 @@ absl::Status PrincipalAuthorizer::Reload(const v1::Config& config) {
     RETURN_IF_ERROR(tls_->Update(*material));
   }
   auto fresh = std::make_shared<const PrincipalTable>(std::move(table));
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   principals_ = std::move(fresh);
   return absl::OkStatus();
 }

@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "core/cache.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/listen_address.h"
@@ -208,7 +208,7 @@ class PrincipalAuthorizer final : public Authorizer {
 
   const v1::AuthConfig::Mode mode_;
   // Swapped whole by Reload; a call keeps the table it started with.
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::shared_ptr<const PrincipalTable> principals_ ABSL_GUARDED_BY(mu_);
   const std::unique_ptr<RotatingTls> tls_;                    // null: none
   std::shared_ptr<grpc::ServerCredentials> tls_credentials_;  // null: none

@@ -5,8 +5,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "core/cache.h"
-#include "core/status_macros.h"
 #include "model/units.h"
 #include "server/auth.h"
 #include "server/config.h"

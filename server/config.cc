@@ -16,7 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "model/hf_config.h"
 #include "model/units.h"
 #include "server/auth.h"

@@ -6,7 +6,7 @@
 #include <variant>
 
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "server/auth.h"
 
 namespace prefixd {
@@ -110,7 +110,7 @@ void EventsPublisher::Stop() {
 EventsPublishStats EventsPublisher::stats() const {
   EventsPublishStats s;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     s = stats_;
   }
   s.wire = publisher_->counters();
@@ -170,7 +170,7 @@ void EventsPublisher::Poll() {
     for (KvEvent& e : converted) Add(std::move(e));
   }
   Flush();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   stats_.published_order = watermark;
 }
 
@@ -183,7 +183,7 @@ void EventsPublisher::Poll() {
 // store, until the removal that follows in the events.
 void EventsPublisher::Resync(ResyncReason reason) {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     ++stats_.resyncs[static_cast<int>(reason)];
   }
   pending_.clear();
@@ -257,7 +257,7 @@ void EventsPublisher::Flush() {
   publisher_->Publish(batch);
   pending_.clear();
   pending_tokens_ = 0;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (size_t i = 0; i < counts.size(); ++i) stats_.events[i] += counts[i];
 }
 

@@ -35,8 +35,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "core/cache.h"
 #include "index/events.h"
 #include "index/publisher.h"
@@ -116,7 +116,7 @@ class EventsPublisher {
   std::vector<KvEvent> pending_;
   size_t pending_tokens_ = 0;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   EventsPublishStats stats_ ABSL_GUARDED_BY(mu_);
 
   std::unique_ptr<PeriodicThread> poller_;  // last: it calls Poll

@@ -10,9 +10,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flag_parser.h"
+#include "base/status_macros.h"
 #include "core/cache.h"
-#include "core/status_macros.h"
-#include "model/flag_parser.h"
 #include "model/kv_geometry.h"
 #include "server/defaults.h"
 

@@ -9,7 +9,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"
 #include "server/route_request.h"

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "model/flag_parser.h"
+#include "base/flag_parser.h"
+#include "base/mutex.h"
 #include "server/check_config.h"
 #include "server/config.h"
 #include "server/flags.h"
@@ -94,10 +94,9 @@ int DrainAndSave(prefixd::Server& server, prefixd::Metrics& metrics,
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Debian builds abseil without NDEBUG, which leaves absl::Mutex's deadlock
-  // detector on: a process-wide lock taken on every Lock() that cost a third
-  // of the cache's throughput (docs/performance.md). The tests keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Abseil's deadlock detector costs a third of the cache's throughput
+  // (base/mutex.h). The tests keep it on.
+  prefixd::DisableMutexDeadlockDetection();
   absl::StatusOr<prefixd::CommandLine> flags =
       prefixd::ParseCommandLine(absl::MakeConstSpan(argv + 1, argc - 1));
   if (!flags.ok()) {

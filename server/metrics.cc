@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "prometheus/text_serializer.h"
 #include "server/http_listener.h"
 #include "server/listen_address.h"

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
+
 namespace prefixd {
 
 PeriodicThread::PeriodicThread(absl::Duration interval,
@@ -9,26 +11,28 @@ PeriodicThread::PeriodicThread(absl::Duration interval,
     : interval_(interval), fn_(std::move(fn)), thread_([this] { Loop(); }) {}
 
 void PeriodicThread::Wake() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   woken_ = true;
+  woken_or_stopping_.Signal();
 }
 
 void PeriodicThread::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    woken_or_stopping_.Signal();
   }
   if (thread_.joinable()) thread_.join();
 }
 
 void PeriodicThread::Loop() {
-  auto wake_or_stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return woken_ || stopping_;
-  };
   while (true) {
     {
-      absl::MutexLock lock(&mu_);
-      mu_.AwaitWithTimeout(absl::Condition(&wake_or_stop), interval_);
+      MutexLock lock(&mu_);
+      const absl::Time deadline = absl::Now() + interval_;
+      while (!woken_ && !stopping_) {
+        if (woken_or_stopping_.WaitWithDeadline(&mu_, deadline)) break;
+      }
       if (stopping_) return;
       woken_ = false;
     }

@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 
 namespace prefixd {
 
@@ -33,7 +33,8 @@ class PeriodicThread {
 
   const absl::Duration interval_;
   const std::function<void()> fn_;
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar woken_or_stopping_;  // signalled when either flag is set
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

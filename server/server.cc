@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "model/units.h"
 #include "server/check_config.h"
 
@@ -186,7 +186,7 @@ std::shared_ptr<grpc::Channel> Server::InProcessChannel() {
 
 void Server::Shutdown() {
   // Held for the whole drain, so a second caller returns only when it is over.
-  absl::MutexLock lock(&shutdown_mu_);
+  MutexLock lock(&shutdown_mu_);
   if (shut_down_ || grpc_server_ == nullptr) return;
   shut_down_ = true;
   grpc_server_->GetHealthCheckService()->SetServingStatus(false);

@@ -17,7 +17,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "core/cache.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
@@ -117,7 +117,7 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> addresses_;
   std::unique_ptr<PeriodicThread> lease_expirer_;
-  absl::Mutex shutdown_mu_;
+  Mutex shutdown_mu_;
   bool shut_down_ ABSL_GUARDED_BY(shutdown_mu_) = false;
 };
 

@@ -16,8 +16,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "server/arena_allocator.h"
 #include "server/grpc_status.h"
 #include "server/request_util.h"

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "model/units.h"
 
 namespace prefixd {

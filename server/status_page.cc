@@ -677,7 +677,7 @@ std::string HtmlEscape(absl::string_view text) {
 }
 
 void HitRateWindow::Record(absl::Time now, const CacheStats& stats) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   RecordLocked(now, stats);
 }
 
@@ -695,7 +695,7 @@ void HitRateWindow::RecordLocked(absl::Time now, const CacheStats& stats) {
 
 HitRateWindow::Result HitRateWindow::Over(absl::Time now,
                                           const CacheStats& stats) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   RecordLocked(now, stats);
   const Sample& base = samples_.front();
   const Sample& last = samples_.back();

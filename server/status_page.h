@@ -29,8 +29,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
 #include "server/http_listener.h"
@@ -73,7 +73,7 @@ class HitRateWindow {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const absl::Duration window_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<Sample> samples_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 

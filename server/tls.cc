@@ -19,7 +19,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {

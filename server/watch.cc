@@ -45,7 +45,7 @@ class EventStream final
   void Poll() {
     grpc::Status error;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (writing_ || finish_requested_) return;
       absl::StatusOr<EventBatch> batch =
           owner_->cache_->ReadEvents(tenant_, next_, EventWatchers::kMaxBatch);
@@ -75,7 +75,7 @@ class EventStream final
   void CancelIfStalled(absl::Time now, absl::Duration timeout) {
     std::string stall_message;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (!writing_ || finish_requested_ || now - write_started_ <= timeout)
         return;
       finish_requested_ = true;
@@ -97,7 +97,7 @@ class EventStream final
     bool finish_now = false;
     grpc::Status finish;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       cancelling_ = false;
       if (finish_deferred_ && !finished_) {
         finished_ = finish_now = true;
@@ -110,7 +110,7 @@ class EventStream final
   // Ends the call with `status` now, or after the write in flight.
   void RequestFinish(grpc::Status status) {
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       if (finish_requested_) return;
       finish_requested_ = true;
       finish_status_ = status;
@@ -124,7 +124,7 @@ class EventStream final
     bool finish_now = false;
     grpc::Status finish;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       writing_ = false;
       if (!ok && !finish_requested_) {
         finish_requested_ = true;
@@ -191,7 +191,7 @@ class EventStream final
   grpc::CallbackServerContext* const ctx_;
   const std::string tenant_;
   std::atomic<int> refs_{1};  // gRPC's, dropped in OnDone
-  absl::Mutex mu_;
+  Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_);
   bool ignore_first_missed_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -222,7 +222,7 @@ grpc::ServerWriteReactor<v1::WatchEventsResponse>* EventWatchers::Start(
 void EventWatchers::Shutdown() {
   std::vector<EventStream*> streams;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
     for (EventStream* s : streams_) {
@@ -239,7 +239,7 @@ void EventWatchers::Shutdown() {
 }
 
 grpc::Status EventWatchers::Register(EventStream* s) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (shut_down_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "prefixd is shutting down");
@@ -257,7 +257,7 @@ grpc::Status EventWatchers::Register(EventStream* s) {
 }
 
 void EventWatchers::Unregister(EventStream* s) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (streams_.erase(s) == 0) return;  // refused by Register
   auto it = per_tenant_.find(s->tenant());
   if (--it->second == 0) per_tenant_.erase(it);
@@ -266,7 +266,7 @@ void EventWatchers::Unregister(EventStream* s) {
 void EventWatchers::PollAll() {
   std::vector<EventStream*> streams;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (shut_down_) return;
     streams.reserve(streams_.size());
     for (EventStream* s : streams_) {

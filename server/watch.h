@@ -24,8 +24,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "core/cache.h"
 #include "prefixd/v1/prefix_cache.pb.h"
 #include "server/periodic.h"
@@ -76,7 +76,7 @@ class EventWatchers {
   const PrefixCache* const cache_;
   const uint64_t epoch_;
   const WatchLimits limits_;
-  absl::Mutex mu_;
+  Mutex mu_;
   absl::flat_hash_map<std::string, size_t> per_tenant_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::flat_hash_set<EventStream*> streams_ ABSL_GUARDED_BY(mu_);

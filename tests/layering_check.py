@@ -1,26 +1,27 @@
 #!/usr/bin/python3
 """The include graph must be the layer picture of docs/architecture.md.
 
-Every .h and .cc under core/, model/, index/, server/ and client/ is scanned
-for #include lines. A header whose first path component is a directory of
+Every .h and .cc under base/, core/, model/, index/, server/ and client/ is
+scanned for #include lines. A header whose first path component is a directory of
 this repository belongs to that layer ("prefixd/v1/..." are the generated
 headers of proto/); any other header is third-party and allowed, except:
 
+    base/          the standard library and abseil only (a header with no
+                   directory, or absl/...; its tests also gtest and gmock);
     core/, index/  never gRPC, protobuf or Prometheus;
     model/         never gRPC or Prometheus; protobuf only in hf_config.cc,
                    for its JSON parser.
 
 The layers each one may include (dependencies point one way):
 
-    core    core
-    model   model
-    index   index, core
-    server  server, core, model, index, proto
-    client  client, proto, model
+    base    base
+    core    core, base
+    model   model, base
+    index   index, core, base
+    server  server, core, model, index, proto, base
+    client  client, proto, model, base
 
-Nothing includes client/, bench/ or tests/. model/status_macros.h repeats
-core/status_macros.h (model includes nothing of core); their #define lines
-must stay the same.
+Nothing includes client/, bench/ or tests/.
 
 Prints each violation as file:line and exits 1; exits 0 when there is none.
 --self_test checks on a scratch tree that violations are caught.
@@ -34,14 +35,16 @@ import tempfile
 import source_check
 
 ALLOWED = {
-    "core": {"core"},
-    "model": {"model"},
-    "index": {"index", "core"},
-    "server": {"server", "core", "model", "index", "proto"},
-    "client": {"client", "proto", "model"},
+    "base": {"base"},
+    "core": {"core", "base"},
+    "model": {"model", "base"},
+    "index": {"index", "core", "base"},
+    "server": {"server", "core", "model", "index", "proto", "base"},
+    "client": {"client", "proto", "model", "base"},
 }
 # Top-level directories whose headers are ours, and the layer they are in.
 PROJECT_DIRS = {
+    "base": "base",
     "core": "core",
     "model": "model",
     "index": "index",
@@ -63,9 +66,11 @@ THIRD_PARTY_EXCEPTIONS = {
     ("model/hf_config.cc", "google/protobuf/"),
 }
 MODEL_PROTOBUF_ONLY_IN = "model/hf_config.cc"
+# base/'s only third-party headers; its tests may add googletest's.
+BASE_THIRD_PARTY = ("absl/",)
+BASE_TEST_THIRD_PARTY = ("gtest/", "gmock/")
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^">]+)[">]')
-DEFINE = re.compile(r"^\s*#\s*define\s+(?!PREFIXD_\w*_H_\b)")
 
 
 def sources(root, layer):
@@ -102,6 +107,10 @@ def check_file(rel, path, layer):
                     problems.append(
                         f'{rel}:{lineno}: #include "{header}": {layer}/ never '
                         f"includes {prefix.rstrip('/')} headers")
+            if layer == "base" and not base_may_include(rel, header):
+                problems.append(
+                    f'{rel}:{lineno}: #include "{header}": base/ includes '
+                    f"only the standard library and abseil")
             if (layer == "model" and header.startswith("google/protobuf/")
                     and rel != MODEL_PROTOBUF_ONLY_IN):
                 problems.append(
@@ -110,22 +119,12 @@ def check_file(rel, path, layer):
     return problems
 
 
-def defines(path):
-    with open(path, encoding="utf-8") as f:
-        text = f.read().replace("\\\n", " ")
-    return [" ".join(line.split()) for line in text.splitlines()
-            if DEFINE.match(line)]
-
-
-def check_status_macros(root):
-    core = os.path.join(root, "core", "status_macros.h")
-    model = os.path.join(root, "model", "status_macros.h")
-    if not (os.path.exists(core) and os.path.exists(model)):
-        return []
-    if defines(core) != defines(model):
-        return ["model/status_macros.h:1: its #define lines differ from "
-                "core/status_macros.h's; keep the two copies the same"]
-    return []
+def base_may_include(rel, header):
+    """A standard header has no directory; abseil's start with absl/."""
+    if "/" not in header or header.startswith(BASE_THIRD_PARTY):
+        return True
+    return (rel.endswith("_test.cc")
+            and header.startswith(BASE_TEST_THIRD_PARTY))
 
 
 def check(root):
@@ -133,14 +132,21 @@ def check(root):
     for layer in ALLOWED:
         for rel, path in sources(root, layer):
             problems += check_file(rel, path, layer)
-    problems += check_status_macros(root)
     return problems
 
 
 def self_test():
     """Violations in a scratch tree are each reported; a clean one passes."""
     files = {
-        "core/ok.h": '#include "core/types.h"\n#include "absl/status/status.h"\n',
+        "base/ok.h": ('#include <cstdint>\n#include "absl/status/status.h"\n'
+                      '#include "base/mutex.h"\n'),
+        "base/ok_test.cc": '#include "base/ok.h"\n#include "gtest/gtest.h"\n',
+        "base/bad.cc": '#include "base/ok.h"\n#include "core/types.h"\n',
+        "base/json.h": '#include "nlohmann/json.hpp"\n',
+        "base/mock_user.cc": '#include "gmock/gmock.h"\n',
+        "core/ok.h": ('#include "core/types.h"\n#include "absl/status/status.h"\n'
+                      '#include "base/status_macros.h"\n'),
+        "client/ok.cc": '#include "base/flag_parser.h"\n',
         "core/bad.cc": '#include "core/ok.h"\n#include "model/units.h"\n',
         "core/rpc.h": "#include <grpcpp/grpcpp.h>\n",
         "model/bad.h": '#include "core/types.h"\n',
@@ -150,12 +156,11 @@ def self_test():
         "server/sub/bench.h": '#  include "bench/load/common.h"\n',
         "client/bad.cc": ('#include "prefixd/v1/prefix_cache.pb.h"\n'
                           '#include "model/rope.h"\n#include "core/cache.h"\n'),
-        "core/status_macros.h": "#define RETURN_IF_ERROR(e) \\\n  return e\n",
-        "model/status_macros.h": "#define RETURN_IF_ERROR(e) return (e)\n",
     }
     expected = [
+        "base/bad.cc:2:", "base/json.h:1:", "base/mock_user.cc:1:",
         "client/bad.cc:3:", "core/bad.cc:2:", "core/rpc.h:1:",
-        "model/bad.h:1:", "model/pb.cc:1:", "model/status_macros.h:1:",
+        "model/bad.h:1:", "model/pb.cc:1:",
         "server/bad.cc:2:", "server/sub/bench.h:1:",
     ]
     with tempfile.TemporaryDirectory() as root:

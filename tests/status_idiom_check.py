@@ -2,7 +2,7 @@
 """server/ propagates errors with one idiom (server/grpc_status.h).
 
 A function of server/ that only passes an error on writes RETURN_IF_ERROR or
-ASSIGN_OR_RETURN (core/status_macros.h). Every .cc and .h under server/
+ASSIGN_OR_RETURN (base/status_macros.h). Every .cc and .h under server/
 (tests aside) is scanned for the hand-written forms that do nothing else:
 
     if (!x.ok()) return x.status();          (or x->ok(), x->status())
@@ -76,7 +76,7 @@ def check_file(rel, path):
         text = statement(lines, i)
         if any(p.match(text) for p in PLAIN):
             problems.append(f"{rel}:{i + 1}: {text}: write RETURN_IF_ERROR "
-                            "or ASSIGN_OR_RETURN (core/status_macros.h)")
+                            "or ASSIGN_OR_RETURN (base/status_macros.h)")
     return problems
 
 

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "bench/load/common.h"
 
 namespace prefixd::bench {

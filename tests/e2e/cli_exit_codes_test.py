@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """prefixd, prefixctl and `prefixctl plan` share one command-line parser and
-one set of exit codes (model/flag_parser.h, docs/client.md): 0 ok, 1 the
+one set of exit codes (base/flag_parser.h, docs/client.md): 0 ok, 1 the
 work failed, 2 usage error. Each case runs the real binaries.
 
 Usage: cli_exit_codes_test.py --prefixd PATH --prefixctl PATH

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/clock.h"
+#include "base/clock.h"
 #include "google/protobuf/stubs/logging.h"
 #include "prefixd/v1/prefix_cache.grpc.pb.h"
 #include "server/config.h"

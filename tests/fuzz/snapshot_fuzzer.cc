@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/clock.h"
 #include "core/cache.h"
-#include "core/clock.h"
 #include "core/snapshot_format.h"
 
 namespace prefixd {

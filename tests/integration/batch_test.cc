@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "base/clock.h"
+#include "base/mutex.h"
 #include "client/client.h"
-#include "core/clock.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -68,20 +68,20 @@ class RecordingObserver : public RpcObserver {
  public:
   void OnRpcDone(absl::string_view method, absl::StatusCode code,
                  absl::Duration) override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     calls_.emplace_back(std::string(method), code);
   }
   std::vector<std::pair<std::string, absl::StatusCode>> calls() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return calls_;
   }
   void Clear() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     calls_.clear();
   }
 
  private:
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<std::pair<std::string, absl::StatusCode>> calls_
       ABSL_GUARDED_BY(mu_);
 };

@@ -1,4 +1,4 @@
-#include "model/flag_parser.h"
+#include "base/flag_parser.h"
 
 #include <sstream>
 #include <string>

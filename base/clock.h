@@ -1,12 +1,12 @@
 // Time source for lease expiry. Production code uses Clock::Real(); tests
 // inject a ManualClock so that no test ever sleeps.
-#ifndef PREFIXD_CORE_CLOCK_H_
-#define PREFIXD_CORE_CLOCK_H_
+#ifndef PREFIXD_BASE_CLOCK_H_
+#define PREFIXD_BASE_CLOCK_H_
 
 #include "absl/base/thread_annotations.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 
 namespace prefixd {
 
@@ -42,4 +42,4 @@ class ManualClock : public Clock {
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CORE_CLOCK_H_
+#endif  // PREFIXD_BASE_CLOCK_H_

@@ -1,9 +1,6 @@
 // Abseil 20220623 (Debian 12) has no status macros; these are the two we use.
-// model/ includes nothing of core/, so this is a copy of core/status_macros.h:
-// the definitions are token for token the same (a translation unit may
-// include both), and the layering test checks that they stay so.
-#ifndef PREFIXD_MODEL_STATUS_MACROS_H_
-#define PREFIXD_MODEL_STATUS_MACROS_H_
+#ifndef PREFIXD_BASE_STATUS_MACROS_H_
+#define PREFIXD_BASE_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -28,4 +25,4 @@
   if (!var.ok()) return std::move(var).status();       \
   lhs = std::move(var).value()
 
-#endif  // PREFIXD_MODEL_STATUS_MACROS_H_
+#endif  // PREFIXD_BASE_STATUS_MACROS_H_

@@ -9,8 +9,8 @@
 // taken under the tenant's mutex as the event is appended: a reader that
 // merges several rings (the KV event publisher, docs/index.md) publishes a
 // block ID's removal from one tenant before its store in another.
-#ifndef PREFIXD_CORE_EVENTS_H_
-#define PREFIXD_CORE_EVENTS_H_
+#ifndef PREFIXD_CORE_EVENT_RING_H_
+#define PREFIXD_CORE_EVENT_RING_H_
 
 #include <atomic>
 #include <cstdint>
@@ -89,4 +89,4 @@ class EventRing {
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_CORE_EVENTS_H_
+#endif  // PREFIXD_CORE_EVENT_RING_H_

@@ -9,10 +9,11 @@
 // flags; what follows, and every argument not starting with -, is
 // positional.
 //
-// In model/ (abseil only) because both server/ and client/ use it and
-// neither may include the other (docs/architecture.md).
-#ifndef PREFIXD_MODEL_FLAG_PARSER_H_
-#define PREFIXD_MODEL_FLAG_PARSER_H_
+// In base/ (std and abseil only), which every layer may include: server/
+// and client/ both use it and neither may include the other
+// (docs/architecture.md).
+#ifndef PREFIXD_BASE_FLAG_PARSER_H_
+#define PREFIXD_BASE_FLAG_PARSER_H_
 
 #include <cstdint>
 #include <map>
@@ -83,4 +84,4 @@ void PrintFlagHelp(const std::vector<FlagSpec>& spec, std::ostream& out);
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_MODEL_FLAG_PARSER_H_
+#endif  // PREFIXD_BASE_FLAG_PARSER_H_

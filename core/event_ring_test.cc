@@ -1,4 +1,4 @@
-#include "core/events.h"
+#include "core/event_ring.h"
 
 #include <atomic>
 

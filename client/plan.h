@@ -16,7 +16,7 @@ namespace prefixd {
 
 // argv[0] is the program name and is skipped; argv[1..argc-1] are the plan
 // flags ("--flag=value" or "--flag value"). Writes the plan (or --help) to
-// `out` and diagnostics to `err`. Returns model/flag_parser.h's exit codes:
+// `out` and diagnostics to `err`. Returns base/flag_parser.h's exit codes:
 // kExitOk (0) on success, kExitFailure (1) when the inputs are well-formed
 // but no plan is possible (unreadable --hf_config, invalid geometry, weights
 // + overhead larger than the GPUs), kExitUsage (2) on a usage error (unknown

@@ -1,7 +1,7 @@
 // prefixctl: the command line of prefixd, as a function so tests can run it
 // without a process. See `prefixctl --help` and docs/client.md.
 //
-// Exit codes (model/flag_parser.h, shared with prefixd): kExitOk, 1 on an
+// Exit codes (base/flag_parser.h, shared with prefixd): kExitOk, 1 on an
 // RPC error (or, for `health`, not SERVING), kExitUsage.
 #ifndef PREFIXD_CLIENT_PREFIXCTL_CLI_H_
 #define PREFIXD_CLIENT_PREFIXCTL_CLI_H_

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "index/extra_keys.h"
 #include "index/msgpack_view.h"
 

@@ -19,7 +19,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 #include "index/holder_tree.h"
 #include "index/kv_index.h"
 #include "index/worker_registry.h"

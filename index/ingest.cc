@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "core/status_macros.h"
+#include "base/status_macros.h"
 #include "index/events.h"
 #include "index/sequence.h"
 #include "index/zmq_wire.h"

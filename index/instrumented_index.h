@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
-#include "core/mutex.h"
+#include "base/mutex.h"
 #include "index/kv_index.h"
 
 namespace prefixd {

@@ -1,4 +1,4 @@
-// prefixd's command line: its flags in model/flag_parser.h's grammar (that
+// prefixd's command line: its flags in base/flag_parser.h's grammar (that
 // parser is shared with prefixctl), turned into the overrides of the config
 // file.
 #ifndef PREFIXD_SERVER_FLAGS_H_

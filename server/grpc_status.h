@@ -3,7 +3,7 @@
 //
 // The error idiom of server/: handlers and everything below them return
 // absl::Status or absl::StatusOr and pass errors on with RETURN_IF_ERROR /
-// ASSIGN_OR_RETURN (core/status_macros.h); an RPC's status becomes a
+// ASSIGN_OR_RETURN (base/status_macros.h); an RPC's status becomes a
 // grpc::Status only here, once, where the RPC finishes
 // (PrefixCacheService::Unary and WatchEvents, the index service's Unary).
 // A check is written by hand only when it does more than pass the error on:

@@ -48,7 +48,7 @@ void ReloadPrincipals(const prefixd::CommandLine& flags,
                             .c_str());
 }
 
-// Prints the error; returns `code` (model/flag_parser.h's exit codes).
+// Prints the error; returns `code` (base/flag_parser.h's exit codes).
 int Fail(absl::string_view what, const absl::Status& status,
          int code = prefixd::kExitFailure) {
   std::fprintf(stderr, "prefixd: %s: %s\n", std::string(what).c_str(),

@@ -156,6 +156,7 @@ struct QueryRecord {
   uint64_t started = 0;   // prompt written, Route called
   uint64_t finished = 0;
   uint32_t matched = 0;  // workers with a matched block
+  uint32_t deepest = 0;  // the most blocks any worker matched
   bool done = false;
 };
 
@@ -244,8 +245,10 @@ void TimedReplay::QueryLoop(Lane* lane) {
     r.started = MonotonicNs() - start_ns_;
     const RouteResult result = index_->Route(rq);
     r.finished = MonotonicNs() - start_ns_;
-    for (const WorkerMatch& m : result.workers)
+    for (const WorkerMatch& m : result.workers) {
       r.matched += m.matched_blocks > 0;
+      r.deepest = std::max<uint32_t>(r.deepest, m.matched_blocks);
+    }
     r.done = true;
     lane->done.store(lane->done.load(std::memory_order_relaxed) + 1,
                      std::memory_order_relaxed);
@@ -481,6 +484,7 @@ struct Summary {
   double encode_share = 0;  // of the batches' service time
   double event_cpu = 0, query_cpu = 0, process_cpu = 0;
   uint64_t matched_workers_sum = 0;
+  uint64_t deepest_sum = 0;  // of every Route's deepest match, in blocks
   double offered(uint64_t ops) const {
     return static_cast<double>(ops) / (static_cast<double>(window_ns) * 1e-9);
   }
@@ -508,6 +512,7 @@ Summary Summarize(const std::vector<ScheduledOp>& schedule,
       service.push_back(q.finished - q.started);
       total.push_back(q.finished - op.deadline_ns);
       s.matched_workers_sum += q.matched;
+      s.deepest_sum += q.deepest;
     } else {
       const BatchRecord& b = r.batches()[op.index];
       s.end_ns = std::max(s.end_ns, b.finished);
@@ -654,6 +659,13 @@ void PrintSummary(const Config& c, const WorkloadTotals& tt, const Summary& s,
               s.kept_up ? "KEPT UP (<= 1.10x)" : "did not keep up (> 1.10x)");
   std::printf("  Route service          %s\n",
               DistText(s.query_service).c_str());
+  std::printf(
+      "    per Route: %.1f prompt blocks, the deepest match %.1f blocks, "
+      "%.2f workers with a match\n",
+      static_cast<double>(tt.request_blocks) / static_cast<double>(tt.requests),
+      static_cast<double>(s.deepest_sum) / static_cast<double>(tt.requests),
+      static_cast<double>(s.matched_workers_sum) /
+          static_cast<double>(tt.requests));
   std::printf("  Route queue wait       %s\n", DistText(s.query_wait).c_str());
   std::printf("  prompt tokens written  %s\n",
               DistText(s.query_prompt).c_str());
@@ -725,6 +737,10 @@ nlohmann::json ResultJson(const Config& c, const FleetWorkload& w,
       {"drain_ns", s.drain_ns()},
       {"kept_up", s.kept_up},
       {"query_service", DistJson(s.query_service)},
+      {"mean_deepest_match_blocks",
+       static_cast<double>(s.deepest_sum) / static_cast<double>(t.requests)},
+      {"mean_workers_matched", static_cast<double>(s.matched_workers_sum) /
+                                   static_cast<double>(t.requests)},
       {"query_queue_wait", DistJson(s.query_wait)},
       {"query_prompt_tokens", DistJson(s.query_prompt)},
       {"query_scheduled_to_finished", DistJson(s.query_total)},

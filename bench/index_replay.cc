@@ -35,6 +35,7 @@
 //     --check_every-th payload with EncodeEventBatch's bytes.
 //
 //   index_replay [--trace=conversation] [--window_ms=60000] [--json=FILE]
+#include <malloc.h>
 #include <time.h>
 
 #include <algorithm>
@@ -822,6 +823,7 @@ int Run() {
       SequentialCheck(c, w, schedule, &failures);
 
   Progress("timed replay");
+  malloc_trim(0);  // as Dynamo: the preparation's free pages go back first
   TimedReplay replay(w, schedule, c.query_threads, c.event_threads,
                      c.drop_batch);
   const double cpu0 = ProcessCpuSeconds();

@@ -200,10 +200,33 @@ uint32_t FleetWorkload::Key(const QuerySpec& q, uint32_t block) const {
   return static_cast<uint32_t>(id * blocks_per_id_ + block % blocks_per_id_);
 }
 
-FleetWorkload::WorkerResult FleetWorkload::SimulateWorker(
-    int worker, const std::vector<uint32_t>& arrivals) const {
-  WorkerResult out;
-  SimPool pool(options_.gpu_blocks);
+// One worker's engine over its requests, in arrival order (see the
+// header): what it publishes and when.
+class FleetWorkload::WorkerSim {
+ public:
+  WorkerSim(const FleetWorkload& w, int worker)
+      : w_(w),
+        worker_(static_cast<uint32_t>(worker)),
+        pool_(w.options_.gpu_blocks) {}
+
+  WorkerResult Run(const std::vector<uint32_t>& arrivals) {
+    for (uint32_t qid : arrivals) {
+      const double t = ArrivalMs(qid);
+      FinishUntil(t);
+      out_.timeline.push_back({t, qid, true});
+      if (Blocks(w_.queries_[qid]) > w_.options_.gpu_blocks) {
+        ++out_.counts.refused;  // routed, but the engine can never run it
+        continue;
+      }
+      waiting_.push_back(qid);
+      AdmitWaiting(t);
+    }
+    FinishUntil(std::numeric_limits<double>::infinity());
+    out_.final_cached = pool_.CachedKeys();
+    return std::move(out_);
+  }
+
+ private:
   struct Running {
     double finish_ms;
     uint64_t order;
@@ -213,84 +236,162 @@ FleetWorkload::WorkerResult FleetWorkload::SimulateWorker(
                                       : order > o.order;
     }
   };
-  std::priority_queue<Running, std::vector<Running>, std::greater<Running>>
-      running;
-  std::vector<uint32_t> waiting;  // query ids, FIFO from `next_waiting`
-  size_t next_waiting = 0;
-  std::vector<uint32_t> keys, held;
-  uint64_t order = 0;
 
-  const auto tokens_of = [&](const QuerySpec& q) {
-    const Request& r = trace_->requests[q.request];
-    return std::min<uint64_t>(r.input_length,
-                              r.blocks * options_.trace_block_size) *
-           options_.length_factor;
-  };
-  const auto arrival_ms = [&](uint32_t qid) {
+  double ArrivalMs(uint32_t qid) const {
     return static_cast<double>(
-        trace_->requests[queries_[qid].request].timestamp_ms);
-  };
-  // Admits waiting requests in order while they fit, at time t.
-  const auto admit = [&](double t) {
-    while (next_waiting < waiting.size()) {
-      const uint32_t qid = waiting[next_waiting];
-      const QuerySpec& q = queries_[qid];
-      keys.resize(q.blocks);
-      for (uint32_t b = 0; b < q.blocks; ++b) keys[b] = Key(q, b);
-      const uint64_t tokens = tokens_of(q);
-      const uint32_t blocks = static_cast<uint32_t>(
-          (tokens + options_.block_size - 1) / options_.block_size);
-      BatchSpec batch;
-      batch.worker = static_cast<uint32_t>(worker);
-      batch.query = qid;
-      batch.removed_begin = out.removed.size();
-      uint32_t hit;
-      if (!pool.Admit(keys, blocks, &hit, &out.removed, &held)) return;
-      ++next_waiting;
-      ++out.counts.admitted;
-      out.counts.hit_blocks += hit;
-      if (t > arrival_ms(qid)) ++out.counts.waited;
-      batch.stored_from = hit;
-      batch.stored_to = q.blocks;
-      batch.removed_count =
-          static_cast<uint32_t>(out.removed.size() - batch.removed_begin);
-      if (batch.stored_to > batch.stored_from || batch.removed_count > 0) {
-        batch.seq = static_cast<uint32_t>(out.batches.size());
-        out.timeline.push_back(
-            {t, static_cast<uint32_t>(out.batches.size()), false});
-        out.batches.push_back(batch);
-      }
-      const double hold =
-          static_cast<double>(trace_->requests[q.request].output_length) *
-          options_.decode_ms_per_token;
-      running.push({t + hold, order++, held});
-    }
-  };
-  const auto finish_until = [&](double t) {
-    while (!running.empty() && running.top().finish_ms <= t) {
-      const double at = running.top().finish_ms;
-      pool.Release(running.top().held);
-      running.pop();
-      admit(at);
-    }
-  };
-
-  for (uint32_t qid : arrivals) {
-    const double t = arrival_ms(qid);
-    finish_until(t);
-    out.timeline.push_back({t, qid, true});
-    const QuerySpec& q = queries_[qid];
-    if ((tokens_of(q) + options_.block_size - 1) / options_.block_size >
-        options_.gpu_blocks) {
-      ++out.counts.refused;  // routed, but the engine can never run it
-      continue;
-    }
-    waiting.push_back(qid);
-    admit(t);
+        w_.trace_->requests[w_.queries_[qid].request].timestamp_ms);
   }
-  finish_until(std::numeric_limits<double>::infinity());
-  out.final_cached = pool.CachedKeys();
-  return out;
+  // Blocks the prompt takes in the pool, a partial tail block included.
+  uint64_t Blocks(const QuerySpec& q) const {
+    const Request& r = w_.trace_->requests[q.request];
+    const uint64_t tokens =
+        std::min<uint64_t>(r.input_length,
+                           r.blocks * w_.options_.trace_block_size) *
+        w_.options_.length_factor;
+    return (tokens + w_.options_.block_size - 1) / w_.options_.block_size;
+  }
+
+  // Admits waiting requests in order, at time t, while they fit.
+  void AdmitWaiting(double t) {
+    while (next_ < waiting_.size() && Admit(waiting_[next_], t)) ++next_;
+  }
+
+  bool Admit(uint32_t qid, double t) {
+    const QuerySpec& q = w_.queries_[qid];
+    keys_.resize(q.blocks);
+    for (uint32_t b = 0; b < q.blocks; ++b) keys_[b] = w_.Key(q, b);
+    BatchSpec batch;
+    batch.worker = worker_;
+    batch.query = qid;
+    batch.removed_begin = out_.removed.size();
+    uint32_t hit;
+    if (!pool_.Admit(keys_, static_cast<uint32_t>(Blocks(q)), &hit,
+                     &out_.removed, &held_)) {
+      return false;
+    }
+    ++out_.counts.admitted;
+    out_.counts.hit_blocks += hit;
+    if (t > ArrivalMs(qid)) ++out_.counts.waited;
+    batch.stored_from = hit;
+    batch.stored_to = q.blocks;
+    batch.removed_count =
+        static_cast<uint32_t>(out_.removed.size() - batch.removed_begin);
+    if (batch.stored_blocks() > 0 || batch.removed_count > 0) {
+      batch.seq = static_cast<uint32_t>(out_.batches.size());
+      out_.timeline.push_back({t, batch.seq, false});
+      out_.batches.push_back(batch);
+    }
+    const double hold =
+        static_cast<double>(w_.trace_->requests[q.request].output_length) *
+        w_.options_.decode_ms_per_token;
+    running_.push({t + hold, order_++, held_});
+    return true;
+  }
+
+  // Frees the requests that finish by time t, admitting at each finish.
+  void FinishUntil(double t) {
+    while (!running_.empty() && running_.top().finish_ms <= t) {
+      const double at = running_.top().finish_ms;
+      pool_.Release(running_.top().held);
+      running_.pop();
+      AdmitWaiting(at);
+    }
+  }
+
+  const FleetWorkload& w_;
+  const uint32_t worker_;
+  SimPool pool_;
+  WorkerResult out_;
+  std::priority_queue<Running, std::vector<Running>, std::greater<Running>>
+      running_;
+  std::vector<uint32_t> waiting_;  // query ids, FIFO from next_
+  size_t next_ = 0;
+  std::vector<uint32_t> keys_, held_;
+  uint64_t order_ = 0;
+};
+
+void FleetWorkload::AssignSessions(
+    size_t requests, std::vector<std::vector<uint32_t>>* arrivals) {
+  std::mt19937_64 rng(options_.seed);
+  arrivals->assign(options_.workers, {});
+  for (int c = 0; c < options_.duplication; ++c) {
+    for (size_t r = 0; r < requests; ++r) {
+      QuerySpec q;
+      q.request = static_cast<uint32_t>(r);
+      q.copy = static_cast<uint32_t>(c);
+      q.worker = static_cast<uint32_t>(rng() % options_.workers);
+      q.blocks = request_blocks_[r];
+      (*arrivals)[q.worker].push_back(static_cast<uint32_t>(queries_.size()));
+      queries_.push_back(q);
+    }
+  }
+  for (auto& a : *arrivals) {
+    std::stable_sort(a.begin(), a.end(), [&](uint32_t x, uint32_t y) {
+      return trace_->requests[queries_[x].request].timestamp_ms <
+             trace_->requests[queries_[y].request].timestamp_ms;
+    });
+  }
+}
+
+std::vector<FleetWorkload::WorkerResult> FleetWorkload::SimulateAll(
+    const std::vector<std::vector<uint32_t>>& arrivals,
+    const std::function<void(const std::string&)>& progress) const {
+  const int workers = options_.workers;
+  std::vector<WorkerResult> results(workers);
+  std::atomic<int> next{0}, done{0};
+  const auto run = [&] {
+    for (int i; (i = next.fetch_add(1)) < workers;) {
+      results[i] = WorkerSim(*this, i).Run(arrivals[i]);
+      const int d = done.fetch_add(1) + 1;
+      if (progress && d % 16 == 0 && d < workers) {
+        progress(absl::StrCat("simulated ", d, " of ", workers, " workers"));
+      }
+    }
+  };
+  // The workers are independent: simulated on every core.
+  std::vector<std::thread> threads;
+  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+  for (unsigned i = 1; i < n; ++i) threads.emplace_back(run);
+  run();
+  for (std::thread& t : threads) t.join();
+  return results;
+}
+
+// In worker order, so that the result does not depend on the threads.
+void FleetWorkload::Merge(std::vector<WorkerResult> results) {
+  const int workers = options_.workers;
+  timelines_.resize(workers);
+  final_cached_.resize(workers);
+  worker_batches_.resize(workers);
+  for (int i = 0; i < workers; ++i) {
+    WorkerResult& r = results[i];
+    const uint32_t base = static_cast<uint32_t>(batches_.size());
+    for (TimelineEntry& e : r.timeline) {
+      if (!e.is_query) e.index += base;
+    }
+    for (BatchSpec& b : r.batches) {
+      b.removed_begin += removed_.size();
+      batches_.push_back(b);
+    }
+    removed_.insert(removed_.end(), r.removed.begin(), r.removed.end());
+    timelines_[i] = std::move(r.timeline);
+    final_cached_[i] = std::move(r.final_cached);
+    worker_batches_[i] = static_cast<uint32_t>(r.batches.size());
+    counts_.admitted += r.counts.admitted;
+    counts_.refused += r.counts.refused;
+    counts_.waited += r.counts.waited;
+    counts_.hit_blocks += r.counts.hit_blocks;
+    r = WorkerResult();
+  }
+  totals_.requests = queries_.size();
+  totals_.batches = batches_.size();
+  for (const QuerySpec& q : queries_) totals_.request_blocks += q.blocks;
+  for (const BatchSpec& b : batches_) {
+    totals_.stored_blocks += b.stored_blocks();
+    totals_.removed_blocks += b.removed_count;
+    totals_.stored_events += b.stored_blocks() > 0 ? 1 : 0;
+    totals_.removed_events += EventsIn(b) - (b.stored_blocks() > 0 ? 1 : 0);
+  }
 }
 
 absl::StatusOr<FleetWorkload> FleetWorkload::Build(
@@ -320,82 +421,9 @@ absl::StatusOr<FleetWorkload> FleetWorkload::Build(
                            req.blocks * options.trace_block_size) *
         options.length_factor / options.block_size));
   }
-
-  // Sessions to workers, copy by copy, as Dynamo partitions them.
-  std::mt19937_64 rng(options.seed);
-  std::vector<std::vector<uint32_t>> arrivals(options.workers);
-  for (int c = 0; c < options.duplication; ++c) {
-    for (size_t r = 0; r < requests; ++r) {
-      QuerySpec q;
-      q.request = static_cast<uint32_t>(r);
-      q.copy = static_cast<uint32_t>(c);
-      q.worker = static_cast<uint32_t>(rng() % options.workers);
-      q.blocks = w.request_blocks_[r];
-      arrivals[q.worker].push_back(static_cast<uint32_t>(w.queries_.size()));
-      w.queries_.push_back(q);
-    }
-  }
-  for (auto& a : arrivals) {
-    std::stable_sort(a.begin(), a.end(), [&](uint32_t x, uint32_t y) {
-      return trace.requests[w.queries_[x].request].timestamp_ms <
-             trace.requests[w.queries_[y].request].timestamp_ms;
-    });
-  }
-
-  // The workers are independent: simulated on every core.
-  std::vector<WorkerResult> results(options.workers);
-  std::atomic<int> next{0}, done{0};
-  const auto run = [&] {
-    for (int i; (i = next.fetch_add(1)) < options.workers;) {
-      results[i] = w.SimulateWorker(i, arrivals[i]);
-      const int d = done.fetch_add(1) + 1;
-      if (progress && (d % 16 == 0 || d == options.workers) &&
-          d < options.workers) {
-        progress(
-            absl::StrCat("simulated ", d, " of ", options.workers, " workers"));
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  const unsigned n = std::max(1u, std::thread::hardware_concurrency());
-  for (unsigned i = 1; i < n; ++i) threads.emplace_back(run);
-  run();
-  for (std::thread& t : threads) t.join();
-
-  // Merged in worker order, so the result does not depend on the threads.
-  w.timelines_.resize(options.workers);
-  w.final_cached_.resize(options.workers);
-  w.worker_batches_.resize(options.workers);
-  for (int i = 0; i < options.workers; ++i) {
-    WorkerResult& r = results[i];
-    const uint32_t base = static_cast<uint32_t>(w.batches_.size());
-    for (TimelineEntry& e : r.timeline) {
-      if (!e.is_query) e.index += base;
-    }
-    for (BatchSpec& b : r.batches) {
-      b.removed_begin += w.removed_.size();
-      w.totals_.stored_blocks += b.stored_blocks();
-      w.totals_.removed_blocks += b.removed_count;
-      w.totals_.stored_events += b.stored_blocks() > 0 ? 1 : 0;
-      w.batches_.push_back(b);
-    }
-    w.removed_.insert(w.removed_.end(), r.removed.begin(), r.removed.end());
-    w.timelines_[i] = std::move(r.timeline);
-    w.final_cached_[i] = std::move(r.final_cached);
-    w.worker_batches_[i] = static_cast<uint32_t>(r.batches.size());
-    w.counts_.admitted += r.counts.admitted;
-    w.counts_.refused += r.counts.refused;
-    w.counts_.waited += r.counts.waited;
-    w.counts_.hit_blocks += r.counts.hit_blocks;
-    r = WorkerResult();
-  }
-  w.totals_.requests = w.queries_.size();
-  w.totals_.batches = w.batches_.size();
-  for (const QuerySpec& q : w.queries_) w.totals_.request_blocks += q.blocks;
-  for (const BatchSpec& b : w.batches_) {
-    w.totals_.removed_events +=
-        options.removed_per_block ? b.removed_count : (b.removed_count > 0);
-  }
+  std::vector<std::vector<uint32_t>> arrivals;
+  w.AssignSessions(requests, &arrivals);
+  w.Merge(w.SimulateAll(arrivals, progress));
   return w;
 }
 
@@ -484,35 +512,28 @@ KvEventBatch FleetWorkload::Events(const BatchSpec& b, double ts) const {
   return batch;
 }
 
-void FleetWorkload::EncodePayload(const BatchSpec& b, double ts,
-                                  std::string* out) const {
-  out->clear();
+namespace {
+
+// One BlockRemoved of the blocks `keys`, as EncodeEventBatch writes it.
+void PackRemoved(msgpack::packer<Appender>& pk,
+                 absl::Span<const uint32_t> keys) {
+  pk.pack_map(3);
+  PackStr(pk, "type");
+  PackStr(pk, "BlockRemoved");
+  PackStr(pk, "block_hashes");
+  pk.pack_array(static_cast<uint32_t>(keys.size()));
+  for (uint32_t key : keys) pk.pack_uint64(FleetWorkload::HashOf(key));
+  PackStr(pk, "medium");
+  PackStr(pk, "GPU");
+}
+
+}  // namespace
+
+// The BlockStored of batch b, as EncodeEventBatch writes it; each block's
+// equal token ids are packed once and copied.
+void FleetWorkload::PackStored(const BatchSpec& b, std::string* out) const {
   Appender app{out};
   msgpack::packer<Appender> pk(app);
-  pk.pack_map(2);
-  PackStr(pk, "ts");
-  pk.pack_double(ts);
-  PackStr(pk, "events");
-  pk.pack_array(EventsIn(b));
-  const auto removed =
-      absl::MakeConstSpan(removed_).subspan(b.removed_begin, b.removed_count);
-  const auto pack_removed = [&](absl::Span<const uint32_t> keys) {
-    pk.pack_map(3);
-    PackStr(pk, "type");
-    PackStr(pk, "BlockRemoved");
-    PackStr(pk, "block_hashes");
-    pk.pack_array(static_cast<uint32_t>(keys.size()));
-    for (uint32_t key : keys) pk.pack_uint64(HashOf(key));
-    PackStr(pk, "medium");
-    PackStr(pk, "GPU");
-  };
-  if (options_.removed_per_block) {
-    for (size_t i = 0; i < removed.size(); ++i)
-      pack_removed(removed.subspan(i, 1));
-  } else if (!removed.empty()) {
-    pack_removed(removed);
-  }
-  if (b.stored_blocks() == 0) return;
   const QuerySpec& q = queries_[b.query];
   pk.pack_map(9);
   PackStr(pk, "type");
@@ -548,6 +569,27 @@ void FleetWorkload::EncodePayload(const BatchSpec& b, double ts,
   pk.pack_nil();
   PackStr(pk, "extra_keys");
   pk.pack_nil();
+}
+
+void FleetWorkload::EncodePayload(const BatchSpec& b, double ts,
+                                  std::string* out) const {
+  out->clear();
+  Appender app{out};
+  msgpack::packer<Appender> pk(app);
+  pk.pack_map(2);
+  PackStr(pk, "ts");
+  pk.pack_double(ts);
+  PackStr(pk, "events");
+  pk.pack_array(EventsIn(b));
+  const auto removed =
+      absl::MakeConstSpan(removed_).subspan(b.removed_begin, b.removed_count);
+  if (options_.removed_per_block) {
+    for (size_t i = 0; i < removed.size(); ++i)
+      PackRemoved(pk, removed.subspan(i, 1));
+  } else if (!removed.empty()) {
+    PackRemoved(pk, removed);
+  }
+  if (b.stored_blocks() > 0) PackStored(b, out);
 }
 
 }  // namespace bench

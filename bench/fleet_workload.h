@@ -120,6 +120,7 @@ struct EngineCounts {
 class FleetWorkload {
  public:
   // `progress`, when set, is called now and then with a line to print.
+  // `trace` must outlive the workload.
   static absl::StatusOr<FleetWorkload> Build(
       const Trace& trace, const FleetWorkloadOptions& options,
       const std::function<void(const std::string&)>& progress = nullptr);
@@ -166,10 +167,18 @@ class FleetWorkload {
     bool is_query;
   };
   struct WorkerResult;
+  class WorkerSim;
 
   FleetWorkload() = default;
-  WorkerResult SimulateWorker(int worker,
-                              const std::vector<uint32_t>& arrivals) const;
+  // Sessions to workers, copy by copy, as Dynamo partitions them; each
+  // worker's query ids in arrival order.
+  void AssignSessions(size_t requests,
+                      std::vector<std::vector<uint32_t>>* arrivals);
+  std::vector<WorkerResult> SimulateAll(
+      const std::vector<std::vector<uint32_t>>& arrivals,
+      const std::function<void(const std::string&)>& progress) const;
+  void Merge(std::vector<WorkerResult> results);
+  void PackStored(const BatchSpec& b, std::string* out) const;
 
   FleetWorkloadOptions options_;
   const Trace* trace_ = nullptr;

@@ -688,77 +688,79 @@ void PrintSummary(const Config& c, const WorkloadTotals& tt, const Summary& s,
       DistText(f.hashing_ns).c_str());
 }
 
+nlohmann::json WorkloadJson(const Config& c, const FleetWorkload& w) {
+  const FleetWorkloadOptions& o = c.workload;
+  const WorkloadTotals& t = w.totals();
+  const EngineCounts& e = w.engine_counts();
+  return {{"options",
+           {{"trace_block_size", o.trace_block_size},
+            {"block_size", o.block_size},
+            {"length_factor", o.length_factor},
+            {"duplication", o.duplication},
+            {"workers", o.workers},
+            {"gpu_blocks", o.gpu_blocks},
+            {"decode_ms_per_token", o.decode_ms_per_token},
+            {"seed", o.seed},
+            {"max_requests", o.max_requests},
+            {"removed_per_block", o.removed_per_block},
+            {"window_ms", c.window_ns / 1000000},
+            {"query_threads", c.query_threads},
+            {"event_threads", c.event_threads}}},
+          {"totals",
+           {{"requests", t.requests},
+            {"batches", t.batches},
+            {"stored_events", t.stored_events},
+            {"removed_events", t.removed_events},
+            {"request_blocks", t.request_blocks},
+            {"stored_blocks", t.stored_blocks},
+            {"removed_blocks", t.removed_blocks},
+            {"logical_ops", t.logical_ops()},
+            {"block_ops", t.block_ops()}}},
+          {"engines",
+           {{"admitted", e.admitted},
+            {"waited", e.waited},
+            {"refused", e.refused},
+            {"hit_blocks", e.hit_blocks}}}};
+}
+
 nlohmann::json ResultJson(const Config& c, const FleetWorkload& w,
                           const Summary& s, const FinalCheck& f,
                           const SequentialCheckResult* seq,
                           const std::vector<std::string>& failures) {
-  const FleetWorkloadOptions& o = c.workload;
   const WorkloadTotals& t = w.totals();
-  const EngineCounts& e = w.engine_counts();
-  nlohmann::json j = {
-      {"benchmark", "index_replay"},
-      {"trace", c.trace},
-      {"options",
-       {{"trace_block_size", o.trace_block_size},
-        {"block_size", o.block_size},
-        {"length_factor", o.length_factor},
-        {"duplication", o.duplication},
-        {"workers", o.workers},
-        {"gpu_blocks", o.gpu_blocks},
-        {"decode_ms_per_token", o.decode_ms_per_token},
-        {"seed", o.seed},
-        {"max_requests", o.max_requests},
-        {"removed_per_block", o.removed_per_block},
-        {"window_ms", c.window_ns / 1000000},
-        {"query_threads", c.query_threads},
-        {"event_threads", c.event_threads}}},
-      {"machine",
-       {{"cpus", std::thread::hardware_concurrency()},
-        {"load_average", LoadAverage()}}},
-      {"totals",
-       {{"requests", t.requests},
-        {"batches", t.batches},
-        {"stored_events", t.stored_events},
-        {"removed_events", t.removed_events},
-        {"request_blocks", t.request_blocks},
-        {"stored_blocks", t.stored_blocks},
-        {"removed_blocks", t.removed_blocks},
-        {"logical_ops", t.logical_ops()},
-        {"block_ops", t.block_ops()}}},
-      {"engines",
-       {{"admitted", e.admitted},
-        {"waited", e.waited},
-        {"refused", e.refused},
-        {"hit_blocks", e.hit_blocks}}},
-      {"offered_block_ops_per_sec", s.offered(t.block_ops())},
-      {"achieved_block_ops_per_sec", s.achieved(t.block_ops())},
-      {"offered_logical_ops_per_sec", s.offered(t.logical_ops())},
-      {"achieved_logical_ops_per_sec", s.achieved(t.logical_ops())},
-      {"replay_plus_drain_ns", s.end_ns},
-      {"drain_ns", s.drain_ns()},
-      {"kept_up", s.kept_up},
-      {"query_service", DistJson(s.query_service)},
-      {"mean_deepest_match_blocks",
-       static_cast<double>(s.deepest_sum) / static_cast<double>(t.requests)},
-      {"mean_workers_matched", static_cast<double>(s.matched_workers_sum) /
-                                   static_cast<double>(t.requests)},
-      {"query_queue_wait", DistJson(s.query_wait)},
-      {"query_prompt_tokens", DistJson(s.query_prompt)},
-      {"query_scheduled_to_finished", DistJson(s.query_total)},
-      {"update_service", DistJson(s.batch_service)},
-      {"update_payload", DistJson(s.batch_encode)},
-      {"update_scheduled_to_finished", DistJson(s.batch_total)},
-      {"cpu_seconds",
-       {{"event_threads", s.event_cpu},
-        {"query_threads", s.query_cpu},
-        {"process", s.process_cpu}}},
-      {"final_check",
-       {{"routes", f.routes},
-        {"mismatches", f.mismatches},
-        {"route_service", DistJson(f.route_ns)},
-        {"prompt_block_hashing", DistJson(f.hashing_ns)}}},
-      {"exact", failures.empty()},
-      {"failures", failures}};
+  const double requests = static_cast<double>(t.requests);
+  nlohmann::json j = WorkloadJson(c, w);
+  j["benchmark"] = "index_replay";
+  j["trace"] = c.trace;
+  j["machine"] = {{"cpus", std::thread::hardware_concurrency()},
+                  {"load_average", LoadAverage()}};
+  j["offered_block_ops_per_sec"] = s.offered(t.block_ops());
+  j["achieved_block_ops_per_sec"] = s.achieved(t.block_ops());
+  j["offered_logical_ops_per_sec"] = s.offered(t.logical_ops());
+  j["achieved_logical_ops_per_sec"] = s.achieved(t.logical_ops());
+  j["replay_plus_drain_ns"] = s.end_ns;
+  j["drain_ns"] = s.drain_ns();
+  j["kept_up"] = s.kept_up;
+  j["query_service"] = DistJson(s.query_service);
+  j["mean_deepest_match_blocks"] =
+      static_cast<double>(s.deepest_sum) / requests;
+  j["mean_workers_matched"] =
+      static_cast<double>(s.matched_workers_sum) / requests;
+  j["query_queue_wait"] = DistJson(s.query_wait);
+  j["query_prompt_tokens"] = DistJson(s.query_prompt);
+  j["query_scheduled_to_finished"] = DistJson(s.query_total);
+  j["update_service"] = DistJson(s.batch_service);
+  j["update_payload"] = DistJson(s.batch_encode);
+  j["update_scheduled_to_finished"] = DistJson(s.batch_total);
+  j["cpu_seconds"] = {{"event_threads", s.event_cpu},
+                      {"query_threads", s.query_cpu},
+                      {"process", s.process_cpu}};
+  j["final_check"] = {{"routes", f.routes},
+                      {"mismatches", f.mismatches},
+                      {"route_service", DistJson(f.route_ns)},
+                      {"prompt_block_hashing", DistJson(f.hashing_ns)}};
+  j["exact"] = failures.empty();
+  j["failures"] = failures;
   if (seq != nullptr) {
     j["sequential_check"] = {{"batches", seq->batches},
                              {"payloads_compared", seq->payloads_compared},

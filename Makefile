@@ -9,7 +9,7 @@
 #   make clean   remove $(BUILD_DIR)
 #   make package build the Debian package (CPack) into $(BUILD_DIR)
 #   make bench   build the benchmarks and run them all (docs/performance.md;
-#                about 30 minutes with the fleet index and the simulated fleet;
+#                about 45 minutes with the fleet index and the simulated fleet;
 #                results in $(BUILD_DIR)/bench-results)
 #   make image-test  build the container image with buildah and check it (minutes)
 #   make sanitize  clang: unit and integration tests under ASan+UBSan
@@ -64,6 +64,10 @@ BENCH_TARGETS = core_bench trace_replay load prefixd_bench_server redis_peer pre
 # and the cross-tenant timing probe (docs/security.md)
 BENCH_TARGETS += timing_probe
 BENCH_TARGETS += index_bench
+# and the fleet index at NVIDIA Dynamo's mooncake_bench definition: an
+# overloaded window (write capacity) and a keep-up one (read cost)
+BENCH_TARGETS += index_replay
+INDEX_REPLAY_KEEPUP_MS ?= 300000
 # and the offline optimum the eviction policies are put against
 BENCH_TARGETS += belady
 BENCH_SCENARIOS ?= T6 T8a T8b T9 T10 T10b
@@ -88,6 +92,10 @@ bench: configure
 	$(BUILD_DIR)/bench/belady
 	/usr/bin/python3 bench/eviction_table.py --build=$(BUILD_DIR) | tee $(BENCH_OUT)/eviction.md
 	bash -o pipefail -c '$(BUILD_DIR)/bench/index_bench | tee $(BENCH_OUT)/index.log'
+	bash -o pipefail -c '$(BUILD_DIR)/bench/index_replay --window_ms=750 \
+	  --json=$(BENCH_OUT)/index-replay-overloaded.json | tee $(BENCH_OUT)/index-replay-overloaded.log'
+	bash -o pipefail -c '$(BUILD_DIR)/bench/index_replay --window_ms=$(INDEX_REPLAY_KEEPUP_MS) \
+	  --sequential_check=false --json=$(BENCH_OUT)/index-replay-keepup.json | tee $(BENCH_OUT)/index-replay-keepup.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
 	$(BUILD_DIR)/bench/timing_probe
 	bash -o pipefail -c '/usr/bin/python3 tests/index/fleet_sim.py --full --prefixd $(BUILD_DIR)/server/prefixd | tee $(BENCH_OUT)/fleet.log'

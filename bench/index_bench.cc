@@ -58,6 +58,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/mutex.h"
+#include "bench/bench_util.h"
 #include "bench/load/route_index.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
@@ -101,14 +102,6 @@ constexpr double kBytesPerEntry = 100;
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "index_bench: %s\n", what.c_str());
   std::exit(1);
-}
-
-uint64_t Mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 // --- The trace ----------------------------------------------------------
@@ -317,13 +310,6 @@ std::unique_ptr<FleetIndex> NewIndex(int workers, std::vector<WorkerId>* ids,
 void DecodeOrDie(absl::string_view payload, KvEventBatch* batch) {
   if (absl::Status s = DecodeEventBatch(payload, batch); !s.ok())
     Die(absl::StrCat("DecodeEventBatch: ", s.ToString()));
-}
-
-double ThreadCpuSeconds() {
-  timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 // Times a region by this thread's CPU time (what the rates are: robust to
@@ -732,14 +718,7 @@ int Run() {
       static_cast<unsigned long long>(w.blocks),
       static_cast<double>(w.blocks) / static_cast<double>(w.distinct),
       per_worker.c_str());
-  std::printf("  load average: %s\n",
-              [] {
-                std::ifstream in("/proc/loadavg");
-                std::string a, b, c;
-                in >> a >> b >> c;
-                return absl::StrCat(a, " ", b, " ", c);
-              }()
-                  .c_str());
+  std::printf("  load average: %s\n", LoadAverage().c_str());
 
   Verdicts v;
   for (absl::string_view phase :

@@ -47,12 +47,28 @@ bool ParseUint(absl::string_view line, size_t* at, uint64_t* out) {
   return true;
 }
 
+// An optional non-negative number: false only when the key is there with
+// something else after it. A fraction after the digits is ignored.
+bool ParseOptionalUint(absl::string_view line, absl::string_view key,
+                       uint64_t* out) {
+  size_t at = ValueStart(line, key);
+  return at == absl::string_view::npos || ParseUint(line, &at, out);
+}
+
 bool ParseLine(absl::string_view line, Trace* trace, std::string* error) {
   Request r;
   r.first = trace->ids.size();
   size_t at = ValueStart(line, "input_length");
   if (at == absl::string_view::npos || !ParseUint(line, &at, &r.input_length)) {
     *error = "no \"input_length\" number";
+    return false;
+  }
+  if (!ParseOptionalUint(line, "output_length", &r.output_length)) {
+    *error = "\"output_length\" is not a non-negative number";
+    return false;
+  }
+  if (!ParseOptionalUint(line, "timestamp", &r.timestamp_ms)) {
+    *error = "\"timestamp\" is not a non-negative number";
     return false;
   }
   at = ValueStart(line, "hash_ids");

@@ -26,6 +26,8 @@ struct Request {
   size_t first = 0;  // index into Trace::ids
   size_t blocks = 0;
   uint64_t input_length = 0;
+  uint64_t output_length = 0;  // 0 when the line has none
+  uint64_t timestamp_ms = 0;   // arrival; 0 when the line has none
 };
 
 struct Trace {
@@ -37,8 +39,9 @@ struct Trace {
 };
 
 // Reads <dir>/<name>_trace.jsonl, or `name_or_path` itself when it ends in
-// .jsonl. Only "hash_ids" and "input_length" are read; an error names the
-// file and line.
+// .jsonl. Only "hash_ids", "input_length" and, when present, "output_length"
+// and "timestamp" (milliseconds; a fraction is dropped) are read; an error
+// names the file and line.
 absl::StatusOr<Trace> LoadTrace(const std::string& name_or_path,
                                 const std::string& dir);
 

@@ -21,8 +21,8 @@ PACKAGES=(
   libcivetweb-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
+  # tests and benchmarks (bench/index_replay writes JSON with nlohmann-json)
+  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev nlohmann-json3-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install
   # client/python` into a venv made with --system-site-packages, offline
   python3-grpcio python3-grpc-tools python3-protobuf

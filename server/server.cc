@@ -71,6 +71,12 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
       observer_(deps.observer),
       extra_services_(std::move(deps.extra_services)) {}
 
+absl::Status Server::ReloadPrincipals(const v1::Config& config) {
+  RETURN_IF_ERROR(authorizer_->Reload(config));
+  watchers_->EndRevoked();
+  return absl::OkStatus();
+}
+
 absl::Status Server::Build() {
   InitGrpcOnce();
   watchers_ = std::make_unique<EventWatchers>(

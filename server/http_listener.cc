@@ -34,11 +34,29 @@ void Send(mg_connection* conn, const HttpResponse& r, bool head) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
-    const std::string& listen, int num_threads, HttpHandler handler) {
+    const std::string& listen, const HttpLimits& limits, HttpHandler handler) {
   std::unique_ptr<HttpListener> listener(new HttpListener(std::move(handler)));
-  const std::string threads = absl::StrCat(num_threads);
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads",
-                           threads.c_str(), nullptr};
+  const std::string threads = absl::StrCat(limits.threads);
+  const std::string queue = absl::StrCat(limits.queue);
+  const std::string backlog = absl::StrCat(limits.backlog);
+  const std::string timeout_ms =
+      absl::StrCat(absl::ToInt64Milliseconds(limits.io_timeout));
+  // civetweb's request_timeout_ms bounds reading the whole request header
+  // and every stalled write; without keep-alive a connection ends with its
+  // answer.
+  const char* options[] = {"listening_ports",
+                           listen.c_str(),
+                           "num_threads",
+                           threads.c_str(),
+                           "connection_queue",
+                           queue.c_str(),
+                           "listen_backlog",
+                           backlog.c_str(),
+                           "request_timeout_ms",
+                           timeout_ms.c_str(),
+                           "enable_keep_alive",
+                           "no",
+                           nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = Quiet;

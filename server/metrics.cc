@@ -565,7 +565,7 @@ absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
   collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
                                                  version_);
   absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
-      port, /*num_threads=*/2,
+      port, HttpLimits{},
       [this, pages](absl::string_view path) -> std::optional<HttpResponse> {
         if (path == "/metrics") {
           return HttpResponse{200,

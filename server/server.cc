@@ -88,8 +88,11 @@ absl::Status Server::Build() {
   if (config_.index_enabled) {
     fleet_index_ = std::make_unique<FleetIndex>(config_.index);
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
+    RouteLimits route_limits;
+    route_limits.max_answer_bytes = config_.max_message_bytes;
     index_service_ = std::make_unique<PrefixIndexService>(
-        index_.get(), authorizer_.get(), cache_->options().limits, observer_);
+        index_.get(), authorizer_.get(), cache_->options().limits, route_limits,
+        observer_);
   }
 
   if (config_.events_publish_enabled) {

@@ -31,6 +31,22 @@ void Send(mg_connection* conn, const HttpResponse& r, bool head) {
   if (!head) mg_write(conn, r.body.data(), r.body.size());
 }
 
+// civetweb's own error answers (400, 413, 431, 505, ...) begin with
+// "HTTP/" and the protocol text of the request line as sent, CR LF
+// included: "GET / HTTP/1.1 X\r\nSet-Cookie: a=b\r\n\r\n" got a Set-Cookie
+// header back. Every error is answered here instead, with a status line
+// and headers of the listener's own.
+int Error(mg_connection* conn, int status, const char* /*message*/) {
+  const char* text = mg_get_response_code_text(conn, status);
+  Send(conn,
+       HttpResponse{status,
+                    "text/plain; charset=utf-8",
+                    absl::StrCat(status, " ", text, "\n"),
+                    {{"Connection", "close"}}},
+       /*head=*/false);
+  return 0;  // answered
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
@@ -60,6 +76,7 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = Quiet;
+  callbacks.http_error = Error;
   mg_init_data init = {&callbacks, listener.get(), options};
   char text[256] = "";
   unsigned code = 0;

@@ -25,6 +25,7 @@ namespace prefixd {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // A TCP connection to 127.0.0.1:port whose reads and writes give up after
@@ -154,6 +155,21 @@ TEST(HttpListenerTest, APeerHasIoTimeoutToSendItsRequest) {
   ASSERT_TRUE(reacted) << "a byte every 100 ms kept it open for 6 s";
   EXPECT_LT(std::chrono::steady_clock::now() - slow_start,
             std::chrono::seconds(4));
+}
+
+// A malformed request gets an error whose status line and headers are the
+// listener's own: civetweb's echoed the request line's protocol text, CR
+// LF included, so a request could add headers to its answer.
+TEST(HttpListenerTest, ErrorsNeverEchoTheRequest) {
+  auto listener = Start(HttpLimits{});
+  ASSERT_NE(listener, nullptr);
+  Peer peer(listener->port(), std::chrono::seconds(5));
+  ASSERT_TRUE(peer.Send("GET / HTTP/1.1 X\r\nSet-Cookie: injected=1\r\n\r\n"));
+  const std::optional<std::string> answer = peer.ReadToClose();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_THAT(*answer, StartsWith("HTTP/1.1 400 Bad Request\r\n"));
+  EXPECT_THAT(*answer, Not(HasSubstr("injected")));
+  EXPECT_THAT(*answer, HasSubstr("\r\nConnection: close\r\n"));
 }
 
 }  // namespace

@@ -8,10 +8,12 @@
 // The input is sent as it is, then the write side is shut, so an
 // incomplete request ends at once rather than at the header timeout.
 // Checked for every input:
-//   - the answer is empty (civetweb dropped the connection) or one HTTP
+//   - the answer is empty (civetweb dropped the connection) or one HTTP/1.1
 //     response with a status the listener can give: 200, 404 or 405 from
 //     the daemon's dispatch, 400, 413, 414, 431, 501 or 505 from civetweb's
 //     parser; never a 5xx of the daemon's;
+//   - every header line is "Name: value": no bytes of the request are
+//     echoed into the status line or the headers;
 //   - 405 answers name the allowed methods; answers to HEAD carry no body;
 //   - the cache is unchanged: the listener is read-only.
 //
@@ -34,6 +36,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
@@ -143,14 +146,14 @@ std::string Exchange(int port, absl::string_view request) {
 
 void CheckAnswer(absl::string_view request, absl::string_view answer) {
   if (answer.empty()) return;
-  // civetweb's own errors echo the request's protocol ("HTTP/HTCPCP/1.0
-  // 400" to "BREW / HTCPCP/1.0"): any HTTP/ prefix, then the status.
-  const size_t space = answer.find(' ');
+  // The listener writes every status line itself (server/http_listener.cc
+  // answers civetweb's errors too): "HTTP/1.1 NNN ".
   int status = 0;
-  if (!absl::StartsWith(answer, "HTTP/") || space == absl::string_view::npos ||
-      answer.size() < space + 4 ||
-      !absl::SimpleAtoi(answer.substr(space + 1, 3), &status)) {
-    Fail("not an HTTP response with a status", request, answer);
+  const size_t line_end = answer.find("\r\n");
+  if (!absl::StartsWith(answer, "HTTP/1.1 ") ||
+      line_end == absl::string_view::npos || answer.size() < 13 ||
+      answer[12] != ' ' || !absl::SimpleAtoi(answer.substr(9, 3), &status)) {
+    Fail("not an HTTP/1.1 status line of the listener's", request, answer);
   }
   static constexpr int kAllowed[] = {200, 400, 404, 405, 413,
                                      414, 431, 501, 505};
@@ -163,6 +166,17 @@ void CheckAnswer(absl::string_view request, absl::string_view answer) {
   if (end == absl::string_view::npos)
     Fail("no end of headers", request, answer);
   const absl::string_view headers = answer.substr(0, end);
+  // Every header line is "Name: value": nothing from the request made a
+  // line of its own.
+  for (absl::string_view line :
+       absl::StrSplit(headers.substr(line_end + 2), "\r\n")) {
+    const size_t colon = line.find(": ");
+    if (colon == absl::string_view::npos || colon == 0 ||
+        line.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstu"
+                               "vwxyz0123456789-") != colon) {
+      Fail("a header line that is not \"Name: value\"", request, answer);
+    }
+  }
   if (status == 405 && !absl::StrContains(headers, "\r\nAllow: GET, HEAD")) {
     Fail("a 405 without Allow: GET, HEAD", request, answer);
   }

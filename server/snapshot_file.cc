@@ -147,7 +147,7 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
   std::string out;
   if (status.ok()) status = ReadUpTo(fd, path, st.st_size, &out);
   close(fd);
-  if (!status.ok()) return status;
+  RETURN_IF_ERROR(status);
   return out;
 }
 

@@ -150,7 +150,7 @@ grpc::ServerUnaryReactor* PrefixIndexService::Route(
     RETURN_IF_ERROR(CheckFilterSize("Route", filter, route_limits_));
     RETURN_IF_ERROR(DoRoute(call, *req, -1, resp));
     AnswerBudget answer("Route", route_limits_.max_answer_bytes);
-    return answer.Add(resp->ByteSizeLong(), -1, 1);
+    return answer.Add(AnswerBytes(*resp), -1, 1);
   });
 }
 
@@ -175,7 +175,7 @@ grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
             SetItemStatus(s, item);
           }
           // Stops building as soon as the answer is too big, not after.
-          RETURN_IF_ERROR(answer.Add(item->ByteSizeLong(), i, n));
+          RETURN_IF_ERROR(answer.Add(AnswerBytes(*item), i, n));
         }
         return absl::OkStatus();
       });

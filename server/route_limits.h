@@ -21,7 +21,8 @@ struct RouteLimits {
   // and their bytes. Each name costs a comparison per worker of the index.
   size_t max_filter_names = 4096;
   size_t max_filter_bytes = 256 << 10;
-  // The answer of one call (limits.max_message_size, as for requests).
+  // The answer of one call, in memory as built (AnswerBytes):
+  // limits.max_message_size, as for requests.
   uint64_t max_answer_bytes = 16 << 20;
 };
 
@@ -36,6 +37,13 @@ struct FilterSize {
 // the limits.
 absl::Status CheckFilterSize(absl::string_view method, const FilterSize& size,
                              const RouteLimits& limits);
+
+// What an answer (or a batch item) costs as built: its protobuf objects
+// and their strings, 5 to 10 times its wire size for Route's many small
+// WorkerMatch messages (and never less). Counted from the fields, with no
+// reflection: cheap next to building them.
+uint64_t AnswerBytes(const v1::RouteResponse& answer);
+uint64_t AnswerBytes(const v1::RouteBatchItem& item);
 
 // The bytes of one call's answer as it is built, against max_answer_bytes.
 // Thread safety: none; one per call.

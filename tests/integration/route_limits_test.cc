@@ -26,6 +26,31 @@ using ::testing::HasSubstr;
 constexpr int kBlockSize = 4;
 constexpr int kWorkers = 200;
 
+// AnswerBytes counts what the objects take, which bounds the wire size
+// too: an answer within max_message_size can always be sent.
+TEST(AnswerBytesTest, AtLeastTheWireSizeAndGrowingWithWorkers) {
+  v1::RouteBatchItem item;
+  v1::RouteResponse* r = item.mutable_response();
+  uint64_t last = AnswerBytes(item);
+  for (int i = 0; i < 100; ++i) {
+    v1::WorkerMatch* w = r->add_workers();
+    w->set_worker(std::string(static_cast<size_t>(i), 'w'));
+    w->set_matched_blocks(~uint64_t{0});
+    w->set_last_seq(-1);
+    w->set_lag_ms(INT64_MIN);
+    w->set_state(v1::LIVE);
+    for (int m = 0; m < i % 3; ++m) {
+      v1::MediumMatch* medium = w->add_mediums();
+      medium->set_medium(std::string(static_cast<size_t>(i), 'M'));
+      medium->set_matched_blocks(~uint64_t{0});
+    }
+    const uint64_t now = AnswerBytes(item);
+    EXPECT_GE(now, item.ByteSizeLong()) << i << " workers";
+    EXPECT_GT(now, last);
+    last = now;
+  }
+}
+
 class RouteLimitsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -86,7 +111,7 @@ TEST_F(RouteLimitsTest, ABatchAnswerPastMaxMessageSizeIsRefused) {
   const grpc::Status s = stub_->RouteBatch(ctx.get(), Batch(1000), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << s.error_message();
-  EXPECT_THAT(s.error_message(), HasSubstr("RouteBatch: the answer is "));
+  EXPECT_THAT(s.error_message(), HasSubstr("RouteBatch: the answer takes "));
   EXPECT_THAT(s.error_message(),
               HasSubstr("of 1000, past limits.max_message_size 1048576 "
                         "bytes; send fewer requests per call"));

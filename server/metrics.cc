@@ -339,6 +339,10 @@ std::vector<MetricFamily> EventsPublishMetricFamilies(
            "Replay requests answered on the events_publish replay socket.",
            MetricType::Counter,
            static_cast<double>(stats.wire.replay_requests));
+  AddGauge(&out, "prefixd_events_replay_buffer_bytes",
+           "Bytes of payload the replay socket keeps now (at most "
+           "events_publish.buffer_bytes).",
+           MetricType::Gauge, static_cast<double>(stats.wire.buffered_bytes));
   return out;
 }
 

@@ -104,6 +104,7 @@ absl::Status Server::Build() {
     ASSIGN_OR_RETURN(
         events_publisher_,
         EventsPublisher::Start(cache_.get(), config_.events_publish,
+                               config_.events_publish_limits,
                                config_.events_publish_interval));
   }
 

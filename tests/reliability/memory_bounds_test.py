@@ -18,6 +18,13 @@ config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
 - connections: an unauthenticated peer that sends the HTTP/2 preface and
   nothing else is told limits.max_concurrent_streams in the server's
   SETTINGS and is disconnected after limits.max_connection_idle.
+- the HTTP listener: 128 peers that open a connection and send nothing
+  hold at most its 32 threads for 5 s each; /metrics is answered and
+  every such connection closed within 30 s;
+- RouteBatch: answers listing every worker of the index stop at
+  limits.max_message_size per call, however many items ask;
+- snapshot_path: a symlink to /dev/zero or a FIFO there is moved aside at
+  start-up without being read or waited on;
 - events_publish: a subscriber that never reads holds at most
   events_publish.queue_bytes of batches and is disconnected after
   events_publish.stall_timeout; replay requesters that never read hold
@@ -52,7 +59,12 @@ import prefixd_fixture  # noqa: E402
 import zmq  # noqa: E402
 from prefixd.v1 import prefix_cache_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc  # noqa: E402
+from prefixd.v1 import prefix_index_pb2 as ipb  # noqa: E402
+from prefixd.v1 import prefix_index_pb2_grpc as ipb_grpc  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "index"))
+import kv_publisher  # noqa: E402  (tests/index/kv_publisher.py)
 
 MIB = 1024
 
@@ -379,6 +391,107 @@ class EventsPublishMemoryTest(unittest.TestCase):
                         "RSS grew %d KiB for 8 replay requesters that never read"
                         % (after - before))
 
+
+
+class ListenerMemoryTest(unittest.TestCase):
+    """What peers of the HTTP listener and callers of Route cost."""
+
+    def start(self, config="", snapshot=False, before_start=None):
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=snapshot)
+        self.addCleanup(daemon.close)
+        if before_start is not None:
+            before_start(daemon)
+        daemon.start()
+        return daemon
+
+    def test_idle_http_connections_hold_the_listener_briefly(self):
+        daemon = self.start()
+        host, port = daemon.metrics.rsplit(":", 1)
+        before = rss_kib(daemon.proc.pid)
+        start = time.monotonic()
+        # 32 served, 32 waiting for a thread, 64 in the kernel's backlog.
+        idle = [socket.create_connection((host, int(port)), timeout=60) for _ in range(128)]
+        for s in idle:
+            self.addCleanup(s.close)
+        opened = rss_kib(daemon.proc.pid)
+        with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=60) as r:
+            self.assertIn(b"prefixd_cached_blocks", r.read())
+        answered = time.monotonic() - start
+        for s in idle:
+            self.assertEqual(s.recv(1), b"")  # closed by the server
+        closed = time.monotonic() - start
+        print("128 idle HTTP connections: RSS %d -> %d KiB, /metrics after %.1f s, "
+              "all closed after %.1f s" % (before, opened, answered, closed))
+        # Four rounds of 32 connections x 5 s at most. With 2 threads and
+        # civetweb's 30 s it was 64 rounds of 30 s.
+        self.assertLess(answered, 30)
+        self.assertLess(closed, 30)
+        self.assertLess(opened - before, 16 * MIB)
+
+    def test_route_batch_answers_stop_at_max_message_size(self):
+        port = prefixd_fixture.free_port()
+        daemon = self.start('index { block_size: 16 listen: "tcp://127.0.0.1:%d" }\n' % port)
+        ctx = zmq.Context()
+        self.addCleanup(ctx.destroy, 0)
+        pub = ctx.socket(zmq.PUB)
+        pub.connect("tcp://127.0.0.1:%d" % port)
+        tokens = list(range(1000, 1016))
+        payload = kv_publisher.encode_batch(
+            [kv_publisher.block_stored([7], None, tokens, 16)], "map")
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        index = ipb_grpc.PrefixIndexStub(ch)
+        workers = 200
+        deadline = time.monotonic() + 30  # until the SUB has subscribed
+        while time.monotonic() < deadline and len(
+                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < workers:
+            for w in range(workers):
+                pub.send_multipart([b"kv@w%d@m" % w, (0).to_bytes(8, "big"), payload])
+            time.sleep(0.05)
+        listed = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        self.assertEqual(len(listed), workers)
+        item = ipb.RouteRequest(tokens=tokens)
+        one = index.Route(item, timeout=10)
+        self.assertEqual(len(one.workers), workers)
+        self.assertEqual(one.workers[0].matched_blocks, 1)
+        batch = ipb.RouteBatchRequest(requests=[item] * 16384)
+        before = rss_kib(daemon.proc.pid)
+
+        def route_batch(_):
+            with self.assertRaises(grpc.RpcError) as e:
+                index.RouteBatch(batch, timeout=60)
+            return e.exception
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            errors = list(pool.map(route_batch, range(2)))
+        after = rss_kib(daemon.proc.pid)
+        print("2 RouteBatch calls of 16,384 items x %d workers: RSS %d -> %d KiB"
+              % (workers, before, after))
+        for e in errors:
+            self.assertEqual(e.code(), grpc.StatusCode.RESOURCE_EXHAUSTED, e.details())
+            self.assertIn("past limits.max_message_size 16777216 bytes", e.details())
+        # Two answers stopped once their objects take 16 MiB (their wire
+        # size is less), with the requests and malloc's slack: measured +24
+        # to +47 MiB. Unbounded, the two calls were +1,275 MiB (answers of
+        # 77 MB on the wire each).
+        self.assertLess(after - before, 96 * MIB)
+
+    def test_special_files_at_snapshot_path_are_not_read(self):
+        for name, make in (("symlink", lambda p: os.symlink("/dev/zero", p)),
+                           ("fifo", os.mkfifo)):
+            with self.subTest(name):
+                start = time.monotonic()
+                daemon = self.start(snapshot=True, before_start=lambda d: make(
+                    os.path.join(d.tmp, "snapshot.bin")))
+                rss = rss_kib(daemon.proc.pid)
+                print("%s at snapshot_path: serving after %.1f s, RSS %d KiB"
+                      % (name, time.monotonic() - start, rss))
+                self.assertIn("snapshot %s is unusable" % os.path.join(daemon.tmp, "snapshot.bin"),
+                              daemon.logs())
+                self.assertLess(rss, 128 * MIB)
+                daemon.stop()
 
 
 def scrape_value(daemon, family):

@@ -120,7 +120,8 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_st
 # memory resident in its quarantine).
 SANITIZE_SKIP = ^(e2e_test|python_.*|deploy_.*|metrics_.*_test|reliability_(stress|faults|soak|memory_bounds)_test|index_publisher_test)$$
 TSAN_TESTS = core_concurrency_test core_cache_test core_differential_test core_snapshot_test
-FUZZ_TARGETS = core_ops_fuzzer rpc_fuzzer snapshot_fuzzer index_events_fuzzer
+FUZZ_TARGETS = core_ops_fuzzer rpc_fuzzer snapshot_fuzzer index_events_fuzzer \
+  http_fuzzer
 
 sanitize: deps
 	cmake -S . -B build-asan $(CLANG_CMAKE) -DPREFIXD_SANITIZE=address,undefined
@@ -131,10 +132,12 @@ sanitize: deps
 	for t in $(TSAN_TESTS); do $(SAN_ENV) build-tsan/core/$$t || exit 1; done
 
 # Entropic scheduling costs these targets 2-3x their speed (tens of
-# thousands of features); the RPC target keeps one server for the process,
-# so a per-input leak check would only see gRPC's caches.
+# thousands of features); the RPC and HTTP targets keep one server for the
+# process, so a per-input leak check would only see gRPC's and civetweb's
+# caches.
 FUZZ_FLAGS ?= -entropic=0 -timeout=60 -max_len=4096 -print_final_stats=1
 FUZZ_FLAGS_rpc_fuzzer = -detect_leaks=0
+FUZZ_FLAGS_http_fuzzer = -detect_leaks=0
 
 fuzz: deps
 	cmake -S . -B build-fuzz $(CLANG_CMAKE) -DPREFIXD_FUZZ=ON -DPREFIXD_SANITIZE=address,undefined

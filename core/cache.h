@@ -136,6 +136,12 @@ class PrefixCache {
   // The header of a snapshot, after checking its magic and checksum:
   // DATA_LOSS for anything truncated or corrupt.
   static absl::StatusOr<SnapshotMeta> ReadSnapshotMeta(absl::string_view bytes);
+  // The most bytes SaveSnapshot can write for a cache of these options at
+  // every limit (tenants, namespaces, leases, budget blocks in one-block
+  // nodes, IDs of every width), with up to budget blocks of IDs parked per
+  // tenant. A larger file is not a snapshot of this configuration, so a
+  // reader may refuse it before reading it. Saturates at UINT64_MAX.
+  uint64_t MaxSnapshotBytes() const;
   // Restores a snapshot into this cache, which must be empty. DATA_LOSS for
   // a damaged file, FAILED_PRECONDITION for one that does not fit this
   // configuration (block size, budget, limits, unknown tenants). On error

@@ -328,6 +328,40 @@ std::string PrefixCache::SaveSnapshot(const SnapshotMeta& meta) const {
   return std::move(w.bytes());
 }
 
+uint64_t PrefixCache::MaxSnapshotBytes() const {
+  // Each term is what Tenant::Save and SaveSnapshot write at most: a varint
+  // takes up to 10 bytes (a token, a uint32, up to 5), a string its varint
+  // length and its bytes.
+  constexpr uint64_t kVarint = 10;
+  const auto add = [](uint64_t a, uint64_t b) {
+    uint64_t sum;
+    return __builtin_add_overflow(a, b, &sum) ? UINT64_MAX : sum;
+  };
+  const auto mul = [](uint64_t a, uint64_t b) {
+    uint64_t product;
+    return __builtin_mul_overflow(a, b, &product) ? UINT64_MAX : product;
+  };
+  const CacheLimits& l = options_.limits;
+  const uint64_t tenants =
+      std::max<uint64_t>(l.max_tenants, options_.tenants.size());
+  const uint64_t name = kVarint + l.max_namespace_bytes;
+  const uint64_t counters = (7 + kNumEvictReasons + 3 + 1) * kVarint;
+  const uint64_t tree = name + kVarint;
+  const uint64_t lease = 8 + 4 * kVarint;
+  // Per block: a node of its own (depth, position, stamp, count), its
+  // tokens and its ID.
+  const uint64_t block =
+      4 * kVarint + static_cast<uint64_t>(options_.block_size) * 5 + kVarint;
+  uint64_t per_tenant = name + counters + 3 * kVarint;  // + tree, lease,
+                                                        // parked counts
+  per_tenant = add(per_tenant, mul(l.max_namespaces_per_tenant, tree));
+  per_tenant = add(per_tenant, mul(l.max_leases_per_tenant, lease));
+  per_tenant = add(per_tenant, mul(budget_blocks_, kVarint));  // parked
+  const uint64_t header =
+      kMagic.size() + kVarint + kMaxString + 8 + 3 * kVarint + 4;
+  return add(add(header, mul(tenants, per_tenant)), mul(budget_blocks_, block));
+}
+
 absl::StatusOr<SnapshotMeta> PrefixCache::ReadSnapshotMeta(
     absl::string_view bytes) {
   if (bytes.size() < kMagic.size() + 4 ||

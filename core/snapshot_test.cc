@@ -362,6 +362,58 @@ TEST_F(SnapshotTest, ParkedEvictionsSurviveASnapshot) {
   EXPECT_THAT(b->Reset(TenantScope::One("x")), IsEmpty());
 }
 
+// A cache at every limit its options name (tenants and namespaces with the
+// longest names, the leases, the budget in one-block nodes, the widest
+// tokens and IDs, parked IDs) writes no more than MaxSnapshotBytes.
+TEST_F(SnapshotTest, MaxSnapshotBytesBoundsAFullCache) {
+  CacheOptions o;
+  o.block_size = 2;
+  o.block_bytes = 1;
+  o.budget_bytes = 8;
+  o.clock = &clock_;
+  o.limits.max_tenants = 2;
+  o.limits.max_namespaces_per_tenant = 2;
+  o.limits.max_leases_per_tenant = 2;
+  o.limits.max_namespace_bytes = 6;
+  auto c = std::move(PrefixCache::Create(o)).value();
+  const Token wide = 0xffffffffu;
+  BlockId id = ~BlockId{0};
+  for (const char* tenant : {"other!", "tenant"}) {
+    for (const char* ns : {"space1", "space2"}) {
+      for (Token first : {wide, wide - 1}) {
+        InsertRequest req;
+        req.ns = ns;
+        std::vector<Token> tokens = {first, wide};
+        std::vector<BlockId> ids = {id--};
+        req.tokens = tokens;
+        req.block_ids = ids;
+        req.pin = first == wide && std::string(ns) == "space1";
+        ASSERT_TRUE(c->Insert(tenant, req).ok());
+      }
+    }
+  }
+  // A ninth block, inserted by one tenant's principal, evicts the other's
+  // least recently used block and parks its ID.
+  InsertRequest req;
+  req.ns = "space2";
+  std::vector<Token> tokens = {1, 1};
+  std::vector<BlockId> ids = {id--};
+  req.tokens = tokens;
+  req.block_ids = ids;
+  auto ninth = c->Insert("tenant", req, TenantScope::One("tenant"));
+  ASSERT_TRUE(ninth.ok()) << ninth.status();
+  ASSERT_TRUE(ninth->evicted_block_ids.empty());  // parked for "other!"
+  const CacheStats stats = c->Stats(TenantScope::All());
+  ASSERT_EQ(stats.resident_blocks, 8u);
+  // The longest fingerprint a reader takes.
+  const std::string bytes =
+      c->SaveSnapshot({std::string(1 << 16, 'f'), ~uint64_t{0}});
+  EXPECT_LE(bytes.size(), c->MaxSnapshotBytes());
+  // Finite at the defaults: a reader can use it as a bound.
+  auto defaults = std::move(PrefixCache::Create(CacheOptions{})).value();
+  EXPECT_LT(defaults->MaxSnapshotBytes(), uint64_t{1} << 30);
+}
+
 TEST_F(SnapshotTest, HeaderIsReadableAlone) {
   auto a = Make();
   auto meta = PrefixCache::ReadSnapshotMeta(a->SaveSnapshot({"abc", 5}));

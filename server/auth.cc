@@ -389,10 +389,44 @@ std::vector<std::string> Authorizer::Warnings(
   return {};
 }
 
+CallCredentials CallCredentials::Of(
+    const grpc::CallbackServerContext& context) {
+  return {VerifiedPeerCertificate(context),
+          SingleMetadataValue(context, kAuthorizationHeader),
+          SingleMetadataValue(context, kTenantHeader)};
+}
+
+absl::Status StillAuthorized(const Authorizer& auth,
+                             const CallCredentials& credentials,
+                             absl::string_view tenant) {
+  absl::StatusOr<CallContext> now = auth.AuthorizeCredentials(credentials);
+  if (!now.ok()) {
+    return absl::Status(
+        now.status().code(),
+        absl::StrCat("since the principals were reloaded (SIGHUP), this "
+                     "call's credentials may no longer act for tenant '",
+                     tenant, "': ", now.status().message()));
+  }
+  if (now->tenant != tenant) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "since the principals were reloaded (SIGHUP), principal \"",
+        now->principal, "\" acts for tenant '", now->tenant, "', not '", tenant,
+        "'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<CallContext> NoAuthAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
-  ASSIGN_OR_RETURN(std::string tenant,
-                   SingleMetadataValue(context, kTenantHeader));
+  // Only the tenant: a call pays for no certificate or token lookup.
+  CallCredentials credentials;
+  credentials.tenant = SingleMetadataValue(context, kTenantHeader);
+  return AuthorizeCredentials(credentials);
+}
+
+absl::StatusOr<CallContext> NoAuthAuthorizer::AuthorizeCredentials(
+    const CallCredentials& credentials) const {
+  ASSIGN_OR_RETURN(std::string tenant, credentials.tenant);
   if (tenant.empty()) tenant = kDefaultTenant;
   CallContext call;
   call.principal = "anonymous";
@@ -516,13 +550,15 @@ absl::Status PrincipalAuthorizer::Authenticate(
 
 absl::StatusOr<CallContext> PrincipalAuthorizer::Authorize(
     const grpc::CallbackServerContext& context) const {
+  return AuthorizeCredentials(CallCredentials::Of(context));
+}
+
+absl::StatusOr<CallContext> PrincipalAuthorizer::AuthorizeCredentials(
+    const CallCredentials& credentials) const {
   std::shared_ptr<const PrincipalTable> table = principals();
-  ASSIGN_OR_RETURN(
-      const Principal* p,
-      Identify(*table, VerifiedPeerCertificate(context),
-               SingleMetadataValue(context, kAuthorizationHeader)));
-  ASSIGN_OR_RETURN(std::string tenant,
-                   SingleMetadataValue(context, kTenantHeader));
+  ASSIGN_OR_RETURN(const Principal* p, Identify(*table, credentials.cert,
+                                                credentials.authorization));
+  ASSIGN_OR_RETURN(std::string tenant, credentials.tenant);
   return table->Resolve(*p, tenant);
 }
 

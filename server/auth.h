@@ -65,6 +65,29 @@ struct CallContext {
 // name the tenant in x-prefixd-tenant.
 absl::Status RequireTenant(const CallContext& call);
 
+// What a call presents to be authorized: all an Authorizer reads of it. A
+// long-lived call (WatchEvents) keeps a copy, so that it can be authorized
+// again after a SIGHUP changed the principals.
+struct CallCredentials {
+  // The connection's verified client certificate, if any.
+  std::optional<PeerCertificate> cert;
+  // The single value of `authorization` / `x-prefixd-tenant`, "" when
+  // absent; INVALID_ARGUMENT when given more than once.
+  absl::StatusOr<std::string> authorization;
+  absl::StatusOr<std::string> tenant;
+
+  static CallCredentials Of(const grpc::CallbackServerContext& context);
+};
+
+class Authorizer;
+
+// For a call authorized for `tenant` from `credentials`: OK while they
+// still authorize that tenant (after a Reload), else why not
+// (UNAUTHENTICATED, PERMISSION_DENIED, naming the tenant and the reload).
+absl::Status StillAuthorized(const Authorizer& auth,
+                             const CallCredentials& credentials,
+                             absl::string_view tenant);
+
 // Thread safety: Authorize and Credentials are called concurrently from
 // gRPC threads; implementations must be safe for that and must not block.
 class Authorizer {
@@ -79,6 +102,10 @@ class Authorizer {
   // for malformed metadata.
   virtual absl::StatusOr<CallContext> Authorize(
       const grpc::CallbackServerContext& context) const = 0;
+  // The same for credentials taken from a call earlier: what they allow
+  // now, with the principals of the last Reload.
+  virtual absl::StatusOr<CallContext> AuthorizeCredentials(
+      const CallCredentials& credentials) const = 0;
 
   // SIGHUP: takes the principals of `config` (a whole config, validated
   // as at start-up) for every call from now on, and re-reads its TLS files
@@ -107,6 +134,8 @@ class NoAuthAuthorizer final : public Authorizer {
   absl::string_view mode() const override { return "NONE"; }
   absl::StatusOr<CallContext> Authorize(
       const grpc::CallbackServerContext& context) const override;
+  absl::StatusOr<CallContext> AuthorizeCredentials(
+      const CallCredentials& credentials) const override;
 };
 
 // One configured principal (v1::PrincipalConfig), validated.
@@ -186,6 +215,8 @@ class PrincipalAuthorizer final : public Authorizer {
   absl::string_view mode() const override;
   absl::StatusOr<CallContext> Authorize(
       const grpc::CallbackServerContext& context) const override;
+  absl::StatusOr<CallContext> AuthorizeCredentials(
+      const CallCredentials& credentials) const override;
   std::shared_ptr<grpc::ServerCredentials> Credentials(
       const ListenAddress& address) const override;
   absl::Status Reload(const v1::Config& config) override;

@@ -451,6 +451,16 @@ absl::Status ResolveEventsPublish(const v1::Config& c, ServerConfig* out) {
   o.topic = ec.topic();
   o.buffer_batches = ec.buffer_batches();
   RETURN_IF_ERROR(ValidateKvPublisherOptions(o));
+  PublishLimits& l = out->events_publish_limits;
+  ASSIGN_OR_RETURN(
+      l.buffer_bytes,
+      ParseBytesField("events_publish.buffer_bytes", ec.buffer_bytes()));
+  ASSIGN_OR_RETURN(l.queue_bytes, ParseBytesField("events_publish.queue_bytes",
+                                                  ec.queue_bytes()));
+  ASSIGN_OR_RETURN(l.stall_timeout,
+                   ParsePositiveDuration("events_publish.stall_timeout",
+                                         ec.stall_timeout()));
+  RETURN_IF_ERROR(ValidatePublishLimits(l));
   // Stores must carry their tokens, and a tenant's reset the IDs it removed.
   out->cache.detailed_events = true;
   return absl::OkStatus();
@@ -587,10 +597,13 @@ void FillDefaults(v1::Config* c) {
   if (index->max_entries() == 0)
     index->set_max_entries(defaults::kIndexMaxEntries);
   fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
-  if (c->events_publish().buffer_batches() == 0) {
-    c->mutable_events_publish()->set_buffer_batches(
-        defaults::kEventsPublishBufferBatches);
+  v1::EventsPublishConfig* publish = c->mutable_events_publish();
+  if (publish->buffer_batches() == 0) {
+    publish->set_buffer_batches(defaults::kEventsPublishBufferBatches);
   }
+  fill(publish->mutable_buffer_bytes(), defaults::kEventsPublishBufferBytes);
+  fill(publish->mutable_queue_bytes(), defaults::kEventsPublishQueueBytes);
+  fill(publish->mutable_stall_timeout(), defaults::kEventsPublishStallTimeout);
 }
 
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {

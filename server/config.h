@@ -21,6 +21,7 @@
 #include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
 #include "server/flags.h"
+#include "server/kv_event_sockets.h"
 #include "server/listen_address.h"
 #include "server/watch.h"
 
@@ -49,6 +50,7 @@ struct ServerConfig {
   // endpoint is set; then cache.detailed_events is on too.
   bool events_publish_enabled = false;
   KvPublisherOptions events_publish;
+  PublishLimits events_publish_limits;
 
   // The merged file + flags with defaults filled in. The settings that have
   // no field above (auth principals, TLS files, metrics) are read from here.

@@ -281,6 +281,28 @@ TEST(ConfigTest, EventsPublish) {
   EXPECT_EQ(c->events_publish.replay_endpoint, "tcp://*:5558");
   EXPECT_EQ(c->events_publish.topic, "kv@s0@m");
   EXPECT_EQ(c->events_publish.buffer_batches, 10000u);
+  EXPECT_EQ(c->events_publish_limits.buffer_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(c->events_publish_limits.queue_bytes, uint64_t{4} << 20);
+  EXPECT_EQ(c->events_publish_limits.stall_timeout, absl::Seconds(30));
+
+  c = FromText(
+      "events_publish { endpoint: \"tcp://*:5557\" buffer_bytes: \"1MiB\" "
+      "queue_bytes: \"128KiB\" stall_timeout: \"5s\" }");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->events_publish_limits.buffer_bytes, uint64_t{1} << 20);
+  EXPECT_EQ(c->events_publish_limits.queue_bytes, uint64_t{128} << 10);
+  EXPECT_EQ(c->events_publish_limits.stall_timeout, absl::Seconds(5));
+  c = FromText(
+      "events_publish { endpoint: \"tcp://*:5557\" queue_bytes: \"1KiB\" }");
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("events_publish.queue_bytes: 1024 bytes is less than "
+                        "one batch"));
+  c = FromText(
+      "events_publish { endpoint: \"tcp://*:5557\" stall_timeout: \"2h\" }");
+  EXPECT_THAT(c.status().message(), HasSubstr("events_publish.stall_timeout"));
+  c = FromText(
+      "events_publish { endpoint: \"tcp://*:5557\" buffer_bytes: \"lots\" }");
+  EXPECT_THAT(c.status().message(), HasSubstr("events_publish.buffer_bytes"));
 
   CommandLine flags;
   flags.events_publish = "ipc:///tmp/pub";

@@ -42,6 +42,11 @@ inline constexpr uint64_t kIndexMaxEntries = 50000000;
 inline constexpr char kIndexReplayTimeout[] = "2s";
 // events_publish: vLLM's default replay buffer (buffer_steps).
 inline constexpr uint32_t kEventsPublishBufferBatches = 10000;
+// ... and what it keeps and queues per peer in bytes, and how long a peer
+// that reads nothing keeps its queue (server/kv_event_sockets.h).
+inline constexpr char kEventsPublishBufferBytes[] = "64MiB";
+inline constexpr char kEventsPublishQueueBytes[] = "4MiB";
+inline constexpr char kEventsPublishStallTimeout[] = "30s";
 
 }  // namespace prefixd::defaults
 

@@ -12,10 +12,6 @@
 namespace prefixd {
 namespace {
 
-// A batch is published once it holds this many events or tokens (a single
-// larger store is one batch of its own).
-constexpr size_t kBatchEvents = 256;
-constexpr size_t kBatchTokens = size_t{1} << 16;
 // Events read from one ring per ReadEvents call.
 constexpr size_t kReadEvents = 1024;
 
@@ -79,12 +75,12 @@ void AppendKvEvents(const Event& e, absl::string_view tenant, int block_size,
 }
 
 absl::StatusOr<std::unique_ptr<EventsPublisher>> EventsPublisher::Start(
-    const PrefixCache* cache, KvPublisherOptions options,
+    const PrefixCache* cache, KvPublisherOptions options, PublishLimits limits,
     absl::Duration interval) {
-  ASSIGN_OR_RETURN(std::unique_ptr<KvEventPublisher> publisher,
-                   KvEventPublisher::Start(options));
+  ASSIGN_OR_RETURN(std::unique_ptr<KvEventSockets> sockets,
+                   KvEventSockets::Start(options, limits));
   std::unique_ptr<EventsPublisher> p(
-      new EventsPublisher(cache, std::move(options), std::move(publisher)));
+      new EventsPublisher(cache, std::move(options), std::move(sockets)));
   p->poller_ = std::make_unique<PeriodicThread>(
       interval, [raw = p.get()] { raw->Poll(); });
   p->poller_->Wake();  // the first round (the whole cache) at once
@@ -93,18 +89,21 @@ absl::StatusOr<std::unique_ptr<EventsPublisher>> EventsPublisher::Start(
 
 EventsPublisher::EventsPublisher(const PrefixCache* cache,
                                  KvPublisherOptions options,
-                                 std::unique_ptr<KvEventPublisher> publisher)
+                                 std::unique_ptr<KvEventSockets> sockets)
     : cache_(cache),
       options_(std::move(options)),
       block_size_(cache->options().block_size),
       rope_shift_(cache->options().rope_shift),
-      publisher_(std::move(publisher)) {}
+      sockets_(std::move(sockets)),
+      batcher_([this](std::vector<KvEvent> events) {
+        PublishBatch(std::move(events));
+      }) {}
 
 EventsPublisher::~EventsPublisher() { Stop(); }
 
 void EventsPublisher::Stop() {
   if (poller_ != nullptr) poller_->Stop();
-  publisher_->Stop();
+  sockets_->Stop();
 }
 
 EventsPublishStats EventsPublisher::stats() const {
@@ -113,7 +112,7 @@ EventsPublishStats EventsPublisher::stats() const {
     MutexLock lock(&mu_);
     s = stats_;
   }
-  s.wire = publisher_->counters();
+  s.wire = sockets_->counters();
   return s;
 }
 
@@ -167,9 +166,9 @@ void EventsPublisher::Poll() {
     converted.clear();
     AppendKvEvents(t.event, tenants[t.tenant], block_size_, rope_shift_,
                    &converted);
-    for (KvEvent& e : converted) Add(std::move(e));
+    for (KvEvent& e : converted) batcher_.Add(std::move(e));
   }
-  Flush();
+  batcher_.Flush();
   MutexLock lock(&mu_);
   stats_.published_order = watermark;
 }
@@ -186,8 +185,7 @@ void EventsPublisher::Resync(ResyncReason reason) {
     MutexLock lock(&mu_);
     ++stats_.resyncs[static_cast<int>(reason)];
   }
-  pending_.clear();
-  pending_tokens_ = 0;
+  batcher_.Clear();
   next_.clear();
   const std::vector<std::string> tenants = cache_->TenantNames();
   for (const std::string& t : tenants) {
@@ -200,7 +198,7 @@ void EventsPublisher::Resync(ResyncReason reason) {
     }
     next_[t] = next;
   }
-  Add(AllBlocksClearedEvent{});
+  batcher_.Add(AllBlocksClearedEvent{});
   const bool deny = rope_shift_ == RopeShift::kDeny;
   for (const std::string& t : tenants) {
     absl::StatusOr<std::vector<std::string>> namespaces = cache_->Namespaces(t);
@@ -226,37 +224,26 @@ void EventsPublisher::Resync(ResyncReason reason) {
         const BlockId last = n.block_ids.back();
         const int64_t end = before + static_cast<int64_t>(n.tokens.size());
         if (published) {
-          Add(StoredEvent(t, ns, std::move(n.block_ids),
-                          parent == nullptr
-                              ? std::nullopt
-                              : std::optional<BlockId>(parent->last),
-                          std::move(n.tokens), block_size_));
+          batcher_.Add(StoredEvent(t, ns, std::move(n.block_ids),
+                                   parent == nullptr
+                                       ? std::nullopt
+                                       : std::optional<BlockId>(parent->last),
+                                   std::move(n.tokens), block_size_));
         }
         path.push_back({last, end, published});
       }
     }
   }
-  Flush();
+  batcher_.Flush();
 }
 
-void EventsPublisher::Add(KvEvent e) {
-  if (const auto* s = std::get_if<BlockStoredEvent>(&e))
-    pending_tokens_ += s->token_ids.size();
-  pending_.push_back(std::move(e));
-  if (pending_.size() >= kBatchEvents || pending_tokens_ >= kBatchTokens)
-    Flush();
-}
-
-void EventsPublisher::Flush() {
-  if (pending_.empty()) return;
+void EventsPublisher::PublishBatch(std::vector<KvEvent> events) {
   std::array<uint64_t, 3> counts = {};
-  for (const KvEvent& e : pending_) ++counts[e.index()];
+  for (const KvEvent& e : events) ++counts[e.index()];
   KvEventBatch batch;
   batch.ts = NowSeconds();
-  batch.events = std::move(pending_);
-  publisher_->Publish(batch);
-  pending_.clear();
-  pending_tokens_ = 0;
+  batch.events = std::move(events);
+  sockets_->Publish(EncodeEventBatch(batch));
   MutexLock lock(&mu_);
   for (size_t i = 0; i < counts.size(); ++i) stats_.events[i] += counts[i];
 }

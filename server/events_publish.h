@@ -3,8 +3,10 @@
 // prefixd index, llm-d or Dynamo routes over engines that use prefixd.
 //
 // A PeriodicThread polls core's per-tenant event rings (what WatchEvents
-// reads), merges them in core's cache-wide event order, converts them and
-// hands each round's events to index/publisher.h as one or more batches:
+// reads), merges them in core's cache-wide event order, converts them, packs
+// them into batches of bounded bytes (server/kv_batcher.h) and publishes
+// each, encoded as index/publisher.h says, on the sockets of
+// server/kv_event_sockets.h (which bound what slow peers can hold):
 //
 //   core event                     KV event
 //   BlockStored (tenant, ns)       BlockStored: block IDs as hashes, parent,
@@ -40,6 +42,8 @@
 #include "core/cache.h"
 #include "index/events.h"
 #include "index/publisher.h"
+#include "server/kv_batcher.h"
+#include "server/kv_event_sockets.h"
 #include "server/periodic.h"
 
 namespace prefixd {
@@ -60,7 +64,7 @@ inline constexpr std::array<absl::string_view, kNumResyncReasons>
     kResyncReasonNames = {"start", "overflow"};
 
 struct EventsPublishStats {
-  KvEventPublisher::Counters wire;
+  KvEventSockets::Counters wire;
   // KV events published, by type: BlockStored, BlockRemoved,
   // AllBlocksCleared (index/fleet_index.h's kEventTypeNames order).
   std::array<uint64_t, 3> events = {};
@@ -73,12 +77,12 @@ struct EventsPublishStats {
 // Thread safety: every method may be called from any thread.
 class EventsPublisher {
  public:
-  // Opens the sockets (errors as KvEventPublisher::Start) and starts polling
+  // Opens the sockets (errors as KvEventSockets::Start) and starts polling
   // `cache` every `interval`. REQUIRES: `cache` outlives this and was
   // created with detailed_events.
   static absl::StatusOr<std::unique_ptr<EventsPublisher>> Start(
       const PrefixCache* cache, KvPublisherOptions options,
-      absl::Duration interval);
+      PublishLimits limits, absl::Duration interval);
   ~EventsPublisher();
   EventsPublisher(const EventsPublisher&) = delete;
   EventsPublisher& operator=(const EventsPublisher&) = delete;
@@ -88,33 +92,31 @@ class EventsPublisher {
   // Stops polling and closes the sockets. Idempotent.
   void Stop();
 
-  const std::string& endpoint() const { return publisher_->endpoint(); }
+  const std::string& endpoint() const { return sockets_->endpoint(); }
   const std::string& replay_endpoint() const {
-    return publisher_->replay_endpoint();
+    return sockets_->replay_endpoint();
   }
   const KvPublisherOptions& options() const { return options_; }
   EventsPublishStats stats() const;
 
  private:
   EventsPublisher(const PrefixCache* cache, KvPublisherOptions options,
-                  std::unique_ptr<KvEventPublisher> publisher);
+                  std::unique_ptr<KvEventSockets> sockets);
   void Poll();
   void Resync(ResyncReason reason);
-  // Queues one converted event; publishes a batch when it is full.
-  void Add(KvEvent e);
-  void Flush();
+  // Publishes one batch the batcher packed.
+  void PublishBatch(std::vector<KvEvent> events);
 
   const PrefixCache* const cache_;
   const KvPublisherOptions options_;
   const int block_size_;
   const RopeShift rope_shift_;
-  std::unique_ptr<KvEventPublisher> publisher_;
+  std::unique_ptr<KvEventSockets> sockets_;
 
   // Touched by the polling thread only.
   bool resync_pending_ = true;
   absl::flat_hash_map<std::string, uint64_t> next_;  // per tenant
-  std::vector<KvEvent> pending_;
-  size_t pending_tokens_ = 0;
+  KvBatcher batcher_;
 
   mutable Mutex mu_;
   EventsPublishStats stats_ ABSL_GUARDED_BY(mu_);

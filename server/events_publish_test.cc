@@ -124,8 +124,8 @@ class PublishedCacheTest : public ::testing::Test {
     p.endpoint = "tcp://127.0.0.1:*";
     p.replay_endpoint = "tcp://127.0.0.1:*";
     p.topic = "kv@sidecar@test";
-    auto publisher =
-        EventsPublisher::Start(cache_.get(), p, absl::Milliseconds(2));
+    auto publisher = EventsPublisher::Start(cache_.get(), p, PublishLimits{},
+                                            absl::Milliseconds(2));
     ASSERT_TRUE(publisher.ok()) << publisher.status();
     publisher_ = *std::move(publisher);
     IndexOptions io;
@@ -298,6 +298,27 @@ TEST_F(PublishedCacheTest, OverflowPublishesTheCacheAgain) {
     held += Matched(p, "default");
   }
   EXPECT_EQ(held, 16);  // the budget, all of it published again
+}
+
+// An Insert of 6,000 blocks is one stored event of 24,000 tokens; it is
+// published as stores of at most kMaxBatchBytes each, chained by their
+// parents, and the index holds the whole chain.
+TEST_F(PublishedCacheTest, ABigStoreIsPublishedInBatchesTheIndexJoins) {
+  Start(4096, /*budget_blocks=*/8192);
+  Publish();
+  std::vector<uint32_t> blocks;
+  std::vector<BlockId> ids;
+  for (uint32_t b = 0; b < 6000; ++b) {
+    blocks.push_back(b + 1);
+    ids.push_back(b + 1);
+  }
+  Insert("acme", blocks, ids, "lora-a");
+  ASSERT_TRUE(Quiesce());
+  const EventsPublishStats stats = publisher_->stats();
+  EXPECT_GT(stats.wire.batches, 3u);
+  EXPECT_LE(stats.wire.bytes, stats.wire.batches * kMaxBatchBytes);
+  EXPECT_EQ(Routed(Tokens(blocks), "acme", "lora-a"), 6000u);
+  EXPECT_EQ(Matched(Tokens(blocks), "acme", "lora-a"), 6000u);
 }
 
 TEST_F(PublishedCacheTest, RopeDenyHidesShiftedBlocksAndWhatHangsBelow) {

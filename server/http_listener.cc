@@ -31,17 +31,52 @@ void Send(mg_connection* conn, const HttpResponse& r, bool head) {
   if (!head) mg_write(conn, r.body.data(), r.body.size());
 }
 
+// civetweb's own error answers (400, 413, 431, 505, ...) begin with
+// "HTTP/" and the protocol text of the request line as sent, CR LF
+// included: "GET / HTTP/1.1 X\r\nSet-Cookie: a=b\r\n\r\n" got a Set-Cookie
+// header back. Every error is answered here instead, with a status line
+// and headers of the listener's own.
+int Error(mg_connection* conn, int status, const char* /*message*/) {
+  const char* text = mg_get_response_code_text(conn, status);
+  Send(conn,
+       HttpResponse{status,
+                    "text/plain; charset=utf-8",
+                    absl::StrCat(status, " ", text, "\n"),
+                    {{"Connection", "close"}}},
+       /*head=*/false);
+  return 0;  // answered
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
-    const std::string& listen, int num_threads, HttpHandler handler) {
+    const std::string& listen, const HttpLimits& limits, HttpHandler handler) {
   std::unique_ptr<HttpListener> listener(new HttpListener(std::move(handler)));
-  const std::string threads = absl::StrCat(num_threads);
-  const char* options[] = {"listening_ports", listen.c_str(), "num_threads",
-                           threads.c_str(), nullptr};
+  const std::string threads = absl::StrCat(limits.threads);
+  const std::string queue = absl::StrCat(limits.queue);
+  const std::string backlog = absl::StrCat(limits.backlog);
+  const std::string timeout_ms =
+      absl::StrCat(absl::ToInt64Milliseconds(limits.io_timeout));
+  // civetweb's request_timeout_ms bounds reading the whole request header
+  // and every stalled write; without keep-alive a connection ends with its
+  // answer.
+  const char* options[] = {"listening_ports",
+                           listen.c_str(),
+                           "num_threads",
+                           threads.c_str(),
+                           "connection_queue",
+                           queue.c_str(),
+                           "listen_backlog",
+                           backlog.c_str(),
+                           "request_timeout_ms",
+                           timeout_ms.c_str(),
+                           "enable_keep_alive",
+                           "no",
+                           nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = Quiet;
+  callbacks.http_error = Error;
   mg_init_data init = {&callbacks, listener.get(), options};
   char text[256] = "";
   unsigned code = 0;

@@ -7,8 +7,16 @@
 // server privately, so the daemon runs civetweb itself and serializes the
 // metrics with prometheus-cpp's TextSerializer.
 //
-//   auto listener = HttpListener::Start("127.0.0.1:9464", 2,
+//   auto listener = HttpListener::Start("127.0.0.1:9464", HttpLimits{},
 //       [](absl::string_view path) -> std::optional<HttpResponse> {...});
+//
+// civetweb gives each connection a thread of its own from its first byte
+// to its answer's last, so what a peer can hold is bounded by HttpLimits:
+// a connection that sends nothing (or a byte now and then, or stops
+// reading the answer) keeps its thread at most `io_timeout`, every
+// connection carries one request (no keep-alive, so no idle time between
+// requests), and connections past `threads` wait in a bounded queue, then
+// in the kernel's backlog.
 //
 // Thread safety: the handler runs on civetweb's worker threads, several at
 // once; it must be thread-safe. Destroying the listener waits for running
@@ -25,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 struct mg_context;
 struct mg_connection;
@@ -38,6 +47,19 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones
 };
 
+// What one listener holds at most (docs/operations.md, "Memory bounds").
+struct HttpLimits {
+  // Connections served at once, one thread each.
+  int threads = 32;
+  // Accepted connections waiting for a thread; past them new connections
+  // wait in the kernel's listen backlog, and past that they are refused.
+  int queue = 32;
+  int backlog = 64;
+  // The whole request header must arrive within this, and no write of the
+  // answer may stall for longer; then the connection is closed.
+  absl::Duration io_timeout = absl::Seconds(5);
+};
+
 // Returns the response for `path` (the URL-decoded path, no query), or
 // nullopt for 404.
 using HttpHandler =
@@ -49,7 +71,7 @@ class HttpListener {
   // or "HOST:PORT" with a numeric host; port 0 picks a free one.
   // UNAVAILABLE with civetweb's reason when it cannot be served.
   static absl::StatusOr<std::unique_ptr<HttpListener>> Start(
-      const std::string& listen, int num_threads, HttpHandler handler);
+      const std::string& listen, const HttpLimits& limits, HttpHandler handler);
   ~HttpListener();
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;

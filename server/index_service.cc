@@ -117,8 +117,13 @@ void WorkersToProto(const IndexStats& stats, int block_size,
 PrefixIndexService::PrefixIndexService(const KvIndex* index,
                                        const Authorizer* auth,
                                        CacheLimits limits,
+                                       RouteLimits route_limits,
                                        RpcObserver* observer)
-    : index_(index), auth_(auth), limits_(limits), observer_(observer) {
+    : index_(index),
+      auth_(auth),
+      limits_(limits),
+      route_limits_(route_limits),
+      observer_(observer) {
   SetMessageAllocatorFor_Route(&route_messages_);
   SetMessageAllocatorFor_RouteBatch(&route_batch_messages_);
 }
@@ -140,7 +145,12 @@ grpc::ServerUnaryReactor* PrefixIndexService::Route(
     grpc::CallbackServerContext* ctx, const v1::RouteRequest* req,
     v1::RouteResponse* resp) {
   return Unary(ctx, *auth_, observer_, "Route", [&](const CallContext& call) {
-    return DoRoute(call, *req, -1, resp);
+    FilterSize filter;
+    filter.Add(*req);
+    RETURN_IF_ERROR(CheckFilterSize("Route", filter, route_limits_));
+    RETURN_IF_ERROR(DoRoute(call, *req, -1, resp));
+    AnswerBudget answer("Route", route_limits_.max_answer_bytes);
+    return answer.Add(AnswerBytes(*resp), -1, 1);
   });
 }
 
@@ -150,8 +160,13 @@ grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
   return Unary(
       ctx, *auth_, observer_, "RouteBatch", [&](const CallContext& call) {
         RETURN_IF_ERROR(CheckBatch("RouteBatch", req->requests(), limits_));
-        resp->mutable_responses()->Reserve(req->requests_size());
-        for (int i = 0; i < req->requests_size(); ++i) {
+        FilterSize filter;
+        for (const v1::RouteRequest& r : req->requests()) filter.Add(r);
+        RETURN_IF_ERROR(CheckFilterSize("RouteBatch", filter, route_limits_));
+        AnswerBudget answer("RouteBatch", route_limits_.max_answer_bytes);
+        const int n = req->requests_size();
+        resp->mutable_responses()->Reserve(n);
+        for (int i = 0; i < n; ++i) {
           v1::RouteBatchItem* item = resp->add_responses();
           absl::Status s =
               DoRoute(call, req->requests(i), i, item->mutable_response());
@@ -159,6 +174,8 @@ grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
             item->clear_response();
             SetItemStatus(s, item);
           }
+          // Stops building as soon as the answer is too big, not after.
+          RETURN_IF_ERROR(answer.Add(AnswerBytes(*item), i, n));
         }
         return absl::OkStatus();
       });

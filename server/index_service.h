@@ -14,6 +14,7 @@
 #include "prefixd/v1/prefix_index.grpc.pb.h"
 #include "server/arena_allocator.h"
 #include "server/auth.h"
+#include "server/route_limits.h"
 #include "server/service.h"
 
 namespace prefixd {
@@ -23,7 +24,8 @@ namespace prefixd {
 class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
  public:
   PrefixIndexService(const KvIndex* index, const Authorizer* auth,
-                     CacheLimits limits, RpcObserver* observer);
+                     CacheLimits limits, RouteLimits route_limits,
+                     RpcObserver* observer);
 
   grpc::ServerUnaryReactor* Route(grpc::CallbackServerContext* ctx,
                                   const v1::RouteRequest* req,
@@ -42,6 +44,7 @@ class PrefixIndexService final : public v1::PrefixIndex::CallbackService {
   const KvIndex* const index_;
   const Authorizer* const auth_;
   const CacheLimits limits_;
+  const RouteLimits route_limits_;
   RpcObserver* const observer_;
   // Route's answers list every worker: on an arena, building and freeing
   // them costs no malloc (docs/performance.md, Fleet index).

@@ -339,6 +339,10 @@ std::vector<MetricFamily> EventsPublishMetricFamilies(
            "Replay requests answered on the events_publish replay socket.",
            MetricType::Counter,
            static_cast<double>(stats.wire.replay_requests));
+  AddGauge(&out, "prefixd_events_replay_buffer_bytes",
+           "Bytes of payload the replay socket keeps now (at most "
+           "events_publish.buffer_bytes).",
+           MetricType::Gauge, static_cast<double>(stats.wire.buffered_bytes));
   return out;
 }
 
@@ -565,7 +569,7 @@ absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
   collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
                                                  version_);
   absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
-      port, /*num_threads=*/2,
+      port, HttpLimits{},
       [this, pages](absl::string_view path) -> std::optional<HttpResponse> {
         if (path == "/metrics") {
           return HttpResponse{200,

@@ -71,6 +71,12 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
       observer_(deps.observer),
       extra_services_(std::move(deps.extra_services)) {}
 
+absl::Status Server::ReloadPrincipals(const v1::Config& config) {
+  RETURN_IF_ERROR(authorizer_->Reload(config));
+  watchers_->EndRevoked();
+  return absl::OkStatus();
+}
+
 absl::Status Server::Build() {
   InitGrpcOnce();
   watchers_ = std::make_unique<EventWatchers>(
@@ -82,8 +88,11 @@ absl::Status Server::Build() {
   if (config_.index_enabled) {
     fleet_index_ = std::make_unique<FleetIndex>(config_.index);
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
+    RouteLimits route_limits;
+    route_limits.max_answer_bytes = config_.max_message_bytes;
     index_service_ = std::make_unique<PrefixIndexService>(
-        index_.get(), authorizer_.get(), cache_->options().limits, observer_);
+        index_.get(), authorizer_.get(), cache_->options().limits, route_limits,
+        observer_);
   }
 
   if (config_.events_publish_enabled) {
@@ -95,6 +104,7 @@ absl::Status Server::Build() {
     ASSIGN_OR_RETURN(
         events_publisher_,
         EventsPublisher::Start(cache_.get(), config_.events_publish,
+                               config_.events_publish_limits,
                                config_.events_publish_interval));
   }
 

@@ -90,11 +90,10 @@ class Server {
     return events_publisher_.get();
   }
   const Authorizer& authorizer() const { return *authorizer_; }
-  // SIGHUP: the principals of `config` from now on (Authorizer::Reload);
-  // on error nothing changes.
-  absl::Status ReloadPrincipals(const v1::Config& config) {
-    return authorizer_->Reload(config);
-  }
+  // SIGHUP: the principals of `config` from now on (Authorizer::Reload),
+  // and WatchEvents streams whose principal lost its access end
+  // (EventWatchers::EndRevoked); on error nothing changes.
+  absl::Status ReloadPrincipals(const v1::Config& config);
   const ServerConfig& config() const { return config_; }
 
  private:

@@ -604,7 +604,12 @@ PrefixCacheService::WatchEvents(grpc::CallbackServerContext* ctx,
                          absl::Now() - start);
   }
   if (!call.ok()) return new FailedStream(ToGrpcStatus(call.status()));
-  return watchers_->Start(ctx, call->tenant, req->from_sequence());
+  return watchers_->Start(
+      ctx, call->tenant, req->from_sequence(),
+      [auth = auth_, credentials = CallCredentials::Of(*ctx),
+       tenant = call->tenant] {
+        return StillAuthorized(*auth, credentials, tenant);
+      });
 }
 
 }  // namespace prefixd

@@ -69,24 +69,99 @@ absl::Status WriteAll(int fd, absl::string_view bytes,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadAll(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno("open", path);
+// Text that came from a file (a fingerprint, a tenant name, a pid), as a
+// log line may show it: printable ASCII, others as \xNN, and at most
+// `max_bytes` of it.
+std::string Printable(absl::string_view text, size_t max_bytes) {
   std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = Errno("read", path);
-      close(fd);
-      return status;
+  for (unsigned char c : text.substr(0, max_bytes)) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&out, absl::StrFormat("\\x%02x", c));
     }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
   }
-  close(fd);
+  if (text.size() > max_bytes) {
+    absl::StrAppend(&out, "... (", text.size(), " bytes)");
+  }
   return out;
+}
+
+// The most of a reason quoted in a log line.
+constexpr size_t kReasonBytes = 512;
+
+std::string FileType(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// *out = the first `size` bytes of `fd` (fewer if the file ends first).
+absl::Status ReadUpTo(int fd, const std::string& path, size_t size,
+                      std::string* out) {
+  out->resize(size);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, out->data() + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno("read", path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out->resize(done);
+  return absl::OkStatus();
+}
+
+// The whole of the regular file at `path`, if it is at most `max_bytes`.
+// Never follows a symlink at `path`, never blocks opening a FIFO, and never
+// reads more than the size fstat reported: a special file, or a file that
+// grows while it is read, cannot make the daemon wait or hold more.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
+                                            uint64_t max_bytes) {
+  const int fd =
+      open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0 && errno == ELOOP) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path,
+                     " is a symbolic link; prefixd reads only the "
+                     "regular file it wrote there"));
+  }
+  if (fd < 0) return Errno("open", path);
+  struct stat st;
+  absl::Status status;
+  if (fstat(fd, &st) != 0) {
+    status = Errno("fstat", path);
+  } else if (!S_ISREG(st.st_mode)) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", FileType(st.st_mode),
+                     ", not a regular file; prefixd reads only the regular "
+                     "file it wrote there"));
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    status = absl::FailedPreconditionError(absl::StrCat(
+        path, " is ", st.st_size, " bytes, more than the ", max_bytes,
+        " bytes a snapshot of this configuration can take"));
+  }
+  std::string out;
+  if (status.ok()) status = ReadUpTo(fd, path, st.st_size, &out);
+  close(fd);
+  RETURN_IF_ERROR(status);
+  return out;
+}
+
+// The pid a lock holder wrote into its lock file (at most 20 digits are
+// read), or "unknown" when the file holds anything else.
+std::string HolderPid(int fd) {
+  char buf[21];
+  const ssize_t n = pread(fd, buf, sizeof(buf), 0);
+  if (n <= 0 || n == static_cast<ssize_t>(sizeof(buf))) return "unknown";
+  const absl::string_view pid(buf, static_cast<size_t>(n));
+  for (char c : pid) {
+    if (c < '0' || c > '9') return "unknown";
+  }
+  return std::string(pid);
 }
 
 absl::Status Rename(const std::string& from, const std::string& to) {
@@ -117,9 +192,9 @@ absl::StatusOr<SnapshotMeta> Load(absl::string_view bytes,
                                   PrefixCache* cache) {
   ASSIGN_OR_RETURN(SnapshotMeta meta, PrefixCache::ReadSnapshotMeta(bytes));
   if (meta.fingerprint != fingerprint) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("it was written for model fingerprint ", meta.fingerprint,
-                     ", this daemon serves ", fingerprint));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "it was written for model fingerprint ",
+        Printable(meta.fingerprint, 64), ", this daemon serves ", fingerprint));
   }
   if (meta.epoch == 0) {
     return absl::DataLossError("it carries epoch 0, which no daemon uses");
@@ -200,7 +275,8 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
         absl::StrCat(" (removed ", tmp, ", left by an interrupted write)");
   }
 
-  absl::StatusOr<std::string> bytes = ReadAll(path);
+  absl::StatusOr<std::string> bytes =
+      ReadRegularFile(path, out.cache->MaxSnapshotBytes());
   if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kNotFound) {
     out.summary =
         absl::StrCat("no snapshot at ", path,
@@ -216,16 +292,17 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
     meta = bytes.status();
   }
   if (!meta.ok()) {
+    const std::string reason = Printable(meta.status().message(), kReasonBytes);
     const std::string aside = AsideName(path, now);
     if (absl::Status s = Rename(path, aside); !s.ok()) {
       return absl::FailedPreconditionError(
-          absl::StrCat("snapshot ", path, " is unusable (",
-                       meta.status().message(), ") and cannot be moved aside (",
-                       s.message(), "); remove it by hand"));
+          absl::StrCat("snapshot ", path, " is unusable (", reason,
+                       ") and cannot be moved aside (", s.message(),
+                       "); remove it by hand"));
     }
-    out.summary = absl::StrCat(
-        "snapshot ", path, " is unusable: ", meta.status().message(),
-        "; moved to ", aside, ", starting empty with a new epoch", removed_tmp);
+    out.summary =
+        absl::StrCat("snapshot ", path, " is unusable: ", reason, "; moved to ",
+                     aside, ", starting empty with a new epoch", removed_tmp);
     return out;
   }
   const std::string consumed = absl::StrCat(path, ".consumed");
@@ -254,17 +331,30 @@ absl::StatusOr<std::unique_ptr<SnapshotLock>> SnapshotLock::Acquire(
   }
   const std::string lock = absl::StrCat(path, ".lock");
   const int fd =
-      open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+      open(lock.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+           0600);
   if (fd < 0) return Errno("open", lock);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    absl::Status status = Errno("fstat", lock);
+    close(fd);
+    return status;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(lock, " is ", FileType(st.st_mode),
+                     ", not a regular file: remove it (prefixd creates it)"));
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const bool held = errno == EWOULDBLOCK;
     absl::Status status = Errno("flock", lock);
-    absl::StatusOr<std::string> pid = ReadAll(lock);
+    const std::string pid = HolderPid(fd);
     close(fd);
     if (!held) return status;
     return absl::FailedPreconditionError(absl::StrCat(
-        "another prefixd (pid ", pid.ok() && !pid->empty() ? *pid : "unknown",
-        ") uses snapshot_path ", path, " (it holds ", lock,
+        "another prefixd (pid ", pid, ") uses snapshot_path ", path,
+        " (it holds ", lock,
         "): two daemons on one snapshot would overwrite each other's"));
   }
   // The holder's pid, for the message above; the file is never removed

@@ -1,11 +1,16 @@
 #include "server/snapshot_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -285,6 +290,126 @@ TEST_F(SnapshotFileTest, OneDaemonPerSnapshotPath) {
               HasSubstr(absl::StrCat("pid ", getpid())));
   first->reset();
   EXPECT_TRUE(SnapshotLock::Acquire(path_).ok());
+}
+
+// Only a regular file is read: a FIFO would block start-up in open() until
+// someone writes to it, a directory is no snapshot. Both are moved aside at
+// once and the daemon starts empty.
+TEST_F(SnapshotFileTest, SpecialFilesAreMovedAsideWithoutWaiting) {
+  struct Case {
+    std::string name;
+    std::function<int()> make;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"fifo", [&] { return mkfifo(path_.c_str(), 0600); },
+       "is a FIFO, not a regular file"},
+      {"directory", [&] { return mkdir(path_.c_str(), 0700); },
+       "is a directory, not a regular file"},
+  };
+  int64_t now = 1700000000;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    ASSERT_EQ(c.make(), 0);
+    auto restore = std::async(std::launch::async, [&] {
+      return RestoreSnapshot(path_, kFingerprint, Options(),
+                             absl::FromUnixSeconds(++now));
+    });
+    if (restore.wait_for(std::chrono::seconds(10)) !=
+        std::future_status::ready) {
+      // Blocked opening the FIFO: a writer that closes at once lets it go.
+      close(open(path_.c_str(), O_WRONLY | O_NONBLOCK));
+      restore.wait();
+      FAIL() << "RestoreSnapshot waited on the FIFO for 10 s";
+    }
+    auto r = restore.get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->epoch, std::nullopt);
+    EXPECT_EQ(State(*r->cache), "");
+    EXPECT_THAT(r->summary, HasSubstr(c.reason));
+    EXPECT_THAT(r->summary, HasSubstr(absl::StrCat("snapshot.bin.bad-", now)));
+    EXPECT_FALSE(fs::exists(fs::symlink_status(path_)));
+  }
+}
+
+// A symlink at the path is never followed (the daemon only ever reads the
+// regular file it wrote there): not to a snapshot elsewhere, not to
+// /dev/zero, which would be read until memory runs out. The link itself is
+// moved aside; its target is untouched.
+TEST_F(SnapshotFileTest, ASymlinkIsMovedAsideNotFollowed) {
+  const std::string elsewhere = dir_ + "/elsewhere.bin";
+  ASSERT_TRUE(WriteSnapshot(*Filled(), {kFingerprint, 7}, elsewhere).ok());
+  int64_t now = 1700000000;
+  for (const std::string& target : {elsewhere, std::string("/dev/zero")}) {
+    SCOPED_TRACE(target);
+    ASSERT_EQ(symlink(target.c_str(), path_.c_str()), 0);
+    auto r = RestoreSnapshot(path_, kFingerprint, Options(),
+                             absl::FromUnixSeconds(++now));
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(r->epoch, std::nullopt);
+    EXPECT_EQ(State(*r->cache), "");
+    EXPECT_THAT(r->summary, HasSubstr("is a symbolic link"));
+    const std::string aside = dir_ + absl::StrCat("/snapshot.bin.bad-", now);
+    EXPECT_EQ(fs::read_symlink(aside).string(), target);
+    EXPECT_FALSE(fs::exists(fs::symlink_status(path_)));
+  }
+  EXPECT_TRUE(fs::is_regular_file(elsewhere));
+}
+
+// A regular file larger than any snapshot of the configuration (a sparse
+// file costs no disk) is refused from its size, before it is read.
+TEST_F(SnapshotFileTest, AFileLargerThanAnySnapshotIsNotRead) {
+  const uint64_t max =
+      PrefixCache::Create(Options()).value()->MaxSnapshotBytes();
+  const int fd = open(path_.c_str(), O_WRONLY | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(max + 1)), 0);
+  close(fd);
+  auto r = RestoreSnapshot(path_, kFingerprint, Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->epoch, std::nullopt);
+  EXPECT_THAT(r->summary, HasSubstr(absl::StrCat(
+                              "is ", max + 1, " bytes, more than the ", max,
+                              " bytes a snapshot of this configuration")));
+}
+
+// What the log quotes from a file is short and printable: a fingerprint of
+// 64 KiB of arbitrary bytes does not become a 64 KiB log line.
+TEST_F(SnapshotFileTest, TheLogQuotesAFileBoundedAndPrintable) {
+  std::string fingerprint(1 << 16, '\n');
+  fingerprint[0] = '\x1b';
+  WriteFile(path_, Filled()->SaveSnapshot({fingerprint, 7}));
+  auto r = RestoreSnapshot(path_, kFingerprint, Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->summary, HasSubstr("fingerprint \\x1b\\x0a"));
+  EXPECT_THAT(r->summary, HasSubstr("... (65536 bytes)"));
+  EXPECT_LT(r->summary.size(), 1024u) << r->summary.substr(0, 2048);
+  EXPECT_TRUE(std::all_of(r->summary.begin(), r->summary.end(),
+                          [](char c) { return c >= 0x20 && c < 0x7f; }));
+}
+
+// The lock file's contents reach the log only as a pid: a 1 MiB file, or
+// one that is not a regular file, does not.
+TEST_F(SnapshotFileTest, TheLockFileIsRegularAndQuotedOnlyAsAPid) {
+  auto first = SnapshotLock::Acquire(path_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string lock = path_ + ".lock";
+  {
+    std::ofstream out(lock, std::ios::binary | std::ios::in);
+    out << std::string(1 << 20, 'A');
+  }
+  auto second = SnapshotLock::Acquire(path_);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("(pid unknown)"));
+  EXPECT_LT(second.status().message().size(), 512u);
+  first->reset();
+
+  ASSERT_TRUE(fs::remove(lock));
+  ASSERT_EQ(mkfifo(lock.c_str(), 0600), 0);
+  auto fifo = SnapshotLock::Acquire(path_);
+  EXPECT_EQ(fifo.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(fifo.status().message(),
+              HasSubstr(lock + " is a FIFO, not a regular file"));
 }
 
 TEST_F(SnapshotFileTest, InvalidOptionsFailAsCreateDoes) {

@@ -20,20 +20,33 @@ class EventStream final
     : public grpc::ServerWriteReactor<v1::WatchEventsResponse> {
  public:
   EventStream(EventWatchers* owner, grpc::CallbackServerContext* ctx,
-              std::string tenant, uint64_t from_sequence)
+              std::string tenant, uint64_t from_sequence,
+              StreamAccessCheck still_allowed)
       : owner_(owner),
         ctx_(ctx),
         tenant_(std::move(tenant)),
+        still_allowed_(std::move(still_allowed)),
         next_(from_sequence == 0 ? 1 : from_sequence),
         ignore_first_missed_(from_sequence == 0) {
     if (grpc::Status s = owner_->Register(this); !s.ok()) {
       RequestFinish(s);
       return;
     }
+    // Once registered, a later EndRevoked sees this stream; a reload that
+    // came between the call's authorization and here is caught now.
+    if (absl::Status allowed = StillAllowed(); !allowed.ok()) {
+      RequestFinish(ToGrpcStatus(allowed));
+      return;
+    }
     Poll();
   }
 
   const std::string& tenant() const { return tenant_; }
+
+  // OK while the stream may go on (see EventWatchers::EndRevoked).
+  absl::Status StillAllowed() const {
+    return still_allowed_ ? still_allowed_() : absl::OkStatus();
+  }
 
   void Ref() { refs_.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
@@ -190,6 +203,7 @@ class EventStream final
   EventWatchers* const owner_;
   grpc::CallbackServerContext* const ctx_;
   const std::string tenant_;
+  const StreamAccessCheck still_allowed_;
   std::atomic<int> refs_{1};  // gRPC's, dropped in OnDone
   Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_);
@@ -215,8 +229,36 @@ EventWatchers::~EventWatchers() { poller_.Stop(); }
 
 grpc::ServerWriteReactor<v1::WatchEventsResponse>* EventWatchers::Start(
     grpc::CallbackServerContext* ctx, std::string tenant,
-    uint64_t from_sequence) {
-  return new EventStream(this, ctx, std::move(tenant), from_sequence);
+    uint64_t from_sequence, StreamAccessCheck still_allowed) {
+  return new EventStream(this, ctx, std::move(tenant), from_sequence,
+                         std::move(still_allowed));
+}
+
+size_t EventWatchers::EndRevoked() {
+  size_t ended = 0;
+  for (EventStream* s : RefAll()) {
+    if (absl::Status allowed = s->StillAllowed(); !allowed.ok()) {
+      std::fprintf(stderr,
+                   "prefixd: WatchEvents stream of tenant '%s' ended: %s\n",
+                   s->tenant().c_str(), std::string(allowed.message()).c_str());
+      s->RequestFinish(ToGrpcStatus(allowed));
+      ++ended;
+    }
+    s->Unref();
+  }
+  return ended;
+}
+
+std::vector<EventStream*> EventWatchers::RefAll() {
+  MutexLock lock(&mu_);
+  std::vector<EventStream*> streams;
+  if (shut_down_) return streams;
+  streams.reserve(streams_.size());
+  for (EventStream* s : streams_) {
+    s->Ref();
+    streams.push_back(s);
+  }
+  return streams;
 }
 
 void EventWatchers::Shutdown() {
@@ -264,18 +306,8 @@ void EventWatchers::Unregister(EventStream* s) {
 }
 
 void EventWatchers::PollAll() {
-  std::vector<EventStream*> streams;
-  {
-    MutexLock lock(&mu_);
-    if (shut_down_) return;
-    streams.reserve(streams_.size());
-    for (EventStream* s : streams_) {
-      s->Ref();
-      streams.push_back(s);
-    }
-  }
   const absl::Time now = absl::Now();
-  for (EventStream* s : streams) {
+  for (EventStream* s : RefAll()) {
     s->CancelIfStalled(now, limits_.stall_timeout);
     s->Poll();
     s->Unref();

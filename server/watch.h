@@ -7,6 +7,10 @@
 // without waiting for the poll. Nothing here blocks a gRPC reaction: ring
 // reads take one tenant mutex for a copy, like any unary call.
 //
+// A stream lives as long as its client reads, so it is authorized again
+// whenever the principals change (SIGHUP): EndRevoked ends every stream
+// whose access check now fails, with the check's status.
+//
 // Memory is bounded per tenant (WatchLimits): a stream has one reply in
 // flight, of at most max_reply_bytes; a tenant holds at most
 // max_streams_per_tenant streams; and a reply the client has not taken
@@ -18,8 +22,10 @@
 #include <grpcpp/support/server_callback.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -33,6 +39,9 @@
 namespace prefixd {
 
 class EventStream;
+
+// Whether a stream may go on: OK, or the status it ends with.
+using StreamAccessCheck = std::function<absl::Status()>;
 
 struct WatchLimits {
   size_t max_streams_per_tenant = 8;
@@ -55,9 +64,14 @@ class EventWatchers {
   // A stream of `tenant`'s events from `from_sequence` (0: the oldest kept,
   // without a missed_events flag for what was dropped before).
   // RESOURCE_EXHAUSTED when the tenant has max_streams_per_tenant open.
+  // `still_allowed` (may be empty: always) is asked by EndRevoked.
   grpc::ServerWriteReactor<v1::WatchEventsResponse>* Start(
       grpc::CallbackServerContext* ctx, std::string tenant,
-      uint64_t from_sequence);
+      uint64_t from_sequence, StreamAccessCheck still_allowed = {});
+
+  // After the principals changed: ends every stream whose access check
+  // fails with that status, logging one line each. Returns how many.
+  size_t EndRevoked();
 
   // New events may exist: poll now rather than at the next interval.
   void Notify() { poller_.Wake(); }
@@ -68,9 +82,15 @@ class EventWatchers {
 
  private:
   friend class EventStream;
+
+  // Whether a stream may go on: OK, or the status it ends with.
+  using StreamAccessCheck = std::function<absl::Status()>;
   // UNAVAILABLE once shut down, RESOURCE_EXHAUSTED past the tenant's limit.
   grpc::Status Register(EventStream* s);
   void Unregister(EventStream* s);
+  // Every open stream, each with a Ref() the caller drops; none once shut
+  // down.
+  std::vector<EventStream*> RefAll();
   void PollAll();
 
   const PrefixCache* const cache_;

@@ -710,6 +710,103 @@ std::vector<v1::Event> EventsUntil(Client* client, uint64_t marker) {
   return out;
 }
 
+// Reads `stream` until a batch stores `marker` (true) or it ends (false).
+bool ReadUntilStored(Client::EventStream* stream, uint64_t marker) {
+  v1::WatchEventsResponse batch;
+  while (stream->Read(&batch)) {
+    for (const v1::Event& e : batch.events()) {
+      for (uint64_t id : e.block_stored().block_ids()) {
+        if (id == marker) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// A SIGHUP that takes a principal away, or a tenant from one, ends the
+// WatchEvents streams it had open: they would otherwise deliver that
+// tenant's events for as long as the client reads. Streams of principals
+// the reload leaves as they were go on.
+TEST_P(SecurityTest, AReloadEndsTheWatchStreamsOfRevokedPrincipals) {
+  struct Watch {
+    const char* principal;
+    std::string tenant;  // x-prefixd-tenant ("": the principal's own)
+    uint64_t first_id;   // of the blocks inserted for it
+    std::unique_ptr<Client::EventStream> stream;
+  };
+  std::vector<Watch> watches;
+  watches.push_back({"app-b", "", 10, nullptr});       // removed
+  watches.push_back({"engine-ac", "c", 20, nullptr});  // loses tenant c
+  watches.push_back({"app-a", "", 30, nullptr});       // moved to tenant c
+  watches.push_back({"engine-ac", "a", 40, nullptr});  // unchanged
+  const std::vector<std::string> tenants = {"b", "c", "a", "a"};
+  std::vector<std::unique_ptr<Client>> writers;
+  for (size_t i = 0; i < watches.size(); ++i) {
+    Watch& w = watches[i];
+    w.stream =
+        Connect(w.principal, w.tenant)->WatchEvents(0, absl::Seconds(20));
+    writers.push_back(Connect("ops", tenants[i]));
+  }
+  // Every stream is open and delivering.
+  for (size_t i = 0; i < watches.size(); ++i) {
+    ASSERT_TRUE(writers[i]
+                    ->Insert(Tokens(100 * i, 1), Ids(watches[i].first_id, 1))
+                    .ok());
+    ASSERT_TRUE(ReadUntilStored(watches[i].stream.get(), watches[i].first_id));
+  }
+
+  v1::Config reloaded = server_->config().proto;
+  reloaded.clear_principals();
+  for (const v1::PrincipalConfig& p : server_->config().proto.principals()) {
+    if (p.name() == "app-b") continue;
+    v1::PrincipalConfig* kept = reloaded.add_principals();
+    *kept = p;
+    if (p.name() == "engine-ac" || p.name() == "app-a") {
+      kept->clear_tenants();
+      kept->add_tenants(p.name() == "app-a" ? "c" : "a");
+    }
+  }
+  ASSERT_TRUE(server_->ReloadPrincipals(reloaded).ok());
+
+  // Events after the reload reach only the stream still allowed; the others
+  // end, saying why.
+  for (size_t i = 0; i < watches.size(); ++i) {
+    ASSERT_TRUE(
+        writers[i]
+            ->Insert(Tokens(100 * i + 50, 1), Ids(watches[i].first_id + 1, 1))
+            .ok());
+  }
+  const std::vector<std::pair<absl::StatusCode, std::string>> ends = {
+      {absl::StatusCode::kUnauthenticated,
+       "since the principals were reloaded (SIGHUP), this call's credentials "
+       "may no longer act for tenant 'b': the bearer token is not valid"},
+      {absl::StatusCode::kPermissionDenied,
+       "may no longer act for tenant 'c': principal \"engine-ac\" may not "
+       "act for tenant"},
+      {absl::StatusCode::kPermissionDenied,
+       "since the principals were reloaded (SIGHUP), principal \"app-a\" acts "
+       "for tenant 'c', not 'a'"},
+  };
+  for (size_t i = 0; i < ends.size(); ++i) {
+    SCOPED_TRACE(watches[i].principal);
+    EXPECT_FALSE(
+        ReadUntilStored(watches[i].stream.get(), watches[i].first_id + 1))
+        << "a revoked stream delivered an event after the reload";
+    const absl::Status end = watches[i].stream->Finish();
+    EXPECT_EQ(end.code(), ends[i].first) << end;
+    if (GetParam() == Mode::kMtls && i == 0) {
+      // In MTLS the certificate names no principal any more.
+      EXPECT_THAT(end.message(), HasSubstr("is not mapped to a principal"));
+    } else {
+      EXPECT_THAT(end.message(), HasSubstr(ends[i].second));
+    }
+  }
+  Watch& kept = watches.back();
+  EXPECT_TRUE(ReadUntilStored(kept.stream.get(), kept.first_id + 1));
+  kept.stream->Cancel();
+  kept.stream->Finish().IgnoreError();
+}
+
 TEST_P(SecurityTest, StatsAndEventsOfBContainNothingOfA) {
   ConnectAB();
   PrefixOptions in_ns;

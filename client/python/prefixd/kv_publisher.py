@@ -68,7 +68,7 @@ lock). Plain Python 3 with python3-zmq and python3-msgpack (Debian's
 
 Demo: publishes a Mooncake trace through an engine pool (engine_pool.py):
 
-    /usr/bin/python3 tests/index/kv_publisher.py --endpoint 'tcp://*:5557' \\
+    PYTHONPATH=client/python /usr/bin/python3 -m prefixd.kv_publisher --endpoint 'tcp://*:5557' \\
         --replay 'tcp://*:5558' --encoding map --trace synthetic --requests 500
     prefixd --index_block_size=16 \\
         --index_source=e0=tcp://127.0.0.1:5557,tcp://127.0.0.1:5558
@@ -477,7 +477,7 @@ def main():
                     help="seconds to wait for a subscriber before publishing (0: don't)")
     args = ap.parse_args()
 
-    import engine_pool  # tests/index/engine_pool.py, next to this file
+    from prefixd import engine_pool
 
     pub = Publisher(args.endpoint, args.replay or None, encoding=args.encoding,
                     hash_kind=args.hash_kind, name="demo")
@@ -499,5 +499,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
     sys.exit(main())

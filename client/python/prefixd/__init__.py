@@ -7,7 +7,9 @@
 
 Modules: prefixd.client (Client, results, errors), prefixd.engine_sim (an
 engine simulator, the worked example of docs/integration.md), prefixd.sglang
-(SGLang's prefix-cache interface on top of the client), prefixd.kv_publisher
+(SGLang's prefix-cache interface on top of the client), prefixd.demo_engine
+(the prefixd-demo-engine command: an engine without a GPU publishing KV
+events for the fleet index), prefixd.kv_publisher
 (KV events on vLLM's and SGLang's ZeroMQ wire, with replay) and
 prefixd.engine_pool (a paged engine cache publishing through it; both need
 python3-zmq and python3-msgpack). The generated gRPC

@@ -35,6 +35,16 @@ absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
 // socket (we never delete what we did not create).
 absl::Status PrepareUnixSocketPath(const std::string& path);
 
+// Whether a TCP listener could bind `a` now (a socket is bound with
+// SO_REUSEADDR, as gRPC and civetweb bind theirs, and closed again), so that
+// a port in use is reported in one line before gRPC or civetweb try and
+// report it in theirs. OK for port 0 and for what cannot be probed here
+// (a family the host lacks: the listener itself decides); else UNAVAILABLE
+// "HOST:PORT: address already in use (is another prefixd running? change
+// FLAG)", or permission denied (ports below 1024), or not an address of
+// this host. `flag` names what sets the address ("--listen").
+absl::Status ProbeTcpListen(const ListenAddress& a, absl::string_view flag);
+
 }  // namespace prefixd
 
 #endif  // PREFIXD_SERVER_LISTEN_ADDRESS_H_

@@ -105,6 +105,7 @@ absl::Status Server::Build() {
     if (a.kind == ListenAddress::Kind::kUnix) {
       RETURN_IF_ERROR(PrepareUnixSocketPath(a.path));
     }
+    RETURN_IF_ERROR(ProbeTcpListen(a, "--listen or listen in the config"));
     builder.AddListeningPort(a.ToGrpcUri(), authorizer_->Credentials(a),
                              &ports[i]);
   }

@@ -47,8 +47,11 @@ absl::StatusOr<std::string> CheckConfig(const CommandLine& flags) {
   std::string text;
   google::protobuf::TextFormat::Printer printer;
   printer.PrintToString(config.proto, &text);
+  std::string warnings;
+  for (const std::string& w : ExposureWarnings(config))
+    absl::StrAppend(&warnings, "# WARNING: ", w, "\n");
   return absl::StrCat("# ", flags.config_path,
-                      ": OK; the resolved settings follow\n",
+                      ": OK; the resolved settings follow\n", warnings,
                       DerivedSizes(config, (*cache)->budget_blocks()), text);
 }
 

@@ -658,6 +658,19 @@ std::string DescribeEviction(const CacheOptions& o, uint64_t budget_blocks) {
   return out;
 }
 
+std::vector<std::string> ExposureWarnings(const ServerConfig& c) {
+  std::vector<std::string> out;
+  const std::string& listen = c.ingest.listen;
+  if (c.index_enabled && !listen.empty() && !IsLoopbackEndpoint(listen)) {
+    out.push_back(absl::StrCat(
+        "index listen ", listen,
+        " takes KV events from every host that can reach it, unauthenticated: "
+        "any of them can add or clear blocks of any worker name. Keep it on a "
+        "private network (docs/index.md, Limits)"));
+  }
+  return out;
+}
+
 std::string ModelAndSizeLines(const ServerConfig& c, uint64_t budget_blocks,
                               absl::string_view indent) {
   const CacheOptions& o = c.cache;

@@ -94,6 +94,12 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
 std::string ModelAndSizeLines(const ServerConfig& config,
                               uint64_t budget_blocks, absl::string_view indent);
 
+// What the config exposes without being refused, one sentence each and no
+// prefix (the banner prints them after "WARNING: ", --check_config after
+// "# WARNING: "): an index `listen` socket other hosts can reach, since KV
+// events carry no authentication.
+std::vector<std::string> ExposureWarnings(const ServerConfig& config);
+
 // "LRU", or "ADAPTIVE, history 2,048 blocks per tenant" (0 history: the
 // budget's blocks).
 std::string DescribeEviction(const CacheOptions& options,

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace prefixd {
 namespace {
@@ -112,6 +113,13 @@ std::string ListenAddress::ToGrpcUri() const {
 
 bool ListenAddress::IsLoopback() const {
   return kind == Kind::kUnix || IsLoopbackHost(host);
+}
+
+bool IsLoopbackEndpoint(absl::string_view endpoint) {
+  if (!absl::ConsumePrefix(&endpoint, "tcp://")) return true;
+  const size_t colon = endpoint.rfind(':');
+  return colon != absl::string_view::npos &&
+         IsLoopbackHost(endpoint.substr(0, colon));
 }
 
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text) {

@@ -29,6 +29,11 @@ struct ListenAddress {
 // or over-long (> 107 bytes, the sun_path limit) socket path.
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
 
+// Whether only this host can reach a ZeroMQ endpoint: ipc:// and inproc://,
+// or tcp:// on a loopback host (as IsLoopback). "tcp://*:5557" and
+// "tcp://0.0.0.0:5557" are every interface: false.
+bool IsLoopbackEndpoint(absl::string_view endpoint);
+
 // Makes a Unix socket path bindable: creates its directory if missing and
 // removes a socket file left by a process that is gone. FAILED_PRECONDITION
 // if another process still accepts connections there or the path is not a

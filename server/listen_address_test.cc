@@ -56,6 +56,17 @@ TEST(ListenAddressTest, Loopback) {
   }
 }
 
+TEST(ListenAddressTest, LoopbackEndpoint) {
+  for (const char* e : {"tcp://127.0.0.1:5557", "tcp://localhost:5557",
+                        "tcp://[::1]:5557", "ipc:///tmp/x", "inproc://x"}) {
+    EXPECT_TRUE(IsLoopbackEndpoint(e)) << e;
+  }
+  for (const char* e : {"tcp://*:5557", "tcp://0.0.0.0:5557", "tcp://[::]:5557",
+                        "tcp://10.0.0.7:5557", "tcp://engine:5557", "tcp://"}) {
+    EXPECT_FALSE(IsLoopbackEndpoint(e)) << e;
+  }
+}
+
 // A TCP socket listening on 127.0.0.1 on a free port; its port.
 int ListenOnLoopback(int* fd) {
   *fd = socket(AF_INET, SOCK_STREAM, 0);

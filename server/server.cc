@@ -258,6 +258,8 @@ std::string StartupBanner(const Server& server) {
   absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
   for (const std::string& w : server.authorizer().Warnings(c.listen))
     absl::StrAppend(&out, "WARNING: ", w, "\n");
+  for (const std::string& w : ExposureWarnings(c))
+    absl::StrAppend(&out, "WARNING: ", w, "\n");
   if (server.authorizer().mode() == "NONE") {
     absl::StrAppend(&out,
                     "WARNING: authentication is OFF. Every process that can "

@@ -7,10 +7,10 @@ Usage: startup_errors_test.py --prefixd PATH [unittest args]
 """
 
 import argparse
-import os
 import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ARGS = None
@@ -45,6 +45,43 @@ class BusyPorts(unittest.TestCase):
         self.assertEqual(r.stderr, "prefixd: cannot serve metrics: %s: address already in use "
                          "(is another prefixd running? change --metrics_listen or "
                          "metrics_listen in the config)\n" % self.busy)
+
+
+class IndexListenExposure(unittest.TestCase):
+    """An index `listen` socket other hosts can reach takes unauthenticated
+    events: said at start-up and by --check_config, for such addresses only."""
+
+    WARNING = ("WARNING: index listen %s takes KV events from every host that can reach it, "
+               "unauthenticated: any of them can add or clear blocks of any worker name. Keep "
+               "it on a private network (docs/index.md, Limits)")
+
+    def check_config(self, endpoint):
+        with tempfile.NamedTemporaryFile("w", suffix=".textproto") as f:
+            r = prefixd("--check_config=" + f.name, "--index_listen=" + endpoint)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout
+
+    def test_check_config(self):
+        for endpoint in ("tcp://0.0.0.0:5557", "tcp://*:5557", "tcp://10.0.0.5:5557"):
+            self.assertIn("\n# " + self.WARNING % endpoint + "\n", self.check_config(endpoint))
+        for endpoint in ("tcp://127.0.0.1:5557", "ipc:///tmp/prefixd-index.sock"):
+            self.assertNotIn("WARNING", self.check_config(endpoint))
+
+    def test_start_up_banner(self):
+        endpoint = "tcp://0.0.0.0:*"  # a free port, for the moment the daemon runs
+        p = subprocess.Popen([ARGS.prefixd, "--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                              "--index_listen=" + endpoint], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        banner = []
+        try:
+            for line in p.stdout:  # the banner ends with the auth warning (auth is off)
+                banner.append(line.rstrip("\n"))
+                if line.startswith("WARNING: authentication is OFF"):
+                    break
+        finally:
+            p.terminate()
+            p.communicate(timeout=TIMEOUT_S)
+        self.assertIn(self.WARNING % endpoint, banner)
 
 
 def main():

@@ -74,6 +74,12 @@ struct ServerConfig {
 // on a parse error; NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path);
 
+// Several files as one config: their texts joined in order, as `cat` joins
+// them (textproto only: repeated fields add up, a field set in two files is
+// an error). One path is ReadConfigFile. Errors name the file and its line.
+absl::StatusOr<v1::Config> ReadConfigFiles(
+    const std::vector<std::string>& paths);
+
 // Writes the set flags over `config`.
 void ApplyCommandLine(const CommandLine& flags, v1::Config* config);
 
@@ -84,7 +90,7 @@ void FillDefaults(v1::Config* config);
 // field and the offending value.
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config);
 
-// ReadConfigFile (if flags.config_path is set), ApplyCommandLine,
+// ReadConfigFiles (if flags.config_paths is set), ApplyCommandLine,
 // FillDefaults, ResolveConfig.
 absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
 

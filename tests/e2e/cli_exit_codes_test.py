@@ -55,7 +55,7 @@ class UsageErrorsExit2(unittest.TestCase):
 
     def test_prefixctl_plan(self):
         self.check(ARGS.prefixctl, ["plan", "--bogus"], "unknown flag --bogus")
-        self.check(ARGS.prefixctl, ["plan", "--model"], "--model needs a value (--model=PRESET)")
+        self.check(ARGS.prefixctl, ["plan", "--model"], "--model needs a value (--model=PRESET|FILE)")
         self.check(ARGS.prefixctl, ["plan", "stray"], 'unexpected argument "stray"')
 
 

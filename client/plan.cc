@@ -91,7 +91,10 @@ const std::vector<FlagSpec>& Flags() {
       {"max_seq_len", "N",
        "tokens a contiguous allocator reserves per sequence",
        "the largest --context"},
-      {"json", "", "print JSON for scripts instead of tables", ""},
+      {"json", "",
+       "print JSON for scripts instead of tables (numbers as numbers, exact "
+       "integers)",
+       ""},
       {"help", "", "print this help", ""},
   };
   return *flags;

@@ -105,6 +105,13 @@ class HelpExits0AndStatesTheCodes(unittest.TestCase):
             if args != ["insert", "--help"]:
                 self.assertRegex(out, r"Exit codes: 0 .*, 1 [^\n]*(\n[^\n]*)?2 usage error",
                                  args)
+        # --json's two conventions, said where a script writer looks first.
+        _, out, _ = run(ARGS.prefixctl, "--help")
+        self.assertIn("--json print JSON (one object per line) instead of tables: protobuf's "
+                      "JSON mapping, so 64-bit numbers are strings", " ".join(out.split()))
+        _, out, _ = run(ARGS.prefixctl, "plan", "--help")
+        self.assertIn("--json print JSON for scripts instead of tables (numbers as numbers, "
+                      "exact integers)", " ".join(out.split()))
         rc, out, _ = run(ARGS.prefixd, "--version")
         self.assertEqual(rc, EXIT_OK)
         self.assertTrue(out.startswith("prefixd "), out)

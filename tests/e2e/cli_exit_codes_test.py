@@ -38,7 +38,12 @@ class UsageErrorsExit2(unittest.TestCase):
         self.assertEqual(out, "", args)
 
     def test_prefixd(self):
-        self.check(ARGS.prefixd, ["--lisen=127.0.0.1:1"], "unknown flag --lisen")
+        self.check(ARGS.prefixd, ["--lisen=127.0.0.1:1"],
+                   "unknown flag --lisen; did you mean --listen?")
+        # vLLM's and SGLang's dashed spelling gets the underscored one.
+        self.check(ARGS.prefixd, ["--index-source=e0=tcp://127.0.0.1:5557"],
+                   "unknown flag --index-source: flags are spelled with underscores, "
+                   "--index_source")
         self.check(ARGS.prefixd, ["--kv_budget"], "--kv_budget needs a value (--kv_budget=SIZE)")
         self.check(ARGS.prefixd, ["serve"], 'unexpected argument "serve"; flags start with --')
         self.check(ARGS.prefixd, ["--block_size", "0"], "--block_size=0: want a positive integer")
@@ -47,6 +52,8 @@ class UsageErrorsExit2(unittest.TestCase):
 
     def test_prefixctl(self):
         self.check(ARGS.prefixctl, ["--bogus", "stats"], "unknown flag --bogus")
+        self.check(ARGS.prefixctl, ["--adr=127.0.0.1:1", "stats"],
+                   "unknown flag --adr; did you mean --addr?")
         self.check(ARGS.prefixctl, ["stats", "--addr"], "--addr needs a value (--addr=ADDR)")
         self.check(ARGS.prefixctl, ["stats", "extra"],
                    'unexpected argument "extra"; flags start with --')
@@ -55,6 +62,8 @@ class UsageErrorsExit2(unittest.TestCase):
 
     def test_prefixctl_plan(self):
         self.check(ARGS.prefixctl, ["plan", "--bogus"], "unknown flag --bogus")
+        self.check(ARGS.prefixctl, ["plan", "--hf-config=x.json"],
+                   "unknown flag --hf-config: flags are spelled with underscores, --hf_config")
         self.check(ARGS.prefixctl, ["plan", "--model"], "--model needs a value (--model=PRESET|FILE)")
         self.check(ARGS.prefixctl, ["plan", "stray"], 'unexpected argument "stray"')
 

@@ -6,7 +6,8 @@
 #   - the fast subset of `make test` that needs only those two binaries:
 #     the end-to-end test, the Python client's tests (the engine simulator
 #     reads the vendored traces), every config the docs show, the pip
-#     install, the connection errors, the layering check.
+#     install, the connection errors, docs/index.md's five-minute demo, the
+#     layering check.
 # A test, bench or doc that reaches outside the repository fails here.
 # A few minutes on 2 cores (the build is most of it).
 #
@@ -77,5 +78,5 @@ run_pid=
 
 # The fast subset of `make test`: only tests of the two binaries built.
 ctest --test-dir build --output-on-failure -j"${JOBS:-2}" -R \
-  '^(e2e_test|python_.*|firstrun_(docs_config|make_run|python_install|connect_errors)_test|layering_check)$'
+  '^(e2e_test|python_.*|firstrun_(docs_config|make_run|python_install|connect_errors|five_minutes)_test|layering_check)$'
 log "passed in $(( SECONDS - start ))s"

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace prefixd {
 namespace {
@@ -22,6 +26,56 @@ const FlagSpec* FindSpec(const std::vector<FlagSpec>& spec,
     if (f.name == name) return &f;
   }
   return nullptr;
+}
+
+// Levenshtein distance: insertions, deletions and substitutions.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// "unknown flag --NAME", and the flag most likely meant: NAME with '-' for
+// '_' (vLLM and SGLang spell their flags with dashes: --index-source), else
+// the nearest known flag within 2 edits and a third of the name's length.
+// (--noNAME for a NAME that takes a value says so.)
+absl::Status UnknownFlag(const std::vector<FlagSpec>& spec,
+                         const std::string& name) {
+  if (absl::StartsWith(name, "no") && FindSpec(spec, name.substr(2))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown flag --", name, ": --no negates a boolean flag; --",
+        name.substr(2), " takes a value"));
+  }
+  const std::string underscored = absl::StrReplaceAll(name, {{"-", "_"}});
+  if (underscored != name && FindSpec(spec, underscored) != nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown flag --", name,
+                     ": flags are spelled with underscores, --", underscored));
+  }
+  const FlagSpec* nearest = nullptr;
+  size_t distance = 3;
+  for (const FlagSpec& f : spec) {
+    const size_t d = EditDistance(underscored, f.name);
+    if (d < distance && d * 3 <= name.size()) {
+      nearest = &f;
+      distance = d;
+    }
+  }
+  return absl::InvalidArgumentError(nearest == nullptr
+                                        ? absl::StrCat("unknown flag --", name)
+                                        : absl::StrCat("unknown flag --", name,
+                                                       "; did you mean --",
+                                                       nearest->name, "?"));
 }
 
 // "true" or "false" for a boolean flag given `value` (nullopt: bare --name).
@@ -85,9 +139,7 @@ absl::StatusOr<ParsedFlags> ParsedFlags::Parse(
         continue;
       }
     }
-    if (flag == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
+    if (flag == nullptr) return UnknownFlag(spec, name);
     if (flag->value_name.empty()) {
       absl::StatusOr<std::string> b = BoolValue(name, value);
       if (!b.ok()) return b.status();

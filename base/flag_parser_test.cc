@@ -53,11 +53,40 @@ TEST(FlagParserTest, EqualsAndSeparateValueAreTheSame) {
 }
 
 TEST(FlagParserTest, UnknownFlagIsNamed) {
-  EXPECT_EQ(ErrorOf({"--adr=x:1"}), "unknown flag --adr");
   EXPECT_EQ(ErrorOf({"--json", "--bogus", "7"}), "unknown flag --bogus");
   EXPECT_EQ(ErrorOf({"-x"}), "unknown flag --x");
   // --no only negates a boolean.
-  EXPECT_EQ(ErrorOf({"--noaddr"}), "unknown flag --noaddr");
+  EXPECT_EQ(ErrorOf({"--noaddr"}),
+            "unknown flag --noaddr: --no negates a boolean flag; --addr takes "
+            "a value");
+}
+
+TEST(FlagParserTest, UnknownFlagSuggestsTheFlagMostLikelyMeant) {
+  // vLLM's and SGLang's spelling, with dashes.
+  const std::vector<FlagSpec> spec = {{"index_source", "NAME=ENDPOINT", "", ""},
+                                      {"index_block_size", "N", "", ""},
+                                      {"listen", "ADDR", "", ""},
+                                      {"addr", "ADDR", "", ""}};
+  const auto error = [&](const std::string& arg) {
+    return std::string(ParsedFlags::Parse(spec, {arg}).status().message());
+  };
+  EXPECT_EQ(error("--index-source=e0=tcp://h:1"),
+            "unknown flag --index-source: flags are spelled with underscores, "
+            "--index_source");
+  EXPECT_EQ(error("--index-block-size=16"),
+            "unknown flag --index-block-size: flags are spelled with "
+            "underscores, --index_block_size");
+  // Near misses: typos within 2 edits (and a third of the name).
+  EXPECT_EQ(error("--lisen=x:1"),
+            "unknown flag --lisen; did you mean --listen?");
+  EXPECT_EQ(error("--adr=x:1"), "unknown flag --adr; did you mean --addr?");
+  EXPECT_EQ(error("--index_sources=x"),
+            "unknown flag --index_sources; did you mean --index_source?");
+  EXPECT_EQ(error("--index-sorce=x"),
+            "unknown flag --index-sorce; did you mean --index_source?");
+  // Too far, or too short to tell: no guess.
+  EXPECT_EQ(error("--model=x"), "unknown flag --model");
+  EXPECT_EQ(error("--ad=x"), "unknown flag --ad");
 }
 
 TEST(FlagParserTest, MissingValueNamesTheFlagAndItsForm) {

@@ -5,11 +5,13 @@
 #include <ostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -30,9 +32,11 @@ namespace {
 
 const std::vector<FlagSpec>& Flags() {
   static const auto* flags = new std::vector<FlagSpec>{
-      {"model", "PRESET",
+      {"model", "PRESET|FILE",
        "model preset: llama-3-8b, llama-3-70b, mistral-7b, gemma-2-9b, "
-       "gemma-3-27b, deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1",
+       "gemma-3-27b, deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1; or, as "
+       "prefixd's --model, a Hugging Face config.json (a name ending in "
+       ".json: --hf_config)",
        ""},
       {"hf_config", "FILE", "read the model from a Hugging Face config.json",
        ""},
@@ -61,7 +65,7 @@ const std::vector<FlagSpec>& Flags() {
        "fp8 scale per 16 values)",
        "fp16"},
       {"gpus", "GPUS",
-       "GPU memory (required without --batch): 4xH100-80GB, 8xB200, "
+       "GPU memory: 4xH100-80GB, 8xB200, "
        "H100-80GB, 4x80GiB or a size. Known: H100-80GB H100-94GB H200-141GB "
        "B200-180GB GB200-186GB MI300X-192GB A100-40GB A100-80GB L40S-48GB "
        "A10-24GB L4-24GB; GB in a GPU name is 10^9 bytes",
@@ -87,7 +91,10 @@ const std::vector<FlagSpec>& Flags() {
       {"max_seq_len", "N",
        "tokens a contiguous allocator reserves per sequence",
        "the largest --context"},
-      {"json", "", "print JSON for scripts instead of tables", ""},
+      {"json", "",
+       "print JSON for scripts instead of tables (numbers as numbers, exact "
+       "integers)",
+       ""},
       {"help", "", "print this help", ""},
   };
   return *flags;
@@ -178,9 +185,17 @@ absl::Status ReadModel(const ParsedFlags& flags, Request& req) {
   if (preset != nullptr && hf != nullptr) {
     return Usage("give --model or --hf_config, not both");
   }
+  // prefixd's rule for --model: a name ending in .json is a config.json.
+  if (preset != nullptr && absl::EndsWith(*preset, ".json")) {
+    std::swap(preset, hf);
+  }
   if (preset != nullptr) {
     absl::StatusOr<ModelPreset> p = FindPreset(*preset);
-    if (!p.ok()) return Usage(p.status().message());
+    if (!p.ok()) {
+      return Usage(absl::StrCat(
+          p.status().message(), "; a Hugging Face config.json is read with ",
+          "--hf_config=FILE (or --model=FILE when its name ends in .json)"));
+    }
     g = p->geometry;
   } else if (hf != nullptr) {
     absl::StatusOr<ModelSpecFromHf> spec = ReadHfConfig(*hf);
@@ -249,19 +264,20 @@ absl::Status ReadWeights(const ParsedFlags& flags, bool optional,
   return absl::OkStatus();
 }
 
-// --gpus, --weights/--params and --overhead. With --batch the GPUs and the
-// weights are optional: the cache is sized whatever holds it.
-absl::Status ReadMemory(const ParsedFlags& flags, bool forward, Request& req) {
+// --gpus, --weights/--params and --overhead. The weights are required with
+// --gpus (the KV budget is what they leave) and optional otherwise: without
+// GPUs the plan is the model's geometry, and the decode crossover if the
+// weights are known; with --batch the cache is sized whatever holds it.
+absl::Status ReadMemory(const ParsedFlags& flags, Request& req) {
   PlanInput& in = req.input;
   const std::string* gpus = flags.Find("gpus");
   req.has_gpus = gpus != nullptr;
   if (gpus != nullptr) {
     ASSIGN_OR_RETURN(req.gpus, ParseGpus(*gpus));
     in.gpu_bytes = req.gpus.total_bytes;
-  } else if (!forward) {
-    return Usage("--gpus is required, e.g. 4xH100-80GB");
   }
-  RETURN_IF_ERROR(ReadWeights(flags, forward, req));
+  const bool forward = flags.Has("batch");
+  RETURN_IF_ERROR(ReadWeights(flags, forward || !req.has_gpus, req));
   if (const std::string* overhead = flags.Find("overhead")) {
     ASSIGN_OR_RETURN(in.overhead_bytes,
                      ParseSizeWithUnit("--overhead", *overhead));
@@ -388,15 +404,15 @@ std::string GpusText(const GpuPool& gpus) {
              : absl::StrCat(gpus.count, " x ", gpus.model);
 }
 
-// The notes and the one-line figures of the text report.
-std::string SummaryText(const Request& req, const Plan& plan) {
+// The model, its bytes per token and per block (and the notes above them):
+// the first lines of every plan.
+std::string GeometryLines(const Request& req, const Plan& plan) {
   const PlanInput& in = req.input;
   const ModelGeometry& g = in.geometry;
   std::string out;
   for (const std::string& note : req.notes) {
     absl::StrAppend(&out, "note: ", note, "\n");
   }
-  const std::string gpus = GpusText(req.gpus);
   out += Line("Model", ModelText(g));
   out += Line("KV dtype", KvDtypeName(in.kv_dtype));
   out += Line("Bytes per token",
@@ -418,6 +434,49 @@ std::string SummaryText(const Request& req, const Plan& plan) {
   }
   out += Line("Block bytes", absl::StrCat(Bytes(plan.block_bytes), " = ",
                                           in.block_size, " tokens per block"));
+  return out;
+}
+
+std::string CrossoverLine(const Request& req, const Plan& plan) {
+  return Line("Decode crossover",
+              req.has_weights
+                  ? absl::StrCat(FormatCount(plan.crossover_tokens),
+                                 " cached tokens in flight read as many bytes "
+                                 "per decode step as the weights")
+                  : "give --weights or --params");
+}
+
+// Without --gpus: what does not depend on the KV budget.
+std::string GeometryReport(const Request& req, const Plan& plan) {
+  std::string out = GeometryLines(req, plan);
+  if (req.has_weights) out += Line("Weights", Bytes(plan.weight_bytes));
+  out += CrossoverLine(req, plan);
+  out += Line("GPUs",
+              "not given: --gpus (e.g. 4xH100-80GB) adds the KV "
+              "budget and what fits in it");
+  std::vector<std::vector<std::string>> rows = {{"context", "KV per sequence"}};
+  for (const ContextRow& row : plan.contexts) {
+    rows.push_back(
+        {FormatCount(row.context_len), Bytes(row.kv_bytes_per_sequence)});
+  }
+  absl::StrAppend(&out, "\nKV per sequence\n", Table(rows, 0));
+  if (plan.head_variants.empty()) return out;
+  rows = {{"variant", "kv_heads", "bytes/token", "crossover"}};
+  for (const HeadVariant& v : plan.head_variants) {
+    rows.push_back({absl::StrCat(v.label, v.is_model ? " *" : ""),
+                    absl::StrCat(v.kv_heads), FormatCount(v.bytes_per_token),
+                    req.has_weights ? FormatCount(v.crossover_tokens) : "-"});
+  }
+  absl::StrAppend(&out, "\nKV heads as the only variable (* = this model)\n",
+                  Table(rows, 1));
+  return out;
+}
+
+// With --gpus: the one-line figures, the budget's included.
+std::string SummaryText(const Request& req, const Plan& plan) {
+  const PlanInput& in = req.input;
+  std::string out = GeometryLines(req, plan);
+  const std::string gpus = GpusText(req.gpus);
   out += Line("GPU memory", absl::StrCat(Bytes(plan.gpu_bytes), " = ", gpus));
   out += Line("Weights", Bytes(plan.weight_bytes));
   out += Line("Overhead", Bytes(plan.overhead_bytes));
@@ -427,10 +486,7 @@ std::string SummaryText(const Request& req, const Plan& plan) {
               absl::StrCat(FormatCount(plan.tokens_that_fit), " (",
                            FormatCount(plan.budget_blocks), " blocks of ",
                            in.block_size, " tokens)"));
-  out += Line("Decode crossover",
-              absl::StrCat(FormatCount(plan.crossover_tokens),
-                           " cached tokens in flight read as many bytes per "
-                           "decode step as the weights"));
+  out += CrossoverLine(req, plan);
   return out;
 }
 
@@ -528,12 +584,14 @@ std::string ForwardKvTable(const ForwardInput& in, const Forward& f) {
 
 std::string ForwardGpuTable(const Forward& f) {
   std::vector<std::vector<std::string>> rows = {
-      {"gpu", "memory", "gpus needed", "KV / one GPU", "cache alone"}};
+      {"gpu", "memory", "gpus needed", "tensor parallel", "KV / one GPU",
+       "cache alone"}};
   for (const GpuNeed& g : f.gpus) {
-    rows.push_back({g.gpu, FormatBytes(g.memory_bytes),
-                    FormatCount(g.gpus_needed),
-                    absl::StrCat(FormatCount(g.kv_percent_of_gpu), "%"),
-                    g.kv_exceeds_gpu ? "exceeds one GPU" : "fits one GPU"});
+    rows.push_back(
+        {g.gpu, FormatBytes(g.memory_bytes), FormatCount(g.gpus_needed),
+         g.tensor_parallel > 0 ? FormatCount(g.tensor_parallel) : "none",
+         absl::StrCat(FormatCount(g.kv_percent_of_gpu), "%"),
+         g.kv_exceeds_gpu ? "exceeds one GPU" : "fits one GPU"});
   }
   return Table(rows, 1);
 }
@@ -657,13 +715,18 @@ std::string Quote(absl::string_view s) {
   return out + "\"";
 }
 
-std::string ContextsJson(const std::vector<ContextRow>& rows) {
+// A number that needs the GPUs (the KV budget), or null without them.
+std::string IfGpus(bool has_gpus, uint64_t value) {
+  return has_gpus ? absl::StrCat(value) : "null";
+}
+
+std::string ContextsJson(const std::vector<ContextRow>& rows, bool has_gpus) {
   std::vector<std::string> items;
   for (const ContextRow& row : rows) {
     items.push_back(absl::StrCat(
-        "{\"context_len\": ", row.context_len,
-        ", \"kv_bytes_per_sequence\": ", row.kv_bytes_per_sequence,
-        ", \"concurrent_sequences\": ", row.concurrent_sequences, "}"));
+        "{\"context_len\": ", row.context_len, ", \"kv_bytes_per_sequence\": ",
+        row.kv_bytes_per_sequence, ", \"concurrent_sequences\": ",
+        IfGpus(has_gpus, row.concurrent_sequences), "}"));
   }
   return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
 }
@@ -681,9 +744,11 @@ std::string ModelJson(const ModelGeometry& g) {
       ", \"state_bytes_per_layer\": ", g.state_bytes_per_layer, "}");
 }
 
+// Without --gpus the numbers that need a KV budget are null (GeometryReport).
 std::string JsonReport(const Request& req, const Plan& plan) {
   const PlanInput& in = req.input;
   const ModelGeometry& g = in.geometry;
+  const bool gpus = req.has_gpus;
   std::vector<std::string> notes;
   for (const std::string& note : req.notes) notes.push_back(Quote(note));
   std::vector<std::string> variants;
@@ -691,12 +756,13 @@ std::string JsonReport(const Request& req, const Plan& plan) {
     variants.push_back(absl::StrCat(
         "    {\"label\": ", Quote(v.label), ", \"kv_heads\": ", v.kv_heads,
         ", \"is_model\": ", v.is_model ? "true" : "false",
-        ", \"bytes_per_token\": ", v.bytes_per_token, ", \"tokens_that_fit\": ",
-        v.tokens_that_fit, ", \"crossover_tokens\": ", v.crossover_tokens,
-        ", \"contexts\": ", ContextsJson(v.contexts), "}"));
+        ", \"bytes_per_token\": ", v.bytes_per_token,
+        ", \"tokens_that_fit\": ", IfGpus(gpus, v.tokens_that_fit),
+        ", \"crossover_tokens\": ", v.crossover_tokens,
+        ", \"contexts\": ", ContextsJson(v.contexts, gpus), "}"));
   }
   std::string waste = "null";
-  if (plan.waste.has_value()) {
+  if (plan.waste.has_value() && gpus) {
     const WasteReport& w = *plan.waste;
     waste = absl::StrCat(
         "{\"actual_len\": ", w.actual_len, ", \"max_seq_len\": ", w.max_seq_len,
@@ -710,27 +776,29 @@ std::string JsonReport(const Request& req, const Plan& plan) {
         ", \"paged_wasted_bytes\": ", w.paged_wasted_bytes,
         ", \"paged_sequences\": ", w.paged_sequences, "}");
   }
+  const std::string pool =
+      gpus ? absl::StrCat("{\"count\": ", req.gpus.count,
+                          ", \"model\": ", Quote(req.gpus.model),
+                          ", \"bytes_per_gpu\": ", req.gpus.bytes_per_gpu,
+                          ", \"total_bytes\": ", req.gpus.total_bytes, "}")
+           : "null";
   return absl::StrCat(
       "{\n  \"model\": ", ModelJson(g), ",\n",
       "  \"kv_dtype\": ", Quote(KvDtypeName(in.kv_dtype)), ",\n",
-      "  \"block_size\": ", in.block_size, ",\n",
-      "  \"gpus\": {\"count\": ", req.gpus.count,
-      ", \"model\": ", Quote(req.gpus.model),
-      ", \"bytes_per_gpu\": ", req.gpus.bytes_per_gpu,
-      ", \"total_bytes\": ", req.gpus.total_bytes, "},\n",
+      "  \"block_size\": ", in.block_size, ",\n", "  \"gpus\": ", pool, ",\n",
       "  \"bytes_per_token\": ", plan.bytes_per_token, ",\n",
       "  \"full_bytes_per_token\": ", plan.full_bytes_per_token, ",\n",
       "  \"window_bytes_per_token\": ", plan.window_bytes_per_token, ",\n",
       "  \"state_bytes_per_sequence\": ", plan.state_bytes_per_sequence, ",\n",
       "  \"block_bytes\": ", plan.block_bytes, ",\n",
-      "  \"gpu_bytes\": ", plan.gpu_bytes, ",\n",
+      "  \"gpu_bytes\": ", IfGpus(gpus, plan.gpu_bytes), ",\n",
       "  \"weight_bytes\": ", plan.weight_bytes, ",\n",
       "  \"overhead_bytes\": ", plan.overhead_bytes, ",\n",
-      "  \"kv_budget_bytes\": ", plan.kv_budget_bytes, ",\n",
-      "  \"tokens_that_fit\": ", plan.tokens_that_fit, ",\n",
-      "  \"budget_blocks\": ", plan.budget_blocks, ",\n",
+      "  \"kv_budget_bytes\": ", IfGpus(gpus, plan.kv_budget_bytes), ",\n",
+      "  \"tokens_that_fit\": ", IfGpus(gpus, plan.tokens_that_fit), ",\n",
+      "  \"budget_blocks\": ", IfGpus(gpus, plan.budget_blocks), ",\n",
       "  \"crossover_tokens\": ", plan.crossover_tokens, ",\n",
-      "  \"contexts\": ", ContextsJson(plan.contexts), ",\n",
+      "  \"contexts\": ", ContextsJson(plan.contexts, gpus), ",\n",
       "  \"head_variants\": [\n", absl::StrJoin(variants, ",\n"), "\n  ],\n",
       "  \"waste\": ", waste, ",\n", "  \"notes\": [",
       absl::StrJoin(notes, ", "), "]\n}\n");
@@ -758,8 +826,8 @@ std::string ForwardJsonReport(const Request& req, const Forward& f) {
   for (const GpuNeed& n : f.gpus) {
     gpus.push_back(absl::StrCat(
         "    {\"gpu\": ", Quote(n.gpu), ", \"memory_bytes\": ", n.memory_bytes,
-        ", \"gpus_needed\": ", n.gpus_needed,
-        ", \"kv_percent_of_gpu\": ", n.kv_percent_of_gpu,
+        ", \"gpus_needed\": ", n.gpus_needed, ", \"tensor_parallel\": ",
+        n.tensor_parallel, ", \"kv_percent_of_gpu\": ", n.kv_percent_of_gpu,
         ", \"kv_exceeds_gpu\": ", n.kv_exceeds_gpu ? "true" : "false", "}"));
   }
   std::string pool = "null";
@@ -792,7 +860,7 @@ std::string ForwardJsonReport(const Request& req, const Forward& f) {
 // --batch: the forward calculator.
 int RunForward(const ParsedFlags& flags, Request& req, std::ostream& out,
                std::ostream& err) {
-  absl::Status status = ReadMemory(flags, /*forward=*/true, req);
+  absl::Status status = ReadMemory(flags, req);
   if (status.ok()) status = ReadForward(flags, req);
   if (!status.ok()) {
     err << "prefixctl plan: " << status.message() << "\n";
@@ -812,10 +880,14 @@ int RunForward(const ParsedFlags& flags, Request& req, std::ostream& out,
 
 std::string PlanUsage() {
   std::string out =
-      "Usage: prefixctl plan --gpus GPUS (--model PRESET | --hf_config FILE |\n"
-      "           --layers N --kv_heads N --head_dim N) (--weights SIZE |\n"
-      "           --params COUNT) [flags]\n\n"
+      "Usage: prefixctl plan (--model PRESET|FILE | --hf_config FILE |\n"
+      "           --layers N --kv_heads N --head_dim N) [--gpus GPUS]\n"
+      "           [--weights SIZE | --params COUNT] [flags]\n\n"
       "Capacity planning from the model's KV geometry; needs no daemon.\n"
+      "Without --gpus: the geometry, bytes per token and sequence, and with\n"
+      "the weights the decode crossover; with --gpus (and the weights) the\n"
+      "KV budget and what fits in it; with --batch the KV of a batch and the\n"
+      "GPUs (and tensor-parallel degree) it needs.\n"
       "bytes_per_token = 2 x layers x kv_heads x head_dim x dtype bytes\n"
       "(MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes);\n"
       "KV budget = GPU memory - weights - overhead. Sizes need a unit: B, kB,\n"
@@ -850,20 +922,28 @@ int RunPlanCommand(int argc, char** argv, std::ostream& out,
   if (status.ok() && flags->Has("batch")) {
     return RunForward(*flags, req, out, err);
   }
-  if (status.ok()) status = ReadMemory(*flags, /*forward=*/false, req);
+  if (status.ok()) status = ReadMemory(*flags, req);
   if (status.ok()) status = ReadRest(*flags, req);
   if (!status.ok()) {
     err << "prefixctl plan: " << status.message() << "\n";
     return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage
                                                                : kExitFailure;
   }
+  // Without GPUs nothing is left for KV: the plan keeps what does not
+  // depend on the budget (bytes per token and sequence, the crossover).
+  if (!req.has_gpus) {
+    req.input.gpu_bytes = req.input.weight_bytes + req.input.overhead_bytes;
+  }
   absl::StatusOr<Plan> plan = MakePlan(req.input);
   if (!plan.ok()) {
     err << "prefixctl plan: " << plan.status().message() << "\n";
     return kExitFailure;
   }
-  out << (flags->Bool("json") ? JsonReport(req, *plan)
-                              : TextReport(req, *plan));
+  if (flags->Bool("json")) {
+    out << JsonReport(req, *plan);
+  } else {
+    out << (req.has_gpus ? TextReport(req, *plan) : GeometryReport(req, *plan));
+  }
   return kExitOk;
 }
 

@@ -163,6 +163,43 @@ TEST(PlanCommandTest, HfConfigFile) {
   EXPECT_THAT(r.out, HasSubstr("MHA-32 *"));
 }
 
+// Without --gpus: the geometry, bytes per token, the KV of a sequence and,
+// with the weights, the decode crossover; nothing that needs a KV budget.
+TEST(PlanCommandTest, WithoutGpusTheGeometryAndTheCrossover) {
+  Result r = RunPlan({"--model", "llama-3-8b", "--params", "8B"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_THAT(r.out, HasSubstr("Bytes per token   131,072 B (128 KiB) = 2 x 32 "
+                               "layers x 8 kv_heads x 128 head_dim x 2 B\n"));
+  EXPECT_THAT(r.out, HasSubstr("Block bytes       2,097,152 B (2 MiB)"));
+  EXPECT_THAT(r.out, HasSubstr("Weights           16,000,000,000 B (16 GB)\n"));
+  EXPECT_THAT(r.out, HasSubstr("Decode crossover  122,071 cached tokens in "
+                               "flight read as many bytes per decode step as "
+                               "the weights\n"));
+  EXPECT_THAT(r.out, HasSubstr("GPUs              not given: --gpus"));
+  EXPECT_THAT(r.out, HasSubstr("  context            KV per sequence\n"
+                               "    8,192    1,073,741,824 B (1 GiB)\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("  GQA-8 *         8      131,072    122,071\n"));
+  for (const char* absent :
+       {"\nKV budget ", "\nTokens that fit", "concurrent", "contiguous"}) {
+    EXPECT_THAT(r.out, Not(HasSubstr(absent)));
+  }
+  r = RunPlan({"--model", "llama-3-8b"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out,
+              HasSubstr("Decode crossover  give --weights or --params\n"));
+  r = RunPlan({"--model", "llama-3-8b", "--params", "8B", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* field :
+       {"\"gpus\": null", "\"kv_budget_bytes\": null",
+        "\"tokens_that_fit\": null", "\"crossover_tokens\": 122071",
+        "\"bytes_per_token\": 131072", "\"concurrent_sequences\": null",
+        "\"waste\": null"}) {
+    EXPECT_THAT(r.out, HasSubstr(field));
+  }
+}
+
 // --batch: the forward calculator. The headline table (Llama-3-70B, fp16, 8k
 // context, batch 32: 640 / 80 / 10 GiB) and its int4 row read off the
 // output.
@@ -182,11 +219,16 @@ TEST(PlanCommandTest, ForwardLlama70bTable) {
                                "  int4    160 GiB   20 GiB  2.5 GiB\n"));
   EXPECT_THAT(r.out, HasSubstr("Weights           140,000,000,000 B (140 GB)"));
   EXPECT_THAT(r.out, HasSubstr("427,247 cached tokens in flight"));
-  // 225,899,345,920 B: 3 H100-80GB; 80 GiB alone is 107% of one.
+  // 225,899,345,920 B: 3 H100-80GB, so tensor parallel 4 (64 heads split
+  // 4 ways, not 3); 80 GiB alone is 107% of one.
+  EXPECT_THAT(r.out, HasSubstr("  gpu           memory  gpus needed  tensor "
+                               "parallel  KV / one GPU      cache alone\n"));
   EXPECT_THAT(r.out, HasSubstr("  H100-80GB      80 GB            3          "
-                               "107%  exceeds one GPU\n"));
-  EXPECT_THAT(r.out, HasSubstr("  H200-141GB    141 GB            2           "
-                               "60%     fits one GPU\n"));
+                               "      4          107%  exceeds one GPU\n"));
+  EXPECT_THAT(r.out, HasSubstr("  H200-141GB    141 GB            2          "
+                               "      2           60%     fits one GPU\n"));
+  EXPECT_THAT(r.out, HasSubstr("  L40S-48GB      48 GB            5          "
+                               "      8          178%  exceeds one GPU\n"));
 }
 
 // The 8B crossover: Llama-3-8B's 15 GB of fp16 weights equal the KV of
@@ -223,6 +265,7 @@ TEST(PlanCommandTest, ForwardJson) {
                                "true}"));
   EXPECT_THAT(r.out, HasSubstr("{\"gpu\": \"A10-24GB\", \"memory_bytes\": "
                                "24000000000, \"gpus_needed\": 1, "
+                               "\"tensor_parallel\": 1, "
                                "\"kv_percent_of_gpu\": 89, \"kv_exceeds_gpu\": "
                                "false}"));
 }
@@ -298,6 +341,17 @@ std::string HfConfig(const std::string& name) {
 
 // DeepSeek-V3 caches one latent of kv_lora_rank + qk_rope_head_dim values
 // per layer: (512 + 64) x 61 x 2 B, not 128 KV heads x 56 x 2 x 61 x 2.
+// prefixd's --model takes a config.json path; so does plan's, as
+// --hf_config.
+TEST(PlanCommandTest, ModelFlagTakesAConfigJsonAsPrefixdDoes) {
+  const std::string path = HfConfig("gemma-2-9b.json");
+  const Result by_model = RunPlan({"--model", path, "--params", "9B"});
+  const Result by_hf = RunPlan({"--hf_config", path, "--params", "9B"});
+  ASSERT_EQ(by_model.code, 0) << by_model.err;
+  EXPECT_EQ(by_model.out, by_hf.out);
+  EXPECT_THAT(by_model.out, HasSubstr("344,064 B (336 KiB)"));
+}
+
 TEST(PlanCommandTest, DeepSeekV3IsSizedAsLatentAttention) {
   for (const std::vector<std::string>& model :
        {std::vector<std::string>{"--model", "deepseek-v3"},
@@ -482,9 +536,6 @@ TEST(PlanCommandTest, UsageErrors) {
            Case{{"stray"}, 2, "unexpected argument"},
            Case{{"--model"}, 2, "--model needs a value"},
            Case{{"--gpus", "4xH100-80GB", "--weights", "1GB"}, 2, "no model"},
-           Case{{"--model", "llama-3-70b", "--weights", "1GB"},
-                2,
-                "--gpus is required"},
            Case{{"--model", "llama-3-70b", "--gpus", "H100-80GB"},
                 2,
                 "exactly one of --weights"},
@@ -493,7 +544,18 @@ TEST(PlanCommandTest, UsageErrors) {
                 "not both"},
            Case{{"--model", "gpt-5", "--gpus", "H100-80GB", "--weights", "1GB"},
                 2,
-                "unknown model preset"},
+                "unknown model preset \"gpt-5\"; known presets: llama-3-8b, "
+                "llama-3-70b, mistral-7b, gemma-2-9b, gemma-3-27b, "
+                "deepseek-v3, qwen3-next-80b-a3b, jamba-v0.1; a Hugging Face "
+                "config.json is read with --hf_config=FILE (or --model=FILE "
+                "when its name ends in .json)"},
+           Case{
+               {"--model", "/nonexistent/config.json", "--hf_config", "x.json"},
+               2,
+               "not both"},
+           Case{{"--model", "/nonexistent/config.json"},
+                1,
+                "cannot read /nonexistent/config.json"},
            Case{{"--model", "llama-3-70b", "--gpus", "9xTPU", "--weights",
                  "1GB"},
                 2,

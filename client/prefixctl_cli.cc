@@ -99,7 +99,11 @@ std::vector<FlagSpec> GlobalFlags() {
        "tenant of the call (x-prefixd-tenant); auth off: 'default'", ""},
       {"token", "TOKEN", "bearer token", "$PREFIXD_TOKEN"},
       {"timeout", "DURATION", "deadline of each call, e.g. 5s or 250ms", "5s"},
-      {"json", "", "print JSON (one object per line) instead of tables", ""},
+      {"json", "",
+       "print JSON (one object per line) instead of tables: protobuf's JSON "
+       "mapping, so 64-bit numbers are strings (\"matched_tokens\":\"32\"; "
+       "jq: tonumber)",
+       ""},
       {"tls", "", "use TLS with the system's root certificates", ""},
       {"tls_ca", "FILE", "PEM root certificates for TLS (implies --tls)", ""},
       {"tls_cert", "FILE", "PEM client certificate for mTLS", ""},

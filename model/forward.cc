@@ -122,13 +122,14 @@ absl::Status SetCrossover(const ForwardInput& input, Forward* f) {
   return absl::OkStatus();
 }
 
-std::vector<GpuNeed> GpuNeeds(const Forward& f) {
+std::vector<GpuNeed> GpuNeeds(const ModelGeometry& g, const Forward& f) {
   std::vector<GpuNeed> needs;
   for (const GpuModel& gpu : KnownGpus()) {
     GpuNeed need;
     need.gpu = gpu.name;
     need.memory_bytes = gpu.memory_bytes;
     need.gpus_needed = CeilDiv(f.total_bytes, gpu.memory_bytes);
+    need.tensor_parallel = TensorParallelDegree(g, need.gpus_needed);
     // The percentage is only shown: a cache above 2^64 / 100 bytes reads
     // as the largest number rather than wrapping around.
     need.kv_percent_of_gpu = f.kv_bytes > UINT64_MAX / 100
@@ -180,7 +181,7 @@ absl::StatusOr<Forward> MakeForward(const ForwardInput& input) {
     ASSIGN_OR_RETURN(ForwardVariant v, MakeVariant(input, h));
     f.variants.push_back(std::move(v));
   }
-  f.gpus = GpuNeeds(f);
+  f.gpus = GpuNeeds(input.geometry, f);
   return f;
 }
 

@@ -63,6 +63,10 @@ struct GpuNeed {
   uint64_t memory_bytes = 0;
   // ceil((weights + overhead + kv) / memory_bytes).
   uint64_t gpus_needed = 0;
+  // TensorParallelDegree(geometry, gpus_needed): the GPUs one tensor-
+  // parallel replica takes (3 needed: 4 for a model with 64 heads); 0 when
+  // none up to the attention heads is enough.
+  uint64_t tensor_parallel = 0;
   // floor(kv x 100 / memory_bytes): the cache alone against one GPU.
   uint64_t kv_percent_of_gpu = 0;
   bool kv_exceeds_gpu = false;  // kv > memory_bytes

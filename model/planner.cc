@@ -261,6 +261,20 @@ absl::StatusOr<GpuPool> ParseGpus(absl::string_view text) {
   return pool;
 }
 
+uint64_t TensorParallelDegree(const ModelGeometry& g, uint64_t gpus) {
+  const uint64_t heads = static_cast<uint64_t>(g.attention_heads);
+  const uint64_t kv = static_cast<uint64_t>(std::max(g.kv_heads, 1));
+  if (heads == 0) {
+    uint64_t d = 1;
+    while (d < gpus && d < (uint64_t{1} << 62)) d *= 2;
+    return d;
+  }
+  for (uint64_t d = std::max<uint64_t>(gpus, 1); d <= heads; ++d) {
+    if (heads % d == 0 && (kv % d == 0 || d % kv == 0)) return d;
+  }
+  return 0;
+}
+
 absl::StatusOr<uint64_t> WeightBytes(uint64_t params, KvDtype weight_dtype) {
   // Bits per `group` values: the values and, for nvfp4, one 8-bit scale.
   const uint64_t group =

@@ -61,6 +61,14 @@ absl::StatusOr<GpuPool> ParseGpus(absl::string_view text);
 // INVALID_ARGUMENT on overflow.
 absl::StatusOr<uint64_t> WeightBytes(uint64_t params, KvDtype weight_dtype);
 
+// The smallest tensor-parallel degree of at least `gpus` GPUs that the
+// model's heads allow: one that divides the attention heads (vLLM and
+// SGLang shard the query heads evenly and refuse other degrees) and either
+// divides the KV heads or is a multiple of them (KV heads are then
+// replicated). Powers of two when the attention heads are unknown (0).
+// 0 when no degree up to the attention heads is large enough.
+uint64_t TensorParallelDegree(const ModelGeometry& geometry, uint64_t gpus);
+
 struct PlanInput {
   ModelGeometry geometry;
   KvDtype kv_dtype = KvDtype::kFp16;

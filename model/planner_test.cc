@@ -27,6 +27,27 @@ PlanInput Llama70bOn4H100() {
   return input;
 }
 
+// A tensor-parallel degree splits the attention heads evenly, and the KV
+// heads evenly or into replicas.
+TEST(PlannerTest, TensorParallelDegree) {
+  const ModelGeometry llama70b = FindPreset("llama-3-70b")->geometry;  // 64/8
+  EXPECT_EQ(TensorParallelDegree(llama70b, 1), 1u);
+  EXPECT_EQ(TensorParallelDegree(llama70b, 3), 4u);
+  EXPECT_EQ(TensorParallelDegree(llama70b, 5), 8u);
+  EXPECT_EQ(TensorParallelDegree(llama70b, 10), 16u);  // KV heads replicated
+  EXPECT_EQ(TensorParallelDegree(llama70b, 65), 0u);   // more than the heads
+  ModelGeometry g = llama70b;
+  g.attention_heads = 12;
+  g.kv_heads = 4;
+  EXPECT_EQ(TensorParallelDegree(g, 3), 4u);  // 3 divides 12 but not 4
+  EXPECT_EQ(TensorParallelDegree(g, 5), 12u);
+  g.attention_heads = 0;  // unknown: powers of two
+  EXPECT_EQ(TensorParallelDegree(g, 3), 4u);
+  EXPECT_EQ(TensorParallelDegree(g, 9), 16u);
+  const ModelGeometry mla = FindPreset("deepseek-v3")->geometry;  // 128 heads
+  EXPECT_EQ(TensorParallelDegree(mla, 3), 4u);
+}
+
 TEST(PlannerTest, Llama70bHeadlineNumbers) {
   absl::StatusOr<Plan> plan = MakePlan(Llama70bOn4H100());
   ASSERT_TRUE(plan.ok()) << plan.status();

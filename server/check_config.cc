@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "core/cache.h"
 #include "model/units.h"
@@ -47,8 +48,11 @@ absl::StatusOr<std::string> CheckConfig(const CommandLine& flags) {
   std::string text;
   google::protobuf::TextFormat::Printer printer;
   printer.PrintToString(config.proto, &text);
-  return absl::StrCat("# ", flags.config_path,
-                      ": OK; the resolved settings follow\n",
+  std::string warnings;
+  for (const std::string& w : ExposureWarnings(config))
+    absl::StrAppend(&warnings, "# WARNING: ", w, "\n");
+  return absl::StrCat("# ", absl::StrJoin(flags.config_paths, " + "),
+                      ": OK; the resolved settings follow\n", warnings,
                       DerivedSizes(config, (*cache)->budget_blocks()), text);
 }
 

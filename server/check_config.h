@@ -13,7 +13,7 @@
 
 namespace prefixd {
 
-// Loads flags.config_path with the other flags over it, as start-up does,
+// Loads flags.config_paths with the other flags over it, as start-up does,
 // then builds what start-up builds from it: the cache (budget against the
 // tenants' reservations) and the authorizer (principals, TLS files). On
 // success, the resolved settings: the derived sizes as `#` comments, then

@@ -4,6 +4,7 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -11,11 +12,13 @@
 #include <optional>
 #include <sstream>
 #include <tuple>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "model/hf_config.h"
 #include "model/units.h"
@@ -37,16 +40,32 @@ absl::Status Invalid(absl::string_view field, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
 }
 
+// The first error, "LINE:COL: message"; with `files` (the joined files'
+// names and first lines, 0-based, in order) "FILE:LINE:COL: message".
 class FirstErrorCollector : public google::protobuf::io::ErrorCollector {
  public:
+  FirstErrorCollector() = default;
+  explicit FirstErrorCollector(std::vector<std::pair<std::string, int>> files)
+      : files_(std::move(files)) {}
+
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
-    if (error_.empty())
-      error_ = absl::StrCat(line + 1, ":", column + 1, ": ", message);
+    if (!error_.empty()) return;
+    std::string file;
+    for (const auto& [name, first] : files_) {
+      if (line < first) break;
+      file = absl::StrCat(name, ":");
+      line_in_file_ = line - first;
+    }
+    if (files_.empty()) line_in_file_ = line;
+    error_ =
+        absl::StrCat(file, line_in_file_ + 1, ":", column + 1, ": ", message);
   }
   const std::string& error() const { return error_; }
 
  private:
+  std::vector<std::pair<std::string, int>> files_;
+  int line_in_file_ = 0;
   std::string error_;
 };
 
@@ -495,6 +514,44 @@ absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
   return config;
 }
 
+absl::StatusOr<v1::Config> ReadConfigFiles(
+    const std::vector<std::string>& paths) {
+  if (paths.size() == 1) return ReadConfigFile(paths[0]);
+  std::string joined;
+  std::vector<std::pair<std::string, int>> files;
+  int lines = 0;
+  for (const std::string& path : paths) {
+    if (absl::EndsWith(path, ".json")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config file ", path,
+                       ": only textproto files can be joined into one config "
+                       "(",
+                       absl::StrJoin(paths, ", "), ")"));
+    }
+    std::ifstream in(path);
+    if (!in) {
+      return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
+                                              ": ", std::strerror(errno)));
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    files.emplace_back(path, lines);
+    std::string t = text.str();
+    if (!t.empty() && t.back() != '\n') t += '\n';
+    lines += static_cast<int>(std::count(t.begin(), t.end(), '\n'));
+    joined += t;
+  }
+  v1::Config config;
+  google::protobuf::TextFormat::Parser parser;
+  FirstErrorCollector errors(std::move(files));
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(joined, &config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config file ", errors.error()));
+  }
+  return config;
+}
+
 void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
   if (!flags.listen.empty()) {
     config->clear_listen();
@@ -624,8 +681,8 @@ absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config) {
 
 absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags) {
   v1::Config config;
-  if (!flags.config_path.empty()) {
-    ASSIGN_OR_RETURN(config, ReadConfigFile(flags.config_path));
+  if (!flags.config_paths.empty()) {
+    ASSIGN_OR_RETURN(config, ReadConfigFiles(flags.config_paths));
   }
   ApplyCommandLine(flags, &config);
   FillDefaults(&config);
@@ -667,6 +724,19 @@ std::string DescribeEviction(const CacheOptions& o, uint64_t budget_blocks) {
                                  : o.eviction_history_blocks;
     absl::StrAppend(&out, ", history ", FormatCount(history),
                     " blocks per tenant");
+  }
+  return out;
+}
+
+std::vector<std::string> ExposureWarnings(const ServerConfig& c) {
+  std::vector<std::string> out;
+  const std::string& listen = c.ingest.listen;
+  if (c.index_enabled && !listen.empty() && !IsLoopbackEndpoint(listen)) {
+    out.push_back(absl::StrCat(
+        "index listen ", listen,
+        " takes KV events from every host that can reach it, unauthenticated: "
+        "any of them can add or clear blocks of any worker name. Keep it on a "
+        "private network (docs/index.md, Limits)"));
   }
   return out;
 }

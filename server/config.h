@@ -76,6 +76,12 @@ struct ServerConfig {
 // on a parse error; NOT_FOUND if it cannot be read.
 absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path);
 
+// Several files as one config: their texts joined in order, as `cat` joins
+// them (textproto only: repeated fields add up, a field set in two files is
+// an error). One path is ReadConfigFile. Errors name the file and its line.
+absl::StatusOr<v1::Config> ReadConfigFiles(
+    const std::vector<std::string>& paths);
+
 // Writes the set flags over `config`.
 void ApplyCommandLine(const CommandLine& flags, v1::Config* config);
 
@@ -86,7 +92,7 @@ void FillDefaults(v1::Config* config);
 // field and the offending value.
 absl::StatusOr<ServerConfig> ResolveConfig(const v1::Config& config);
 
-// ReadConfigFile (if flags.config_path is set), ApplyCommandLine,
+// ReadConfigFiles (if flags.config_paths is set), ApplyCommandLine,
 // FillDefaults, ResolveConfig.
 absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
 
@@ -95,6 +101,12 @@ absl::StatusOr<ServerConfig> LoadServerConfig(const CommandLine& flags);
 // ("# ").
 std::string ModelAndSizeLines(const ServerConfig& config,
                               uint64_t budget_blocks, absl::string_view indent);
+
+// What the config exposes without being refused, one sentence each and no
+// prefix (the banner prints them after "WARNING: ", --check_config after
+// "# WARNING: "): an index `listen` socket other hosts can reach, since KV
+// events carry no authentication.
+std::vector<std::string> ExposureWarnings(const ServerConfig& config);
 
 // "LRU", or "ADAPTIVE, history 2,048 blocks per tenant" (0 history: the
 // budget's blocks).

@@ -25,7 +25,7 @@ std::string WriteFile(const std::string& name, const std::string& text) {
 
 absl::StatusOr<ServerConfig> FromText(const std::string& textproto) {
   CommandLine flags;
-  flags.config_path = WriteFile("config_test.textproto", textproto);
+  flags.config_paths = {WriteFile("config_test.textproto", textproto)};
   return LoadServerConfig(flags);
 }
 
@@ -105,14 +105,14 @@ TEST(ConfigTest, Textproto) {
 
 TEST(ConfigTest, Json) {
   CommandLine flags;
-  flags.config_path = WriteFile("config_test.json", R"({
+  flags.config_paths = {WriteFile("config_test.json", R"({
     "listen": ["127.0.0.1:7001"],
     "model": {"preset": "llama-3-70b"},
     "kvDtype": "bf16",
     "kvBudget": "1000000tokens",
     "rope": {"shift": "ALLOW"},
     "auth": {"mode": "NONE"}
-  })");
+  })")};
   absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->listen[0].port, 7001);
@@ -123,13 +123,13 @@ TEST(ConfigTest, Json) {
 
 TEST(ConfigTest, FlagsOverrideTheFile) {
   CommandLine flags;
-  flags.config_path = WriteFile("override.textproto", R"pb(
+  flags.config_paths = {WriteFile("override.textproto", R"pb(
     listen: "127.0.0.1:7002"
     block_size: 32
     kv_budget: "1GiB"
     model { layers: 2 kv_heads: 2 head_dim: 64 }
     lease_ttl: "10s"
-  )pb");
+  )pb")};
   flags.listen = {"127.0.0.1:7003", "unix:///tmp/prefixd-override.sock"};
   flags.block_size = 64;
   flags.model = "mistral-7b";
@@ -338,15 +338,15 @@ TEST(ConfigTest, EvictionFromTheFileAndTheFlagOverIt) {
       HasSubstr("eviction     ADAPTIVE, history 512 blocks per tenant"));
 
   CommandLine flags;
-  flags.config_path =
-      WriteFile("eviction.textproto", "eviction { policy: ADAPTIVE }");
+  flags.config_paths = {
+      WriteFile("eviction.textproto", "eviction { policy: ADAPTIVE }")};
   flags.eviction_policy = "LRU";
   c = LoadServerConfig(flags);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kLru);
 
   flags.eviction_policy = "ADAPTIVE";
-  flags.config_path.clear();
+  flags.config_paths.clear();
   c = LoadServerConfig(flags);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kAdaptive);
@@ -362,8 +362,8 @@ TEST(ConfigTest, UnknownEvictionPolicyIsNamed) {
   EXPECT_THAT(c.status().message(), HasSubstr("LFU"));
 
   CommandLine flags;
-  flags.config_path =
-      WriteFile("eviction.json", R"({"eviction": {"policy": 7}})");
+  flags.config_paths = {
+      WriteFile("eviction.json", R"({"eviction": {"policy": 7}})")};
   c = LoadServerConfig(flags);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
@@ -372,7 +372,7 @@ TEST(ConfigTest, UnknownEvictionPolicyIsNamed) {
 
 TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
   CommandLine flags;
-  flags.config_path = "/nonexistent/prefixd.textproto";
+  flags.config_paths = {"/nonexistent/prefixd.textproto"};
   absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(c.status().message(),
@@ -387,10 +387,47 @@ TEST(ConfigTest, SyntaxErrorsNameFileAndLine) {
                                           HasSubstr("kv_budgett")));
 
   CommandLine flags;
-  flags.config_path = WriteFile("bad.json", R"({"blockSize": "many"})");
+  flags.config_paths = {WriteFile("bad.json", R"({"blockSize": "many"})")};
   c = LoadServerConfig(flags);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(c.status().message(), HasSubstr("bad.json"));
+}
+
+// A pod's init container joins its ConfigMap's config and its Secret's
+// principals with cat; several --config files are joined the same way.
+TEST(ConfigTest, SeveralFilesAreJoinedInOrder) {
+  CommandLine flags;
+  flags.config_paths = {
+      WriteFile("base.textproto",
+                "listen: \"0.0.0.0:50051\"\nauth { mode: TOKEN }\n"
+                "tenants { name: \"a\" }"),  // no final newline
+      WriteFile("principals.textproto",
+                "principals { name: \"p\" role: ENGINE token_sha256: \"" +
+                    std::string(64, 'a') + "\" tenants: \"*\" }\n"),
+      WriteFile("more.textproto", "tenants { name: \"b\" }\n")};
+  absl::StatusOr<ServerConfig> c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->proto.principals_size(), 1);
+  EXPECT_EQ(c->proto.tenants_size(), 2);  // repeated fields add up
+
+  // Errors name the file and its own line.
+  flags.config_paths = {
+      WriteFile("one.textproto", "# a\nkv_budget: \"1GiB\"\n"),
+      WriteFile("two.textproto", "\n\nkv_budget: \"2GiB\"\n")};
+  c = LoadServerConfig(flags);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              AllOf(HasSubstr("two.textproto:3:"),
+                    HasSubstr("\"kv_budget\" is specified multiple times")));
+  flags.config_paths = {WriteFile("one.textproto", "kv_budget: \"1GiB\"\n"),
+                        WriteFile("three.textproto", "\nblock_sise: 16\n")};
+  EXPECT_THAT(LoadServerConfig(flags).status().message(),
+              AllOf(HasSubstr("three.textproto:2:"), HasSubstr("block_sise")));
+  // JSON cannot be joined.
+  flags.config_paths = {WriteFile("one.textproto", ""),
+                        WriteFile("x.json", "{}")};
+  EXPECT_THAT(LoadServerConfig(flags).status().message(),
+              HasSubstr("only textproto files can be joined"));
 }
 
 struct BadValue {

@@ -23,7 +23,9 @@ const std::vector<FlagSpec>& Flags() {
   static const auto* flags = new std::vector<FlagSpec>{
       {"config", "FILE",
        "Config file: textproto, or JSON when the name ends in .json "
-       "(schema: proto/prefixd/v1/config.proto). Flags override it.",
+       "(schema: proto/prefixd/v1/config.proto). Flags override it. Repeat "
+       "to join textproto files into one config, in order (a ConfigMap's "
+       "config, then a Secret's principals).",
        "none"},
       {"listen", "ADDR",
        "Address to serve the gRPC API on: host:port or unix:///path. Repeat "
@@ -88,7 +90,8 @@ const std::vector<FlagSpec>& Flags() {
        "Validate the config file FILE (with the other flags over it) as "
        "start-up would, without serving: print the resolved settings and "
        "exit 0, or the error (naming the field and its value) and exit 1. "
-       "Listeners are not bound, the snapshot is not read.",
+       "Listeners are not bound, the snapshot is not read. Repeat for files "
+       "joined into one config, as with --config.",
        ""},
       {"help", "", "Print this help and exit.", ""},
       {"version", "", "Print the version and exit.", ""},
@@ -132,21 +135,22 @@ absl::Status CheckEndpointShapes(const CommandLine& cl) {
   return absl::OkStatus();
 }
 
-// --check_config=FILE names the config file itself; --config naming another
-// one would leave it unclear which is checked.
-absl::Status SetConfigPath(const ParsedFlags& flags, CommandLine* cl) {
-  const std::string config = flags.String("config");
-  const std::string* check = flags.Find("check_config");
-  if (check == nullptr) {
-    cl->config_path = config;
+// --check_config=FILE names the config files themselves; --config naming
+// others would leave it unclear which are checked.
+absl::Status SetConfigPaths(const ParsedFlags& flags, CommandLine* cl) {
+  const std::vector<std::string> config = flags.All("config");
+  const std::vector<std::string> check = flags.All("check_config");
+  if (check.empty()) {
+    cl->config_paths = config;
     return absl::OkStatus();
   }
-  if (!config.empty() && config != *check) {
+  if (!config.empty() && config != check) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--check_config=", *check, " with --config=", config,
-                     ": name the file once, with --check_config"));
+        absl::StrCat("--check_config=", absl::StrJoin(check, ","),
+                     " with --config=", absl::StrJoin(config, ","),
+                     ": name the files once, with --check_config"));
   }
-  cl->config_path = *check;
+  cl->config_paths = check;
   cl->check_config = true;
   return absl::OkStatus();
 }
@@ -173,7 +177,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(
   ASSIGN_OR_RETURN(const ParsedFlags flags, ParsedFlags::Parse(Flags(), argv));
   RETURN_IF_ERROR(flags.NoPositional());
   CommandLine cl;
-  RETURN_IF_ERROR(SetConfigPath(flags, &cl));
+  RETURN_IF_ERROR(SetConfigPaths(flags, &cl));
   cl.listen = flags.All("listen");
   SetString(flags, "metrics_listen", &cl.metrics_listen);
   SetString(flags, "model", &cl.model);

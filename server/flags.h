@@ -16,7 +16,10 @@ namespace prefixd {
 
 // Each set field overrides the config file; unset ones leave it alone.
 struct CommandLine {
-  std::string config_path;  // --config
+  // --config, repeatable: the files' texts are joined into one config
+  // (textproto only), as a pod's init container joins a ConfigMap's config
+  // and a Secret's principals.
+  std::vector<std::string> config_paths;
   std::vector<std::string>
       listen;  // --listen, repeatable; replaces the file's list
   std::optional<std::string> metrics_listen;
@@ -37,9 +40,9 @@ struct CommandLine {
   // --eviction_policy=lru|adaptive, checked and stored as config.proto's
   // EvictionPolicy name ("LRU", "ADAPTIVE").
   std::optional<std::string> eviction_policy;
-  // --check_config=FILE: validate FILE (and the other flags over it), print
-  // the resolved settings and exit 0, or the error and exit 1; config_path
-  // is FILE then.
+  // --check_config=FILE (repeatable, as --config): validate FILE (and the
+  // other flags over it), print the resolved settings and exit 0, or the
+  // error and exit 1; config_paths are the FILEs then.
   bool check_config = false;
   bool help = false;
   bool version = false;
@@ -48,7 +51,7 @@ struct CommandLine {
 // `args` excludes argv[0]. INVALID_ARGUMENT naming the flag (and the value)
 // for unknown flags, missing values, positional arguments, a --block_size
 // that is not a positive integer, an unknown --eviction_policy, --config
-// naming another file than --check_config; main() exits kExitUsage (2) on it.
+// naming other files than --check_config; main() exits kExitUsage (2) on it.
 absl::StatusOr<CommandLine> ParseCommandLine(
     absl::Span<const char* const> args);
 

@@ -19,7 +19,7 @@ absl::StatusOr<CommandLine> Parse(std::vector<const char*> args) {
 TEST(FlagsTest, NoArgumentsSetsNothing) {
   absl::StatusOr<CommandLine> cl = Parse({});
   ASSERT_TRUE(cl.ok()) << cl.status();
-  EXPECT_TRUE(cl->config_path.empty());
+  EXPECT_TRUE(cl->config_paths.empty());
   EXPECT_TRUE(cl->listen.empty());
   EXPECT_FALSE(cl->model.has_value());
   EXPECT_FALSE(cl->block_size.has_value());
@@ -36,7 +36,7 @@ TEST(FlagsTest, ListenRepeatsAndBothValueFormsWork) {
   EXPECT_EQ(cl->block_size, 32u);
   EXPECT_EQ(cl->model, "mistral-7b");
   EXPECT_EQ(cl->kv_budget, "1GiB");
-  EXPECT_EQ(cl->config_path, "/etc/prefixd.textproto");
+  EXPECT_THAT(cl->config_paths, ElementsAre("/etc/prefixd.textproto"));
 }
 
 TEST(FlagsTest, EventsPublish) {
@@ -65,16 +65,27 @@ TEST(FlagsTest, CheckConfigNamesTheFileOnce) {
   absl::StatusOr<CommandLine> cl = Parse({"--check_config", "/etc/p.txtpb"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_TRUE(cl->check_config);
-  EXPECT_EQ(cl->config_path, "/etc/p.txtpb");
+  EXPECT_THAT(cl->config_paths, ElementsAre("/etc/p.txtpb"));
   cl = Parse({"--config=/etc/p.txtpb", "--check_config=/etc/p.txtpb"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_TRUE(cl->check_config);
+  // Several files, joined in order (a ConfigMap's config, a Secret's
+  // principals), as with several --config.
+  cl = Parse(
+      {"--check_config=base.textproto", "--check_config=principals.textproto"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->config_paths,
+              ElementsAre("base.textproto", "principals.textproto"));
+  cl = Parse({"--config=a", "--config", "b"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FALSE(cl->check_config);
+  EXPECT_THAT(cl->config_paths, ElementsAre("a", "b"));
   // Either order: the same error naming both files.
   for (const std::vector<const char*>& args :
        {std::vector<const char*>{"--config=a", "--check_config=b"},
         std::vector<const char*>{"--check_config=b", "--config=a"}}) {
     EXPECT_EQ(Parse(args).status().message(),
-              "--check_config=b with --config=a: name the file once, with "
+              "--check_config=b with --config=a: name the files once, with "
               "--check_config");
   }
 }

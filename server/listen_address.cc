@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace prefixd {
 namespace {
@@ -113,6 +115,13 @@ bool ListenAddress::IsLoopback() const {
   return kind == Kind::kUnix || IsLoopbackHost(host);
 }
 
+bool IsLoopbackEndpoint(absl::string_view endpoint) {
+  if (!absl::ConsumePrefix(&endpoint, "tcp://")) return true;
+  const size_t colon = endpoint.rfind(':');
+  return colon != absl::string_view::npos &&
+         IsLoopbackHost(endpoint.substr(0, colon));
+}
+
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text) {
   if (text.empty())
     return absl::InvalidArgumentError("listen address is empty");
@@ -150,6 +159,54 @@ absl::Status PrepareUnixSocketPath(const std::string& path) {
         "cannot remove stale unix socket ", path, ": ", std::strerror(errno)));
   }
   return absl::OkStatus();
+}
+
+absl::Status ProbeTcpListen(const ListenAddress& a, absl::string_view flag) {
+  if (a.kind != ListenAddress::Kind::kTcp || a.port == 0) {
+    return absl::OkStatus();
+  }
+  std::string host = a.host;
+  if (absl::StartsWith(host, "[")) host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = absl::StrCat(a.port);
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints,
+                  &found) != 0) {
+    return absl::OkStatus();  // the listener reports names it cannot resolve
+  }
+  int error = 0;
+  for (addrinfo* ai = found; ai != nullptr && error == 0; ai = ai->ai_next) {
+    const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) continue;  // a family this host lacks
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) error = errno;
+    close(fd);
+  }
+  freeaddrinfo(found);
+  const std::string where =
+      absl::StrCat(a.host.empty() ? "*" : a.host, ":", a.port);
+  switch (error) {
+    case EADDRINUSE:
+      return absl::UnavailableError(
+          absl::StrCat(where,
+                       ": address already in use (is another prefixd "
+                       "running? change ",
+                       flag, ")"));
+    case EACCES:
+      return absl::UnavailableError(
+          absl::StrCat(where,
+                       ": permission denied (ports below 1024 need root or "
+                       "CAP_NET_BIND_SERVICE; change ",
+                       flag, ")"));
+    case EADDRNOTAVAIL:
+      return absl::UnavailableError(absl::StrCat(
+          where, ": not an address of this host (change ", flag, ")"));
+    default:
+      return absl::OkStatus();  // nothing to say better than the listener
+  }
 }
 
 }  // namespace prefixd

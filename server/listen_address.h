@@ -29,11 +29,26 @@ struct ListenAddress {
 // or over-long (> 107 bytes, the sun_path limit) socket path.
 absl::StatusOr<ListenAddress> ParseListenAddress(absl::string_view text);
 
+// Whether only this host can reach a ZeroMQ endpoint: ipc:// and inproc://,
+// or tcp:// on a loopback host (as IsLoopback). "tcp://*:5557" and
+// "tcp://0.0.0.0:5557" are every interface: false.
+bool IsLoopbackEndpoint(absl::string_view endpoint);
+
 // Makes a Unix socket path bindable: creates its directory if missing and
 // removes a socket file left by a process that is gone. FAILED_PRECONDITION
 // if another process still accepts connections there or the path is not a
 // socket (we never delete what we did not create).
 absl::Status PrepareUnixSocketPath(const std::string& path);
+
+// Whether a TCP listener could bind `a` now (a socket is bound with
+// SO_REUSEADDR, as gRPC and civetweb bind theirs, and closed again), so that
+// a port in use is reported in one line before gRPC or civetweb try and
+// report it in theirs. OK for port 0 and for what cannot be probed here
+// (a family the host lacks: the listener itself decides); else UNAVAILABLE
+// "HOST:PORT: address already in use (is another prefixd running? change
+// FLAG)", or permission denied (ports below 1024), or not an address of
+// this host. `flag` names what sets the address ("--listen").
+absl::Status ProbeTcpListen(const ListenAddress& a, absl::string_view flag);
 
 }  // namespace prefixd
 

@@ -1,5 +1,7 @@
 #include "server/listen_address.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -52,6 +54,66 @@ TEST(ListenAddressTest, Loopback) {
        {"0.0.0.0:1", ":1", "[::]:1", "10.0.0.1:1", "example.com:1"}) {
     EXPECT_FALSE(ParseListenAddress(text)->IsLoopback()) << text;
   }
+}
+
+TEST(ListenAddressTest, LoopbackEndpoint) {
+  for (const char* e : {"tcp://127.0.0.1:5557", "tcp://localhost:5557",
+                        "tcp://[::1]:5557", "ipc:///tmp/x", "inproc://x"}) {
+    EXPECT_TRUE(IsLoopbackEndpoint(e)) << e;
+  }
+  for (const char* e : {"tcp://*:5557", "tcp://0.0.0.0:5557", "tcp://[::]:5557",
+                        "tcp://10.0.0.7:5557", "tcp://engine:5557", "tcp://"}) {
+    EXPECT_FALSE(IsLoopbackEndpoint(e)) << e;
+  }
+}
+
+// A TCP socket listening on 127.0.0.1 on a free port; its port.
+int ListenOnLoopback(int* fd) {
+  *fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(*fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ProbeTcpListenTest, NamesAPortInUseAndTheFlag) {
+  int fd = -1;
+  const int port = ListenOnLoopback(&fd);
+  const std::string busy = "127.0.0.1:" + std::to_string(port);
+  absl::Status s = ProbeTcpListen(*ParseListenAddress(busy), "--listen");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), busy +
+                             ": address already in use (is another prefixd "
+                             "running? change --listen)");
+  // Every interface includes the loopback one.
+  s = ProbeTcpListen(*ParseListenAddress(":" + std::to_string(port)), "--x");
+  EXPECT_EQ(s.message(), "*:" + std::to_string(port) +
+                             ": address already in use (is another prefixd "
+                             "running? change --x)");
+  close(fd);
+  // Free again (SO_REUSEADDR: a closed listener's port is reusable at once).
+  EXPECT_TRUE(ProbeTcpListen(*ParseListenAddress(busy), "--listen").ok());
+}
+
+TEST(ProbeTcpListenTest, PortZeroAndUnixAreNotProbed) {
+  EXPECT_TRUE(ProbeTcpListen(*ParseListenAddress("127.0.0.1:0"), "-").ok());
+  EXPECT_TRUE(
+      ProbeTcpListen(*ParseListenAddress("unix:///nonexistent/a.sock"), "-")
+          .ok());
+}
+
+TEST(ProbeTcpListenTest, AnAddressOfAnotherHost) {
+  // 192.0.2.0/24 is TEST-NET-1 (RFC 5737): never an address of this host.
+  absl::Status s =
+      ProbeTcpListen(*ParseListenAddress("192.0.2.1:9464"), "--metrics_listen");
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(),
+            "192.0.2.1:9464: not an address of this host (change "
+            "--metrics_listen)");
 }
 
 class UnixSocketPathTest : public ::testing::Test {

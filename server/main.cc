@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "base/flag_parser.h"
 #include "base/mutex.h"
@@ -61,7 +62,8 @@ int Fail(absl::string_view what, const absl::Status& status,
 int CheckConfigAndExit(const prefixd::CommandLine& flags) {
   absl::StatusOr<std::string> report = prefixd::CheckConfig(flags);
   if (!report.ok()) {
-    std::fprintf(stderr, "prefixd: %s: %s\n", flags.config_path.c_str(),
+    std::fprintf(stderr, "prefixd: %s: %s\n",
+                 absl::StrJoin(flags.config_paths, " + ").c_str(),
                  std::string(report.status().message()).c_str());
     return 1;
   }

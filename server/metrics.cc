@@ -565,6 +565,9 @@ absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
                             StatusPage* pages) {
   assert(listener_ == nullptr);
   ASSIGN_OR_RETURN(std::string port, CivetListenPort(listen));
+  ASSIGN_OR_RETURN(ListenAddress address, ParseListenAddress(listen));
+  RETURN_IF_ERROR(ProbeTcpListen(
+      address, "--metrics_listen or metrics_listen in the config"));
   // Set before the first request can arrive, reset after the last.
   collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
                                                  version_);

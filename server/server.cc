@@ -115,6 +115,7 @@ absl::Status Server::Build() {
     if (a.kind == ListenAddress::Kind::kUnix) {
       RETURN_IF_ERROR(PrepareUnixSocketPath(a.path));
     }
+    RETURN_IF_ERROR(ProbeTcpListen(a, "--listen or listen in the config"));
     builder.AddListeningPort(a.ToGrpcUri(), authorizer_->Credentials(a),
                              &ports[i]);
   }
@@ -266,6 +267,8 @@ std::string StartupBanner(const Server& server) {
   }
   absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
   for (const std::string& w : server.authorizer().Warnings(c.listen))
+    absl::StrAppend(&out, "WARNING: ", w, "\n");
+  for (const std::string& w : ExposureWarnings(c))
     absl::StrAppend(&out, "WARNING: ", w, "\n");
   if (server.authorizer().mode() == "NONE") {
     absl::StrAppend(&out,

@@ -4,7 +4,8 @@
 #   /usr/lib/systemd/system/prefixd.service     deploy/systemd/prefixd.service
 #   /usr/lib/sysusers.d/prefixd.conf            deploy/systemd/prefixd.sysusers
 #   /etc/prefixd/config.textproto (conffile)    deploy/config/prefixd.textproto
-#   /usr/share/doc/prefixd/                     README.md, docs/*.md
+#   /usr/share/doc/prefixd/                     README.md, docs/*.md, docs/img/
+#                                               (the images the docs show)
 #
 # Depends comes from dpkg-shlibdeps on the binaries: gRPC, protobuf, abseil,
 # prometheus-cpp, civetweb (the HTTP listener), OpenSSL, libzmq5 (the fleet
@@ -35,6 +36,8 @@ install(FILES ${PREFIXD_SRC_DIR}/deploy/config/prefixd.textproto
 file(GLOB PREFIXD_DOCS ${PREFIXD_SRC_DIR}/docs/*.md)
 install(FILES ${PREFIXD_SRC_DIR}/README.md ${PREFIXD_DOCS}
         DESTINATION share/doc/prefixd OPTIONAL COMPONENT prefixd)
+install(DIRECTORY ${PREFIXD_SRC_DIR}/docs/img
+        DESTINATION share/doc/prefixd COMPONENT prefixd)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME prefixd)

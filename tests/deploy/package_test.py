@@ -31,6 +31,8 @@ FILES = {  # path in the package -> mode
     "./usr/lib/sysusers.d/prefixd.conf": 0o644,
     "./etc/prefixd/config.textproto": 0o644,
     "./usr/share/doc/prefixd/deploy.md": 0o644,
+    "./usr/share/doc/prefixd/img/status.png": 0o644,
+    "./usr/share/doc/prefixd/img/plan.png": 0o644,
 }
 SAME_AS_REPO = {
     "usr/lib/systemd/system/prefixd.service": "deploy/systemd/prefixd.service",
@@ -181,7 +183,35 @@ def check_runtime_depends(t, deb, root):
         print("note  this prefixd has no fleet index: libzmq5 not required")
 
 
+def read_bytes(path):
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def check_doc_images(t, root, repo):
+    """Every image a packaged doc shows (![...](path)) is packaged beside it,
+    as in the repository."""
+    doc = os.path.join(root, "usr", "share", "doc", "prefixd")
+    shown = 0
+    for name in sorted(os.listdir(doc)):
+        if not name.endswith(".md"):
+            continue
+        source_dir = repo if name == "README.md" else os.path.join(repo, "docs")
+        with open(os.path.join(doc, name)) as f:
+            images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", f.read())
+        for image in (i for i in images if "://" not in i):
+            shown += 1
+            packaged = read_bytes(os.path.join(doc, image))
+            t.check(packaged is not None and
+                    packaged == read_bytes(os.path.join(source_dir, image)),
+                    "%s's image %s is packaged (as in the repository)" % (name, image))
+    t.check(shown >= 2, "the packaged docs show images", shown)
+
+
 def check_files(t, root, repo, version):
+    check_doc_images(t, root, repo)
     for packaged, source in SAME_AS_REPO.items():
         with open(os.path.join(root, packaged), "rb") as a, \
                 open(os.path.join(repo, source), "rb") as b:

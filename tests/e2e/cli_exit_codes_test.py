@@ -38,7 +38,12 @@ class UsageErrorsExit2(unittest.TestCase):
         self.assertEqual(out, "", args)
 
     def test_prefixd(self):
-        self.check(ARGS.prefixd, ["--lisen=127.0.0.1:1"], "unknown flag --lisen")
+        self.check(ARGS.prefixd, ["--lisen=127.0.0.1:1"],
+                   "unknown flag --lisen; did you mean --listen?")
+        # vLLM's and SGLang's dashed spelling gets the underscored one.
+        self.check(ARGS.prefixd, ["--index-source=e0=tcp://127.0.0.1:5557"],
+                   "unknown flag --index-source: flags are spelled with underscores, "
+                   "--index_source")
         self.check(ARGS.prefixd, ["--kv_budget"], "--kv_budget needs a value (--kv_budget=SIZE)")
         self.check(ARGS.prefixd, ["serve"], 'unexpected argument "serve"; flags start with --')
         self.check(ARGS.prefixd, ["--block_size", "0"], "--block_size=0: want a positive integer")
@@ -47,6 +52,8 @@ class UsageErrorsExit2(unittest.TestCase):
 
     def test_prefixctl(self):
         self.check(ARGS.prefixctl, ["--bogus", "stats"], "unknown flag --bogus")
+        self.check(ARGS.prefixctl, ["--adr=127.0.0.1:1", "stats"],
+                   "unknown flag --adr; did you mean --addr?")
         self.check(ARGS.prefixctl, ["stats", "--addr"], "--addr needs a value (--addr=ADDR)")
         self.check(ARGS.prefixctl, ["stats", "extra"],
                    'unexpected argument "extra"; flags start with --')
@@ -55,7 +62,9 @@ class UsageErrorsExit2(unittest.TestCase):
 
     def test_prefixctl_plan(self):
         self.check(ARGS.prefixctl, ["plan", "--bogus"], "unknown flag --bogus")
-        self.check(ARGS.prefixctl, ["plan", "--model"], "--model needs a value (--model=PRESET)")
+        self.check(ARGS.prefixctl, ["plan", "--hf-config=x.json"],
+                   "unknown flag --hf-config: flags are spelled with underscores, --hf_config")
+        self.check(ARGS.prefixctl, ["plan", "--model"], "--model needs a value (--model=PRESET|FILE)")
         self.check(ARGS.prefixctl, ["plan", "stray"], 'unexpected argument "stray"')
 
 
@@ -105,6 +114,13 @@ class HelpExits0AndStatesTheCodes(unittest.TestCase):
             if args != ["insert", "--help"]:
                 self.assertRegex(out, r"Exit codes: 0 .*, 1 [^\n]*(\n[^\n]*)?2 usage error",
                                  args)
+        # --json's two conventions, said where a script writer looks first.
+        _, out, _ = run(ARGS.prefixctl, "--help")
+        self.assertIn("--json print JSON (one object per line) instead of tables: protobuf's "
+                      "JSON mapping, so 64-bit numbers are strings", " ".join(out.split()))
+        _, out, _ = run(ARGS.prefixctl, "plan", "--help")
+        self.assertIn("--json print JSON for scripts instead of tables (numbers as numbers, "
+                      "exact integers)", " ".join(out.split()))
         rc, out, _ = run(ARGS.prefixd, "--version")
         self.assertEqual(rc, EXIT_OK)
         self.assertTrue(out.startswith("prefixd "), out)

@@ -5,7 +5,10 @@ Finds the config blocks of README.md and docs/*.md (indented code blocks
 whose first line sets a field of prefixd.v1.Config, read from
 proto/prefixd/v1/config.proto) and the config files under deploy/, and runs
 `prefixd --check_config=FILE` on each: it must exit 0 and print the resolved
-settings. A doc's config that does not load fails this test.
+settings. A doc's config that does not load fails this test. The Kubernetes
+configs are checked as their pods join them (the config, then the Secret's
+principals: two --check_config), and every `prefixd --check_config=...`
+command the docs and the deploy configs' comments show is run as shown.
 
 Only what a reader must replace anyway is replaced: each "<hex>" by a
 distinct SHA-256 (token hashes must be unique), and the TLS file paths by a
@@ -86,6 +89,32 @@ def doc_configs(repo):
     return out
 
 
+CHECK = re.compile(r"prefixd((?:\s+(?:\\\s*)?--check_config=\S+)+)")
+
+
+def documented_checks(repo):
+    """(where, cwd, args) of every `prefixd --check_config=FILE ...` that the
+    docs (paths from the repository's root) and the deploy configs' comments
+    (paths from the file's directory) show on files of the repository."""
+    sources = [(p, repo) for p in [os.path.join(repo, "README.md")] +
+               sorted(glob.glob(os.path.join(repo, "docs", "*.md")))]
+    sources += [(p, os.path.dirname(p)) for p in
+                sorted(glob.glob(os.path.join(repo, "deploy", "**", "*.textproto"),
+                                 recursive=True))]
+    out = []
+    for path, cwd in sources:
+        with open(path) as f:
+            text = f.read()
+        if path.endswith(".textproto"):  # comments: "#   prefixd ... \" lines
+            text = re.sub(r"(?m)^#\s?", "", text)
+        for m in CHECK.finditer(text):
+            args = re.findall(r"--check_config=\S+", m.group(1))
+            if all(os.path.exists(os.path.join(cwd, a.split("=", 1)[1])) for a in args):
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(("%s:%d" % (os.path.relpath(path, repo), line), cwd, args))
+    return out
+
+
 def make_tls(tmp):
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
@@ -134,14 +163,26 @@ class DocsConfigTest(unittest.TestCase):
                 self.assertIn("# budget ", r.stdout)
 
     def test_deploy_configs_load(self):
+        # Several --check_config join the files as the pod's init container
+        # does (cat), so each pair is checked as it is deployed.
         for files in DEPLOY_CONFIGS:
             with self.subTest(files=files):
-                text = ""
-                for f in files:
-                    with open(os.path.join(ARGS.repo, f)) as fh:
-                        text += fh.read() + "\n"
-                r = check_config(text, self.tmp)
+                r = subprocess.run([ARGS.prefixd] + ["--check_config=" + f for f in files],
+                                   cwd=ARGS.repo, capture_output=True, text=True, timeout=30)
                 self.assertEqual(r.returncode, 0, "%s: %s" % (files, r.stderr))
+                self.assertIn("# %s: OK" % " + ".join(files), r.stdout)
+
+    def test_documented_check_commands_pass(self):
+        commands = documented_checks(ARGS.repo)
+        for must in ("deploy/k8s/prefixd.textproto", "deploy/k8s/index/prefixd-index.textproto"):
+            self.assertTrue(any(must in " ".join(args) for _, _, args in commands),
+                            "no documented --check_config of %s" % must)
+        for where, cwd, args in commands:
+            with self.subTest(where=where):
+                r = subprocess.run([ARGS.prefixd] + args, cwd=cwd, capture_output=True,
+                                   text=True, timeout=30)
+                self.assertEqual(r.returncode, 0, "%s: prefixd %s\n%s" % (where, " ".join(args),
+                                                                         r.stderr))
 
     def test_over_budget_reservations_fail_naming_fields(self):
         # docs/security.md's example before it set kv_budget.
@@ -196,7 +237,7 @@ class DocsConfigTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn('kv_budget: "2GiB"', r.stdout)
 
-    def test_one_file_only(self):
+    def test_the_same_files_only(self):
         r = subprocess.run([ARGS.prefixd, "--config=a.textproto", "--check_config=b.textproto"],
                            capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 2)
@@ -217,6 +258,7 @@ def main():
     ap.add_argument("--prefixd", required=True)
     ap.add_argument("--repo", default=REPO)
     ARGS, rest = ap.parse_known_args()
+    ARGS.prefixd = os.path.abspath(ARGS.prefixd)  # some checks run elsewhere
     unittest.main(argv=[sys.argv[0]] + rest)
 
 

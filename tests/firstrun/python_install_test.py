@@ -95,6 +95,25 @@ class PythonInstallTest(unittest.TestCase):
             version = re.search(r"project\(prefixd VERSION (\S+)", f.read()).group(1)
         self.assertIn("Version: %s\n" % version, show)
 
+    def test_what_the_docs_install_in_the_tree_is_git_ignored(self):
+        """The README's (and docs/index.md's) venv goes into the repository's
+        root; it, and what pip builds in client/python, must not show up
+        as untracked files."""
+        if shutil.which("git") is None or not os.path.exists(os.path.join(ARGS.repo, ".git")):
+            self.skipTest("not a git checkout")
+        venvs = set()
+        for doc in ("README.md", os.path.join("docs", "index.md")):
+            with open(os.path.join(ARGS.repo, doc)) as f:
+                venvs.update(re.findall(r"-m venv --system-site-packages (\S+)$", f.read(),
+                                        re.M))
+        self.assertEqual(venvs, {"venv"})  # the docs agree; a new one needs a look
+        for path in ("venv/bin/python", "venv/lib/python3/site-packages/prefixd/client.py",
+                     "client/python/build/lib/prefixd/client.py",
+                     "client/python/prefixd.egg-info/PKG-INFO"):
+            r = subprocess.run(["git", "-C", ARGS.repo, "check-ignore", "-q", "--no-index",
+                                path], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, "%s is not git-ignored" % path)
+
     def test_source_tree_untouched(self):
         src = os.path.join(ARGS.repo, "client", "python", "prefixd", "v1")
         self.assertFalse(os.path.exists(src), "generated stubs in the source tree")

@@ -119,11 +119,12 @@ import time
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "client", "python")
+if PYTHON_DIR not in sys.path:
+    sys.path.insert(0, PYTHON_DIR)
 
-import engine_pool as ep  # noqa: E402
-import kv_publisher as kp  # noqa: E402
+from prefixd import engine_pool as ep  # noqa: E402
+from prefixd import kv_publisher as kp  # noqa: E402
 
 BS = 16
 TICK_MS = 50

@@ -40,7 +40,6 @@ import time
 import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import common  # noqa: E402  (tests/python/common.py)
 
@@ -58,8 +57,8 @@ import prefixd_fixture  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_index_pb2_grpc as pb_grpc  # noqa: E402
 
-import engine_pool as ep  # noqa: E402
-import kv_publisher as kp  # noqa: E402
+from prefixd import engine_pool as ep  # noqa: E402
+from prefixd import kv_publisher as kp  # noqa: E402
 
 BS = 16
 POOL_BLOCKS = 1024      # the trace still evicts: removals are replayed too

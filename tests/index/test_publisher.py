@@ -21,9 +21,10 @@ import unittest
 
 import zmq
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import engine_pool as ep  # noqa: E402
-import kv_publisher as kp  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "client", "python"))
+from prefixd import engine_pool as ep  # noqa: E402
+from prefixd import kv_publisher as kp  # noqa: E402
 
 RECV_MS = 5000
 H = [hashlib.sha256(b"block %d" % i).digest() for i in range(16)]  # 32-byte engine hashes

@@ -61,9 +61,10 @@ class ClientServerTest : public ::testing::Test {
                                       const std::string& config_text = "") {
     CommandLine flags;
     if (!config_text.empty()) {
-      flags.config_path = absl::StrCat(
+      const std::string path = absl::StrCat(
           ::testing::TempDir(), "/client_server_test.", getpid(), ".textproto");
-      std::ofstream(flags.config_path) << config_text;
+      std::ofstream(path) << config_text;
+      flags.config_paths = {path};
     }
     flags.listen = {"127.0.0.1:0", "unix://" + socket_};
     flags.metrics_listen = "127.0.0.1:0";

@@ -306,6 +306,11 @@ class ClientTest(TenantTestCase):
                 call()
             self.assertEqual(e.exception.code, grpc.StatusCode.UNIMPLEMENTED)
             self.assertEqual(e.exception.method, method)
+            # Not gRPC's bare "Route: UNIMPLEMENTED: ": the way out, as prefixctl says it.
+            self.assertEqual(str(e.exception),
+                             "%s: UNIMPLEMENTED: the daemon at %s does not serve the fleet "
+                             "index: start it with --index_source=NAME=ENDPOINT or an index { } "
+                             "config (docs/index.md)" % (method, c.target))
 
     def test_watch_events_streams_stored_blocks(self):
         c = self.client()

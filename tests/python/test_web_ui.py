@@ -19,7 +19,9 @@ a script tag, then:
   bytes per token: DeepSeek-V3 (MLA, one column) in nvfp4, Gemma-2-9B
   (sliding window), Jamba and Qwen3-Next (state layers) and a model whose
   every layer slides (never crossed), texts included;
-- POST, PUT and DELETE are refused with 405 and change nothing.
+- POST, PUT and DELETE are refused with 405 and change nothing;
+- docs/metrics.md's chromium command for a screenshot by hand works as shown
+  (as root only with --no-sandbox).
 
 Writes a screenshot of each page (status.png, plan.png) to --screenshots
 (docs/img holds copies for docs/metrics.md and docs/capacity.md).
@@ -33,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import unittest
 import urllib.error
 import urllib.request
@@ -480,6 +483,28 @@ class PlanPageTest(unittest.TestCase):
         self.set(sliding_window="", head_dim="100", dtype="nvfp4")
         self.assertEqual(self.text("error"), "head_dim 100 is not a multiple of 16: nvfp4 "
                          "stores one scale per 16 values")
+
+
+class DocumentedChromiumTest(unittest.TestCase):
+    """docs/metrics.md's command for a screenshot of the status page by hand
+    runs as shown (the daemon's address aside): as root, chromium starts
+    only with --no-sandbox, which the command must carry."""
+
+    def test_the_documented_screenshot_command(self):
+        with open(os.path.join(common.REPO, "docs", "metrics.md")) as f:
+            lines = [l.strip()[2:] for l in f if l.strip().startswith("$ chromium ")]
+        self.assertEqual(len(lines), 1, "one `$ chromium ...` command in docs/metrics.md")
+        command = lines[0].replace("http://127.0.0.1:9464/", "http://%s/" % DAEMON.metrics)
+        out = [a.split("=", 1)[1] for a in command.split() if a.startswith("--screenshot=")]
+        self.assertEqual(len(out), 1, command)
+        with tempfile.TemporaryDirectory(prefix="prefixd-chromium-") as tmp:
+            r = subprocess.run(["bash", "-c", command], cwd=tmp, capture_output=True,
+                               text=True, timeout=120)
+            path = os.path.join(tmp, out[0])
+            self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+            self.assertTrue(os.path.exists(path), r.stderr[-2000:])
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
 
 
 if __name__ == "__main__":

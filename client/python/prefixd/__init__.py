@@ -7,7 +7,12 @@
 
 Modules: prefixd.client (Client, results, errors), prefixd.engine_sim (an
 engine simulator, the worked example of docs/integration.md), prefixd.sglang
-(SGLang's prefix-cache interface on top of the client). The generated gRPC
+(SGLang's prefix-cache interface on top of the client), prefixd.demo_engine
+(the prefixd-demo-engine command: an engine without a GPU publishing KV
+events for the fleet index), prefixd.kv_publisher
+(KV events on vLLM's and SGLang's ZeroMQ wire, with replay) and
+prefixd.engine_pool (a paged engine cache publishing through it; both need
+python3-zmq and python3-msgpack). The generated gRPC
 modules are prefixd.v1.prefix_cache_pb2 and prefix_cache_pb2_grpc (and
 prefix_index_pb2, prefix_index_pb2_grpc: the fleet index); they come from a
 build directory (see prefixd/_stubs.py).

@@ -124,12 +124,22 @@ _ERRORS = {
 }
 
 
+# The fleet index's RPCs (prefixd.v1.PrefixIndex): UNIMPLEMENTED from them
+# means the daemon runs no index, which gRPC reports with an empty message.
+_INDEX_METHODS = ("Route", "RouteBatch", "ListWorkers")
+
+
 def _error(method: str, e: grpc.RpcError, client: Optional["Client"] = None) -> PrefixdError:
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = (e.details() if hasattr(e, "details") else str(e)) or ""
     if code == grpc.StatusCode.UNAVAILABLE and client is not None:
         details = explain_connect_error(client.target, details, tls=client._tls,
                                         client_cert=client._client_cert) or details
+    if code == grpc.StatusCode.UNIMPLEMENTED and method in _INDEX_METHODS:
+        where = " at %s" % client.target if client is not None else ""
+        details = ("the daemon%s does not serve the fleet index: start it with "
+                   "--index_source=NAME=ENDPOINT or an index { } config (docs/index.md)%s"
+                   % (where, "; " + details if details else ""))
     return _ERRORS.get(code, PrefixdError)(method, code, details)
 
 

@@ -66,12 +66,10 @@ One thread publishes; the replay thread only reads the buffer (under a
 lock). Plain Python 3 with python3-zmq and python3-msgpack (Debian's
 /usr/bin/python3).
 
-Demo: publishes a Mooncake trace through an engine pool (engine_pool.py):
-
-    /usr/bin/python3 tests/index/kv_publisher.py --endpoint 'tcp://*:5557' \\
-        --replay 'tcp://*:5558' --encoding map --trace synthetic --requests 500
-    prefixd --index_block_size=16 \\
-        --index_source=e0=tcp://127.0.0.1:5557,tcp://127.0.0.1:5558
+Demo: prefixd.demo_engine (the prefixd-demo-engine command) publishes a
+trace or a prompt file through an engine pool, on loopback, until stopped
+(docs/index.md, "Try it in five minutes"); main() below is the older, bare
+form.
 """
 
 import argparse
@@ -272,12 +270,15 @@ class Publisher:
 
     endpoint / replay_endpoint: as given, with a bound port resolved (bind
     "tcp://127.0.0.1:*" and read .endpoint). replay_endpoint=None: no replay.
+    bind: None follows vLLM's rule (bind when the endpoint has a wildcard or
+    is ipc:// or inproc://, else connect); True binds, False connects.
     last_seq: the last seq given to a batch (sent or dropped), -1 if none.
     """
 
     def __init__(self, endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*",
                  encoding="array", hash_kind="int", buffer_steps=10_000, topic="",
-                 data_parallel_rank=None, hwm=100_000, xpub=True, context=None, name=None):
+                 data_parallel_rank=None, hwm=100_000, xpub=True, context=None, name=None,
+                 bind=None):
         if encoding not in ENCODINGS:
             raise ValueError("encoding must be one of %s" % (ENCODINGS,))
         if hash_kind not in HASH_KINDS:
@@ -306,7 +307,7 @@ class Publisher:
         self._pub.setsockopt(zmq.SNDHWM, hwm)
         if xpub:
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        if _binds(endpoint):
+        if _binds(endpoint) if bind is None else bind:  # bind=None: vLLM's rule
             self._pub.bind(endpoint)
             self.endpoint = self._pub.getsockopt(zmq.LAST_ENDPOINT).decode()
         else:
@@ -477,7 +478,7 @@ def main():
                     help="seconds to wait for a subscriber before publishing (0: don't)")
     args = ap.parse_args()
 
-    import engine_pool  # tests/index/engine_pool.py, next to this file
+    from prefixd import engine_pool
 
     pub = Publisher(args.endpoint, args.replay or None, encoding=args.encoding,
                     hash_kind=args.hash_kind, name="demo")
@@ -499,5 +500,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
     sys.exit(main())

@@ -64,10 +64,10 @@ import os
 
 import msgpack
 
-import kv_publisher as kp
+from prefixd import kv_publisher as kp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))  # client/python/prefixd
 TRACE_DIR = os.path.join(REPO, "tests", "data", "mooncake")
 TRACE_ID_BASE = {"conversation": 0, "synthetic": 1 << 22}
 FRESH_ID_BASE = 1 << 24  # ids for prompts that are in no trace (fresh_tokens)

@@ -88,8 +88,8 @@ void CheckIndexState(const FleetWorkload& workload, const FleetIndex& index,
   const auto fail = [&](std::string what) {
     if (failures->size() < limit) failures->push_back(std::move(what));
   };
-  std::string error;
-  if (!index.CheckInvariants(&error)) fail("index invariants: " + error);
+  if (const absl::Status s = index.CheckInvariants(); !s.ok())
+    fail(absl::StrCat("index invariants: ", s.message()));
   const IndexStats stats = index.Stats();
   for (size_t r = 0; r < stats.dropped.size(); ++r) {
     if (stats.dropped[r] != 0) {

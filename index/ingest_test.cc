@@ -14,7 +14,7 @@
 #include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -112,7 +112,7 @@ class Publisher {
   void Publish(const std::string& payload, bool drop = false) {
     const int64_t seq = next_++;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       replay_.emplace_back(seq, payload);
       if (replay_.size() > buffer_) replay_.pop_front();
     }
@@ -124,7 +124,7 @@ class Publisher {
   }
   void Restart() {
     next_ = 0;
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     replay_.clear();
   }
   int64_t last_seq() const { return next_ - 1; }
@@ -145,7 +145,7 @@ class Publisher {
       for (int i = 0; i < 8; ++i) start = (start << 8) | p[i];
       std::vector<std::pair<int64_t, std::string>> frames;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         for (const auto& f : replay_)
           if (f.first >= start) frames.push_back(f);
       }
@@ -174,7 +174,7 @@ class Publisher {
   const size_t buffer_;
   const ReplayFraming framing_;
   const std::string topic_;
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::pair<int64_t, std::string>> replay_ ABSL_GUARDED_BY(mu_);
   int64_t next_ = 0;
   std::atomic<bool> stop_{false};

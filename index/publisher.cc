@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 #include "absl/time/clock.h"
 #include "index/zmq_wire.h"
 
@@ -214,7 +214,7 @@ class KvEventPublisher::Impl {
 
   absl::Status Open(std::string* endpoint, std::string* replay_endpoint) {
     // Nothing else runs yet; the lock is for the analysis (and is cheap).
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     pub_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::pub);
     pub_->set(zmq::sockopt::linger, 0);
     pub_->set(zmq::sockopt::sndhwm, 100000);  // vLLM's
@@ -255,7 +255,7 @@ class KvEventPublisher::Impl {
   }
 
   int64_t Publish(std::string payload) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const int64_t seq = next_seq_++;
     auto shared = std::make_shared<const std::string>(std::move(payload));
     if (pub_ != nullptr) {
@@ -283,13 +283,13 @@ class KvEventPublisher::Impl {
   void Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     pub_.reset();
     router_.reset();
   }
 
   Counters counters() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return counters_;
   }
 
@@ -313,7 +313,7 @@ class KvEventPublisher::Impl {
       if (!start.has_value()) continue;
       std::vector<Buffered> batches;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         ++counters_.replay_requests;
         auto it = std::lower_bound(
             buffer_.begin(), buffer_.end(), *start,
@@ -328,7 +328,7 @@ class KvEventPublisher::Impl {
         ++sent;
       }
       if (ok && !stop_) Answer(id, Be64(-1), "");
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       counters_.replayed_batches += sent;
     }
   }
@@ -348,7 +348,7 @@ class KvEventPublisher::Impl {
   }
 
   const KvPublisherOptions options_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::deque<Buffered> buffer_ ABSL_GUARDED_BY(mu_);

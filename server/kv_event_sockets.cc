@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "core/status_macros.h"
+#include "base/mutex.h"
+#include "base/status_macros.h"
 #include "index/zmq_wire.h"
 #include "server/kv_batcher.h"
 #include "server/replay_buffer.h"
@@ -107,7 +107,7 @@ class KvEventSockets::Impl {
 
   absl::Status Open(std::string* endpoint, std::string* replay_endpoint) {
     // Nothing else runs yet; the lock is for the analysis (and is cheap).
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     pub_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::pub);
     Bound(*pub_, hwm_, limits_.stall_timeout);
     SetIpv6IfLiteral(*pub_, options_.endpoint);
@@ -148,7 +148,7 @@ class KvEventSockets::Impl {
 
   int64_t Publish(std::string payload) {
     auto shared = std::make_shared<const std::string>(std::move(payload));
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const int64_t seq = next_seq_++;
     if (pub_ != nullptr) {
       const std::string seq_bytes = Be64(seq);
@@ -173,7 +173,7 @@ class KvEventSockets::Impl {
   void Stop() {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     pub_.reset();
     router_.reset();
   }
@@ -181,7 +181,7 @@ class KvEventSockets::Impl {
   Counters counters() const {
     Counters c;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       c = counters_;
     }
     c.buffered_batches = buffer_.batches();
@@ -206,11 +206,11 @@ class KvEventSockets::Impl {
       const std::optional<int64_t> start = ReadBe64(parts[2]);
       if (!start.has_value()) continue;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         ++counters_.replay_requests;
       }
       const uint64_t sent = Replay(parts[0].to_string(), *start);
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       counters_.replayed_batches += sent;
     }
   }
@@ -247,7 +247,7 @@ class KvEventSockets::Impl {
   const PublishLimits limits_;
   const int hwm_;
   ReplayBuffer buffer_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::unique_ptr<zmq::socket_t> pub_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   Counters counters_ ABSL_GUARDED_BY(mu_);

@@ -7,7 +7,7 @@ namespace prefixd {
 
 void ReplayBuffer::Add(int64_t seq,
                        std::shared_ptr<const std::string> payload) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   bytes_ += payload->size();
   entries_.push_back({seq, std::move(payload)});
   while (entries_.size() > 1 &&
@@ -18,7 +18,7 @@ void ReplayBuffer::Add(int64_t seq,
 }
 
 std::vector<ReplayBuffer::Entry> ReplayBuffer::From(int64_t start) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it =
       std::lower_bound(entries_.begin(), entries_.end(), start,
                        [](const Entry& e, int64_t s) { return e.seq < s; });
@@ -26,12 +26,12 @@ std::vector<ReplayBuffer::Entry> ReplayBuffer::From(int64_t start) const {
 }
 
 size_t ReplayBuffer::batches() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 
 uint64_t ReplayBuffer::bytes() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return bytes_;
 }
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "base/mutex.h"
 
 namespace prefixd {
 
@@ -44,7 +44,7 @@ class ReplayBuffer {
  private:
   const size_t max_batches_;
   const uint64_t max_bytes_;
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };

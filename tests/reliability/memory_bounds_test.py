@@ -62,9 +62,7 @@ from prefixd.v1 import prefix_cache_pb2_grpc as pb_grpc  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as ipb  # noqa: E402
 from prefixd.v1 import prefix_index_pb2_grpc as ipb_grpc  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "index"))
-import kv_publisher  # noqa: E402  (tests/index/kv_publisher.py)
+from prefixd import kv_publisher  # noqa: E402  (client/python/prefixd/kv_publisher.py)
 
 MIB = 1024
 

@@ -19,8 +19,8 @@ PACKAGES=(
   prometheus-cpp-dev libssl-dev openssl
   # the HTTP listener of /metrics and the status page (server/http_listener.h)
   libcivetweb-dev
-  # the fleet index: KV events over ZeroMQ, msgpack payloads
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  # the fleet index: KV events over ZeroMQ, msgpack payloads, xxHash keys
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev
   # tests and benchmarks (bench/index_replay writes JSON with nlohmann-json)
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev nlohmann-json3-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install

@@ -107,6 +107,8 @@ enum Field : int {
   // Known so it is not counted as unknown; the index has no use for it.
   kSessionId,
   kEventVersion,
+  // RFC #1527's names (map form only): the namespace salt of its stores.
+  kAdditionalSalt,
   kNumFields,
 };
 
@@ -126,7 +128,31 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "ownership",
     "session_id",
     "event_version",
+    "additional_salt",
 };
+
+// RFC #1527's other names for vLLM's fields (Mooncake's store master sends
+// both when its legacy compatibility is on), and the fields of its envelope
+// the index reads past: known, so not counted as unknown.
+struct FieldAlias {
+  absl::string_view name;
+  int field;  // a Field, or -1: known and not used
+};
+constexpr FieldAlias kAliases[] = {
+    {"seq_hashes", kBlockHashes},
+    {"parent_hash", kParentBlockHash},
+    {"event_type", -1},
+    {"base_block_idx", -1},
+    {"backend_id", -1},
+    {"dp_rank", -1},
+    {"tenant_id", -1},
+    {"model_name", -1},
+    {"event_id", -1},
+    {"timestamp", -1},
+};
+
+// Map form only (they have no place in the array form).
+constexpr Field kStoredMapFields[] = {kAdditionalSalt};
 
 constexpr Field kStoredFields[] = {
     kBlockHashes,
@@ -151,9 +177,9 @@ constexpr Field kRemovedFields[] = {kBlockHashes, kMedium,    kGroupIdx,
 enum class Kind { kStored, kRemoved, kCleared, kUnknown };
 
 Kind KindOf(absl::string_view type) {
-  if (type == "BlockStored") return Kind::kStored;
-  if (type == "BlockRemoved") return Kind::kRemoved;
-  if (type == "AllBlocksCleared") return Kind::kCleared;
+  if (type == "BlockStored" || type == "stored") return Kind::kStored;
+  if (type == "BlockRemoved" || type == "removed") return Kind::kRemoved;
+  if (type == "AllBlocksCleared" || type == "cleared") return Kind::kCleared;
   return Kind::kUnknown;
 }
 
@@ -219,66 +245,13 @@ class EventDecoder {
     const object* fields[kNumFields] = {};
     Kind kind;
     if (ev.type == mtype::ARRAY) {
-      const object* items = ev.via.array.ptr;
-      const uint32_t size = ev.via.array.size;
-      if (size == 0 || items[0].type != mtype::STR) {
-        return Error("an array event must start with its type name (a str)");
-      }
-      type_ = Str(items[0]);
-      kind = KindOf(type_);
-      if (kind == Kind::kUnknown) {
-        ++out_->unknown_events;
-        return absl::OkStatus();
-      }
-      const absl::Span<const Field> known = FieldsOf(kind);
-      for (uint32_t j = 1; j < size; ++j) {
-        if (j - 1 < known.size()) {
-          fields[known[j - 1]] = &items[j];
-        } else {
-          ++out_->unknown_fields;
-        }
-      }
+      RETURN_IF_ERROR(ArrayFields(ev, fields, &kind));
     } else if (ev.type == mtype::MAP) {
-      const msgpack::object_kv* kvs = ev.via.map.ptr;
-      const uint32_t size = ev.via.map.size;
-      const object* type = nullptr;
-      for (uint32_t j = 0; j < size; ++j) {
-        if (kvs[j].key.type == mtype::STR && Str(kvs[j].key) == "type") {
-          type = &kvs[j].val;
-        }
-      }
-      if (type == nullptr || type->type != mtype::STR) {
-        return Error("a map event must have a str \"type\"");
-      }
-      type_ = Str(*type);
-      kind = KindOf(type_);
-      if (kind == Kind::kUnknown) {
-        ++out_->unknown_events;
-        return absl::OkStatus();
-      }
-      const absl::Span<const Field> known = FieldsOf(kind);
-      for (uint32_t j = 0; j < size; ++j) {
-        const object& key = kvs[j].key;
-        if (key.type != mtype::STR) {
-          ++out_->unknown_fields;
-          continue;
-        }
-        const absl::string_view name = Str(key);
-        if (name == "type") continue;
-        const auto it =
-            std::find_if(known.begin(), known.end(),
-                         [name](Field f) { return kFieldNames[f] == name; });
-        if (it == known.end()) {
-          ++out_->unknown_fields;
-        } else {
-          fields[*it] = &kvs[j].val;
-        }
-      }
+      RETURN_IF_ERROR(MapFields(ev, fields, &kind));
     } else {
       return Error(absl::StrCat("an event is a ", TypeName(ev),
                                 ", want an array or a map"));
     }
-
     switch (kind) {
       case Kind::kStored:
         return DecodeStored(fields,
@@ -290,15 +263,100 @@ class EventDecoder {
         NextSlot<AllBlocksClearedEvent>(&out_->events, &used_);
         return absl::OkStatus();
       case Kind::kUnknown:
+        ++out_->unknown_events;
         break;
     }
     return absl::OkStatus();
   }
 
+  // ["BlockStored", field, field, ...]: fields by position.
+  absl::Status ArrayFields(const object& ev, const object** fields,
+                           Kind* kind) {
+    const object* items = ev.via.array.ptr;
+    const uint32_t size = ev.via.array.size;
+    if (size == 0 || items[0].type != mtype::STR) {
+      return Error("an array event must start with its type name (a str)");
+    }
+    type_ = Str(items[0]);
+    *kind = KindOf(type_);
+    if (*kind == Kind::kUnknown) return absl::OkStatus();
+    const absl::Span<const Field> known = FieldsOf(*kind);
+    for (uint32_t j = 1; j < size; ++j) {
+      if (j - 1 < known.size()) {
+        fields[known[j - 1]] = &items[j];
+      } else {
+        ++out_->unknown_fields;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // {"type": "BlockStored", name: field, ...} (vLLM), or RFC #1527's
+  // {"event_type": "stored", ...}: fields by name.
+  absl::Status MapFields(const object& ev, const object** fields, Kind* kind) {
+    const object* type = MapValue(ev, "type");
+    if (type == nullptr) type = MapValue(ev, "event_type");
+    if (type == nullptr || type->type != mtype::STR) {
+      return Error("a map event must have a str \"type\" (or \"event_type\")");
+    }
+    type_ = Str(*type);
+    *kind = KindOf(type_);
+    if (*kind == Kind::kUnknown) return absl::OkStatus();
+    const absl::Span<const Field> known = FieldsOf(*kind);
+    const msgpack::object_kv* kvs = ev.via.map.ptr;
+    for (uint32_t j = 0; j < ev.via.map.size; ++j) {
+      if (kvs[j].key.type != mtype::STR) {
+        ++out_->unknown_fields;
+        continue;
+      }
+      const absl::string_view name = Str(kvs[j].key);
+      if (name == "type") continue;
+      const int f = MapField(*kind, known, name);
+      if (f == kUnknownField) {
+        ++out_->unknown_fields;
+      } else if (f >= 0 && fields[f] == nullptr) {
+        fields[f] = &kvs[j].val;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  static constexpr int kUnknownField = -2;
+  // The Field a map key names (-1: known, not used), or kUnknownField.
+  static int MapField(Kind kind, absl::Span<const Field> known,
+                      absl::string_view name) {
+    for (Field f : known) {
+      if (kFieldNames[f] == name) return f;
+    }
+    if (kind == Kind::kStored) {
+      for (Field f : kStoredMapFields) {
+        if (kFieldNames[f] == name) return f;
+      }
+    }
+    for (const FieldAlias& a : kAliases) {
+      if (a.name != name) continue;
+      if (a.field < 0) return -1;
+      return std::find(known.begin(), known.end(), a.field) != known.end()
+                 ? a.field
+                 : -1;
+    }
+    return kUnknownField;
+  }
+
   absl::Status DecodeStored(const object* const* f, BlockStoredEvent* ev) {
     RETURN_IF_ERROR(BlockHashes(f[kBlockHashes], &ev->block_hashes));
-    RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
-    RETURN_IF_ERROR(TokenIds(f[kTokenIds], ev));
+    if (IsNull(f[kTokenIds])) {
+      // A store of hashes alone (RFC #1527's storage daemons): placed by
+      // its keys, if its worker's hashes are the index's keys.
+      ev->token_ids.clear();
+      ev->block_size = 0;
+      if (!IsNull(f[kBlockSize])) {
+        RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
+      }
+    } else {
+      RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
+      RETURN_IF_ERROR(TokenIds(f[kTokenIds], ev));
+    }
     RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
     RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
     RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
@@ -312,6 +370,13 @@ class EventDecoder {
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
     if (!ReadExtraKeys(f[kExtraKeys], ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
+    }
+    // RFC #1527's additional_salt: the namespace's salt, unless the extra
+    // keys gave one.
+    std::string salt;
+    RETURN_IF_ERROR(Name(kAdditionalSalt, f[kAdditionalSalt], &salt));
+    if (ev->cache_salt.empty() && !ev->parent_block_hash.has_value()) {
+      ev->cache_salt = std::move(salt);
     }
     return absl::OkStatus();
   }
@@ -355,7 +420,6 @@ class EventDecoder {
 
   // token_ids: block_hashes * block_size token ids (0 <= id < 2^32).
   absl::Status TokenIds(const object* tokens, BlockStoredEvent* ev) {
-    if (IsNull(tokens)) return Error("token_ids is missing");
     if (tokens->type != mtype::ARRAY) {
       return WrongType(kTokenIds, *tokens, "an array");
     }

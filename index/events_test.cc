@@ -918,7 +918,6 @@ TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {
        "block_size -4 is not positive"},
       {StoredArray(Arr({1}), kNil, Arr({}), Uint(UINT64_MAX)),
        "block_size 18446744073709551615 is not positive"},
-      {StoredArray(Arr({1}), kNil, kNil, 2), "token_ids is missing"},
       {StoredArray(Arr({1}), kNil, "ab", 2), "token_ids is a str"},
       {StoredArray(Arr({1}), Float(0.5), Tokens(0, 2), 2),
        "parent_block_hash is a float"},
@@ -934,6 +933,54 @@ TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.message;
     EXPECT_THAT(s.message(), HasSubstr(c.message));
   }
+}
+
+// Mooncake's store master publishes RFC #1527 events: maps with
+// event_type and seq_hashes, and no tokens (or, with its legacy
+// compatibility on, vLLM's type and block_hashes beside them).
+TEST(DecodeEventBatchTest, Rfc1527EventsDecode) {
+  const V stored = Map({{"event_id", 42},
+                        {"timestamp", Uint(1739145600000)},
+                        {"event_type", "stored"},
+                        {"model_name", "llama"},
+                        {"block_size", 16},
+                        {"additional_salt", "w8a8"},
+                        {"lora_name", kNil},
+                        {"tenant_id", "default"},
+                        {"backend_id", "daemon-0"},
+                        {"medium", "cpu"},
+                        {"dp_rank", 0},
+                        {"seq_hashes", Arr({Uint(1234567890), Uint(98765)})},
+                        {"base_block_idx", kNil},
+                        {"parent_hash", kNil},
+                        {"token_ids", kNil}});
+  const V compat = Map({{"event_type", "removed"},
+                        {"type", "BlockRemoved"},
+                        {"seq_hashes", Arr({Uint(98765)})},
+                        {"block_hashes", Arr({Uint(98765)})},
+                        {"base_block_idx", 1},
+                        {"medium", "disk"}});
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(Arr({Float(1.5),
+                  Arr({stored, compat, Map({{"event_type", "cleared"}})}), 0}),
+             &b)
+          .ok());
+  EXPECT_EQ(b.unknown_fields, 0u);
+  ASSERT_EQ(b.events.size(), 3u);
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_THAT(s->block_hashes, ElementsAre(1234567890u, 98765u));
+  EXPECT_TRUE(s->token_ids.empty());  // placed by its keys
+  EXPECT_FALSE(s->parent_block_hash.has_value());
+  EXPECT_EQ(s->cache_salt, "w8a8");
+  EXPECT_EQ(s->medium, "CPU");
+  EXPECT_EQ(s->block_size, 16);
+  const BlockRemovedEvent* r = Removed(b, 1);
+  ASSERT_NE(r, nullptr);
+  EXPECT_THAT(r->block_hashes, ElementsAre(98765u));
+  EXPECT_EQ(r->medium, "DISK");
+  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[2]));
 }
 
 TEST(DecodeEventBatchTest, DeclaredSizesBeyondThePayloadAreRefusedCheaply) {

@@ -34,7 +34,9 @@ absl::string_view ClearReasonName(ClearReason reason) {
 }
 
 FleetIndex::FleetIndex(IndexOptions options)
-    : options_(options), tree_(options.block_size) {}
+    : options_(options),
+      tree_(options.block_size,
+            KeyScheme(options.hash_profile, options.hash_seed)) {}
 
 // --- Workers ----------------------------------------------------------------
 
@@ -75,6 +77,50 @@ void FleetIndex::CountReplay(WorkerId id, bool ok) {
 void FleetIndex::SetLastSeq(WorkerId id, int64_t seq) {
   MutexLock lock(&mu_);
   workers_.Get(id).last_seq = seq;
+}
+
+void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
+  MutexLock lock(&mu_);
+  workers_.Get(id).labels = labels;
+  if (labels.hashes_are_keys) tree_.EnableKeyLookup();
+}
+
+void FleetIndex::SetGroupRules(WorkerId id,
+                               const std::array<GroupRule, kMaxGroups>& rules) {
+  MutexLock lock(&mu_);
+  WorkerRecord& w = workers_.Get(id);
+  w.groups = rules;
+  hybrid_.Set(id, w.groups);
+}
+
+void FleetIndex::ApplyHashes(WorkerId id,
+                             absl::Span<const HashUpdate> updates) {
+  MutexLock lock(&mu_);
+  WorkerRecord& w = workers_.Get(id);
+  const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  for (const HashUpdate& u : updates) {
+    if (u.op == HashUpdate::Op::kClearTier) {
+      tree_.ClearTier(id, u.medium);
+      continue;
+    }
+    for (int g = 0; g < kMaxGroups; ++g) {
+      if ((u.groups >> g & 1) == 0) continue;
+      if (u.op == HashUpdate::Op::kReport) {
+        tree_.StoreHashes(id, u.hashes, g, u.medium, stamp);
+      } else {
+        BlockRemovedEvent ev;
+        ev.block_hashes.assign(u.hashes.begin(), u.hashes.end());
+        ev.medium = u.medium;
+        ev.group_idx = g;
+        tree_.Remove(id, ev);
+      }
+    }
+  }
+  if (w.state != WorkerState::kLive) {
+    w.state = WorkerState::kLive;
+    w.detail.clear();
+  }
+  Trim();
 }
 
 void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
@@ -166,10 +212,12 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
     LearnGroup(w, ev);
     if (g > 0 && w.groups[static_cast<size_t>(g)].kind == GroupKind::kNone) {
       reason = DropReason::kGroup;
-    } else if (ev.block_size != options_.block_size) {
+    } else if (ev.block_size != options_.block_size && !ev.token_ids.empty()) {
       reason = DropReason::kBlockSize;
     } else {
-      tree_.Store(w.id, ev, stamp, drops);
+      const StoreDefaults defaults = {w.labels.lora_name, w.labels.salt,
+                                      w.labels.hashes_are_keys};
+      tree_.Store(w.id, ev, defaults, stamp, drops);
       return;
     }
   }
@@ -206,21 +254,69 @@ void FleetIndex::Trim() {
 RouteResult FleetIndex::Route(const RouteQuery& q) const {
   const absl::Time now = absl::Now();
   const std::string ns = NamespaceKey(q.lora_name, q.lora_id, q.cache_salt);
-  // The keys are computed before the lock is taken.
-  const size_t bs = static_cast<size_t>(options_.block_size);
-  absl::InlinedVector<Token, 512> keys(q.tokens.size() / bs * kKeyTokens);
-  BlockKeys(q.tokens, bs, q.tokens.size() / bs, q.content, keys.data());
+  PromptKeys prompt;
+  prompt.tokens = q.tokens;
+  prompt.content = q.content;
+  prompt.salt = q.cache_salt;
+  prompt.keys = q.keys;
   RouteScores scores;
   ReaderMutexLock lock(&mu_);
-  tree_.Score(keys, ns, workers_.size(), hybrid_,
+  tree_.Score(prompt, ns, workers_.size(), hybrid_,
               clock_.fetch_add(1, std::memory_order_relaxed) + 1, &scores);
-  return Assemble(q, scores, now);
+  return Assemble(q.filter, scores, now);
+}
+
+RouteResult FleetIndex::RouteEngineHashes(absl::Span<const EngineHash> hashes,
+                                          const WorkerFilter& filter) const {
+  const absl::Time now = absl::Now();
+  RouteScores scores;
+  ReaderMutexLock lock(&mu_);
+  tree_.ScoreEngineHashes(hashes, workers_.size(), hybrid_, &scores);
+  return Assemble(filter, scores, now);
+}
+
+std::vector<HashHolding> FleetIndex::HashHoldings(
+    absl::Span<const EngineHash> hashes) const {
+  std::vector<HashHolding> out;
+  ReaderMutexLock lock(&mu_);
+  for (EngineHash hash : hashes) {
+    const size_t first = out.size();
+    for (uint32_t h : tree_.HoldersOfEngineHash(hash)) {
+      const WorkerRecord& w = workers_.Get(HolderWorker(h));
+      if (w.retired) continue;
+      const absl::string_view medium = tree_.MediumName(HolderMedium(h));
+      auto same =
+          std::find_if(out.begin() + static_cast<long>(first), out.end(),
+                       [&](const HashHolding& x) {
+                         return x.worker == w.name && x.medium == medium;
+                       });
+      if (same == out.end()) {
+        out.push_back({hash, w.name, medium, 0});
+        same = out.end() - 1;
+      }
+      same->groups |= 1u << HolderGroup(h);
+    }
+  }
+  return out;
 }
 
 // The workers asked for, most matched blocks first, then by name: sorted as
 // (blocks, worker) pairs, then written out in order, which is cheaper than
 // sorting the answers themselves.
-RouteResult FleetIndex::Assemble(const RouteQuery& q, const RouteScores& scores,
+bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
+  if (w.retired) return false;
+  if (!f.workers.empty() && std::find(f.workers.begin(), f.workers.end(),
+                                      w.name) == f.workers.end()) {
+    return false;
+  }
+  if (!f.tenant.empty() && w.labels.Tenant() != f.tenant) return false;
+  if (!f.model.empty() && !w.labels.model.empty() && w.labels.model != f.model)
+    return false;
+  return f.instance.empty() || w.labels.Instance(w.name) == f.instance;
+}
+
+RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
+                                 const RouteScores& scores,
                                  absl::Time now) const {
   struct Scored {
     uint32_t blocks;
@@ -230,11 +326,7 @@ RouteResult FleetIndex::Assemble(const RouteQuery& q, const RouteScores& scores,
   const size_t num_workers = workers_.size();
   for (WorkerId id = 0; id < num_workers; ++id) {
     const WorkerRecord& w = workers_.Get(id);
-    if (w.retired) continue;
-    if (!q.workers.empty() && std::find(q.workers.begin(), q.workers.end(),
-                                        w.name) == q.workers.end()) {
-      continue;
-    }
+    if (!Passes(filter, w)) continue;
     order.push_back({scores.Usable(id), &w});
   }
   std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
@@ -257,6 +349,7 @@ RouteResult FleetIndex::Assemble(const RouteQuery& q, const RouteScores& scores,
     m.state = w.state;
     m.last_seq = w.last_seq;
     m.lag_ms = w.LagMs(now);
+    m.labels = &w.labels;
   }
   for (const WorkerMatch& m : result.workers) {
     if (m.matched_blocks == 0) break;
@@ -274,6 +367,7 @@ WorkerStatus FleetIndex::StatusOf(const WorkerRecord& w, absl::Time now) const {
   WorkerStatus s;
   s.worker = w.name;
   s.endpoint = w.endpoint;
+  s.labels = w.labels;
   s.state = w.state;
   s.state_detail = w.detail;
   s.last_error = w.last_error;

@@ -45,7 +45,16 @@ class FleetIndex final : public KvIndex {
   void ClearWorker(WorkerId worker, ClearReason reason,
                    absl::string_view detail) override;
   void SetLastSeq(WorkerId worker, int64_t seq) override;
+  void SetLabels(WorkerId worker, const WorkerLabels& labels) override;
+  void ApplyHashes(WorkerId worker,
+                   absl::Span<const HashUpdate> updates) override;
+  void SetGroupRules(WorkerId worker,
+                     const std::array<GroupRule, kMaxGroups>& rules) override;
   RouteResult Route(const RouteQuery& query) const override;
+  RouteResult RouteEngineHashes(absl::Span<const EngineHash> hashes,
+                                const WorkerFilter& filter) const override;
+  std::vector<HashHolding> HashHoldings(
+      absl::Span<const EngineHash> hashes) const override;
   IndexStats Stats() const override;
 
   uint64_t entries() const;
@@ -67,8 +76,10 @@ class FleetIndex final : public KvIndex {
   void ClearLocked(WorkerRecord& w, ClearReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  RouteResult Assemble(const RouteQuery& query, const RouteScores& scores,
+  RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
                        absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool Passes(const WorkerFilter& filter, const WorkerRecord& w) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerStatus StatusOf(const WorkerRecord& w, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 

@@ -303,7 +303,7 @@ TEST_F(FleetIndexTest, WorkerFilterAndOrder) {
   ASSERT_EQ(r.workers.size(), 2u);
   EXPECT_EQ(r.workers[0].worker, "w1");
   EXPECT_EQ(r.best_worker, "w1");
-  q.workers = {"w0"};
+  q.filter.workers = {"w0"};
   r = index_.Route(q);
   ASSERT_EQ(r.workers.size(), 1u);
   EXPECT_EQ(r.best_worker, "w0");

@@ -1,54 +1,35 @@
 #include "index/holder_tree.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cassert>
 #include <cstdlib>
 #include <functional>
 #include <queue>
 #include <utility>
 
-#include "absl/container/flat_hash_set.h"
-#include "absl/strings/str_cat.h"
-#include "base/status_macros.h"
+#include "absl/hash/hash.h"
+#include "index/holder_tree_internal.h"
 #include "index/keys.h"
 
 namespace prefixd {
 namespace {
 
-// A holder packs (worker, group, medium): 20 bits of worker, 4 of KV-cache
-// group, 8 of medium.
-uint32_t PackHolder(WorkerId w, int64_t group, uint8_t medium) {
-  return (w << 12) | (static_cast<uint32_t>(group) << 8) | medium;
-}
-WorkerId HolderWorker(uint32_t h) { return h >> 12; }
-int HolderGroup(uint32_t h) { return static_cast<int>((h >> 8) & 0xf); }
-uint8_t HolderMedium(uint32_t h) { return static_cast<uint8_t>(h & 0xff); }
-bool SameWorkerAndMedium(uint32_t a, uint32_t b) {
-  return HolderWorker(a) == HolderWorker(b) &&
-         HolderMedium(a) == HolderMedium(b);
-}
-
-static_assert(HolderTree::kMaxWorkers == 1u << 20 && kMaxGroups == 16,
-              "holders pack 20 bits of worker and 4 of group");
+// The namespace detached blocks live in: no NamespaceKey starts with 0x01.
+constexpr absl::string_view kDetachedNamespace =
+    "\x01"
+    "detached";
 
 }  // namespace
 
 absl::string_view DropReasonName(DropReason reason) {
   static constexpr absl::string_view kNames[kNumDropReasons] = {
-      "unknown_parent", "extra_keys", "group", "max_entries", "block_size"};
+      "unknown_parent", "extra_keys", "group",
+      "max_entries",    "block_size", "unknown_hash"};
   return kNames[static_cast<int>(reason)];
 }
 
-// One indexed block: where it sits and who holds it. A free slot has no
-// node; its generation advances whenever it is freed.
-struct HolderTree::Slot {
-  Node* node = nullptr;
-  uint32_t gen = 0;
-  absl::InlinedVector<uint32_t, 2> holders;  // PackHolder values
-};
-
-HolderTree::HolderTree(int block_size) : block_size_(block_size) {
+HolderTree::HolderTree(int block_size, KeyScheme scheme)
+    : block_size_(block_size), scheme_(scheme) {
   mediums_.reserve(kMaxMediums);
 }
 HolderTree::~HolderTree() = default;
@@ -74,22 +55,21 @@ uint64_t HolderTree::nodes() const {
 
 // --- Slots and holders ------------------------------------------------------
 
-uint32_t HolderTree::NewSlot(Node* node) {
-  uint32_t id;
+uint32_t HolderTree::NewSlot() {
   if (!free_slots_.empty()) {
-    id = free_slots_.back();
+    const uint32_t id = free_slots_.back();
     free_slots_.pop_back();
-  } else {
-    id = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
+    return id;
   }
-  slots_[id].node = node;
+  const uint32_t id = static_cast<uint32_t>(slots_.size());
+  slots_.emplace_back();
   return id;
 }
 
 void HolderTree::FreeSlot(uint32_t id) {
   Slot& s = slots_[id];
   assert(s.holders.empty());
+  if (key_lookup_ != nullptr) key_lookup_->Erase(id);
   s.node = nullptr;
   ++s.gen;
   free_slots_.push_back(id);
@@ -100,15 +80,30 @@ HolderTree::Slot* HolderTree::Resolve(SlotRef ref) {
   return s.node != nullptr && s.gen == ref.gen ? &s : nullptr;
 }
 
+const HolderTree::Slot* HolderTree::Resolve(SlotRef ref) const {
+  const Slot& s = slots_[ref.slot];
+  return s.node != nullptr && s.gen == ref.gen ? &s : nullptr;
+}
+
+uint64_t HolderTree::KeyOf(const Slot& s) const {
+  return LoadKey(s.node->block(s.pos));
+}
+
 uint8_t HolderTree::MediumId(absl::string_view medium) {
-  for (size_t i = 0; i < mediums_.size(); ++i) {
-    if (mediums_[i] == medium) return static_cast<uint8_t>(i);
-  }
+  const int known = FindMedium(medium);
+  if (known >= 0) return static_cast<uint8_t>(known);
   // A stream naming hundreds of tiers is broken; fold the rest into the last.
   if (mediums_.size() == kMaxMediums) return kMaxMediums - 1;
   mediums_.emplace_back(medium);
   for (WorkerHoldings& h : holdings_) h.medium_blocks.resize(mediums_.size());
   return static_cast<uint8_t>(mediums_.size() - 1);
+}
+
+int HolderTree::FindMedium(absl::string_view medium) const {
+  for (size_t i = 0; i < mediums_.size(); ++i) {
+    if (mediums_[i] == medium) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 uint8_t HolderTree::TierId(absl::string_view medium, absl::string_view locality,
@@ -165,13 +160,14 @@ bool HolderTree::Unhold(uint32_t holder, uint32_t slot) {
                       [&](uint32_t h) { return HolderWorker(h) == worker; });
 }
 
-void HolderTree::UnholdAll(WorkerId worker, uint32_t slot) {
+void HolderTree::UnholdAll(WorkerId worker, uint32_t slot, int medium) {
   Slot& s = slots_[slot];
   std::vector<uint64_t>& per_medium = holdings_[worker].medium_blocks;
   absl::InlinedVector<uint8_t, 4> mediums;
   auto keep = s.holders.begin();
   for (uint32_t h : s.holders) {
-    if (HolderWorker(h) != worker) {
+    if (HolderWorker(h) != worker ||
+        (medium >= 0 && HolderMedium(h) != medium)) {
       *keep++ = h;
       continue;
     }
@@ -193,23 +189,42 @@ Tree* HolderTree::GetOrCreateTree(const std::string& key) {
   return tree.get();
 }
 
-Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
-                             size_t* used) {
-  *used = 0;
-  if (!ev.parent_block_hash.has_value()) {
-    return &GetOrCreateTree(NamespaceKey(ev.lora_name.value_or(""),
-                                         ev.lora_id.value_or(0), ev.cache_salt))
-                ->root;
+Tree* HolderTree::FindTree(const std::string& key) const {
+  auto it = trees_.find(key);
+  return it == trees_.end() ? nullptr : it->second.get();
+}
+
+void HolderTree::PlaceSlots(Node* node, size_t from) {
+  const auto ids = node->block_ids();
+  for (size_t k = from; k < ids.size(); ++k) {
+    Slot& s = slots_[ids[k]];
+    s.node = node;
+    s.pos = static_cast<uint16_t>(k);
   }
+}
+
+Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
+                             const StoreDefaults& defaults, size_t* used) {
+  *used = 0;
+  const std::string ns =
+      NamespaceKey(ev.lora_name.has_value() ? absl::string_view(*ev.lora_name)
+                                            : defaults.lora_name,
+                   ev.lora_id.value_or(0),
+                   ev.cache_salt.empty() ? defaults.salt : ev.cache_salt);
+  if (!ev.parent_block_hash.has_value()) return &GetOrCreateTree(ns)->root;
   const WorkerHoldings& held = holdings_[worker];
   auto it = held.blocks.find(*ev.parent_block_hash);
   Slot* parent = it == held.blocks.end() ? nullptr : Resolve(it->second);
+  if (parent == nullptr && defaults.hashes_are_keys && key_lookup_ != nullptr) {
+    // A publisher of the index's own keys names a parent another worker
+    // stored (a storage daemon's copy of a block an engine computed).
+    if (const Tree* tree = FindTree(ns); tree != nullptr) {
+      const int64_t id = key_lookup_->Find(tree, *ev.parent_block_hash);
+      if (id >= 0) parent = &slots_[static_cast<uint32_t>(id)];
+    }
+  }
   if (parent == nullptr) return nullptr;
-  const auto ids = parent->node->block_ids();
-  *used =
-      static_cast<size_t>(std::find(ids.begin(), ids.end(), it->second.slot) -
-                          ids.begin()) +
-      1;
+  *used = size_t{parent->pos} + 1;
   return parent->node;
 }
 
@@ -219,25 +234,45 @@ Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
 // when C' has C's tokens: C gains the holder, the edge splits after it and
 // X hangs below as a new child (AttachNew).
 void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
-                       uint64_t stamp, DropCounts* drops) {
+                       const StoreDefaults& defaults, uint64_t stamp,
+                       DropCounts* drops) {
   assert(ev.group_idx >= 0 && ev.group_idx < kMaxGroups);
+  if (ev.token_ids.empty() && !ev.block_hashes.empty()) {
+    StoreByKeys(worker, ev, defaults, drops);
+    return;
+  }
   const size_t n = ev.block_hashes.size();
   const size_t chain = std::min(ev.chain_blocks, n);
   if (chain < n)
     (*drops)[static_cast<int>(DropReason::kExtraKeys)] += n - chain;
   if (chain == 0) return;
-
   size_t used;
-  Node* node = StoreStart(worker, ev, &used);
+  Node* node = StoreStart(worker, ev, defaults, &used);
   if (node == nullptr) {
     (*drops)[static_cast<int>(DropReason::kUnknownParent)] += chain;
     return;
   }
+  // The keys chain from the block before the first (or the namespace's
+  // root).
+  const bool first = node->is_root();
+  const uint64_t parent =
+      first
+          ? scheme_.Root(ev.cache_salt.empty() ? defaults.salt : ev.cache_salt)
+          : LoadKey(node->block(used - 1));
+  key_scratch_.resize(chain * kKeyTokens);
+  scheme_.Chain(parent, first, ev.token_ids, static_cast<size_t>(block_size_),
+                chain, &ev.content, key_scratch_.data());
+  StoreChain(worker, ev, chain, node, used, stamp);
+}
+
+// Walks down from after `used` blocks of `node` with the keys in
+// key_scratch_: a block already in the tree gains the holder; where the
+// path leaves an edge the edge splits; the rest hangs below as new blocks.
+void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
+                            size_t chain, Node* node, size_t used,
+                            uint64_t stamp) {
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
-  key_scratch_.resize(chain * kKeyTokens);
-  BlockKeys(ev.token_ids, static_cast<size_t>(block_size_), chain, &ev.content,
-            key_scratch_.data());
   const absl::Span<const Token> keys(key_scratch_);
   for (size_t i = 0; i < chain; ++i) {
     const absl::Span<const Token> block =
@@ -250,9 +285,11 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
         ++used;
         continue;
       }
-      // The path leaves the edge here: split it after `used` blocks.
+      // The path leaves the edge here: split it after `used` blocks; the
+      // tail keeps its node, so its slots move up by `used` places.
       Node* head = SplitNode(node, used);
-      for (BlockId id : head->block_ids()) slots_[id].node = head;
+      PlaceSlots(head, 0);
+      PlaceSlots(node, 0);
       node = head;
     }
     if (Node* child = node->FindChild(block); child != nullptr) {
@@ -264,13 +301,41 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     }
     // Nothing below holds block i: the rest of the chain is new.
     std::vector<BlockId> ids(chain - i);
-    for (BlockId& id : ids) id = NewSlot(nullptr);
+    for (BlockId& id : ids) id = NewSlot();
     AttachNew(node, keys.subspan(i * kKeyTokens), ids, stamp);
     for (size_t k = 0; k < ids.size(); ++k) {
       Hold(worker, holder, static_cast<uint32_t>(ids[k]),
            ev.block_hashes[i + k]);
     }
     return;
+  }
+}
+
+// Keys without tokens (RFC #1527's store events of a storage daemon): each
+// key is held where the namespace's tree has it; a key the tree lacks
+// cannot be placed (no tokens say where it hangs).
+void HolderTree::StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
+                             const StoreDefaults& defaults, DropCounts* drops) {
+  uint64_t& unknown = (*drops)[static_cast<int>(DropReason::kUnknownHash)];
+  const std::string ns =
+      NamespaceKey(ev.lora_name.has_value() ? absl::string_view(*ev.lora_name)
+                                            : defaults.lora_name,
+                   ev.lora_id.value_or(0),
+                   ev.cache_salt.empty() ? defaults.salt : ev.cache_salt);
+  const Tree* tree = FindTree(ns);
+  if (tree == nullptr || key_lookup_ == nullptr) {
+    unknown += ev.block_hashes.size();
+    return;
+  }
+  const uint32_t holder = PackHolder(
+      worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
+  for (EngineHash key : ev.block_hashes) {
+    const int64_t id = key_lookup_->Find(tree, key);
+    if (id < 0) {
+      ++unknown;
+      continue;
+    }
+    Hold(worker, holder, static_cast<uint32_t>(id), key);
   }
 }
 
@@ -284,21 +349,28 @@ void HolderTree::AttachNew(Node* node, absl::Span<const Token> keys,
     const size_t left = ids.size() - done;
     Node* target;
     size_t take;
+    size_t first_pos;
     if (!node->is_root() && node->children.empty() &&
         node->num_blocks() < kMaxEdgeBlocks) {
       take = std::min(kMaxEdgeBlocks - node->num_blocks(), left);
       target = node;
+      first_pos = target->num_blocks();
       target->Append(keys.subspan(done * kKeyTokens, take * kKeyTokens),
                      ids.subspan(done, take));
     } else {
       take = std::min(kMaxEdgeBlocks, left);
+      first_pos = 0;
       target = AddChild(
           node, keys.subspan(done * kKeyTokens, take * kKeyTokens),
           ids.subspan(done, take), node->is_root() ? 0 : node->end_position());
     }
     target->stamp = stamp;
     target->tree->blocks += take;
-    for (size_t k = done; k < done + take; ++k) slots_[ids[k]].node = target;
+    PlaceSlots(target, first_pos);
+    if (key_lookup_ != nullptr) {
+      for (size_t k = done; k < done + take; ++k)
+        key_lookup_->Insert(static_cast<uint32_t>(ids[k]));
+    }
     done += take;
     node = target;
   }
@@ -371,6 +443,88 @@ void HolderTree::Clear(WorkerId worker) {
                      [](uint64_t n) { return n == 0; }));
 }
 
+void HolderTree::ClearTier(WorkerId worker, absl::string_view medium) {
+  const int m = FindMedium(medium);
+  if (m < 0) return;
+  WorkerHoldings& held = holdings_[worker];
+  std::vector<SlotRef> emptied;
+  for (auto it = held.blocks.begin(); it != held.blocks.end();) {
+    Slot* s = Resolve(it->second);
+    if (s != nullptr) UnholdAll(worker, it->second.slot, m);
+    const bool gone =
+        s == nullptr ||
+        std::none_of(s->holders.begin(), s->holders.end(),
+                     [&](uint32_t h) { return HolderWorker(h) == worker; });
+    if (s != nullptr && s->holders.empty()) emptied.push_back(it->second);
+    if (gone) {
+      held.blocks.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (SlotRef ref : emptied) {
+    if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
+  }
+}
+
+// --- Engine hashes without tokens ------------------------------------------
+
+const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
+                                                   WorkerId* hint) const {
+  auto lookup = [&](WorkerId w) -> const Slot* {
+    const auto& blocks = holdings_[w].blocks;
+    auto it = blocks.find(hash);
+    return it == blocks.end() ? nullptr : Resolve(it->second);
+  };
+  if (*hint < holdings_.size()) {
+    if (const Slot* s = lookup(*hint); s != nullptr) return s;
+  }
+  for (WorkerId w = 0; w < holdings_.size(); ++w) {
+    if (w == *hint) continue;
+    if (const Slot* s = lookup(w); s != nullptr) {
+      *hint = w;
+      return s;
+    }
+  }
+  const Tree* detached = FindTree(std::string(kDetachedNamespace));
+  if (detached == nullptr) return nullptr;
+  std::array<Token, kKeyTokens> key;
+  StoreKey(hash, key.data());
+  const Node* node = detached->root.FindChild(key);
+  return node == nullptr ? nullptr : &slots_[node->block_ids()[0]];
+}
+
+uint32_t HolderTree::DetachedSlot(EngineHash hash, uint64_t stamp) {
+  Tree* tree = GetOrCreateTree(std::string(kDetachedNamespace));
+  std::array<Token, kKeyTokens> key;
+  StoreKey(hash, key.data());
+  if (Node* node = tree->root.FindChild(key); node != nullptr) {
+    node->stamp = stamp;
+    return static_cast<uint32_t>(node->block_ids()[0]);
+  }
+  const BlockId id = NewSlot();
+  AttachNew(&tree->root, key, absl::MakeConstSpan(&id, 1), stamp);
+  return static_cast<uint32_t>(id);
+}
+
+void HolderTree::StoreHashes(WorkerId worker,
+                             absl::Span<const EngineHash> hashes, int group,
+                             absl::string_view medium, uint64_t stamp) {
+  assert(group >= 0 && group < kMaxGroups);
+  const uint32_t holder = PackHolder(worker, group, MediumId(medium));
+  WorkerId hint = worker;
+  for (EngineHash hash : hashes) {
+    const Slot* found = FindEngineHash(hash, &hint);
+    const uint32_t slot =
+        found != nullptr
+            ? static_cast<uint32_t>(found->node->block_ids()[found->pos])
+            : DetachedSlot(hash, stamp);
+    Hold(worker, holder, slot, hash);
+  }
+}
+
+// --- Trim -------------------------------------------------------------------
+
 Node* HolderTree::DropTail(Node* leaf, size_t blocks,
                            absl::FunctionRef<void(WorkerId)> dropped) {
   const auto ids = leaf->block_ids();
@@ -433,153 +587,15 @@ uint64_t HolderTree::Trim(uint64_t max_entries,
   return dropped_blocks;
 }
 
-// --- Score ------------------------------------------------------------------
-
-// One pass over the holders of a prompt's matched blocks. A plain worker's
-// run[w] advances at block b only if it was b, so it ends as the worker's
-// longest run from the start (likewise per medium). A hybrid worker's
-// groups keep a GroupTally each, and after every block the worker is asked
-// whether its groups allow a boundary there (index/group_rules.h).
-class HolderTree::Scorer {
- public:
-  Scorer(const HolderTree& tree, size_t workers, const HybridRules& hybrid,
-         RouteScores* out)
-      : hybrid_(hybrid), out_(out) {
-    out->num_workers = workers;
-    out->num_mediums = std::max<size_t>(tree.mediums_.size(), 1);
-    out->run.assign(workers * (1 + out->num_mediums), 0);
-    out->full.clear();
-    if (!hybrid.empty()) {
-      tallies_.assign(hybrid.workers.size() * kMaxGroups, GroupTally());
-      usable_.assign(hybrid.workers.size(), 0);
-      seen_at_.assign(hybrid.workers.size(), UINT32_MAX);
-    }
+void HolderTree::EnableKeyLookup() {
+  if (key_lookup_ != nullptr) return;
+  key_lookup_ = std::make_unique<KeyLookup>(this);
+  for (const auto& [key, tree] : trees_) {
+    ForEachBelow(tree->root, [&](const Node& n, int) {
+      for (BlockId id : n.block_ids())
+        key_lookup_->Insert(static_cast<uint32_t>(id));
+    });
   }
-
-  // False once no worker can gain from a later block.
-  bool Block(uint32_t b, absl::Span<const uint32_t> holders) {
-    bool advanced = false;
-    for (uint32_t h : holders) {
-      const WorkerId w = HolderWorker(h);
-      if (w >= out_->num_workers) continue;
-      const int32_t hw = hybrid_.Of(w);
-      if (hw < 0) {
-        advanced |= Advance(w, HolderMedium(h), b);
-      } else {
-        HybridHolder(hw, h, b);
-      }
-    }
-    for (int32_t hw : touched_) Boundary(hw, b + 1);
-    touched_.clear();
-    // A window or state group may make a later boundary usable although
-    // nobody's run went on.
-    return advanced || !hybrid_.empty();
-  }
-
-  void Finish() {
-    if (hybrid_.empty()) return;
-    out_->full.assign(out_->run.begin(),
-                      out_->run.begin() + static_cast<long>(out_->num_workers));
-    for (WorkerId w = 0; w < out_->num_workers; ++w) {
-      const int32_t hw = hybrid_.Of(w);
-      if (hw < 0) continue;
-      out_->run[w] = usable_[static_cast<size_t>(hw)];
-      out_->full[w] = FullRun(hw);
-    }
-  }
-
- private:
-  bool Advance(WorkerId w, uint8_t medium, uint32_t b) {
-    bool advanced = false;
-    uint32_t* run = out_->run.data();
-    if (run[w] == b) {
-      run[w] = b + 1;
-      advanced = true;
-    }
-    uint32_t& m = run[out_->num_workers + w * out_->num_mediums + medium];
-    if (m == b) {
-      m = b + 1;
-      advanced = true;
-    }
-    return advanced;
-  }
-
-  void HybridHolder(int32_t hw, uint32_t h, uint32_t b) {
-    const int g = HolderGroup(h);
-    GroupTally& t = tallies_[static_cast<size_t>(hw) * kMaxGroups + g];
-    if (t.run == b) t.run = b + 1;
-    if (t.last != b) {
-      if (t.last == UINT32_MAX || t.last + 1 != b) t.streak_start = b;
-      t.last = b;
-    }
-    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
-    if (rules.groups[g].kind == GroupKind::kFull) {
-      // Per medium: the full-attention groups' runs.
-      uint32_t& m =
-          out_->run[out_->num_workers + HolderWorker(h) * out_->num_mediums +
-                    HolderMedium(h)];
-      if (m == b) m = b + 1;
-    }
-    if (seen_at_[static_cast<size_t>(hw)] != b) {
-      seen_at_[static_cast<size_t>(hw)] = b;
-      touched_.push_back(hw);
-    }
-  }
-
-  void Boundary(int32_t hw, uint32_t n) {
-    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
-    const GroupTally* t = &tallies_[static_cast<size_t>(hw) * kMaxGroups];
-    for (int g = 0; g < rules.num_groups; ++g) {
-      if (!GroupAllowsBoundary(rules.groups[g], t[g], n)) return;
-    }
-    usable_[static_cast<size_t>(hw)] = n;
-  }
-
-  uint32_t FullRun(int32_t hw) const {
-    const HybridRules::Worker& rules = hybrid_.workers[static_cast<size_t>(hw)];
-    uint32_t full = UINT32_MAX;
-    for (int g = 0; g < rules.num_groups; ++g) {
-      if (rules.groups[g].kind != GroupKind::kFull) continue;
-      full = std::min(full,
-                      tallies_[static_cast<size_t>(hw) * kMaxGroups + g].run);
-    }
-    return full == UINT32_MAX ? 0 : full;
-  }
-
-  const HybridRules& hybrid_;
-  RouteScores* const out_;
-  std::vector<GroupTally> tallies_;  // [hybrid worker][group]
-  std::vector<uint32_t> usable_;     // by hybrid worker
-  std::vector<uint32_t> seen_at_;    // the last block that touched it
-  absl::InlinedVector<int32_t, 8> touched_;
-};
-
-void HolderTree::Score(absl::Span<const Token> keys, const std::string& ns,
-                       size_t workers, const HybridRules& hybrid,
-                       uint64_t stamp, RouteScores* out) const {
-  out->prompt_blocks = keys.size() / kKeyTokens;
-  Scorer scorer(*this, workers, hybrid, out);
-  auto tree = trees_.find(ns);
-  if (tree != trees_.end()) {
-    const WalkPath path = Walk(*tree->second, keys, 0, false);
-    uint32_t b = 0;  // prompt block index
-    bool go_on = true;
-    for (const WalkStep& step : path) {
-      // Other Scores may stamp the same node concurrently.
-      std::atomic_ref<uint64_t>(step.node->stamp)
-          .store(stamp, std::memory_order_relaxed);
-      const auto ids = step.node->block_ids();
-      // The slots are scattered: ask for all of this step's at once rather
-      // than miss the cache once per block.
-      for (size_t k = 0; k < step.blocks; ++k)
-        __builtin_prefetch(&slots_[ids[k]]);
-      for (size_t k = 0; k < step.blocks && go_on; ++k, ++b) {
-        go_on = scorer.Block(b, slots_[ids[k]].holders);
-      }
-      if (!go_on) break;
-    }
-  }
-  scorer.Finish();
 }
 
 // --- Introspection ----------------------------------------------------------
@@ -594,103 +610,6 @@ std::vector<HolderTree::MediumBlocks> HolderTree::Holdings(
       out.push_back({mediums_[m], held.medium_blocks[m]});
   }
   return out;
-}
-
-// Tallies of what the trees hold, for CheckInvariants.
-struct HolderTree::Tally {
-  uint64_t entries = 0;
-  std::vector<std::vector<uint64_t>> held;  // [worker][medium]
-  absl::flat_hash_set<uint32_t> live_slots;
-};
-
-// Every slot of a node names that node, no leaf ends in a block nobody
-// holds, and the tree's counts are what it holds.
-absl::Status HolderTree::CheckTree(const Tree& tree, Tally* tally) const {
-  uint64_t blocks = 0;
-  uint64_t nodes = 0;
-  absl::Status status;
-  ForEachBelow(tree.root, [&](const Node& n, int) {
-    ++nodes;
-    blocks += n.num_blocks();
-    for (BlockId id : n.block_ids()) {
-      const Slot& s = slots_[id];
-      if (s.node != &n && status.ok()) {
-        status = absl::InternalError(absl::StrCat("tree ", tree.ns, ": slot ",
-                                                  id, " names another node"));
-      }
-      tally->live_slots.insert(static_cast<uint32_t>(id));
-      tally->entries += s.holders.size();
-      for (size_t i = 0; i < s.holders.size(); ++i) {
-        const uint32_t h = s.holders[i];
-        // Blocks per medium: a block the worker holds in several groups
-        // counts once.
-        if (std::none_of(
-                s.holders.begin(), s.holders.begin() + i,
-                [&](uint32_t x) { return SameWorkerAndMedium(x, h); })) {
-          ++tally->held[HolderWorker(h)][HolderMedium(h)];
-        }
-      }
-    }
-    if (n.children.empty() && slots_[n.block_ids().back()].holders.empty() &&
-        status.ok()) {
-      status = absl::InternalError(absl::StrCat(
-          "tree ", tree.ns, ": a leaf ends in a block nobody holds"));
-    }
-  });
-  if (!status.ok()) return status;
-  if (tree.root.children.empty()) {
-    return absl::InternalError(absl::StrCat("empty tree ", tree.ns, " kept"));
-  }
-  if (blocks != tree.blocks || nodes != tree.nodes) {
-    return absl::InternalError(absl::StrCat("tree ", tree.ns, ": counts ",
-                                            tree.blocks, "/", tree.nodes,
-                                            " but holds ", blocks, "/", nodes));
-  }
-  return absl::OkStatus();
-}
-
-// entries_ and every worker's per-medium count are the holders' sums.
-absl::Status HolderTree::CheckCounts(const Tally& tally) const {
-  if (tally.entries != entries_) {
-    return absl::InternalError(absl::StrCat(
-        "entries_ is ", entries_, ", holders sum to ", tally.entries));
-  }
-  for (size_t w = 0; w < holdings_.size(); ++w) {
-    for (size_t m = 0; m < mediums_.size(); ++m) {
-      if (tally.held[w][m] != holdings_[w].medium_blocks[m]) {
-        return absl::InternalError(absl::StrCat(
-            "worker ", w, " medium ", mediums_[m], ": counts ",
-            holdings_[w].medium_blocks[m], " but holds ", tally.held[w][m]));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Every slot is either in a tree or free, never both.
-absl::Status HolderTree::CheckSlots(const Tally& tally) const {
-  if (tally.live_slots.size() + free_slots_.size() != slots_.size()) {
-    return absl::InternalError(absl::StrCat(tally.live_slots.size(), " live + ",
-                                            free_slots_.size(),
-                                            " free slots != ", slots_.size()));
-  }
-  for (uint32_t id : free_slots_) {
-    if (tally.live_slots.contains(id)) {
-      return absl::InternalError(
-          absl::StrCat("slot ", id, " is free and live"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status HolderTree::CheckInvariants() const {
-  Tally tally;
-  tally.held.assign(holdings_.size(), std::vector<uint64_t>(mediums_.size()));
-  for (const auto& [key, tree] : trees_) {
-    RETURN_IF_ERROR(CheckTree(*tree, &tally));
-  }
-  RETURN_IF_ERROR(CheckCounts(tally));
-  return CheckSlots(tally);
 }
 
 }  // namespace prefixd

@@ -2,41 +2,48 @@
 // "What the index holds").
 //
 // One radix tree per namespace (index/keys.h), core's tree
-// (core/radix_tree.h) keyed by block fingerprints. The 64-bit word a node
-// keeps per block is a *slot*: an index into slots_, which records the
-// block's node and its holders, (worker, medium) pairs. The same tokens
-// stored by several workers share one path. Each worker's holdings map its
-// engine's block hashes to slots, only to apply removals and to find the
-// parent of a store; nothing is keyed by an engine hash.
+// (core/radix_tree.h) keyed by each block's rolling key. The 64-bit word a
+// node keeps per block is a *slot*: an index into slots_, which records the
+// block's node, its place in the node's edge, and its holders (worker,
+// KV-cache group, tier; index/holders.h). The same prefix stored by several
+// workers is one path. Each worker's holdings map its engine's block hashes
+// to slots, to apply removals and to find the parent of a store.
 //
-//   tree "-":  root ── [A B C] ─┬─ [D]      slot(A) = {node [A B C], w0:GPU
+//   tree "-":  root ── [A B C] ─┬─ [D]      slot(A) = {[A B C] #0, w0:GPU
 //   w1:GPU}
-//                               └─ [E F]    slot(D) = {node [D],     w0:GPU}
+//                               └─ [E F]    slot(D) = {[D] #0,     w0:GPU}
 //   holdings of w0: hash_w0(A) -> (slot A, gen), hash_w0(B) -> ...
 //
 // A slot that is freed bumps its generation, so a worker's stale reference
 // (after max_entries dropped the block) resolves to nothing instead of to
 // the block that reuses the slot.
 //
-// Score walks a prompt once and measures, per worker, the longest run of
-// leading blocks it holds (in any medium and per medium): one walk, then
-// one pass over the matched blocks' holders, whatever the number of
-// workers.
+// Three lookups besides the walk by tokens:
+// - by key (EnableKeyLookup): a block of a tree found by its rolling key,
+//   for publishers that send the index's own hashes without tokens
+//   (Mooncake's RFC #1527 store events) and routers that ask by hash;
+// - by engine hash (ScoreEngineHashes, StoreHashes): a block found through
+//   any worker's holdings, for routers and bridges that speak only the
+//   engines' hashes (SGLang's KV indexer API);
+// - detached blocks: an engine hash reported without tokens that no worker
+//   has stored with tokens is kept as a block of its own, outside every
+//   namespace's tree, so that hash lookups still see who holds it.
 //
 // Thread safety: none; the owner (FleetIndex) serializes every call but
-// Score, which may run concurrently with other Scores (it only writes
-// recency stamps, with relaxed atomics) and never with a mutation.
+// Score and ScoreEngineHashes, which may run concurrently with each other
+// (Score only writes recency stamps, with relaxed atomics) and never with a
+// mutation.
 #ifndef PREFIXD_INDEX_HOLDER_TREE_H_
 #define PREFIXD_INDEX_HOLDER_TREE_H_
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -46,10 +53,11 @@
 #include "index/chunked_vector.h"
 #include "index/events.h"
 #include "index/group_rules.h"
+#include "index/holders.h"
+#include "index/keys.h"
+#include "index/prefix_scorer.h"
 
 namespace prefixd {
-
-using WorkerId = uint32_t;
 
 // Why blocks were not indexed or were dropped
 // (prefixd_index_dropped_blocks_total{reason}).
@@ -59,60 +67,65 @@ enum class DropReason : int {
   kGroup = 2,
   kMaxEntries = 3,
   kBlockSize = 4,
+  kUnknownHash = 5,  // a store without tokens whose key no block has
 };
-inline constexpr int kNumDropReasons = 5;
+inline constexpr int kNumDropReasons = 6;
 absl::string_view DropReasonName(DropReason reason);
 using DropCounts = std::array<uint64_t, kNumDropReasons>;
 
-// Per worker, the longest leading runs a Score found.
-struct RouteScores {
-  uint64_t prompt_blocks = 0;
-  size_t num_workers = 0;
-  size_t num_mediums = 0;
-  // run[w]: the prefix usable on w (for a plain worker, the leading blocks
-  // it holds in any medium); run[W + w*M + m]: the leading blocks it holds
-  // in medium m (a hybrid worker's full-attention groups only).
-  absl::InlinedVector<uint32_t, 64> run;
-  // A hybrid worker's full-attention run (the shortest of its full groups'
-  // runs; 0 without one); empty when no worker is hybrid.
-  std::vector<uint32_t> full;
+// What a worker's registration says of the events it sends, for the
+// events that do not say it themselves.
+struct StoreDefaults {
+  absl::string_view lora_name;  // the LoRA of stores naming none
+  absl::string_view salt;       // the cache salt of root stores naming none
+  // Its block hashes are the index's own rolling keys (Mooncake's RFC #1527
+  // publishers): a store without tokens is placed by its keys, and a
+  // parent it never stored itself is found by key.
+  bool hashes_are_keys = false;
+};
 
-  uint32_t Usable(WorkerId w) const { return run[w]; }
-  uint32_t FullAttention(WorkerId w) const {
-    return full.empty() ? run[w] : full[w];
-  }
-  uint32_t InMedium(WorkerId w, size_t m) const {
-    return run[num_workers + w * num_mediums + m];
-  }
+// A prompt as a Score reads it: its tokens (keys chained as the walk needs
+// them, from the namespace's salt) or the keys themselves.
+struct PromptKeys {
+  absl::Span<const Token> tokens;  // whole blocks are read
+  const BlockContent* content = nullptr;
+  absl::string_view salt;
+  absl::Span<const uint64_t> keys;  // instead of tokens, when not empty
 };
 
 class HolderTree {
  public:
-  // The most workers and mediums a holder can name (with kMaxGroups
-  // groups, index/group_rules.h).
-  static constexpr uint32_t kMaxWorkers = 1u << 20;
+  static constexpr uint32_t kMaxWorkers = kMaxHolderWorkers;
   static constexpr size_t kMaxMediums = 256;
   // The most blocks a node's edge holds: every edit of an edge (an append,
   // a split, a removal from its tail) costs at most this many blocks' worth
   // of copying, however long a chain an engine stores.
   static constexpr size_t kMaxEdgeBlocks = 256;
 
-  explicit HolderTree(int block_size);
+  HolderTree(int block_size, KeyScheme scheme);
   ~HolderTree();
   HolderTree(const HolderTree&) = delete;
   HolderTree& operator=(const HolderTree&) = delete;
 
+  const KeyScheme& scheme() const { return scheme_; }
   // Makes room for worker ids up to `worker` (they hold nothing).
   void AddWorker(WorkerId worker);
 
   // Applies one event of `worker` in KV-cache group ev.group_idx
   // (REQUIRES: < kMaxGroups); blocks not indexed are added to *drops.
-  // `stamp` is the recency max_entries orders leaves by.
-  void Store(WorkerId worker, const BlockStoredEvent& ev, uint64_t stamp,
-             DropCounts* drops);
+  // `stamp` is the recency max_entries orders leaves by. A store without
+  // tokens is placed by its keys (REQUIRES: defaults.hashes_are_keys).
+  void Store(WorkerId worker, const BlockStoredEvent& ev,
+             const StoreDefaults& defaults, uint64_t stamp, DropCounts* drops);
   void Remove(WorkerId worker, const BlockRemovedEvent& ev);
-  // Drops everything the worker holds.
+  // Engine hashes the worker reports without tokens, in `group` and
+  // `medium`: each held where some worker stored it with tokens, else as a
+  // detached block.
+  void StoreHashes(WorkerId worker, absl::Span<const EngineHash> hashes,
+                   int group, absl::string_view medium, uint64_t stamp);
+  // Drops everything the worker holds; with `medium`, only in that tier.
   void Clear(WorkerId worker);
+  void ClearTier(WorkerId worker, absl::string_view medium);
   // Past `max_entries`, drops the least recently stored or routed leaf
   // blocks (every holder at once) until 1% of the bound is free;
   // `dropped(worker)` is told of each (block, holder) entry dropped.
@@ -120,12 +133,21 @@ class HolderTree {
   uint64_t Trim(uint64_t max_entries,
                 absl::FunctionRef<void(WorkerId)> dropped);
 
-  // Measures a prompt, given by its block keys (BlockKeys, index/keys.h),
-  // in namespace `ns` for worker ids below `workers`, hybrid workers by
-  // their group rules. May run concurrently with other Scores.
-  void Score(absl::Span<const Token> keys, const std::string& ns,
-             size_t workers, const HybridRules& hybrid, uint64_t stamp,
-             RouteScores* out) const;
+  // Keeps the lookup by key from now on (building it now).
+  void EnableKeyLookup();
+  bool key_lookup() const { return key_lookup_ != nullptr; }
+
+  // Measures a prompt in namespace `ns` for worker ids below `workers`,
+  // hybrid workers by their group rules. May run concurrently with other
+  // Scores.
+  void Score(const PromptKeys& prompt, const std::string& ns, size_t workers,
+             const HybridRules& hybrid, uint64_t stamp, RouteScores* out) const;
+  // The same for a prompt given as engine hashes in order (SGLang's page
+  // hashes): each found through the holdings of any worker, or detached.
+  void ScoreEngineHashes(absl::Span<const EngineHash> hashes, size_t workers,
+                         const HybridRules& hybrid, RouteScores* out) const;
+  // Per engine hash found, its holders (empty when unknown).
+  absl::Span<const uint32_t> HoldersOfEngineHash(EngineHash hash) const;
 
   // Blocks the worker holds per medium (mediums with none left out).
   struct MediumBlocks {
@@ -134,6 +156,9 @@ class HolderTree {
   };
   std::vector<MediumBlocks> Holdings(WorkerId worker) const;
   absl::string_view MediumName(size_t medium) const { return mediums_[medium]; }
+  size_t num_mediums() const { return mediums_.size(); }
+  // The medium id of a name, or -1 if no event named it.
+  int FindMedium(absl::string_view medium) const;
 
   uint64_t entries() const { return entries_; }  // (block, holder) pairs
   uint64_t blocks() const;                       // distinct blocks
@@ -155,30 +180,45 @@ class HolderTree {
     // Blocks held per medium, in any group.
     std::vector<uint64_t> medium_blocks;
   };
-  class Scorer;
+  class KeyLookup;
 
-  uint32_t NewSlot(Node* node);
+  uint32_t NewSlot();
   void FreeSlot(uint32_t slot);
   uint8_t MediumId(absl::string_view medium);
   uint8_t TierId(absl::string_view medium, absl::string_view locality,
                  absl::string_view ownership);
   // The slot `ref` names if it is still the block the worker stored.
   Slot* Resolve(SlotRef ref);
+  const Slot* Resolve(SlotRef ref) const;
+  uint64_t KeyOf(const Slot& s) const;
   Tree* GetOrCreateTree(const std::string& key);
+  Tree* FindTree(const std::string& key) const;
   // Where a store starts: after `*used` blocks of the returned node, or
   // null if the parent is unknown.
-  Node* StoreStart(WorkerId worker, const BlockStoredEvent& ev, size_t* used);
+  Node* StoreStart(WorkerId worker, const BlockStoredEvent& ev,
+                   const StoreDefaults& defaults, size_t* used);
+  void StoreChain(WorkerId worker, const BlockStoredEvent& ev, size_t chain,
+                  Node* node, size_t used, uint64_t stamp);
+  void StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
+                   const StoreDefaults& defaults, DropCounts* drops);
   // Hangs `ids` (new slots) with their keys below `node` (after its last
   // block): appended to a childless edge, else as new children, no edge
-  // longer than kMaxEdgeBlocks. Returns the first block's node.
+  // longer than kMaxEdgeBlocks.
   void AttachNew(Node* node, absl::Span<const Token> keys,
                  absl::Span<const BlockId> ids, uint64_t stamp);
+  // Re-points the slots of `node`'s edge from block `from` on.
+  void PlaceSlots(Node* node, size_t from);
   void Hold(WorkerId worker, uint32_t holder, uint32_t slot, EngineHash hash);
   // Removes one holder from the slot; true if its worker holds the slot in
   // no group and no medium any more.
   bool Unhold(uint32_t holder, uint32_t slot);
-  // Removes every holder of `worker` from the slot.
-  void UnholdAll(WorkerId worker, uint32_t slot);
+  // Removes every holder of `worker` from the slot (of one medium, or any
+  // when medium < 0).
+  void UnholdAll(WorkerId worker, uint32_t slot, int medium = -1);
+  // The slot an engine hash names in some worker's holdings (the worker
+  // *hint first), or a detached block's; null if none.
+  const Slot* FindEngineHash(EngineHash hash, WorkerId* hint) const;
+  uint32_t DetachedSlot(EngineHash hash, uint64_t stamp);
   // Drops trailing blocks without holders from childless nodes, from `node`
   // up towards the root.
   void Prune(Node* node);
@@ -186,11 +226,13 @@ class HolderTree {
   // removing the node when it has no block left; returns its parent then.
   Node* DropTail(Node* leaf, size_t blocks,
                  absl::FunctionRef<void(WorkerId)> dropped);
+  absl::Status CheckNode(const Node& node, Tally* tally) const;
   absl::Status CheckTree(const Tree& tree, Tally* tally) const;
   absl::Status CheckCounts(const Tally& tally) const;
   absl::Status CheckSlots(const Tally& tally) const;
 
   const int block_size_;
+  const KeyScheme scheme_;
   absl::flat_hash_map<std::string, std::unique_ptr<Tree>> trees_;
   ChunkedVector<Slot> slots_;
   std::vector<uint32_t> free_slots_;
@@ -200,6 +242,7 @@ class HolderTree {
   std::vector<std::string> mediums_;
   std::vector<Token> key_scratch_;  // Store's keys
   uint64_t entries_ = 0;
+  std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
 };
 
 }  // namespace prefixd

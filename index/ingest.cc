@@ -523,8 +523,8 @@ class Ingest::Runner {
         frames.ok() &&
         (frames->empty() ? catch_up || s.seq.last() < 0
                          : frames->front().first <= from || s.seq.last() < 0);
-    if (!s.replay_endpoint.empty())
-      for (const auto& [rank, w] : s.workers) index_->CountReplay(w, filled);
+    if (!filled && !s.replay_endpoint.empty())
+      for (const auto& [rank, w] : s.workers) index_->CountReplay(w, false);
     if (!filled) {
       if (catch_up && !frames.ok()) {
         SetAll(s, WorkerState::kConnecting, frames.status().message());
@@ -554,6 +554,10 @@ class Ingest::Runner {
       applied = DecodeApply(s, seq, payload);
       s.seq.ReplayApplied(seq);
     }
+    // Counted once the batches named their ranks: a catch-up's first batch
+    // may replace the stream's placeholder worker (WorkerFor).
+    if (filled)
+      for (const auto& [rank, w] : s.workers) index_->CountReplay(w, true);
     // Caught up: LIVE, with what it could not recover said.
     if (applied) {
       SetAll(s, WorkerState::kLive,

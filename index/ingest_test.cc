@@ -14,8 +14,8 @@
 #include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "base/mutex.h"
 #include "absl/time/clock.h"
+#include "base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/fleet_index.h"
@@ -197,7 +197,7 @@ uint64_t Matched(const FleetIndex& index, const std::vector<uint32_t>& blocks,
   std::vector<Token> tokens = Prompt(blocks);
   RouteQuery q;
   q.tokens = tokens;
-  q.workers = {worker};
+  q.filter.workers = {worker};
   RouteResult r = index.Route(q);
   return r.workers.empty() ? 0 : r.workers[0].matched_blocks;
 }
@@ -452,6 +452,8 @@ TEST(IngestDataParallel, ASourceOfRankOneLeavesNoRankZeroWorker) {
   EXPECT_EQ(s.workers[0].worker, "e0-r1/dp1");
   EXPECT_EQ(s.workers[0].state, WorkerState::kLive);
   EXPECT_EQ(s.workers[0].gaps, 1u);  // counted once, on the one worker
+  // The catch-up and the gap's replay, both on the worker that exists.
+  EXPECT_EQ(s.workers[0].replays_ok, 2u);
   EXPECT_EQ(Matched(index, {1, 2, 3}, "e0-r1/dp1"), 3u);
 }
 

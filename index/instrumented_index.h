@@ -49,6 +49,25 @@ class InstrumentedIndex final : public KvIndex {
   void SetLastSeq(WorkerId worker, int64_t seq) override {
     index_->SetLastSeq(worker, seq);
   }
+  void SetLabels(WorkerId worker, const WorkerLabels& labels) override {
+    index_->SetLabels(worker, labels);
+  }
+  void ApplyHashes(WorkerId worker,
+                   absl::Span<const HashUpdate> updates) override {
+    index_->ApplyHashes(worker, updates);
+  }
+  void SetGroupRules(WorkerId worker,
+                     const std::array<GroupRule, kMaxGroups>& rules) override {
+    index_->SetGroupRules(worker, rules);
+  }
+  RouteResult RouteEngineHashes(absl::Span<const EngineHash> hashes,
+                                const WorkerFilter& filter) const override {
+    return index_->RouteEngineHashes(hashes, filter);
+  }
+  std::vector<HashHolding> HashHoldings(
+      absl::Span<const EngineHash> hashes) const override {
+    return index_->HashHoldings(hashes);
+  }
 
   // Records now - batch.ts in the lag histogram, then applies.
   void Apply(WorkerId worker, const KvEventBatch& batch, int64_t seq,

@@ -1,13 +1,30 @@
-// How the fleet index names a block and a namespace (docs/index.md, "What
-// the index holds").
+// How the fleet index names a block, a namespace and a tier (docs/index.md,
+// "What the index holds" and "Block keys").
 //
-// A block is keyed by a 64-bit fingerprint of its token ids, kept as two
-// Tokens, so that the index's trees are core's trees (core/radix_tree.h)
-// with a block size of 2: a node stores 8 bytes per block where the tokens
-// of a 16-token block take 64. Two different blocks are confused only if
-// their fingerprints are equal and they hang at the same place in the same
-// tree (2^-64 per comparison); the cost of a collision is one request routed
-// to a worker that computes its prefill itself.
+// A block is keyed by a 64-bit *rolling* hash: the hash of the key of the
+// block before it and of its own token ids (and content keys, when it has
+// any), so a key names the whole prefix up to its block. The scheme is one
+// of two published profiles, so that a router which computes the hashes
+// itself (the Mooncake Conductor's /query_by_hash, RFC #1527 events that
+// carry hashes but no tokens) names the same blocks:
+//
+//   Conductor (XXH64, seed 0; the default):
+//     root  = XXH64(salt)                       the first block's parent
+//     key_i = XXH64(le64(key_{i-1}) || le32(tokens of block i))
+//   RFC (XXH3-64, seed S):
+//     local_i = XXH3(le32(tokens of block i), S)
+//     key_0   = local_0
+//     key_i   = XXH3(le64(key_{i-1}) || le64(local_i), S)
+//
+// A block with content keys (a multimodal input, prompt embeddings) mixes
+// an XXH64 of their canonical encoding after its tokens: no hash profile
+// covers them, and such a block must differ from the same tokens without.
+//
+// The key is kept as two Tokens (low, high) in core's tree: the index's
+// trees are core's trees with a block size of 2. Two different prefixes are
+// confused only if their keys are equal and they hang at the same place in
+// the same tree (2^-64 per comparison); the cost of a collision is one
+// request routed to a worker that computes its prefill itself.
 //
 // A namespace is what an engine mixes into a block's hash besides tokens:
 // the LoRA adapter (by name, or by id for engines that send only the id)
@@ -30,13 +47,51 @@ namespace prefixd {
 // Tokens per block key in the index's trees.
 inline constexpr int kKeyTokens = 2;
 
-// keys[2i, 2i+1] = the fingerprint of block i of `tokens`, for `blocks`
-// whole blocks of `block_size` tokens, and of block i's content keys when
-// `content` (may be null) has any: a block with content keys never shares
-// a key with the same tokens without them, or with other ones.
-// REQUIRES: tokens.size() >= blocks * block_size; keys has 2 * blocks room.
-void BlockKeys(absl::Span<const Token> tokens, size_t block_size, size_t blocks,
-               const BlockContent* content, Token* keys);
+// The published rolling-hash profiles (values equal config.proto's
+// IndexHashProfile).
+enum class HashProfile : int {
+  kConductorXxh64 = 0,
+  kRfcXxh3 = 1,
+};
+absl::string_view HashProfileName(HashProfile profile);
+
+// Thread safety: immutable.
+class KeyScheme {
+ public:
+  KeyScheme() = default;
+  KeyScheme(HashProfile profile, uint64_t seed)
+      : profile_(profile), seed_(seed) {}
+  HashProfile profile() const { return profile_; }
+
+  // What the first block of a namespace with `salt` chains from.
+  uint64_t Root(absl::string_view salt) const;
+  // The key of a block after the block keyed `parent` (Root() for the
+  // first block of a namespace, and then `first` is true).
+  uint64_t Next(uint64_t parent, bool first, absl::Span<const Token> tokens,
+                absl::Span<const ContentKey> content = {}) const;
+
+  // keys[2i, 2i+1] = the key of block i of `tokens`, for `blocks` whole
+  // blocks of `block_size` tokens after the block keyed `parent` (`first`:
+  // block 0 is a namespace's first), with block i's content keys from
+  // `content` (may be null).
+  // REQUIRES: tokens.size() >= blocks * block_size; keys has 2 * blocks room.
+  void Chain(uint64_t parent, bool first, absl::Span<const Token> tokens,
+             size_t block_size, size_t blocks, const BlockContent* content,
+             Token* keys) const;
+
+ private:
+  HashProfile profile_ = HashProfile::kConductorXxh64;
+  uint64_t seed_ = 0;
+};
+
+// A key as the two Tokens a tree stores, and back.
+inline void StoreKey(uint64_t key, Token* out) {
+  out[0] = static_cast<Token>(key);
+  out[1] = static_cast<Token>(key >> 32);
+}
+inline uint64_t LoadKey(absl::Span<const Token> block) {
+  return uint64_t{block[0]} | uint64_t{block[1]} << 32;
+}
 
 inline bool SameKey(absl::Span<const Token> a, absl::Span<const Token> b) {
   return a[0] == b[0] && a[1] == b[1];

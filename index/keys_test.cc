@@ -1,5 +1,8 @@
 #include "index/keys.h"
 
+#include <xxhash.h>
+
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -54,13 +57,67 @@ TEST(NamespaceKeyTest, NameWinsOverId) {
   EXPECT_NE(NamespaceKey("", 7, "s"), NamespaceKey("", 0, "s"));
 }
 
-TEST(BlockKeysTest, EqualBlocksGetEqualKeysAndOthersDiffer) {
-  const std::vector<Token> tokens = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 5};
-  std::vector<Token> keys(3 * kKeyTokens);
-  BlockKeys(tokens, 4, 3, nullptr, keys.data());
-  const absl::Span<const Token> k(keys);
-  EXPECT_TRUE(SameKey(k.subspan(0, 2), k.subspan(2, 2)));
-  EXPECT_FALSE(SameKey(k.subspan(0, 2), k.subspan(4, 2)));
+// The Conductor profile, pinned: XXH64 with seed 0 of the salt, then of
+// each block's parent key (8 bytes, little-endian) and its tokens (4 bytes
+// each, little-endian). The literals were computed with libxxhash; the
+// recipe is recomputed here with libxxhash directly.
+TEST(KeySchemeTest, ConductorProfileIsXxh64OfParentAndTokens) {
+  const KeyScheme scheme(HashProfile::kConductorXxh64, 0);
+  EXPECT_EQ(scheme.Root(""), 17241709254077376921u);
+  EXPECT_EQ(scheme.Root(""), XXH64("", 0, 0));
+  const uint64_t root = scheme.Root("w8a8");
+  EXPECT_EQ(root, 8719435045066186881u);
+  const std::vector<Token> b0 = {101, 15, 100, 55}, b1 = {89, 7, 3, 1};
+  const uint64_t k0 = scheme.Next(root, true, b0);
+  const uint64_t k1 = scheme.Next(k0, false, b1);
+  EXPECT_EQ(k0, 12704402182264019542u);
+  EXPECT_EQ(k1, 917651936057505591u);
+  unsigned char buf[24];
+  std::memcpy(buf, &k0, 8);
+  std::memcpy(buf + 8, b1.data(), 16);
+  EXPECT_EQ(k1, XXH64(buf, sizeof(buf), 0));
+  // Chain gives the same keys, as the two Tokens a tree stores.
+  std::vector<Token> tokens = b0;
+  tokens.insert(tokens.end(), b1.begin(), b1.end());
+  std::vector<Token> keys(2 * kKeyTokens);
+  scheme.Chain(root, true, tokens, 4, 2, nullptr, keys.data());
+  EXPECT_EQ(LoadKey(absl::MakeConstSpan(keys).subspan(0, 2)), k0);
+  EXPECT_EQ(LoadKey(absl::MakeConstSpan(keys).subspan(2, 2)), k1);
+}
+
+// The RFC profile, pinned: XXH3 of each block's tokens (the local hash);
+// the first key is the first local hash, each next one XXH3 of the parent
+// key and the local hash (8 bytes each, little-endian), all with seed S.
+TEST(KeySchemeTest, RfcProfileIsXxh3OfParentAndLocalHash) {
+  const KeyScheme scheme(HashProfile::kRfcXxh3, 0);
+  const std::vector<Token> b0 = {101, 15, 100, 55}, b1 = {89, 7, 3, 1};
+  const uint64_t k0 = scheme.Next(scheme.Root("ignored"), true, b0);
+  const uint64_t k1 = scheme.Next(k0, false, b1);
+  EXPECT_EQ(k0, 2305876164270504736u);
+  EXPECT_EQ(k1, 15313797277086565751u);
+  const uint64_t pair[2] = {k0, XXH3_64bits_withSeed(b1.data(), 16, 0)};
+  EXPECT_EQ(k1, XXH3_64bits_withSeed(pair, sizeof(pair), 0));
+  const KeyScheme seeded(HashProfile::kRfcXxh3, 42);
+  EXPECT_EQ(seeded.Next(0, true, b0), 2221781740239367851u);
+}
+
+TEST(KeySchemeTest, ContentKeysMakeAnotherKey) {
+  const KeyScheme scheme;
+  const std::vector<Token> b = {1, 2, 3, 4};
+  ContentKey image;
+  image.kind = ContentKey::Kind::kMultiModal;
+  image.id = "img";
+  image.offset = 2;
+  const uint64_t plain = scheme.Next(7, false, b);
+  const std::vector<ContentKey> one = {image};
+  const uint64_t with = scheme.Next(7, false, b, one);
+  EXPECT_NE(plain, with);
+  EXPECT_EQ(with, scheme.Next(7, false, b, one));
+  std::vector<ContentKey> moved = one;
+  moved[0].offset = 3;
+  EXPECT_NE(with, scheme.Next(7, false, b, moved));
+  // The same tokens after another parent are another prefix.
+  EXPECT_NE(plain, scheme.Next(8, false, b));
 }
 
 }  // namespace

@@ -21,12 +21,40 @@
 #include "index/events.h"
 #include "index/group_rules.h"
 #include "index/holder_tree.h"
+#include "index/keys.h"
 
 namespace prefixd {
 
 struct IndexOptions {
   int block_size = 16;              // the engines' block size
   uint64_t max_entries = 50000000;  // (block, holder) entries
+  // The rolling hash blocks are keyed by (index/keys.h).
+  HashProfile hash_profile = HashProfile::kConductorXxh64;
+  uint64_t hash_seed = 0;  // the RFC profile's seed
+};
+
+// What a worker's registration says of it beyond its name (the Mooncake
+// Conductor's /register, SGLang's KV indexer, or a `sources` entry).
+struct WorkerLabels {
+  std::string instance_id;  // the router-facing instance; "" = its name
+  std::string tenant;       // "" = "default"
+  std::string model;        // "" = not said (matches any model)
+  int64_t dp_rank = 0;
+  // The LoRA and cache salt of its events that name none.
+  std::string lora_name;
+  std::string salt;
+  std::string address;  // where a router sends its requests, if known
+  // Its block hashes are the index's own rolling keys (Mooncake's RFC #1527
+  // publishers): stores without tokens are placed by them.
+  bool hashes_are_keys = false;
+
+  absl::string_view Instance(absl::string_view name) const {
+    return instance_id.empty() ? name : absl::string_view(instance_id);
+  }
+  absl::string_view Tenant() const {
+    return tenant.empty() ? absl::string_view("default")
+                          : absl::string_view(tenant);
+  }
 };
 
 // Values equal prefixd.v1.WorkerState's.
@@ -60,16 +88,45 @@ inline constexpr std::array<absl::string_view, kNumEventTypes> kEventTypeNames =
 inline constexpr std::array<double, 12> kLagBuckets = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
+// Which workers an answer lists (each field empty: any).
+struct WorkerFilter {
+  std::vector<std::string> workers;  // by name
+  absl::string_view tenant;          // by label; "default" matches ""
+  absl::string_view model;           // by label; a worker without one matches
+  absl::string_view instance;        // by label (or name)
+};
+
 struct RouteQuery {
   absl::Span<const Token> tokens;
   // The prompt's content keys per block (multimodal inputs, prompt
   // embeddings), sorted within each block as events.h's BlockContent;
   // null or empty: none.
   const BlockContent* content = nullptr;
+  // Instead of tokens: the prompt's rolling keys (index/keys.h), as a
+  // router that hashes itself sends them.
+  absl::Span<const uint64_t> keys;
   absl::string_view lora_name;
   int64_t lora_id = 0;
   absl::string_view cache_salt;
-  std::vector<std::string> workers;  // only these (empty: all)
+  WorkerFilter filter;
+};
+
+// Engine hashes reported without tokens (SGLang's KV indexer API): held,
+// given back, or every hash of one tier dropped.
+struct HashUpdate {
+  enum class Op { kReport, kRevoke, kClearTier };
+  Op op = Op::kReport;
+  std::string medium = "GPU";
+  uint32_t groups = 1;  // a bit per KV-cache group (component)
+  absl::Span<const EngineHash> hashes;
+};
+
+// Who holds an engine hash, one entry per (worker, medium).
+struct HashHolding {
+  EngineHash hash = 0;
+  absl::string_view worker;
+  absl::string_view medium;
+  uint32_t groups = 0;  // a bit per group it holds the block in
 };
 
 // Route's answer names workers and mediums by views of the index's own
@@ -95,6 +152,7 @@ struct WorkerMatch {
   WorkerState state = WorkerState::kConnecting;
   int64_t last_seq = -1;
   int64_t lag_ms = 0;
+  const WorkerLabels* labels = nullptr;  // the registry's, never null
 };
 
 struct RouteResult {
@@ -118,6 +176,7 @@ struct GroupStatus {
 struct WorkerStatus {
   std::string worker;
   std::string endpoint;
+  WorkerLabels labels;
   WorkerState state = WorkerState::kConnecting;
   std::string state_detail;
   // Why the worker was last cleared or put in ERROR; kept after it
@@ -193,7 +252,24 @@ class KvIndex {
   // undecodable payload, after ClearWorker).
   virtual void SetLastSeq(WorkerId worker, int64_t seq) = 0;
 
+  // Replaces what the worker's registration says of it.
+  virtual void SetLabels(WorkerId worker, const WorkerLabels& labels) = 0;
+  // Hash-only reports of a worker (SGLang's KV indexer API), applied in
+  // order; a report of a hash some worker stored with tokens holds that
+  // block, Route sees it.
+  virtual void ApplyHashes(WorkerId worker,
+                           absl::Span<const HashUpdate> updates) = 0;
+  // The KV-cache group rules a worker's registration declares (SGLang's
+  // WorkerCacheSpec), instead of learning them from its events.
+  virtual void SetGroupRules(
+      WorkerId worker, const std::array<GroupRule, kMaxGroups>& rules) = 0;
+
   virtual RouteResult Route(const RouteQuery& query) const = 0;
+  // The same measure for a prompt given as engine hashes in order.
+  virtual RouteResult RouteEngineHashes(absl::Span<const EngineHash> hashes,
+                                        const WorkerFilter& filter) const = 0;
+  virtual std::vector<HashHolding> HashHoldings(
+      absl::Span<const EngineHash> hashes) const = 0;
   virtual IndexStats Stats() const = 0;
 };
 

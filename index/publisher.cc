@@ -22,8 +22,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "base/mutex.h"
 #include "absl/time/clock.h"
+#include "base/mutex.h"
 #include "index/zmq_wire.h"
 
 // Debian's msgpack-cxx is header-only and needs Boost unless told not to.

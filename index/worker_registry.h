@@ -27,6 +27,7 @@ struct WorkerRecord {
   WorkerId id = 0;
   std::string name;
   std::string endpoint;
+  WorkerLabels labels;
   bool retired = false;
   WorkerState state = WorkerState::kConnecting;
   std::string detail;      // why the state is what it is ("" when LIVE)

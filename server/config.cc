@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -429,6 +430,20 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   }
   out->index.block_size = static_cast<int>(ic.block_size());
   out->index.max_entries = ic.max_entries();
+  if (ic.hash_profile() == "xxh3") {
+    out->index.hash_profile = HashProfile::kRfcXxh3;
+  } else if (!ic.hash_profile().empty() && ic.hash_profile() != "conductor") {
+    return Invalid("index.hash_profile",
+                   absl::StrCat("\"", absl::CEscape(ic.hash_profile()),
+                                "\" is neither \"conductor\" nor \"xxh3\""));
+  }
+  if (ic.hash_seed() != 0 && out->index.hash_profile != HashProfile::kRfcXxh3) {
+    return Invalid("index.hash_seed",
+                   absl::StrCat(ic.hash_seed(),
+                                " is set but only the \"xxh3\" profile is "
+                                "seeded (the Conductor's XXH64 uses seed 0)"));
+  }
+  out->index.hash_seed = ic.hash_seed();
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
   ASSIGN_OR_RETURN(
@@ -654,6 +669,7 @@ void FillDefaults(v1::Config* c) {
   if (index->max_entries() == 0)
     index->set_max_entries(defaults::kIndexMaxEntries);
   fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
+  fill(index->mutable_hash_profile(), defaults::kIndexHashProfile);
   v1::EventsPublishConfig* publish = c->mutable_events_publish();
   if (publish->buffer_batches() == 0) {
     publish->set_buffer_batches(defaults::kEventsPublishBufferBatches);

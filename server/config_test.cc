@@ -370,6 +370,33 @@ TEST(ConfigTest, UnknownEvictionPolicyIsNamed) {
   EXPECT_THAT(c.status().message(), HasSubstr("7"));
 }
 
+TEST(ConfigTest, IndexHashProfile) {
+  absl::StatusOr<ServerConfig> c =
+      FromText(R"pb(index { listen: "tcp://127.0.0.1:0" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index.hash_profile, HashProfile::kConductorXxh64);
+
+  c = FromText(R"pb(index {
+                      listen: "tcp://127.0.0.1:0"
+                      hash_profile: "xxh3"
+                      hash_seed: 42
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index.hash_profile, HashProfile::kRfcXxh3);
+  EXPECT_EQ(c->index.hash_seed, 42u);
+
+  c = FromText(R"pb(index { hash_profile: "fnv" })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(), HasSubstr("index.hash_profile"));
+  EXPECT_THAT(c.status().message(), HasSubstr("\"fnv\""));
+
+  // The Conductor's XXH64 is unseeded: a seed there would be ignored.
+  c = FromText(R"pb(index { hash_seed: 7 })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("index.hash_seed: 7"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
   CommandLine flags;
   flags.config_paths = {"/nonexistent/prefixd.textproto"};

@@ -28,7 +28,7 @@ absl::Status RouteRequestReader::Read(const v1::RouteRequest& req, int item,
   query_.lora_id = req.lora_id();
   query_.cache_salt = cache_salt_;
   query_.content = content_.empty() ? nullptr : &content_;
-  query_.workers.assign(req.workers().begin(), req.workers().end());
+  query_.filter.workers.assign(req.workers().begin(), req.workers().end());
   return absl::OkStatus();
 }
 

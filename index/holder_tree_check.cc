@@ -1,0 +1,131 @@
+// HolderTree's invariants, one small check per invariant.
+#include <algorithm>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "index/holder_tree.h"
+#include "index/holder_tree_internal.h"
+
+namespace prefixd {
+
+// Tallies of what the trees hold, for CheckInvariants.
+struct HolderTree::Tally {
+  uint64_t entries = 0;
+  std::vector<std::vector<uint64_t>> held;  // [worker][medium]
+  absl::flat_hash_set<uint32_t> live_slots;
+};
+
+// Every slot of a node names that node and its place in the edge (and the
+// key lookup finds it by its key), no edge is longer than kMaxEdgeBlocks,
+// and no leaf ends in a block nobody holds.
+absl::Status HolderTree::CheckNode(const Node& n, Tally* tally) const {
+  const auto ids = n.block_ids();
+  if (ids.size() > kMaxEdgeBlocks) {
+    return absl::InternalError(absl::StrCat(
+        "tree ", n.tree->ns, ": an edge of ", ids.size(), " blocks"));
+  }
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const Slot& s = slots_[ids[k]];
+    if (s.node != &n || s.pos != k) {
+      return absl::InternalError(absl::StrCat("tree ", n.tree->ns, ": slot ",
+                                              ids[k], " names another place"));
+    }
+    if (key_lookup_ != nullptr &&
+        key_lookup_->Find(n.tree, KeyOf(s)) != static_cast<int64_t>(ids[k])) {
+      return absl::InternalError(absl::StrCat(
+          "tree ", n.tree->ns, ": slot ", ids[k], " is not found by its key"));
+    }
+    tally->live_slots.insert(static_cast<uint32_t>(ids[k]));
+    tally->entries += s.holders.size();
+    for (size_t i = 0; i < s.holders.size(); ++i) {
+      const uint32_t h = s.holders[i];
+      // Blocks per medium: a block the worker holds in several groups
+      // counts once.
+      if (std::none_of(s.holders.begin(), s.holders.begin() + i,
+                       [&](uint32_t x) { return SameWorkerAndMedium(x, h); })) {
+        ++tally->held[HolderWorker(h)][HolderMedium(h)];
+      }
+    }
+  }
+  if (n.children.empty() && slots_[ids.back()].holders.empty()) {
+    return absl::InternalError(absl::StrCat(
+        "tree ", n.tree->ns, ": a leaf ends in a block nobody holds"));
+  }
+  return absl::OkStatus();
+}
+
+// The tree's nodes pass CheckNode and its counts are what it holds.
+absl::Status HolderTree::CheckTree(const Tree& tree, Tally* tally) const {
+  if (tree.root.children.empty()) {
+    return absl::InternalError(absl::StrCat("empty tree ", tree.ns, " kept"));
+  }
+  uint64_t blocks = 0;
+  uint64_t nodes = 0;
+  absl::Status status;
+  ForEachBelow(tree.root, [&](const Node& n, int) {
+    ++nodes;
+    blocks += n.num_blocks();
+    if (status.ok()) status = CheckNode(n, tally);
+  });
+  RETURN_IF_ERROR(status);
+  if (blocks != tree.blocks || nodes != tree.nodes) {
+    return absl::InternalError(absl::StrCat("tree ", tree.ns, ": counts ",
+                                            tree.blocks, "/", tree.nodes,
+                                            " but holds ", blocks, "/", nodes));
+  }
+  return absl::OkStatus();
+}
+
+// entries_ and every worker's per-medium count are the holders' sums.
+absl::Status HolderTree::CheckCounts(const Tally& tally) const {
+  if (tally.entries != entries_) {
+    return absl::InternalError(absl::StrCat(
+        "entries_ is ", entries_, ", holders sum to ", tally.entries));
+  }
+  for (size_t w = 0; w < holdings_.size(); ++w) {
+    for (size_t m = 0; m < mediums_.size(); ++m) {
+      if (tally.held[w][m] != holdings_[w].medium_blocks[m]) {
+        return absl::InternalError(absl::StrCat(
+            "worker ", w, " medium ", mediums_[m], ": counts ",
+            holdings_[w].medium_blocks[m], " but holds ", tally.held[w][m]));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Every slot is either in a tree or free, never both.
+absl::Status HolderTree::CheckSlots(const Tally& tally) const {
+  if (tally.live_slots.size() + free_slots_.size() != slots_.size()) {
+    return absl::InternalError(absl::StrCat(tally.live_slots.size(), " live + ",
+                                            free_slots_.size(),
+                                            " free slots != ", slots_.size()));
+  }
+  for (uint32_t id : free_slots_) {
+    if (tally.live_slots.contains(id)) {
+      return absl::InternalError(
+          absl::StrCat("slot ", id, " is free and live"));
+    }
+  }
+  if (key_lookup_ != nullptr &&
+      key_lookup_->size() != tally.live_slots.size()) {
+    return absl::InternalError(
+        absl::StrCat("the key lookup holds ", key_lookup_->size(),
+                     " slots, the trees ", tally.live_slots.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HolderTree::CheckInvariants() const {
+  Tally tally;
+  tally.held.assign(holdings_.size(), std::vector<uint64_t>(mediums_.size()));
+  for (const auto& [key, tree] : trees_) {
+    RETURN_IF_ERROR(CheckTree(*tree, &tally));
+  }
+  RETURN_IF_ERROR(CheckCounts(tally));
+  return CheckSlots(tally);
+}
+
+}  // namespace prefixd

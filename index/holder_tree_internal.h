@@ -1,0 +1,77 @@
+// The parts of HolderTree that its implementation files share
+// (holder_tree.cc, holder_tree_check.cc, holder_tree_score.cc): a slot's
+// layout and the lookup by key. Not for anything else to include.
+#ifndef PREFIXD_INDEX_HOLDER_TREE_INTERNAL_H_
+#define PREFIXD_INDEX_HOLDER_TREE_INTERNAL_H_
+
+#include <cstdint>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
+#include "absl/hash/hash.h"
+#include "index/holder_tree.h"
+
+namespace prefixd {
+
+// One indexed block: where it sits (its node and its place in the node's
+// edge) and who holds it. A free slot has no node; its generation advances
+// whenever it is freed.
+struct HolderTree::Slot {
+  Node* node = nullptr;
+  uint32_t gen = 0;
+  uint16_t pos = 0;                          // < kMaxEdgeBlocks
+  absl::InlinedVector<uint32_t, 2> holders;  // PackHolder values
+};
+static_assert(HolderTree::kMaxEdgeBlocks <= UINT16_MAX + 1,
+              "a slot's place in its edge is 16 bits");
+
+// The live slots, found by (tree, key): a set of slot ids whose hash and
+// equality read the key from the slot's node, so an entry costs 4 bytes.
+class HolderTree::KeyLookup {
+ public:
+  struct Probe {
+    const Tree* tree;
+    uint64_t key;
+  };
+  struct Hash {
+    using is_transparent = void;
+    const HolderTree* owner;
+    size_t operator()(uint32_t slot) const {
+      const Slot& s = owner->slots_[slot];
+      return absl::HashOf(s.node->tree, owner->KeyOf(s));
+    }
+    size_t operator()(const Probe& p) const {
+      return absl::HashOf(p.tree, p.key);
+    }
+  };
+  struct Eq {
+    using is_transparent = void;
+    const HolderTree* owner;
+    bool operator()(uint32_t a, uint32_t b) const { return a == b; }
+    bool operator()(uint32_t slot, const Probe& p) const {
+      const Slot& s = owner->slots_[slot];
+      return s.node->tree == p.tree && owner->KeyOf(s) == p.key;
+    }
+    bool operator()(const Probe& p, uint32_t slot) const {
+      return (*this)(slot, p);
+    }
+  };
+
+  explicit KeyLookup(const HolderTree* owner)
+      : slots_(0, Hash{owner}, Eq{owner}) {}
+  void Insert(uint32_t slot) { slots_.insert(slot); }
+  void Erase(uint32_t slot) { slots_.erase(slot); }
+  // The slot of `key` in `tree`, or -1.
+  int64_t Find(const Tree* tree, uint64_t key) const {
+    auto it = slots_.find(Probe{tree, key});
+    return it == slots_.end() ? -1 : static_cast<int64_t>(*it);
+  }
+  size_t size() const { return slots_.size(); }
+
+ private:
+  absl::flat_hash_set<uint32_t, Hash, Eq> slots_;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_INDEX_HOLDER_TREE_INTERNAL_H_

@@ -1,0 +1,106 @@
+// HolderTree's read side: the walks that feed a PrefixScorer.
+#include <algorithm>
+#include <atomic>
+
+#include "index/holder_tree.h"
+#include "index/holder_tree_internal.h"
+
+namespace prefixd {
+namespace {
+
+// A prompt's keys, chained only as far as the walk asks: a long prompt
+// whose match ends early costs its matched blocks' hashes, not all of them.
+class LazyKeys {
+ public:
+  LazyKeys(const KeyScheme& scheme, const PromptKeys& prompt, size_t bs)
+      : scheme_(scheme),
+        prompt_(prompt),
+        bs_(bs),
+        blocks_(prompt.keys.empty() ? prompt.tokens.size() / bs
+                                    : prompt.keys.size()) {}
+
+  size_t blocks() const { return blocks_; }
+
+  // Block b's key as the tree stores it. REQUIRES: b = 0, 1, ... in order.
+  absl::Span<const Token> Get(size_t b) {
+    uint64_t key;
+    if (!prompt_.keys.empty()) {
+      key = prompt_.keys[b];
+    } else {
+      absl::Span<const ContentKey> extra;
+      if (prompt_.content != nullptr) extra = prompt_.content->Of(b);
+      key = scheme_.Next(b == 0 ? scheme_.Root(prompt_.salt) : last_, b == 0,
+                         prompt_.tokens.subspan(b * bs_, bs_), extra);
+    }
+    last_ = key;
+    StoreKey(key, out_);
+    return absl::MakeConstSpan(out_, kKeyTokens);
+  }
+
+ private:
+  const KeyScheme& scheme_;
+  const PromptKeys& prompt_;
+  const size_t bs_;
+  const size_t blocks_;
+  uint64_t last_ = 0;
+  Token out_[kKeyTokens];
+};
+
+}  // namespace
+
+// Down from the namespace's root while the prompt's keys match, stamping
+// each node it enters, feeding each matched block's holders to the scorer.
+void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
+                       size_t workers, const HybridRules& hybrid,
+                       uint64_t stamp, RouteScores* out) const {
+  LazyKeys keys(scheme_, prompt, static_cast<size_t>(block_size_));
+  out->prompt_blocks = keys.blocks();
+  PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
+  const Tree* tree = FindTree(ns);
+  const Node* node = tree == nullptr ? nullptr : &tree->root;
+  size_t used = 0;  // blocks of `node` matched so far
+  for (uint32_t b = 0; node != nullptr && b < keys.blocks(); ++b) {
+    const absl::Span<const Token> key = keys.Get(b);
+    if (used == node->num_blocks()) {
+      node = node->FindChild(key);
+      if (node == nullptr) break;
+      used = 0;
+      // Other Scores may stamp the same node concurrently.
+      std::atomic_ref<uint64_t>(const_cast<Node*>(node)->stamp)
+          .store(stamp, std::memory_order_relaxed);
+      // The slots are scattered: ask for all of this edge's at once rather
+      // than miss the cache once per block.
+      const auto ids = node->block_ids();
+      const size_t ahead = std::min(ids.size(), keys.blocks() - b);
+      for (size_t k = 0; k < ahead; ++k) __builtin_prefetch(&slots_[ids[k]]);
+    } else if (!SameKey(node->block(used), key)) {
+      break;
+    }
+    if (!scorer.Block(b, slots_[node->block_ids()[used]].holders)) break;
+    ++used;
+  }
+  scorer.Finish();
+}
+
+void HolderTree::ScoreEngineHashes(absl::Span<const EngineHash> hashes,
+                                   size_t workers, const HybridRules& hybrid,
+                                   RouteScores* out) const {
+  out->prompt_blocks = hashes.size();
+  PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
+  WorkerId hint = kMaxWorkers;
+  for (uint32_t b = 0; b < hashes.size(); ++b) {
+    const Slot* s = FindEngineHash(hashes[b], &hint);
+    if (s == nullptr || !scorer.Block(b, s->holders)) break;
+  }
+  scorer.Finish();
+}
+
+absl::Span<const uint32_t> HolderTree::HoldersOfEngineHash(
+    EngineHash hash) const {
+  WorkerId hint = kMaxWorkers;
+  const Slot* s = FindEngineHash(hash, &hint);
+  if (s == nullptr) return {};
+  return s->holders;
+}
+
+}  // namespace prefixd

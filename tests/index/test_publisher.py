@@ -202,7 +202,70 @@ class EncodingTest(ZmqTestCase):
         self.assertEqual(self.recv(sub)[2], [0.0, [["AllBlocksCleared"]]])
 
 
+    def test_newest_fields_in_declaration_order(self):
+        pub = self.publisher(encoding="array", hash_kind="int64")
+        sub = self.subscribe(pub)
+        pub.publish([kp.block_stored([-5 & (2**64 - 1)], None, [1] * 16, 16,
+                                     kv_cache_spec_kind="sliding_window",
+                                     kv_cache_spec_sliding_window=48, locality="REMOTE",
+                                     ownership="lmcache", session_id="s1", event_version=1),
+                     kp.block_removed([9], medium="CPU", ownership="lmcache", event_version=1),
+                     kp.block_stored([8], None, [2] * 16, 16, session_id="s2")], ts=2.0)
+        _, _, batch = self.recv(sub)
+        self.assertEqual(batch, [2.0, [
+            ["BlockStored", [-5], None, [1] * 16, 16, None, "GPU", None, None, None,
+             "sliding_window", 48, "REMOTE", "lmcache", "s1", 1],
+            ["BlockRemoved", [9], "CPU", None, None, "lmcache", 1],
+            ["BlockStored", [8], None, [2] * 16, 16, None, "GPU", None, None, None, None, None,
+             None, None, "s2"]]])
+
+    def test_raw_and_typed_extra_keys(self):
+        mm = [("image", "img-1", 5), ("audio", "aud-2", -11)]
+        self.assertEqual(kp.raw_extra_keys("ad", mm, "salt", b"\x01\x02", ["old"]),
+                         ("ad", ["img-1", 5], ["aud-2", -11], "old", "salt", b"\x01\x02"))
+        self.assertEqual(kp.typed_extra_keys("ad", mm, "salt", b"\x01", ["old"]), [
+            {"type": "lora", "name": "ad"},
+            {"type": "mm", "modality": "image", "hash": "img-1", "block_offset": 5},
+            {"type": "mm", "modality": "audio", "hash": "aud-2", "block_offset": -11},
+            {"type": "legacy", "value": "old"},
+            {"type": "cache_salt", "salt": "salt"},
+            {"type": "prompt_embeds", "hash": b"\x01"}])
+        self.assertIsNone(kp.raw_extra_keys())
+        self.assertIsNone(kp.typed_extra_keys())
+        pub = self.publisher(encoding="map")
+        sub = self.subscribe(pub)
+        pub.publish([kp.block_stored([1, 2], None, [0] * 32, 16, extra_keys=[
+            kp.typed_extra_keys(cache_salt="s"), None], event_version=1)], ts=0)
+        ev = self.recv(sub)[2]["events"][0]
+        self.assertEqual((ev["extra_keys"], ev["event_version"]),
+                         ([[{"type": "cache_salt", "salt": "s"}], None], 1))
+
+
 class ReplayTest(ZmqTestCase):
+    def replay4(self, dealer, start, topic):
+        """As replay(), for vLLM >= 0.26's ["", topic, seq, payload] frames."""
+        dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        out = []
+        while True:
+            frames = dealer.recv_multipart()
+            self.assertEqual(len(frames), 4, frames)
+            self.assertEqual(frames[0], b"")
+            if frames[2] == kp.END_SEQ:
+                self.assertEqual((frames[1], frames[3]), (b"", b""))
+                return out
+            self.assertEqual(frames[1], topic)
+            out.append((int.from_bytes(frames[2], "big"), frames[3]))
+
+    def test_topic_framed_replay(self):
+        pub = self.publisher(encoding="map", replay_framing="topic", topic="kv@e@m")
+        sent = [pub.encode([kp.block_removed([i])], ts=i) for i in range(3)]
+        for p in sent:
+            pub.send_raw(p)
+        self.assertEqual(self.replay4(self.dealer(pub), 1, b"kv@e@m"), [(1, sent[1]),
+                                                                       (2, sent[2])])
+        with self.assertRaises(ValueError):
+            kp.Publisher(replay_framing="frames")
+
     def test_replay_from_start_seq(self):
         pub = self.publisher(encoding="map")
         sent = [pub.encode([kp.block_removed([i])], ts=i) for i in range(6)]
@@ -494,6 +557,87 @@ class EnginePoolTest(unittest.TestCase):
         p.step()
         p.restart()
         self.assertEqual((p.cached_prefix_blocks(toks(1, 2)), len(p.free)), (0, 8))
+
+    def test_content_keys(self):
+        p = ep.EnginePool(32, 4, keys_form="typed")
+        toks = list(range(16))
+        img = [("image", "img-a", 6, 4)]  # tokens 6..9: blocks 1 and 2
+        plain, with_img = p.block_hashes(toks), p.block_hashes(toks, mm=img)
+        self.assertEqual(plain[0], with_img[0])
+        self.assertTrue(all(a != b for a, b in zip(plain[1:], with_img[1:])))
+        self.assertEqual(ep.mm_block_keys(img, 1, 4), [("image", "img-a", 2)])
+        self.assertEqual(ep.mm_block_keys(img, 2, 4), [("image", "img-a", -2)])
+        self.assertEqual(p.route_extra_keys(toks, mm=img), {
+            1: [{"type": "mm", "modality": "image", "hash": "img-a", "block_offset": 2}],
+            2: [{"type": "mm", "modality": "image", "hash": "img-a", "block_offset": -2}]})
+        p.submit(toks, mm=img)
+        odd = list(range(200, 216))
+        p.submit(odd, opaque_at=2)
+        p.drain()
+        ev = p.published[0][1][0]
+        self.assertEqual(ev.get("extra_keys")[1], [
+            {"type": "mm", "modality": "image", "hash": b"img-a", "block_offset": 2}])
+        self.assertEqual(ev.get("event_version"), 1)
+        self.assertEqual(p.cached_prefix_blocks(toks, mm=img), 4)
+        self.assertEqual(p.cached_prefix_blocks(toks), 1)
+        other = [("image", "img-b", 6, 4)]
+        self.assertEqual(p.route_answer(toks, mm=other)["matched"], 1)
+        # A key no decoder knows: the engine holds the block, an index cannot.
+        self.assertEqual(p.cached_prefix_blocks(odd, opaque_at=2), 4)
+        self.assertEqual(p.route_answer(odd, opaque_at=2)["matched"], 2)
+        self.assertEqual(p.medium_blocks(), {"GPU": 6})  # not odd's last two
+
+    def test_second_tier(self):
+        p = ep.EnginePool(4, 4, tier=dict(medium="CPU", blocks=2, ownership="lmcache"))
+        a, b = list(range(8)), list(range(100, 116))
+        p.submit(a)
+        p.drain()
+        p.submit(b)
+        p.drain()
+        kinds = [(e.type, e.get("medium"), e.get("ownership")) for _, evs in p.published
+                 for e in evs]
+        self.assertIn(("BlockStored", "CPU", "lmcache"), kinds)
+        self.assertEqual(p.route_answer(a), {"matched": 2, "full": 2,
+                                             "mediums": {"CPU/lmcache": 2}})
+        self.assertEqual(p.medium_blocks(), {"GPU": 4, "CPU/lmcache": 2})
+        p.check()
+
+    def test_sliding_window_group(self):
+        p = ep.EnginePool(16, 4, sliding_window=9, window_blocks=3)  # 2 window blocks
+        self.assertEqual(p.window_need, 2)
+        a = list(range(20))  # 5 blocks; the window group keeps the last 3 at most
+        p.submit(a)
+        p.drain()
+        self.assertEqual(p.route_answer(a)["matched"], 5)
+        self.assertEqual([p.route_answer(a[:4 * k]) for k in (1, 2, 3)],
+                         [{"matched": 0, "full": k, "mediums": {"GPU": k}} for k in (1, 2, 3)])
+        groups = {(e.get("group_idx"), e.get("kv_cache_spec_kind")) for _, evs in p.published
+                  for e in evs if e.type == "BlockStored"}
+        self.assertEqual(groups, {(0, "full_attention"), (1, "sliding_window")})
+        p.check()
+
+    def test_radix_pool(self):
+        p = ep.RadixPool(6, 4, host_blocks=4, store_chunk=2)
+        a, b = list(range(16)), list(range(100, 116))
+        p.submit(a)
+        p.drain()
+        stored = [e.get("block_hashes") for e in p.published[0][1]]
+        self.assertEqual([len(h) for h in stored], [2, 2])  # 4 pages, stores of 2
+        p.submit(b)  # evicts a to the host
+        p.drain()
+        evs = [(e.type, e.get("medium"), len(e.get("block_hashes"))) for e in p.published[1][1]]
+        self.assertEqual(evs[:3], [("BlockStored", "CPU_PINNED", 2),
+                                   ("BlockStored", "CPU_PINNED", 2), ("BlockRemoved", "GPU", 4)])
+        self.assertEqual(p.route_answer(a), {"matched": 4, "full": 4,
+                                             "mediums": {"CPU_PINNED": 4}})
+        p.submit(a[:8] + [7] * 4)  # loads a's first node back after a split
+        p.drain()
+        self.assertEqual(p.counts["splits"], 1)
+        # b went to make room, and a's tail left the host for b, which found none.
+        self.assertEqual(p.route_answer(a), {"matched": 2, "full": 2,
+                                             "mediums": {"GPU": 2, "CPU_PINNED": 2}})
+        self.assertEqual(p.route_answer(b)["matched"], 0)
+        p.check()
 
     def test_trace(self):
         reqs = ep.load_trace("synthetic", 5)

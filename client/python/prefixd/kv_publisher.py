@@ -17,11 +17,15 @@ Wire (vllm/distributed/kv_events.py):
   grows by one per batch.
 - payload: msgpack of an EventBatch, in one of two encodings chosen per
   publisher:
-    "array" (older vLLM, SGLang): [ts, events] or [ts, events, dp_rank];
-        events are tagged arrays:
+    "array" (older vLLM, SGLang): [ts, events] or [ts, events, dp_rank]
+        (SGLang's third element is its attn_dp_rank); events are tagged
+        arrays, fields in vLLM's declaration order:
         ["BlockStored", block_hashes, parent_block_hash, token_ids,
-         block_size, lora_id, medium(, lora_name(, extra_keys(, group_idx)))]
-        ["BlockRemoved", block_hashes, medium(, group_idx)]
+         block_size, lora_id, medium(, lora_name(, extra_keys(, group_idx(,
+         kv_cache_spec_kind(, kv_cache_spec_sliding_window(, locality(,
+         ownership(, session_id(, event_version))))))))))]
+        ["BlockRemoved", block_hashes, medium(, group_idx(, locality(,
+         ownership(, event_version)))))]
         ["AllBlocksCleared"]
         (trailing optional fields are present up to the last one set, as
         msgspec's array_like + omit_defaults writes them);
@@ -29,7 +33,13 @@ Wire (vllm/distributed/kv_events.py):
         data_parallel_rank omitted when None; events are maps with a "type"
         key first, then block_hashes, parent_block_hash, token_ids,
         block_size, lora_id, medium, lora_name (always present, None
-        included) and extra_keys, group_idx (only when set).
+        included) and the later fields (only when set).
+- extra_keys: one entry per block, None or a list, in one of two forms
+  (docs/index.md, "Namespaces and content keys"): raw tuples as older vLLM
+  writes them (raw_extra_keys: the LoRA name, [mm_hash, offset] pairs, the
+  cache salt in a request's first block, the prompt-embeds digest) or typed
+  keys as the newest vLLM writes them with event_version 1 (typed_extra_keys:
+  {"type": "lora"|"mm"|"cache_salt"|"prompt_embeds"|"legacy", ...} maps).
 - block hashes: hash_kind "int" (unsigned 64-bit, newer vLLM's int form of
   its sha256 hashes), "int64" (signed 64-bit, older vLLM's and SGLang's
   builtin hash) or "bytes" (32-byte sha256 digests). Events carry whatever
@@ -37,9 +47,12 @@ Wire (vllm/distributed/kv_events.py):
   them into its kind when it encodes a batch.
 - replay: a ROUTER socket bound at replay_endpoint, served by a background
   thread with its own socket. A request [client_id, b"", start_seq (8 bytes
-  big-endian)] is answered with [client_id, b"", seq, payload] for every
-  buffered batch with seq >= start_seq, then [client_id, b"", -1 as 8 signed
-  bytes, b""]. The buffer keeps the last buffer_steps batches
+  big-endian)] is answered with one message per buffered batch with seq >=
+  start_seq, then an end marker, in the publisher's replay_framing:
+    "seq" (SGLang, vLLM <= 0.25):  [client_id, b"", seq, payload], end
+        [client_id, b"", -1 as 8 signed bytes, b""];
+    "topic" (vLLM >= 0.26):        [client_id, b"", topic, seq, payload],
+        end [client_id, b"", b"", -1, b""]. The buffer keeps the last buffer_steps batches
   (collections.deque(maxlen=buffer_steps)). Unlike vLLM, a batch enters the
   buffer before it is sent, so a subscriber that asks for a batch it has
   just seen always finds it.
@@ -83,6 +96,7 @@ import zmq
 
 ENCODINGS = ("array", "map")
 HASH_KINDS = ("int", "int64", "bytes")
+REPLAY_FRAMINGS = ("seq", "topic")  # ["", seq, payload] / ["", topic, seq, payload]
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 MEDIUM_GPU = "GPU"
 
@@ -116,24 +130,62 @@ class Event:
 
 
 def block_stored(block_hashes, parent_block_hash, token_ids, block_size, lora_id=None,
-                 medium=MEDIUM_GPU, lora_name=None, extra_keys=None, group_idx=None, **extra):
-    """BlockStored. extra_keys: one entry per block (a tuple or None), as
-    vLLM writes them: the LoRA name, then (first block of a request only)
-    the cache_salt. `extra` adds fields no decoder knows, after the known
-    ones (e.g. kv_cache_spec_kind="full_attention", as the newest vLLM)."""
+                 medium=MEDIUM_GPU, lora_name=None, extra_keys=None, group_idx=None,
+                 kv_cache_spec_kind=None, kv_cache_spec_sliding_window=None, locality=None,
+                 ownership=None, session_id=None, event_version=None, **extra):
+    """BlockStored, its fields in vLLM's declaration order. extra_keys: one
+    entry per block (None, a raw tuple or a list of typed keys; see
+    raw_extra_keys and typed_extra_keys). `extra` adds fields no decoder
+    knows, after the known ones."""
     fields = [("block_hashes", list(block_hashes)), ("parent_block_hash", parent_block_hash),
               ("token_ids", list(token_ids)), ("block_size", block_size), ("lora_id", lora_id),
               ("medium", medium), ("lora_name", lora_name),
               ("extra_keys", None if extra_keys is None else [
-                  None if k is None else list(k) for k in extra_keys]),
-              ("group_idx", group_idx)]
+                  list(k) if isinstance(k, (list, tuple)) else k for k in extra_keys]),
+              ("group_idx", group_idx), ("kv_cache_spec_kind", kv_cache_spec_kind),
+              ("kv_cache_spec_sliding_window", kv_cache_spec_sliding_window),
+              ("locality", locality), ("ownership", ownership), ("session_id", session_id),
+              ("event_version", event_version)]
     fields += list(extra.items())
     return Event("BlockStored", fields, array_required=6, map_required=7)
 
 
-def block_removed(block_hashes, medium=MEDIUM_GPU, group_idx=None):
-    return Event("BlockRemoved", [("block_hashes", list(block_hashes)), ("medium", medium),
-                                  ("group_idx", group_idx)], array_required=2, map_required=2)
+def block_removed(block_hashes, medium=MEDIUM_GPU, group_idx=None, locality=None,
+                  ownership=None, event_version=None, **extra):
+    """BlockRemoved, its fields in vLLM's declaration order (`extra`: fields
+    no decoder knows, after the known ones)."""
+    fields = [("block_hashes", list(block_hashes)), ("medium", medium),
+              ("group_idx", group_idx), ("locality", locality), ("ownership", ownership),
+              ("event_version", event_version)]
+    return Event("BlockRemoved", fields + list(extra.items()), array_required=2,
+                 map_required=2)
+
+
+def raw_extra_keys(lora_name=None, mm=(), cache_salt=None, embeds=None, legacy=()):
+    """One block's extra keys as a raw tuple, in vLLM's order: the LoRA
+    name, then [mm_hash, block_offset] per multimodal input, plain legacy
+    values (an older engine's bare multimodal hash), the cache salt (a
+    request's first block only) and the prompt-embeds digest (bytes).
+    mm: (modality, hash, block_offset) triples (the raw form has no
+    modality). None when there is nothing."""
+    keys = [lora_name] if lora_name else []
+    keys += [[h, int(k)] for _, h, k in mm]
+    keys += list(legacy)
+    keys += [cache_salt] if cache_salt else []
+    keys += [bytes(embeds)] if embeds is not None else []
+    return tuple(keys) if keys else None
+
+
+def typed_extra_keys(lora_name=None, mm=(), cache_salt=None, embeds=None, legacy=()):
+    """The same keys as raw_extra_keys in the newest vLLM's typed form
+    (event_version 1): a list of {"type": ...} maps, or None."""
+    keys = [{"type": "lora", "name": lora_name}] if lora_name else []
+    keys += [{"type": "mm", "modality": m, "hash": h, "block_offset": int(k)}
+             for m, h, k in mm]
+    keys += [{"type": "legacy", "value": v} for v in legacy]
+    keys += [{"type": "cache_salt", "salt": cache_salt}] if cache_salt else []
+    keys += [{"type": "prompt_embeds", "hash": bytes(embeds)}] if embeds is not None else []
+    return keys or None
 
 
 def all_blocks_cleared():
@@ -253,9 +305,12 @@ class _ReplayServer(threading.Thread):
                 start = int.from_bytes(start_bytes, "big")
                 batches = [(s, p) for s, p in self._pub._buffered() if s >= start]
                 self._pub._note_replay(start, len(batches))
+                head = (client_id, b"") + ((self._pub.topic,) if self._pub.replay_framing
+                                            == "topic" else ())
                 for s, p in batches:
-                    sock.send_multipart((client_id, b"", s.to_bytes(8, "big"), p))
-                sock.send_multipart((client_id, b"", END_SEQ, b""))
+                    sock.send_multipart(head + (s.to_bytes(8, "big"), p))
+                end = (b"",) if self._pub.replay_framing == "topic" else ()
+                sock.send_multipart((client_id, b"") + end + (END_SEQ, b""))
         finally:
             sock.close(0)
 
@@ -272,17 +327,22 @@ class Publisher:
     "tcp://127.0.0.1:*" and read .endpoint). replay_endpoint=None: no replay.
     bind: None follows vLLM's rule (bind when the endpoint has a wildcard or
     is ipc:// or inproc://, else connect); True binds, False connects.
+    replay_framing: "seq" (SGLang, vLLM <= 0.25) or "topic" (vLLM >= 0.26),
+    the form of the replay socket's answers (module docstring).
     last_seq: the last seq given to a batch (sent or dropped), -1 if none.
     """
 
     def __init__(self, endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://127.0.0.1:*",
                  encoding="array", hash_kind="int", buffer_steps=10_000, topic="",
                  data_parallel_rank=None, hwm=100_000, xpub=True, context=None, name=None,
-                 bind=None):
+                 bind=None, replay_framing="seq"):
         if encoding not in ENCODINGS:
             raise ValueError("encoding must be one of %s" % (ENCODINGS,))
         if hash_kind not in HASH_KINDS:
             raise ValueError("hash_kind must be one of %s" % (HASH_KINDS,))
+        if replay_framing not in REPLAY_FRAMINGS:
+            raise ValueError("replay_framing must be one of %s" % (REPLAY_FRAMINGS,))
+        self.replay_framing = replay_framing
         self.name = name
         self.encoding = encoding
         self.hash_kind = hash_kind

@@ -18,7 +18,11 @@
 // PFXDSNP2 files (no evictions by retention class) load with those at 0;
 // PFXDSNP1 files (no parked IDs) are refused as unreadable.
 #include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"

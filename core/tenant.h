@@ -179,7 +179,8 @@ class Tenant {
   Node* AddRestoredNode(Node* parent, absl::Span<const Token> tokens,
                         absl::Span<const BlockId> ids, int64_t position,
                         uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Removes n's whole subtree's bookkeeping for one node (RemoveSubtree).
+  // One node of a subtree RemoveSubtree removes: its blocks leave every
+  // part and are appended to *removed; the node goes with the subtree.
   void ForgetNode(Node* n, EvictReason reason, std::vector<BlockId>* removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void NoteRemoved(const Tree& tree, BlockId id, EvictReason reason)

@@ -11,6 +11,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/zmq_wire.h"
@@ -133,6 +134,11 @@ TEST_F(KvEventSocketsTest, PublishesAndReplaysInVllmFraming) {
   ASSERT_EQ(replayed.size(), 2u);
   EXPECT_EQ(replayed[1], std::make_pair(published, size_t{4}));
   EXPECT_EQ(sockets_->counters().replay_requests, 1u);
+  // The replay thread counts what it sent after the end marker went out.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (sockets_->counters().replayed_batches < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_EQ(sockets_->counters().replayed_batches, 2u);
 }
 

@@ -1,0 +1,128 @@
+#include "server/daemon.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "server/metrics.h"
+#include "server/status_page.h"
+
+namespace prefixd {
+namespace {
+
+void Log(absl::string_view line) {
+  std::fprintf(stderr, "prefixd: %.*s\n", static_cast<int>(line.size()),
+               line.data());
+}
+
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(),
+                      absl::StrCat(what, ": ", status.message()));
+}
+
+}  // namespace
+
+Daemon::Daemon() : metrics_(std::make_unique<Metrics>(PREFIXD_VERSION)) {}
+
+Daemon::~Daemon() { Shutdown().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(ServerConfig config) {
+  std::unique_ptr<Daemon> daemon(new Daemon());
+  ServerDeps deps;
+  deps.observer = daemon->metrics_.get();
+  absl::Status s = daemon->Restore(config, deps);
+  if (s.ok()) s = daemon->StartServer(std::move(config), std::move(deps));
+  if (!s.ok()) return Prefixed("cannot start", s);
+  s = daemon->StartHttp();
+  if (!s.ok()) {
+    // The server may have served calls already: its cache, not the consumed
+    // file, is the state to keep, so it is saved as at a clean stop.
+    const absl::Status saved = daemon->DrainAndSave();
+    if (daemon->restored_ && !saved.ok()) {
+      ReturnConsumedSnapshot(daemon->server_->config().snapshot_path)
+          .IgnoreError();
+    } else if (daemon->restored_) {
+      DiscardConsumedSnapshot(daemon->server_->config().snapshot_path);
+    }
+    return Prefixed("cannot serve metrics", s);
+  }
+  if (daemon->restored_) {
+    DiscardConsumedSnapshot(daemon->server_->config().snapshot_path);
+  }
+  return daemon;
+}
+
+// A clean snapshot is consumed here, before anything is served; a bad one
+// is moved aside and the daemon starts empty (server/snapshot_file.h).
+absl::Status Daemon::Restore(const ServerConfig& config, ServerDeps& deps) {
+  const std::string& path = config.snapshot_path;
+  if (path.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(snapshot_lock_, SnapshotLock::Acquire(path));
+  ASSIGN_OR_RETURN(RestoredSnapshot restored,
+                   RestoreSnapshot(path, config.fingerprint, config.cache));
+  Log(restored.summary);
+  deps.cache = std::move(restored.cache);
+  deps.epoch = restored.epoch;
+  restored_ = deps.epoch.has_value();
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartServer(ServerConfig config, ServerDeps deps) {
+  const std::string path = config.snapshot_path;
+  absl::StatusOr<std::unique_ptr<Server>> server =
+      Server::Start(std::move(config), std::move(deps));
+  if (!server.ok()) {
+    // Nothing was served: the snapshot still holds for the next attempt.
+    if (restored_) ReturnConsumedSnapshot(path).IgnoreError();
+    return server.status();
+  }
+  server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+// The status page and the KV calculator, on the metrics listener.
+absl::Status Daemon::StartHttp() {
+  pages_ = std::make_unique<StatusPage>(
+      server_->cache(), StatusPageInfoOf(*server_, PREFIXD_VERSION));
+  return metrics_->Serve(server_->cache(), server_->config().metrics_listen,
+                         server_->index(), server_->events_publisher(),
+                         pages_.get());
+}
+
+std::string Daemon::Banner() const { return StartupBanner(*server_); }
+
+absl::Status Daemon::Reload(const ServerConfig& config) {
+  return server_->ReloadPrincipals(config.proto);
+}
+
+int Daemon::metrics_port() const { return metrics_->port(); }
+
+absl::Status Daemon::Shutdown() {
+  if (shut_down_ || server_ == nullptr) return absl::OkStatus();
+  const absl::Status saved = DrainAndSave();
+  pages_.reset();  // the status page's sampler reads the cache: before it goes
+  server_.reset();
+  return saved;
+}
+
+absl::Status Daemon::DrainAndSave() {
+  shut_down_ = true;
+  server_->Shutdown();
+  metrics_->StopServing();  // no scrape may read the cache once it is gone
+  const std::string& path = server_->config().snapshot_path;
+  if (path.empty()) return absl::OkStatus();
+  // Drained: the cache no longer changes, so the file is the final state.
+  absl::StatusOr<std::string> saved =
+      WriteSnapshot(*server_->cache(),
+                    {server_->config().fingerprint, server_->epoch()}, path);
+  if (!saved.ok()) {
+    Log(absl::StrCat("cannot write the snapshot: ", saved.status().message(),
+                     "; the next start will be empty"));
+    return saved.status();
+  }
+  Log(*saved);
+  return absl::OkStatus();
+}
+
+}  // namespace prefixd

@@ -5,8 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "server/metrics.h"
-#include "server/status_page.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
+#include "server/http/sources.h"
 
 namespace prefixd {
 namespace {
@@ -14,6 +15,16 @@ namespace {
 void Log(absl::string_view line) {
   std::fprintf(stderr, "prefixd: %.*s\n", static_cast<int>(line.size()),
                line.data());
+}
+
+// What the HTTP side reads of the running server.
+HttpSources SourcesOf(const Server& server) {
+  const ServerConfig& c = server.config();
+  return {server.cache(),
+          server.index(),
+          server.events_publisher(),
+          {PREFIXD_VERSION, server.epoch(), c.model, c.model_description,
+           c.fingerprint, c.bytes_per_token}};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
@@ -81,13 +92,12 @@ absl::Status Daemon::StartServer(ServerConfig config, ServerDeps deps) {
   return absl::OkStatus();
 }
 
-// The status page and the KV calculator, on the metrics listener.
+// /metrics, the status page and the KV calculator, on metrics_listen.
 absl::Status Daemon::StartHttp() {
-  pages_ = std::make_unique<StatusPage>(
-      server_->cache(), StatusPageInfoOf(*server_, PREFIXD_VERSION));
-  return metrics_->Serve(server_->cache(), server_->config().metrics_listen,
-                         server_->index(), server_->events_publisher(),
-                         pages_.get());
+  ASSIGN_OR_RETURN(http_,
+                   MetricsListener::Start(server_->config().metrics_listen,
+                                          metrics_.get(), SourcesOf(*server_)));
+  return absl::OkStatus();
 }
 
 std::string Daemon::Banner() const { return StartupBanner(*server_); }
@@ -96,12 +106,13 @@ absl::Status Daemon::Reload(const ServerConfig& config) {
   return server_->ReloadPrincipals(config.proto);
 }
 
-int Daemon::metrics_port() const { return metrics_->port(); }
+int Daemon::metrics_port() const {
+  return http_ == nullptr ? 0 : http_->port();
+}
 
 absl::Status Daemon::Shutdown() {
   if (shut_down_ || server_ == nullptr) return absl::OkStatus();
   const absl::Status saved = DrainAndSave();
-  pages_.reset();  // the status page's sampler reads the cache: before it goes
   server_.reset();
   return saved;
 }
@@ -109,7 +120,7 @@ absl::Status Daemon::Shutdown() {
 absl::Status Daemon::DrainAndSave() {
   shut_down_ = true;
   server_->Shutdown();
-  metrics_->StopServing();  // no scrape may read the cache once it is gone
+  http_.reset();  // no page or scrape may read the cache once it is gone
   const std::string& path = server_->config().snapshot_path;
   if (path.empty()) return absl::OkStatus();
   // Drained: the cache no longer changes, so the file is the final state.

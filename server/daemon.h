@@ -39,7 +39,7 @@
 namespace prefixd {
 
 class Metrics;
-class StatusPage;
+class MetricsListener;
 
 class Daemon {
  public:
@@ -86,8 +86,8 @@ class Daemon {
   // Sees every RPC from the first; must outlive the server.
   std::unique_ptr<Metrics> metrics_;
   std::unique_ptr<Server> server_;
-  // Reads the server's cache: goes before it.
-  std::unique_ptr<StatusPage> pages_;
+  // The HTTP side (server/http/); reads the server's cache: goes before it.
+  std::unique_ptr<MetricsListener> http_;
   bool shut_down_ = false;
 };
 

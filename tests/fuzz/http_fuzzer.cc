@@ -1,8 +1,8 @@
 // libFuzzer: raw bytes as one HTTP request to the daemon's HTTP listener
 // over a real TCP connection, so that everything the daemon does with a
 // request on metrics_listen sees them: civetweb's parser, then the
-// dispatch of server/http_listener.cc (methods), server/metrics.cc
-// (/metrics) and server/status_page.h (the pages), over a cache with a
+// dispatch of server/http/http_listener.cc (methods) and
+// server/http/metrics_listener.h (/metrics and the pages), over a cache with a
 // tenant and traffic. One listener serves the whole process.
 //
 // The input is sent as it is, then the write side is shut, so an
@@ -40,8 +40,8 @@
 #include "absl/strings/string_view.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
-#include "server/metrics.h"
-#include "server/status_page.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
 
 namespace prefixd {
 namespace {
@@ -57,8 +57,8 @@ namespace {
 
 struct Fixture {
   std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<StatusPage> pages;
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<MetricsListener> http;
   std::string state;  // Stats of the cache after the set-up traffic
 
   Fixture() {
@@ -75,22 +75,23 @@ struct Fixture {
     ins.tokens = tokens;
     ins.block_ids = ids;
     if (!cache->Insert("acme", ins).ok()) std::abort();
-    StatusPageInfo info;
+    DaemonFacts info;
     info.version = "fuzz";
     info.epoch = 1;
     info.model.geometry = FindPreset("llama-3-8b").value().geometry;
     info.model_description = "llama-3-8b fp16";
     info.fingerprint = "0123456789abcdef";
     info.bytes_per_token = 131072;
-    pages = std::make_unique<StatusPage>(cache.get(), info);
     metrics = std::make_unique<Metrics>("fuzz");
-    absl::Status s = metrics->Serve(cache.get(), "127.0.0.1:0", nullptr,
-                                    nullptr, pages.get());
-    if (!s.ok()) {
+    absl::StatusOr<std::unique_ptr<MetricsListener>> listener =
+        MetricsListener::Start("127.0.0.1:0", metrics.get(),
+                               {cache.get(), nullptr, nullptr, info});
+    if (!listener.ok()) {
       std::fprintf(stderr, "http_fuzzer: %s\n",
-                   std::string(s.message()).c_str());
+                   std::string(listener.status().message()).c_str());
       std::abort();
     }
+    http = *std::move(listener);
     state = State();
   }
 
@@ -154,7 +155,7 @@ std::string Exchange(int port, absl::string_view request) {
 
 void CheckAnswer(absl::string_view request, absl::string_view answer) {
   if (answer.empty()) return;
-  // The listener writes every status line itself (server/http_listener.cc
+  // The listener writes every status line itself (server/http/http_listener.cc
   // answers civetweb's errors too): "HTTP/1.1 NNN ".
   int status = 0;
   const size_t line_end = answer.find("\r\n");
@@ -202,7 +203,7 @@ void CheckAnswer(absl::string_view request, absl::string_view answer) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   prefixd::Fixture& f = prefixd::TheFixture();
   const absl::string_view request(reinterpret_cast<const char*>(data), size);
-  const std::string answer = prefixd::Exchange(f.metrics->port(), request);
+  const std::string answer = prefixd::Exchange(f.http->port(), request);
   prefixd::CheckAnswer(request, answer);
   if (f.State() != f.state) {
     prefixd::Fail("the cache changed:\n" + f.State(), request, answer);

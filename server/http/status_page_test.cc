@@ -1,7 +1,7 @@
-// The status page and the calculator's data (server/status_page.h), and the
-// HTTP listener they are served on, over real TCP. The pages in a real
+// The status page and the calculator's data (server/http/status_page.h), and
+// the HTTP listener they are served on, over real TCP. The pages in a real
 // browser: tests/python/test_web_ui.py.
-#include "server/status_page.h"
+#include "server/http/status_page.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
 
 namespace prefixd {
 namespace {
@@ -74,8 +75,8 @@ void Traffic(PrefixCache& cache, const std::string& tenant) {
   ASSERT_TRUE(cache.Match(tenant, match).ok());
 }
 
-StatusPageInfo Info() {
-  StatusPageInfo info;
+DaemonFacts Info() {
+  DaemonFacts info;
   info.version = "9.9.9";
   info.epoch = 0xed0299067ab9addcULL;
   info.model.geometry = FindPreset("llama-3-8b").value().geometry;
@@ -213,11 +214,12 @@ TEST(StatusPageTest, PresetsCarryEveryGeometryField) {
 TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
   std::unique_ptr<PrefixCache> cache = Cache();
   Traffic(*cache, "acme");
-  StatusPage page(cache.get(), Info());
   Metrics metrics("9.9.9");
-  ASSERT_TRUE(
-      metrics.Serve(cache.get(), "127.0.0.1:0", nullptr, nullptr, &page).ok());
-  const int port = metrics.port();
+  absl::StatusOr<std::unique_ptr<MetricsListener>> http =
+      MetricsListener::Start("127.0.0.1:0", &metrics,
+                             {cache.get(), nullptr, nullptr, Info()});
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
 
   std::string r = Http(port, "GET", "/");
   EXPECT_THAT(r, HasSubstr("HTTP/1.1 200 OK"));
@@ -244,7 +246,6 @@ TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
     EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
   }
   EXPECT_EQ(cache->Stats(TenantScope::All()).resident_blocks, 2u);
-  metrics.StopServing();
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "server/status_page.h"
+#include "server/http/status_page.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -12,7 +12,6 @@
 #include "core/types.h"
 #include "model/planner.h"
 #include "model/units.h"
-#include "server/server.h"
 
 namespace prefixd {
 namespace {
@@ -529,7 +528,7 @@ std::string Bar(double fraction) {
       fraction > 1 ? " over" : "", std::min(fraction, 1.0) * 100);
 }
 
-std::string SummaryTable(const StatusPageInfo& info, const CacheStats& s) {
+std::string SummaryTable(const DaemonFacts& info, const CacheStats& s) {
   const ModelGeometry& g = info.model.geometry;
   const double used =
       s.budget_blocks == 0
@@ -712,13 +711,7 @@ HitRateWindow::Result HitRateWindow::Over(absl::Time now,
   return result;
 }
 
-StatusPageInfo StatusPageInfoOf(const Server& server, std::string version) {
-  const ServerConfig& c = server.config();
-  return {std::move(version),  server.epoch(), c.model,
-          c.model_description, c.fingerprint,  c.bytes_per_token};
-}
-
-StatusPage::StatusPage(const PrefixCache* cache, StatusPageInfo info,
+StatusPage::StatusPage(const PrefixCache* cache, DaemonFacts info,
                        absl::Duration window, absl::Duration sample_interval)
     : cache_(cache),
       info_(std::move(info)),

@@ -886,6 +886,7 @@ absl::StatusOr<PlanReport> ForwardReport(const ParsedFlags& flags,
   absl::StatusOr<Forward> f = MakeForward(req.forward);
   if (!f.ok()) return absl::FailedPreconditionError(f.status().message());
   PlanReport r;
+  r.model = req.forward.geometry;
   r.notes = req.notes;
   r.lines = ForwardLines(req, *f);
   r.tables.push_back(ForwardKvTable(req.forward, *f));
@@ -948,6 +949,7 @@ absl::StatusOr<PlanReport> MakePlanReport(const ParsedFlags& flags) {
   absl::StatusOr<Plan> plan = MakePlan(req.input);
   if (!plan.ok()) return absl::FailedPreconditionError(plan.status().message());
   PlanReport r;
+  r.model = req.input.geometry;
   r.notes = req.notes;
   if (req.has_gpus) {
     BudgetReport(req, *plan, r);

@@ -46,6 +46,7 @@ struct PlanTable {
 };
 
 struct PlanReport {
+  ModelGeometry model;             // as planned: presets, files and flags read
   std::vector<std::string> notes;  // assumptions made reading the model
   std::vector<PlanLine> lines;
   std::vector<PlanTable> tables;

@@ -3,7 +3,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "server/http/html.h"
 #include "server/listen_address.h"
 
 namespace prefixd {
@@ -28,8 +30,9 @@ MetricsListener::MetricsListener(const Metrics* metrics, HttpSources sources,
                                  const Options& options)
     : metrics_(metrics),
       sources_(std::move(sources)),
-      pages_(sources_.cache, sources_.facts, options.hit_rate_window,
-             options.sample_interval) {}
+      status_(sources_.cache, sources_.facts, options.hit_rate_window,
+              options.sample_interval),
+      plan_(sources_.facts) {}
 
 absl::StatusOr<std::unique_ptr<MetricsListener>> MetricsListener::Start(
     const std::string& listen, const Metrics* metrics, HttpSources sources,
@@ -60,7 +63,8 @@ std::optional<HttpResponse> MetricsListener::Handle(
                         metrics_->ScrapeText(&sources_),
                         {}};
   }
-  return pages_.Handle(request.path);
+  if (request.path == "/") return HtmlResponse(status_.StatusHtml(absl::Now()));
+  return plan_.Handle(request);
 }
 
 }  // namespace prefixd

@@ -3,7 +3,7 @@
 //
 //   /metrics              Prometheus text (server/http/metrics.h)
 //   /                     the status page (server/http/status_page.h)
-//   /plan ...             the KV calculator (server/http/status_page.h)
+//   /plan ...             the KV calculator (server/http/plan_page.h)
 //
 // GET and HEAD only (server/http/http_listener.h): nothing served here can
 // change state. A handler here holds no logic: it calls the page or the
@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "server/http/http_listener.h"
 #include "server/http/metrics.h"
+#include "server/http/plan_page.h"
 #include "server/http/sources.h"
 #include "server/http/status_page.h"
 
@@ -75,7 +76,8 @@ class MetricsListener {
 
   const Metrics* const metrics_;
   const HttpSources sources_;
-  StatusPage pages_;
+  StatusPage status_;
+  const PlanPage plan_;
   std::unique_ptr<HttpListener> listener_;  // last: stops first
 };
 

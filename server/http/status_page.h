@@ -1,22 +1,10 @@
-// The daemon's web pages on the metrics listener (docs/metrics.md, "Status
-// page"; docs/capacity.md, "In the browser"):
+// The status page at / on the metrics listener (docs/metrics.md, "Status
+// page"): epoch, model and geometry, budget, per tenant cached blocks, hit
+// rate over the last minutes, evictions by reason, leases; it reloads
+// itself every few seconds. Every tenant name is HTML-escaped; the page
+// loads nothing (server/http/html.h).
 //
-//   /                     the status page: epoch, model and geometry, budget,
-//                         per tenant cached blocks, hit rate over the last
-//                         minutes, evictions by reason, leases; it reloads
-//                         itself every few seconds
-//   /plan                 the forward KV calculator (model/forward.h),
-//                         computed in the browser by /plan.js
-//   /plan.js              its script
-//   /plan/presets.json    the presets, GPUs and dtypes the calculator offers
-//                         and the daemon's own geometry, from the C++ tables
-//
-// Everything is served from here: no external scripts, fonts or images (the
-// Content-Security-Policy header forbids them), so the pages work where the
-// daemon has no internet. Every tenant name is HTML-escaped. Read-only: the
-// listener answers GET and HEAD only (server/http/http_listener.h).
-//
-// Thread safety: Handle may be called from several threads at once.
+// Thread safety: StatusHtml may be called from several threads at once.
 #ifndef PREFIXD_SERVER_HTTP_STATUS_PAGE_H_
 #define PREFIXD_SERVER_HTTP_STATUS_PAGE_H_
 
@@ -33,14 +21,10 @@
 #include "base/mutex.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
-#include "server/http/http_listener.h"
 #include "server/http/sources.h"
 #include "server/periodic.h"
 
 namespace prefixd {
-
-// &, <, >, " and ' as entities: safe in element text and quoted attributes.
-std::string HtmlEscape(absl::string_view text);
 
 // Hit rate over a sliding window: the tokens matched and looked up per
 // tenant between the newest sample at least `window` old (or the oldest one
@@ -86,12 +70,8 @@ class StatusPage {
   StatusPage(const StatusPage&) = delete;
   StatusPage& operator=(const StatusPage&) = delete;
 
-  // The page at `path`, or nullopt when there is none.
-  std::optional<HttpResponse> Handle(absl::string_view path);
-
-  // The parts, for tests.
+  // The page as it is at `now`.
   std::string StatusHtml(absl::Time now);
-  std::string PresetsJson() const;
 
  private:
   const PrefixCache* const cache_;

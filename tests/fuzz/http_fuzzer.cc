@@ -10,7 +10,8 @@
 // Checked for every input:
 //   - the answer is empty (civetweb dropped the connection) or one HTTP/1.1
 //     response with a status the listener can give: 200, 404 or 405 from
-//     the daemon's dispatch, a 4xx, 501 or 505 from civetweb's parser;
+//     the daemon's dispatch, 400 from /plan.json (bad flags), a 4xx, 501 or
+//     505 from civetweb's parser;
 //     never another 5xx;
 //   - every header line is "Name: value": no bytes of the request are
 //     echoed into the status line or the headers;
@@ -164,9 +165,10 @@ void CheckAnswer(absl::string_view request, absl::string_view answer) {
       answer[12] != ' ' || !absl::SimpleAtoi(answer.substr(9, 3), &status)) {
     Fail("not an HTTP/1.1 status line of the listener's", request, answer);
   }
-  // 200, 404 and 405 are the dispatch's; civetweb refuses malformed
-  // requests with a 4xx (400, 408, 411, 413, 431, ...), 501 or 505.
-  const bool ours = status == 200 || status == 404 || status == 405;
+  // 200, 404 and 405 are the dispatch's, 400 /plan.json's; civetweb refuses
+  // malformed requests with a 4xx (400, 408, 411, 413, 431, ...), 501 or 505.
+  const bool ours =
+      status == 200 || status == 400 || status == 404 || status == 405;
   const bool parser =
       (status >= 400 && status < 500) || status == 501 || status == 505;
   if (!ours && !parser) {

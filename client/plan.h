@@ -1,6 +1,7 @@
 // `prefixctl plan`: the capacity planner on the command line. Needs no
-// daemon; the arithmetic is model/planner.h, this file turns flags into a
-// PlanInput and the Plan into tables (default) or JSON (--json).
+// daemon; the arithmetic is model/planner.h and model/forward.h, the flags
+// and the reports model/plan_report.h (which the daemon's /plan page uses
+// too); this file prints the report as text (default) or JSON (--json).
 //
 //   prefixctl plan --model llama-3-70b --kv_dtype fp16
 //       --gpus 4xH100-80GB --weights 140GB --overhead 20GB

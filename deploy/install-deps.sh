@@ -17,7 +17,7 @@ PACKAGES=(
   # gRPC, protobuf, abseil, metrics, TLS
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libssl-dev openssl
-  # the HTTP listener of /metrics and the status page (server/http_listener.h)
+  # the HTTP listener of /metrics and the status page (server/http/http_listener.h)
   libcivetweb-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads, xxHash keys
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev

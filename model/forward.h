@@ -1,8 +1,8 @@
 // The forward KV calculator: the KV bytes a batch of sequences needs, the
 // inverse of the planner (model/planner.h), which says how many sequences
-// fit. `prefixctl plan --batch N --context LEN` prints it and the daemon's
-// /plan page (server/status_page.h) computes the same numbers in the
-// browser from the same formula:
+// fit. `prefixctl plan --batch N --context LEN` prints it, and the daemon's
+// /plan page (server/http/plan_page.h) shows the same report
+// (model/plan_report.h):
 //
 //   kv_bytes = batch x SequenceKvBytes(geometry, dtype, context, 0)
 //

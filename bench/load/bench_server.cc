@@ -35,7 +35,8 @@
 #include "bench/load/route_index.h"
 #include "server/config.h"
 #include "server/flags.h"
-#include "server/metrics.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
 #include "server/server.h"
 
 namespace {
@@ -167,9 +168,12 @@ int main(int argc, char** argv) {
                  bench_index.prompt_tokens,
                  static_cast<unsigned long long>(entries));
   }
-  const absl::Status metrics_up =
-      metrics.Serve((*server)->cache(), (*server)->config().metrics_listen);
-  if (!metrics_up.ok()) return Fail("cannot serve metrics", metrics_up);
+  prefixd::HttpSources sources;
+  sources.cache = (*server)->cache();
+  absl::StatusOr<std::unique_ptr<prefixd::MetricsListener>> http =
+      prefixd::MetricsListener::Start((*server)->config().metrics_listen,
+                                      &metrics, std::move(sources));
+  if (!http.ok()) return Fail("cannot serve metrics", http.status());
   std::printf("listening %s\n",
               absl::StrJoin((*server)->addresses(), " ").c_str());
   std::fflush(stdout);
@@ -177,7 +181,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop, &sig);
   (*server)->Shutdown();
-  metrics.StopServing();
+  http->reset();
   server->reset();
   return 0;
 }

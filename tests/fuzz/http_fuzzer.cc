@@ -1,8 +1,8 @@
 // libFuzzer: raw bytes as one HTTP request to the daemon's HTTP listener
 // over a real TCP connection, so that everything the daemon does with a
 // request on metrics_listen sees them: civetweb's parser, then the
-// dispatch of server/http_listener.cc (methods), server/metrics.cc
-// (/metrics) and server/status_page.h (the pages), over a cache with a
+// dispatch of server/http/http_listener.cc (methods) and
+// server/http/metrics_listener.h (/metrics and the pages), over a cache with a
 // tenant and traffic. One listener serves the whole process.
 //
 // The input is sent as it is, then the write side is shut, so an
@@ -10,7 +10,8 @@
 // Checked for every input:
 //   - the answer is empty (civetweb dropped the connection) or one HTTP/1.1
 //     response with a status the listener can give: 200, 404 or 405 from
-//     the daemon's dispatch, a 4xx, 501 or 505 from civetweb's parser;
+//     the daemon's dispatch, 400 from /plan.json (bad flags), a 4xx, 501 or
+//     505 from civetweb's parser;
 //     never another 5xx;
 //   - every header line is "Name: value": no bytes of the request are
 //     echoed into the status line or the headers;
@@ -41,8 +42,8 @@
 #include "absl/strings/string_view.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
-#include "server/metrics.h"
-#include "server/status_page.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
 
 namespace prefixd {
 namespace {
@@ -58,8 +59,8 @@ namespace {
 
 struct Fixture {
   std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<StatusPage> pages;
   std::unique_ptr<Metrics> metrics;
+  std::unique_ptr<MetricsListener> http;
   std::string state;  // Stats of the cache after the set-up traffic
 
   Fixture() {
@@ -76,22 +77,23 @@ struct Fixture {
     ins.tokens = tokens;
     ins.block_ids = ids;
     if (!cache->Insert("acme", ins).ok()) std::abort();
-    StatusPageInfo info;
+    DaemonFacts info;
     info.version = "fuzz";
     info.epoch = 1;
     info.model.geometry = FindPreset("llama-3-8b").value().geometry;
     info.model_description = "llama-3-8b fp16";
     info.fingerprint = "0123456789abcdef";
     info.bytes_per_token = 131072;
-    pages = std::make_unique<StatusPage>(cache.get(), info);
     metrics = std::make_unique<Metrics>("fuzz");
-    absl::Status s = metrics->Serve(cache.get(), "127.0.0.1:0", nullptr,
-                                    nullptr, pages.get());
-    if (!s.ok()) {
+    absl::StatusOr<std::unique_ptr<MetricsListener>> listener =
+        MetricsListener::Start("127.0.0.1:0", metrics.get(),
+                               {cache.get(), nullptr, nullptr, info});
+    if (!listener.ok()) {
       std::fprintf(stderr, "http_fuzzer: %s\n",
-                   std::string(s.message()).c_str());
+                   std::string(listener.status().message()).c_str());
       std::abort();
     }
+    http = *std::move(listener);
     state = State();
   }
 
@@ -158,7 +160,7 @@ std::optional<std::string> Exchange(int port, absl::string_view request) {
 
 void CheckAnswer(absl::string_view request, absl::string_view answer) {
   if (answer.empty()) return;
-  // The listener writes every status line itself (server/http_listener.cc
+  // The listener writes every status line itself (server/http/http_listener.cc
   // answers civetweb's errors too): "HTTP/1.1 NNN ".
   int status = 0;
   const size_t line_end = answer.find("\r\n");
@@ -167,9 +169,10 @@ void CheckAnswer(absl::string_view request, absl::string_view answer) {
       answer[12] != ' ' || !absl::SimpleAtoi(answer.substr(9, 3), &status)) {
     Fail("not an HTTP/1.1 status line of the listener's", request, answer);
   }
-  // 200, 404 and 405 are the dispatch's; civetweb refuses malformed
-  // requests with a 4xx (400, 408, 411, 413, 431, ...), 501 or 505.
-  const bool ours = status == 200 || status == 404 || status == 405;
+  // 200, 404 and 405 are the dispatch's, 400 /plan.json's; civetweb refuses
+  // malformed requests with a 4xx (400, 408, 411, 413, 431, ...), 501 or 505.
+  const bool ours =
+      status == 200 || status == 400 || status == 404 || status == 405;
   const bool parser =
       (status >= 400 && status < 500) || status == 501 || status == 505;
   if (!ours && !parser) {
@@ -211,9 +214,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // that failed is tried once more, and only a second failure is a
   // finding.
   std::optional<std::string> answer =
-      prefixd::Exchange(f.metrics->port(), request);
+      prefixd::Exchange(f.http->port(), request);
   if (!answer.has_value())
-    answer = prefixd::Exchange(f.metrics->port(), request);
+    answer = prefixd::Exchange(f.http->port(), request);
   if (!answer.has_value()) {
     prefixd::Fail("no connection, or no end of the answer within 10 s, twice",
                   request, "");

@@ -10,15 +10,16 @@ a script tag, then:
   hit rates and evictions by reason, and checks them against Stats over
   gRPC; the script-named tenant shows as text (escaped), and nothing on
   either page is loaded from anywhere but the daemon;
-- /plan: sets model, batch, context, dtype and weights like a user, reads the
-  computed figures and checks them against `prefixctl plan --batch ...
-  --json` for the same inputs: the Llama-3-70B table (640 / 80 /
-  10 GiB at fp16, 160 / 20 / 2.5 GiB at int4), the 8B crossover (114,441
-  tokens with 15 GB of weights), the bars that turn red where the cache
-  alone exceeds one GPU, and the models whose KV is not batch x context x
-  bytes per token: DeepSeek-V3 (MLA, one column) in nvfp4, Gemma-2-9B
-  (sliding window), Jamba and Qwen3-Next (state layers) and a model whose
-  every layer slides (never crossed), texts included;
+- /plan: sets the form like a user (model, geometry, dtype, batch,
+  context, weights, GPUs) and checks every line the page shows against
+  `prefixctl plan --batch ...`'s text and every cell and GPU row against its
+  --json, for the same flags: Llama-3 (the 70B table, the 8B crossover, a
+  custom geometry), DeepSeek-V3 (MLA: one column, the latent in the form,
+  not one KV head), Gemma-2-9B, Jamba, Qwen3-Next and a model whose every
+  layer slides; a size without a unit and other bad input get the CLI's
+  message with the old figures dimmed; the page fills from its URL and keeps
+  its flags there (a shared link shows the same); a config.json chosen in
+  the page gives `--hf_config`'s figures, a broken one the parser's message;
 - POST, PUT and DELETE are refused with 405 and change nothing;
 - docs/metrics.md's chromium command for a screenshot by hand works as shown
   (as root only with --no-sandbox).
@@ -143,14 +144,6 @@ def prefixctl_text(*args):
                           capture_output=True, text=True, timeout=30).stdout
 
 
-def cli_line(text, label):
-    """The value of prefixctl's `label` line (labels are padded to 18)."""
-    for line in text.splitlines():
-        if line.startswith(label.ljust(18)):
-            return line[18:]
-    raise AssertionError("no %r line in:\n%s" % (label, text))
-
-
 # Everything the status page shows, read in one script so that its reload
 # (every 5 s) cannot happen halfway through.
 READ_STATUS = """
@@ -199,8 +192,8 @@ class StatusPageTest(unittest.TestCase):
         page = self.page
         self.assertEqual(page["title"], "prefixd status")
         self.assertEqual(page["epoch"], "%016x" % self.stats.epoch)
-        self.assertEqual(page["geometry"],
-                         "32 layers x 8 KV heads x 128 head_dim, fp16: 131,072 B (128 KiB) per token")
+        self.assertEqual(page["geometry"], "llama-3-8b: 32 layers, 8 KV heads, 32 attention "
+                         "heads, head_dim 128; fp16: 131,072 B (128 KiB) per token")
         self.assertEqual(page["budget"], "32 MiB = 16 blocks")
         self.assertEqual(self.stats.budget_blocks, 16)
         resident = sum(t.cached_blocks for t in self.stats.tenants)
@@ -282,207 +275,304 @@ class StatusPageTest(unittest.TestCase):
 
 
 READ_PLAN = """
-const ids = ['tokens', 'bpt', 'seq', 'kv', 'weights_out', 'total', 'crossover', 'pool', 'error'];
+const line = (k) => document.querySelector('#summary td[data-key="' + k + '"]')?.textContent;
 const cells = [...document.querySelectorAll('#kv_table tr[data-dtype]')].flatMap(
   (tr) => [...tr.querySelectorAll('td[data-variant]')].map((td) => ({
     dtype: tr.dataset.dtype, variant: td.dataset.variant, text: td.textContent,
     bytes: td.dataset.bytes})));
-const gpus = Object.fromEntries([...document.querySelectorAll('#gpu_table tr[data-gpu]')].map(
-  (tr) => { const bar = tr.querySelector('td.alone .bar');
+const gpus = Object.fromEntries([...document.querySelectorAll('#gpus_table tr[data-gpu]')].map(
+  (tr) => { const bar = tr.querySelector('td[data-key=alone] .bar');
     return [tr.dataset.gpu, {
-      need: Number(tr.querySelector('td.need').textContent.replaceAll(',', '')),
-      pct: Number(tr.querySelector('td.pct').textContent.replace('%', '').replaceAll(',', '')),
+      need: Number(tr.querySelector('td[data-key=need]').textContent.replaceAll(',', '')),
+      pct: Number(tr.querySelector('td[data-key=pct]').textContent.replace('%', '').replaceAll(',', '')),
       over: bar.classList.contains('over'),
       color: getComputedStyle(bar.firstChild).backgroundColor}]; }));
-return {text: Object.fromEntries(ids.map((id) => [id, document.getElementById(id)?.textContent])),
-        kv_bytes: document.getElementById('kv').dataset.bytes, cells, gpus};
+const fields = Object.fromEntries([...document.querySelectorAll('#inputs input[type=text], #inputs select')]
+  .map((e) => [e.id, {value: e.value, disabled: e.disabled}]));
+return {lines: Object.fromEntries([...document.querySelectorAll('#summary td[data-key]')].map(
+          (td) => [td.parentElement.firstChild.textContent, td.textContent])),
+        kv: line('kv'), kv_title: document.querySelector('#tables h2')?.textContent,
+        error: document.getElementById('error').textContent,
+        stale: document.getElementById('figures').classList.contains('stale'),
+        notes: [...document.querySelectorAll('#notes li')].map((li) => li.textContent),
+        command: document.getElementById('command').textContent,
+        search: location.search, cells, gpus, fields};
 """
 
 
+def cli_error(*args):
+    """prefixctl plan's message for bad flags (stderr, its prefix removed)."""
+    r = subprocess.run([ARGS.prefixctl, "plan"] + list(args), capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0, (args, r.stdout)
+    return r.stderr.strip().removeprefix("prefixctl plan: ")
+
+
+def cli_lines(text):
+    """prefixctl plan's "Label   value" lines (labels are padded to 18)."""
+    return {l[:18].rstrip(): l[18:] for l in text.split("\n\n")[0].splitlines()
+            if not l.startswith("note: ")}
+
+
+HF_CONFIGS = os.path.join(common.REPO, "tests", "data", "hf_configs")
+
+
 class PlanPageTest(unittest.TestCase):
+    maxDiff = None
+    """The calculator renders what the daemon answers with prefixctl plan's
+    code: every line and cell is compared with the CLI's for the same flags."""
+
     def setUp(self):
-        BROWSER.get(base() + "/plan")
+        self.open("/plan")
+
+    def open(self, path):
+        BROWSER.get(base() + path)
         WebDriverWait(BROWSER, 10).until(
             lambda b: b.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1")
+        self.idle()
+
+    def idle(self):
+        WebDriverWait(BROWSER, 10, poll_frequency=0.05).until(
+            lambda b: b.execute_script("return document.body.dataset.busy") == "0")
 
     def set(self, **fields):
+        """Types into the form like a user (a select: picks the option)."""
         for name, value in fields.items():
             el = BROWSER.find_element(By.ID, name)
             if el.tag_name == "select":
                 Select(el).select_by_value(value)
             else:
                 el.clear()
-                el.send_keys(value)
-
-    def text(self, id_):
-        return self.read()["text"][id_]
+                if value:
+                    el.send_keys(value)
+                else:
+                    BROWSER.execute_script(
+                        "arguments[0].dispatchEvent(new Event('input', {bubbles: true}))", el)
+            self.idle()
 
     def read(self):
-        """The calculator's figures, read in one script: texts, the dtype x
-        KV-head cells {(dtype, variant): (text, bytes)} and the GPU rows."""
         page = BROWSER.execute_script(READ_PLAN)
         page["cells"] = {(c["dtype"], c["variant"]): (c["text"], int(c["bytes"]))
                          for c in page["cells"]}
         return page
 
-    def kv_cells(self):
-        return self.read()["cells"]
-
-    def gpu_rows(self):
-        return self.read()["gpus"]
-
-    def assert_matches_cli(self, cli):
-        """The page's figures equal prefixctl plan --json's."""
+    def assert_like_cli(self, *args):
+        """The page's lines equal prefixctl plan's text, its cells and GPU rows
+        the --json figures, and the command it shows is those flags."""
         page = self.read()
-        self.assertEqual(int(page["kv_bytes"]), cli["kv_bytes"])
+        self.assertEqual(page["error"], "")
+        self.assertFalse(page["stale"])
+        text = prefixctl_text(*args)
+        self.assertEqual(page["lines"], cli_lines(text))
+        cli = prefixctl_json(*args)
         cells = page["cells"]
         for v in cli["variants"]:
             for d in v["dtypes"]:
                 self.assertEqual(cells[(d["dtype"], v["label"])][1], d["kv_bytes"],
                                  (d["dtype"], v["label"]))
         self.assertEqual(len(cells), sum(len(v["dtypes"]) for v in cli["variants"]))
-        rows = page["gpus"]
         for g in cli["per_gpu"]:
-            self.assertEqual(rows[g["gpu"]]["need"], g["gpus_needed"], g["gpu"])
-            self.assertEqual(rows[g["gpu"]]["pct"], g["kv_percent_of_gpu"], g["gpu"])
-            self.assertEqual(rows[g["gpu"]]["over"], g["kv_exceeds_gpu"], g["gpu"])
+            row = page["gpus"][g["gpu"]]
+            self.assertEqual(row["need"], g["gpus_needed"], g["gpu"])
+            self.assertEqual(row["pct"], g["kv_percent_of_gpu"], g["gpu"])
+            self.assertEqual(row["over"], g["kv_exceeds_gpu"], g["gpu"])
+        return cli, page
 
     def test_defaults_to_the_daemons_geometry(self):
-        self.assertEqual(Select(BROWSER.find_element(By.ID, "preset")).first_selected_option
-                         .get_attribute("value"), "daemon")
-        self.assertEqual(BROWSER.find_element(By.ID, "layers").get_attribute("value"), "32")
-        self.assertEqual(self.text("error"), "")
+        page = self.read()
+        self.assertEqual(page["fields"]["model"]["value"], "daemon")
+        self.assertEqual(page["fields"]["layers"]["value"], "32")
+        self.assertEqual(page["error"], "")
+        self.assertEqual(page["command"], "prefixctl plan --layers 32 --kv_heads 8 --head_dim 128 "
+                         "--attention_heads 32 --kv_dtype fp16 --batch 32 --context 8k "
+                         "--gpus 1xH100-80GB")
+        self.assert_like_cli(*page["command"].split()[2:])
         only_same_origin(self)
 
     def test_70b_table_and_int4_row(self):
-        self.set(preset="llama-3-70b", dtype="fp16", batch="32", context="8k", weights="140GB")
-        cells = self.kv_cells()
+        self.set(model="llama-3-70b", kv_dtype="fp16", batch="32", context="8k",
+                 weights="140GB")
+        cli, page = self.assert_like_cli("--model", "llama-3-70b", "--kv_dtype", "fp16",
+                                         "--batch", "32", "--context", "8k", "--weights",
+                                         "140GB", "--gpus", "1xH100-80GB")
+        cells = page["cells"]
         self.assertEqual([cells[("fp16", v)][0] for v in ("MHA-64", "GQA-8", "MQA-1")],
                          ["640 GiB", "80 GiB", "10 GiB"])
         self.assertEqual([cells[("int4", v)][0] for v in ("MHA-64", "GQA-8", "MQA-1")],
                          ["160 GiB", "20 GiB", "2.5 GiB"])
-        self.assertEqual(self.text("kv"), "85,899,345,920 B (80 GiB)")
-        cli = prefixctl_json("--model", "llama-3-70b", "--kv_dtype", "fp16", "--batch", "32",
-                             "--context", "8k", "--weights", "140GB")
-        self.assert_matches_cli(cli)
-        # The CLI's table reads the same.
-        text = prefixctl_text("--model", "llama-3-70b", "--batch", "32", "--context", "8k",
-                              "--weights", "140GB")
-        self.assertIn("fp16 *  640 GiB   80 GiB   10 GiB", text)
-        self.assertIn("int4    160 GiB   20 GiB  2.5 GiB", text)
+        self.assertEqual(page["kv"], "85,899,345,920 B (80 GiB) = 262,144 tokens x 327,680 B")
+        # The fields show the preset's geometry.
+        self.assertEqual(page["fields"]["layers"]["value"], "80")
+        self.assertEqual(page["fields"]["kv_heads"]["value"], "8")
         # 80 GiB of cache alone exceeds an 80 GB card (red bar), not a 141 GB one.
-        rows = self.gpu_rows()
-        self.assertTrue(rows["H100-80GB"]["over"])
-        self.assertEqual(rows["H100-80GB"]["color"], "rgb(214, 69, 69)")
-        self.assertFalse(rows["H200-141GB"]["over"])
-        self.assertEqual(rows["H200-141GB"]["color"], "rgb(59, 125, 221)")
-        self.assertIn(self.text("crossover").split(" ")[0], text)
+        self.assertTrue(page["gpus"]["H100-80GB"]["over"])
+        self.assertEqual(page["gpus"]["H100-80GB"]["color"], "rgb(214, 69, 69)")
+        self.assertFalse(page["gpus"]["H200-141GB"]["over"])
+        self.assertEqual(page["gpus"]["H200-141GB"]["color"], "rgb(59, 125, 221)")
         screenshot("plan.png")
 
     def test_llama8b_crossover(self):
-        self.set(preset="llama-3-8b", dtype="fp16", batch="1", context="114441", weights="15GB",
-                 gpu="L4-24GB", gpu_count="1")
-        self.assertTrue(self.text("crossover").startswith("114,441 cached tokens"))
-        self.assertEqual(self.text("pool"), "1 x L4-24GB = 24 GB: do not fit, 5.59 GiB short")
-        cli = prefixctl_json("--model", "llama-3-8b", "--batch", "1", "--context", "114441",
-                             "--weights", "15GB", "--gpus", "L4-24GB")
+        self.set(model="llama-3-8b", kv_dtype="fp16", batch="1", context="114441",
+                 weights="15GB", gpus="L4-24GB")
+        cli, page = self.assert_like_cli("--model", "llama-3-8b", "--batch", "1", "--context",
+                                         "114441", "--weights", "15GB", "--gpus", "L4-24GB")
+        self.assertTrue(page["lines"]["Decode crossover"].startswith("114,441 cached tokens"))
+        self.assertEqual(page["lines"]["GPUs"], "1 x L4-24GB = 24 GB: do not fit, 5.59 GiB short")
         self.assertEqual(cli["crossover_tokens"], 114441)
-        self.assertFalse(cli["gpus"]["fits"])
-        self.assert_matches_cli(cli)
 
-    def test_other_dtype_and_custom_geometry(self):
-        self.set(preset="llama-3-70b")
-        self.set(kv_heads="4", dtype="fp8", batch="7", context="3000", weights="16.06GB",
+    def test_custom_geometry_over_a_preset(self):
+        self.set(model="llama-3-70b")
+        self.set(kv_heads="4", kv_dtype="fp8", batch="7", context="3000", weights="16.06GB",
                  overhead="2GiB")
-        self.assertEqual(Select(BROWSER.find_element(By.ID, "preset")).first_selected_option
-                         .get_attribute("value"), "custom")
-        cli = prefixctl_json("--model", "llama-3-70b", "--kv_heads", "4", "--kv_dtype", "fp8",
-                             "--batch", "7", "--context", "3000", "--weights", "16.06GB",
-                             "--overhead", "2GiB")
-        self.assert_matches_cli(cli)
-        self.assertTrue(self.text("total").startswith("{:,} B".format(cli["total_bytes"])))
-
-    def assert_like_cli(self, fields, args, variants):
-        """Sets the page like a user and checks every figure and the
-        formula, per-sequence and crossover texts against prefixctl's."""
-        self.set(**fields)
-        self.assertEqual(self.text("error"), "")
-        cli = prefixctl_json(*args)
-        self.assert_matches_cli(cli)
-        self.assertEqual(sorted({v for (_, v) in self.kv_cells()}), sorted(variants))
-        text = prefixctl_text(*args)
-        page = self.read()["text"]
-        self.assertEqual(page["bpt"], cli_line(text, "Bytes per token"))
-        self.assertEqual(page["crossover"], cli_line(text, "Decode crossover"))
-        if "Per sequence" in text:
-            self.assertEqual(page["seq"], cli_line(text, "Per sequence"))
-        return cli, page
+        page = self.read()
+        self.assertEqual(page["fields"]["model"]["value"], "custom")
+        cli, _ = self.assert_like_cli("--layers", "80", "--kv_heads", "4", "--head_dim", "128",
+                                      "--attention_heads", "64", "--kv_dtype", "fp8", "--batch",
+                                      "7", "--context", "3000", "--weights", "16.06GB",
+                                      "--overhead", "2GiB", "--gpus", "1xH100-80GB")
+        self.assertEqual(cli, prefixctl_json("--model", "llama-3-70b", "--kv_heads", "4",
+                                             "--kv_dtype", "fp8", "--batch", "7", "--context",
+                                             "3000", "--weights", "16.06GB", "--overhead",
+                                             "2GiB", "--gpus", "1xH100-80GB")
+                         | {"model": cli["model"]})
 
     def test_deepseek_v3_mla_in_nvfp4(self):
-        # One latent per layer, shared by all heads: one column, "MLA".
-        # 61 x (512 + 64) x (0.5 B + 1 B per 16 values) = 19,764 B per token.
-        cli, page = self.assert_like_cli(
-            dict(preset="deepseek-v3", dtype="nvfp4", batch="2", context="1000",
-                 weights="671GB"),
-            ["--model", "deepseek-v3", "--kv_dtype", "nvfp4", "--batch", "2", "--context",
-             "1000", "--weights", "671GB"], ["MLA"])
+        # One latent per layer, shared by all heads: one column, "MLA", and
+        # the form shows the latent, not "KV heads 1, head_dim 64".
+        self.set(model="deepseek-v3", kv_dtype="nvfp4", batch="2", context="1000",
+                 weights="671GB")
+        cli, page = self.assert_like_cli("--model", "deepseek-v3", "--kv_dtype", "nvfp4",
+                                         "--batch", "2", "--context", "1000", "--weights",
+                                         "671GB", "--gpus", "1xH100-80GB")
         self.assertEqual(cli["kv_bytes"], 2 * 1000 * 19764)
-        self.assertEqual(self.kv_cells()[("nvfp4", "MLA")][1], 39528000)
-        self.assertEqual(self.kv_cells()[("fp16", "MLA")][1], 2 * 1000 * 70272)
-        self.assertTrue(page["bpt"].startswith("19,764 B"), page["bpt"])
+        self.assertEqual(sorted({v for (_, v) in page["cells"]}), ["MLA"])
+        self.assertEqual(page["cells"][("fp16", "MLA")][1], 2 * 1000 * 70272)
+        self.assertIn("MLA (kv_lora_rank 512, qk_rope_head_dim 64)", page["lines"]["Model"])
+        f = page["fields"]
+        self.assertEqual((f["kv_heads"]["value"], f["kv_heads"]["disabled"]), ("", True))
+        self.assertEqual((f["head_dim"]["value"], f["head_dim"]["disabled"]), ("", True))
+        self.assertEqual(f["kv_lora_rank"]["value"], "512")
+        self.assertEqual((f["qk_rope_head_dim"]["value"], f["qk_rope_head_dim"]["disabled"]),
+                         ("64", False))
+        # Edited, it stays MLA: the flags are the latent's.
+        self.set(layers="30")
+        self.assert_like_cli("--layers", "30", "--attention_heads", "128", "--kv_lora_rank",
+                             "512", "--qk_rope_head_dim", "64", "--kv_dtype", "nvfp4", "--batch",
+                             "2", "--context", "1000", "--weights", "671GB", "--gpus",
+                             "1xH100-80GB")
 
-    def test_gemma_2_9b_sliding_window(self):
-        # 21 of 42 layers hold at most 4,096 tokens: (8,192 x 21 + 4,096 x 21)
-        # x 8,192 B = 2,113,929,216 B per sequence, not 8,192 x 344,064.
-        cli, page = self.assert_like_cli(
-            dict(preset="gemma-2-9b", dtype="fp16", batch="4", context="8k", weights="10GB"),
-            ["--model", "gemma-2-9b", "--kv_dtype", "fp16", "--batch", "4", "--context",
-             "8k", "--weights", "10GB"], ["MHA-16", "GQA-8", "MQA-1"])
+    def test_sliding_window_and_state_layers(self):
+        self.set(model="gemma-2-9b", kv_dtype="fp16", batch="4", context="8k", weights="10GB")
+        cli, page = self.assert_like_cli("--model", "gemma-2-9b", "--kv_dtype", "fp16",
+                                         "--batch", "4", "--context", "8k", "--weights", "10GB",
+                                         "--gpus", "1xH100-80GB")
         self.assertEqual(cli["sequence_bytes"], 2113929216)
-        self.assertEqual(self.text("kv"), "8,455,716,864 B (7.88 GiB)")
-        self.assertTrue(page["crossover"].startswith("10,437 tokens per sequence"))
-        # Shorter than the window every layer holds every token.
-        self.assert_like_cli(
-            dict(context="1000"),
-            ["--model", "gemma-2-9b", "--kv_dtype", "fp16", "--batch", "4", "--context",
-             "1000", "--weights", "10GB"], ["MHA-16", "GQA-8", "MQA-1"])
-        self.assertEqual(int(self.read()["kv_bytes"]), 4 * 1000 * 344064)
-
-    def test_hybrid_state_layers(self):
-        # Jamba: 28 Mamba layers of 311,296 B per sequence beside 4 KV layers.
-        cli, _ = self.assert_like_cli(
-            dict(preset="jamba-v0.1", dtype="nvfp4", batch="3", context="5000", weights="100GB"),
-            ["--model", "jamba-v0.1", "--kv_dtype", "nvfp4", "--batch", "3", "--context",
-             "5000", "--weights", "100GB"], ["MHA-32", "GQA-8", "MQA-1"])
+        self.assertIn("Per sequence", page["lines"])
+        self.set(model="jamba-v0.1", kv_dtype="nvfp4", batch="3", context="5000",
+                 weights="100GB")
+        cli, _ = self.assert_like_cli("--model", "jamba-v0.1", "--kv_dtype", "nvfp4",
+                                      "--batch", "3", "--context", "5000", "--weights", "100GB",
+                                      "--gpus", "1xH100-80GB")
         self.assertEqual(cli["kv_bytes"], 3 * (5000 * 4 * 1152 + 28 * 311296))
-        self.assert_like_cli(
-            dict(preset="qwen3-next-80b-a3b", dtype="bf16", batch="16", context="32k",
-                 weights="160GB"),
-            ["--model", "qwen3-next-80b-a3b", "--kv_dtype", "bf16", "--batch", "16",
-             "--context", "32k", "--weights", "160GB"], ["MHA-16", "GQA-2", "MQA-1"])
+        self.set(model="qwen3-next-80b-a3b", kv_dtype="bf16", batch="16", context="32k",
+                 weights="160GB")
+        self.assert_like_cli("--model", "qwen3-next-80b-a3b", "--kv_dtype", "bf16", "--batch",
+                             "16", "--context", "32k", "--weights", "160GB", "--gpus",
+                             "1xH100-80GB")
 
     def test_every_layer_sliding_is_never_crossed(self):
-        self.set(preset="llama-3-8b")
+        self.set(model="llama-3-8b")
         self.set(sliding_window="1024", sliding_layers="32", batch="2", context="8k",
                  weights="16GB")
         cli, page = self.assert_like_cli(
-            {}, ["--model", "llama-3-8b", "--sliding_window", "1024", "--sliding_layers", "32",
-                 "--batch", "2", "--context", "8k", "--weights", "16GB"],
-            ["MHA-32", "GQA-8", "MQA-1"])
+            "--layers", "32", "--kv_heads", "8", "--head_dim", "128", "--attention_heads", "32",
+            "--sliding_window", "1024", "--sliding_layers", "32", "--batch", "2", "--context",
+            "8k", "--weights", "16GB", "--gpus", "1xH100-80GB")
         self.assertEqual(cli["crossover_context"], 0)
-        self.assertTrue(page["crossover"].startswith("never at batch 2"), page["crossover"])
+        self.assertTrue(page["lines"]["Decode crossover"].startswith("never at batch 2"))
 
-    def test_bad_input_is_named(self):
-        self.set(batch="0")
-        self.assertEqual(self.text("error"), 'batch must be a positive integer, got "0"')
-        self.set(batch="2", weights="1.5B")
-        self.assertEqual(self.text("error"), 'weights: "1.5B" is not a whole number of bytes')
-        self.set(weights="", sliding_window="4096")
-        self.assertEqual(self.text("error"), "sliding_window 4096 with sliding_layers 0: give "
-                         "both (0 < sliding_layers <= layers 32) or neither")
-        self.set(sliding_window="", head_dim="100", dtype="nvfp4")
-        self.assertEqual(self.text("error"), "head_dim 100 is not a multiple of 16: nvfp4 "
+    def test_a_unitless_size_is_refused_as_the_cli_refuses_it(self):
+        # "140" is not 140 bytes: the CLI refuses it, and so does the page,
+        # in the CLI's words, with the old figures dimmed.
+        self.set(model="llama-3-70b", batch="32", context="8k", weights="140GB")
+        before = self.read()
+        self.set(weights="140")
+        page = self.read()
+        self.assertEqual(page["error"], cli_error("--model", "llama-3-70b", "--batch", "32",
+                                                  "--context", "8k", "--weights", "140"))
+        self.assertIn("--weights", page["error"])
+        self.assertTrue(page["stale"])
+        self.assertEqual(page["lines"], before["lines"])  # dimmed, not changed
+        self.set(weights="140GB")
+        self.assertFalse(self.read()["stale"])
+
+    def test_bad_input_gets_the_cli_message(self):
+        base_flags = ["--model", "llama-3-8b", "--kv_dtype", "fp16", "--context", "8k",
+                      "--gpus", "1xH100-80GB"]
+        self.set(model="llama-3-8b")
+        for fields, flags in [
+                (dict(batch="0"), ["--batch", "0"]),
+                (dict(batch="2", weights="1.5B"), ["--batch", "2", "--weights", "1.5B"]),
+                (dict(weights="", context="8q"), ["--batch", "2", "--context", "8q"]),
+                (dict(context="8k", gpus="3xH100"), ["--batch", "2", "--gpus", "3xH100"])]:
+            self.set(**fields)
+            page = self.read()
+            self.assertEqual(page["error"], cli_error(*(base_flags + flags)), fields)
+            self.assertTrue(page["stale"], fields)
+        self.set(gpus="1xH100-80GB", sliding_window="4096")
+        self.assertEqual(self.read()["error"], cli_error(
+            "--layers", "32", "--kv_heads", "8", "--head_dim", "128", "--attention_heads", "32",
+            "--sliding_window", "4096", "--batch", "2", "--context", "8k"))
+        self.set(sliding_window="", head_dim="100", kv_dtype="nvfp4")
+        self.assertEqual(self.read()["error"], "head_dim 100 is not a multiple of 16: nvfp4 "
                          "stores one scale per 16 values")
+
+    def test_filled_from_its_url(self):
+        # A shared link: its flags fill the form and give the CLI's figures.
+        self.open("/plan?model=deepseek-v3&kv_dtype=nvfp4&batch=2&context=1000&weights=671GB"
+                  "&gpus=2xH200-141GB")
+        page = self.read()
+        self.assertEqual(page["fields"]["model"]["value"], "deepseek-v3")
+        self.assertEqual(page["fields"]["batch"]["value"], "2")
+        self.assertEqual(page["fields"]["kv_lora_rank"]["value"], "512")
+        self.assert_like_cli("--model", "deepseek-v3", "--kv_dtype", "nvfp4", "--batch", "2",
+                             "--context", "1000", "--weights", "671GB", "--gpus",
+                             "2xH200-141GB")
+        # A change goes into the URL, and that link shows the same.
+        self.set(batch="5")
+        page = self.read()
+        self.assertIn("batch=5", page["search"])
+        self.open("/plan" + page["search"])
+        self.assertEqual(self.read()["lines"], page["lines"])
+        # Flags over a preset, as the CLI takes them.
+        self.open("/plan?model=llama-3-70b&kv_heads=2&batch=3&context=1k")
+        page = self.assert_like_cli("--model", "llama-3-70b", "--kv_heads", "2", "--batch", "3",
+                                    "--context", "1k")[1]
+        self.assertEqual(page["fields"]["kv_heads"]["value"], "2")
+        self.assertEqual(page["fields"]["layers"]["value"], "80")
+
+    def test_reads_a_config_json(self):
+        self.set(batch="4", context="8k", weights="10GB")
+        path = os.path.join(HF_CONFIGS, "gemma-2-9b.json")
+        BROWSER.find_element(By.ID, "hf_config").send_keys(path)
+        self.idle()
+        self.assert_like_cli("--hf_config", path, "--batch", "4", "--context", "8k", "--weights",
+                             "10GB", "--gpus", "1xH100-80GB")
+        page = self.read()
+        self.assertEqual(page["fields"]["model"]["value"], "custom")
+        self.assertEqual(page["fields"]["sliding_window"]["value"], "4096")
+        self.assertIn("sliding_window=4096", page["search"])  # the link: the geometry
+        # The same parser as the CLI's: a broken file gets its message.
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as bad:
+            bad.write('{"num_hidden_layers": 2}')
+            bad.flush()
+            BROWSER.find_element(By.ID, "hf_config").send_keys(bad.name)
+            self.idle()
+            page = self.read()
+            self.assertEqual(page["error"], cli_error("--hf_config_json",
+                                                      '{"num_hidden_layers": 2}', "--batch",
+                                                      "4"))
+            self.assertTrue(page["stale"])
 
 
 class DocumentedChromiumTest(unittest.TestCase):

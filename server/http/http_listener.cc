@@ -1,4 +1,4 @@
-#include "server/http_listener.h"
+#include "server/http/http_listener.h"
 
 #include <civetweb.h>
 
@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace prefixd {
 namespace {
@@ -47,11 +49,37 @@ int Error(mg_connection* conn, int status, const char* /*message*/) {
   return 0;  // answered
 }
 
+int Nibble(char hex) {
+  return absl::ascii_isdigit(hex) ? hex - '0'
+                                  : absl::ascii_tolower(hex) - 'a' + 10;
+}
+
+// '+' as a space and %XX as a byte; an error for a bad escape.
+absl::StatusOr<std::string> FormDecode(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '+') {
+      out += ' ';
+    } else if (text[i] != '%') {
+      out += text[i];
+    } else if (i + 2 < text.size() && absl::ascii_isxdigit(text[i + 1]) &&
+               absl::ascii_isxdigit(text[i + 2])) {
+      out += static_cast<char>(Nibble(text[i + 1]) * 16 + Nibble(text[i + 2]));
+      i += 2;
+    } else {
+      return absl::InvalidArgumentError("bad escape");
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     const std::string& listen, const HttpLimits& limits, HttpHandler handler) {
-  std::unique_ptr<HttpListener> listener(new HttpListener(std::move(handler)));
+  std::unique_ptr<HttpListener> listener(
+      new HttpListener(limits, std::move(handler)));
   const std::string threads = absl::StrCat(limits.threads);
   const std::string queue = absl::StrCat(limits.queue);
   const std::string backlog = absl::StrCat(limits.backlog);
@@ -103,28 +131,71 @@ int HttpListener::port() const {
 }
 
 int HttpListener::Serve(mg_connection* conn, void* self) {
-  const mg_request_info* req = mg_get_request_info(conn);
-  const absl::string_view method = req->request_method;
-  const bool head = method == "HEAD";
-  if (method != "GET" && !head) {
-    HttpResponse refused{405,
-                         "text/plain; charset=utf-8",
-                         absl::StrCat(method, " is not allowed: read-only\n"),
-                         {{"Allow", "GET, HEAD"}}};
-    Send(conn, refused, false);
-    return refused.status;
+  const auto* listener = static_cast<const HttpListener*>(self);
+  const mg_request_info* info = mg_get_request_info(conn);
+  HttpRequest req;
+  req.method = info->request_method;
+  req.path = info->local_uri != nullptr ? info->local_uri : "/";
+  if (info->query_string != nullptr) req.query = info->query_string;
+  const bool head = req.method == "HEAD";
+  std::optional<HttpResponse> refused = listener->Refuse(conn, req);
+  if (refused.has_value()) {
+    Send(conn, *refused, head);
+    return refused->status;
   }
-  const char* path = req->local_uri != nullptr ? req->local_uri : "/";
-  std::optional<HttpResponse> response =
-      static_cast<const HttpListener*>(self)->handler_(path);
+  std::optional<HttpResponse> response = listener->handler_(req);
   if (!response.has_value()) {
     response = HttpResponse{404,
                             "text/plain; charset=utf-8",
-                            absl::StrCat("no page at ", path, "\n"),
+                            absl::StrCat("no page at ", req.path, "\n"),
                             {}};
   }
   Send(conn, *response, head);
   return response->status;
+}
+
+// 405 for a method a read-only listener does not take; 413 for a body past
+// the limit, which is read into `req` otherwise.
+std::optional<HttpResponse> HttpListener::Refuse(mg_connection* conn,
+                                                 HttpRequest& req) const {
+  if (limits_.read_only) {
+    if (req.method == "GET" || req.method == "HEAD") return std::nullopt;
+    return HttpResponse{
+        405,
+        "text/plain; charset=utf-8",
+        absl::StrCat(req.method, " is not allowed: read-only\n"),
+        {{"Allow", "GET, HEAD"}}};
+  }
+  char buf[4096];
+  for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
+    if (req.body.size() + static_cast<size_t>(n) > limits_.max_body_bytes) {
+      return HttpResponse{
+          413,
+          "text/plain; charset=utf-8",
+          absl::StrCat("the body is over ", limits_.max_body_bytes, " bytes\n"),
+          {{"Connection", "close"}}};
+    }
+    req.body.append(buf, static_cast<size_t>(n));
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
+    absl::string_view query) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (absl::string_view part : absl::StrSplit(query, '&', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(part, absl::MaxSplits('=', 1));
+    absl::StatusOr<std::string> name = FormDecode(kv.first);
+    absl::StatusOr<std::string> value = FormDecode(kv.second);
+    if (!name.ok() || !value.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query parameter \"", kv.first,
+                       "\": a '%' must be followed by two hex digits"));
+    }
+    out.emplace_back(*std::move(name), *std::move(value));
+  }
+  return out;
 }
 
 }  // namespace prefixd

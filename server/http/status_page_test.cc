@@ -1,7 +1,7 @@
-// The status page and the calculator's data (server/status_page.h), and the
-// HTTP listener they are served on, over real TCP. The pages in a real
+// The status page and the calculator's data (server/http/status_page.h), and
+// the HTTP listener they are served on, over real TCP. The pages in a real
 // browser: tests/python/test_web_ui.py.
-#include "server/status_page.h"
+#include "server/http/status_page.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,7 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics.h"
+#include "server/http/html.h"
+#include "server/http/metrics.h"
+#include "server/http/metrics_listener.h"
 
 namespace prefixd {
 namespace {
@@ -74,8 +76,8 @@ void Traffic(PrefixCache& cache, const std::string& tenant) {
   ASSERT_TRUE(cache.Match(tenant, match).ok());
 }
 
-StatusPageInfo Info() {
-  StatusPageInfo info;
+DaemonFacts Info() {
+  DaemonFacts info;
   info.version = "9.9.9";
   info.epoch = 0xed0299067ab9addcULL;
   info.model.geometry = FindPreset("llama-3-8b").value().geometry;
@@ -134,7 +136,8 @@ TEST(StatusPageTest, ShowsTheCacheAndEscapesTenantNames) {
   Traffic(*cache, kEvil);
   const std::string html = page.StatusHtml(absl::Now());
   EXPECT_THAT(html, HasSubstr("ed0299067ab9addc"));
-  EXPECT_THAT(html, HasSubstr("32 layers x 8 KV heads x 128 head_dim, fp16: "
+  EXPECT_THAT(html, HasSubstr("llama-3-8b: 32 layers, 8 KV heads, 32 "
+                              "attention heads, head_dim 128; fp16: "
                               "131,072 B (128 KiB) per token"));
   EXPECT_THAT(html, HasSubstr("1000 B = 10 blocks"));
   EXPECT_THAT(html, HasSubstr("2 blocks (200 B, 20.0% of the budget)"));
@@ -169,43 +172,19 @@ TEST(StatusPageTest, CountsBlocksByRetentionClass) {
                               "<td class=\"evicted-high\">0</td>"));
 }
 
-TEST(StatusPageTest, PresetsComeFromTheModelTables) {
+// An MLA model's geometry is its latent, not one KV head of head_dim.
+TEST(StatusPageTest, ShowsAnMlaModelAsMla) {
   std::unique_ptr<PrefixCache> cache = Cache();
-  StatusPage page(cache.get(), Info());
-  const std::string json = page.PresetsJson();
-  EXPECT_THAT(json, HasSubstr("{\"name\": \"llama-3-70b\", \"layers\": 80, "
-                              "\"kv_heads\": 8, \"head_dim\": 128, "
-                              "\"attention_heads\": 64"));
-  EXPECT_THAT(json, HasSubstr("{\"name\": \"H100-80GB\", \"memory_bytes\": "
-                              "80000000000}"));
-  EXPECT_THAT(json, HasSubstr("{\"name\": \"int4\", \"bits\": 4, "
-                              "\"scale_group\": 0}"));
-  EXPECT_THAT(json, HasSubstr("\"daemon\": {\"name\": \"llama-3-8b\", "
-                              "\"layers\": 32, \"kv_heads\": 8"));
-}
-
-// The page sizes MLA, sliding-window and hybrid models and nvfp4 as the CLI
-// does, so the JSON carries every field SequenceKvBytes uses.
-TEST(StatusPageTest, PresetsCarryEveryGeometryField) {
-  std::unique_ptr<PrefixCache> cache = Cache();
-  StatusPage page(cache.get(), Info());
-  const std::string json = page.PresetsJson();
-  EXPECT_THAT(json,
-              HasSubstr("{\"name\": \"deepseek-v3\", \"layers\": 61, "
-                        "\"kv_heads\": 1, \"head_dim\": 64, "
-                        "\"attention_heads\": 128, \"kv_lora_rank\": 512, "
-                        "\"sliding_window\": 0, \"sliding_layers\": 0, "
-                        "\"state_layers\": 0, "
-                        "\"state_bytes_per_layer\": 0"));
-  EXPECT_THAT(json, HasSubstr("\"name\": \"gemma-2-9b\", \"layers\": 42, "
-                              "\"kv_heads\": 8, \"head_dim\": 256, "
-                              "\"attention_heads\": 16, \"kv_lora_rank\": 0, "
-                              "\"sliding_window\": 4096, "
-                              "\"sliding_layers\": 21"));
-  EXPECT_THAT(json, HasSubstr("\"state_layers\": 28, "
-                              "\"state_bytes_per_layer\": 311296"));
-  EXPECT_THAT(json, HasSubstr("{\"name\": \"nvfp4\", \"bits\": 4, "
-                              "\"scale_group\": 16}"));
+  DaemonFacts info = Info();
+  info.model.geometry = FindPreset("deepseek-v3").value().geometry;
+  info.model.kv_dtype = KvDtype::kFp8;
+  info.bytes_per_token = 35136;
+  StatusPage page(cache.get(), info);
+  const std::string html = page.StatusHtml(absl::Now());
+  EXPECT_THAT(html, HasSubstr("deepseek-v3: 61 layers, MLA (kv_lora_rank 512, "
+                              "qk_rope_head_dim 64), 128 attention heads; "
+                              "fp8: 35,136 B (34.31 KiB) per token"));
+  EXPECT_THAT(html, Not(HasSubstr("1 KV heads")));
 }
 
 // The pages over real TCP beside /metrics; anything but GET and HEAD is
@@ -213,11 +192,12 @@ TEST(StatusPageTest, PresetsCarryEveryGeometryField) {
 TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
   std::unique_ptr<PrefixCache> cache = Cache();
   Traffic(*cache, "acme");
-  StatusPage page(cache.get(), Info());
   Metrics metrics("9.9.9");
-  ASSERT_TRUE(
-      metrics.Serve(cache.get(), "127.0.0.1:0", nullptr, nullptr, &page).ok());
-  const int port = metrics.port();
+  absl::StatusOr<std::unique_ptr<MetricsListener>> http =
+      MetricsListener::Start("127.0.0.1:0", &metrics,
+                             {cache.get(), nullptr, nullptr, Info()});
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
 
   std::string r = Http(port, "GET", "/");
   EXPECT_THAT(r, HasSubstr("HTTP/1.1 200 OK"));
@@ -231,7 +211,10 @@ TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
   EXPECT_THAT(Http(port, "GET", "/plan.js"),
               HasSubstr("Content-Type: text/javascript"));
   EXPECT_THAT(Http(port, "GET", "/plan/presets.json"),
-              HasSubstr("\"presets\": ["));
+              HasSubstr("\"presets\":["));
+  EXPECT_THAT(
+      Http(port, "GET", "/plan.json?model=llama-3-8b&batch=1&context=1"),
+      HasSubstr("\"kv_bytes\":131072"));
   EXPECT_THAT(Http(port, "GET", "/metrics"),
               HasSubstr("prefixd_cached_blocks{tenant=\"acme\"} 2"));
   EXPECT_THAT(Http(port, "GET", "/nothing"), HasSubstr("HTTP/1.1 404"));
@@ -244,7 +227,6 @@ TEST(StatusPageTest, ServedReadOnlyBesideMetrics) {
     EXPECT_THAT(r, HasSubstr("Allow: GET, HEAD")) << method;
   }
   EXPECT_EQ(cache->Stats(TenantScope::All()).resident_blocks, 2u);
-  metrics.StopServing();
 }
 
 }  // namespace

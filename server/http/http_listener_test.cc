@@ -2,7 +2,7 @@
 // one that sends a byte now and then, more of them than it has threads.
 // Real sockets on loopback; every wait is a socket timeout (a deadline),
 // never a sleep.
-#include "server/http_listener.h"
+#include "server/http/http_listener.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -86,8 +86,12 @@ class Peer {
 std::unique_ptr<HttpListener> Start(const HttpLimits& limits) {
   auto listener = HttpListener::Start(
       "127.0.0.1:0", limits,
-      [](absl::string_view path) -> std::optional<HttpResponse> {
-        return HttpResponse{200, "text/plain", absl::StrCat("page ", path), {}};
+      [](const HttpRequest& r) -> std::optional<HttpResponse> {
+        return HttpResponse{200,
+                            "text/plain",
+                            absl::StrCat(r.method, " page ", r.path, " query ",
+                                         r.query, " body ", r.body.size()),
+                            {}};
       });
   EXPECT_TRUE(listener.ok()) << listener.status();
   return listener.ok() ? *std::move(listener) : nullptr;
@@ -170,6 +174,82 @@ TEST(HttpListenerTest, ErrorsNeverEchoTheRequest) {
   EXPECT_THAT(*answer, StartsWith("HTTP/1.1 400 Bad Request\r\n"));
   EXPECT_THAT(*answer, Not(HasSubstr("injected")));
   EXPECT_THAT(*answer, HasSubstr("\r\nConnection: close\r\n"));
+}
+
+// The handler sees the method, the decoded path and the query as sent.
+TEST(HttpListenerTest, TheHandlerSeesPathAndQuery) {
+  auto listener = Start(HttpLimits{});
+  ASSERT_NE(listener, nullptr);
+  const std::optional<std::string> page =
+      Get(listener->port(), "/a%20b?x=1&y=%2F", std::chrono::seconds(3));
+  ASSERT_TRUE(page.has_value());
+  EXPECT_THAT(*page, HasSubstr("GET page /a b query x=1&y=%2F body 0"));
+}
+
+// An API listener (not read-only) takes any method and reads the body, up
+// to max_body_bytes; past it, 413 and the handler never runs.
+TEST(HttpListenerTest, AnApiListenerReadsBodiesUpToItsLimit) {
+  HttpLimits limits;
+  limits.read_only = false;
+  limits.max_body_bytes = 10;
+  auto listener = Start(limits);
+  ASSERT_NE(listener, nullptr);
+  auto post = [&](const std::string& body) {
+    Peer peer(listener->port(), std::chrono::seconds(3));
+    EXPECT_TRUE(
+        peer.Send(absl::StrCat("POST /api HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Length: ",
+                               body.size(), "\r\n\r\n", body)));
+    return peer.ReadToClose().value_or("");
+  };
+  EXPECT_THAT(post("0123456789"), HasSubstr("POST page /api query  body 10"));
+  const std::string over = post("0123456789x");
+  EXPECT_THAT(over, StartsWith("HTTP/1.1 413"));
+  EXPECT_THAT(over, HasSubstr("over 10 bytes"));
+  EXPECT_THAT(over, Not(HasSubstr("page")));
+}
+
+// A read-only listener refuses every other method with 405.
+TEST(HttpListenerTest, AReadOnlyListenerTakesGetAndHeadOnly) {
+  auto listener = Start(HttpLimits{});
+  ASSERT_NE(listener, nullptr);
+  for (const char* method : {"POST", "PUT", "DELETE", "PATCH"}) {
+    Peer peer(listener->port(), std::chrono::seconds(3));
+    ASSERT_TRUE(peer.Send(absl::StrCat(
+        method, " / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab")));
+    const std::string answer = peer.ReadToClose().value_or("");
+    EXPECT_THAT(answer, StartsWith("HTTP/1.1 405")) << method;
+    EXPECT_THAT(answer, HasSubstr("Allow: GET, HEAD")) << method;
+    EXPECT_THAT(answer, Not(HasSubstr("page"))) << method;
+  }
+}
+
+TEST(ParseQueryTest, DecodesFormEncoding) {
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> q =
+      ParseQuery(
+          "model=llama-3-70b&weights=140+GB&gpus=4x%48100&flag&=v&a=1&a=2");
+  ASSERT_TRUE(q.ok()) << q.status();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"model", "llama-3-70b"},
+      {"weights", "140 GB"},
+      {"gpus", "4xH100"},
+      {"flag", ""},
+      {"", "v"},
+      {"a", "1"},
+      {"a", "2"}};
+  EXPECT_EQ(*q, want);
+  EXPECT_TRUE(ParseQuery("").ok());
+  EXPECT_TRUE(ParseQuery("").value().empty());
+}
+
+TEST(ParseQueryTest, ABadEscapeNamesTheParameter) {
+  for (const char* bad : {"x=%4", "x=%zz", "x%=1", "x=%"}) {
+    absl::StatusOr<std::vector<std::pair<std::string, std::string>>> q =
+        ParseQuery(bad);
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(ParseQuery("ok=1&weights=%4g").status().message()),
+              HasSubstr("\"weights\""));
 }
 
 }  // namespace

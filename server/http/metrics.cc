@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/http/metrics.h"
 
 #include <unistd.h>
 
@@ -17,9 +17,6 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "prometheus/text_serializer.h"
-#include "server/http_listener.h"
-#include "server/listen_address.h"
-#include "server/status_page.h"
 
 namespace prefixd {
 namespace {
@@ -231,40 +228,6 @@ bool OpenFiles(const std::string& proc_dir, uint64_t* out) {
   return true;
 }
 
-// Serves the cache, index and process families at every scrape.
-class ScrapeCollector final : public prometheus::Collectable {
- public:
-  ScrapeCollector(const PrefixCache* cache, const KvIndex* index,
-                  const EventsPublisher* events_publisher, std::string version)
-      : cache_(cache),
-        index_(index),
-        events_publisher_(events_publisher),
-        version_(std::move(version)) {}
-
-  std::vector<MetricFamily> Collect() const override {
-    std::vector<MetricFamily> out =
-        CacheMetricFamilies(cache_->Stats(TenantScope::All()), version_);
-    if (index_ != nullptr) {
-      std::vector<MetricFamily> index = IndexMetricFamilies(index_->Stats());
-      std::move(index.begin(), index.end(), std::back_inserter(out));
-    }
-    if (events_publisher_ != nullptr) {
-      std::vector<MetricFamily> events =
-          EventsPublishMetricFamilies(events_publisher_->stats());
-      std::move(events.begin(), events.end(), std::back_inserter(out));
-    }
-    std::vector<MetricFamily> process = ProcessMetricFamilies();
-    std::move(process.begin(), process.end(), std::back_inserter(out));
-    return out;
-  }
-
- private:
-  const PrefixCache* const cache_;
-  const KvIndex* const index_;                     // may be null
-  const EventsPublisher* const events_publisher_;  // may be null
-  const std::string version_;
-};
-
 // Per-worker counters of the index: one family, one sample per worker
 // (and per value of `label`, when the counter is an array).
 template <size_t N>
@@ -282,19 +245,6 @@ void AddWorkerCounters(std::vector<MetricFamily>* out, const char* name,
     }
   }
   out->push_back(std::move(f));
-}
-
-// "host:port" as civetweb's listening_ports wants it: a bare port for every
-// interface, a numeric host (civetweb does not resolve names).
-absl::StatusOr<std::string> CivetListenPort(const std::string& listen) {
-  ASSIGN_OR_RETURN(ListenAddress a, ParseListenAddress(listen));
-  if (a.kind != ListenAddress::Kind::kTcp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_listen \"", listen, "\" must be host:port"));
-  }
-  if (a.host.empty()) return absl::StrCat(a.port);
-  const std::string host = a.host == "localhost" ? "127.0.0.1" : a.host;
-  return absl::StrCat(host, ":", a.port);
 }
 
 int MethodIndex(absl::string_view method) {
@@ -557,50 +507,7 @@ Metrics::Metrics(std::string version)
   }
 }
 
-Metrics::~Metrics() { StopServing(); }
-
-absl::Status Metrics::Serve(const PrefixCache* cache, const std::string& listen,
-                            const KvIndex* index,
-                            const EventsPublisher* events_publisher,
-                            StatusPage* pages) {
-  assert(listener_ == nullptr);
-  ASSIGN_OR_RETURN(std::string port, CivetListenPort(listen));
-  ASSIGN_OR_RETURN(ListenAddress address, ParseListenAddress(listen));
-  RETURN_IF_ERROR(ProbeTcpListen(
-      address, "--metrics_listen or metrics_listen in the config"));
-  // Set before the first request can arrive, reset after the last.
-  collector_ = std::make_shared<ScrapeCollector>(cache, index, events_publisher,
-                                                 version_);
-  absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
-      port, HttpLimits{},
-      [this, pages](absl::string_view path) -> std::optional<HttpResponse> {
-        if (path == "/metrics") {
-          return HttpResponse{200,
-                              "text/plain; version=0.0.4; charset=utf-8",
-                              ScrapeText(),
-                              {}};
-        }
-        if (pages != nullptr) return pages->Handle(path);
-        return std::nullopt;
-      });
-  if (!listener.ok()) {
-    collector_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on \"", listen,
-                     "\": ", listener.status().message()));
-  }
-  listener_ = *std::move(listener);
-  return absl::OkStatus();
-}
-
-void Metrics::StopServing() {
-  listener_.reset();  // joins the HTTP threads: no scrape runs after this
-  collector_.reset();
-}
-
-int Metrics::port() const {
-  return listener_ == nullptr ? 0 : listener_->port();
-}
+Metrics::~Metrics() = default;
 
 void Metrics::ObserveRpc(absl::string_view method, absl::StatusCode code,
                          absl::Duration elapsed) {
@@ -615,12 +522,23 @@ void Metrics::ObserveRpc(absl::string_view method, absl::StatusCode code,
   rpc_[m].errors[c - 1]->Increment();
 }
 
-std::string Metrics::ScrapeText() const {
+std::string Metrics::ScrapeText(const HttpSources* sources) const {
   std::vector<MetricFamily> families = registry_->Collect();
-  if (collector_ != nullptr) {
-    std::vector<MetricFamily> more = collector_->Collect();
-    std::move(more.begin(), more.end(), std::back_inserter(families));
+  if (sources == nullptr) {
+    return prometheus::TextSerializer().Serialize(families);
   }
+  auto append = [&families](std::vector<MetricFamily> more) {
+    std::move(more.begin(), more.end(), std::back_inserter(families));
+  };
+  append(
+      CacheMetricFamilies(sources->cache->Stats(TenantScope::All()), version_));
+  if (sources->index != nullptr) {
+    append(IndexMetricFamilies(sources->index->Stats()));
+  }
+  if (sources->events_publisher != nullptr) {
+    append(EventsPublishMetricFamilies(sources->events_publisher->stats()));
+  }
+  append(ProcessMetricFamilies());
   return prometheus::TextSerializer().Serialize(families);
 }
 

@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/http/metrics.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/http/metrics_listener.h"
 
 namespace prefixd {
 namespace {
@@ -335,6 +336,12 @@ std::string HttpGet(int port, const std::string& path) {
   return out;
 }
 
+HttpSources CacheOnly(const PrefixCache* cache) {
+  HttpSources sources;
+  sources.cache = cache;
+  return sources;
+}
+
 std::unique_ptr<PrefixCache> SmallCache() {
   CacheOptions o;
   o.block_size = 4;
@@ -349,8 +356,11 @@ std::unique_ptr<PrefixCache> SmallCache() {
 TEST(MetricsTest, ServesTheCacheAsItIsAtScrapeTime) {
   std::unique_ptr<PrefixCache> cache = SmallCache();
   Metrics metrics("9.9.9");
-  ASSERT_TRUE(metrics.Serve(cache.get(), "127.0.0.1:0").ok());
-  ASSERT_GT(metrics.port(), 0);
+  absl::StatusOr<std::unique_ptr<MetricsListener>> http =
+      MetricsListener::Start("127.0.0.1:0", &metrics, CacheOnly(cache.get()));
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+  ASSERT_GT(port, 0);
 
   std::vector<Token> tokens(8);
   std::iota(tokens.begin(), tokens.end(), 1);
@@ -364,7 +374,7 @@ TEST(MetricsTest, ServesTheCacheAsItIsAtScrapeTime) {
   match.tokens = tokens;
   ASSERT_TRUE(cache->Match("t1", match).ok());
 
-  const std::string body = HttpGet(metrics.port(), "/metrics");
+  const std::string body = HttpGet(port, "/metrics");
   EXPECT_THAT(body, HasSubstr("200 OK"));
   EXPECT_THAT(body, HasSubstr("prefixd_match_tokens_total{tenant=\"t1\"} 9"));
   EXPECT_THAT(body,
@@ -374,18 +384,19 @@ TEST(MetricsTest, ServesTheCacheAsItIsAtScrapeTime) {
   EXPECT_THAT(body, HasSubstr("# HELP prefixd_rpc_errors_total"));
   EXPECT_THAT(body, HasSubstr("process_resident_memory_bytes "));
 
-  metrics.StopServing();
-  EXPECT_EQ(metrics.port(), 0);
-  EXPECT_EQ(HttpGet(metrics.port(), "/metrics"), "");
+  http->reset();
+  EXPECT_EQ(HttpGet(port, "/metrics"), "");
 }
 
 TEST(MetricsTest, ABusyPortIsAnErrorNamingTheAddress) {
   std::unique_ptr<PrefixCache> cache = SmallCache();
-  Metrics first("v");
-  ASSERT_TRUE(first.Serve(cache.get(), "127.0.0.1:0").ok());
-  Metrics second("v");
-  const std::string busy = absl::StrCat("127.0.0.1:", first.port());
-  absl::Status s = second.Serve(cache.get(), busy);
+  Metrics metrics("v");
+  absl::StatusOr<std::unique_ptr<MetricsListener>> first =
+      MetricsListener::Start("127.0.0.1:0", &metrics, CacheOnly(cache.get()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string busy = absl::StrCat("127.0.0.1:", (*first)->port());
+  absl::Status s =
+      MetricsListener::Start(busy, &metrics, CacheOnly(cache.get())).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(s.message()), HasSubstr(busy));
 }
@@ -393,7 +404,10 @@ TEST(MetricsTest, ABusyPortIsAnErrorNamingTheAddress) {
 TEST(MetricsTest, RejectsAUnixSocketAddress) {
   std::unique_ptr<PrefixCache> cache = SmallCache();
   Metrics metrics("v");
-  EXPECT_EQ(metrics.Serve(cache.get(), "unix:///tmp/m.sock").code(),
+  EXPECT_EQ(MetricsListener::Start("unix:///tmp/m.sock", &metrics,
+                                   CacheOnly(cache.get()))
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -1,24 +1,12 @@
-// The daemon's web pages on the metrics listener (docs/metrics.md, "Status
-// page"; docs/capacity.md, "In the browser"):
+// The status page at / on the metrics listener (docs/metrics.md, "Status
+// page"): epoch, model and geometry, budget, per tenant cached blocks, hit
+// rate over the last minutes, evictions by reason, leases; it reloads
+// itself every few seconds. Every tenant name is HTML-escaped; the page
+// loads nothing (server/http/html.h).
 //
-//   /                     the status page: epoch, model and geometry, budget,
-//                         per tenant cached blocks, hit rate over the last
-//                         minutes, evictions by reason, leases; it reloads
-//                         itself every few seconds
-//   /plan                 the forward KV calculator (model/forward.h),
-//                         computed in the browser by /plan.js
-//   /plan.js              its script
-//   /plan/presets.json    the presets, GPUs and dtypes the calculator offers
-//                         and the daemon's own geometry, from the C++ tables
-//
-// Everything is served from here: no external scripts, fonts or images (the
-// Content-Security-Policy header forbids them), so the pages work where the
-// daemon has no internet. Every tenant name is HTML-escaped. Read-only: the
-// listener answers GET and HEAD only (server/http_listener.h).
-//
-// Thread safety: Handle may be called from several threads at once.
-#ifndef PREFIXD_SERVER_STATUS_PAGE_H_
-#define PREFIXD_SERVER_STATUS_PAGE_H_
+// Thread safety: StatusHtml may be called from several threads at once.
+#ifndef PREFIXD_SERVER_HTTP_STATUS_PAGE_H_
+#define PREFIXD_SERVER_HTTP_STATUS_PAGE_H_
 
 #include <cstdint>
 #include <deque>
@@ -33,15 +21,10 @@
 #include "base/mutex.h"
 #include "core/cache.h"
 #include "model/kv_geometry.h"
-#include "server/http_listener.h"
+#include "server/http/sources.h"
 #include "server/periodic.h"
 
 namespace prefixd {
-
-class Server;
-
-// &, <, >, " and ' as entities: safe in element text and quoted attributes.
-std::string HtmlEscape(absl::string_view text);
 
 // Hit rate over a sliding window: the tokens matched and looked up per
 // tenant between the newest sample at least `window` old (or the oldest one
@@ -77,38 +60,22 @@ class HitRateWindow {
   std::deque<Sample> samples_ ABSL_GUARDED_BY(mu_);  // oldest first
 };
 
-// What the status page shows about the daemon besides the cache's stats.
-struct StatusPageInfo {
-  std::string version;
-  uint64_t epoch = 0;
-  ModelSpec model;
-  std::string model_description;
-  std::string fingerprint;
-  uint64_t bytes_per_token = 0;
-};
-
-StatusPageInfo StatusPageInfoOf(const Server& server, std::string version);
-
 class StatusPage {
  public:
   // Samples the hit counters every `sample_interval` for the hit rate over
   // `window`. REQUIRES: `cache` outlives this object.
-  StatusPage(const PrefixCache* cache, StatusPageInfo info,
+  StatusPage(const PrefixCache* cache, DaemonFacts info,
              absl::Duration window = absl::Minutes(5),
              absl::Duration sample_interval = absl::Seconds(10));
   StatusPage(const StatusPage&) = delete;
   StatusPage& operator=(const StatusPage&) = delete;
 
-  // The page at `path`, or nullopt when there is none.
-  std::optional<HttpResponse> Handle(absl::string_view path);
-
-  // The parts, for tests.
+  // The page as it is at `now`.
   std::string StatusHtml(absl::Time now);
-  std::string PresetsJson() const;
 
  private:
   const PrefixCache* const cache_;
-  const StatusPageInfo info_;
+  const DaemonFacts info_;
   const absl::Duration window_;
   HitRateWindow hit_rates_;
   std::unique_ptr<PeriodicThread> sampler_;  // last: stops first
@@ -116,4 +83,4 @@ class StatusPage {
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_SERVER_STATUS_PAGE_H_
+#endif  // PREFIXD_SERVER_HTTP_STATUS_PAGE_H_

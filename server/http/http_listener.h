@@ -1,14 +1,20 @@
-// The daemon's HTTP listener on metrics_listen: a civetweb server that
-// answers GET and HEAD through one handler function (the /metrics scrape and
-// the pages of server/status_page.h) and refuses every other method with
-// 405, so that nothing served over HTTP can change state.
+// An HTTP listener: a civetweb server that hands every request to one
+// handler function. The daemon runs two kinds (server/http/):
+//
+//  - read-only (the default, HttpLimits::read_only): GET and HEAD only,
+//    every other method refused with 405, so that nothing served can change
+//    state. metrics_listen is one: /metrics and the pages
+//    (server/http/metrics_listener.h).
+//  - an API listener (read_only false): any method, and a request body of
+//    at most HttpLimits::max_body_bytes (413 past it), for JSON in and out
+//    on a listen address of its own.
 //
 // prometheus-cpp's Exposer serves /metrics only and owns its civetweb
 // server privately, so the daemon runs civetweb itself and serializes the
 // metrics with prometheus-cpp's TextSerializer.
 //
 //   auto listener = HttpListener::Start("127.0.0.1:9464", HttpLimits{},
-//       [](absl::string_view path) -> std::optional<HttpResponse> {...});
+//       [](const HttpRequest& r) -> std::optional<HttpResponse> {...});
 //
 // civetweb gives each connection a thread of its own from its first byte
 // to its answer's last, so what a peer can hold is bounded by HttpLimits:
@@ -21,8 +27,8 @@
 // Thread safety: the handler runs on civetweb's worker threads, several at
 // once; it must be thread-safe. Destroying the listener waits for running
 // requests and serves no more.
-#ifndef PREFIXD_SERVER_HTTP_LISTENER_H_
-#define PREFIXD_SERVER_HTTP_LISTENER_H_
+#ifndef PREFIXD_SERVER_HTTP_HTTP_LISTENER_H_
+#define PREFIXD_SERVER_HTTP_HTTP_LISTENER_H_
 
 #include <functional>
 #include <memory>
@@ -58,12 +64,30 @@ struct HttpLimits {
   // The whole request header must arrive within this, and no write of the
   // answer may stall for longer; then the connection is closed.
   absl::Duration io_timeout = absl::Seconds(5);
+  // GET and HEAD only (405 for the rest). An API listener sets it false.
+  bool read_only = true;
+  // The largest request body read (413 past it); read-only listeners read
+  // none.
+  size_t max_body_bytes = 64 << 10;
 };
 
-// Returns the response for `path` (the URL-decoded path, no query), or
-// nullopt for 404.
+struct HttpRequest {
+  std::string method;  // "GET", "HEAD", "POST", ...
+  std::string path;    // URL-decoded, without the query
+  std::string query;   // as sent, after '?'; "" without one
+  std::string body;    // empty on a read-only listener
+};
+
+// Returns the response to `request`, or nullopt for 404.
 using HttpHandler =
-    std::function<std::optional<HttpResponse>(absl::string_view path)>;
+    std::function<std::optional<HttpResponse>(const HttpRequest& request)>;
+
+// The parameters of a query string ("a=1&b=x%20y"), decoded as HTML forms
+// send them ('+' is a space, %XX a byte), in order, repeats kept; a
+// parameter without '=' has an empty value. INVALID_ARGUMENT naming the
+// parameter for a '%' not followed by two hex digits.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
+    absl::string_view query);
 
 class HttpListener {
  public:
@@ -80,13 +104,17 @@ class HttpListener {
   int port() const;
 
  private:
-  explicit HttpListener(HttpHandler handler) : handler_(std::move(handler)) {}
+  HttpListener(const HttpLimits& limits, HttpHandler handler)
+      : limits_(limits), handler_(std::move(handler)) {}
   static int Serve(mg_connection* conn, void* self);
+  std::optional<HttpResponse> Refuse(mg_connection* conn,
+                                     HttpRequest& req) const;
 
+  const HttpLimits limits_;
   const HttpHandler handler_;
   mg_context* ctx_ = nullptr;
 };
 
 }  // namespace prefixd
 
-#endif  // PREFIXD_SERVER_HTTP_LISTENER_H_
+#endif  // PREFIXD_SERVER_HTTP_HTTP_LISTENER_H_

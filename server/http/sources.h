@@ -1,0 +1,38 @@
+// What the HTTP side (server/http/) reads of the running daemon: the cache,
+// the fleet index and the events publisher, and the facts fixed at start.
+// The daemon (server/daemon.h) fills it once the gRPC server is up; the
+// HTTP side never sees the Server itself.
+#ifndef PREFIXD_SERVER_HTTP_SOURCES_H_
+#define PREFIXD_SERVER_HTTP_SOURCES_H_
+
+#include <cstdint>
+#include <string>
+
+#include "core/cache.h"
+#include "index/kv_index.h"
+#include "model/kv_geometry.h"
+#include "server/events_publish.h"
+
+namespace prefixd {
+
+// What the pages show about the daemon besides its live state.
+struct DaemonFacts {
+  std::string version;
+  uint64_t epoch = 0;
+  ModelSpec model;
+  std::string model_description;
+  std::string fingerprint;
+  uint64_t bytes_per_token = 0;
+};
+
+// Not owned; each must outlive every listener that reads it.
+struct HttpSources {
+  const PrefixCache* cache = nullptr;                 // required
+  const KvIndex* index = nullptr;                     // with the fleet index
+  const EventsPublisher* events_publisher = nullptr;  // with events_publish
+  DaemonFacts facts;
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_HTTP_SOURCES_H_

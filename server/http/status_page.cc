@@ -1,0 +1,224 @@
+#include "server/http/status_page.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/types.h"
+#include "model/plan_report.h"
+#include "model/units.h"
+#include "server/http/html.h"
+
+namespace prefixd {
+namespace {
+
+// How often the status page reloads itself.
+constexpr int kRefreshSeconds = 5;
+
+std::string HitRate(uint64_t hit, uint64_t looked_up) {
+  if (looked_up == 0) return "-";
+  return absl::StrFormat("%.1f%% (%s/%s)", 100.0 * hit / looked_up,
+                         FormatCount(hit), FormatCount(looked_up));
+}
+
+std::string Td(absl::string_view cls, absl::string_view text) {
+  return absl::StrCat("<td class=\"", cls, "\">", text, "</td>");
+}
+
+std::string Bar(double fraction) {
+  return absl::StrFormat(
+      "<span class=\"bar%s\"><span style=\"width:%.1f%%\"></span></span>",
+      fraction > 1 ? " over" : "", std::min(fraction, 1.0) * 100);
+}
+
+std::string SummaryTable(const DaemonFacts& info, const CacheStats& s) {
+  const ModelGeometry& g = info.model.geometry;
+  const double used =
+      s.budget_blocks == 0
+          ? 0
+          : static_cast<double>(s.resident_blocks) / s.budget_blocks;
+  auto row = [](absl::string_view id, absl::string_view th,
+                absl::string_view td) {
+    return absl::StrCat("<tr><th>", th, "</th><td id=\"", id, "\">", td,
+                        "</td></tr>\n");
+  };
+  return absl::StrCat(
+      "<table class=\"kv\" id=\"summary\">\n",
+      row("epoch", "epoch", absl::StrFormat("%016x", info.epoch)),
+      row("model", "model", HtmlEscape(info.model_description)),
+      row("geometry", "geometry",
+          absl::StrCat(HtmlEscape(ModelText(g)), "; ",
+                       KvDtypeName(info.model.kv_dtype), ": ",
+                       FormatCount(info.bytes_per_token), " B (",
+                       FormatBytes(info.bytes_per_token), ") per token")),
+      row("fingerprint", "fingerprint", HtmlEscape(info.fingerprint)),
+      row("blocks", "block",
+          absl::StrCat(s.block_size, " tokens, ", FormatBytes(s.block_bytes))),
+      row("budget", "budget",
+          absl::StrCat(FormatBytes(s.budget_bytes), " = ",
+                       FormatCount(s.budget_blocks), " blocks")),
+      row("resident", "cached",
+          absl::StrCat(FormatCount(s.resident_blocks), " blocks (",
+                       FormatBytes(s.resident_blocks * s.block_bytes), ", ",
+                       absl::StrFormat("%.1f%%", used * 100), " of the budget)",
+                       Bar(used))),
+      "</table>\n");
+}
+
+std::string TenantTable(const CacheStats& s, absl::Duration window_length,
+                        const HitRateWindow::Result& window) {
+  const std::string span = absl::FormatDuration(window_length);
+  std::string out = absl::StrCat(
+      "<table id=\"tenants\">\n<tr><th class=\"l\">tenant</th><th>cached "
+      "blocks</th><th>cached bytes</th><th>pinned blocks</th>"
+      "<th>leases</th><th>leases expired</th><th>hit rate, last ",
+      span,
+      "</th><th>hit rate, all</th><th>matches</th><th>inserts</th></tr>\n");
+  for (const TenantUsage& t : s.tenants) {
+    const std::string name = HtmlEscape(t.tenant);
+    HitRateWindow::Rate recent;
+    if (auto it = window.tenants.find(t.tenant); it != window.tenants.end()) {
+      recent = it->second;
+    }
+    absl::StrAppend(
+        &out, "<tr data-tenant=\"", name, "\">", Td("l tenant", name),
+        Td("cached", FormatCount(t.cached_blocks)),
+        Td("bytes", FormatBytes(t.cached_blocks * s.block_bytes)),
+        Td("pinned", FormatCount(t.pinned_blocks)),
+        Td("leases", FormatCount(t.active_leases)),
+        Td("expired", FormatCount(t.lease_expired)),
+        Td("recent", HitRate(recent.hit_tokens, recent.looked_up_tokens)),
+        Td("hit", HitRate(t.match_hit_tokens, t.match_tokens)),
+        Td("matches", FormatCount(t.match_requests)),
+        Td("inserts", FormatCount(t.insert_requests)), "</tr>\n");
+  }
+  return out + "</table>\n";
+}
+
+std::string EvictionTable(const CacheStats& s) {
+  std::string out = "<table id=\"evictions\">\n<tr><th class=\"l\">tenant</th>";
+  for (int r = 0; r < kNumEvictReasons; ++r) {
+    absl::StrAppend(&out, "<th>", EvictReasonName(static_cast<EvictReason>(r)),
+                    "</th>");
+  }
+  out += "</tr>\n";
+  for (const TenantUsage& t : s.tenants) {
+    const std::string name = HtmlEscape(t.tenant);
+    absl::StrAppend(&out, "<tr data-tenant=\"", name, "\">",
+                    Td("l tenant", name));
+    for (int r = 0; r < kNumEvictReasons; ++r) {
+      absl::StrAppend(
+          &out, Td(EvictReasonName(static_cast<EvictReason>(r)),
+                   FormatCount(t.evicted_blocks[static_cast<size_t>(r)])));
+    }
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+// Cached and evicted blocks by retention class (docs/api.md, "Retention").
+std::string RetentionTable(const CacheStats& s) {
+  std::string out = "<table id=\"retention\">\n<tr><th class=\"l\">tenant</th>";
+  for (const char* state : {"cached", "evicted"}) {
+    for (const char* cls : kRetentionClassNames)
+      absl::StrAppend(&out, "<th>", state, " ", cls, "</th>");
+  }
+  out += "</tr>\n";
+  for (const TenantUsage& t : s.tenants) {
+    const std::string name = HtmlEscape(t.tenant);
+    absl::StrAppend(&out, "<tr data-tenant=\"", name, "\">",
+                    Td("l tenant", name));
+    for (int r = 0; r < 3; ++r) {
+      absl::StrAppend(&out, Td(absl::StrCat("cached-", kRetentionClassNames[r]),
+                               FormatCount(t.cached_blocks_by_retention[r])));
+    }
+    for (int r = 0; r < 3; ++r) {
+      absl::StrAppend(&out,
+                      Td(absl::StrCat("evicted-", kRetentionClassNames[r]),
+                         FormatCount(t.evicted_blocks_by_retention[r])));
+    }
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+}  // namespace
+
+void HitRateWindow::Record(absl::Time now, const CacheStats& stats) {
+  MutexLock lock(&mu_);
+  RecordLocked(now, stats);
+}
+
+void HitRateWindow::RecordLocked(absl::Time now, const CacheStats& stats) {
+  Sample sample{now, {}};
+  for (const TenantUsage& t : stats.tenants) {
+    sample.tenants[t.tenant] = {t.match_hit_tokens, t.match_tokens};
+  }
+  samples_.push_back(std::move(sample));
+  // Keep the newest sample at least `window_` old as the baseline.
+  while (samples_.size() > 1 && samples_[1].time <= now - window_) {
+    samples_.pop_front();
+  }
+}
+
+HitRateWindow::Result HitRateWindow::Over(absl::Time now,
+                                          const CacheStats& stats) {
+  MutexLock lock(&mu_);
+  RecordLocked(now, stats);
+  const Sample& base = samples_.front();
+  const Sample& last = samples_.back();
+  Result result;
+  result.span = last.time - base.time;
+  for (const auto& [tenant, rate] : last.tenants) {
+    Rate then;  // a tenant created since the baseline started from 0
+    if (auto it = base.tenants.find(tenant); it != base.tenants.end()) {
+      then = it->second;
+    }
+    result.tenants[tenant] = {rate.hit_tokens - then.hit_tokens,
+                              rate.looked_up_tokens - then.looked_up_tokens};
+  }
+  return result;
+}
+
+StatusPage::StatusPage(const PrefixCache* cache, DaemonFacts info,
+                       absl::Duration window, absl::Duration sample_interval)
+    : cache_(cache),
+      info_(std::move(info)),
+      window_(window),
+      hit_rates_(window) {
+  hit_rates_.Record(absl::Now(), cache_->Stats(TenantScope::All()));
+  sampler_ = std::make_unique<PeriodicThread>(sample_interval, [this] {
+    hit_rates_.Record(absl::Now(), cache_->Stats(TenantScope::All()));
+  });
+}
+
+std::string StatusPage::StatusHtml(absl::Time now) {
+  const CacheStats stats = cache_->Stats(TenantScope::All());
+  const HitRateWindow::Result window = hit_rates_.Over(now, stats);
+  return absl::StrCat(
+      PageStart("prefixd status",
+                absl::StrCat("<meta http-equiv=\"refresh\" content=\"",
+                             kRefreshSeconds, "\">\n")),
+      "<h1>prefixd ", HtmlEscape(info_.version), "</h1>\n",
+      SummaryTable(info_, stats), "<h2>Tenants</h2>\n",
+      TenantTable(stats, window_, window),
+      "<h2>Evicted blocks by reason</h2>\n", EvictionTable(stats),
+      "<h2>Blocks by retention priority</h2>\n", RetentionTable(stats),
+      "<p class=\"muted\">Retention: low below 50, default 50 (unset or "
+      "lapsed), high above 50; evicted counts the policy's evictions (budget, "
+      "limit, requested).</p>\n",
+      "<p class=\"muted\">Hit rate: prompt tokens matched / tokens looked "
+      "up; the last ",
+      absl::FormatDuration(window_),
+      " counts from the daemon's start while it is younger. Reloads every ",
+      kRefreshSeconds, " s; read at <span id=\"now\">",
+      absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", now, absl::UTCTimeZone()),
+      "</span>.</p>\n", PageEnd());
+}
+
+}  // namespace prefixd

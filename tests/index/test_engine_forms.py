@@ -74,8 +74,6 @@ import common  # noqa: E402  (tests/python/common.py)
 def _flags(ap):
     ap.add_argument("--full", action="store_true", help="more requests per scenario")
     ap.add_argument("--scenarios", default="", help="comma-separated; default: all")
-    ap.add_argument("--strict", action="store_true",
-                    help="no allowance for the known daemon bug (CATCH_UP_REPLAY_BUG)")
 
 
 ARGS = common.setup(__doc__, extra=_flags)
@@ -183,11 +181,7 @@ class Engine:
         self.applied_to = -1     # the last batch fed to ref
         self.ref = DropReference()
         self.exp = dict(gaps=0, replays_ok=0, replays_failed=0, clears=collections.Counter())
-        # Where the daemon is known to differ from its documentation: field ->
-        # got minus documented (accepted unless --strict; see the report).
         self.check_full = False  # compare full_attention_blocks too
-        self.known_bug = {}
-        self.known_bug_text = ""
         self.detail = ""         # expected state_detail prefix once LIVE
         self.error = ""          # expected last_error prefix
         self._wrap(pub)
@@ -330,20 +324,6 @@ class Workload:
             out.append(p._replace(keys=dict(p.keys, mm=other)))
         out += [plain(self.fresh(3)) for _ in range(3)]
         return out
-
-
-# The catch-up replay of a stream whose batches are all of DP rank r > 0 is
-# counted on the source's placeholder worker, which its first batch then
-# retires: <name>/dp<r> lists one replay (ok) fewer than it made.
-CATCH_UP_REPLAY_BUG = ("a rank-only stream's catch-up replay is counted on the retired "
-                       "placeholder, not on <name>/dp<r>")
-
-
-def rank_only(engine):
-    """Marks a DP rank r > 0 engine with the known counting bug."""
-    engine.known_bug = {"replays": -1, "replays:ok": -1}
-    engine.known_bug_text = CATCH_UP_REPLAY_BUG
-    return engine
 
 
 def bind_consecutive(n, **kw):
@@ -541,15 +521,6 @@ class Scenario:
             for k, v in getattr(e, "more", {}).items():
                 want[k] = v
                 got[k] = getattr(w, k)
-            known = {}
-            if not ARGS.strict:
-                for k, delta in e.known_bug.items():
-                    if got[k] == want[k] + delta:
-                        known[k] = (got[k], want[k])
-                        want[k] = got[k]
-            if known:
-                print("      KNOWN DAEMON BUG (%s): %s (got, documented): %s"
-                      % (e.worker, e.known_bug_text, known))
             bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
             self.check_for(e, not bad, "%s: %s state, counters, blocks per medium (%s)"
                          % (label, e.worker, e.pool.medium_blocks()),
@@ -785,7 +756,6 @@ def scenario_sglang(t, s):
                                      hash_seed=b"sgl%d" % r),
                         pub, source="sgl" if r == 0 else "sgl-r1")
                  for r, pub in enumerate(pubs)]
-    rank_only(s.engines[1])
     for e in s.engines:
         e.exp["replays_ok"] = 1
     s.wl = Workload(4, 600000)
@@ -824,7 +794,7 @@ def scenario_dp(t, s):
             pool.publisher = pub
             src = name if r == 0 else "%s-r%d" % (name, r)
             e = Engine(src if r == 0 else "%s/dp%d" % (src, r), pool, pub, src)
-            s.engines.append(rank_only(e) if r else e)
+            s.engines.append(e)
     s.wl = Workload(5, 800000)
     s.feed(40)  # history every rank published before the daemon started
     for e in s.engines:

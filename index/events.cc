@@ -560,23 +560,33 @@ absl::Status BatchError(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("event batch: ", what));
 }
 
+constexpr double kMaxTs = 4102444800;  // 2100-01-01T00:00:00Z
+
 absl::Status Ts(const object* o, double* ts) {
   if (o == nullptr) return BatchError("ts is missing");
   switch (o->type) {
     case mtype::POSITIVE_INTEGER:
       *ts = static_cast<double>(o->via.u64);
-      return absl::OkStatus();
+      break;
     case mtype::NEGATIVE_INTEGER:
       *ts = static_cast<double>(o->via.i64);
-      return absl::OkStatus();
+      break;
     case mtype::FLOAT32:
     case mtype::FLOAT64:
       *ts = o->via.f64;
-      return absl::OkStatus();
+      break;
     default:
       return BatchError(
           absl::StrCat("ts is a ", TypeName(*o), ", want a number"));
   }
+  // Seconds since the epoch, before 2100: lags stay within int64
+  // nanoseconds, and a NaN or infinite clock is refused, not histogrammed.
+  if (!(*ts >= 0 && *ts < kMaxTs)) {
+    return BatchError(absl::StrCat("ts ", *ts, " is not within [0, ",
+                                   static_cast<int64_t>(kMaxTs),
+                                   ") seconds since the epoch"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Rank(const object* o, std::optional<int64_t>* rank) {

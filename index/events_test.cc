@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <utility>
 #include <variant>
@@ -892,6 +893,19 @@ TEST(DecodeEventBatchTest, TsThatIsNotANumberIsAnError) {
   EXPECT_THAT(s.message(), HasSubstr("ts is a nil"));
   s = DecodeError(Map({{"events", Arr({})}}));
   EXPECT_THAT(s.message(), HasSubstr("ts is missing"));
+}
+
+TEST(DecodeEventBatchTest, TsOutsideTheCenturyIsAnErrorNamingIt) {
+  for (double ts : {std::numeric_limits<double>::infinity(),
+                    std::numeric_limits<double>::quiet_NaN(), 1e300, -1.0}) {
+    const absl::Status s = DecodeError(Arr({Float(ts), Arr({})}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << ts;
+    EXPECT_THAT(s.message(), HasSubstr("is not within [0, 4102444800)")) << ts;
+  }
+  KvEventBatch batch;
+  ASSERT_TRUE(
+      DecodeEventBatch(Bytes(Arr({Float(1.7e9 + 0.5), Arr({})})), &batch).ok());
+  EXPECT_EQ(batch.ts, 1.7e9 + 0.5);
 }
 
 TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {

@@ -17,9 +17,11 @@ class SeqTracker {
  public:
   enum class Verdict { kApply, kGap, kDuplicate, kRestart };
 
+  // `seq` >= 0. Compared as seq - 1 against last_, so that a stream at
+  // INT64_MAX never wraps (a next batch can then only be a restart).
   Verdict Classify(int64_t seq) const {
-    if (last_ < 0 || seq == last_ + 1) return Verdict::kApply;
-    if (seq > last_ + 1) return Verdict::kGap;
+    if (last_ < 0 || seq - 1 == last_) return Verdict::kApply;
+    if (seq - 1 > last_) return Verdict::kGap;
     // Batches a replay delivered may also arrive on the PUB socket, which
     // queued them meanwhile; anything older is a new run of numbers.
     if (seq > floor_) return Verdict::kDuplicate;

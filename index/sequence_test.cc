@@ -1,5 +1,8 @@
 #include "index/sequence.h"
 
+#include <cstdint>
+#include <limits>
+
 #include "gtest/gtest.h"
 
 namespace prefixd {
@@ -30,6 +33,18 @@ TEST(SeqTracker, ALowerNumberIsARestart) {
   EXPECT_EQ(t.Classify(1), V::kRestart);  // repeated: not after a replay
   t.Reset();
   EXPECT_EQ(t.Classify(0), V::kApply);
+}
+
+TEST(SeqTracker, TheLastNumberDoesNotWrap) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  SeqTracker t;
+  t.Applied(kMax - 1);
+  EXPECT_EQ(t.Classify(kMax), V::kApply);
+  t.Applied(kMax);
+  // Nothing follows INT64_MAX: a lower number is the engine starting over,
+  // never a gap to replay from INT64_MIN.
+  EXPECT_EQ(t.Classify(0), V::kRestart);
+  EXPECT_EQ(t.Classify(kMax), V::kRestart);
 }
 
 TEST(SeqTracker, BatchesAReplayBroughtAreDuplicatesOnPub) {

@@ -21,6 +21,8 @@ PACKAGES=(
   libcivetweb-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads, xxHash keys
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev
+  # names off the wire are checked as UTF-8 (index/wire_names.h)
+  libutfcpp-dev
   # tests and benchmarks (bench/index_replay writes JSON with nlohmann-json)
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev nlohmann-json3-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install

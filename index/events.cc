@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "index/extra_keys.h"
 #include "index/msgpack_view.h"
+#include "index/wire_names.h"
 
 namespace prefixd {
 namespace {
@@ -371,12 +372,17 @@ class EventDecoder {
     if (!ReadExtraKeys(f[kExtraKeys], ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
+    // The LoRA name and salt as the event or its extra keys gave them.
+    if (ev->lora_name.has_value()) {
+      RETURN_IF_ERROR(CheckName("lora_name", *ev->lora_name));
+    }
+    RETURN_IF_ERROR(CheckName("cache_salt", ev->cache_salt));
     // RFC #1527's additional_salt: the namespace's salt, unless the extra
     // keys gave one.
     std::string salt;
     RETURN_IF_ERROR(Name(kAdditionalSalt, f[kAdditionalSalt], &salt));
     if (ev->cache_salt.empty() && !ev->parent_block_hash.has_value()) {
-      ev->cache_salt = std::move(salt);
+      ev->cache_salt = std::move(salt);  // checked by Name
     }
     return absl::OkStatus();
   }
@@ -529,6 +535,14 @@ class EventDecoder {
     }
     if (o->type != mtype::STR) return WrongType(field, *o, "a str or nil");
     out->assign(o->via.str.ptr, o->via.str.size);
+    return CheckName(kFieldNames[field], *out);
+  }
+
+  // Names end up in answers and labels (index/wire_names.h).
+  absl::Status CheckName(absl::string_view field, absl::string_view value) {
+    if (absl::Status s = CheckWireName(field, value); !s.ok()) {
+      return Error(s.message());
+    }
     return absl::OkStatus();
   }
 
@@ -597,9 +611,10 @@ absl::Status Rank(const object* o, std::optional<int64_t>* rank) {
     return BatchError(absl::StrCat("data_parallel_rank is a ", TypeName(*o),
                                    ", want an int or nil"));
   }
-  if (!ToInt64(*o, &v)) {
-    return BatchError(
-        absl::StrCat("data_parallel_rank ", IntText(*o), " is out of range"));
+  if (!ToInt64(*o, &v) || v < 0 || v >= kMaxDataParallelRanks) {
+    return BatchError(absl::StrCat("data_parallel_rank ", IntText(*o),
+                                   " is not within [0, ", kMaxDataParallelRanks,
+                                   ")"));
   }
   *rank = v;
   return absl::OkStatus();

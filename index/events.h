@@ -138,6 +138,9 @@ struct AllBlocksClearedEvent {};
 using KvEvent =
     std::variant<BlockStoredEvent, BlockRemovedEvent, AllBlocksClearedEvent>;
 
+// A batch's data_parallel_rank is below this (each rank is a worker).
+inline constexpr int64_t kMaxDataParallelRanks = 1024;
+
 struct KvEventBatch {
   double ts = 0;  // the engine's wall clock, seconds since the epoch
   std::optional<int64_t> data_parallel_rank;

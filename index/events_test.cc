@@ -895,6 +895,58 @@ TEST(DecodeEventBatchTest, TsThatIsNotANumberIsAnError) {
   EXPECT_THAT(s.message(), HasSubstr("ts is missing"));
 }
 
+TEST(DecodeEventBatchTest, NamesThatCouldBreakAnswersAreErrorsNamingThem) {
+  const std::string long_name(300, 'a');
+  struct Case {
+    const char* field;
+    V value;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"medium", V("\xff"), "medium \"\\xff\" is not valid UTF-8 (byte 0)"},
+      {"lora_name", V("L\x1fx"), "lora_name \"L\\x1fx\" has a control"},
+      {"medium", V(long_name.c_str()), "medium is 300 bytes, more than 256"},
+      {"ownership", V("lm\xc3"), "ownership \"lm\\xc3\" is not valid UTF-8"},
+      {"additional_salt", V(long_name.c_str()),
+       "additional_salt is 300 bytes, more than 256"},
+      {"extra_keys", Arr({Arr({"\xfe"})}), "cache_salt \"\\xfe\" is not"},
+  };
+  for (const Case& c : cases) {
+    const absl::Status s = DecodeError(Arr(
+        {Float(0.5), Arr({Map({{"type", "BlockStored"},
+                               {"block_hashes", Arr({1})},
+                               {"token_ids", Tokens(1, 2)},
+                               {"block_size", 2},
+                               {c.field, c.value}})})}));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_THAT(s.message(), HasSubstr(c.why));
+  }
+  // The same names, well formed, decode.
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(Arr({Float(0.5),
+                          Arr({Map({{"type", "BlockStored"},
+                                    {"block_hashes", Arr({1})},
+                                    {"token_ids", Tokens(1, 2)},
+                                    {"block_size", 2},
+                                    {"medium", "cpu_émigré"},
+                                    {"lora_name", "sql-adapter"}})})}),
+                     &b)
+                  .ok());
+  EXPECT_EQ(Stored(b, 0)->medium, "CPU_éMIGRé");
+}
+
+TEST(DecodeEventBatchTest, DataParallelRankIsBounded) {
+  for (int64_t rank : {int64_t{-1}, kMaxDataParallelRanks, int64_t{20000}}) {
+    const absl::Status s = DecodeError(Arr({Float(0.5), Arr({}), V(rank)}));
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("data_parallel_rank ", rank,
+                                       " is not within [0, 1024)")));
+  }
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(Arr({Float(0.5), Arr({}), V(int64_t{1023})}), &b).ok());
+  EXPECT_EQ(b.data_parallel_rank, 1023);
+}
+
 TEST(DecodeEventBatchTest, TsOutsideTheCenturyIsAnErrorNamingIt) {
   for (double ts : {std::numeric_limits<double>::infinity(),
                     std::numeric_limits<double>::quiet_NaN(), 1e300, -1.0}) {

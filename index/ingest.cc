@@ -23,6 +23,7 @@
 #include "base/status_macros.h"
 #include "index/events.h"
 #include "index/sequence.h"
+#include "index/wire_names.h"
 #include "index/zmq_wire.h"
 
 namespace prefixd {
@@ -84,6 +85,10 @@ absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
   }
   return absl::OkStatus();
 }
+
+// A decoded batch's vectors are kept for the next only after a payload of
+// at most this size (a 16 MiB payload decodes to hundreds of MiB).
+constexpr size_t kKeepDecodeCapacityBytes = size_t{1} << 20;
 
 // The worker an engine names by its topic: `kv@<worker>@<model>` (llm-d's
 // convention); any other topic names the worker as it is.
@@ -153,10 +158,13 @@ absl::StatusOr<int64_t> ReplayFrame(const std::string& endpoint,
 // ROUTER, which answers one frame per buffered batch and an end marker
 // (ReplayFrame).
 absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
-                                         int64_t from, absl::Duration timeout) {
+                                         int64_t from,
+                                         const IngestOptions& options) {
+  const absl::Duration timeout = options.replay_timeout;
   zmq::socket_t dealer(ZmqContext(), zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::ipv6, 1);
+  dealer.set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
   dealer.connect(endpoint);
   const std::string start = Be64(from);  // outlives the send
   std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
@@ -166,6 +174,7 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
     // no peer at all.
   }
   ReplayFrames frames;
+  int64_t bytes = 0;
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
@@ -188,6 +197,14 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
     zmq::message_t* payload = nullptr;
     ASSIGN_OR_RETURN(const int64_t seq, ReplayFrame(endpoint, parts, &payload));
     if (seq == -1) return frames;
+    bytes += static_cast<int64_t>(payload->size());
+    if (bytes > options.max_replay_bytes ||
+        frames.size() >= options.max_replay_batches) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "replay from ", endpoint, " brought more than ",
+          options.max_replay_batches, " batches or ", options.max_replay_bytes,
+          " bytes (", frames.size() + 1, " batches, ", bytes, " bytes)"));
+    }
     frames.emplace_back(seq, payload->to_string());
   }
 }
@@ -288,6 +305,7 @@ class Ingest::Runner {
     // arrives (replaying only what came before it), or at this time if
     // none has (an idle engine with a history).
     absl::Time catch_up_at = absl::InfiniteFuture();
+    absl::Time last_heard = absl::InfinitePast();  // listen streams
   };
 
   void Setup() {
@@ -335,6 +353,28 @@ class Ingest::Runner {
     }
   }
 
+  // A worker for a new topic on the listen socket, unless
+  // max_listen_workers exist and none has been heard from for listen_idle
+  // (the longest idle one then makes room: retired, its blocks dropped);
+  // null if full.
+  Stream* AddListenStream(const std::string& worker) {
+    if (streams_.size() >= options_.max_listen_workers) {
+      auto idle = std::min_element(
+          streams_.begin(), streams_.end(), [](const auto& a, const auto& b) {
+            return a.second->last_heard < b.second->last_heard;
+          });
+      if (idle == streams_.end() ||
+          absl::Now() - idle->second->last_heard < options_.listen_idle) {
+        return nullptr;
+      }
+      for (const auto& [rank, w] : idle->second->workers) {
+        index_->RetireWorker(w);
+      }
+      streams_.erase(idle);
+    }
+    return AddStream(worker, listen_endpoint_, "");
+  }
+
   Stream* AddStream(std::string name, std::string endpoint, std::string replay,
                     std::string key = "") {
     auto s = std::make_unique<Stream>();
@@ -348,6 +388,7 @@ class Ingest::Runner {
       s->sub->set(zmq::sockopt::linger, 0);
       s->sub->set(zmq::sockopt::ipv6, 1);  // pools resolve to v6 too
       s->sub->set(zmq::sockopt::rcvhwm, 100000);
+      s->sub->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
       s->sub->set(zmq::sockopt::subscribe, "");
       s->monitor = std::make_unique<StreamMonitor>();
       static std::atomic<uint64_t> next_monitor{0};
@@ -385,11 +426,13 @@ class Ingest::Runner {
         break;
       }
       if (parts.size() != 3) continue;  // not [topic, seq, payload]
-      const std::string worker = WorkerFromTopic(parts[0].to_string());
+      const std::string worker =
+          SafeWireName(WorkerFromTopic(parts[0].to_string()));
       auto it = streams_.find(worker);
-      Stream* s = it != streams_.end()
-                      ? it->second.get()
-                      : AddStream(worker, listen_endpoint_, "");
+      Stream* s =
+          it != streams_.end() ? it->second.get() : AddListenStream(worker);
+      if (s == nullptr) continue;  // full: the topic is not followed
+      s->last_heard = absl::Now();
       Receive(*s, parts);
     }
   }
@@ -517,7 +560,7 @@ class Ingest::Runner {
              absl::StrCat(catch_up ? "catching up" : "filling a gap",
                           ": replaying from batch ", from, " from ",
                           s.replay_endpoint));
-      frames = FetchReplay(s.replay_endpoint, from, options_.replay_timeout);
+      frames = FetchReplay(s.replay_endpoint, from, options_);
     }
     const bool filled =
         frames.ok() &&
@@ -579,6 +622,9 @@ class Ingest::Runner {
     }
     index_->Apply(WorkerFor(s, batch_.data_parallel_rank.value_or(0)), batch_,
                   seq, absl::Now());
+    // batch_ keeps its vectors' capacity for the next batch, but not what
+    // an unusually large one needed.
+    if (payload.size() > kKeepDecodeCapacityBytes) batch_ = KvEventBatch();
     return true;
   }
 
@@ -637,6 +683,7 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
     if (hp.has_value() && (absl::StrContains(hp->host, ':') || hp->host == "*"))
       sock->set(zmq::sockopt::ipv6, 1);
     sock->set(zmq::sockopt::rcvhwm, 100000);
+    sock->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
     sock->set(zmq::sockopt::subscribe, "");
     try {
       sock->bind(o.listen);

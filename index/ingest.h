@@ -49,6 +49,16 @@ struct IngestOptions {
   absl::Duration default_resolve_interval = absl::Seconds(10);
   // How often threads look at their stop flag and resolve timers.
   absl::Duration poll_interval = absl::Milliseconds(50);
+  // What one replay may bring before it is applied (its batches' payload
+  // bytes, their number); a replay past either has failed. vLLM buffers
+  // 10,000 batches by default.
+  int64_t max_replay_bytes = int64_t{256} << 20;
+  size_t max_replay_batches = 100000;
+  // Engines on `listen`, one worker per topic: at most this many; when all
+  // are taken, one silent for listen_idle makes room for a new topic
+  // (retired, its blocks dropped), else the new topic is not followed.
+  size_t max_listen_workers = 1024;
+  absl::Duration listen_idle = absl::Minutes(10);
 };
 
 // Checks endpoints and names; the message names the offending value.

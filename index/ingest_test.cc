@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <msgpack.hpp>
 #include <string>
 #include <thread>
@@ -19,12 +20,16 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/fleet_index.h"
+#include "index/wire_names.h"
 #include "index/zmq_wire.h"
 
 namespace prefixd {
 namespace {
 
+using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 constexpr int kBs = 4;
 
@@ -516,6 +521,126 @@ TEST(IngestListen, EnginesConnectAndNameThemselvesByTopic) {
   EXPECT_TRUE(WaitFor(index, [&](const IndexStats&) {
     return Matched(index, {1}, "vllm-7") == 1;
   }));
+}
+
+// Sends one batch per topic to a listen endpoint until `done` holds.
+bool SendUntil(FleetIndex& index, zmq::socket_t& pub,
+               const std::vector<std::string>& topics,
+               const std::function<bool(const IndexStats&)>& done) {
+  const std::string payload = StoredPayload({1}, 0);
+  const std::string seq0 = Be64(0);
+  return WaitFor(index, [&](const IndexStats& s) {
+    for (const std::string& topic : topics) {
+      std::array<zmq::const_buffer, 3> parts = {
+          zmq::buffer(topic), zmq::buffer(seq0), zmq::buffer(payload)};
+      (void)zmq::send_multipart(pub, parts);
+    }
+    return done(s);
+  });
+}
+
+struct ListenFixture {
+  explicit ListenFixture(IngestOptions o) {
+    o.listen = "tcp://127.0.0.1:*";
+    o.poll_interval = absl::Milliseconds(5);
+    auto started = Ingest::Start(&index, o);
+    EXPECT_TRUE(started.ok()) << started.status();
+    ingest = *std::move(started);
+    pub.set(zmq::sockopt::linger, 0);
+    pub.connect(ingest->listen_endpoint());
+  }
+  std::vector<std::string> Names() {
+    std::vector<std::string> out;
+    for (const WorkerStatus& w : index.Stats().workers) out.push_back(w.worker);
+    return out;
+  }
+  FleetIndex index{IndexOptions{kBs, 1000000}};
+  std::unique_ptr<Ingest> ingest;
+  zmq::context_t ctx{1};
+  zmq::socket_t pub{ctx, zmq::socket_type::pub};
+};
+
+TEST(IngestListen, TopicsThatAreNoNamesGetAPrintableOneOfTheirOwn) {
+  ListenFixture f{IngestOptions()};
+  const std::string bad("kv@\xff\xfe<script>@m");
+  const std::string huge(5 << 20, 'x');
+  ASSERT_TRUE(SendUntil(f.index, f.pub, {bad, huge}, [](const IndexStats& s) {
+    return s.workers.size() == 2;
+  }));
+  for (const std::string& name : f.Names()) {
+    EXPECT_TRUE(CheckWireName("worker", name).ok()) << name;
+  }
+  EXPECT_THAT(f.Names(), Contains(StartsWith("\\xff\\xfe<script>~")));
+  EXPECT_THAT(f.Names(), Contains(StartsWith(std::string(48, 'x') + "~")));
+}
+
+TEST(IngestListen, NewTopicsPastTheLimitTakeOnlyAnIdleWorkersPlace) {
+  IngestOptions o;
+  o.max_listen_workers = 2;
+  o.listen_idle = absl::Hours(1);
+  ListenFixture f{o};
+  ASSERT_TRUE(
+      SendUntil(f.index, f.pub, {"kv@a@m", "kv@b@m"},
+                [](const IndexStats& s) { return s.workers.size() == 2; }));
+  // Full, nobody idle: a third topic is not followed (sent until its
+  // message must have arrived, as a later one of "a" has).
+  const std::string c_seq1 = Be64(1);
+  const std::string stored2 = StoredPayload({2}, 0);
+  ASSERT_TRUE(SendUntil(f.index, f.pub, {"kv@c@m"}, [&](const IndexStats&) {
+    std::array<zmq::const_buffer, 3> parts = {
+        zmq::str_buffer("kv@a@m"), zmq::buffer(c_seq1), zmq::buffer(stored2)};
+    (void)zmq::send_multipart(f.pub, parts);
+    return Matched(f.index, {2}, "a") == 1;
+  }));
+  EXPECT_THAT(f.Names(), ElementsAre("a", "b"));
+}
+
+TEST(IngestListen, AnIdleWorkerMakesRoomForANewTopic) {
+  IngestOptions o;
+  o.max_listen_workers = 2;
+  o.listen_idle = absl::ZeroDuration();  // everyone is idle at once
+  ListenFixture f{o};
+  ASSERT_TRUE(
+      SendUntil(f.index, f.pub, {"kv@a@m", "kv@b@m"},
+                [](const IndexStats& s) { return s.workers.size() == 2; }));
+  ASSERT_TRUE(SendUntil(f.index, f.pub, {"kv@c@m"}, [](const IndexStats& s) {
+    for (const WorkerStatus& w : s.workers)
+      if (w.worker == "c") return true;
+    return false;
+  }));
+  EXPECT_LE(f.index.Stats().workers.size(), 2u);
+}
+
+TEST(IngestReplayLimits, AReplayPastItsBatchOrByteCapFails) {
+  for (const bool by_bytes : {false, true}) {
+    Publisher pub(100);
+    for (int i = 0; i < 10; ++i) {
+      pub.Publish(StoredPayload({static_cast<uint32_t>(100 + i)}, 0),
+                  /*drop=*/true);  // published before the index started
+    }
+    FleetIndex index(IndexOptions{kBs, 1000000});
+    IngestOptions o;
+    IndexSource s;
+    s.name = "e0";
+    s.endpoint = pub.endpoint();
+    s.replay_endpoint = pub.replay_endpoint();
+    o.sources.push_back(s);
+    o.poll_interval = absl::Milliseconds(5);
+    if (by_bytes) {
+      o.max_replay_bytes = 64;
+    } else {
+      o.max_replay_batches = 5;
+    }
+    auto ingest = Ingest::Start(&index, o);
+    ASSERT_TRUE(ingest.ok()) << ingest.status();
+    ASSERT_TRUE(WaitFor(index, [](const IndexStats& st) {
+      return st.workers.size() == 1 && st.workers[0].replays_failed >= 1;
+    })) << by_bytes;
+    EXPECT_THAT(index.Stats().workers[0].state_detail,
+                HasSubstr(by_bytes ? "more than 100000 batches or 64 bytes"
+                                   : "more than 5 batches or 268435456 bytes"));
+    EXPECT_EQ(Matched(index, {100}, "e0"), 0u);
+  }
 }
 
 TEST(IngestOptions, BadEndpointsAreNamed) {

@@ -3,6 +3,7 @@
 #ifndef PREFIXD_INDEX_ZMQ_WIRE_H_
 #define PREFIXD_INDEX_ZMQ_WIRE_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,6 +18,11 @@ inline zmq::context_t& ZmqContext() {
   return *ctx;
 }
 
+// The largest ZeroMQ message any of the index's sockets accepts
+// (ZMQ_MAXMSGSIZE): a peer that sends more is disconnected by ZeroMQ
+// before the message is buffered. vLLM's batches are one engine step's
+// events, kilobytes to a few megabytes.
+inline constexpr int64_t kMaxKvMessageBytes = int64_t{16} << 20;
 // A sequence number as the wire carries it (-1, the end of a replay, is
 // eight 0xff bytes).
 inline std::string Be64(int64_t v) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/flag_parser.h"
+#include "base/status_macros.h"
 #include "model/kv_geometry.h"
 #include "model/plan_report.h"
 #include "model/planner.h"
@@ -299,11 +300,9 @@ main();
 // The flags the page may send: prefixctl plan's, less those that read
 // files or change the output's form.
 absl::StatusOr<std::vector<std::string>> PlanArgs(absl::string_view query) {
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> params =
-      ParseQuery(query);
-  if (!params.ok()) return params.status();
+  ASSIGN_OR_RETURN(const auto params, ParseQuery(query));
   std::vector<std::string> args;
-  for (const auto& [name, value] : *params) {
+  for (const auto& [name, value] : params) {
     if (name == "hf_config" ||
         (name == "model" && absl::EndsWith(value, ".json"))) {
       return absl::InvalidArgumentError(

@@ -8,42 +8,56 @@
 namespace prefixd {
 namespace {
 
-// A prompt's keys, chained only as far as the walk asks: a long prompt
-// whose match ends early costs its matched blocks' hashes, not all of them.
+// A prompt's keys, chained only as far as the walk asks, kChunk blocks at a
+// time: a long prompt whose match ends early costs about its matched
+// blocks' hashes, not all of them, and the hashes of a chunk, computed in
+// one loop, overlap in the CPU where only the parent key chains them.
 class LazyKeys {
  public:
+  static constexpr size_t kChunk = 8;
+
   LazyKeys(const KeyScheme& scheme, const PromptKeys& prompt, size_t bs)
       : scheme_(scheme),
         prompt_(prompt),
         bs_(bs),
         blocks_(prompt.keys.empty() ? prompt.tokens.size() / bs
-                                    : prompt.keys.size()) {}
+                                    : prompt.keys.size()),
+        last_(scheme.Root(prompt.salt)) {}
 
   size_t blocks() const { return blocks_; }
 
   // Block b's key as the tree stores it. REQUIRES: b = 0, 1, ... in order.
   absl::Span<const Token> Get(size_t b) {
-    uint64_t key;
     if (!prompt_.keys.empty()) {
-      key = prompt_.keys[b];
-    } else {
-      absl::Span<const ContentKey> extra;
-      if (prompt_.content != nullptr) extra = prompt_.content->Of(b);
-      key = scheme_.Next(b == 0 ? scheme_.Root(prompt_.salt) : last_, b == 0,
-                         prompt_.tokens.subspan(b * bs_, bs_), extra);
+      StoreKey(prompt_.keys[b], out_);
+      return absl::MakeConstSpan(out_, kKeyTokens);
     }
-    last_ = key;
-    StoreKey(key, out_);
-    return absl::MakeConstSpan(out_, kKeyTokens);
+    if (b == chunk_end_) Fill(b);
+    return absl::MakeConstSpan(out_ + kKeyTokens * (b - chunk_begin_),
+                               kKeyTokens);
   }
 
  private:
+  void Fill(size_t b) {
+    chunk_begin_ = b;
+    chunk_end_ = std::min(blocks_, b + kChunk);
+    for (size_t i = b; i < chunk_end_; ++i) {
+      absl::Span<const ContentKey> extra;
+      if (prompt_.content != nullptr) extra = prompt_.content->Of(i);
+      last_ = scheme_.Next(last_, i == 0, prompt_.tokens.subspan(i * bs_, bs_),
+                           extra);
+      StoreKey(last_, out_ + kKeyTokens * (i - b));
+    }
+  }
+
   const KeyScheme& scheme_;
   const PromptKeys& prompt_;
   const size_t bs_;
   const size_t blocks_;
-  uint64_t last_ = 0;
-  Token out_[kKeyTokens];
+  uint64_t last_;  // the key of the block before the next to compute
+  size_t chunk_begin_ = 0;
+  size_t chunk_end_ = 0;
+  Token out_[kKeyTokens * kChunk];
 };
 
 }  // namespace

@@ -912,26 +912,26 @@ TEST(DecodeEventBatchTest, NamesThatCouldBreakAnswersAreErrorsNamingThem) {
       {"extra_keys", Arr({Arr({"\xfe"})}), "cache_salt \"\\xfe\" is not"},
   };
   for (const Case& c : cases) {
-    const absl::Status s = DecodeError(Arr(
-        {Float(0.5), Arr({Map({{"type", "BlockStored"},
-                               {"block_hashes", Arr({1})},
-                               {"token_ids", Tokens(1, 2)},
-                               {"block_size", 2},
-                               {c.field, c.value}})})}));
+    const absl::Status s =
+        DecodeError(Arr({Float(0.5), Arr({Map({{"type", "BlockStored"},
+                                               {"block_hashes", Arr({1})},
+                                               {"token_ids", Tokens(1, 2)},
+                                               {"block_size", 2},
+                                               {c.field, c.value}})})}));
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.field;
     EXPECT_THAT(s.message(), HasSubstr(c.why));
   }
   // The same names, well formed, decode.
   KvEventBatch b;
-  ASSERT_TRUE(Decode(Arr({Float(0.5),
-                          Arr({Map({{"type", "BlockStored"},
-                                    {"block_hashes", Arr({1})},
-                                    {"token_ids", Tokens(1, 2)},
-                                    {"block_size", 2},
-                                    {"medium", "cpu_émigré"},
-                                    {"lora_name", "sql-adapter"}})})}),
-                     &b)
-                  .ok());
+  ASSERT_TRUE(
+      Decode(Arr({Float(0.5), Arr({Map({{"type", "BlockStored"},
+                                        {"block_hashes", Arr({1})},
+                                        {"token_ids", Tokens(1, 2)},
+                                        {"block_size", 2},
+                                        {"medium", "cpu_émigré"},
+                                        {"lora_name", "sql-adapter"}})})}),
+             &b)
+          .ok());
   EXPECT_EQ(Stored(b, 0)->medium, "CPU_éMIGRé");
 }
 

@@ -408,6 +408,7 @@ IndexStats FleetIndex::Stats() const {
   stats.max_entries = options_.max_entries;
   stats.blocks = tree_.blocks();
   stats.nodes = tree_.nodes();
+  stats.engine_hashes = tree_.engine_hashes();
   stats.dropped = workers_.dropped();
   return stats;
 }

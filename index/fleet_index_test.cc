@@ -346,6 +346,31 @@ TEST_F(FleetIndexTest, ContentKeysArePartOfTheBlock) {
   EXPECT_EQ(index_.Route(q).workers[0].matched_blocks, 1u);
 }
 
+TEST(FleetIndexBounds, EngineHashesStayNearMaxEntriesWhileTrimming) {
+  // One worker stores 20,000 distinct blocks into an index of 1,000
+  // entries: max_entries drops most of them, and the worker's engine-hash
+  // map must not keep a hash for every one it ever stored.
+  FleetIndex index(IndexOptions{kBs, 1000});
+  const WorkerId w = index.AddWorker("w", "tcp://a:1");
+  for (Token b = 1; b <= 20000; ++b) {
+    KvEventBatch batch;
+    batch.ts = 1.7e9;
+    batch.events.push_back(Stored({}, {b}));
+    index.Apply(w, batch, b, absl::Now());
+  }
+  const IndexStats stats = index.Stats();
+  EXPECT_LE(stats.entries, 1000u);
+  EXPECT_LE(stats.engine_hashes, 2 * 1000u + 4096u);
+  EXPECT_GE(stats.engine_hashes, stats.entries);
+  ASSERT_TRUE(index.CheckInvariants().ok());
+  // The hashes it still holds still remove their blocks.
+  KvEventBatch removal;
+  removal.ts = 1.7e9;
+  removal.events.push_back(Removed({{20000}}));
+  index.Apply(w, removal, 20001, absl::Now());
+  EXPECT_EQ(index.Stats().entries, stats.entries - 1);
+}
+
 TEST_F(FleetIndexTest, BestWorkerIsALiveWorker) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   Apply(w1_, {Stored({}, {1, 2})});

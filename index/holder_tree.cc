@@ -129,9 +129,11 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
   }
   const SlotRef ref{slot, slots_[slot].gen};
   auto [it, inserted] = held.blocks.try_emplace(hash, ref);
-  if (inserted || (it->second.slot == slot && it->second.gen == ref.gen)) {
+  if (inserted) {
+    SweepIfStale(worker, held);
     return;
   }
+  if (it->second.slot == slot && it->second.gen == ref.gen) return;
   // The hash named another block of this worker before (a collision of
   // folded hashes, or an engine reusing a hash): that block loses the
   // worker, or a later removal could never reach it.
@@ -141,6 +143,32 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
     UnholdAll(worker, old.slot);
     if (s->holders.empty()) Prune(s->node);
   }
+}
+
+void HolderTree::SweepIfStale(WorkerId worker, WorkerHoldings& held) {
+  constexpr size_t kAtLeast = 4096;  // small maps are never swept
+  if (held.blocks.size() < kAtLeast) return;
+  uint64_t live = 0;
+  for (uint64_t n : held.medium_blocks) live += n;
+  if (held.blocks.size() <= 2 * live) return;
+  for (auto it = held.blocks.begin(); it != held.blocks.end();) {
+    const Slot* s = Resolve(it->second);
+    const bool mine =
+        s != nullptr &&
+        std::any_of(s->holders.begin(), s->holders.end(),
+                    [&](uint32_t h) { return HolderWorker(h) == worker; });
+    if (mine) {
+      ++it;
+    } else {
+      held.blocks.erase(it++);
+    }
+  }
+}
+
+uint64_t HolderTree::engine_hashes() const {
+  uint64_t n = 0;
+  for (const WorkerHoldings& held : holdings_) n += held.blocks.size();
+  return n;
 }
 
 bool HolderTree::Unhold(uint32_t holder, uint32_t slot) {

@@ -161,7 +161,10 @@ class HolderTree {
   int FindMedium(absl::string_view medium) const;
 
   uint64_t entries() const { return entries_; }  // (block, holder) pairs
-  uint64_t blocks() const;                       // distinct blocks
+  // Engine hashes the workers' maps keep (some may name blocks max_entries
+  // dropped, until a sweep; at most about twice the live ones).
+  uint64_t engine_hashes() const;
+  uint64_t blocks() const;  // distinct blocks
   uint64_t nodes() const;
 
   // The first broken invariant, if any (INTERNAL, naming it).
@@ -182,6 +185,10 @@ class HolderTree {
   };
   class KeyLookup;
 
+  // Drops the worker's hashes whose blocks are gone or no longer its own,
+  // once they outnumber its held blocks twice: a worker that keeps storing
+  // while max_entries trims cannot grow its map without bound.
+  void SweepIfStale(WorkerId worker, WorkerHoldings& held);
   uint32_t NewSlot();
   void FreeSlot(uint32_t slot);
   uint8_t MediumId(absl::string_view medium);

@@ -204,6 +204,7 @@ struct IndexStats {
   uint64_t max_entries = 0;
   uint64_t blocks = 0;  // distinct blocks (tree nodes' blocks)
   uint64_t nodes = 0;
+  uint64_t engine_hashes = 0;  // kept in the workers' maps (HolderTree)
   DropCounts dropped = {};
   // Filled by InstrumentedIndex (zero from a bare FleetIndex).
   // prefixd_index_event_lag_seconds: per-bucket counts of kLagBuckets (last

@@ -1,7 +1,7 @@
-// The other direction of index/events.h: KV events in stock vLLM's wire
+// The other direction of index/events.h: KV events encoded in stock vLLM's wire
 // format, published over ZeroMQ (docs/index.md, "The sidecar publishes
 // too"), so that a prefixd index, llm-d or Dynamo can follow a cache that is
-// not vLLM's.
+// not vLLM's. The sockets that send them are server/kv_event_sockets.h.
 //
 //   PUB     [topic, seq (8 bytes, big-endian), payload (msgpack)]; seq from 0
 //           at every start of the publisher
@@ -53,51 +53,6 @@ struct KvPublisherOptions {
 // Checks the endpoints' form and the buffer size; the message names the
 // offending value.
 absl::Status ValidateKvPublisherOptions(const KvPublisherOptions& options);
-
-// Thread safety: Publish may be called from any thread (calls are
-// serialized); the replay socket is served by a thread of its own.
-class KvEventPublisher {
- public:
-  // Binds (or connects) the PUB socket and binds the ROUTER socket before
-  // returning. INVALID_ARGUMENT for a malformed endpoint, UNAVAILABLE for
-  // one that cannot be bound, naming it.
-  static absl::StatusOr<std::unique_ptr<KvEventPublisher>> Start(
-      KvPublisherOptions options);
-  ~KvEventPublisher();
-  KvEventPublisher(const KvEventPublisher&) = delete;
-  KvEventPublisher& operator=(const KvEventPublisher&) = delete;
-
-  // Sends `payload` with the next sequence number and keeps it for replay;
-  // returns the sequence number. Publish encodes `batch` first.
-  int64_t PublishPayload(std::string payload);
-  int64_t Publish(const KvEventBatch& batch) {
-    return PublishPayload(EncodeEventBatch(batch));
-  }
-
-  // Stops the replay thread and closes the sockets. Idempotent.
-  void Stop();
-
-  // As bound, a wildcard port resolved (or as connected).
-  const std::string& endpoint() const { return endpoint_; }
-  // As bound; empty without replay.
-  const std::string& replay_endpoint() const { return replay_endpoint_; }
-
-  struct Counters {
-    uint64_t batches = 0;  // published
-    uint64_t bytes = 0;    // of published payloads
-    uint64_t replay_requests = 0;
-    uint64_t replayed_batches = 0;
-  };
-  Counters counters() const;
-
- private:
-  class Impl;
-  explicit KvEventPublisher(std::unique_ptr<Impl> impl);
-
-  std::unique_ptr<Impl> impl_;
-  std::string endpoint_;
-  std::string replay_endpoint_;
-};
 
 }  // namespace prefixd
 

@@ -14,6 +14,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/fleet_index.h"
+#include "index/ingest.h"
+#include "index/publisher.h"
 #include "index/zmq_wire.h"
 #include "server/kv_batcher.h"
 #include "server/replay_buffer.h"
@@ -161,6 +164,101 @@ TEST_F(KvEventSocketsTest, TheBufferAndTheQueuesAreBoundedInBytes) {
   for (size_t i = 0; i < replayed.size(); ++i) {
     EXPECT_EQ(replayed[i].first, static_cast<int64_t>(83 + i));
   }
+}
+
+constexpr int kBs = 4;
+
+// A store of `hashes` whose block h carries the tokens h*10+1 .. h*10+kBs.
+BlockStoredEvent Stored(std::vector<EngineHash> hashes,
+                        std::optional<EngineHash> parent,
+                        std::optional<std::string> lora = std::nullopt,
+                        std::string salt = "") {
+  BlockStoredEvent e;
+  e.block_hashes = std::move(hashes);
+  e.parent_block_hash = parent;
+  for (size_t b = 0; b < e.block_hashes.size(); ++b)
+    for (int t = 1; t <= kBs; ++t)
+      e.token_ids.push_back(static_cast<Token>(e.block_hashes[b] * 10 + t));
+  e.block_size = kBs;
+  e.medium = "GPU";
+  e.lora_name = std::move(lora);
+  e.cache_salt = std::move(salt);
+  return e;
+}
+
+TEST(KvEventSocketsStart, BindFailureNamesTheEndpoint) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  auto a = KvEventSockets::Start(o, PublishLimits());
+  ASSERT_TRUE(a.ok());
+  o.replay_endpoint = (*a)->replay_endpoint();  // taken
+  auto b = KvEventSockets::Start(o, PublishLimits());
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(b.status().message(), HasSubstr(o.replay_endpoint));
+}
+
+// prefixd's own ingest follows the publisher: a catch-up replay of what was
+// published before it connected, then live batches, then a removal.
+TEST(KvEventSocketsIngest, PrefixdIngestFollowsIt) {
+  KvPublisherOptions o;
+  o.endpoint = "tcp://127.0.0.1:*";
+  o.replay_endpoint = "tcp://127.0.0.1:*";
+  auto p = KvEventSockets::Start(o, PublishLimits());
+  ASSERT_TRUE(p.ok());
+  KvEventBatch first;
+  first.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  first.events.push_back(Stored({1, 2}, std::nullopt, std::nullopt, "acme"));
+  (*p)->Publish(EncodeEventBatch(
+      first));  // before anyone listens: only the replay has it
+
+  IndexOptions io;
+  io.block_size = kBs;
+  FleetIndex index(io);
+  IngestOptions in;
+  IndexSource source;
+  source.name = "sidecar";
+  source.endpoint = (*p)->endpoint();
+  source.replay_endpoint = (*p)->replay_endpoint();
+  in.sources.push_back(source);
+  in.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, in);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+
+  std::vector<Token> prompt;
+  for (EngineHash h : {1, 2, 3})
+    for (int t = 1; t <= kBs; ++t)
+      prompt.push_back(static_cast<Token>(h * 10 + t));
+  auto matched = [&](absl::string_view salt) {
+    RouteQuery q;
+    q.tokens = prompt;
+    q.cache_salt = salt;
+    RouteResult r = index.Route(q);
+    return r.workers.empty() ? uint64_t{0} : r.workers[0].matched_blocks;
+  };
+  auto eventually = [&](absl::string_view salt, uint64_t want) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (absl::Now() < deadline) {
+      if (matched(salt) == want) return true;
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    return false;
+  };
+  EXPECT_TRUE(eventually("acme", 2));
+  EXPECT_EQ(matched(""), 0);  // another namespace
+
+  KvEventBatch more;
+  more.events.push_back(Stored({3}, 2));
+  (*p)->Publish(EncodeEventBatch(more));
+  EXPECT_TRUE(eventually("acme", 3));
+  KvEventBatch gone;
+  BlockRemovedEvent rm;
+  rm.block_hashes = {2, 3};
+  gone.events.push_back(rm);
+  (*p)->Publish(EncodeEventBatch(gone));
+  EXPECT_TRUE(eventually("acme", 1));
+  (*ingest)->Stop();
 }
 
 }  // namespace

@@ -215,8 +215,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // finding.
   std::optional<std::string> answer =
       prefixd::Exchange(f.http->port(), request);
-  if (!answer.has_value())
-    answer = prefixd::Exchange(f.http->port(), request);
+  if (!answer.has_value()) answer = prefixd::Exchange(f.http->port(), request);
   if (!answer.has_value()) {
     prefixd::Fail("no connection, or no end of the answer within 10 s, twice",
                   request, "");

@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace prefixd {
 namespace {
@@ -210,8 +211,7 @@ absl::StatusOr<ApplyOutcome> ExternalKv::Apply(const ExternalBatch& batch) {
   Stream& s = StreamOf(batch.worker_id);
   SetAddress(s, batch.address);
   ApplyOutcome out;
-  absl::Status st = CheckStream(s, batch, &out.duplicate);
-  if (!st.ok()) return st;
+  RETURN_IF_ERROR(CheckStream(s, batch, &out.duplicate));
   if (out.duplicate) {
     out.applied_seq = s.applied_seq;
     return out;

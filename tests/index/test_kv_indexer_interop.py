@@ -235,6 +235,8 @@ class KvIndexerInterop(unittest.TestCase):
                          [(1002, 1), (1001, 2)])
 
     # ---- ConfigureExpectedWorkers and ZeroMQ-fed workers ----
+    # Named to run last (unittest runs tests by name): ConfigureExpectedWorkers
+    # removes the workers the other tests created.
 
     def test_zmq_worker_and_expected_workers(self):
         hashes = [-(1 << 62) + 5, (1 << 62) + 7, -9]  # SGLang's signed page hashes

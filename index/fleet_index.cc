@@ -291,7 +291,7 @@ std::vector<HashHolding> FleetIndex::HashHoldings(
                          return x.worker == w.name && x.medium == medium;
                        });
       if (same == out.end()) {
-        out.push_back({hash, w.name, medium, 0});
+        out.push_back({hash, w.name, medium, 0, &w.labels});
         same = out.end() - 1;
       }
       same->groups |= 1u << HolderGroup(h);

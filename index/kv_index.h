@@ -127,6 +127,7 @@ struct HashHolding {
   absl::string_view worker;
   absl::string_view medium;
   uint32_t groups = 0;  // a bit per group it holds the block in
+  const WorkerLabels* labels = nullptr;  // the registry's, never null
 };
 
 // Route's answer names workers and mediums by views of the index's own

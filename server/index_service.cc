@@ -13,6 +13,7 @@
 #include "server/grpc_status.h"
 #include "server/request_util.h"
 #include "server/route_request.h"
+#include "server/unary_call.h"
 
 namespace prefixd {
 namespace {
@@ -35,23 +36,6 @@ absl::Status MayRoute(const CallContext& call, absl::string_view salt,
                      "\": it is not among the principal's cache_salts"));
   }
   return absl::OkStatus();
-}
-
-// Authorizes the call, runs `handler`, reports to the observer and
-// finishes: the one place an index RPC's absl::Status becomes its gRPC
-// status, as PrefixCacheService::Unary is for the cache's RPCs.
-grpc::ServerUnaryReactor* Unary(
-    grpc::CallbackServerContext* ctx, const Authorizer& auth,
-    RpcObserver* observer, absl::string_view method,
-    absl::FunctionRef<absl::Status(const CallContext&)> handler) {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<CallContext> call = auth.Authorize(*ctx);
-  absl::Status status = call.ok() ? handler(*call) : call.status();
-  if (observer != nullptr)
-    observer->OnRpcDone(method, status.code(), absl::Now() - start);
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
 }
 
 void RouteToProto(const RouteResult& r, int block_size,
@@ -144,20 +128,21 @@ absl::Status PrefixIndexService::DoRoute(const CallContext& call,
 grpc::ServerUnaryReactor* PrefixIndexService::Route(
     grpc::CallbackServerContext* ctx, const v1::RouteRequest* req,
     v1::RouteResponse* resp) {
-  return Unary(ctx, *auth_, observer_, "Route", [&](const CallContext& call) {
-    FilterSize filter;
-    filter.Add(*req);
-    RETURN_IF_ERROR(CheckFilterSize("Route", filter, route_limits_));
-    RETURN_IF_ERROR(DoRoute(call, *req, -1, resp));
-    AnswerBudget answer("Route", route_limits_.max_answer_bytes);
-    return answer.Add(AnswerBytes(*resp), -1, 1);
-  });
+  return UnaryCall(
+      ctx, *auth_, observer_, "Route", [&](const CallContext& call) {
+        FilterSize filter;
+        filter.Add(*req);
+        RETURN_IF_ERROR(CheckFilterSize("Route", filter, route_limits_));
+        RETURN_IF_ERROR(DoRoute(call, *req, -1, resp));
+        AnswerBudget answer("Route", route_limits_.max_answer_bytes);
+        return answer.Add(AnswerBytes(*resp), -1, 1);
+      });
 }
 
 grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
     grpc::CallbackServerContext* ctx, const v1::RouteBatchRequest* req,
     v1::RouteBatchResponse* resp) {
-  return Unary(
+  return UnaryCall(
       ctx, *auth_, observer_, "RouteBatch", [&](const CallContext& call) {
         RETURN_IF_ERROR(CheckBatch("RouteBatch", req->requests(), limits_));
         FilterSize filter;
@@ -184,7 +169,7 @@ grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
 grpc::ServerUnaryReactor* PrefixIndexService::ListWorkers(
     grpc::CallbackServerContext* ctx, const v1::ListWorkersRequest*,
     v1::ListWorkersResponse* resp) {
-  return Unary(
+  return UnaryCall(
       ctx, *auth_, observer_, "ListWorkers", [&](const CallContext& call) {
         if (!call.index_all) {
           return absl::PermissionDeniedError(absl::StrCat(

@@ -26,6 +26,7 @@ namespace {
 
 constexpr char kServiceName[] = "prefixd.v1.PrefixCache";
 constexpr char kIndexServiceName[] = "prefixd.v1.PrefixIndex";
+constexpr char kKvIndexerServiceName[] = "kv_indexer.v1.KVIndexer";
 
 uint64_t NewEpoch() {
   absl::BitGen gen;
@@ -93,6 +94,11 @@ absl::Status Server::Build() {
     index_service_ = std::make_unique<PrefixIndexService>(
         index_.get(), authorizer_.get(), cache_->options().limits, route_limits,
         observer_);
+    external_kv_ =
+        std::make_unique<ExternalKv>(index_.get(), ExternalKv::Options());
+    kv_indexer_service_ = std::make_unique<KvIndexerService>(
+        external_kv_.get(), authorizer_.get(), cache_->options().limits,
+        observer_);
   }
 
   if (config_.events_publish_enabled) {
@@ -149,6 +155,8 @@ absl::Status Server::Build() {
   }
   builder.RegisterService(service_.get());
   if (index_service_ != nullptr) builder.RegisterService(index_service_.get());
+  if (kv_indexer_service_ != nullptr)
+    builder.RegisterService(kv_indexer_service_.get());
   for (grpc::Service* s : extra_services_) builder.RegisterService(s);
   grpc_server_ = builder.BuildAndStart();
 
@@ -181,6 +189,8 @@ absl::Status Server::Build() {
     ingest_ = *std::move(ingest);
     grpc_server_->GetHealthCheckService()->SetServingStatus(kIndexServiceName,
                                                             true);
+    grpc_server_->GetHealthCheckService()->SetServingStatus(
+        kKvIndexerServiceName, true);
   }
   grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   lease_expirer_ = std::make_unique<PeriodicThread>(
@@ -237,7 +247,8 @@ std::string StartupBanner(const Server& server) {
     const IngestOptions& in = c.ingest;
     absl::StrAppend(&out, "  index        block size ", c.index.block_size,
                     ", max ", FormatCount(c.index.max_entries),
-                    " entries, service prefixd.v1.PrefixIndex\n");
+                    " entries, services prefixd.v1.PrefixIndex and "
+                    "kv_indexer.v1.KVIndexer\n");
     for (const IndexSource& src : in.sources) {
       std::string replay =
           src.replay_port != 0

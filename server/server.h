@@ -26,6 +26,7 @@
 #include "server/config.h"
 #include "server/events_publish.h"
 #include "server/index_service.h"
+#include "server/kv_indexer_service.h"
 #include "server/periodic.h"
 #include "server/service.h"
 #include "server/watch.h"
@@ -112,6 +113,9 @@ class Server {
   std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<PrefixIndexService> index_service_;
+  // SGLang's KV indexer API over the same index (index/external_kv.h).
+  std::unique_ptr<ExternalKv> external_kv_;
+  std::unique_ptr<KvIndexerService> kv_indexer_service_;
   std::unique_ptr<EventsPublisher> events_publisher_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> addresses_;

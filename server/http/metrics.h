@@ -42,13 +42,32 @@
 
 namespace prefixd {
 
-// The RPC methods of prefixd.v1.PrefixCache and prefixd.v1.PrefixIndex, as
-// the services name them.
-inline constexpr std::array<absl::string_view, 17> kRpcMethods = {
-    "GetInfo",     "Handshake",  "Match",      "Insert",      "Release",
-    "KeepAlive",   "Evict",      "Invalidate", "Reset",       "Stats",
-    "WatchEvents", "Dump",       "MatchBatch", "InsertBatch", "Route",
-    "RouteBatch",  "ListWorkers"};
+// The RPC methods of prefixd.v1.PrefixCache, prefixd.v1.PrefixIndex and
+// kv_indexer.v1.KVIndexer, as the services name them.
+inline constexpr std::array<absl::string_view, 23> kRpcMethods = {
+    "GetInfo",
+    "Handshake",
+    "Match",
+    "Insert",
+    "Release",
+    "KeepAlive",
+    "Evict",
+    "Invalidate",
+    "Reset",
+    "Stats",
+    "WatchEvents",
+    "Dump",
+    "MatchBatch",
+    "InsertBatch",
+    "Route",
+    "RouteBatch",
+    "ListWorkers",
+    "ConfigureExpectedWorkers",
+    "ReplaceExternalKvSnapshot",
+    "ApplyExternalKvBatch",
+    "MatchExternalKv",
+    "MatchExternalKvPrefix",
+    "GetExternalKvHitCounts"};
 
 // Upper bounds (seconds) of prefixd_rpc_duration_seconds: 25us .. 1s.
 std::vector<double> RpcDurationBuckets();

@@ -191,7 +191,7 @@ def check_values(prom, check, expected, what):
 
 def check_rpc_metrics(prom, check, client):
     errors = series(prom, check, "prefixd_rpc_errors_total")
-    check(len(errors) == 17 * 16, "prefixd_rpc_errors_total: 17 methods x 16 codes pre-created",
+    check(len(errors) == 23 * 16, "prefixd_rpc_errors_total: 23 methods x 16 codes pre-created",
           "%d series" % len(errors))
     wrong = {}
     for labels, value in errors.items():

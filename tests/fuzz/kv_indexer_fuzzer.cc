@@ -1,0 +1,161 @@
+// libFuzzer: kv_indexer.v1 requests as the wire brings them, through the
+// readers that check them (server/kv_indexer_request.h) into ExternalKv
+// (index/external_kv.h) over one FleetIndex, as the KVIndexer service does.
+//
+// Input: records, each
+//   u8   selector   rpc = selector % 6 (Apply, Replace, Configure, Match,
+//                   MatchPrefix, HitCounts)
+//   u8   len
+//   len  bytes      the request message (fewer if the input ends)
+//
+// Checked after every call: a refusal is INVALID_ARGUMENT, OUT_OF_RANGE or
+// FAILED_PRECONDITION only; the index's invariants hold
+// (FleetIndex::CheckInvariants); a MatchExternalKvPrefix answer lists only
+// workers with an address, sorted by blocks descending, none past the hashes
+// considered, best_blocks the first's; MatchExternalKv lists only hashes
+// asked for.
+//
+//   build-fuzz/tests/fuzz/kv_indexer_fuzzer tests/fuzz/corpus/kv_indexer_fuzzer
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/cache_types.h"
+#include "google/protobuf/stubs/logging.h"
+#include "index/external_kv.h"
+#include "index/fleet_index.h"
+#include "server/kv_indexer_request.h"
+
+namespace prefixd {
+namespace {
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "kv_indexer_fuzzer: %s\n", what.c_str());
+  std::abort();
+}
+
+void CheckRefusal(const absl::Status& s) {
+  if (s.ok()) return;
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition:
+      return;
+    default:
+      Fail("unexpected status " + s.ToString());
+  }
+}
+
+CacheLimits Limits() {
+  CacheLimits l;
+  l.max_tokens_per_request = 24;
+  l.max_block_ids_per_request = 16;
+  return l;
+}
+
+void CheckPrefix(const PrefixAnswer& a, size_t hashes) {
+  uint32_t last = UINT32_MAX;
+  for (const PrefixMatch& m : a.matches) {
+    if (m.address.empty()) Fail("a match without an address");
+    if (m.blocks == 0 || m.blocks > hashes) Fail("a match past the hashes");
+    if (m.blocks > last) Fail("matches not sorted");
+    last = m.blocks;
+  }
+  if (a.best_blocks != (a.matches.empty() ? 0 : a.matches[0].blocks))
+    Fail("best_blocks is not the first match's");
+}
+
+void Call(int rpc, const std::string& bytes, ExternalKv& kv) {
+  const CacheLimits limits = Limits();
+  namespace pb = ::kv_indexer::v1;
+  switch (rpc) {
+    case 0: {
+      pb::ApplyExternalKvBatchRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<ExternalBatch> b = ReadApplyRequest(req, limits);
+      CheckRefusal(b.status());
+      if (b.ok()) CheckRefusal(kv.Apply(*b).status());
+      return;
+    }
+    case 1: {
+      pb::ReplaceExternalKvSnapshotRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<ExternalSnapshot> s = ReadSnapshotRequest(req, limits);
+      CheckRefusal(s.status());
+      if (s.ok()) kv.ReplaceSnapshot(*s);
+      return;
+    }
+    case 2: {
+      pb::ConfigureExpectedWorkersRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<std::vector<ExpectedWorker>> w = ReadExpectedWorkers(req);
+      CheckRefusal(w.status());
+      if (w.ok()) {
+        const ExpectedCounts c = kv.ConfigureExpected(*w);
+        if (c.total != w->size() || c.ready > c.total) Fail("bad counts");
+      }
+      return;
+    }
+    case 3: {
+      pb::MatchExternalKvRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<absl::Span<const EngineHash>> h =
+          ReadHashList(req.hashes(), limits);
+      CheckRefusal(h.status());
+      if (!h.ok()) return;
+      const std::set<EngineHash> asked(h->begin(), h->end());
+      for (const NodeHoldings& n : kv.Match(*h, req.count_as_hit(), "")) {
+        for (const TierHoldings& t : n.tiers) {
+          for (EngineHash x : t.hashes) {
+            if (asked.count(x) == 0) Fail("Match answered a hash not asked");
+          }
+        }
+      }
+      return;
+    }
+    case 4: {
+      pb::MatchExternalKvPrefixRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<absl::Span<const EngineHash>> h =
+          ReadPrefixRequest(req, limits);
+      CheckRefusal(h.status());
+      if (h.ok()) CheckPrefix(kv.MatchPrefix(*h, {}), h->size());
+      return;
+    }
+    default: {
+      pb::GetExternalKvHitCountsRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<absl::Span<const EngineHash>> h =
+          ReadHashList(req.hashes(), limits);
+      CheckRefusal(h.status());
+      if (h.ok()) kv.HitCounts(*h);
+      return;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace prefixd
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace prefixd;  // NOLINT
+  google::protobuf::SetLogHandler(nullptr);
+  FleetIndex index(IndexOptions{});
+  ExternalKv::Options options;
+  options.max_hit_counts = 8;
+  ExternalKv kv(&index, options);
+  size_t i = 0;
+  while (i + 2 <= size) {
+    const int rpc = data[i] % 6;
+    const size_t len = std::min<size_t>(data[i + 1], size - i - 2);
+    const std::string bytes(reinterpret_cast<const char*>(data + i + 2), len);
+    i += 2 + len;
+    Call(rpc, bytes, kv);
+    const absl::Status inv = index.CheckInvariants();
+    if (!inv.ok()) Fail(inv.ToString());
+  }
+  return 0;
+}

@@ -1,0 +1,390 @@
+#!/usr/bin/python3
+"""SGLang's KV indexer API (kv_indexer.v1.KVIndexer, docs/index.md "As
+sgl-router's KV indexer") served by the real prefixd binary, called by a
+client generated at test time from the schema text (grpc_tools.protoc over
+proto/kv_indexer/v1/kv_indexer.proto, whose names and field numbers are
+upstream's), not by prefixd's own client.
+
+Covers every RPC and every error path: ApplyExternalKvBatch (REPORT,
+REVOKE, CLEAR_ALL_AT_TIER, enforce_sequence duplicates and gaps,
+worker_epoch restarts), ReplaceExternalKvSnapshot, ConfigureExpectedWorkers
+(adds, removes what it created, leaves ZeroMQ-fed workers), MatchExternalKv
+(by tier, count_as_hit), MatchExternalKvPrefix (order, addresses,
+max_blocks, a WorkerCacheSpec with SWA and MAMBA), GetExternalKvHitCounts;
+a ZeroMQ publisher speaking SGLang's wire (signed 64-bit hashes) answered by
+MatchExternalKvPrefix with its own hashes; principals (ENGINE mutates,
+ADMIN and TENANT query, TENANT within its tenant); and the RPC metrics.
+
+Usage: test_kv_indexer_interop.py --prefixd PATH [--stubs DIR] [-v]
+Exit 77 (skipped) without --prefixd.
+"""
+
+import hashlib
+import os
+import shutil
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = common.setup(__doc__)
+if not ARGS.prefixd:
+    print("--prefixd not given: skipped")
+    sys.exit(77)
+
+import grpc  # noqa: E402
+from grpc_tools import protoc  # noqa: E402
+
+import prefixd_fixture  # noqa: E402
+from prefixd import kv_publisher as kp  # noqa: E402
+
+PROTO_ROOT = os.path.join(common.REPO, "proto")
+GEN = tempfile.mkdtemp(prefix="kv-indexer-stubs-")
+if protoc.main(["protoc", "-I" + PROTO_ROOT, "--python_out=" + GEN, "--grpc_python_out=" + GEN,
+                os.path.join(PROTO_ROOT, "kv_indexer", "v1", "kv_indexer.proto")]) != 0:
+    sys.exit("protoc failed on kv_indexer.proto")
+sys.path.insert(0, GEN)
+from kv_indexer.v1 import kv_indexer_pb2 as kv  # noqa: E402
+from kv_indexer.v1 import kv_indexer_pb2_grpc as kv_grpc  # noqa: E402
+
+TIMEOUT = 10
+TOKENS = {"engine": "engine-token-0123", "admin": "admin-token-0123",
+          "t0": "tenant-t0-token-0123", "dflt": "tenant-default-token-0123"}
+MAX_TOKENS = 4096     # limits.max_tokens_per_request: MatchExternalKvPrefix, snapshots
+MAX_BLOCK_IDS = 1024  # limits.max_block_ids_per_request: batches, Match, hit counts
+
+FULL, SWA, MAMBA = 1, 2, 4
+HBM, DRAM, SSD = kv.TIER_HBM, kv.TIER_DRAM, kv.TIER_SSD
+REPORT, REVOKE, CLEAR = kv.ACTION_REPORT, kv.ACTION_REVOKE, kv.ACTION_CLEAR_ALL_AT_TIER
+
+
+def config(pub):
+    principals = "".join(
+        'principals { name: "%s" role: %s tenants: "%s" token_sha256: "%s" }\n'
+        % (name, role, tenant, hashlib.sha256(TOKENS[name].encode()).hexdigest())
+        for name, role, tenant in (("engine", "ENGINE", "*"), ("admin", "ADMIN", "*"),
+                                   ("t0", "TENANT", "t0"), ("dflt", "TENANT", "default")))
+    return ('auth { mode: TOKEN }\ndynamic_tenants { enabled: true }\n' + principals +
+            'limits { max_tokens_per_request: %d max_block_ids_per_request: %d }\n'
+            % (MAX_TOKENS, MAX_BLOCK_IDS) +
+            'index { block_size: 16 sources { name: "sg" endpoint: "%s" replay_endpoint: "%s" } }\n'
+            % (pub.endpoint, pub.replay_endpoint))
+
+
+def action(kind, tier, hashes=(), masks=(), sizes=()):
+    return kv.ExternalKvAction(type=kind, tier=tier, hashes=list(hashes),
+                               component_masks=list(masks), block_sizes=list(sizes))
+
+
+def batch(worker, seq, actions, address="", **kw):
+    return kv.ApplyExternalKvBatchRequest(worker_id=worker, seq=seq, actions=actions,
+                                          worker_address=address, **kw)
+
+
+class KvIndexerInterop(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        # SGLang's publisher: array encoding, signed 64-bit hashes, replay
+        # answers framed [seq, payload].
+        cls.pub = kp.Publisher(encoding="array", hash_kind="int64", replay_framing="seq",
+                               name="sg")
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(cls.pub))
+        cls.daemon.start()
+        cls.channel = grpc.insecure_channel(cls.daemon.tcp)
+        cls.stub = kv_grpc.KVIndexerStub(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.daemon.stop()
+        cls.daemon.close()
+        cls.pub.close()
+        shutil.rmtree(GEN, ignore_errors=True)
+
+    def call(self, method, request, who="engine"):
+        md = [("authorization", "Bearer " + TOKENS[who])] if who else []
+        return getattr(self.stub, method)(request, timeout=TIMEOUT, metadata=md)
+
+    def refused(self, method, request, code, *words, who="engine"):
+        with self.assertRaises(grpc.RpcError) as e:
+            self.call(method, request, who)
+        self.assertEqual(e.exception.code(), code, e.exception.details())
+        for w in words:
+            self.assertIn(w, e.exception.details())
+        return e.exception.details()
+
+    def prefix(self, hashes, max_blocks=0, who="engine"):
+        r = self.call("MatchExternalKvPrefix",
+                      kv.MatchExternalKvPrefixRequest(hashes=hashes, max_blocks=max_blocks), who)
+        return [(m.worker_id, m.worker_address, m.matched_prefix_blocks) for m in r.matches], r
+
+    def apply(self, *args, **kw):
+        return self.call("ApplyExternalKvBatch", batch(*args, **kw))
+
+    # ---- MatchExternalKvPrefix ----
+
+    def test_prefix_per_worker_most_first(self):
+        a, b = [-101, 102, -103, 104], "p-b"
+        self.apply("p-a", 1, [action(REPORT, HBM, a)], "10.0.0.1:30000")
+        self.apply(b, 1, [action(REPORT, DRAM, a[:2])], "10.0.0.2:30000")
+        self.apply("p-noaddr", 1, [action(REPORT, HBM, a)])  # no address: left out
+        got, r = self.prefix(a)
+        self.assertEqual(got, [("p-a", "10.0.0.1:30000", 4), (b, "10.0.0.2:30000", 2)])
+        self.assertEqual((r.best_prefix_blocks, r.blocks_read), (4, 4))
+        got, r = self.prefix(a, max_blocks=3)
+        self.assertEqual(got, [("p-a", "10.0.0.1:30000", 3), (b, "10.0.0.2:30000", 2)])
+        self.assertEqual(r.blocks_read, 3)
+        got, r = self.prefix([999, -101])
+        self.assertEqual((got, r.best_prefix_blocks), ([], 0))
+
+    def test_hybrid_worker_cache_spec(self):
+        # SWA window 8 tokens = 2 pages of 4; MAMBA on the boundary only.
+        spec = kv.WorkerCacheSpec(version=1, components=FULL | SWA | MAMBA, swa_window_tokens=8,
+                                  full_tier_mask=1 << HBM, swa_tier_mask=1 << HBM,
+                                  mamba_tier_mask=1 << HBM)
+        h = [501, 502, 503, 504, 505]
+        masks = [FULL, FULL, FULL | SWA, FULL | SWA, FULL | SWA | MAMBA]
+        self.apply("hy", 1, [action(REPORT, HBM, h, masks, [4] * 5)], "hy:1", cache_spec=spec)
+        self.assertEqual(self.prefix(h)[0], [("hy", "hy:1", 5)])
+        self.assertEqual(self.prefix(h[:4])[0], [])  # no MAMBA at 4
+        # A REPORT replaces the components: page 4 loses SWA, the window breaks.
+        self.apply("hy", 2, [action(REPORT, HBM, [504], [FULL])], "hy:1", cache_spec=spec)
+        self.assertEqual(self.prefix(h)[0], [])
+        m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=[504, 505]))
+        self.assertEqual(list(m.matches[0].hashes_by_tier[0].component_masks),
+                         [FULL, FULL | SWA | MAMBA])
+        # Without a spec the worker is full attention only: 5 pages again.
+        self.apply("hy", 3, [], "hy:1")
+        self.assertEqual(self.prefix(h)[0], [("hy", "hy:1", 5)])
+
+    # ---- ApplyExternalKvBatch ----
+
+    def test_revoke_clear_and_match_by_tier(self):
+        h = [601, 602, 603]
+        self.apply("t", 1, [action(REPORT, HBM, h), action(REPORT, SSD, h[1:])], "t:1")
+        self.apply("t", 2, [action(REVOKE, HBM, [602])], "t:1")
+        m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=h + [602, 699]))
+        self.assertEqual(len(m.matches), 1)
+        node = m.matches[0]
+        self.assertEqual((node.worker_id, node.address), ("t", "t:1"))
+        tiers = {t.tier: list(t.hashes) for t in node.hashes_by_tier}
+        self.assertEqual(tiers, {HBM: [601, 603], SSD: [602, 603]})
+        self.assertEqual(self.prefix(h)[0], [("t", "t:1", 3)])  # 602 still on SSD
+        self.apply("t", 3, [action(CLEAR, SSD)], "t:1")
+        self.assertEqual(self.prefix(h)[0], [("t", "t:1", 1)])
+
+    def test_enforced_sequence_duplicate_and_gap(self):
+        r = self.apply("s", 7, [action(REPORT, HBM, [701])], "s:1", enforce_sequence=True)
+        self.assertEqual((r.applied_seq, r.duplicate), (7, False))
+        r = self.apply("s", 7, [action(REPORT, HBM, [702])], "s:1", enforce_sequence=True)
+        self.assertEqual((r.applied_seq, r.duplicate), (7, True))
+        self.assertEqual(self.prefix([701, 702])[0], [("s", "s:1", 1)])  # 702 not applied
+        self.apply("s", 8, [action(REPORT, HBM, [702])], "s:1", enforce_sequence=True)
+        self.refused("ApplyExternalKvBatch",
+                     batch("s", 11, [action(REPORT, HBM, [703])], "s:1", enforce_sequence=True),
+                     grpc.StatusCode.FAILED_PRECONDITION, "seq 11 after applied_seq 8",
+                     "batches 9..10 are missing")
+        self.assertEqual(self.prefix([701])[0], [])  # cleared
+        self.refused("ApplyExternalKvBatch",
+                     batch("s", 12, [action(REPORT, HBM, [701])], "s:1", enforce_sequence=True),
+                     grpc.StatusCode.FAILED_PRECONDITION, "ReplaceExternalKvSnapshot")
+        r = self.call("ReplaceExternalKvSnapshot", kv.ReplaceExternalKvSnapshotRequest(
+            worker_id="s", worker_address="s:2", applied_seq=20,
+            hashes_by_tier=[kv.TierHashes(tier=HBM, hashes=[701, 702, 703])]))
+        self.assertEqual(r.applied_seq, 20)
+        self.assertEqual(self.prefix([701, 702, 703])[0], [("s", "s:2", 3)])
+        r = self.apply("s", 21, [action(REPORT, HBM, [704])], "s:2", enforce_sequence=True)
+        self.assertEqual((r.applied_seq, r.duplicate), (21, False))
+
+    def test_epoch_change_is_a_restart(self):
+        self.apply("ep", 1, [action(REPORT, HBM, [801, 802])], "ep:1", worker_epoch="a")
+        self.apply("ep", 1, [action(REPORT, HBM, [809])], "ep:1", worker_epoch="b")
+        self.assertEqual(self.prefix([801])[0], [])
+        self.assertEqual(self.prefix([809])[0], [("ep", "ep:1", 1)])
+        self.refused("ApplyExternalKvBatch",
+                     batch("ep", 2, [action(REPORT, HBM, [803])], "ep:1", worker_epoch="c",
+                           enforce_sequence=True),
+                     grpc.StatusCode.FAILED_PRECONDITION, 'worker_epoch "c" after "b"')
+
+    def test_snapshot_replaces_every_tier(self):
+        self.apply("sn", 1, [action(REPORT, HBM, [901]), action(REPORT, SSD, [902])], "sn:1")
+        r = self.call("ReplaceExternalKvSnapshot", kv.ReplaceExternalKvSnapshotRequest(
+            worker_id="sn", worker_address="sn:1", worker_epoch="e", applied_seq=5,
+            hashes_by_tier=[kv.TierHashes(tier=DRAM, hashes=[903, 904])]))
+        self.assertEqual(r.applied_seq, 5)
+        self.assertEqual(self.prefix([901])[0], [])
+        self.assertEqual(self.prefix([902])[0], [])
+        self.assertEqual(self.prefix([903, 904])[0], [("sn", "sn:1", 2)])
+
+    # ---- hit counts ----
+
+    def test_hit_counts(self):
+        self.apply("hc", 1, [action(REPORT, HBM, [1001, 1002])], "hc:1")
+        self.call("MatchExternalKv", kv.MatchExternalKvRequest(
+            hashes=[1001, 1002, 1001, 1099], count_as_hit=True))
+        self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=[1001], count_as_hit=True))
+        self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=[1002]))  # not counted
+        r = self.call("GetExternalKvHitCounts",
+                      kv.GetExternalKvHitCountsRequest(hashes=[1002, 1001, 1099, 1001]))
+        self.assertEqual([(e.hash, e.hit_count_total) for e in r.entries],
+                         [(1002, 1), (1001, 2)])
+
+    # ---- ConfigureExpectedWorkers and ZeroMQ-fed workers ----
+    # Named to run last (unittest runs tests by name): ConfigureExpectedWorkers
+    # removes the workers the other tests created.
+
+    def test_zmq_worker_and_expected_workers(self):
+        hashes = [-(1 << 62) + 5, (1 << 62) + 7, -9]  # SGLang's signed page hashes
+        self.pub.wait_for_subscriber()
+        tokens = list(range(48))
+        self.pub.publish([kp.block_stored(hashes, None, tokens, 16)])
+        deadline = time.monotonic() + TIMEOUT
+        holders = []
+        while time.monotonic() < deadline and not holders:
+            m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=hashes))
+            holders = [n.worker_id for n in m.matches]
+        self.assertEqual(holders, ["sg"])
+        # No address yet: left out of MatchExternalKvPrefix.
+        self.assertEqual(self.prefix(hashes)[0], [])
+        self.apply("cw-a", 1, [action(REPORT, HBM, hashes[:1])], "cw-a:1")
+        self.apply("cw-b", 1, [action(REPORT, HBM, hashes[:1])], "cw-b:1")
+        r = self.call("ConfigureExpectedWorkers", kv.ConfigureExpectedWorkersRequest(workers=[
+            kv.ExpectedWorker(worker_id="sg", worker_address="http://sg:30000"),
+            kv.ExpectedWorker(worker_id="cw-a", worker_address="cw-a:2"),
+            kv.ExpectedWorker(worker_id="cw-new", worker_address="cw-new:1")]))
+        self.assertEqual((r.total_workers, r.ready_workers), (3, 2))  # cw-new has no data
+        got = [(w, a, n) for w, a, n in self.prefix(hashes)[0] if w.startswith(("sg", "cw"))]
+        self.assertEqual(got, [("sg", "http://sg:30000", 3), ("cw-a", "cw-a:2", 1)])  # cw-b gone
+        # Left out, the ZeroMQ-fed worker stays.
+        r = self.call("ConfigureExpectedWorkers", kv.ConfigureExpectedWorkersRequest(workers=[
+            kv.ExpectedWorker(worker_id="cw-new", worker_address="cw-new:1")]))
+        self.assertEqual((r.total_workers, r.ready_workers), (1, 0))
+        got = [(w, n) for w, _, n in self.prefix(hashes)[0] if w.startswith(("sg", "cw"))]
+        self.assertEqual(got, [("sg", 3)])
+
+    # ---- principals ----
+
+    def test_principals(self):
+        self.apply("au", 1, [action(REPORT, HBM, [1101])], "au:1")
+        self.refused("MatchExternalKvPrefix", kv.MatchExternalKvPrefixRequest(hashes=[1101]),
+                     grpc.StatusCode.UNAUTHENTICATED, who=None)
+        for who in ("admin", "t0", "dflt"):
+            for method, req in (
+                    ("ApplyExternalKvBatch", batch("au", 2, [action(CLEAR, HBM)], "au:1")),
+                    ("ReplaceExternalKvSnapshot",
+                     kv.ReplaceExternalKvSnapshotRequest(worker_id="au")),
+                    ("ConfigureExpectedWorkers", kv.ConfigureExpectedWorkersRequest())):
+                self.refused(method, req, grpc.StatusCode.PERMISSION_DENIED, who,
+                             "needs an ENGINE principal", who=who)
+        self.assertEqual(self.prefix([1101], who="admin")[0], [("au", "au:1", 1)])
+        # Tenant principals see the workers of their tenant ("default" here).
+        self.assertEqual(self.prefix([1101], who="dflt")[0], [("au", "au:1", 1)])
+        self.assertEqual(self.prefix([1101], who="t0")[0], [])
+        m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=[1101]), who="t0")
+        self.assertEqual(len(m.matches), 0)
+        self.call("GetExternalKvHitCounts", kv.GetExternalKvHitCountsRequest(hashes=[1101]),
+                  who="t0")
+
+    # ---- bad input: the status names the field and numbers; nothing changes ----
+
+    def test_bad_input_changes_nothing(self):
+        self.apply("bad", 1, [action(REPORT, HBM, [1201, 1202])], "bad:1",
+                   enforce_sequence=True)
+        before = self.prefix([1201, 1202])[0]
+        inv = grpc.StatusCode.INVALID_ARGUMENT
+        cases = [
+            (batch("", 2, [action(REPORT, HBM, [1])]), "worker_id is empty"),
+            (batch("bad", 2, [action(999, HBM, [1])]), "actions[0].type is 999"),
+            (batch("bad", 2, [action(0, HBM, [1])]), "actions[0].type is 0"),
+            (batch("bad", 2, [action(REVOKE, 0, [1201])]), "actions[0].tier is 0"),
+            (batch("bad", 2, [action(REVOKE, 7, [1201])]), "actions[0].tier is 7"),
+            (batch("bad", 2, [action(CLEAR, HBM), action(REPORT, HBM, [])]),
+             "actions[1].hashes is empty"),
+            (batch("bad", 2, [action(REPORT, HBM, [1, 2], [FULL])]),
+             "actions[0].component_masks has 1 entries", "(2)"),
+            (batch("bad", 2, [action(REPORT, HBM, [1, 2], [], [16])]),
+             "actions[0].block_sizes has 1 entries"),
+            (batch("bad", 2, [action(REPORT, HBM, [1], [8])]),
+             "actions[0].component_masks[0] is 8"),
+            (batch("bad", 2, [action(CLEAR, HBM)], cache_spec=kv.WorkerCacheSpec(
+                version=2, components=FULL)), "cache_spec.version is 2"),
+            (batch("bad", 2, [action(CLEAR, HBM)], cache_spec=kv.WorkerCacheSpec(version=1)),
+             "cache_spec.components is 0"),
+            (batch("bad", 2, [action(CLEAR, HBM)], cache_spec=kv.WorkerCacheSpec(
+                components=FULL | SWA)), "cache_spec.swa_window_tokens is 0"),
+            (batch("bad", 2, [action(REPORT, HBM, range(MAX_BLOCK_IDS + 1))]),
+             "the batch has %d hashes; the limit is %d" % (MAX_BLOCK_IDS + 1, MAX_BLOCK_IDS)),
+            (batch("x" * 1025, 2, []), "worker_id is 1025 bytes; the limit is 1024"),
+        ]
+        for req, *words in cases:
+            self.refused("ApplyExternalKvBatch", req, inv, *words)
+        snap = kv.ReplaceExternalKvSnapshotRequest
+        self.refused("ReplaceExternalKvSnapshot", snap(worker_address="a"), inv, "worker_id")
+        self.refused("ReplaceExternalKvSnapshot", snap(
+            worker_id="bad", hashes_by_tier=[kv.TierHashes(tier=0, hashes=[1])]), inv,
+            "hashes_by_tier[0].tier is 0")
+        self.refused("ReplaceExternalKvSnapshot", snap(
+            worker_id="bad", hashes_by_tier=[kv.TierHashes(tier=HBM, hashes=[1],
+                                                           component_masks=[1, 1])]),
+            inv, "hashes_by_tier[0].component_masks has 2 entries")
+        self.refused("ReplaceExternalKvSnapshot", snap(
+            worker_id="bad", hashes_by_tier=[kv.TierHashes(tier=HBM,
+                                                           hashes=range(MAX_TOKENS + 1))]),
+            inv, "the snapshot has %d hashes; the limit is %d" % (MAX_TOKENS + 1, MAX_TOKENS))
+        cfg = kv.ConfigureExpectedWorkersRequest
+        self.refused("ConfigureExpectedWorkers", cfg(workers=[
+            kv.ExpectedWorker(worker_id="bad"), kv.ExpectedWorker(worker_id="bad")]), inv,
+            'workers[1].worker_id "bad" is listed twice')
+        self.refused("ConfigureExpectedWorkers", cfg(workers=[kv.ExpectedWorker()]), inv,
+                     "workers[0].worker_id is empty")
+        self.refused("ConfigureExpectedWorkers", cfg(workers=[kv.ExpectedWorker(
+            worker_id="bad", cache_spec=kv.WorkerCacheSpec(components=16))]), inv,
+            "workers[0].cache_spec.components is 16")
+        self.refused("MatchExternalKvPrefix", kv.MatchExternalKvPrefixRequest(), inv,
+                     "hashes is empty")
+        self.refused("MatchExternalKvPrefix",
+                     kv.MatchExternalKvPrefixRequest(hashes=range(MAX_TOKENS + 1)),
+                     grpc.StatusCode.OUT_OF_RANGE,
+                     "hashes has %d hashes; the limit is %d" % (MAX_TOKENS + 1, MAX_TOKENS))
+        for method, req in (("MatchExternalKv", kv.MatchExternalKvRequest),
+                            ("GetExternalKvHitCounts", kv.GetExternalKvHitCountsRequest)):
+            self.refused(method, req(), inv, "hashes is empty")
+            self.refused(method, req(hashes=range(MAX_BLOCK_IDS + 1)), inv,
+                         "hashes has %d hashes; the limit is %d" % (MAX_BLOCK_IDS + 1,
+                                                                     MAX_BLOCK_IDS))
+        # Nothing changed: the same answer, and the stream goes on at seq 2.
+        self.assertEqual(self.prefix([1201, 1202])[0], before)
+        r = self.apply("bad", 2, [action(REPORT, HBM, [1203])], "bad:1", enforce_sequence=True)
+        self.assertEqual((r.applied_seq, r.duplicate), (2, False))
+        self.assertEqual(self.prefix([1201, 1202, 1203])[0], [("bad", "bad:1", 3)])
+
+    # ---- metrics ----
+
+    def test_metrics(self):
+        self.apply("me", 1, [], "me:1")
+        self.refused("ApplyExternalKvBatch", batch("", 1, []), grpc.StatusCode.INVALID_ARGUMENT)
+        text = urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                      timeout=TIMEOUT).read().decode()
+
+        def value(series):
+            for line in text.splitlines():
+                if line.startswith(series + " "):
+                    return float(line.split()[-1])
+            self.fail("no series " + series)
+
+        self.assertGreaterEqual(value(
+            'prefixd_rpc_duration_seconds_count{method="ApplyExternalKvBatch"}'), 2)
+        self.assertGreaterEqual(value(
+            'prefixd_rpc_errors_total{code="INVALID_ARGUMENT",method="ApplyExternalKvBatch"}'), 1)
+        for method in ("ConfigureExpectedWorkers", "ReplaceExternalKvSnapshot", "MatchExternalKv",
+                       "MatchExternalKvPrefix", "GetExternalKvHitCounts"):
+            value('prefixd_rpc_duration_seconds_count{method="%s"}' % method)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The fleet index against every form the engines ship (issue 27): the real
+"""The fleet index against every form the engines ship: the real
 prefixd binary subscribed over real ZeroMQ sockets to publishers of each
 form (prefixd.kv_publisher), each fed by an engine model
 (prefixd.engine_pool) whose caches are the truth every Route answer and

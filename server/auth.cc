@@ -183,6 +183,55 @@ size_t EqualMask(const unsigned char* a, const unsigned char* b, size_t n) {
   return static_cast<size_t>(0) - static_cast<size_t>(1u - nonzero);
 }
 
+// One principal as configured, checked on its own (that its name, token
+// and certificate subject are its alone is the table's to check).
+absl::StatusOr<Principal> ParsePrincipal(const std::string& who,
+                                         const v1::PrincipalConfig& pc,
+                                         v1::AuthConfig::Mode mode) {
+  if (pc.name().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": name is empty"));
+  }
+  Principal p;
+  p.name = pc.name();
+  ASSIGN_OR_RETURN(p.role, ParseRole(who, pc.role()));
+  if (!pc.token_sha256().empty()) {
+    RETURN_IF_ERROR(ParseSha256Hex(who, pc.token_sha256(), &p.token_sha256));
+    p.has_token = true;
+  }
+  for (const std::string& salt : pc.cache_salts()) {
+    if (salt.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": cache_salts holds an empty salt"));
+    }
+    p.cache_salts.push_back(salt);
+  }
+  if (!p.cache_salts.empty() && p.role != Principal::Role::kTenant) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": cache_salts is for TENANT principals; ENGINE and ADMIN "
+                     "principals Route over every namespace"));
+  }
+  p.cert_subject = pc.cert_subject();
+  if (!p.cert_subject.empty() && mode != v1::AuthConfig::MTLS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": cert_subject needs auth.mode MTLS (client certificates "
+                     "are not asked for otherwise)"));
+  }
+  if (mode == v1::AuthConfig::TOKEN && !p.has_token) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": has no token_sha256 (auth.mode TOKEN)"));
+  }
+  if (mode == v1::AuthConfig::MTLS && !p.has_token && p.cert_subject.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        who,
+        ": has no credential: set cert_subject (and token_sha256 to "
+        "call over a Unix socket)"));
+  }
+  RETURN_IF_ERROR(ParseTenants(who, pc, &p));
+  return p;
+}
+
 }  // namespace
 
 // --- PrincipalTable ---------------------------------------------------------
@@ -204,67 +253,28 @@ absl::StatusOr<PrincipalTable> PrincipalTable::FromConfig(
   for (int i = 0; i < config.principals_size(); ++i) {
     const v1::PrincipalConfig& pc = config.principals(i);
     const std::string who = Who(i, pc.name());
-    if (pc.name().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(who, ": name is empty"));
-    }
+    ASSIGN_OR_RETURN(Principal p, ParsePrincipal(who, pc, mode));
+    auto other = [&](int j) { return Who(j, config.principals(j).name()); };
     if (auto [it, fresh] = names.emplace(pc.name(), i); !fresh) {
       return absl::InvalidArgumentError(
           absl::StrCat(who, ": the name is taken by principals[", it->second,
                        "]; names must be unique"));
     }
-    Principal p;
-    p.name = pc.name();
-    ASSIGN_OR_RETURN(p.role, ParseRole(who, pc.role()));
-    if (!pc.token_sha256().empty()) {
-      RETURN_IF_ERROR(ParseSha256Hex(who, pc.token_sha256(), &p.token_sha256));
-      p.has_token = true;
+    if (p.has_token) {
       const std::string key(p.token_sha256.begin(), p.token_sha256.end());
       if (auto [it, fresh] = hashes.emplace(key, i); !fresh) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(who, ": token_sha256 is the same as ",
-                         Who(it->second, config.principals(it->second).name()),
-                         "'s; every principal needs its own token"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            who, ": token_sha256 is the same as ", other(it->second),
+            "'s; every principal needs its own token"));
       }
     }
-    for (const std::string& salt : pc.cache_salts()) {
-      if (salt.empty()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(who, ": cache_salts holds an empty salt"));
-      }
-      p.cache_salts.push_back(salt);
-    }
-    if (!p.cache_salts.empty() && p.role != Principal::Role::kTenant) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who,
-          ": cache_salts is for TENANT principals; ENGINE and ADMIN "
-          "principals Route over every namespace"));
-    }
-    p.cert_subject = pc.cert_subject();
     if (!p.cert_subject.empty()) {
-      if (mode != v1::AuthConfig::MTLS) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            who,
-            ": cert_subject needs auth.mode MTLS (client certificates "
-            "are not asked for otherwise)"));
-      }
       if (auto [it, fresh] = subjects.emplace(p.cert_subject, i); !fresh) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            who, ": cert_subject \"", p.cert_subject, "\" is also ",
-            Who(it->second, config.principals(it->second).name()), "'s"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": cert_subject \"", p.cert_subject,
+                         "\" is also ", other(it->second), "'s"));
       }
     }
-    if (mode == v1::AuthConfig::TOKEN && !p.has_token) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, ": has no token_sha256 (auth.mode TOKEN)"));
-    }
-    if (mode == v1::AuthConfig::MTLS && !p.has_token &&
-        p.cert_subject.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          who,
-          ": has no credential: set cert_subject (and token_sha256 to "
-          "call over a Unix socket)"));
-    }
-    RETURN_IF_ERROR(ParseTenants(who, pc, &p));
     if (!table.dynamic_tenants_) {
       for (const std::string& t : p.tenants) {
         if (!table.configured_tenants_.contains(t)) {

@@ -44,6 +44,39 @@ void InitGrpcOnce() {
   });
 }
 
+// What one peer may hold and send, on every listener.
+void SetChannelLimits(const ServerConfig& config, bool authenticated,
+                      grpc::ServerBuilder& builder) {
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
+  // start fine and take half the connections with a cache of its own.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // What one peer can hold open, authenticated or not: calls per
+  // connection, and connections that carry no call (a peer that sent the
+  // HTTP/2 preface and nothing else) are closed once idle.
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             config.max_concurrent_streams);
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(config.max_connection_idle),
+          std::numeric_limits<int>::max())));
+  // With authentication on, a new stream's HTTP/2 window is what a peer may
+  // send before the daemon reads any of it: all that a call refused from
+  // its metadata (auth.h) makes the daemon buffer. BDP probing would raise
+  // every new stream's window to megabytes (4 MiB measured); without it a
+  // stream starts at limits.max_bytes_before_auth and grows only while its
+  // message is read. Auth off has no unauthenticated peer (it serves
+  // loopback and Unix sockets only) and keeps gRPC's defaults: the small
+  // window costs a 2k-token Match about 15 us of server CPU (T6,
+  // docs/performance.md).
+  if (authenticated) {
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
+                               config.max_bytes_before_auth);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerConfig config,
@@ -80,12 +113,17 @@ absl::Status Server::ReloadPrincipals(const v1::Config& config) {
 
 absl::Status Server::Build() {
   InitGrpcOnce();
+  RETURN_IF_ERROR(BuildServices());
+  RETURN_IF_ERROR(StartGrpc());
+  return StartBackground();
+}
+
+absl::Status Server::BuildServices() {
   watchers_ = std::make_unique<EventWatchers>(
       cache_.get(), epoch_, config_.watch_poll_interval, config_.watch);
   service_ = std::make_unique<PrefixCacheService>(
       cache_.get(), authorizer_.get(), watchers_.get(),
       ServiceInfo::From(config_, epoch_), observer_);
-
   if (config_.index_enabled) {
     fleet_index_ = std::make_unique<FleetIndex>(config_.index);
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
@@ -100,7 +138,6 @@ absl::Status Server::Build() {
         external_kv_.get(), authorizer_.get(), cache_->options().limits,
         observer_);
   }
-
   if (config_.events_publish_enabled) {
     if (!cache_->options().detailed_events) {
       return absl::FailedPreconditionError(
@@ -113,7 +150,10 @@ absl::Status Server::Build() {
                                config_.events_publish_limits,
                                config_.events_publish_interval));
   }
+  return absl::OkStatus();
+}
 
+absl::Status Server::StartGrpc() {
   grpc::ServerBuilder builder;
   std::vector<int> ports(config_.listen.size(), 0);
   for (size_t i = 0; i < config_.listen.size(); ++i) {
@@ -125,34 +165,7 @@ absl::Status Server::Build() {
     builder.AddListeningPort(a.ToGrpcUri(), authorizer_->Credentials(a),
                              &ports[i]);
   }
-  builder.SetMaxReceiveMessageSize(static_cast<int>(config_.max_message_bytes));
-  // gRPC sets SO_REUSEPORT by default: a second daemon on the same port would
-  // start fine and take half the connections with a cache of its own.
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  // What one peer can hold open, authenticated or not: calls per
-  // connection, and connections that carry no call (a peer that sent the
-  // HTTP/2 preface and nothing else) are closed once idle.
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
-                             config_.max_concurrent_streams);
-  builder.AddChannelArgument(
-      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-      static_cast<int>(std::min<int64_t>(
-          absl::ToInt64Milliseconds(config_.max_connection_idle),
-          std::numeric_limits<int>::max())));
-  // With authentication on, a new stream's HTTP/2 window is what a peer may
-  // send before the daemon reads any of it: all that a call refused from
-  // its metadata (auth.h) makes the daemon buffer. BDP probing would raise
-  // every new stream's window to megabytes (4 MiB measured); without it a
-  // stream starts at limits.max_bytes_before_auth and grows only while its
-  // message is read. Auth off has no unauthenticated peer (it serves
-  // loopback and Unix sockets only) and keeps gRPC's defaults: the small
-  // window costs a 2k-token Match about 15 us of server CPU (T6,
-  // docs/performance.md).
-  if (authorizer_->mode() != "NONE") {
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-    builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                               config_.max_bytes_before_auth);
-  }
+  SetChannelLimits(config_, authorizer_->mode() != "NONE", builder);
   builder.RegisterService(service_.get());
   if (index_service_ != nullptr) builder.RegisterService(index_service_.get());
   if (kv_indexer_service_ != nullptr)
@@ -179,6 +192,12 @@ absl::Status Server::Build() {
       addresses_.push_back(absl::StrCat(a.host, ":", ports[i]));
     }
   }
+  return absl::OkStatus();
+}
+
+// Once the listeners serve: the index's ingestion, health SERVING, lease
+// expiry.
+absl::Status Server::StartBackground() {
   if (index_ != nullptr) {
     absl::StatusOr<std::unique_ptr<Ingest>> ingest =
         Ingest::Start(index_.get(), config_.ingest);
@@ -220,6 +239,70 @@ void Server::Shutdown() {
   if (lease_expirer_ != nullptr) lease_expirer_->Stop();
 }
 
+namespace {
+
+// The fleet index's lines: its tree, each source, the listen endpoint.
+std::string IndexBanner(const Server& server) {
+  const ServerConfig& c = server.config();
+  const IngestOptions& in = c.ingest;
+  std::string out =
+      absl::StrCat("  index        block size ", c.index.block_size, ", max ",
+                   FormatCount(c.index.max_entries),
+                   " entries, services prefixd.v1.PrefixIndex and "
+                   "kv_indexer.v1.KVIndexer\n");
+  for (const IndexSource& src : in.sources) {
+    std::string replay =
+        src.replay_port != 0
+            ? absl::StrCat(" (a pool) replay port ", src.replay_port,
+                           " on every address")
+        : src.replay_endpoint.empty()
+            ? " (no replay endpoint: a lost batch clears it)"
+            : absl::StrCat(" replay ", src.replay_endpoint);
+    absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
+                    replay, "\n");
+  }
+  if (!in.listen.empty()) {
+    absl::StrAppend(&out, "  index listen ", server.index_listen_endpoint(),
+                    "\n");
+  }
+  return out;
+}
+
+std::string EventsBanner(const EventsPublisher& p) {
+  return absl::StrCat(
+      "  events pub   ", p.endpoint(), " topic \"", p.options().topic, "\"\n",
+      "  events replay ",
+      p.replay_endpoint().empty()
+          ? "none (a lost batch clears this daemon in the index)"
+          : absl::StrCat(p.replay_endpoint(), " (last ",
+                         p.options().buffer_batches, " batches)"),
+      "\n");
+}
+
+// Authentication, and every warning about what the listeners expose.
+std::string AuthBanner(const Server& server) {
+  const ServerConfig& c = server.config();
+  std::string out =
+      absl::StrCat("  auth         ", server.authorizer().mode(), "\n");
+  for (const std::string& w : server.authorizer().Warnings(c.listen))
+    absl::StrAppend(&out, "WARNING: ", w, "\n");
+  for (const std::string& w : ExposureWarnings(c))
+    absl::StrAppend(&out, "WARNING: ", w, "\n");
+  if (server.authorizer().mode() == "NONE") {
+    absl::StrAppend(&out,
+                    "WARNING: authentication is OFF. Every process that can "
+                    "reach the addresses above "
+                    "can read, fill and wipe the cache of every tenant "
+                    "(x-prefixd-tenant is taken on "
+                    "trust). Serve only loopback and Unix sockets this way; "
+                    "set auth.mode for anything "
+                    "else.\n");
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string StartupBanner(const Server& server) {
   const ServerConfig& c = server.config();
   const CacheOptions& o = server.cache()->options();
@@ -243,55 +326,11 @@ std::string StartupBanner(const Server& server) {
                       ? "none"
                       : c.snapshot_path + " (written at shutdown, read once)",
                   "\n");
-  if (server.index() != nullptr) {
-    const IngestOptions& in = c.ingest;
-    absl::StrAppend(&out, "  index        block size ", c.index.block_size,
-                    ", max ", FormatCount(c.index.max_entries),
-                    " entries, services prefixd.v1.PrefixIndex and "
-                    "kv_indexer.v1.KVIndexer\n");
-    for (const IndexSource& src : in.sources) {
-      std::string replay =
-          src.replay_port != 0
-              ? absl::StrCat(" (a pool) replay port ", src.replay_port,
-                             " on every address")
-          : src.replay_endpoint.empty()
-              ? " (no replay endpoint: a lost batch clears it)"
-              : absl::StrCat(" replay ", src.replay_endpoint);
-      absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
-                      replay, "\n");
-    }
-    if (!in.listen.empty()) {
-      absl::StrAppend(&out, "  index listen ", server.index_listen_endpoint(),
-                      "\n");
-    }
-  }
+  if (server.index() != nullptr) absl::StrAppend(&out, IndexBanner(server));
   if (const EventsPublisher* p = server.events_publisher(); p != nullptr) {
-    absl::StrAppend(&out, "  events pub   ", p->endpoint(), " topic \"",
-                    p->options().topic, "\"\n");
-    absl::StrAppend(
-        &out, "  events replay ",
-        p->replay_endpoint().empty()
-            ? "none (a lost batch clears this daemon in the index)"
-            : absl::StrCat(p->replay_endpoint(), " (last ",
-                           p->options().buffer_batches, " batches)"),
-        "\n");
+    absl::StrAppend(&out, EventsBanner(*p));
   }
-  absl::StrAppend(&out, "  auth         ", server.authorizer().mode(), "\n");
-  for (const std::string& w : server.authorizer().Warnings(c.listen))
-    absl::StrAppend(&out, "WARNING: ", w, "\n");
-  for (const std::string& w : ExposureWarnings(c))
-    absl::StrAppend(&out, "WARNING: ", w, "\n");
-  if (server.authorizer().mode() == "NONE") {
-    absl::StrAppend(&out,
-                    "WARNING: authentication is OFF. Every process that can "
-                    "reach the addresses above "
-                    "can read, fill and wipe the cache of every tenant "
-                    "(x-prefixd-tenant is taken on "
-                    "trust). Serve only loopback and Unix sockets this way; "
-                    "set auth.mode for anything "
-                    "else.\n");
-  }
-  return out;
+  return out + AuthBanner(server);
 }
 
 }  // namespace prefixd

@@ -99,7 +99,12 @@ class Server {
 
  private:
   Server(ServerConfig config, ServerDeps deps, uint64_t epoch);
+  // Build: the services, then the gRPC server on every listener, then what
+  // runs beside it.
   absl::Status Build();
+  absl::Status BuildServices();
+  absl::Status StartGrpc();
+  absl::Status StartBackground();
 
   const ServerConfig config_;
   const uint64_t epoch_;

@@ -252,13 +252,12 @@ absl::StatusOr<std::string> WriteSnapshot(const PrefixCache& cache,
                              absl::Now() - start, absl::Milliseconds(1))));
 }
 
-absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
-                                                 absl::string_view fingerprint,
-                                                 const CacheOptions& options,
-                                                 absl::Time now) {
-  RestoredSnapshot out;
-  ASSIGN_OR_RETURN(out.cache, PrefixCache::Create(options));
+namespace {
 
+// Creates the snapshot's directory, fails if the snapshot could not be
+// written there at shutdown, and removes a temporary file an interrupted
+// write left; returns a note for the summary ("" or " (removed ...)").
+absl::StatusOr<std::string> PrepareDirectory(const std::string& path) {
   const std::string dir = Directory(path);
   std::error_code ec;
   CreateDirectories(dir, ec);
@@ -269,12 +268,19 @@ absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
                      ": the snapshot could not be written at shutdown"));
   }
   const std::string tmp = absl::StrCat(path, ".tmp");
-  std::string removed_tmp;
-  if (unlink(tmp.c_str()) == 0) {
-    removed_tmp =
-        absl::StrCat(" (removed ", tmp, ", left by an interrupted write)");
-  }
+  if (unlink(tmp.c_str()) != 0) return std::string();
+  return absl::StrCat(" (removed ", tmp, ", left by an interrupted write)");
+}
 
+}  // namespace
+
+absl::StatusOr<RestoredSnapshot> RestoreSnapshot(const std::string& path,
+                                                 absl::string_view fingerprint,
+                                                 const CacheOptions& options,
+                                                 absl::Time now) {
+  RestoredSnapshot out;
+  ASSIGN_OR_RETURN(out.cache, PrefixCache::Create(options));
+  ASSIGN_OR_RETURN(const std::string removed_tmp, PrepareDirectory(path));
   absl::StatusOr<std::string> bytes =
       ReadRegularFile(path, out.cache->MaxSnapshotBytes());
   if (!bytes.ok() && bytes.status().code() == absl::StatusCode::kNotFound) {

@@ -29,7 +29,7 @@ import source_check
 
 MAX_LINES = 60
 # The folders scanned; add one here to hold it to the limit too.
-FOLDERS = ("base", "core", "model", "client")
+FOLDERS = ("base", "core", "model", "client", "server")
 # Files of those folders that are tests or test support, not product.
 TEST_SUPPORT = {
     "core/differential_driver.cc", "core/differential_driver.h",

@@ -35,6 +35,10 @@ td.tenant{white-space:normal;word-break:break-all;max-width:18em}
 .key{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}
 .stale{opacity:.35} input:disabled{background:#eef1f5;color:#98a0ae}
 #command{font-family:monospace;font-size:13px;word-break:break-all}
+#plots{display:flex;flex-wrap:wrap;gap:10px 16px}
+figure.plot{margin:0;background:#fff;border:1px solid #d8dce3;padding:6px 8px}
+figure.plot figcaption{font-size:13px;font-weight:600}
+figure.plot .legend{font-size:12px;color:#667085}
 )css";
 
 std::string HtmlEscape(absl::string_view text) {

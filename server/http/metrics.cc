@@ -296,16 +296,20 @@ std::vector<MetricFamily> EventsPublishMetricFamilies(
   return out;
 }
 
-std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
-  std::vector<MetricFamily> out;
+namespace {
+
+// The counters kept per worker and label: events by type, replays by
+// result, clears by reason.
+void AddIndexWorkerCounters(const IndexStats& stats,
+                            std::vector<MetricFamily>* out) {
   AddWorkerCounters<kNumEventTypes>(
-      &out, "prefixd_index_events_total",
+      out, "prefixd_index_events_total",
       "KV events received from each worker, by type (unknown: types the "
       "index does not know, skipped).",
       stats, "type", kEventTypeNames,
       [](const WorkerStatus& w) { return w.events_by_type; });
   AddWorkerCounters<2>(
-      &out, "prefixd_index_replays_total",
+      out, "prefixd_index_replays_total",
       "Replay requests to a worker's replay endpoint, by result (ok: the "
       "missing batches came; failed: the worker was cleared).",
       stats, "result", std::array<absl::string_view, 2>{"ok", "failed"},
@@ -316,11 +320,15 @@ std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   for (int r = 0; r < kNumClearReasons; ++r)
     clear_names[r] = ClearReasonName(static_cast<ClearReason>(r));
   AddWorkerCounters<kNumClearReasons>(
-      &out, "prefixd_index_clears_total",
+      out, "prefixd_index_clears_total",
       "Times a worker's blocks were all dropped from the index, by reason.",
       stats, "reason", clear_names,
       [](const WorkerStatus& w) { return w.clears; });
+}
 
+// Per worker: gaps, unknown fields, blocks by medium, state.
+void AddIndexWorkerGauges(const IndexStats& stats,
+                          std::vector<MetricFamily>* out) {
   MetricFamily gaps =
       NewFamily("prefixd_index_gaps_total",
                 "Sequence gaps seen in a worker's event stream (lost batches).",
@@ -356,11 +364,15 @@ std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
           w.state == s ? 1 : 0);
     }
   }
-  out.push_back(std::move(gaps));
-  out.push_back(std::move(unknown_fields));
-  out.push_back(std::move(blocks));
-  out.push_back(std::move(state));
+  out->push_back(std::move(gaps));
+  out->push_back(std::move(unknown_fields));
+  out->push_back(std::move(blocks));
+  out->push_back(std::move(state));
+}
 
+// Dropped blocks by reason and the event lag histogram.
+void AddIndexDropsAndLag(const IndexStats& stats,
+                         std::vector<MetricFamily>* out) {
   MetricFamily dropped = NewFamily(
       "prefixd_index_dropped_blocks_total",
       "Blocks of stored events the index did not keep, by reason: "
@@ -373,7 +385,7 @@ std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
         {{"reason", std::string(DropReasonName(static_cast<DropReason>(r)))}},
         static_cast<double>(stats.dropped[r]));
   }
-  out.push_back(std::move(dropped));
+  out->push_back(std::move(dropped));
 
   MetricFamily lag = NewFamily(
       "prefixd_index_event_lag_seconds",
@@ -391,8 +403,16 @@ std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   h.histogram.sample_count = cumulative;
   h.histogram.sample_sum = stats.lag_sum;
   lag.metric.push_back(std::move(h));
-  out.push_back(std::move(lag));
+  out->push_back(std::move(lag));
+}
 
+}  // namespace
+
+std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
+  std::vector<MetricFamily> out;
+  AddIndexWorkerCounters(stats, &out);
+  AddIndexWorkerGauges(stats, &out);
+  AddIndexDropsAndLag(stats, &out);
   AddGauge(&out, "prefixd_index_route_requests_total",
            "Route requests answered (each item of a RouteBatch counts).",
            MetricType::Counter, static_cast<double>(stats.route_requests));

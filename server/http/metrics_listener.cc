@@ -30,8 +30,7 @@ MetricsListener::MetricsListener(const Metrics* metrics, HttpSources sources,
                                  const Options& options)
     : metrics_(metrics),
       sources_(std::move(sources)),
-      status_(sources_.cache, sources_.facts, options.hit_rate_window,
-              options.sample_interval),
+      status_(sources_, options.status),
       plan_(sources_.facts) {}
 
 absl::StatusOr<std::unique_ptr<MetricsListener>> MetricsListener::Start(

@@ -45,10 +45,8 @@ class MetricsListener {
  public:
   struct Options {
     HttpLimits limits;
-    // The status page's hit rate covers the last `hit_rate_window`, from
-    // samples taken every `sample_interval`.
-    absl::Duration hit_rate_window = absl::Minutes(5);
-    absl::Duration sample_interval = absl::Seconds(10);
+    // The status page's hit rate window, plots and sampling.
+    StatusPage::Options status;
   };
 
   // Serves `sources` on `listen` ("host:port"; port 0 picks a free one).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "model/plan_report.h"
 #include "model/units.h"
 #include "server/http/html.h"
+#include "server/http/svg_plot.h"
 
 namespace prefixd {
 namespace {
@@ -147,6 +149,97 @@ std::string RetentionTable(const CacheStats& s) {
   return out + "</table>\n";
 }
 
+// A worker's blocks per medium: "GPU 12, CPU 3" ("-" if none).
+std::string Mediums(const WorkerStatus& w) {
+  std::vector<std::string> parts;
+  for (const MediumCount& m : w.mediums) {
+    const std::string medium = HtmlEscape(m.medium);
+    parts.push_back(absl::StrCat("<span data-medium=\"", medium, "\">", medium,
+                                 " ", FormatCount(m.blocks), "</span>"));
+  }
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+// The times a worker was cleared, and why ("restart 1, reconnect 2").
+std::string Clears(const WorkerStatus& w) {
+  uint64_t total = 0;
+  std::vector<std::string> reasons;
+  for (int r = 0; r < kNumClearReasons; ++r) {
+    const uint64_t n = w.clears[static_cast<size_t>(r)];
+    total += n;
+    if (n > 0) {
+      reasons.push_back(absl::StrCat(
+          ClearReasonName(static_cast<ClearReason>(r)), " ", FormatCount(n)));
+    }
+  }
+  return absl::StrCat("<span title=\"", absl::StrJoin(reasons, ", "), "\">",
+                      FormatCount(total), "</span>");
+}
+
+// The fleet index's workers (ListWorkers' figures).
+std::string WorkerTable(const IndexStats& s) {
+  std::string out =
+      "<table id=\"workers\">\n<tr><th class=\"l\">worker</th><th "
+      "class=\"l\">state</th><th class=\"l\">detail</th><th>last seq</th>"
+      "<th>lag ms</th><th class=\"l\">blocks</th><th>events</th>"
+      "<th>gaps</th><th>replays ok</th><th>replays failed</th>"
+      "<th>clears</th></tr>\n";
+  for (const WorkerStatus& w : s.workers) {
+    const std::string name = HtmlEscape(w.worker);
+    absl::StrAppend(
+        &out, "<tr data-worker=\"", name, "\">", Td("l worker", name),
+        Td("l state", WorkerStateName(w.state)),
+        Td("l detail", HtmlEscape(w.state_detail)),
+        Td("seq", absl::StrCat(w.last_seq)),
+        Td("lag",
+           FormatCount(static_cast<uint64_t>(std::max<int64_t>(w.lag_ms, 0)))),
+        Td("l blocks", Mediums(w)), Td("events", FormatCount(w.events)),
+        Td("gaps", FormatCount(w.gaps)),
+        Td("replays-ok", FormatCount(w.replays_ok)),
+        Td("replays-failed", FormatCount(w.replays_failed)),
+        Td("clears", Clears(w)), "</tr>\n");
+  }
+  return out + "</table>\n";
+}
+
+// Routing and the index's size (the prefixd_index_* counters).
+std::string RoutingTable(const IndexStats& s) {
+  auto row = [](absl::string_view id, absl::string_view th,
+                absl::string_view td) {
+    return absl::StrCat("<tr><th>", th, "</th><td id=\"", id, "\">", td,
+                        "</td></tr>\n");
+  };
+  uint64_t dropped = 0;
+  for (uint64_t n : s.dropped) dropped += n;
+  return absl::StrCat(
+      "<table class=\"kv\" id=\"routing\">\n",
+      row("route-requests", "Route requests", FormatCount(s.route_requests)),
+      row("route-prompt-blocks", "prompt blocks",
+          FormatCount(s.route_prompt_blocks)),
+      row("route-matched-blocks", "matched blocks",
+          FormatCount(s.route_matched_blocks)),
+      row("route-hit-rate", "routed hit rate",
+          HitRate(s.route_matched_blocks, s.route_prompt_blocks)),
+      row("index-entries", "entries",
+          absl::StrCat(FormatCount(s.entries), " of ",
+                       FormatCount(s.max_entries))),
+      row("index-blocks", "distinct blocks", FormatCount(s.blocks)),
+      row("index-dropped", "dropped blocks", FormatCount(dropped)),
+      "</table>\n");
+}
+
+std::string IndexSection(const IndexStats& s) {
+  return absl::StrCat("<h2>Fleet index: workers</h2>\n", WorkerTable(s),
+                      "<h2>Fleet index: routing</h2>\n", RoutingTable(s));
+}
+
+std::string PlotSection(const std::vector<Plot>& plots, absl::Duration span) {
+  std::string out = absl::StrCat("<h2>The last ", absl::FormatDuration(span),
+                                 "</h2>\n<div id=\"plots\">\n");
+  for (const Plot& p : plots) out += SvgPlot(p);
+  return out + "</div>\n";
+}
+
 }  // namespace
 
 void HitRateWindow::Record(absl::Time now, const CacheStats& stats) {
@@ -185,21 +278,39 @@ HitRateWindow::Result HitRateWindow::Over(absl::Time now,
   return result;
 }
 
-StatusPage::StatusPage(const PrefixCache* cache, DaemonFacts info,
-                       absl::Duration window, absl::Duration sample_interval)
-    : cache_(cache),
-      info_(std::move(info)),
-      window_(window),
-      hit_rates_(window) {
-  hit_rates_.Record(absl::Now(), cache_->Stats(TenantScope::All()));
-  sampler_ = std::make_unique<PeriodicThread>(sample_interval, [this] {
-    hit_rates_.Record(absl::Now(), cache_->Stats(TenantScope::All()));
+StatusPage::StatusPage(const HttpSources& sources, const Options& options)
+    : cache_(sources.cache),
+      index_(sources.index),
+      info_(sources.facts),
+      window_(options.window),
+      hit_rates_(options.window),
+      history_(options.history) {
+  const absl::Time now = absl::Now();
+  hit_rates_.Record(now, cache_->Stats(TenantScope::All()));
+  history_.Add(Sample(now));
+  sampler_ = std::make_unique<PeriodicThread>(options.sample_interval, [this] {
+    const absl::Time now = absl::Now();
+    hit_rates_.Record(now, cache_->Stats(TenantScope::All()));
+    history_.Add(Sample(now));
   });
+}
+
+StatusSample StatusPage::Sample(absl::Time now) const {
+  if (index_ == nullptr) {
+    return TakeSample(now, cache_->Stats(TenantScope::All()), nullptr);
+  }
+  const IndexStats index = index_->Stats();
+  return TakeSample(now, cache_->Stats(TenantScope::All()), &index);
 }
 
 std::string StatusPage::StatusHtml(absl::Time now) {
   const CacheStats stats = cache_->Stats(TenantScope::All());
   const HitRateWindow::Result window = hit_rates_.Over(now, stats);
+  std::optional<IndexStats> index;
+  if (index_ != nullptr) index = index_->Stats();
+  // The plots end with the figures of now, which the history does not keep.
+  std::vector<StatusSample> samples = history_.Samples();
+  samples.push_back(TakeSample(now, stats, index ? &*index : nullptr));
   return absl::StrCat(
       PageStart("prefixd status",
                 absl::StrCat("<meta http-equiv=\"refresh\" content=\"",
@@ -212,10 +323,13 @@ std::string StatusPage::StatusHtml(absl::Time now) {
       "<p class=\"muted\">Retention: low below 50, default 50 (unset or "
       "lapsed), high above 50; evicted counts the policy's evictions (budget, "
       "limit, requested).</p>\n",
+      index ? IndexSection(*index) : "",
+      PlotSection(HistoryPlots(samples, now, history_.span()), history_.span()),
       "<p class=\"muted\">Hit rate: prompt tokens matched / tokens looked "
       "up; the last ",
       absl::FormatDuration(window_),
-      " counts from the daemon's start while it is younger. Reloads every ",
+      " counts from the daemon's start while it is younger. Plots: one point "
+      "per sample interval, the last one up to now. Reloads every ",
       kRefreshSeconds, " s; read at <span id=\"now\">",
       absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", now, absl::UTCTimeZone()),
       "</span>.</p>\n", PageEnd());

@@ -1,8 +1,10 @@
 // The status page at / on the metrics listener (docs/metrics.md, "Status
 // page"): epoch, model and geometry, budget, per tenant cached blocks, hit
-// rate over the last minutes, evictions by reason, leases; it reloads
-// itself every few seconds. Every tenant name is HTML-escaped; the page
-// loads nothing (server/http/html.h).
+// rate over the last minutes, evictions by reason, leases; with the fleet
+// index its workers and routing counters; plots of the last hour
+// (server/http/status_history.h) as inline SVG. It reloads itself every
+// few seconds. Every tenant, worker and medium name is HTML-escaped; the
+// page loads nothing (server/http/html.h).
 //
 // Thread safety: StatusHtml may be called from several threads at once.
 #ifndef PREFIXD_SERVER_HTTP_STATUS_PAGE_H_
@@ -22,6 +24,7 @@
 #include "core/cache.h"
 #include "model/kv_geometry.h"
 #include "server/http/sources.h"
+#include "server/http/status_history.h"
 #include "server/periodic.h"
 
 namespace prefixd {
@@ -62,11 +65,19 @@ class HitRateWindow {
 
 class StatusPage {
  public:
-  // Samples the hit counters every `sample_interval` for the hit rate over
-  // `window`. REQUIRES: `cache` outlives this object.
-  StatusPage(const PrefixCache* cache, DaemonFacts info,
-             absl::Duration window = absl::Minutes(5),
-             absl::Duration sample_interval = absl::Seconds(10));
+  struct Options {
+    // The hit rate column covers the last `window`; the plots the last
+    // `history`; both from samples taken every `sample_interval`.
+    absl::Duration window = absl::Minutes(5);
+    absl::Duration history = absl::Hours(1);
+    absl::Duration sample_interval = absl::Seconds(10);
+  };
+
+  // Shows `sources` (its cache and, if set, its index). REQUIRES: what
+  // `sources` points to outlives this object.
+  StatusPage(const HttpSources& sources, const Options& options);
+  explicit StatusPage(const HttpSources& sources)
+      : StatusPage(sources, Options()) {}
   StatusPage(const StatusPage&) = delete;
   StatusPage& operator=(const StatusPage&) = delete;
 
@@ -74,10 +85,15 @@ class StatusPage {
   std::string StatusHtml(absl::Time now);
 
  private:
+  // The counters of now, for the plots.
+  StatusSample Sample(absl::Time now) const;
+
   const PrefixCache* const cache_;
+  const KvIndex* const index_;  // null without the fleet index
   const DaemonFacts info_;
   const absl::Duration window_;
   HitRateWindow hit_rates_;
+  StatusHistory history_;
   std::unique_ptr<PeriodicThread> sampler_;  // last: stops first
 };
 

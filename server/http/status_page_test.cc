@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -16,9 +17,13 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/fleet_index.h"
+#include "index/instrumented_index.h"
 #include "server/http/html.h"
 #include "server/http/metrics.h"
 #include "server/http/metrics_listener.h"
+#include "server/http/status_history.h"
+#include "server/http/svg_plot.h"
 
 namespace prefixd {
 namespace {
@@ -132,7 +137,7 @@ TEST(HitRateWindowTest, CountsOnlyTheLastWindow) {
 
 TEST(StatusPageTest, ShowsTheCacheAndEscapesTenantNames) {
   std::unique_ptr<PrefixCache> cache = Cache();
-  StatusPage page(cache.get(), Info());
+  StatusPage page({cache.get(), nullptr, nullptr, Info()});
   Traffic(*cache, kEvil);
   const std::string html = page.StatusHtml(absl::Now());
   EXPECT_THAT(html, HasSubstr("ed0299067ab9addc"));
@@ -151,7 +156,7 @@ TEST(StatusPageTest, ShowsTheCacheAndEscapesTenantNames) {
 
 TEST(StatusPageTest, CountsBlocksByRetentionClass) {
   std::unique_ptr<PrefixCache> cache = Cache();
-  StatusPage page(cache.get(), Info());
+  StatusPage page({cache.get(), nullptr, nullptr, Info()});
   Traffic(*cache, "acme");  // 2 blocks at the default priority
   std::vector<Token> tokens = {50, 51, 52, 53};
   const std::vector<BlockId> ids = {21};
@@ -179,12 +184,171 @@ TEST(StatusPageTest, ShowsAnMlaModelAsMla) {
   info.model.geometry = FindPreset("deepseek-v3").value().geometry;
   info.model.kv_dtype = KvDtype::kFp8;
   info.bytes_per_token = 35136;
-  StatusPage page(cache.get(), info);
+  StatusPage page({cache.get(), nullptr, nullptr, info});
   const std::string html = page.StatusHtml(absl::Now());
   EXPECT_THAT(html, HasSubstr("deepseek-v3: 61 layers, MLA (kv_lora_rank 512, "
                               "qk_rope_head_dim 64), 128 attention heads; "
                               "fp8: 35,136 B (34.31 KiB) per token"));
   EXPECT_THAT(html, Not(HasSubstr("1 KV heads")));
+}
+
+// A fleet index with two workers: "<w>&1" holding 2 GPU blocks and 1 CPU
+// block after a gap and a replay, and "w2" cleared once (a restart) and
+// in ERROR.
+class IndexPageTest : public ::testing::Test {
+ protected:
+  IndexPageTest() : fleet_(IndexOptions{4, 1000}), index_(&fleet_) {
+    const WorkerId a = index_.AddWorker("<w>&1", "tcp://127.0.0.1:1");
+    const WorkerId b = index_.AddWorker("w2", "tcp://127.0.0.1:2");
+    KvEventBatch batch;
+    batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    BlockStoredEvent gpu;
+    gpu.block_hashes = {101, 102};
+    gpu.token_ids = {1, 2, 3, 4, 5, 6, 7, 8};
+    gpu.block_size = 4;
+    gpu.chain_blocks = 2;
+    BlockStoredEvent cpu = gpu;
+    cpu.block_hashes = {101};
+    cpu.token_ids = {1, 2, 3, 4};
+    cpu.chain_blocks = 1;
+    cpu.medium = "CPU";
+    batch.events = {gpu, cpu};
+    index_.Apply(a, batch, 7, absl::Now());
+    index_.CountGap(a);
+    index_.CountReplay(a, true);
+    index_.ClearWorker(b, ClearReason::kRestart, "restarted");
+    index_.SetState(b, WorkerState::kError, "block_size 8, expected 4");
+    const std::vector<Token> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    RouteQuery q;
+    q.tokens = prompt;
+    index_.Route(q);
+  }
+
+  FleetIndex fleet_;
+  InstrumentedIndex index_;
+};
+
+TEST_F(IndexPageTest, ShowsWorkersAndRoutingEscaped) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page({cache.get(), &index_, nullptr, Info()});
+  const std::string html = page.StatusHtml(absl::Now());
+  EXPECT_THAT(html, HasSubstr("<tr data-worker=\"&lt;w&gt;&amp;1\">"));
+  EXPECT_THAT(html, Not(HasSubstr("<w>")));
+  EXPECT_THAT(html, HasSubstr("<td class=\"l state\">LIVE</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"seq\">7</td>"));
+  EXPECT_THAT(html, HasSubstr("<span data-medium=\"GPU\">GPU 2</span>, "
+                              "<span data-medium=\"CPU\">CPU 1</span>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"gaps\">1</td>"
+                              "<td class=\"replays-ok\">1</td>"
+                              "<td class=\"replays-failed\">0</td>"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"l state\">ERROR</td>"
+                              "<td class=\"l detail\">block_size 8, "
+                              "expected 4</td>"));
+  EXPECT_THAT(html, HasSubstr("<span title=\"restart 1\">1</span>"));
+  EXPECT_THAT(html, HasSubstr("<td id=\"route-requests\">1</td>"));
+  EXPECT_THAT(html, HasSubstr("<td id=\"route-hit-rate\">100.0% (2/2)</td>"));
+  EXPECT_THAT(html, HasSubstr("id=\"plot-routes\""));
+  EXPECT_THAT(html, HasSubstr("id=\"plot-lag\""));
+}
+
+TEST(StatusPageTest, NoIndexNoIndexTablesOrPlots) {
+  std::unique_ptr<PrefixCache> cache = Cache();
+  StatusPage page({cache.get(), nullptr, nullptr, Info()});
+  const std::string html = page.StatusHtml(absl::Now());
+  EXPECT_THAT(html, Not(HasSubstr("id=\"workers\"")));
+  EXPECT_THAT(html, Not(HasSubstr("id=\"plot-routes\"")));
+  EXPECT_THAT(html, HasSubstr("id=\"plot-hit-rate\""));
+  EXPECT_THAT(html, HasSubstr("id=\"plot-evictions\""));
+  EXPECT_THAT(html, Not(HasSubstr("<script")));
+}
+
+StatusSample At(absl::Time t, uint64_t hit, uint64_t looked_up, uint64_t cached,
+                uint64_t budget_evictions) {
+  StatusSample s;
+  s.time = t;
+  s.hit_tokens = hit;
+  s.looked_up_tokens = looked_up;
+  s.cached_blocks = cached;
+  s.budget_blocks = 10;
+  s.evicted[static_cast<size_t>(EvictReason::kBudget)] = budget_evictions;
+  return s;
+}
+
+const PlotLine& Line(const std::vector<Plot>& plots, const std::string& id,
+                     const std::string& name) {
+  for (const Plot& p : plots) {
+    for (const PlotLine& l : p.lines) {
+      if (p.id == id && l.name == name) return l;
+    }
+  }
+  ADD_FAILURE() << id << " " << name;
+  static const PlotLine kNone;
+  return kNone;
+}
+
+// Each interval plots its own rate; levels plot each sample; an interval
+// without lookups is a gap.
+TEST(StatusHistoryTest, PlotsRatesPerIntervalAndLevelsPerSample) {
+  const absl::Time t0 = absl::FromUnixSeconds(1000000);
+  const std::vector<StatusSample> samples = {
+      At(t0, 0, 0, 0, 0), At(t0 + absl::Seconds(10), 3, 4, 2, 0),
+      At(t0 + absl::Seconds(20), 3, 4, 5, 6),
+      At(t0 + absl::Seconds(50), 11, 14, 5, 9)};
+  const std::vector<Plot> plots =
+      HistoryPlots(samples, t0 + absl::Minutes(1), absl::Hours(1));
+  ASSERT_EQ(plots.size(), 3u);  // no index: no Route, no lag
+  const PlotLine& hit = Line(plots, "plot-hit-rate", "hit rate");
+  ASSERT_EQ(hit.values.size(), 3u);
+  EXPECT_EQ(hit.values[0], 75);
+  EXPECT_TRUE(std::isnan(hit.values[1]));
+  EXPECT_EQ(hit.values[2], 80);
+  EXPECT_EQ(hit.data[0].first, "hit-tokens");
+  EXPECT_EQ(hit.data[0].second, (std::vector<double>{3, 0, 8}));
+  EXPECT_EQ(Line(plots, "plot-cached", "cached blocks").values,
+            (std::vector<double>{0, 2, 5, 5}));
+  EXPECT_EQ(Line(plots, "plot-cached", "budget").values,
+            (std::vector<double>{10, 10, 10, 10}));
+  const PlotLine& budget = Line(plots, "plot-evictions", "budget");
+  EXPECT_EQ(budget.values, (std::vector<double>{0, 36, 6}));  // per minute
+  EXPECT_EQ(budget.data[0].second, (std::vector<double>{0, 6, 3}));
+  EXPECT_EQ(Line(plots, "plot-evictions", "requested").values,
+            (std::vector<double>{0, 0, 0}));
+}
+
+TEST(StatusHistoryTest, KeepsTheSpanAndOneSampleBeforeIt) {
+  StatusHistory history(absl::Minutes(1));
+  const absl::Time t0 = absl::FromUnixSeconds(1000000);
+  for (int i = 0; i <= 12; ++i) {
+    history.Add(At(t0 + absl::Seconds(10 * i), 0, 0, 0, 0));
+  }
+  const std::vector<StatusSample> s = history.Samples();
+  ASSERT_EQ(s.size(), 7u);  // 60 s to 120 s
+  EXPECT_EQ(s.front().time, t0 + absl::Seconds(60));
+  EXPECT_EQ(s.back().time, t0 + absl::Seconds(120));
+}
+
+TEST(SvgPlotTest, DrawsEachLineWithItsDataAndEscapes) {
+  const absl::Time end = absl::FromUnixSeconds(7200);
+  Plot p{"plot-x", "A <b> plot", "%", end, absl::Hours(1), 100, {}};
+  p.lines.push_back({"<l>",
+                     {end - absl::Minutes(30), end - absl::Minutes(20), end},
+                     {50, std::nan(""), 100},
+                     {{"hit-tokens", {1, 2, 3}}}});
+  const std::string svg = SvgPlot(p);
+  EXPECT_THAT(svg, HasSubstr("<figure class=\"plot\" id=\"plot-x\">"
+                             "<figcaption>A &lt;b&gt; plot</figcaption>"));
+  EXPECT_THAT(svg, HasSubstr("data-series=\"&lt;l&gt;\" data-times=\"5400 "
+                             "6000 7200\" data-values=\"50 nan 100\" "
+                             "data-hit-tokens=\"1 2 3\""));
+  // x: 58 + 490 * 0.5; y: 10 + 138 * 0.5; the gap lifts the pen, and a
+  // lone point is a dot.
+  EXPECT_THAT(svg, HasSubstr("d=\"M303.0 79.0 l0 0 M548.0 10.0 l0 0 \""));
+  EXPECT_THAT(svg, Not(HasSubstr("<b>")));
+  EXPECT_THAT(svg, Not(HasSubstr("href")));
+  EXPECT_EQ(NiceCeiling(0), 1);
+  EXPECT_EQ(NiceCeiling(3), 5);
+  EXPECT_EQ(NiceCeiling(120), 200);
+  EXPECT_EQ(NiceCeiling(1000), 1000);
 }
 
 // The pages over real TCP beside /metrics; anything but GET and HEAD is

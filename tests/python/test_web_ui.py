@@ -10,6 +10,12 @@ a script tag, then:
   hit rates and evictions by reason, and checks them against Stats over
   gRPC; the script-named tenant shows as text (escaped), and nothing on
   either page is loaded from anywhere but the daemon;
+- /'s plots (inline SVG): the hit rate, cached blocks against the budget
+  and evictions by reason carry the counts they are drawn from, which add
+  up to what /metrics reports; with the fleet index (a second daemon fed
+  by a vLLM-format publisher) the workers table equals ListWorkers, the
+  routing counters and the Route rate and event lag plots equal /metrics,
+  and a worker named like a script tag shows as text;
 - /plan: sets the form like a user (model, geometry, dtype, batch,
   context, weights, GPUs) and checks every line the page shows against
   `prefixctl plan --batch ...`'s text and every cell and GPU row against its
@@ -24,7 +30,8 @@ a script tag, then:
 - docs/metrics.md's chromium command for a screenshot by hand works as shown
   (as root only with --no-sandbox).
 
-Writes a screenshot of each page (status.png, plan.png) to --screenshots
+Writes a screenshot of each page (status.png, plan.png, and
+status_index.png: the index's tables and the plots) to --screenshots
 (docs/img holds copies for docs/metrics.md and docs/capacity.md).
 
 Usage: test_web_ui.py --prefixd PATH --prefixctl PATH [--screenshots DIR]
@@ -37,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import urllib.error
 import urllib.request
@@ -46,7 +54,7 @@ import common
 
 def _extra(ap):
     ap.add_argument("--prefixctl", help="the prefixctl binary")
-    ap.add_argument("--screenshots", help="directory for status.png and plan.png")
+    ap.add_argument("--screenshots", help="directory for the screenshots (*.png)")
 
 
 ARGS = common.setup(__doc__, _extra)
@@ -123,14 +131,14 @@ def screenshot(name):
         BROWSER.save_screenshot(os.path.join(ARGS.screenshots, name))
 
 
-def only_same_origin(test):
-    """Every resource the page loaded came from the daemon."""
+def only_same_origin(test, origin=None):
+    """Every resource the page loaded came from the daemon (at `origin`)."""
     urls = BROWSER.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name)"
         ".concat([...document.querySelectorAll('[src],[href]')]"
         ".map(e => e.src || e.href))")
     for url in urls:
-        test.assertTrue(url.startswith(base() + "/"), url)
+        test.assertTrue(url.startswith((origin or base()) + "/"), url)
 
 
 def prefixctl_json(*args):
@@ -142,6 +150,38 @@ def prefixctl_json(*args):
 def prefixctl_text(*args):
     return subprocess.run([ARGS.prefixctl, "plan"] + list(args), check=True,
                           capture_output=True, text=True, timeout=30).stdout
+
+
+def metric(text, name, **labels):
+    """The sum of the samples of `name` in Prometheus text whose labels
+    include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not (line.startswith(name + "{") or
+                                        line.startswith(name + " ")):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if all('%s="%s"' % kv in series for kv in labels.items()):
+            total += float(value)
+    return total
+
+
+def scrape():
+    status, _, body = http("GET", base() + "/metrics")
+    assert status == 200, status
+    return body
+
+
+# Every plot: each line's drawn values and the raw per-interval counts.
+READ_PLOTS = """
+const num = (s) => s.split(' ').map(Number);
+return Object.fromEntries([...document.querySelectorAll('figure.plot')].map((f) => [f.id,
+  {svg: f.querySelectorAll('svg').length, caption: f.querySelector('figcaption').textContent,
+   lines: Object.fromEntries([...f.querySelectorAll('path[data-series]')].map((p) => [
+     p.dataset.series, Object.fromEntries([...p.attributes]
+       .filter((a) => a.name.startsWith('data-') && a.name != 'data-series')
+       .map((a) => [a.name.slice(5), num(a.value)]).concat([['d', p.getAttribute('d')]]))]))}]));
+"""
 
 
 # Everything the status page shows, read in one script so that its reload
@@ -252,6 +292,41 @@ class StatusPageTest(unittest.TestCase):
         self.assertIn("&lt;script&gt;document.title=&#39;owned&#39;&lt;/script&gt;", body)
         self.assertNotIn(EVIL, body)
 
+    def test_plots_add_up_to_the_metrics(self):
+        # The drawn counts come from the same counters as /metrics: with no
+        # traffic in between, every series' intervals add up to its total
+        # (the daemon is younger than the plots' hour).
+        BROWSER.get(base() + "/")
+        plots = BROWSER.execute_script(READ_PLOTS)
+        text = scrape()
+        self.assertEqual(sorted(plots), ["plot-cached", "plot-evictions", "plot-hit-rate"])
+        for plot in plots.values():
+            self.assertEqual(plot["svg"], 1)
+        hit = plots["plot-hit-rate"]["lines"]["hit rate"]
+        self.assertEqual(sum(hit["hit-tokens"]), metric(text, "prefixd_match_hit_tokens_total"))
+        self.assertEqual(sum(hit["looked-up-tokens"]), metric(text, "prefixd_match_tokens_total"))
+        self.assertGreater(sum(hit["looked-up-tokens"]), 0)
+        # The last interval's rate is its own counts'.
+        last = [i for i, n in enumerate(hit["looked-up-tokens"]) if n > 0][-1]
+        self.assertAlmostEqual(hit["values"][last],
+                               100 * hit["hit-tokens"][last] / hit["looked-up-tokens"][last],
+                               places=3)
+        cached = plots["plot-cached"]["lines"]
+        self.assertEqual(cached["cached blocks"]["values"][-1], metric(text, "prefixd_cached_blocks"))
+        self.assertEqual(set(cached["budget"]["values"]), {16})
+        evictions = plots["plot-evictions"]["lines"]
+        self.assertEqual(sorted(evictions),
+                         sorted(["budget", "limit", "requested", "invalidated", "reset"]))
+        for reason, line in evictions.items():
+            self.assertEqual(sum(line["blocks"]),
+                             metric(text, "prefixd_evicted_blocks_total", reason=reason), reason)
+        self.assertEqual(sum(evictions["budget"]["blocks"]), 1)
+        # Drawn: every line has a path, the last point at the right edge.
+        self.assertTrue(hit["d"].startswith("M"), hit["d"])
+        self.assertRegex(cached["cached blocks"]["d"], r"L548\.0 [0-9.]+ $")
+        self.assertIsNone(BROWSER.execute_script("return document.getElementById('workers')"))
+        only_same_origin(self)
+
     def test_reloads_itself(self):
         acme = self.clients[0]
         before = BROWSER.execute_script(READ_STATUS)
@@ -272,6 +347,23 @@ class StatusPageTest(unittest.TestCase):
                 self.assertEqual(headers.get("Allow"), "GET, HEAD")
         after = acme.stats(all_tenants=True)
         self.assertEqual(before.SerializeToString(), after.SerializeToString())
+
+
+# The fleet index's tables: the workers (cells by class, blocks by medium)
+# and the routing counters.
+READ_INDEX = """
+const cells = (tr) => Object.fromEntries([...tr.cells].map(
+  (td) => [td.className.split(' ').pop(), td.textContent]));
+return {workers: Object.fromEntries([...document.querySelectorAll('#workers tr[data-worker]')]
+          .map((tr) => [tr.dataset.worker, cells(tr)])),
+        mediums: Object.fromEntries([...document.querySelectorAll('#workers tr[data-worker]')]
+          .map((tr) => [tr.dataset.worker, Object.fromEntries(
+            [...tr.querySelectorAll('[data-medium]')].map(
+              (s) => [s.dataset.medium, s.textContent.split(' ').pop()]))])),
+        routing: Object.fromEntries([...document.querySelectorAll('#routing td[id]')]
+          .map((td) => [td.id, td.textContent])),
+        bold: document.querySelectorAll('td b').length};
+"""
 
 
 READ_PLAN = """
@@ -573,6 +665,99 @@ class PlanPageTest(unittest.TestCase):
                                                       '{"num_hidden_layers": 2}', "--batch",
                                                       "4"))
             self.assertTrue(page["stale"])
+
+
+class IndexStatusTest(unittest.TestCase):
+    """A second daemon runs the fleet index over one vLLM-format publisher
+    (prefixd.kv_publisher) named like a script tag: the status page's
+    workers table is ListWorkers', its routing counters and the Route rate
+    and event lag plots are /metrics'."""
+
+    @classmethod
+    def setUpClass(cls):
+        from prefixd import kv_publisher
+        cls.pub = kv_publisher.Publisher(name="e0<b>x", encoding="map")
+        cls.daemon = prefixd_fixture.Daemon(
+            ARGS.prefixd, CONFIG, args=["--index_block_size=%d" % BLOCK,
+                                        "--index_source=" + cls.pub.source_flag()]).start()
+        cls.client = prefixd.Client(cls.daemon.tcp)
+        assert cls.pub.wait_for_subscriber(), "the daemon never subscribed"
+        stored = kv_publisher.block_stored
+        cls.pub.publish([stored([1, 2, 3, 4], None, tokens(0, 4), BLOCK)])
+        cls.pub.publish([stored([5], 4, tokens(4, 1), BLOCK),
+                         stored([1, 2], None, tokens(0, 2), BLOCK, medium="CPU")])
+        cls.pub.publish([kv_publisher.block_removed([5])])
+        deadline = time.monotonic() + 20
+        while cls.workers()[0].last_seq != cls.pub.last_seq:
+            assert time.monotonic() < deadline, cls.workers()
+            time.sleep(0.02)
+        for prompt in (tokens(0, 4) + [1], tokens(0, 2), tokens(50, 1)):
+            cls.client.route(prompt)
+        cls.metrics = "http://" + cls.daemon.metrics
+        BROWSER.get(cls.metrics + "/")
+        cls.page = BROWSER.execute_script(READ_INDEX)
+        cls.plots = BROWSER.execute_script(READ_PLOTS)
+        BROWSER.execute_script("document.getElementById('workers').scrollIntoView()")
+        screenshot("status_index.png")
+        cls.text = http("GET", cls.metrics + "/metrics")[2]
+        cls.listed = cls.workers()
+
+    @classmethod
+    def workers(cls):
+        return cls.client.list_workers().workers
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        rc = cls.daemon.stop()
+        cls.daemon.close()
+        cls.pub.close()
+        assert rc == 0, rc
+
+    def test_workers_table_is_list_workers(self):
+        self.assertEqual(len(self.listed), 1)
+        w = self.listed[0]
+        row = self.page["workers"][w.worker]
+        self.assertEqual(row["worker"], "e0<b>x")  # text, not markup
+        self.assertEqual(self.page["bold"], 0)
+        self.assertEqual(row["state"], w.state.name)
+        self.assertEqual(row["state"], "LIVE")
+        self.assertEqual(row["detail"], w.state_detail)
+        self.assertEqual(int(row["seq"]), w.last_seq)
+        self.assertEqual(int(row["seq"]), 2)
+        self.assertEqual(self.page["mediums"][w.worker], {m: str(n) for m, n in w.mediums.items()})
+        self.assertEqual(w.mediums, {"GPU": 4, "CPU": 2})
+        self.assertEqual(int(row["events"]), w.events)
+        self.assertEqual(int(row["gaps"]), w.gaps)
+        self.assertEqual(int(row["replays-ok"]) + int(row["replays-failed"]), w.replays)
+        self.assertEqual(int(row["clears"]), w.clears)
+
+    def test_routing_counters_are_the_metrics(self):
+        r = self.page["routing"]
+        self.assertEqual(r["route-requests"], "3")
+        self.assertEqual(float(r["route-requests"]),
+                         metric(self.text, "prefixd_index_route_requests_total"))
+        self.assertEqual(float(r["route-prompt-blocks"]),
+                         metric(self.text, "prefixd_index_route_prompt_blocks_total"))
+        self.assertEqual(float(r["route-matched-blocks"]),
+                         metric(self.text, "prefixd_index_route_matched_blocks_total"))
+        self.assertEqual(r["route-hit-rate"], "85.7% (6/7)")  # 4 of 4, 2 of 2, 0 of 1
+
+    def test_route_and_lag_plots_are_the_metrics(self):
+        self.assertEqual(sorted(self.plots), ["plot-cached", "plot-evictions", "plot-hit-rate",
+                                              "plot-lag", "plot-routes"])
+        routes = self.plots["plot-routes"]["lines"]["Route"]
+        self.assertEqual(sum(routes["requests"]), 3)
+        lag = self.plots["plot-lag"]["lines"]["event lag"]
+        self.assertEqual(sum(lag["batches"]),
+                         metric(self.text, "prefixd_index_event_lag_seconds_count"))
+        self.assertEqual(sum(lag["batches"]), 3)
+        self.assertAlmostEqual(sum(lag["lag-seconds"]),
+                               metric(self.text, "prefixd_index_event_lag_seconds_sum"), places=4)
+        last = [i for i, n in enumerate(lag["batches"]) if n > 0][-1]
+        self.assertAlmostEqual(lag["values"][last],
+                               1000 * lag["lag-seconds"][last] / lag["batches"][last], places=2)
+        only_same_origin(self, self.metrics)
 
 
 class DocumentedChromiumTest(unittest.TestCase):

@@ -92,9 +92,8 @@ TEST_F(ConductorApiTest, QueryAnswersTokensPerInstanceMediumAndRank) {
   const std::vector<Token> prompt = Prompt(5);
   std::vector<Token> ragged = prompt;
   ragged.push_back(99);  // a partial block counts for nothing
-  const Json got = Query({{"model", "llama"},
-                          {"token_ids", ragged},
-                          {"block_size", kBs}});
+  const Json got =
+      Query({{"model", "llama"}, {"token_ids", ragged}, {"block_size", kBs}});
   const Json want = {{"default",
                       {{"vllm-a",
                         {{"longest_matched", 16},
@@ -108,10 +107,9 @@ TEST_F(ConductorApiTest, QueryAnswersTokensPerInstanceMediumAndRank) {
                            {"tenant_id", "acme"},
                            {"block_size", kBs}});
   EXPECT_EQ(acme["acme"]["vllm-b"]["longest_matched"], 4);
-  EXPECT_EQ(Query({{"model", "mistral"},
-                   {"token_ids", prompt},
-                   {"block_size", kBs}}),
-            Json::object());
+  EXPECT_EQ(
+      Query({{"model", "mistral"}, {"token_ids", prompt}, {"block_size", kBs}}),
+      Json::object());
   const Json one = Query({{"model", "llama"},
                           {"token_ids", prompt},
                           {"instance_id", "nobody"},
@@ -135,12 +133,14 @@ TEST_F(ConductorApiTest, QueryByHashAgreesWithQuery) {
   }
   const Json by_tokens =
       Query({{"model", "llama"}, {"token_ids", prompt}, {"block_size", kBs}});
-  EXPECT_EQ(Query({{"model", "llama"}, {"seq_hashes", keys}, {"block_size", kBs}},
-                  true),
-            by_tokens);
-  EXPECT_EQ(Query({{"model", "llama"}, {"block_hash", keys}, {"block_size", kBs}},
-                  true),
-            by_tokens);
+  EXPECT_EQ(
+      Query({{"model", "llama"}, {"seq_hashes", keys}, {"block_size", kBs}},
+            true),
+      by_tokens);
+  EXPECT_EQ(
+      Query({{"model", "llama"}, {"block_hash", keys}, {"block_size", kBs}},
+            true),
+      by_tokens);
 }
 
 struct BadCase {
@@ -190,13 +190,13 @@ TEST_F(ConductorApiTest, BadQueriesAre400NamingTheField) {
   EXPECT_EQ(tokens.status, 400);
   EXPECT_THAT(tokens.body, HasSubstr("token_ids: 68 entries exceed the limit "
                                      "of 64"));
-  const ConductorAnswer hashes = api_.Query(
-      Engine(),
-      Json{{"model", "m"},
-           {"seq_hashes", std::vector<uint64_t>(17, 1)},
-           {"block_size", kBs}}
-          .dump(),
-      true);
+  const ConductorAnswer hashes =
+      api_.Query(Engine(),
+                 Json{{"model", "m"},
+                      {"seq_hashes", std::vector<uint64_t>(17, 1)},
+                      {"block_size", kBs}}
+                     .dump(),
+                 true);
   EXPECT_EQ(hashes.status, 400);
   EXPECT_THAT(hashes.body, HasSubstr("seq_hashes: 17 entries exceed the "
                                      "limit of 16"));
@@ -231,10 +231,10 @@ TEST_F(ConductorApiTest, PrincipalsRules) {
 }
 
 std::string TempDir() {
-  std::string dir = absl::StrCat(
-      std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR")
-                                            : "/tmp",
-      "/conductor_api_test.XXXXXX");
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
+                                     ? std::getenv("TEST_TMPDIR")
+                                     : "/tmp",
+                                 "/conductor_api_test.XXXXXX");
   EXPECT_NE(mkdtemp(dir.data()), nullptr);
   return dir;
 }
@@ -265,9 +265,8 @@ TEST(ConductorRegistryTest, RegistrationsPersistAndBadOnesChangeNothing) {
     ConductorApi api(&index, &registry, ConductorLimits());
     ConductorAnswer a = api.Register(Engine(), RegisterBody("a", 1).dump());
     EXPECT_EQ(a.status, 200) << a.body;
-    EXPECT_EQ(Json::parse(a.body),
-              (Json{{"status", "registered successfully"},
-                    {"instance_id", "a"}}));
+    EXPECT_EQ(Json::parse(a.body), (Json{{"status", "registered successfully"},
+                                         {"instance_id", "a"}}));
     EXPECT_EQ(api.Register(Engine(), RegisterBody("b", 0).dump()).status, 200);
     const BadCase bad[] = {
         {R"({"type": "vLLM"})", "modelname"},

@@ -352,6 +352,7 @@ absl::StatusOr<CallContext> PrincipalTable::Resolve(
       call.scope =
           p.any_tenant ? TenantScope::All() : TenantScope{false, p.tenants};
       call.index_all = true;
+      call.index_write = true;
       break;
     case Principal::Role::kAdmin:
       call.tenant = std::string(tenant_header);
@@ -434,6 +435,7 @@ absl::StatusOr<CallContext> NoAuthAuthorizer::AuthorizeCredentials(
   call.scope = TenantScope::All();
   call.all_tenants = true;
   call.index_all = true;
+  call.index_write = true;
   return call;
 }
 

@@ -58,6 +58,9 @@ struct CallContext {
   // every namespace and list workers; a tenant principal Routes only with
   // one of its configured cache_salts.
   bool index_all = false;
+  // May add and remove the index's publishers (the Mooncake Conductor API's
+  // /register): engines, and auth off.
+  bool index_write = false;
   std::vector<std::string> cache_salts;
 };
 

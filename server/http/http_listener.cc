@@ -3,6 +3,7 @@
 #include <civetweb.h>
 
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,11 +86,14 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   const std::string backlog = absl::StrCat(limits.backlog);
   const std::string timeout_ms =
       absl::StrCat(absl::ToInt64Milliseconds(limits.io_timeout));
+  // HTTPS: civetweb's port syntax marks a TLS port with a trailing 's'.
+  const std::string ports =
+      limits.tls_pem_path.empty() ? listen : absl::StrCat(listen, "s");
   // civetweb's request_timeout_ms bounds reading the whole request header
   // and every stalled write; without keep-alive a connection ends with its
   // answer.
   const char* options[] = {"listening_ports",
-                           listen.c_str(),
+                           ports.c_str(),
                            "num_threads",
                            threads.c_str(),
                            "connection_queue",
@@ -100,7 +104,13 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
                            timeout_ms.c_str(),
                            "enable_keep_alive",
                            "no",
+                           nullptr,
+                           nullptr,
                            nullptr};
+  if (!limits.tls_pem_path.empty()) {
+    options[std::size(options) - 3] = "ssl_certificate";
+    options[std::size(options) - 2] = limits.tls_pem_path.c_str();
+  }
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = Quiet;
@@ -137,6 +147,8 @@ int HttpListener::Serve(mg_connection* conn, void* self) {
   req.method = info->request_method;
   req.path = info->local_uri != nullptr ? info->local_uri : "/";
   if (info->query_string != nullptr) req.query = info->query_string;
+  if (const char* a = mg_get_header(conn, "Authorization"); a != nullptr)
+    req.authorization = a;
   const bool head = req.method == "HEAD";
   std::optional<HttpResponse> refused = listener->Refuse(conn, req);
   if (refused.has_value()) {
@@ -169,6 +181,11 @@ std::optional<HttpResponse> HttpListener::Refuse(mg_connection* conn,
   char buf[4096];
   for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
     if (req.body.size() + static_cast<size_t>(n) > limits_.max_body_bytes) {
+      if (limits_.body_too_large) {
+        HttpResponse r = limits_.body_too_large(limits_.max_body_bytes);
+        r.headers.emplace_back("Connection", "close");
+        return r;
+      }
       return HttpResponse{
           413,
           "text/plain; charset=utf-8",

@@ -69,13 +69,20 @@ struct HttpLimits {
   // The largest request body read (413 past it); read-only listeners read
   // none.
   size_t max_body_bytes = 64 << 10;
+  // The answer to a body past max_body_bytes (its argument); null: 413 in
+  // plain text. An API answers in its own format.
+  std::function<HttpResponse(size_t max_body_bytes)> body_too_large;
+  // A PEM file with the private key and the certificate chain: serve HTTPS
+  // (civetweb's ssl_certificate). Empty: plain HTTP.
+  std::string tls_pem_path;
 };
 
 struct HttpRequest {
-  std::string method;  // "GET", "HEAD", "POST", ...
-  std::string path;    // URL-decoded, without the query
-  std::string query;   // as sent, after '?'; "" without one
-  std::string body;    // empty on a read-only listener
+  std::string method;         // "GET", "HEAD", "POST", ...
+  std::string path;           // URL-decoded, without the query
+  std::string query;          // as sent, after '?'; "" without one
+  std::string body;           // empty on a read-only listener
+  std::string authorization;  // the Authorization header; "" without one
 };
 
 // Returns the response to `request`, or nullopt for 404.

@@ -1,6 +1,7 @@
 #include "index/conductor_registry.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -130,6 +131,11 @@ ConductorRegistry::ConductorRegistry(Ingest* ingest,
 
 absl::Status ConductorRegistry::Restore() {
   if (path_.empty()) return absl::OkStatus();
+  const std::string dir = path_.substr(0, path_.rfind('/'));
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    return Errno("index.state_dir: cannot create", dir);
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    return Errno("index.state_dir: cannot write in", dir);
   std::ifstream in(path_);
   if (!in) {
     if (errno == ENOENT) return absl::OkStatus();

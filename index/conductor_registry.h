@@ -58,9 +58,11 @@ class ConductorRegistry {
   ConductorRegistry(Ingest* ingest, const std::string& state_dir,
                     int block_size);
 
-  // Reads the file and follows every registration in it (none if there is
-  // no file). INVALID_ARGUMENT naming the file and the entry for a file
-  // that cannot be read back.
+  // Creates the state directory if it is missing (mode 0700), reads the
+  // file and follows every registration in it (none if there is no file).
+  // INVALID_ARGUMENT naming the file and the entry for a file that cannot
+  // be read back; INTERNAL naming the directory when it cannot be created
+  // or written in.
   absl::Status Restore();
 
   // Follows `r`; a registration of the same name is replaced (unchanged if

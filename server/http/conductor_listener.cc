@@ -49,7 +49,7 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
   limits.read_only = false;
   limits.body_too_large = [](size_t max) {
     return Json(ErrorAnswer(absl::InvalidArgumentError(absl::StrCat(
-        "body: over ", max, " bytes (limits.max_message_bytes)"))));
+        "body: over ", max, " bytes (limits.max_message_size)"))));
   };
   const std::string host =
       address.host == "localhost" ? "127.0.0.1" : address.host;

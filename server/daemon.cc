@@ -106,6 +106,7 @@ absl::Status Daemon::StartHttp() {
     ASSIGN_OR_RETURN(tls_pem_, PemFile::Create(c.proto.auth()));
     limits.tls_pem_path = tls_pem_->path();
   }
+  metrics_->EnableConductorMetrics();
   ASSIGN_OR_RETURN(conductor_,
                    ConductorListener::Start(
                        c.index_http_listen, limits, server_->conductor_api(),

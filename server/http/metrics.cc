@@ -505,10 +505,10 @@ Metrics::Metrics(std::string version)
       rpc_[m].errors[c - 1] = &errors.Add({{"code", code}, {"method", method}});
     }
   }
-  AddConductorFamilies(buckets);
 }
 
-void Metrics::AddConductorFamilies(const std::vector<double>& buckets) {
+void Metrics::EnableConductorMetrics() {
+  const std::vector<double> buckets = RpcDurationBuckets();
   auto& http_seconds =
       prometheus::BuildHistogram()
           .Name("prefixd_index_http_request_seconds")
@@ -544,6 +544,7 @@ void Metrics::OnConductorRequest(absl::string_view endpoint, int status,
   if (e == kConductorEndpoints.end()) return;
   EndpointChildren& children =
       conductor_[static_cast<size_t>(e - kConductorEndpoints.begin())];
+  if (children.seconds == nullptr) return;  // not enabled
   children.seconds->Observe(absl::ToDoubleSeconds(elapsed));
   auto c =
       std::find(kConductorStatuses.begin(), kConductorStatuses.end(), status);

@@ -9,7 +9,8 @@
 //  - The fleet index and the events publisher, likewise from their Stats.
 //  - The Conductor API: prefixd_index_http_requests_total{endpoint,code}
 //    and prefixd_index_http_request_seconds{endpoint}, fed by its listener
-//    (server/http/conductor_listener.h), children created up front too.
+//    (server/http/conductor_listener.h); its children are created, all at
+//    once, when the daemon turns the API on.
 //  - RPCs: prefixd_rpc_errors_total{method,code} and the histogram
 //    prefixd_rpc_duration_seconds{method}, fed by the service through the
 //    RpcObserver hook. Every child (each method x each code) is created in
@@ -97,7 +98,11 @@ class Metrics final : public RpcObserver, public ConductorObserver {
     ObserveRpc(method, code, elapsed);
   }
 
-  // Records one request of the Conductor API (index.http_listen).
+  // Creates the Conductor API's families (index.http_listen), every child
+  // at 0. Call once, before its listener serves.
+  void EnableConductorMetrics();
+  // Records one request of the Conductor API; nothing before
+  // EnableConductorMetrics.
   void OnConductorRequest(absl::string_view endpoint, int status,
                           absl::Duration elapsed) override;
 
@@ -121,7 +126,6 @@ class Metrics final : public RpcObserver, public ConductorObserver {
     std::array<prometheus::Counter*, kConductorStatuses.size()> requests{};
   };
   std::array<EndpointChildren, kConductorEndpoints.size()> conductor_;
-  void AddConductorFamilies(const std::vector<double>& buckets);
   const std::string version_;
 };
 

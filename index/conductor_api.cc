@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "index/flat_json.h"
 
 namespace prefixd {
 namespace {
@@ -23,58 +24,9 @@ absl::Status Invalid(absl::string_view field, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
 }
 
-absl::StatusOr<Json> ParseObject(absl::string_view body) {
-  Json j;
-  try {
-    j = Json::parse(body.begin(), body.end());
-  } catch (const Json::parse_error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the body is not JSON (byte ", e.byte, "): ", e.what()));
-  }
-  if (!j.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the body must be a JSON object, not ", j.type_name()));
-  }
-  return j;
-}
-
-// A string field; "" when absent or null and not `required`.
-absl::StatusOr<std::string> StringField(const Json& j, const char* field,
-                                        bool required) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) {
-    if (required) return Invalid(field, "is required");
-    return std::string();
-  }
-  if (!it->is_string()) {
-    return Invalid(field,
-                   absl::StrCat("must be a string, not ", it->type_name()));
-  }
-  return it->get<std::string>();
-}
-
-absl::StatusOr<int64_t> IntField(const Json& j, const char* field, int64_t min,
-                                 int64_t max) {
-  auto it = j.find(field);
-  if (it == j.end() || it->is_null()) return Invalid(field, "is required");
-  if (!it->is_number_integer()) {
-    return Invalid(field,
-                   absl::StrCat("must be an integer, not ", it->type_name()));
-  }
-  if (it->is_number_unsigned() &&
-      it->get<uint64_t>() > static_cast<uint64_t>(max)) {
-    return Invalid(field, absl::StrCat(it->get<uint64_t>(), " exceeds ", max));
-  }
-  const int64_t v = it->get<int64_t>();
-  if (v < min || v > max) {
-    return Invalid(field, absl::StrCat(v, " is outside ", min, "..", max));
-  }
-  return v;
-}
-
-absl::Status CheckBlockSize(const Json& j, int block_size) {
-  ASSIGN_OR_RETURN(const int64_t bs, IntField(j, "block_size", 1,
-                                              std::numeric_limits<int>::max()));
+absl::Status CheckBlockSize(const FlatJson& j, int block_size) {
+  ASSIGN_OR_RETURN(const int64_t bs,
+                   j.Int("block_size", 1, std::numeric_limits<int>::max()));
   if (bs != block_size) {
     return Invalid("block_size",
                    absl::StrCat(bs, " differs from the index's block size ",
@@ -84,8 +36,8 @@ absl::Status CheckBlockSize(const Json& j, int block_size) {
 }
 
 // "vLLM", "SGLang" or "Mooncake", in any case, as the canonical spelling.
-absl::StatusOr<std::string> PublisherType(const Json& j) {
-  ASSIGN_OR_RETURN(std::string type, StringField(j, "type", true));
+absl::StatusOr<std::string> PublisherType(const FlatJson& j) {
+  ASSIGN_OR_RETURN(std::string type, j.String("type", true));
   for (const char* known : {"vLLM", "SGLang", "Mooncake"}) {
     if (absl::EqualsIgnoreCase(type, known)) return std::string(known);
   }
@@ -94,16 +46,16 @@ absl::StatusOr<std::string> PublisherType(const Json& j) {
                                       "\"Mooncake\""));
 }
 
-absl::StatusOr<std::string> Tenant(const Json& j) {
-  ASSIGN_OR_RETURN(std::string tenant, StringField(j, "tenant_id", false));
+absl::StatusOr<std::string> Tenant(const FlatJson& j) {
+  ASSIGN_OR_RETURN(std::string tenant, j.String("tenant_id", false));
   if (absl::StrContains(tenant, '|')) {
     return Invalid("tenant_id", "must not contain '|' (it names the worker)");
   }
   return tenant;
 }
 
-absl::StatusOr<std::string> InstanceId(const Json& j, bool required) {
-  ASSIGN_OR_RETURN(std::string id, StringField(j, "instance_id", required));
+absl::StatusOr<std::string> InstanceId(const FlatJson& j, bool required) {
+  ASSIGN_OR_RETURN(std::string id, j.String("instance_id", required));
   if (required && id.empty()) return Invalid("instance_id", "is empty");
   if (absl::StrContains(id, '|') || absl::StrContains(id, '/')) {
     return Invalid("instance_id",
@@ -113,64 +65,32 @@ absl::StatusOr<std::string> InstanceId(const Json& j, bool required) {
 }
 
 // What /register and /unregister both name: the worker.
-absl::Status ReadKey(const Json& j, int block_size, Registration* r) {
+absl::Status ReadKey(const FlatJson& j, int block_size, Registration* r) {
   ASSIGN_OR_RETURN(r->type, PublisherType(j));
-  ASSIGN_OR_RETURN(r->model, StringField(j, "modelname", true));
-  ASSIGN_OR_RETURN(r->lora_name, StringField(j, "lora_name", false));
+  ASSIGN_OR_RETURN(r->model, j.String("modelname", true));
+  ASSIGN_OR_RETURN(r->lora_name, j.String("lora_name", false));
   ASSIGN_OR_RETURN(r->tenant, Tenant(j));
   if (r->tenant.empty()) r->tenant = "default";
   ASSIGN_OR_RETURN(r->instance_id, InstanceId(j, true));
-  ASSIGN_OR_RETURN(r->dp_rank, IntField(j, "dp_rank", 0, kMaxDpRank));
+  ASSIGN_OR_RETURN(r->dp_rank, j.Int("dp_rank", 0, kMaxDpRank));
   return CheckBlockSize(j, block_size);
 }
 
-// A list of integers within [0, max_value], at most `max_count` of them.
-template <typename T>
-absl::Status ReadList(const Json& list, const char* field, size_t max_count,
-                      uint64_t max_value, std::vector<T>* out) {
-  if (!list.is_array()) {
-    return Invalid(field,
-                   absl::StrCat("must be an array, not ", list.type_name()));
-  }
-  if (list.size() > max_count) {
-    return Invalid(field, absl::StrCat(list.size(),
-                                       " entries exceed the "
-                                       "limit of ",
-                                       max_count));
-  }
-  out->reserve(list.size());
-  for (size_t i = 0; i < list.size(); ++i) {
-    const Json& v = list[i];
-    if (!v.is_number_unsigned() || v.get<uint64_t>() > max_value) {
-      return Invalid(field,
-                     absl::StrCat("entry ", i, " (", v.dump(),
-                                  ") is not an integer in 0..", max_value));
-    }
-    out->push_back(static_cast<T>(v.get<uint64_t>()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ReadPrompt(const Json& j, bool by_hash,
+absl::Status ReadPrompt(const FlatJson& j, bool by_hash,
                         const ConductorLimits& limits, ConductorQuery* q) {
   if (!by_hash) {
-    auto it = j.find("token_ids");
-    if (it == j.end()) return Invalid("token_ids", "is required");
-    return ReadList(*it, "token_ids", limits.max_tokens,
-                    std::numeric_limits<Token>::max(), &q->tokens);
+    return j.List("token_ids", limits.max_tokens,
+                  std::numeric_limits<Token>::max(), &q->tokens);
   }
-  auto seq = j.find("seq_hashes");
-  auto block = j.find("block_hash");
-  if (seq != j.end() && block != j.end()) {
+  const bool seq = j.Has("seq_hashes");
+  if (seq && j.Has("block_hash")) {
     return Invalid("seq_hashes", "and block_hash are both given; send one");
   }
-  if (seq == j.end() && block == j.end()) {
+  if (!seq && !j.Has("block_hash")) {
     return Invalid("seq_hashes", "is required (or block_hash)");
   }
-  const bool is_seq = seq != j.end();
-  return ReadList(is_seq ? *seq : *block, is_seq ? "seq_hashes" : "block_hash",
-                  limits.max_hashes, std::numeric_limits<uint64_t>::max(),
-                  &q->keys);
+  return j.List(seq ? "seq_hashes" : "block_hash", limits.max_hashes,
+                std::numeric_limits<uint64_t>::max(), &q->keys);
 }
 
 absl::Status MayQuery(const ConductorCaller& caller, ConductorQuery* q) {
@@ -231,15 +151,7 @@ Json AnswerOf(const RouteResult& result, int block_size) {
 
 absl::StatusOr<Registration> RegistrationFromJson(const Json& j,
                                                   int block_size) {
-  Registration r;
-  RETURN_IF_ERROR(ReadKey(j, block_size, &r));
-  ASSIGN_OR_RETURN(r.endpoint, StringField(j, "endpoint", true));
-  ASSIGN_OR_RETURN(r.replay_endpoint, StringField(j, "replay_endpoint", false));
-  ASSIGN_OR_RETURN(r.salt, StringField(j, "additionalsalt", false));
-  // The endpoints as a source checks them.
-  if (absl::Status s = ValidateIndexSource(r.Source()); !s.ok())
-    return Invalid("endpoint", s.message());
-  return r;
+  return ParseRegister(j.dump(), block_size);
 }
 
 Json RegistrationToJson(const Registration& r, int block_size) {
@@ -255,13 +167,21 @@ Json RegistrationToJson(const Registration& r, int block_size) {
 
 absl::StatusOr<Registration> ParseRegister(absl::string_view body,
                                            int block_size) {
-  ASSIGN_OR_RETURN(const Json j, ParseObject(body));
-  return RegistrationFromJson(j, block_size);
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+  Registration r;
+  RETURN_IF_ERROR(ReadKey(j, block_size, &r));
+  ASSIGN_OR_RETURN(r.endpoint, j.String("endpoint", true));
+  ASSIGN_OR_RETURN(r.replay_endpoint, j.String("replay_endpoint", false));
+  ASSIGN_OR_RETURN(r.salt, j.String("additionalsalt", false));
+  // The endpoints as a source checks them.
+  if (absl::Status s = ValidateIndexSource(r.Source()); !s.ok())
+    return Invalid("endpoint", s.message());
+  return r;
 }
 
 absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
                                             int block_size) {
-  ASSIGN_OR_RETURN(const Json j, ParseObject(body));
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
   Registration r;
   RETURN_IF_ERROR(ReadKey(j, block_size, &r));
   return r.Name();
@@ -270,13 +190,13 @@ absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
 absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
                                           int block_size, bool by_hash,
                                           const ConductorLimits& limits) {
-  ASSIGN_OR_RETURN(const Json j, ParseObject(body));
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
   ConductorQuery q;
-  ASSIGN_OR_RETURN(q.model, StringField(j, "model", true));
-  ASSIGN_OR_RETURN(q.lora_name, StringField(j, "lora_name", false));
+  ASSIGN_OR_RETURN(q.model, j.String("model", true));
+  ASSIGN_OR_RETURN(q.lora_name, j.String("lora_name", false));
   ASSIGN_OR_RETURN(q.tenant, Tenant(j));
   ASSIGN_OR_RETURN(q.instance_id, InstanceId(j, false));
-  ASSIGN_OR_RETURN(q.cache_salt, StringField(j, "cache_salt", false));
+  ASSIGN_OR_RETURN(q.cache_salt, j.String("cache_salt", false));
   RETURN_IF_ERROR(CheckBlockSize(j, block_size));
   RETURN_IF_ERROR(ReadPrompt(j, by_hash, limits, &q));
   return q;

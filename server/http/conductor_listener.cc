@@ -47,9 +47,10 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
   std::unique_ptr<ConductorListener> self(
       new ConductorListener(api, auth, observer));
   limits.read_only = false;
+  limits.keep_alive = true;  // routers send request after request
   limits.body_too_large = [](size_t max) {
-    return Json(ErrorAnswer(absl::InvalidArgumentError(absl::StrCat(
-        "body: over ", max, " bytes (limits.max_message_size)"))));
+    return Json(ErrorAnswer(absl::InvalidArgumentError(
+        absl::StrCat("body: over ", max, " bytes (limits.max_message_size)"))));
   };
   const std::string host =
       address.host == "localhost" ? "127.0.0.1" : address.host;

@@ -30,8 +30,10 @@ void Send(mg_connection* conn, const HttpResponse& r, bool head) {
     absl::StrAppend(&header, name, ": ", value, "\r\n");
   }
   header += "\r\n";
+  // One write: a header and a body sent apart would wait on the peer's
+  // delayed ACK (Nagle) on a kept-alive connection.
+  if (!head) header += r.body;
   mg_write(conn, header.data(), header.size());
-  if (!head) mg_write(conn, r.body.data(), r.body.size());
 }
 
 // civetweb's own error answers (400, 413, 431, 505, ...) begin with
@@ -103,7 +105,9 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
                            "request_timeout_ms",
                            timeout_ms.c_str(),
                            "enable_keep_alive",
-                           "no",
+                           limits.keep_alive ? "yes" : "no",
+                           "keep_alive_timeout_ms",
+                           timeout_ms.c_str(),
                            nullptr,
                            nullptr,
                            nullptr};
@@ -152,6 +156,7 @@ int HttpListener::Serve(mg_connection* conn, void* self) {
   const bool head = req.method == "HEAD";
   std::optional<HttpResponse> refused = listener->Refuse(conn, req);
   if (refused.has_value()) {
+    mg_disable_connection_keep_alive(conn);  // its body may be half read
     Send(conn, *refused, head);
     return refused->status;
   }

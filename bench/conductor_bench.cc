@@ -10,10 +10,11 @@
 //   query_by_hash  POST /query_by_hash with its 128 rolling hashes
 //
 // Prints calls/s of each, /query's against Route's, and each one's server
-// CPU per call: the process's CPU time less the client thread's, over the
-// calls. Not a test; one run, read as ratios.
+// CPU per call: the process's CPU time less the client threads', over the
+// calls. --clients=N calls from N threads at once. Not a test; one run,
+// read as ratios.
 //
-//   build/bench/conductor_bench --seconds=3
+//   build/bench/conductor_bench --seconds=3 [--clients=4]
 #include <arpa/inet.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -21,12 +22,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -41,6 +44,9 @@
 ABSL_FLAG(double, seconds, 3, "seconds per measured call");
 ABSL_FLAG(int, workers, 16, "workers in the index");
 ABSL_FLAG(int, prompt_tokens, 2048, "tokens of the prompt (whole blocks)");
+ABSL_FLAG(int, clients, 1,
+          "client threads calling at once (each its own HTTP connection; "
+          "one gRPC channel)");
 
 namespace prefixd {
 namespace {
@@ -123,24 +129,43 @@ struct Result {
   double server_cpu_us = 0;  // per call
 };
 
-Result Measure(const std::function<bool()>& call, double seconds) {
-  for (int i = 0; i < 100; ++i) call();  // warm up
+// `clients` threads, each making calls (its own from `make_call`) for
+// `seconds`: their calls/s together, and the process's CPU less theirs per
+// call.
+Result Measure(const std::function<std::function<bool()>()>& make_call,
+               int clients, double seconds) {
+  std::atomic<int64_t> calls{0};
+  std::atomic<bool> failed{false};
+  std::vector<double> client_cpu(static_cast<size_t>(clients));
   const double process0 = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID);
-  const double client0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
-  const absl::Time end = absl::Now() + absl::Seconds(seconds);
   const absl::Time start = absl::Now();
-  int64_t calls = 0;
-  while (absl::Now() < end) {
-    if (!call()) {
-      std::fprintf(stderr, "a call failed\n");
-      std::exit(1);
-    }
-    ++calls;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      std::function<bool()> call = make_call();
+      for (int i = 0; i < 100; ++i) call();  // warm up
+      const double cpu0 = CpuSeconds(CLOCK_THREAD_CPUTIME_ID);
+      const absl::Time end = start + absl::Seconds(seconds);
+      int64_t n = 0;
+      while (absl::Now() < end) {
+        if (!call()) failed = true;
+        ++n;
+      }
+      calls += n;
+      client_cpu[static_cast<size_t>(c)] =
+          CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  if (failed) {
+    std::fprintf(stderr, "a call failed\n");
+    std::exit(1);
   }
   const double wall = absl::ToDoubleSeconds(absl::Now() - start);
-  const double server = (CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process0) -
-                        (CpuSeconds(CLOCK_THREAD_CPUTIME_ID) - client0);
-  return {calls / wall, server / static_cast<double>(calls) * 1e6};
+  double server = CpuSeconds(CLOCK_PROCESS_CPUTIME_ID) - process0;
+  for (double c : client_cpu) server -= c;
+  return {static_cast<double>(calls) / wall,
+          server / static_cast<double>(calls) * 1e6};
 }
 
 // Worker i holds the first (i + 1) * blocks / workers blocks of `prompt`.
@@ -215,29 +240,36 @@ int Run() {
   const int port = (*daemon)->conductor_port();
   const double seconds = absl::GetFlag(FLAGS_seconds);
 
+  const int clients = absl::GetFlag(FLAGS_clients);
   const Result r = Measure(
-      [&] {
-        grpc::ClientContext ctx;
-        v1::RouteResponse resp;
-        return stub->Route(&ctx, route, &resp).ok() &&
-               resp.workers_size() == workers;
+      [&]() -> std::function<bool()> {
+        return [&] {
+          grpc::ClientContext ctx;
+          v1::RouteResponse resp;
+          return stub->Route(&ctx, route, &resp).ok() &&
+                 resp.workers_size() == workers;
+        };
       },
-      seconds);
-  HttpClient http(port);
-  const Result q = Measure([&] { return http.Post("/query", query); }, seconds);
-  const Result h =
-      Measure([&] { return http.Post("/query_by_hash", by_hash); }, seconds);
+      clients, seconds);
+  const auto post = [&](std::string path, const std::string* body) {
+    return [=]() -> std::function<bool()> {
+      auto http = std::make_shared<HttpClient>(port);
+      return [=] { return http->Post(path, *body); };
+    };
+  };
+  const Result q = Measure(post("/query", &query), clients, seconds);
+  const Result h = Measure(post("/query_by_hash", &by_hash), clients, seconds);
   std::printf(
-      "%d workers, a %zu-token prompt (%zu blocks of %d)\n"
+      "%d workers, a %zu-token prompt (%zu blocks of %d), %d clients\n"
       "  route (gRPC)          %8.0f calls/s  server CPU %6.1f us/call\n"
       "  /query                %8.0f calls/s  server CPU %6.1f us/call\n"
       "  /query_by_hash        %8.0f calls/s  server CPU %6.1f us/call\n"
       "  /query vs Route calls/s: %.2fx\n"
       "  /query_by_hash - /query server CPU: %+.1f us per %zu hashes\n",
-      workers, prompt.size(), keys.size(), kBs, r.calls_per_s, r.server_cpu_us,
-      q.calls_per_s, q.server_cpu_us, h.calls_per_s, h.server_cpu_us,
-      q.calls_per_s / r.calls_per_s, h.server_cpu_us - q.server_cpu_us,
-      keys.size());
+      workers, prompt.size(), keys.size(), kBs, clients, r.calls_per_s,
+      r.server_cpu_us, q.calls_per_s, q.server_cpu_us, h.calls_per_s,
+      h.server_cpu_us, q.calls_per_s / r.calls_per_s,
+      h.server_cpu_us - q.server_cpu_us, keys.size());
   return 0;
 }
 

@@ -84,11 +84,11 @@ struct HttpLimits {
 };
 
 struct HttpRequest {
-  std::string method;         // "GET", "HEAD", "POST", ...
-  std::string path;           // URL-decoded, without the query
-  std::string query;          // as sent, after '?'; "" without one
-  std::string body;           // empty on a read-only listener
-  std::string authorization;  // the Authorization header; "" without one
+  std::string method;              // "GET", "HEAD", "POST", ...
+  std::string path;                // URL-decoded, without the query
+  std::string query;               // as sent, after '?'; "" without one
+  std::string body;                // empty on a read-only listener
+  std::string authorization = "";  // the Authorization header; "" if none
 };
 
 // Returns the response to `request`, or nullopt for 404.

@@ -102,10 +102,6 @@ absl::Status Daemon::StartHttp() {
   if (c.index_http_listen.empty()) return absl::OkStatus();
   HttpLimits limits;
   limits.max_body_bytes = c.max_message_bytes;
-  if (!c.proto.auth().tls_cert_path().empty()) {
-    ASSIGN_OR_RETURN(tls_pem_, PemFile::Create(c.proto.auth()));
-    limits.tls_pem_path = tls_pem_->path();
-  }
   metrics_->EnableConductorMetrics();
   ASSIGN_OR_RETURN(conductor_,
                    ConductorListener::Start(
@@ -118,13 +114,12 @@ std::string Daemon::Banner() const {
   std::string out = StartupBanner(*server_);
   if (conductor_ != nullptr) {
     const ServerConfig& c = server_->config();
-    absl::StrAppend(&out, "  index http   ", c.index_http_listen, " (port ",
-                    conductor_->port(), tls_pem_ != nullptr ? ", TLS" : "",
-                    "): Mooncake Conductor API, registrations ",
-                    c.index_state_dir.empty()
-                        ? "not kept (no index.state_dir)"
-                        : absl::StrCat("kept in ", c.index_state_dir),
-                    "\n");
+    absl::StrAppend(
+        &out, "  index http   ", c.index_http_listen, " (port ",
+        conductor_->port(), "): Mooncake Conductor API, registrations ",
+        c.index_state_dir.empty() ? "not kept (no index.state_dir)"
+                                  : absl::StrCat("kept in ", c.index_state_dir),
+        "\n");
   }
   return out;
 }

@@ -35,7 +35,6 @@
 #include "server/config.h"
 #include "server/server.h"
 #include "server/snapshot_file.h"
-#include "server/tls.h"
 
 namespace prefixd {
 
@@ -94,7 +93,6 @@ class Daemon {
   std::unique_ptr<MetricsListener> http_;
   // The Mooncake Conductor API (index.http_listen); registers sources with
   // the server's ingestion: goes before the server stops.
-  std::unique_ptr<PemFile> tls_pem_;  // its HTTPS key and chain, if any
   std::unique_ptr<ConductorListener> conductor_;
   bool shut_down_ = false;
 };

@@ -147,21 +147,6 @@ absl::Status Replace(int target, const std::string& text) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<PemFile>> PemFile::Create(
-    const v1::AuthConfig& auth) {
-  ASSIGN_OR_RETURN(TlsMaterial m, LoadTlsMaterial(auth, false));
-  const int fd = MemoryFile(IdentityPem(m));
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat("TLS: cannot write a memory file: ",
-                                            std::strerror(errno)));
-  }
-  return std::unique_ptr<PemFile>(new PemFile(fd));
-}
-
-PemFile::~PemFile() { close(fd_); }
-
-std::string PemFile::path() const { return FdPath(fd_); }
-
 absl::StatusOr<std::unique_ptr<RotatingTls>> RotatingTls::Create(
     const TlsMaterial& material) {
   std::unique_ptr<RotatingTls> tls(new RotatingTls());

@@ -84,28 +84,6 @@ class RotatingTls {
   std::shared_ptr<grpc::ServerCredentials> credentials_;
 };
 
-// The key and certificate chain of auth.tls_* in one PEM memory file, as
-// civetweb's ssl_certificate reads it (the Conductor API's HTTPS,
-// server/http/conductor_listener.h). Read once at start: SIGHUP does not
-// rotate it, a restart does.
-class PemFile {
- public:
-  // INVALID_ARGUMENT as LoadTlsMaterial; INTERNAL when the memory file
-  // cannot be created.
-  static absl::StatusOr<std::unique_ptr<PemFile>> Create(
-      const v1::AuthConfig& auth);
-  ~PemFile();
-  PemFile(const PemFile&) = delete;
-  PemFile& operator=(const PemFile&) = delete;
-
-  // "/proc/self/fd/N".
-  std::string path() const;
-
- private:
-  explicit PemFile(int fd) : fd_(fd) {}
-  const int fd_;
-};
-
 // The verified client certificate of a call: its subject as gRPC prints it
 // (RFC 2253, most specific first: "CN=engine-0,O=acme") and its common name.
 struct PeerCertificate {

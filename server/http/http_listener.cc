@@ -3,7 +3,6 @@
 #include <civetweb.h>
 
 #include <cstring>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -88,14 +87,11 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   const std::string backlog = absl::StrCat(limits.backlog);
   const std::string timeout_ms =
       absl::StrCat(absl::ToInt64Milliseconds(limits.io_timeout));
-  // HTTPS: civetweb's port syntax marks a TLS port with a trailing 's'.
-  const std::string ports =
-      limits.tls_pem_path.empty() ? listen : absl::StrCat(listen, "s");
   // civetweb's request_timeout_ms bounds reading the whole request header
   // and every stalled write; without keep-alive a connection ends with its
   // answer.
   const char* options[] = {"listening_ports",
-                           ports.c_str(),
+                           listen.c_str(),
                            "num_threads",
                            threads.c_str(),
                            "connection_queue",
@@ -108,13 +104,7 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
                            limits.keep_alive ? "yes" : "no",
                            "keep_alive_timeout_ms",
                            timeout_ms.c_str(),
-                           nullptr,
-                           nullptr,
                            nullptr};
-  if (!limits.tls_pem_path.empty()) {
-    options[std::size(options) - 3] = "ssl_certificate";
-    options[std::size(options) - 2] = limits.tls_pem_path.c_str();
-  }
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.log_message = Quiet;

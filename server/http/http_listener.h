@@ -78,9 +78,6 @@ struct HttpLimits {
   // The answer to a body past max_body_bytes (its argument); null: 413 in
   // plain text. An API answers in its own format.
   std::function<HttpResponse(size_t max_body_bytes)> body_too_large;
-  // A PEM file with the private key and the certificate chain: serve HTTPS
-  // (civetweb's ssl_certificate). Empty: plain HTTP.
-  std::string tls_pem_path;
 };
 
 struct HttpRequest {

@@ -16,6 +16,12 @@ namespace {
 
 using Json = nlohmann::json;
 
+// JSON text of `j`; bytes that are not UTF-8 (an error message quoting what
+// a client sent, a name from the config) become U+FFFD instead of throwing.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 // The most data-parallel ranks a registration may name (a bound on worker
 // names, not on any engine known).
 constexpr int64_t kMaxDpRank = 1 << 16;
@@ -151,7 +157,7 @@ Json AnswerOf(const RouteResult& result, int block_size) {
 
 absl::StatusOr<Registration> RegistrationFromJson(const Json& j,
                                                   int block_size) {
-  return ParseRegister(j.dump(), block_size);
+  return ParseRegister(Dump(j), block_size);
 }
 
 Json RegistrationToJson(const Registration& r, int block_size) {
@@ -225,7 +231,7 @@ ConductorAnswer ErrorAnswer(const absl::Status& status) {
     default:
       break;
   }
-  return {code, Json{{"error", std::string(status.message())}}.dump()};
+  return {code, Dump(Json{{"error", std::string(status.message())}})};
 }
 
 ConductorApi::ConductorApi(const KvIndex* index, ConductorRegistry* registry,
@@ -244,9 +250,8 @@ ConductorAnswer ConductorApi::Register(const ConductorCaller& caller,
     if (absl::Status added = registry_->Add(*r); !added.ok()) r = added;
   }
   if (!r.ok()) return ErrorAnswer(r.status());
-  return {200, Json{{"status", "registered successfully"},
-                    {"instance_id", r->instance_id}}
-                   .dump()};
+  return {200, Dump(Json{{"status", "registered successfully"},
+                         {"instance_id", r->instance_id}})};
 }
 
 ConductorAnswer ConductorApi::Unregister(const ConductorCaller& caller,
@@ -262,9 +267,8 @@ ConductorAnswer ConductorApi::Unregister(const ConductorCaller& caller,
       name = removed;
   }
   if (!name.ok()) return ErrorAnswer(name.status());
-  return {200, Json{{"status", "unregistered successfully"},
-                    {"removed_instances", Json::array({*name})}}
-                   .dump()};
+  return {200, Dump(Json{{"status", "unregistered successfully"},
+                         {"removed_instances", Json::array({*name})}})};
 }
 
 absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
@@ -278,10 +282,13 @@ absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
   route.keys = q.keys;
   route.lora_name = q.lora_name;
   route.cache_salt = q.cache_salt;
-  route.filter.tenant = q.tenant.empty() ? "default" : q.tenant;
+  // Both views: a ternary of a literal and a std::string would make a
+  // temporary string, and the filter would view it after it is gone.
+  route.filter.tenant = q.tenant.empty() ? absl::string_view("default")
+                                         : absl::string_view(q.tenant);
   route.filter.model = q.model;
   route.filter.instance = q.instance_id;
-  return AnswerOf(index_->Route(route), bs).dump();
+  return Dump(AnswerOf(index_->Route(route), bs));
 }
 
 ConductorAnswer ConductorApi::Query(const ConductorCaller& caller,

@@ -119,7 +119,7 @@ std::string RegistrationFileText(const std::vector<Registration>& list,
   nlohmann::json j = nlohmann::json::array();
   for (const Registration& r : list)
     j.push_back(RegistrationToJson(r, block_size));
-  return j.dump(2) + "\n";
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 ConductorRegistry::ConductorRegistry(Ingest* ingest,

@@ -68,7 +68,8 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
     Field f;
     f.kind = Kind::kString;
     f.text = v;
-    return Scalar(std::move(f), Json(v).dump());
+    return Scalar(std::move(f),
+                  Json(v).dump(-1, ' ', false, Json::error_handler_t::replace));
   }
   bool binary(binary_t&) override { return Scalar(Field(), "binary"); }
   bool start_object(std::size_t) override { return Open(Kind::kObject); }

@@ -271,6 +271,8 @@ class Test(common.Checker):
         reg = self.register_body("a0", "vllm-z", 0)
         cases = [
             ("/register", None, b'{"endpoint": ', 400, "not JSON"),
+            # bytes that are not UTF-8, quoted by the parser's message
+            ("/query", None, b'{"model": "\xff\xfe', 400, "not JSON"),
             ("/register", dict(reg, type="TensorRT"), None, 400, "type"),
             ("/register", {k: v for k, v in reg.items() if k != "instance_id"}, None, 400,
              "instance_id: is required"),

@@ -70,6 +70,8 @@ BENCH_TARGETS += index_replay
 INDEX_REPLAY_KEEPUP_MS ?= 300000
 # and the offline optimum the eviction policies are put against
 BENCH_TARGETS += belady
+# and the Mooncake Conductor API against Route (docs/performance.md)
+BENCH_TARGETS += conductor_bench
 BENCH_SCENARIOS ?= T6 T8a T8b T9 T10 T10b
 BENCH_OUT = $(BUILD_DIR)/bench-results
 
@@ -97,6 +99,8 @@ bench: configure
 	bash -o pipefail -c '$(BUILD_DIR)/bench/index_replay --window_ms=$(INDEX_REPLAY_KEEPUP_MS) \
 	  --sequential_check=false --json=$(BENCH_OUT)/index-replay-keepup.json | tee $(BENCH_OUT)/index-replay-keepup.log'
 	bash bench/grpc_bench.sh $(BUILD_DIR) $(BENCH_SCENARIOS)
+	bash -o pipefail -c '$(BUILD_DIR)/bench/conductor_bench --seconds=5 | tee $(BENCH_OUT)/conductor.log'
+	bash -o pipefail -c '$(BUILD_DIR)/bench/conductor_bench --seconds=5 --clients=4 | tee -a $(BENCH_OUT)/conductor.log'
 	$(BUILD_DIR)/bench/timing_probe
 	bash -o pipefail -c '/usr/bin/python3 tests/index/fleet_sim.py --full --prefixd $(BUILD_DIR)/server/prefixd | tee $(BENCH_OUT)/fleet.log'
 
@@ -121,7 +125,7 @@ SAN_ENV = ASAN_OPTIONS=halt_on_error=1:abort_on_error=1:detect_leaks=1:detect_st
 SANITIZE_SKIP = ^(e2e_test|python_.*|deploy_.*|metrics_.*_test|reliability_(stress|faults|soak|memory_bounds)_test|index_publisher_test)$$
 TSAN_TESTS = core_concurrency_test core_cache_test core_differential_test core_snapshot_test
 FUZZ_TARGETS = core_ops_fuzzer rpc_fuzzer snapshot_fuzzer index_events_fuzzer \
-  http_fuzzer
+  http_fuzzer conductor_api_fuzzer
 
 sanitize: deps
 	cmake -S . -B build-asan $(CLANG_CMAKE) -DPREFIXD_SANITIZE=address,undefined

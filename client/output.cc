@@ -381,6 +381,30 @@ void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
   t.Print(out);
 }
 
+namespace {
+
+// "instance a  tenant acme  model llama  dp 1 ..." for the labels a
+// registration set; "" when none is.
+std::string LabelsNote(const v1::WorkerLabels& l) {
+  std::vector<std::string> parts;
+  auto add = [&parts](absl::string_view name, const std::string& value) {
+    if (!value.empty())
+      parts.push_back(absl::StrCat(name, " ", OneLine(value)));
+  };
+  add("instance", l.instance_id());
+  add("tenant", l.tenant());
+  add("model", l.model());
+  if (!parts.empty() || l.dp_rank() != 0)
+    parts.push_back(absl::StrCat("dp ", l.dp_rank()));
+  add("lora", l.lora_name());
+  add("salt", l.salt());
+  add("address", l.address());
+  if (l.hashes_are_keys()) parts.push_back("placed by rolling keys");
+  return absl::StrJoin(parts, "  ");
+}
+
+}  // namespace
+
 void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
                   std::ostream& out) {
   out << Count(workers.workers_size(), "worker") << "  entries "
@@ -397,6 +421,8 @@ void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
               absl::StrCat(w.replays()), absl::StrCat(w.clears()),
               absl::StrCat(w.dropped_blocks()), Seq(w.last_seq()),
               Ago(w.last_event_unix_ms(), now)});
+    if (const std::string labels = LabelsNote(w.labels()); !labels.empty())
+      t.AddNote(absl::StrCat("  ", labels));
     if (!w.state_detail().empty())
       t.AddNote(absl::StrCat("  state_detail: ", OneLine(w.state_detail())));
     if (!w.last_error().empty())

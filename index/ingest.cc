@@ -211,44 +211,54 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
 
 }  // namespace
 
+absl::Status ValidateIndexSource(const IndexSource& s) {
+  if (s.name.empty() || absl::StrContains(s.name, '/')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index source name \"", s.name,
+        "\" must be non-empty and contain no '/' (it names the worker)"));
+  }
+  RETURN_IF_ERROR(CheckEndpoint(
+      absl::StrCat("index source ", s.name, " endpoint"), s.endpoint));
+  if (!s.replay_endpoint.empty()) {
+    RETURN_IF_ERROR(
+        CheckEndpoint(absl::StrCat("index source ", s.name, " replay_endpoint"),
+                      s.replay_endpoint));
+  }
+  if (s.replay_port < 0 || s.replay_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index source ", s.name, " replay_port ", s.replay_port,
+                     " is not a port (0-65535)"));
+  }
+  const bool pool =
+      s.replay_port != 0 || s.resolve_interval > absl::ZeroDuration();
+  if (pool && !SplitTcp(s.endpoint).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index source ", s.name,
+                     " is a pool (replay_port or "
+                     "resolve_interval set) but its endpoint \"",
+                     s.endpoint, "\" is not tcp://HOST:PORT"));
+  }
+  if (pool && s.pinned) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index source ", s.name,
+        " is a pool (replay_port or resolve_interval set) and names one "
+        "instance (instance_id): a registration follows one engine"));
+  }
+  if (s.labels.dp_rank < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index source ", s.name, " dp_rank ", s.labels.dp_rank,
+                     " is negative"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateIngestOptions(const IngestOptions& o) {
   absl::flat_hash_map<std::string, int> names;
   for (const IndexSource& s : o.sources) {
-    if (s.name.empty() || absl::StrContains(s.name, '/')) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "index source name \"", s.name,
-          "\" must be non-empty and contain no '/' (it names the worker)"));
-    }
+    RETURN_IF_ERROR(ValidateIndexSource(s));
     if (++names[s.name] > 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("index source name \"", s.name, "\" is used twice"));
-    }
-    if (absl::Status st = CheckEndpoint(
-            absl::StrCat("index source ", s.name, " endpoint"), s.endpoint);
-        !st.ok()) {
-      return st;
-    }
-    if (!s.replay_endpoint.empty()) {
-      if (absl::Status st = CheckEndpoint(
-              absl::StrCat("index source ", s.name, " replay_endpoint"),
-              s.replay_endpoint);
-          !st.ok()) {
-        return st;
-      }
-    }
-    if (s.replay_port < 0 || s.replay_port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("index source ", s.name, " replay_port ", s.replay_port,
-                       " is not a port (0-65535)"));
-    }
-    const bool pool =
-        s.replay_port != 0 || s.resolve_interval > absl::ZeroDuration();
-    if (pool && !SplitTcp(s.endpoint).has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("index source ", s.name,
-                       " is a pool (replay_port or "
-                       "resolve_interval set) but its endpoint \"",
-                       s.endpoint, "\" is not tcp://HOST:PORT"));
     }
   }
   if (!o.listen.empty()) {
@@ -287,6 +297,12 @@ class Ingest::Runner {
     stop_ = true;
     if (thread_.joinable()) thread_.join();
   }
+  // After Stop: every worker of the source leaves the index.
+  void RetireAll() {
+    for (const auto& [key, s] : streams_)
+      for (const auto& [rank, w] : s->workers) index_->RetireWorker(w);
+  }
+  const IndexSource& source() const { return source_; }
 
  private:
   struct Stream {
@@ -381,7 +397,7 @@ class Ingest::Runner {
     s->name = std::move(name);
     s->endpoint = std::move(endpoint);
     s->replay_endpoint = std::move(replay);
-    s->workers[0] = index_->AddWorker(s->name, s->endpoint);
+    s->workers[0] = NewWorker(s->name, s->endpoint, source_.labels.dp_rank);
     if (listen_ == nullptr) {
       s->sub =
           std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
@@ -628,7 +644,18 @@ class Ingest::Runner {
     return true;
   }
 
+  // A worker of the source, labelled as its registration says.
+  WorkerId NewWorker(absl::string_view name, absl::string_view endpoint,
+                     int64_t rank) {
+    const WorkerId w = index_->AddWorker(name, endpoint);
+    WorkerLabels labels = source_.labels;
+    labels.dp_rank = rank;
+    index_->SetLabels(w, labels);
+    return w;
+  }
+
   WorkerId WorkerFor(Stream& s, int64_t rank) {
+    if (source_.pinned) return s.workers.begin()->second;
     if (!s.rank_known) {
       s.rank_known = true;
       auto first = s.workers.find(0);
@@ -639,8 +666,9 @@ class Ingest::Runner {
     }
     auto it = s.workers.find(rank);
     if (it != s.workers.end()) return it->second;
-    const WorkerId w = index_->AddWorker(
-        rank == 0 ? s.name : absl::StrCat(s.name, "/dp", rank), s.endpoint);
+    const WorkerId w =
+        NewWorker(rank == 0 ? s.name : absl::StrCat(s.name, "/dp", rank),
+                  s.endpoint, rank);
     s.workers[rank] = w;
     return w;
   }
@@ -671,7 +699,10 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
                                                       IngestOptions options) {
   if (absl::Status s = ValidateIngestOptions(options); !s.ok()) return s;
   std::unique_ptr<Ingest> ingest(new Ingest());
+  std::vector<IndexSource> sources = std::move(options.sources);
+  options.sources.clear();
   ingest->options_ = std::move(options);
+  ingest->index_ = index;
   const IngestOptions& o = ingest->options_;
   if (!o.listen.empty()) {
     auto sock =
@@ -693,20 +724,66 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
                        ": ", e.what()));
     }
     ingest->listen_endpoint_ = sock->get(zmq::sockopt::last_endpoint);
-    ingest->runners_.push_back(std::make_unique<Runner>(
-        index, o, std::move(sock), ingest->listen_endpoint_));
+    MutexLock lock(&ingest->mu_);
+    ingest->listen_runner_ = std::make_unique<Runner>(index, o, std::move(sock),
+                                                      ingest->listen_endpoint_);
+    ingest->listen_runner_->Start();
   }
-  for (const IndexSource& s : o.sources)
-    ingest->runners_.push_back(std::make_unique<Runner>(index, o, s));
-  for (auto& r : ingest->runners_) r->Start();
+  for (IndexSource& s : sources) {
+    RETURN_IF_ERROR(ingest->AddSource(std::move(s)));
+  }
   return ingest;
+}
+
+absl::Status Ingest::AddSource(IndexSource source) {
+  RETURN_IF_ERROR(ValidateIndexSource(source));
+  MutexLock lock(&mu_);
+  if (stopped_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "index source ", source.name, " cannot start: ingestion stopped"));
+  }
+  if (runners_.contains(source.name)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("index source name \"", source.name, "\" is in use"));
+  }
+  const std::string name = source.name;
+  auto runner = std::make_unique<Runner>(index_, options_, std::move(source));
+  runner->Start();
+  runners_.emplace(name, std::move(runner));
+  return absl::OkStatus();
+}
+
+// The runner stops and its workers retire under the lock, so that a source
+// of the same name added next cannot have its workers retired by this one.
+absl::Status Ingest::RemoveSource(absl::string_view name) {
+  MutexLock lock(&mu_);
+  auto it = runners_.find(name);
+  if (it == runners_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no index source is named \"", name, "\""));
+  }
+  it->second->Stop();
+  it->second->RetireAll();
+  runners_.erase(it);
+  return absl::OkStatus();
+}
+
+std::vector<IndexSource> Ingest::Sources() const {
+  MutexLock lock(&mu_);
+  std::vector<IndexSource> out;
+  for (const auto& [name, r] : runners_) out.push_back(r->source());
+  return out;
 }
 
 Ingest::~Ingest() { Stop(); }
 
 void Ingest::Stop() {
-  for (auto& r : runners_) r->Stop();
+  MutexLock lock(&mu_);
+  stopped_ = true;
+  for (auto& [name, r] : runners_) r->Stop();
   runners_.clear();
+  if (listen_runner_ != nullptr) listen_runner_->Stop();
+  listen_runner_.reset();
 }
 
 }  // namespace prefixd

@@ -9,6 +9,10 @@
 //                          one worker per address, re-resolved
 //   listen: "tcp://0.0.0.0:5557"       engines connect; topic names them
 //
+// Sources come and go at run time too (AddSource, RemoveSource): the
+// Mooncake Conductor's /register and /unregister (index/conductor_api.h).
+// A source removed retires its workers (cleared, reason "removed").
+//
 // Each source runs on its own thread (the listen socket on one more), so a
 // stream's batches are decoded and applied in order, and one slow replay
 // holds up only its own source. On connecting to an engine with a replay
@@ -16,16 +20,23 @@
 // index that starts (or restarts) next to running engines catches up
 // without waiting for their next events.
 //
-// Thread safety: Start and Stop from one thread; the index is shared.
+// Thread safety: every method may be called from any thread; mu_ guards
+// the set of sources (a source's own thread touches only its streams and
+// the index, which is shared and thread-safe).
 #ifndef PREFIXD_INDEX_INGEST_H_
 #define PREFIXD_INDEX_INGEST_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "index/kv_index.h"
 
 namespace prefixd {
@@ -40,6 +51,13 @@ struct IndexSource {
   // resolve_interval is set, or when HOST resolves to several addresses.
   int replay_port = 0;
   absl::Duration resolve_interval = absl::ZeroDuration();
+  // What its workers are registered as (each worker's labels.dp_rank is its
+  // rank, unless pinned).
+  WorkerLabels labels = {};
+  // A registration (the Conductor's /register, or a `sources` entry with an
+  // instance_id): the stream is one worker, named `name`, of rank
+  // labels.dp_rank, whatever rank its batches carry.
+  bool pinned = false;
 };
 
 struct IngestOptions {
@@ -63,6 +81,8 @@ struct IngestOptions {
 
 // Checks endpoints and names; the message names the offending value.
 absl::Status ValidateIngestOptions(const IngestOptions& options);
+// The checks of one source alone (all but the uniqueness of its name).
+absl::Status ValidateIndexSource(const IndexSource& source);
 
 class Ingest {
  public:
@@ -74,6 +94,16 @@ class Ingest {
   Ingest(const Ingest&) = delete;
   Ingest& operator=(const Ingest&) = delete;
 
+  // Follows one more source from now on. INVALID_ARGUMENT as
+  // ValidateIndexSource, ALREADY_EXISTS for a name in use,
+  // FAILED_PRECONDITION after Stop.
+  absl::Status AddSource(IndexSource source);
+  // Stops following the source named `name` and retires its workers.
+  // NOT_FOUND if there is none.
+  absl::Status RemoveSource(absl::string_view name);
+  // The sources followed now (the config's and those added), by name.
+  std::vector<IndexSource> Sources() const;
+
   // Stops every thread and closes the sockets. Idempotent.
   void Stop();
   // The bound listen endpoint, with a wildcard port resolved; empty if none.
@@ -83,9 +113,14 @@ class Ingest {
   class Runner;
   Ingest() = default;
 
-  IngestOptions options_;  // the runners keep a reference
+  IngestOptions options_;  // the runners keep a reference; sources unused
+  KvIndex* index_ = nullptr;
   std::string listen_endpoint_;
-  std::vector<std::unique_ptr<Runner>> runners_;
+  mutable Mutex mu_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<Runner> listen_runner_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<Runner>, std::less<>> runners_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace prefixd

@@ -655,5 +655,97 @@ TEST(IngestOptions, BadEndpointsAreNamed) {
   EXPECT_THAT(ValidateIngestOptions(o).message(), HasSubstr("70000"));
 }
 
+// Sources added and removed while ingestion runs (the Conductor's /register
+// and /unregister): a registration is one worker, named by it, labelled,
+// and pinned to its rank whatever rank the batches carry; removing it
+// retires the worker, and adding it again catches up from the replay
+// buffer.
+TEST(IngestRuntimeSources, AddedPinnedLabelledAndRemoved) {
+  Publisher pub;
+  pub.Publish(StoredPayload({1}, 0, kBs, /*dp_rank=*/3));
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  IndexSource s{"vllm-a|acme|1", pub.endpoint(), pub.replay_endpoint()};
+  s.labels.instance_id = "vllm-a";
+  s.labels.tenant = "acme";
+  s.labels.model = "llama";
+  s.labels.dp_rank = 1;
+  s.pinned = true;
+  ASSERT_TRUE((*ingest)->AddSource(s).ok());
+  EXPECT_EQ((*ingest)->AddSource(s).code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& st) {
+    return st.workers.size() == 1 && st.workers[0].last_seq == 0 &&
+           st.workers[0].state == WorkerState::kLive;
+  }));
+  IndexStats st = index.Stats();
+  EXPECT_EQ(st.workers[0].worker, "vllm-a|acme|1");
+  EXPECT_EQ(st.workers[0].labels.instance_id, "vllm-a");
+  EXPECT_EQ(st.workers[0].labels.tenant, "acme");
+  EXPECT_EQ(st.workers[0].labels.model, "llama");
+  EXPECT_EQ(st.workers[0].labels.dp_rank, 1);
+  EXPECT_EQ(Matched(index, {1}, "vllm-a|acme|1"), 1u);
+  ASSERT_EQ((*ingest)->Sources().size(), 1u);
+  EXPECT_EQ((*ingest)->Sources()[0].labels.instance_id, "vllm-a");
+
+  ASSERT_TRUE((*ingest)->RemoveSource("vllm-a|acme|1").ok());
+  EXPECT_TRUE(index.Stats().workers.empty());
+  EXPECT_EQ(Matched(index, {1}, "vllm-a|acme|1"), 0u);
+  EXPECT_EQ((*ingest)->RemoveSource("vllm-a|acme|1").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE((*ingest)->Sources().empty());
+
+  pub.Publish(StoredPayload({2}, 1001, kBs, /*dp_rank=*/3));
+  ASSERT_TRUE((*ingest)->AddSource(s).ok());
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& st) {
+    return st.workers.size() == 1 && st.workers[0].last_seq == 1;
+  }));
+  EXPECT_EQ(Matched(index, {1, 2}, "vllm-a|acme|1"), 2u);
+  st = index.Stats();
+  EXPECT_EQ(st.workers[0].clears[static_cast<int>(ClearReason::kRemoved)], 1u);
+  (*ingest)->Stop();
+  EXPECT_EQ((*ingest)->AddSource(s).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Sources added and removed from several threads at once, while their
+// streams apply batches: every call answers, and what is left is exactly
+// the sources last added.
+TEST(IngestRuntimeSources, ConcurrentAddAndRemove) {
+  Publisher pub;
+  pub.Publish(StoredPayload({1}, 0));
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      IndexSource s{absl::StrCat("w", t), pub.endpoint(),
+                    pub.replay_endpoint()};
+      for (int i = 0; i < 10; ++i) {
+        EXPECT_TRUE((*ingest)->AddSource(s).ok());
+        EXPECT_TRUE((*ingest)->RemoveSource(s.name).ok());
+      }
+      if (t != 1) {
+        EXPECT_TRUE((*ingest)->AddSource(s).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& st) {
+    return st.workers.size() == 2 && st.workers[0].last_seq == 0 &&
+           st.workers[1].last_seq == 0;
+  }));
+  const IndexStats st = index.Stats();
+  EXPECT_EQ(st.workers[0].worker, "w0");
+  EXPECT_EQ(st.workers[1].worker, "w2");
+  EXPECT_EQ(Matched(index, {1}, "w2"), 1u);
+  EXPECT_EQ((*ingest)->Sources().size(), 2u);
+}
+
 }  // namespace
 }  // namespace prefixd

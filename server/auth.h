@@ -59,7 +59,8 @@ struct CallContext {
   // one of its configured cache_salts.
   bool index_all = false;
   // May change what the index holds through its front doors (SGLang's KV
-  // indexer: apply, replace, configure): engines, and auth off.
+  // indexer: apply, replace, configure; the Mooncake Conductor API's
+  // /register and /unregister): engines, and auth off.
   bool index_write = false;
   std::vector<std::string> cache_salts;
 };

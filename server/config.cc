@@ -421,9 +421,73 @@ absl::Status ResolveServing(const v1::Config& c, ServerConfig* out) {
   return absl::OkStatus();
 }
 
+// A source's registration: labels, and pinned to its rank when it names an
+// instance.
+absl::Status ReadSourceLabels(const v1::IndexSourceConfig& sc, IndexSource* s) {
+  WorkerLabels& l = s->labels;
+  l.address = sc.address();
+  l.instance_id = sc.instance_id();
+  l.tenant = sc.tenant();
+  l.model = sc.model();
+  l.dp_rank = sc.dp_rank();
+  l.lora_name = sc.lora_name();
+  l.salt = sc.salt();
+  s->pinned = !sc.instance_id().empty();
+  if (absl::EqualsIgnoreCase(sc.type(), "Mooncake")) {
+    l.hashes_are_keys = true;
+  } else if (!sc.type().empty() && !absl::EqualsIgnoreCase(sc.type(), "vLLM") &&
+             !absl::EqualsIgnoreCase(sc.type(), "SGLang")) {
+    return Invalid(absl::StrCat("index.sources[", sc.name(), "].type"),
+                   absl::StrCat("\"", absl::CEscape(sc.type()),
+                                "\" is none of \"vLLM\", \"SGLang\", "
+                                "\"Mooncake\""));
+  }
+  return absl::OkStatus();
+}
+
+// index.http_listen: host:port, and on the network only with auth on (as
+// `listen`).
+absl::Status ResolveIndexHttp(const v1::Config& c, ServerConfig* out) {
+  const v1::IndexConfig& ic = c.index();
+  out->index_state_dir = ic.state_dir();
+  if (ic.http_listen().empty()) return absl::OkStatus();
+  absl::StatusOr<ListenAddress> a = ParseListenAddress(ic.http_listen());
+  if (!a.ok()) return InField("index.http_listen", a.status());
+  if (a->kind != ListenAddress::Kind::kTcp) {
+    return Invalid("index.http_listen", absl::StrCat("\"", ic.http_listen(),
+                                                     "\" must be host:port"));
+  }
+  const bool network_ok = c.auth().mode() != v1::AuthConfig::NONE ||
+                          c.auth().insecure_allow_unauthenticated_network();
+  if (!network_ok && !a->IsLoopback()) {
+    return Invalid(
+        "index.http_listen",
+        absl::StrCat("\"", ic.http_listen(),
+                     "\" is reachable from the network but auth.mode is "
+                     "NONE: anyone could register publishers. Listen on "
+                     "loopback, enable auth, or set "
+                     "auth.insecure_allow_unauthenticated_network"));
+  }
+  // Plain HTTP only (Debian's civetweb cannot load OpenSSL 3): where the
+  // gRPC listeners use TLS, bearer tokens must not cross the network in
+  // the clear here either.
+  if (!c.auth().tls_cert_path().empty() && !a->IsLoopback()) {
+    return Invalid(
+        "index.http_listen",
+        absl::StrCat("\"", ic.http_listen(),
+                     "\" is reachable from the network, but the Conductor API "
+                     "serves plain HTTP only and auth.tls_cert_path asks for "
+                     "TLS: listen on loopback behind a TLS proxy"));
+  }
+  out->index_http_listen = ic.http_listen();
+  return absl::OkStatus();
+}
+
 absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   const v1::IndexConfig& ic = c.index();
-  out->index_enabled = !ic.sources().empty() || !ic.listen().empty();
+  out->index_enabled = !ic.sources().empty() || !ic.listen().empty() ||
+                       !ic.http_listen().empty();
+  RETURN_IF_ERROR(ResolveIndexHttp(c, out));
   if (ic.block_size() > (1u << 16)) {
     return Invalid("index.block_size",
                    absl::StrCat(ic.block_size(), " exceeds ", 1u << 16));
@@ -455,6 +519,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
     s.endpoint = sc.endpoint();
     s.replay_endpoint = sc.replay_endpoint();
     s.replay_port = static_cast<int>(sc.replay_port());
+    RETURN_IF_ERROR(ReadSourceLabels(sc, &s));
     if (!sc.resolve_interval().empty()) {
       ASSIGN_OR_RETURN(
           s.resolve_interval,
@@ -603,6 +668,10 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
   }
   if (flags.index_listen)
     config->mutable_index()->set_listen(*flags.index_listen);
+  if (flags.index_http_listen)
+    config->mutable_index()->set_http_listen(*flags.index_http_listen);
+  if (flags.index_state_dir)
+    config->mutable_index()->set_state_dir(*flags.index_state_dir);
   if (flags.index_block_size)
     config->mutable_index()->set_block_size(*flags.index_block_size);
   if (flags.eviction_policy) {

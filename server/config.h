@@ -42,10 +42,15 @@ struct ServerConfig {
       model_notes;  // assumptions made reading a config.json
 
   CacheOptions cache;  // block_size, block_bytes, budget, limits, tenants, ...
-  // The fleet index (docs/index.md): on when a source or listen is set.
+  // The fleet index (docs/index.md): on when a source, listen or
+  // http_listen is set.
   bool index_enabled = false;
   IndexOptions index;
   IngestOptions ingest;
+  // The Mooncake Conductor API's "host:port" ("" = off) and the index's
+  // state directory ("" = registrations not kept).
+  std::string index_http_listen;
+  std::string index_state_dir;
   // events_publish (docs/index.md, "The sidecar publishes too"): on when its
   // endpoint is set; then cache.detailed_events is on too.
   bool events_publish_enabled = false;

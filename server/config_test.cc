@@ -397,6 +397,73 @@ TEST(ConfigTest, IndexHashProfile) {
   EXPECT_THAT(c.status().message(), HasSubstr("index.hash_seed: 7"));
 }
 
+// The Conductor API: on by http_listen alone (the index with it), loopback
+// only with auth off; sources carry a registration's labels.
+TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
+  absl::StatusOr<ServerConfig> c = FromText(
+      R"pb(index { http_listen: "127.0.0.1:0" state_dir: "/var/lib/x" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->index_enabled);
+  EXPECT_EQ(c->index_http_listen, "127.0.0.1:0");
+  EXPECT_EQ(c->index_state_dir, "/var/lib/x");
+
+  c = FromText(R"pb(index { http_listen: "0.0.0.0:9470" })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.http_listen: \"0.0.0.0:9470\" is reachable"));
+  // Plain HTTP only: with TLS on the gRPC side, loopback only.
+  c = FromText(absl::StrCat(R"pb(auth {
+                                   mode: TOKEN
+                                   tls_cert_path: "/c.pem"
+                                   tls_key_path: "/k.pem"
+                                 }
+                                 principals { name: "e" role: ENGINE
+                                              tenants: "*"
+                                              token_sha256: ")pb",
+                            std::string(64, 'a'),
+                            R"pb(" }
+                                 index { http_listen: "10.0.0.5:9470" })pb"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("serves plain HTTP only"));
+  c = FromText(R"pb(index { http_listen: "unix:///tmp/x" })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("must be host:port"));
+
+  c = FromText(R"pb(index {
+                      sources {
+                        name: "store"
+                        endpoint: "tcp://127.0.0.1:1"
+                        instance_id: "vllm-a"
+                        tenant: "acme"
+                        model: "llama"
+                        dp_rank: 2
+                        lora_name: "l"
+                        salt: "s"
+                        address: "10.0.0.7:8000"
+                        type: "mooncake"
+                      }
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const IndexSource& s = c->ingest.sources[0];
+  EXPECT_TRUE(s.pinned);
+  EXPECT_EQ(s.labels.instance_id, "vllm-a");
+  EXPECT_EQ(s.labels.tenant, "acme");
+  EXPECT_EQ(s.labels.model, "llama");
+  EXPECT_EQ(s.labels.dp_rank, 2);
+  EXPECT_EQ(s.labels.lora_name, "l");
+  EXPECT_EQ(s.labels.salt, "s");
+  EXPECT_EQ(s.labels.address, "10.0.0.7:8000");
+  EXPECT_TRUE(s.labels.hashes_are_keys);
+
+  c = FromText(
+      R"pb(index {
+             sources { name: "e" endpoint: "tcp://127.0.0.1:1" type: "trt" }
+           })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.sources[e].type: \"trt\" is none of"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFoundWithItsPath) {
   CommandLine flags;
   flags.config_paths = {"/nonexistent/prefixd.textproto"};

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "server/http/conductor_listener.h"
 #include "server/http/metrics.h"
 #include "server/http/metrics_listener.h"
 #include "server/http/sources.h"
@@ -97,10 +98,31 @@ absl::Status Daemon::StartHttp() {
   ASSIGN_OR_RETURN(http_,
                    MetricsListener::Start(server_->config().metrics_listen,
                                           metrics_.get(), SourcesOf(*server_)));
+  const ServerConfig& c = server_->config();
+  if (c.index_http_listen.empty()) return absl::OkStatus();
+  HttpLimits limits;
+  limits.max_body_bytes = c.max_message_bytes;
+  metrics_->EnableConductorMetrics();
+  ASSIGN_OR_RETURN(conductor_,
+                   ConductorListener::Start(
+                       c.index_http_listen, limits, server_->conductor_api(),
+                       &server_->authorizer(), metrics_.get()));
   return absl::OkStatus();
 }
 
-std::string Daemon::Banner() const { return StartupBanner(*server_); }
+std::string Daemon::Banner() const {
+  std::string out = StartupBanner(*server_);
+  if (conductor_ != nullptr) {
+    const ServerConfig& c = server_->config();
+    absl::StrAppend(
+        &out, "  index http   ", c.index_http_listen, " (port ",
+        conductor_->port(), "): Mooncake Conductor API, registrations ",
+        c.index_state_dir.empty() ? "not kept (no index.state_dir)"
+                                  : absl::StrCat("kept in ", c.index_state_dir),
+        "\n");
+  }
+  return out;
+}
 
 absl::Status Daemon::Reload(const ServerConfig& config) {
   return server_->ReloadPrincipals(config.proto);
@@ -108,6 +130,10 @@ absl::Status Daemon::Reload(const ServerConfig& config) {
 
 int Daemon::metrics_port() const {
   return http_ == nullptr ? 0 : http_->port();
+}
+
+int Daemon::conductor_port() const {
+  return conductor_ == nullptr ? 0 : conductor_->port();
 }
 
 absl::Status Daemon::Shutdown() {
@@ -119,6 +145,7 @@ absl::Status Daemon::Shutdown() {
 
 absl::Status Daemon::DrainAndSave() {
   shut_down_ = true;
+  conductor_.reset();  // no registration once the ingestion stops
   server_->Shutdown();
   http_.reset();  // no page or scrape may read the cache once it is gone
   const std::string& path = server_->config().snapshot_path;

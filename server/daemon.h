@@ -5,7 +5,7 @@
 //   start:  the snapshot lock, RestoreSnapshot     (with snapshot_path)
 //           Server::Start: gRPC listeners, the fleet index, the publisher
 //           the HTTP side on metrics_listen: /metrics, the status page, the
-//           KV calculator
+//           KV calculator; and the Conductor API on index.http_listen
 //           the consumed snapshot is discarded once all of that serves
 //   stop:   Server::Shutdown (drain), the HTTP side stops, WriteSnapshot
 //
@@ -38,6 +38,7 @@
 
 namespace prefixd {
 
+class ConductorListener;
 class Metrics;
 class MetricsListener;
 
@@ -68,6 +69,8 @@ class Daemon {
   Server& server() const { return *server_; }
   // The HTTP listener's port (metrics_listen's port resolved).
   int metrics_port() const;
+  // The Conductor API's port (index.http_listen's resolved); 0 when off.
+  int conductor_port() const;
 
  private:
   Daemon();
@@ -88,6 +91,9 @@ class Daemon {
   std::unique_ptr<Server> server_;
   // The HTTP side (server/http/); reads the server's cache: goes before it.
   std::unique_ptr<MetricsListener> http_;
+  // The Mooncake Conductor API (index.http_listen); registers sources with
+  // the server's ingestion: goes before the server stops.
+  std::unique_ptr<ConductorListener> conductor_;
   bool shut_down_ = false;
 };
 

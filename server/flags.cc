@@ -69,6 +69,16 @@ const std::vector<FlagSpec>& Flags() {
        "Fleet index: bind a SUB socket (tcp://0.0.0.0:5557) that engines "
        "connect to; each names itself by its topic kv@<worker>@<model>.",
        "none"},
+      {"index_http_listen", "HOST:PORT",
+       "Fleet index: serve the Mooncake Conductor indexer API (HTTP + JSON: "
+       "/register, /unregister, /query, /query_by_hash) here, with the "
+       "daemon's principals, e.g. 127.0.0.1:9470. See docs/index.md, \"As a "
+       "Mooncake Conductor\".",
+       "off"},
+      {"index_state_dir", "DIR",
+       "Fleet index: keep the publishers registered through "
+       "--index_http_listen in this directory, so they survive a restart.",
+       "none, registrations end with the daemon"},
       {"index_block_size", "TOKENS",
        "Fleet index: the engines' block size (events of another size put "
        "the worker in ERROR).",
@@ -187,6 +197,8 @@ absl::StatusOr<CommandLine> ParseCommandLine(
   SetString(flags, "snapshot_path", &cl.snapshot_path);
   cl.index_sources = flags.All("index_source");
   SetString(flags, "index_listen", &cl.index_listen);
+  SetString(flags, "index_http_listen", &cl.index_http_listen);
+  SetString(flags, "index_state_dir", &cl.index_state_dir);
   SetString(flags, "events_publish", &cl.events_publish);
   for (const auto& [name, field] :
        {std::pair{"block_size", &cl.block_size},

@@ -33,6 +33,8 @@ struct CommandLine {
   // repeats and replaces the file's sources.
   std::vector<std::string> index_sources;
   std::optional<std::string> index_listen;
+  std::optional<std::string> index_http_listen;  // the Conductor API
+  std::optional<std::string> index_state_dir;
   std::optional<uint32_t> index_block_size;
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.

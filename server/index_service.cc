@@ -87,6 +87,15 @@ void WorkersToProto(const IndexStats& stats, int block_size,
     out->set_clears(clears);
     out->set_last_error(w.last_error);
     out->set_event_version(w.event_version);
+    v1::WorkerLabels* labels = out->mutable_labels();
+    labels->set_instance_id(w.labels.instance_id);
+    labels->set_tenant(w.labels.tenant);
+    labels->set_model(w.labels.model);
+    labels->set_dp_rank(w.labels.dp_rank);
+    labels->set_lora_name(w.labels.lora_name);
+    labels->set_salt(w.labels.salt);
+    labels->set_address(w.labels.address);
+    labels->set_hashes_are_keys(w.labels.hashes_are_keys);
     for (const GroupStatus& g : w.groups) {
       v1::KvCacheGroup* group = out->add_groups();
       group->set_group(static_cast<uint32_t>(g.group));

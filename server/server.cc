@@ -199,13 +199,10 @@ absl::Status Server::StartGrpc() {
 // expiry.
 absl::Status Server::StartBackground() {
   if (index_ != nullptr) {
-    absl::StatusOr<std::unique_ptr<Ingest>> ingest =
-        Ingest::Start(index_.get(), config_.ingest);
-    if (!ingest.ok()) {
+    if (absl::Status s = StartIngest(); !s.ok()) {
       Shutdown();
-      return ingest.status();
+      return s;
     }
-    ingest_ = *std::move(ingest);
     grpc_server_->GetHealthCheckService()->SetServingStatus(kIndexServiceName,
                                                             true);
     grpc_server_->GetHealthCheckService()->SetServingStatus(
@@ -215,6 +212,20 @@ absl::Status Server::StartBackground() {
   lease_expirer_ = std::make_unique<PeriodicThread>(
       config_.expire_interval,
       [cache = cache_.get()] { cache->ExpireLeases(); });
+  return absl::OkStatus();
+}
+
+absl::Status Server::StartIngest() {
+  ASSIGN_OR_RETURN(ingest_, Ingest::Start(index_.get(), config_.ingest));
+  if (config_.index_http_listen.empty()) return absl::OkStatus();
+  conductor_registry_ = std::make_unique<ConductorRegistry>(
+      ingest_.get(), config_.index_state_dir, config_.index.block_size);
+  RETURN_IF_ERROR(conductor_registry_->Restore());
+  ConductorLimits limits;
+  limits.max_tokens = cache_->options().limits.max_tokens_per_request;
+  limits.max_hashes = cache_->options().limits.max_block_ids_per_request;
+  conductor_api_ = std::make_unique<ConductorApi>(
+      index_.get(), conductor_registry_.get(), limits);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "base/mutex.h"
 #include "core/cache.h"
+#include "index/conductor_api.h"
+#include "index/conductor_registry.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
 #include "index/instrumented_index.h"
@@ -86,6 +88,9 @@ class Server {
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();
   }
+  // The Mooncake Conductor API over the index (its HTTP listener is the
+  // daemon's); nullptr unless config.index_http_listen is set.
+  const ConductorApi* conductor_api() const { return conductor_api_.get(); }
   // The KV event publisher; nullptr unless config.events_publish_enabled.
   const EventsPublisher* events_publisher() const {
     return events_publisher_.get();
@@ -105,6 +110,9 @@ class Server {
   absl::Status BuildServices();
   absl::Status StartGrpc();
   absl::Status StartBackground();
+  // The ingestion of the index's sources, and the registrations kept in
+  // index.state_dir.
+  absl::Status StartIngest();
 
   const ServerConfig config_;
   const uint64_t epoch_;
@@ -117,6 +125,8 @@ class Server {
   std::unique_ptr<FleetIndex> fleet_index_;
   std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
   std::unique_ptr<Ingest> ingest_;
+  std::unique_ptr<ConductorRegistry> conductor_registry_;  // uses ingest_
+  std::unique_ptr<ConductorApi> conductor_api_;
   std::unique_ptr<PrefixIndexService> index_service_;
   // SGLang's KV indexer API over the same index (index/external_kv.h).
   std::unique_ptr<ExternalKv> external_kv_;

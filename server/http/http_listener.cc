@@ -29,8 +29,10 @@ void Send(mg_connection* conn, const HttpResponse& r, bool head) {
     absl::StrAppend(&header, name, ": ", value, "\r\n");
   }
   header += "\r\n";
+  // One write: a header and a body sent apart would wait on the peer's
+  // delayed ACK (Nagle) on a kept-alive connection.
+  if (!head) header += r.body;
   mg_write(conn, header.data(), header.size());
-  if (!head) mg_write(conn, r.body.data(), r.body.size());
 }
 
 // civetweb's own error answers (400, 413, 431, 505, ...) begin with
@@ -99,7 +101,9 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
                            "request_timeout_ms",
                            timeout_ms.c_str(),
                            "enable_keep_alive",
-                           "no",
+                           limits.keep_alive ? "yes" : "no",
+                           "keep_alive_timeout_ms",
+                           timeout_ms.c_str(),
                            nullptr};
   mg_callbacks callbacks;
   std::memset(&callbacks, 0, sizeof(callbacks));
@@ -137,9 +141,12 @@ int HttpListener::Serve(mg_connection* conn, void* self) {
   req.method = info->request_method;
   req.path = info->local_uri != nullptr ? info->local_uri : "/";
   if (info->query_string != nullptr) req.query = info->query_string;
+  if (const char* a = mg_get_header(conn, "Authorization"); a != nullptr)
+    req.authorization = a;
   const bool head = req.method == "HEAD";
   std::optional<HttpResponse> refused = listener->Refuse(conn, req);
   if (refused.has_value()) {
+    mg_disable_connection_keep_alive(conn);  // its body may be half read
     Send(conn, *refused, head);
     return refused->status;
   }
@@ -169,6 +176,11 @@ std::optional<HttpResponse> HttpListener::Refuse(mg_connection* conn,
   char buf[4096];
   for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
     if (req.body.size() + static_cast<size_t>(n) > limits_.max_body_bytes) {
+      if (limits_.body_too_large) {
+        HttpResponse r = limits_.body_too_large(limits_.max_body_bytes);
+        r.headers.emplace_back("Connection", "close");
+        return r;
+      }
       return HttpResponse{
           413,
           "text/plain; charset=utf-8",

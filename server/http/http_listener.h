@@ -21,8 +21,10 @@
 // a connection that sends nothing (or a byte now and then, or stops
 // reading the answer) keeps its thread at most `io_timeout`, every
 // connection carries one request (no keep-alive, so no idle time between
-// requests), and connections past `threads` wait in a bounded queue, then
-// in the kernel's backlog.
+// requests) unless HttpLimits::keep_alive (an API listener whose callers
+// are a few routers: then a connection idle between requests keeps its
+// thread at most `io_timeout` too), and connections past `threads` wait in
+// a bounded queue, then in the kernel's backlog.
 //
 // Thread safety: the handler runs on civetweb's worker threads, several at
 // once; it must be thread-safe. Destroying the listener waits for running
@@ -66,16 +68,24 @@ struct HttpLimits {
   absl::Duration io_timeout = absl::Seconds(5);
   // GET and HEAD only (405 for the rest). An API listener sets it false.
   bool read_only = true;
+  // HTTP/1.1 keep-alive: a connection may carry further requests, each
+  // within `io_timeout` of the last answer. A refused body (413) still
+  // closes it.
+  bool keep_alive = false;
   // The largest request body read (413 past it); read-only listeners read
   // none.
   size_t max_body_bytes = 64 << 10;
+  // The answer to a body past max_body_bytes (its argument); null: 413 in
+  // plain text. An API answers in its own format.
+  std::function<HttpResponse(size_t max_body_bytes)> body_too_large;
 };
 
 struct HttpRequest {
-  std::string method;  // "GET", "HEAD", "POST", ...
-  std::string path;    // URL-decoded, without the query
-  std::string query;   // as sent, after '?'; "" without one
-  std::string body;    // empty on a read-only listener
+  std::string method;              // "GET", "HEAD", "POST", ...
+  std::string path;                // URL-decoded, without the query
+  std::string query;               // as sent, after '?'; "" without one
+  std::string body;                // empty on a read-only listener
+  std::string authorization = "";  // the Authorization header; "" if none
 };
 
 // Returns the response to `request`, or nullopt for 404.

@@ -209,6 +209,32 @@ TEST(HttpListenerTest, AnApiListenerReadsBodiesUpToItsLimit) {
   EXPECT_THAT(over, Not(HasSubstr("page")));
 }
 
+// With keep_alive, one connection carries request after request (two
+// answers arrive on it, each whole in one read's worth of waiting); a body
+// past the limit still ends the connection after its 413.
+TEST(HttpListenerTest, AKeptAliveConnectionCarriesSeveralRequests) {
+  HttpLimits limits;
+  limits.read_only = false;
+  limits.keep_alive = true;
+  limits.max_body_bytes = 10;
+  auto listener = Start(limits);
+  ASSERT_NE(listener, nullptr);
+  const auto request = [](const std::string& body) {
+    return absl::StrCat("POST /api HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+                        body.size(), "\r\n\r\n", body);
+  };
+  Peer peer(listener->port(), std::chrono::seconds(3));
+  ASSERT_TRUE(
+      peer.Send(request("one") + request("two") + request("0123456789x")));
+  const std::string all = peer.ReadToClose().value_or("");
+  EXPECT_THAT(all, HasSubstr("POST page /api query  body 3"));
+  const size_t first = all.find("HTTP/1.1 200");
+  ASSERT_NE(first, std::string::npos);
+  const size_t second = all.find("HTTP/1.1 200", first + 1);
+  ASSERT_NE(second, std::string::npos);
+  EXPECT_NE(all.find("HTTP/1.1 413", second), std::string::npos) << all;
+}
+
 // A read-only listener refuses every other method with 405.
 TEST(HttpListenerTest, AReadOnlyListenerTakesGetAndHeadOnly) {
   auto listener = Start(HttpLimits{});

@@ -527,7 +527,51 @@ Metrics::Metrics(std::string version)
   }
 }
 
+void Metrics::EnableConductorMetrics() {
+  const std::vector<double> buckets = RpcDurationBuckets();
+  auto& http_seconds =
+      prometheus::BuildHistogram()
+          .Name("prefixd_index_http_request_seconds")
+          .Help(
+              "Time to answer a request of the Mooncake Conductor API "
+              "(index.http_listen), by endpoint.")
+          .Register(*registry_);
+  auto& http_requests =
+      prometheus::BuildCounter()
+          .Name("prefixd_index_http_requests_total")
+          .Help(
+              "Requests of the Mooncake Conductor API (index.http_listen), "
+              "by endpoint and HTTP status.")
+          .Register(*registry_);
+  for (size_t e = 0; e < kConductorEndpoints.size(); ++e) {
+    const std::string endpoint(kConductorEndpoints[e]);
+    conductor_[e].seconds =
+        &http_seconds.Add({{"endpoint", endpoint}}, buckets);
+    for (size_t c = 0; c < kConductorStatuses.size(); ++c) {
+      conductor_[e].requests[c] =
+          &http_requests.Add({{"code", absl::StrCat(kConductorStatuses[c])},
+                              {"endpoint", endpoint}});
+    }
+  }
+}
+
 Metrics::~Metrics() = default;
+
+void Metrics::OnConductorRequest(absl::string_view endpoint, int status,
+                                 absl::Duration elapsed) {
+  const auto e = std::find(kConductorEndpoints.begin(),
+                           kConductorEndpoints.end(), endpoint);
+  if (e == kConductorEndpoints.end()) return;
+  EndpointChildren& children =
+      conductor_[static_cast<size_t>(e - kConductorEndpoints.begin())];
+  if (children.seconds == nullptr) return;  // not enabled
+  children.seconds->Observe(absl::ToDoubleSeconds(elapsed));
+  auto c =
+      std::find(kConductorStatuses.begin(), kConductorStatuses.end(), status);
+  if (c == kConductorStatuses.end()) c = kConductorStatuses.end() - 1;  // 500
+  children.requests[static_cast<size_t>(c - kConductorStatuses.begin())]
+      ->Increment();
+}
 
 void Metrics::ObserveRpc(absl::string_view method, absl::StatusCode code,
                          absl::Duration elapsed) {

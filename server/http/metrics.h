@@ -7,6 +7,10 @@
 //    tenant label is bounded by the configured tenant limit (core enforces
 //    it).
 //  - The fleet index and the events publisher, likewise from their Stats.
+//  - The Conductor API: prefixd_index_http_requests_total{endpoint,code}
+//    and prefixd_index_http_request_seconds{endpoint}, fed by its listener
+//    (server/http/conductor_listener.h); its children are created, all at
+//    once, when the daemon turns the API on.
 //  - RPCs: prefixd_rpc_errors_total{method,code} and the histogram
 //    prefixd_rpc_duration_seconds{method}, fed by the service through the
 //    RpcObserver hook. Every child (each method x each code) is created in
@@ -37,6 +41,7 @@
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
 #include "server/events_publish.h"
+#include "server/http/conductor_listener.h"
 #include "server/http/sources.h"
 #include "server/service.h"
 
@@ -91,7 +96,12 @@ std::vector<prometheus::MetricFamily> EventsPublishMetricFamilies(
 std::vector<prometheus::MetricFamily> ProcessMetricFamilies(
     const std::string& proc_dir = "/proc");
 
-class Metrics final : public RpcObserver {
+// The statuses the Conductor API answers (the code label of
+// prefixd_index_http_requests_total); any other is counted as 500.
+inline constexpr std::array<int, 9> kConductorStatuses = {
+    200, 400, 401, 403, 404, 405, 409, 413, 500};
+
+class Metrics final : public RpcObserver, public ConductorObserver {
  public:
   explicit Metrics(std::string version);
   ~Metrics() override;
@@ -106,6 +116,14 @@ class Metrics final : public RpcObserver {
                  absl::Duration elapsed) override {
     ObserveRpc(method, code, elapsed);
   }
+
+  // Creates the Conductor API's families (index.http_listen), every child
+  // at 0. Call once, before its listener serves.
+  void EnableConductorMetrics();
+  // Records one request of the Conductor API; nothing before
+  // EnableConductorMetrics.
+  void OnConductorRequest(absl::string_view endpoint, int status,
+                          absl::Duration elapsed) override;
 
   // Everything /metrics returns, in the text format: the RPC families,
   // and with `sources` those of its cache, index and publisher and the
@@ -122,6 +140,11 @@ class Metrics final : public RpcObserver {
 
   std::shared_ptr<prometheus::Registry> registry_;
   std::array<MethodChildren, kRpcMethods.size()> rpc_;
+  struct EndpointChildren {
+    prometheus::Histogram* seconds = nullptr;
+    std::array<prometheus::Counter*, kConductorStatuses.size()> requests{};
+  };
+  std::array<EndpointChildren, kConductorEndpoints.size()> conductor_;
   const std::string version_;
 };
 

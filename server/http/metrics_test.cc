@@ -309,6 +309,30 @@ TEST(MetricsTest, ObserveRpcRecordsLatencyAndErrors) {
                               "\"RESOURCE_EXHAUSTED\",method=\"Insert\"} 1"));
 }
 
+// The Conductor API's families exist only once the daemon turns it on, then
+// every (endpoint, code) child at 0; a status outside the list counts as 500.
+TEST(MetricsTest, ConductorRequestsByEndpointAndCode) {
+  Metrics metrics("v");
+  metrics.OnConductorRequest("query", 200, absl::Microseconds(30));
+  EXPECT_THAT(metrics.ScrapeText(),
+              Not(HasSubstr("prefixd_index_http_requests_total")));
+  metrics.EnableConductorMetrics();
+  metrics.OnConductorRequest("query", 200, absl::Microseconds(30));
+  metrics.OnConductorRequest("query", 400, absl::Microseconds(30));
+  metrics.OnConductorRequest("register", 418, absl::Milliseconds(3));
+  const std::string text = metrics.ScrapeText();
+  EXPECT_THAT(text, HasSubstr("prefixd_index_http_requests_total{code=\"200\","
+                              "endpoint=\"query\"} 1"));
+  EXPECT_THAT(text, HasSubstr("prefixd_index_http_requests_total{code=\"400\","
+                              "endpoint=\"query\"} 1"));
+  EXPECT_THAT(text, HasSubstr("prefixd_index_http_requests_total{code=\"500\","
+                              "endpoint=\"register\"} 1"));
+  EXPECT_THAT(text, HasSubstr("prefixd_index_http_requests_total{code=\"404\","
+                              "endpoint=\"other\"} 0"));
+  EXPECT_THAT(text, HasSubstr("prefixd_index_http_request_seconds_count{"
+                              "endpoint=\"query\"} 2"));
+}
+
 TEST(MetricsTest, BucketsSpan25MicrosecondsToOneSecond) {
   const std::vector<double> b = RpcDurationBuckets();
   EXPECT_EQ(b.front(), 25e-6);

@@ -6,8 +6,8 @@ publishes on: the worker and its series exist from the start), gives one
 tenant traffic with prefixctl, scrapes /metrics, and checks every count the
 Notes of docs/metrics.md state: RPC methods and codes, error series and
 histograms, series per tenant, series per worker, and the index's fixed
-families. A new method, label value or family that the doc does not follow
-fails here.
+families, and the Conductor API's (--index_http_listen). A new method, label
+value or family that the doc does not follow fails here.
 
 Usage: series_counts_test.py --prefixd PATH --prefixctl PATH --repo DIR
 """
@@ -43,7 +43,8 @@ def scrape(args, tmp):
     err = open(os.path.join(tmp, "prefixd.err"), "w+")
     proc = subprocess.Popen(
         [args.prefixd, "--listen", addr, "--metrics_listen", metrics, "--kv_budget", "64MiB",
-         "--index_source", "w0=tcp://127.0.0.1:%d" % free_port()],
+         "--index_source", "w0=tcp://127.0.0.1:%d" % free_port(),
+         "--index_http_listen", "127.0.0.1:%d" % free_port()],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
     try:
         ctl = [args.prefixctl, "--addr", addr, "--tenant", "acme"]
@@ -99,6 +100,8 @@ def main():
         "dropped-block reasons": len(family("prefixd_index_dropped_blocks_total")),
         "lag buckets": len(buckets) - 1,  # +Inf is not a bucket of its own
         "single index series": sum(len(family(n)) for n in single),
+        "http request series": len(family("prefixd_index_http_requests_total")),
+        "http histograms": len(family("prefixd_index_http_request_seconds_count")),
     }
     claims = [
         ("methods", r"for each of the (\d+) methods"),
@@ -111,6 +114,8 @@ def main():
         ("dropped-block reasons", r"(\d+) dropped-block reasons"),
         ("lag buckets", r"a histogram of (\d+) buckets"),
         ("single index series", r"(\w+) single series"),
+        ("http request series", r"(\d+ x \d+) request series"),
+        ("http histograms", r"request series and (\d+) histograms"),
     ]
     failures = 0
     for what, pattern in claims:

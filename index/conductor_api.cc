@@ -1,0 +1,302 @@
+#include "index/conductor_api.h"
+
+#include <algorithm>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "index/flat_json.h"
+
+namespace prefixd {
+namespace {
+
+using Json = nlohmann::json;
+
+// JSON text of `j`; bytes that are not UTF-8 (an error message quoting what
+// a client sent, a name from the config) become U+FFFD instead of throwing.
+std::string Dump(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// The most data-parallel ranks a registration may name (a bound on worker
+// names, not on any engine known).
+constexpr int64_t kMaxDpRank = 1 << 16;
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::Status CheckBlockSize(const FlatJson& j, int block_size) {
+  ASSIGN_OR_RETURN(const int64_t bs,
+                   j.Int("block_size", 1, std::numeric_limits<int>::max()));
+  if (bs != block_size) {
+    return Invalid("block_size",
+                   absl::StrCat(bs, " differs from the index's block size ",
+                                block_size, " (index.block_size)"));
+  }
+  return absl::OkStatus();
+}
+
+// "vLLM", "SGLang" or "Mooncake", in any case, as the canonical spelling.
+absl::StatusOr<std::string> PublisherType(const FlatJson& j) {
+  ASSIGN_OR_RETURN(std::string type, j.String("type", true));
+  for (const char* known : {"vLLM", "SGLang", "Mooncake"}) {
+    if (absl::EqualsIgnoreCase(type, known)) return std::string(known);
+  }
+  return Invalid("type", absl::StrCat("\"", type,
+                                      "\" is none of \"vLLM\", \"SGLang\", "
+                                      "\"Mooncake\""));
+}
+
+absl::StatusOr<std::string> Tenant(const FlatJson& j) {
+  ASSIGN_OR_RETURN(std::string tenant, j.String("tenant_id", false));
+  if (absl::StrContains(tenant, '|')) {
+    return Invalid("tenant_id", "must not contain '|' (it names the worker)");
+  }
+  return tenant;
+}
+
+absl::StatusOr<std::string> InstanceId(const FlatJson& j, bool required) {
+  ASSIGN_OR_RETURN(std::string id, j.String("instance_id", required));
+  if (required && id.empty()) return Invalid("instance_id", "is empty");
+  if (absl::StrContains(id, '|') || absl::StrContains(id, '/')) {
+    return Invalid("instance_id",
+                   "must not contain '|' or '/' (it names the worker)");
+  }
+  return id;
+}
+
+// What /register and /unregister both name: the worker.
+absl::Status ReadKey(const FlatJson& j, int block_size, Registration* r) {
+  ASSIGN_OR_RETURN(r->type, PublisherType(j));
+  ASSIGN_OR_RETURN(r->model, j.String("modelname", true));
+  ASSIGN_OR_RETURN(r->lora_name, j.String("lora_name", false));
+  ASSIGN_OR_RETURN(r->tenant, Tenant(j));
+  if (r->tenant.empty()) r->tenant = "default";
+  ASSIGN_OR_RETURN(r->instance_id, InstanceId(j, true));
+  ASSIGN_OR_RETURN(r->dp_rank, j.Int("dp_rank", 0, kMaxDpRank));
+  return CheckBlockSize(j, block_size);
+}
+
+absl::Status ReadPrompt(const FlatJson& j, bool by_hash,
+                        const ConductorLimits& limits, ConductorQuery* q) {
+  if (!by_hash) {
+    return j.List("token_ids", limits.max_tokens,
+                  std::numeric_limits<Token>::max(), &q->tokens);
+  }
+  const bool seq = j.Has("seq_hashes");
+  if (seq && j.Has("block_hash")) {
+    return Invalid("seq_hashes", "and block_hash are both given; send one");
+  }
+  if (!seq && !j.Has("block_hash")) {
+    return Invalid("seq_hashes", "is required (or block_hash)");
+  }
+  return j.List(seq ? "seq_hashes" : "block_hash", limits.max_hashes,
+                std::numeric_limits<uint64_t>::max(), &q->keys);
+}
+
+absl::Status MayQuery(const ConductorCaller& caller, ConductorQuery* q) {
+  if (caller.any_tenant) return absl::OkStatus();
+  if (q->tenant.empty()) q->tenant = caller.tenant;
+  if (q->tenant != caller.tenant) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "tenant_id: principal \"", caller.principal, "\" acts for tenant \"",
+        caller.tenant, "\", not \"", q->tenant, "\""));
+  }
+  if (std::find(caller.salts.begin(), caller.salts.end(), q->cache_salt) ==
+      caller.salts.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cache_salt: principal \"", caller.principal,
+                     "\" may query only with "
+                     "one of its cache_salts; \"",
+                     q->cache_salt, "\" is not among them"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MayRegister(const ConductorCaller& caller) {
+  if (caller.may_register) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("principal \"", caller.principal,
+                   "\" may not register or unregister publishers: that needs "
+                   "an ENGINE principal"));
+}
+
+// Route's answer in the Conductor's shape.
+Json AnswerOf(const RouteResult& result, int block_size) {
+  Json out = Json::object();
+  const uint64_t bs = static_cast<uint64_t>(block_size);
+  for (const WorkerMatch& m : result.workers) {
+    Json& e = out[std::string(m.labels->Tenant())]
+                 [std::string(m.labels->Instance(m.worker))];
+    if (e.is_null()) {
+      e = {{"longest_matched", 0},
+           {"GPU", 0},
+           {"CPU", 0},
+           {"DISK", 0},
+           {"DP", Json::object()}};
+    }
+    const uint64_t tokens = m.matched_blocks * bs;
+    Json& longest = e["longest_matched"];
+    longest = std::max(longest.get<uint64_t>(), tokens);
+    for (const RouteMedium& c : m.mediums) {
+      Json& held = e[absl::AsciiStrToUpper(c.medium)];
+      held = std::max(held.is_null() ? 0 : held.get<uint64_t>(), c.blocks * bs);
+    }
+    Json& dp = e["DP"][absl::StrCat(m.labels->dp_rank)];
+    dp = std::max(dp.is_null() ? 0 : dp.get<uint64_t>(), tokens);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Registration> RegistrationFromJson(const Json& j,
+                                                  int block_size) {
+  return ParseRegister(Dump(j), block_size);
+}
+
+Json RegistrationToJson(const Registration& r, int block_size) {
+  Json j = {{"endpoint", r.endpoint},       {"type", r.type},
+            {"modelname", r.model},         {"tenant_id", r.tenant},
+            {"instance_id", r.instance_id}, {"block_size", block_size},
+            {"dp_rank", r.dp_rank}};
+  if (!r.replay_endpoint.empty()) j["replay_endpoint"] = r.replay_endpoint;
+  if (!r.lora_name.empty()) j["lora_name"] = r.lora_name;
+  if (!r.salt.empty()) j["additionalsalt"] = r.salt;
+  return j;
+}
+
+absl::StatusOr<Registration> ParseRegister(absl::string_view body,
+                                           int block_size) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+  Registration r;
+  RETURN_IF_ERROR(ReadKey(j, block_size, &r));
+  ASSIGN_OR_RETURN(r.endpoint, j.String("endpoint", true));
+  ASSIGN_OR_RETURN(r.replay_endpoint, j.String("replay_endpoint", false));
+  ASSIGN_OR_RETURN(r.salt, j.String("additionalsalt", false));
+  // The endpoints as a source checks them.
+  if (absl::Status s = ValidateIndexSource(r.Source()); !s.ok())
+    return Invalid("endpoint", s.message());
+  return r;
+}
+
+absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
+                                            int block_size) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+  Registration r;
+  RETURN_IF_ERROR(ReadKey(j, block_size, &r));
+  return r.Name();
+}
+
+absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
+                                          int block_size, bool by_hash,
+                                          const ConductorLimits& limits) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+  ConductorQuery q;
+  ASSIGN_OR_RETURN(q.model, j.String("model", true));
+  ASSIGN_OR_RETURN(q.lora_name, j.String("lora_name", false));
+  ASSIGN_OR_RETURN(q.tenant, Tenant(j));
+  ASSIGN_OR_RETURN(q.instance_id, InstanceId(j, false));
+  ASSIGN_OR_RETURN(q.cache_salt, j.String("cache_salt", false));
+  RETURN_IF_ERROR(CheckBlockSize(j, block_size));
+  RETURN_IF_ERROR(ReadPrompt(j, by_hash, limits, &q));
+  return q;
+}
+
+ConductorAnswer ErrorAnswer(const absl::Status& status) {
+  int code = 500;
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kOutOfRange:
+      code = 400;
+      break;
+    case absl::StatusCode::kUnauthenticated:
+      code = 401;
+      break;
+    case absl::StatusCode::kPermissionDenied:
+      code = 403;
+      break;
+    case absl::StatusCode::kNotFound:
+      code = 404;
+      break;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+      code = 409;
+      break;
+    default:
+      break;
+  }
+  return {code, Dump(Json{{"error", std::string(status.message())}})};
+}
+
+ConductorApi::ConductorApi(const KvIndex* index, ConductorRegistry* registry,
+                           ConductorLimits limits)
+    : index_(index), registry_(registry), limits_(limits) {}
+
+ConductorAnswer ConductorApi::Register(const ConductorCaller& caller,
+                                       absl::string_view body) const {
+  absl::Status s = MayRegister(caller);
+  absl::StatusOr<Registration> r =
+      s.ok() ? ParseRegister(body, index_->options().block_size) : s;
+  if (r.ok() && registry_ == nullptr) {
+    r = absl::FailedPreconditionError("registrations are not served here");
+  }
+  if (r.ok()) {
+    if (absl::Status added = registry_->Add(*r); !added.ok()) r = added;
+  }
+  if (!r.ok()) return ErrorAnswer(r.status());
+  return {200, Dump(Json{{"status", "registered successfully"},
+                         {"instance_id", r->instance_id}})};
+}
+
+ConductorAnswer ConductorApi::Unregister(const ConductorCaller& caller,
+                                         absl::string_view body) const {
+  absl::Status s = MayRegister(caller);
+  absl::StatusOr<std::string> name =
+      s.ok() ? ParseUnregister(body, index_->options().block_size) : s;
+  if (name.ok() && registry_ == nullptr) {
+    name = absl::FailedPreconditionError("registrations are not served here");
+  }
+  if (name.ok()) {
+    if (absl::Status removed = registry_->Remove(*name); !removed.ok())
+      name = removed;
+  }
+  if (!name.ok()) return ErrorAnswer(name.status());
+  return {200, Dump(Json{{"status", "unregistered successfully"},
+                         {"removed_instances", Json::array({*name})}})};
+}
+
+absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
+                                                  absl::string_view body,
+                                                  bool by_hash) const {
+  const int bs = index_->options().block_size;
+  ASSIGN_OR_RETURN(ConductorQuery q, ParseQuery(body, bs, by_hash, limits_));
+  RETURN_IF_ERROR(MayQuery(caller, &q));
+  RouteQuery route;
+  route.tokens = q.tokens;
+  route.keys = q.keys;
+  route.lora_name = q.lora_name;
+  route.cache_salt = q.cache_salt;
+  // Both views: a ternary of a literal and a std::string would make a
+  // temporary string, and the filter would view it after it is gone.
+  route.filter.tenant = q.tenant.empty() ? absl::string_view("default")
+                                         : absl::string_view(q.tenant);
+  route.filter.model = q.model;
+  route.filter.instance = q.instance_id;
+  return Dump(AnswerOf(index_->Route(route), bs));
+}
+
+ConductorAnswer ConductorApi::Query(const ConductorCaller& caller,
+                                    absl::string_view body,
+                                    bool by_hash) const {
+  absl::StatusOr<std::string> answer = DoQuery(caller, body, by_hash);
+  if (!answer.ok()) return ErrorAnswer(answer.status());
+  return {200, *std::move(answer)};
+}
+
+}  // namespace prefixd

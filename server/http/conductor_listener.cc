@@ -1,0 +1,107 @@
+#include "server/http/conductor_listener.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "server/listen_address.h"
+
+namespace prefixd {
+namespace {
+
+absl::string_view EndpointOf(absl::string_view path) {
+  for (absl::string_view e : kConductorEndpoints) {
+    if (e != "other" && path.size() == e.size() + 1 && path[0] == '/' &&
+        absl::EndsWith(path, e)) {
+      return e;
+    }
+  }
+  return "other";
+}
+
+HttpResponse Json(const ConductorAnswer& a) {
+  return HttpResponse{a.status, "application/json", a.body, {}};
+}
+
+// What the principal may do through this API.
+ConductorCaller CallerOf(const CallContext& call) {
+  ConductorCaller c;
+  c.principal = call.principal;
+  c.may_register = call.index_write;
+  c.any_tenant = call.index_all;
+  c.tenant = call.tenant;
+  c.salts = call.cache_salts;
+  return c;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
+    const std::string& listen, HttpLimits limits, const ConductorApi* api,
+    const Authorizer* auth, ConductorObserver* observer) {
+  ASSIGN_OR_RETURN(ListenAddress address, ParseListenAddress(listen));
+  RETURN_IF_ERROR(ProbeTcpListen(
+      address, "--index_http_listen or index.http_listen in the config"));
+  std::unique_ptr<ConductorListener> self(
+      new ConductorListener(api, auth, observer));
+  limits.read_only = false;
+  limits.keep_alive = true;  // routers send request after request
+  limits.body_too_large = [](size_t max) {
+    return Json(ErrorAnswer(absl::InvalidArgumentError(
+        absl::StrCat("body: over ", max, " bytes (limits.max_message_size)"))));
+  };
+  const std::string host =
+      address.host == "localhost" ? "127.0.0.1" : address.host;
+  const std::string port = host.empty() ? absl::StrCat(address.port)
+                                        : absl::StrCat(host, ":", address.port);
+  absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
+      port, limits,
+      [s = self.get()](const HttpRequest& r) { return s->Handle(r); });
+  if (!listener.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve the Conductor API on \"", listen,
+                     "\": ", listener.status().message()));
+  }
+  self->listener_ = *std::move(listener);
+  return self;
+}
+
+HttpResponse ConductorListener::Handle(const HttpRequest& request) const {
+  const absl::Time start = absl::Now();
+  const absl::string_view endpoint = EndpointOf(request.path);
+  const HttpResponse response = Json(Dispatch(endpoint, request));
+  if (observer_ != nullptr)
+    observer_->OnConductorRequest(endpoint, response.status,
+                                  absl::Now() - start);
+  return response;
+}
+
+ConductorAnswer ConductorListener::Dispatch(absl::string_view endpoint,
+                                            const HttpRequest& request) const {
+  if (endpoint == "other") {
+    return {404, ErrorAnswer(absl::NotFoundError(absl::StrCat(
+                                 "no endpoint ", request.path,
+                                 ": POST /register, /unregister, /query or "
+                                 "/query_by_hash")))
+                     .body};
+  }
+  if (request.method != "POST") {
+    return {405, ErrorAnswer(absl::InvalidArgumentError(
+                                 absl::StrCat(request.method, " ", request.path,
+                                              ": only POST is served")))
+                     .body};
+  }
+  CallCredentials credentials;
+  credentials.authorization = request.authorization;
+  credentials.tenant = std::string();
+  absl::StatusOr<CallContext> call = auth_->AuthorizeCredentials(credentials);
+  if (!call.ok()) return ErrorAnswer(call.status());
+  const ConductorCaller caller = CallerOf(*call);
+  if (endpoint == "register") return api_->Register(caller, request.body);
+  if (endpoint == "unregister") return api_->Unregister(caller, request.body);
+  return api_->Query(caller, request.body, endpoint == "query_by_hash");
+}
+
+}  // namespace prefixd

@@ -1,0 +1,134 @@
+// libFuzzer: the Mooncake Conductor API's request bodies (docs/index.md, "As
+// a Mooncake Conductor") come from any router that can reach
+// index.http_listen, so no byte string may crash its JSON readers
+// (index/conductor_api.h) or get an answer the API does not promise. The
+// first byte picks the endpoint, the rest is the body. Checked for every
+// input:
+//   - /register and /unregister bodies: a registration read back from its
+//     own JSON form is the same registration, and its name is
+//     "<instance_id>|<tenant>|<dp_rank>" without another '|';
+//   - /query and /query_by_hash over a small index: the status is 200 or
+//     400 (403 for the tenant caller when it names another tenant or salt),
+//     the body is a JSON object, an error's is {"error": <string>}, and a
+//     200's matched tokens are whole blocks of at most the prompt.
+//
+//   build-fuzz/tests/fuzz/conductor_api_fuzzer
+//   tests/fuzz/corpus/conductor_api_fuzzer
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "index/conductor_api.h"
+#include "index/fleet_index.h"
+
+namespace prefixd {
+namespace {
+
+constexpr int kBs = 4;
+
+void Check(bool ok, const char* what, absl::string_view detail = "") {
+  if (ok) return;
+  std::fprintf(stderr, "conductor_api_fuzzer: %s %.*s\n", what,
+               static_cast<int>(detail.size()), detail.data());
+  __builtin_trap();
+}
+
+// Two workers of instance "a" (ranks 0 and 1) holding tokens 1..16.
+FleetIndex* NewIndex() {
+  auto* index = new FleetIndex(IndexOptions{kBs, 100000});
+  for (int rank = 0; rank < 2; ++rank) {
+    const WorkerId w = index->AddWorker(rank == 0 ? "a0" : "a1", "");
+    WorkerLabels labels;
+    labels.instance_id = "a";
+    labels.dp_rank = rank;
+    index->SetLabels(w, labels);
+    BlockStoredEvent ev;
+    for (int b = 0; b < 4 - 2 * rank; ++b) {
+      ev.block_hashes.push_back(static_cast<EngineHash>(b + 1));
+      for (int t = 1; t <= kBs; ++t)
+        ev.token_ids.push_back(static_cast<Token>(b * kBs + t));
+    }
+    ev.block_size = kBs;
+    ev.chain_blocks = ev.block_hashes.size();
+    KvEventBatch batch;
+    batch.events.push_back(ev);
+    index->Apply(w, batch, 0, absl::Now());
+  }
+  return index;
+}
+
+void CheckRegistration(absl::string_view body, bool unregister) {
+  if (unregister) {
+    absl::StatusOr<std::string> name = ParseUnregister(body, kBs);
+    if (name.ok()) {
+      Check(std::count(name->begin(), name->end(), '|') == 2,
+            "a name with another '|'", *name);
+    }
+    return;
+  }
+  absl::StatusOr<Registration> r = ParseRegister(body, kBs);
+  if (!r.ok()) return;
+  const std::string name = r->Name();
+  Check(std::count(name.begin(), name.end(), '|') == 2,
+        "a name with another '|'", name);
+  absl::StatusOr<Registration> back =
+      RegistrationFromJson(RegistrationToJson(*r, kBs), kBs);
+  Check(back.ok() && *back == *r, "a registration that does not round-trip");
+}
+
+void CheckAnswer(const ConductorAnswer& a, bool tenant_caller) {
+  Check(
+      a.status == 200 || a.status == 400 || (tenant_caller && a.status == 403),
+      "an unexpected status", a.body);
+  const nlohmann::json j = nlohmann::json::parse(a.body, nullptr, false);
+  Check(j.is_object(), "an answer that is not a JSON object", a.body);
+  if (a.status != 200) {
+    Check(j.size() == 1 && j.contains("error") && j["error"].is_string(),
+          "an error without {\"error\": string}", a.body);
+    return;
+  }
+  for (const auto& [tenant, instances] : j.items()) {
+    for (const auto& [instance, e] : instances.items()) {
+      const uint64_t longest = e["longest_matched"].get<uint64_t>();
+      Check(longest % kBs == 0 && longest <= 16, "a partial or long match",
+            a.body);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace prefixd
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace prefixd;
+  static FleetIndex* index = NewIndex();
+  static ConductorApi* api =
+      new ConductorApi(index, nullptr, ConductorLimits{64, 16});
+  if (size == 0) return 0;
+  const absl::string_view body(reinterpret_cast<const char*>(data) + 1,
+                               size - 1);
+  ConductorCaller engine;
+  engine.any_tenant = true;
+  ConductorCaller tenant;
+  tenant.tenant = "acme";
+  tenant.salts = {"s"};
+  switch (data[0] % 4) {
+    case 0:
+      CheckRegistration(body, false);
+      break;
+    case 1:
+      CheckRegistration(body, true);
+      break;
+    default: {
+      const bool by_hash = data[0] % 4 == 3;
+      CheckAnswer(api->Query(engine, body, by_hash), false);
+      CheckAnswer(api->Query(tenant, body, by_hash), true);
+    }
+  }
+  return 0;
+}

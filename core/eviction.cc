@@ -37,8 +37,7 @@ EvictionState::EvictionState(EvictionPolicy policy, uint64_t history_blocks,
     : policy_(policy),
       max_target_(max_target),
       target_(max_target / 2),
-      history_(adaptive() ? history_blocks : 0),
-      fingerprints_(adaptive()) {}
+      history_(adaptive() ? history_blocks : 0) {}
 
 void EvictionState::Sync(Node* n) {
   if (EntryStampOf(*n) != 0 || !n->evictable()) return;
@@ -156,8 +155,11 @@ size_t EvictionState::RunLength(const Node& victim, size_t limit) const {
 void EvictionState::RememberTail(const Node& victim, size_t blocks) {
   if (!adaptive()) return;
   const int list = ClassOf(victim) == kRecent ? 0 : 1;
-  fingerprints_.PopBack(victim, blocks,
-                        [&](uint64_t fp) { history_.Push(list, fp); });
+  const absl::Span<const uint64_t> fps = victim.fingerprints();
+  assert(fps.size() == victim.num_blocks() && blocks <= fps.size());
+  const size_t first = fps.size() - blocks;
+  for (size_t i = first; i < fps.size(); ++i) history_.Prefetch(fps[i]);
+  for (size_t i = fps.size(); i-- > first;) history_.Push(list, fps[i]);
 }
 
 void EvictionState::Clear() {
@@ -166,7 +168,6 @@ void EvictionState::Clear() {
   recent_blocks_ = 0;
   target_ = max_target_ / 2;
   history_.Clear();
-  fingerprints_.Clear();
 }
 
 // --- Invariants
@@ -194,8 +195,7 @@ absl::Status EvictionState::CheckNode(const Node& n) const {
   if (ClassOf(n) != kRecent && !adaptive()) {
     return absl::InternalError("a node has ADAPTIVE's second class under LRU");
   }
-  RETURN_IF_ERROR(CheckEntry(n));
-  return fingerprints_.CheckNode(n);
+  return CheckEntry(n);
 }
 
 // Every entry names a live node of this tenant under that node's key
@@ -253,7 +253,6 @@ absl::Status EvictionState::CheckInvariants(
     const absl::flat_hash_set<const Node*>& live) const {
   RETURN_IF_ERROR(CheckEntriesAreLive(live));
   RETURN_IF_ERROR(CheckEntryCount(live));
-  RETURN_IF_ERROR(fingerprints_.CheckCount(live.size()));
   RETURN_IF_ERROR(CheckRecentBlocks(live));
   return CheckTargetAndHistory();
 }

@@ -38,7 +38,6 @@
 #include "core/cache_types.h"
 #include "core/class_priority_stamp.h"
 #include "core/eviction_history.h"
-#include "core/fingerprints.h"
 #include "core/radix_tree.h"
 
 namespace prefixd {
@@ -51,6 +50,8 @@ class EvictionState {
                 uint64_t max_target);
 
   bool adaptive() const { return policy_ == EvictionPolicy::kAdaptive; }
+  // Whether the tenant's trees keep fingerprints (Tree::fingerprints).
+  bool keeps_fingerprints() const { return adaptive(); }
 
   // The lazily kept entry sets (tenant.h). Sync gives an evictable node
   // without an entry one at (stamp, node) in its class's set; Erase drops a
@@ -71,6 +72,10 @@ class EvictionState {
   // The class of a block about to be cached with fingerprint fp: kFrequent
   // if the history remembers it (which adapts the target and forgets it).
   int ClassForNew(uint64_t fp);
+  // ClassForNew is about to be asked about each of fps.
+  void PrefetchClasses(absl::Span<const uint64_t> fps) const {
+    for (uint64_t fp : fps) history_.Prefetch(fp);
+  }
   // How many of the tail blocks of `victim` (Victim()), at most `limit`, go
   // before the policy would choose another leaf: the victim stays the same
   // while its blocks go, except under ADAPTIVE when T1's blocks fall to the
@@ -88,12 +93,10 @@ class EvictionState {
   // Gives n retention priority p, moving its entry, if any, to (p, its
   // stamp): the lazy scheme's keys stay no newer than the stamp.
   void SetPriority(Node* n, int p);
-  // Every cached block's fingerprint (ADAPTIVE only).
-  BlockFingerprints& fingerprints() { return fingerprints_; }
   // Everything back to the empty tenant's state (Reset).
   void Clear();
 
-  // A cached node's entry, class and fingerprints agree with the sets.
+  // A cached node's entry and class agree with the sets.
   absl::Status CheckNode(const Node& n) const;
   // The sets hold exactly the entries of `live` (every node of the tenant)
   // and the counts, the target and the history are right.
@@ -125,7 +128,6 @@ class EvictionState {
   uint64_t recent_blocks_ = 0;  // blocks of kRecent nodes (all under LRU)
   uint64_t target_;             // ARC's p, in blocks
   History history_;
-  BlockFingerprints fingerprints_;
 };
 
 }  // namespace prefixd

@@ -3,6 +3,8 @@
 // PrefixCache (cache_test.cc and the differential test).
 #include <map>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "core/eviction_history.h"
 #include "core/u64_map.h"
@@ -53,29 +55,56 @@ TEST(U64MapTest, AgreesWithStdMapUnderChurn) {
             want.count(~uint64_t{0}) > 0 && want[~uint64_t{0}] == 1);
 }
 
-TEST(HistoryTest, EachListKeepsItsNewestAndTakeFindsTheList) {
+TEST(HistoryTest, EachListKeepsItsLastPushesAndTakeFindsTheList) {
   History h(2);
   h.Push(0, 10);
   h.Push(0, 11);
   h.Push(1, 20);
-  h.Push(0, 12);  // B1 is full: 10 goes
+  h.Push(0, 12);  // B1's last two pushes: 11 and 12; 10 goes
   EXPECT_EQ(h.size(0), 2u);
   EXPECT_EQ(h.size(1), 1u);
   EXPECT_EQ(h.Take(10), -1);
   EXPECT_EQ(h.Take(11), 0);
   EXPECT_EQ(h.Take(11), -1);  // taken once
+  EXPECT_EQ(h.size(0), 1u);
   EXPECT_EQ(h.Take(20), 1);
-  for (uint64_t fp = 100; fp < 1000; ++fp) {
-    h.Push(1, fp);
-    if (fp % 2 == 0) {
-      EXPECT_EQ(h.Take(fp), 1);
+  ASSERT_TRUE(h.CheckInvariants().ok()) << h.CheckInvariants();
+}
+
+// A taken fingerprint leaves a hole: the list holds fewer than `capacity`
+// until the hole's push is `capacity` pushes old. A fingerprint pushed
+// again lives from its newest push.
+TEST(HistoryTest, TakenAndRepushedFingerprintsAgreeWithAWindowModel) {
+  const uint64_t kCapacity = 5;
+  History h(kCapacity);
+  std::vector<std::pair<int, uint64_t>> pushes;  // (list, fp) in order
+  std::map<uint64_t, size_t> newest;             // fp -> index in pushes
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const uint64_t fp = rng() % 40;
+    const int list = static_cast<int>(rng() % 2);
+    // The model: fp is in `list` if its newest push (not taken since) is
+    // among that list's last kCapacity pushes.
+    auto in_window = [&](size_t at) {
+      size_t later = 0;
+      for (size_t j = at + 1; j < pushes.size(); ++j)
+        later += pushes[j].first == pushes[at].first;
+      return later < kCapacity;
+    };
+    auto it = newest.find(fp);
+    const int want = it != newest.end() && in_window(it->second)
+                         ? pushes[it->second].first
+                         : -1;
+    if (rng() % 3 == 0) {
+      ASSERT_EQ(h.Take(fp), want) << i;
+      newest.erase(fp);
+    } else {
+      h.Push(list, fp);
+      pushes.push_back({list, fp});
+      newest[fp] = pushes.size() - 1;
     }
     ASSERT_TRUE(h.CheckInvariants().ok()) << h.CheckInvariants();
   }
-  EXPECT_EQ(h.size(1), 2u);
-  EXPECT_EQ(h.Take(999), 1);
-  EXPECT_EQ(h.Take(997), 1);
-  EXPECT_EQ(h.Take(12), 0);
 }
 
 }  // namespace

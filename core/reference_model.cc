@@ -158,10 +158,14 @@ BlockId ReferenceModel::Remove(State& s, const Victim& v) {
   tree.erase(v.key);
   s.ids.erase(block.id);
   if (policy_ == EvictionPolicy::kAdaptive) {
-    std::vector<Ghost>& list =
-        ArcOf(s, v.tree.tenant).lists[block.seen_again ? 1 : 0];
-    list.push_back(Ghost{v.tree.ns, v.key});
-    if (list.size() > history_) list.erase(list.begin());
+    Adaptive& a = ArcOf(s, v.tree.tenant);
+    const int l = block.seen_again ? 1 : 0;
+    const uint64_t push = a.pushes[l]++;
+    std::vector<Ghost>& list = a.lists[l];
+    list.push_back(Ghost{v.tree.ns, v.key, push});
+    // Forget what is history_ pushes old.
+    while (!list.empty() && list.front().push + history_ <= push)
+      list.erase(list.begin());
   }
   return block.id;
 }
@@ -181,7 +185,8 @@ bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
   const uint64_t cap = std::min(quotas_.at(tenant).limit, budget_);
   const uint64_t n1 = a.lists[0].size(), n2 = a.lists[1].size();
   for (int l = 0; l < 2; ++l) {
-    auto it = std::find(a.lists[l].begin(), a.lists[l].end(), Ghost{ns, key});
+    auto it = std::find_if(a.lists[l].begin(), a.lists[l].end(),
+                           [&](const Ghost& g) { return g.Is(ns, key); });
     if (it == a.lists[l].end()) continue;
     a.lists[l].erase(it);
     if (l == 0) {

@@ -83,15 +83,20 @@ class ReferenceModel {
     std::vector<Key> path;
     absl::Time expiry;
   };
-  // An evicted block, as ADAPTIVE's history remembers it.
+  // An evicted block, as ADAPTIVE's history remembers it: its list keeps
+  // it while fewer than the history size were pushed to the list after it.
   struct Ghost {
     std::string ns;
     Key key;
-    bool operator==(const Ghost& o) const { return ns == o.ns && key == o.key; }
+    uint64_t push;  // the list's push number
+    bool Is(const std::string& n, const Key& k) const {
+      return ns == n && key == k;
+    }
   };
   struct Adaptive {  // one tenant's ARC state
     uint64_t target = 0;
     std::vector<Ghost> lists[2];  // B1, B2; oldest first
+    uint64_t pushes[2] = {0, 0};
   };
   struct State {
     std::map<TreeKey, std::map<Key, Block>> trees;

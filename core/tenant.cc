@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "core/class_priority_stamp.h"
+#include "core/fingerprints.h"
 
 namespace prefixd {
 namespace {
@@ -30,8 +31,8 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       index_(tenant_index),
       block_size_(options.block_size),
       block_index_(block_index),
-      trees_(options.block_size),
       policy_(options.eviction_policy, HistoryBlocks(options), limit_blocks),
+      trees_(options.block_size, policy_.keeps_fingerprints()),
       blocks_(reserved_blocks, limit_blocks, pinned_over_reserved, &policy_),
       leases_(rng_seed, &blocks_),
       outbox_(options, event_order) {
@@ -84,7 +85,6 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
   Node* head = SplitNode(node, blocks);
   EvictionState::Split(head, *node);  // the priority too
   hints_.Split(head, *node);
-  policy_.fingerprints().Split(head, node, blocks);
   block_index_->SetNode(head->block_ids(), head);
   blocks_.AddNode();
   return head;
@@ -98,14 +98,13 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
   const size_t bs = static_cast<size_t>(block_size_);
-  uint64_t fp = policy_.fingerprints().Above(*parent);
   absl::InlinedVector<uint64_t, 64> fps;
+  ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  policy_.PrefetchClasses(fps);
   size_t begin = 0;
   int cls = kRecent;
   for (size_t i = 0; i < ids.size(); ++i) {
-    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
-    fps.push_back(fp);
-    const int c = policy_.ClassForNew(fp);
+    const int c = policy_.ClassForNew(fps[i]);
     if (i > begin && c != cls) {
       parent =
           AttachRun(parent, tokens.subspan(begin * bs, (i - begin) * bs),
@@ -131,16 +130,15 @@ Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
       hints_.Of(*parent) == hint) {
     // Extending a leaf keeps chains of single children in one node.
     target = parent;
-    target->Append(tokens, ids);
+    target->Append(tokens, ids, fps);
   } else {
-    target = AddChild(parent, tokens, ids, position);
+    target = AddChild(parent, tokens, ids, position, fps);
     policy_.SetPriority(target, hint.priority);  // no entry yet
     if (hint.priority != kDefaultRetentionPriority)
       hints_.SetLapse(target, hint.lapse);
   }
   hints_.AddBlocks(hint.priority, ids.size());
   policy_.AddBlocks(target, cls, ids.size());
-  policy_.fingerprints().Append(target, fps);
   target->tree->blocks += ids.size();
   blocks_.AddBlocks(ids.size());
   block_index_->SetNode(ids, target);
@@ -151,11 +149,12 @@ Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
 }
 
 Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
-                       absl::Span<const BlockId> ids, int64_t position) {
+                       absl::Span<const BlockId> ids, int64_t position,
+                       absl::Span<const uint64_t> fps) {
   blocks_.AddNode();
   // The parent stops being evictable and keeps its LRU entry, if any; the
   // child gets one once the caller has stamped it.
-  Node* n = prefixd::AddChild(parent, tokens, ids, position);
+  Node* n = prefixd::AddChild(parent, tokens, ids, position, fps);
   policy_.SetPriority(n, kDefaultRetentionPriority);  // no entry yet
   return n;
 }
@@ -163,9 +162,11 @@ Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
 Node* Tenant::AddRestoredNode(Node* parent, absl::Span<const Token> tokens,
                               absl::Span<const BlockId> ids, int64_t position,
                               uint64_t stamp) {
-  Node* n = AddChild(parent, tokens, ids, position);
+  absl::InlinedVector<uint64_t, 64> fps;
+  if (parent->tree->fingerprints)
+    ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  Node* n = AddChild(parent, tokens, ids, position, fps);
   policy_.AddBlocks(n, kRecent, ids.size());  // no history in a snapshot
-  policy_.fingerprints().Compute(*n);
   n->tree->blocks += ids.size();
   blocks_.AddBlocks(ids.size());
   // Snapshots keep no hints: restored blocks are ordinary.
@@ -225,7 +226,6 @@ void Tenant::ForgetNode(Node* n, EvictReason reason,
   policy_.RemoveBlocks(*n, n->num_blocks());
   hints_.RemoveBlocks(PriorityOf(*n), n->num_blocks());
   hints_.Forget(n);
-  policy_.fingerprints().Drop(n);
   for (BlockId id : n->block_ids()) {
     removed->push_back(id);
     NoteRemoved(*tree, id, reason);
@@ -357,6 +357,7 @@ absl::Status Tenant::CheckTree(const Tree& tree, const BlockIndex& index,
     RETURN_IF_ERROR(CheckChildren(*n));
     RETURN_IF_ERROR(CheckIndexed(*n, index, index_));
     RETURN_IF_ERROR(policy_.CheckNode(*n));
+    RETURN_IF_ERROR(CheckFingerprints(*n));
     blocks += n->num_blocks();
     if (n->pins > 0) totals->pinned += n->num_blocks();
     live->insert(n);

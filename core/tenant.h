@@ -167,7 +167,8 @@ class Tenant {
   };
 
   Node* AddChild(Node* parent, absl::Span<const Token> tokens,
-                 absl::Span<const BlockId> ids, int64_t position)
+                 absl::Span<const BlockId> ids, int64_t position,
+                 absl::Span<const uint64_t> fps)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One run of blocks of class `cls` (Attach).
   Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
@@ -202,10 +203,11 @@ class Tenant {
   const int block_size_;
   BlockIndex* const block_index_;  // shared by every tenant; locks itself
 
-  // mu_ protects the following state. The order matters: blocks_ re-syncs
-  // policy_ and leases_ pins through blocks_.
-  NamespaceTrees trees_ ABSL_GUARDED_BY(mu_);
+  // mu_ protects the following state. The order matters: trees_ asks
+  // policy_ whether to keep fingerprints, blocks_ re-syncs policy_, and
+  // leases_ pins through blocks_.
   EvictionState policy_ ABSL_GUARDED_BY(mu_);
+  NamespaceTrees trees_ ABSL_GUARDED_BY(mu_);
   BlockAccounting blocks_ ABSL_GUARDED_BY(mu_);
   Leases leases_ ABSL_GUARDED_BY(mu_);
   RetentionHints hints_ ABSL_GUARDED_BY(mu_);

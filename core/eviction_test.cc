@@ -1,12 +1,15 @@
-// The eviction policy's own structures (u64_map.h, eviction_history.h),
-// against simple models; the policies themselves are tested through
-// PrefixCache (cache_test.cc and the differential test).
+// The eviction policy's own structures (u64_map.h, eviction_history.h,
+// shadow_cache.h), against simple models; the policies themselves are tested
+// through PrefixCache (cache_test.cc and the differential test).
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "core/eviction_history.h"
+#include "core/shadow_cache.h"
 #include "core/u64_map.h"
 #include "gtest/gtest.h"
 
@@ -104,6 +107,85 @@ TEST(HistoryTest, TakenAndRepushedFingerprintsAgreeWithAWindowModel) {
       newest[fp] = pushes.size() - 1;
     }
     ASSERT_TRUE(h.CheckInvariants().ok()) << h.CheckInvariants();
+  }
+}
+
+// LIRS by hand: probation holds what came in once, protected what was
+// hit or came back from the ghosts.
+TEST(ShadowCacheTest, LirsEvictsProbationFirstAndRemembersGhosts) {
+  ShadowCache c(ShadowCache::Rule::kLirs, /*capacity=*/3, /*probation=*/1,
+                /*ghosts=*/2);
+  EXPECT_FALSE(c.Access(1));
+  EXPECT_FALSE(c.Access(2));
+  EXPECT_TRUE(c.Access(1));   // 1 is protected; probation: 2
+  EXPECT_FALSE(c.Access(3));  // probation: 2 3
+  EXPECT_FALSE(c.Access(4));  // full, probation holds 2 > 1: 2 goes
+  EXPECT_FALSE(c.Access(2));  // 3 goes; 2 was a ghost: protected 1 2
+  EXPECT_TRUE(c.Access(1));
+  EXPECT_TRUE(c.Access(2));
+  EXPECT_FALSE(c.Access(3));  // probation holds 4 (not > 1): 1 goes; 3 was
+                              // a ghost: protected 2 3
+  EXPECT_FALSE(c.Access(1));  // 2 goes; 1 was a ghost: protected 3 1
+  EXPECT_FALSE(c.Access(5));  // 3 goes; probation 4 5
+  EXPECT_TRUE(c.Access(4));   // protected 1 4, probation 5
+  EXPECT_TRUE(c.Access(1));   // without the ghosts, 1 would be gone
+  EXPECT_EQ(c.size(), 3u);
+  ASSERT_TRUE(c.CheckInvariants().ok()) << c.CheckInvariants();
+}
+
+// Both rules against a model of plain lists, under random accesses over
+// few fingerprints (many hits, evictions and ghost returns).
+TEST(ShadowCacheTest, AgreesWithAListModel) {
+  for (ShadowCache::Rule rule :
+       {ShadowCache::Rule::kLru, ShadowCache::Rule::kLirs}) {
+    const bool lirs = rule == ShadowCache::Rule::kLirs;
+    const uint64_t kCapacity = 8, kProbation = 2, kGhosts = 6;
+    ShadowCache c(rule, kCapacity, kProbation, kGhosts);
+    std::deque<uint64_t> lists[2];  // oldest first
+    std::deque<uint64_t> ghosts;    // the last kGhosts evicted, not taken
+    std::deque<bool> ghost_live;
+    std::mt19937_64 rng(11);
+    for (int i = 0; i < 20000; ++i) {
+      const uint64_t fp = rng() % 24;
+      bool hit = false;
+      for (auto& list : lists) {
+        auto it = std::find(list.begin(), list.end(), fp);
+        if (it == list.end()) continue;
+        list.erase(it);
+        lists[lirs ? 1 : 0].push_back(fp);
+        hit = true;
+      }
+      if (!hit) {
+        if (lists[0].size() + lists[1].size() == kCapacity) {
+          const int l =
+              lirs && lists[0].size() <= kProbation && !lists[1].empty();
+          const uint64_t victim = lists[l].front();
+          lists[l].pop_front();
+          if (lirs) {
+            // A re-pushed fingerprint lives from its newest push.
+            for (size_t g = 0; g < ghosts.size(); ++g)
+              if (ghosts[g] == victim) ghost_live[g] = false;
+            ghosts.push_back(victim);
+            ghost_live.push_back(true);
+            if (ghosts.size() > kGhosts) {
+              ghosts.pop_front();
+              ghost_live.pop_front();
+            }
+          }
+        }
+        bool again = false;
+        for (size_t g = 0; g < ghosts.size(); ++g) {
+          if (ghosts[g] == fp && ghost_live[g]) {
+            ghost_live[g] = false;
+            again = true;
+          }
+        }
+        lists[again ? 1 : 0].push_back(fp);
+      }
+      ASSERT_EQ(c.Access(fp), hit) << i;
+      ASSERT_EQ(c.size(), lists[0].size() + lists[1].size()) << i;
+      ASSERT_TRUE(c.CheckInvariants().ok()) << c.CheckInvariants();
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,7 +68,7 @@ class ReferenceModel {
     uint64_t stamp;
     int64_t position;
     int pins = 0;
-    bool seen_again = false;  // ADAPTIVE's T2 (else T1)
+    bool seen_again = false;  // ADAPTIVE's and SHADOW's T2 (else T1)
     int priority = kDefaultRetentionPriority;
     absl::Time lapse = absl::InfiniteFuture();
   };
@@ -98,11 +99,35 @@ class ReferenceModel {
     std::vector<Ghost> lists[2];  // B1, B2; oldest first
     uint64_t pushes[2] = {0, 0};
   };
+  // A fingerprint window: those among the last `capacity` pushed that were
+  // not taken since, oldest first, each with its push number.
+  struct Ghosts {
+    std::vector<std::pair<uint64_t, uint64_t>> fps;  // (fp, push)
+    uint64_t pushes = 0;
+    void Push(uint64_t fp, uint64_t capacity);
+    bool Take(uint64_t fp);
+  };
+  // One of SHADOW's shadow caches: fingerprints by list, oldest first
+  // (LRU: list 0 only; LIRS: probation, protected).
+  struct ShadowCache {
+    bool lirs = false;
+    uint64_t capacity = 1, probation = 0, ghost_capacity = 0;
+    std::vector<uint64_t> lists[2];
+    Ghosts ghosts;
+    bool Access(uint64_t fp);
+  };
+  struct Shadows {  // one tenant's SHADOW state
+    ShadowCache lru, lirs;
+    uint64_t period = 1;
+    uint64_t hits[2] = {0, 0};  // LRU's, LIRS's
+    uint64_t accesses = 0;
+  };
   struct State {
     std::map<TreeKey, std::map<Key, Block>> trees;
     std::set<BlockId> ids;
     uint64_t now_stamp = 0;
     std::map<std::string, Adaptive> adaptive;  // by tenant
+    std::map<std::string, Shadows> shadows;    // by tenant
     std::map<std::string, std::array<uint64_t, 3>> evicted_by_retention;
   };
   struct Victim {
@@ -133,7 +158,20 @@ class ReferenceModel {
   BlockId Remove(State& s, const Victim& v);
   // A tenant's ARC state, created with the target at half its limit.
   Adaptive& ArcOf(State& s, const std::string& tenant) const;
-  // ADAPTIVE: the class of a block cached anew (adapting the target).
+  // SHADOW: a tenant's shadows, created empty.
+  Shadows& ShadowsOf(State& s, const std::string& tenant) const;
+  // SHADOW: an Insert of `blocks` blocks of `tokens` into (tenant, ns)
+  // succeeded: its sampled blocks, root first, go to the shadows.
+  void Observe(State& s, const std::string& tenant, const std::string& ns,
+               const std::vector<Token>& tokens, size_t blocks) const;
+  // SHADOW: whether the LRU shadow leads (the victim is then LRU's).
+  bool LruLeads(const State& s, const std::string& tenant) const;
+  // The blocks a tenant's policy can hold: its limit within the budget.
+  uint64_t Cap(const std::string& tenant) const {
+    return std::min(quotas_.at(tenant).limit, budget_);
+  }
+  // ADAPTIVE, SHADOW: the class of a block cached anew (adapting ADAPTIVE's
+  // target).
   bool SeenAgain(State& s, const std::string& tenant, const std::string& ns,
                  const Key& key);
   void DropEmpty(State& s);

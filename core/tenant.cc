@@ -14,10 +14,12 @@ namespace prefixd {
 namespace {
 
 // CacheOptions' history size: 0 is the budget in blocks (as PrefixCache
-// computes it).
+// computes it), four times that under SHADOW.
 uint64_t HistoryBlocks(const CacheOptions& o) {
   if (o.eviction_history_blocks != 0) return o.eviction_history_blocks;
-  return std::min<uint64_t>(o.budget_bytes / o.block_bytes, uint64_t{1} << 62);
+  const uint64_t times = o.eviction_policy == EvictionPolicy::kShadow ? 4 : 1;
+  return std::min<uint64_t>(o.budget_bytes / o.block_bytes, uint64_t{1} << 60) *
+         times;
 }
 
 }  // namespace
@@ -68,12 +70,17 @@ void Tenant::LapseHints(absl::Time now) {
   while (Node* n = hints_.FirstLapsed(now)) SetHint(n, Hint());
 }
 
-void Tenant::TouchPath(Node* end, uint64_t stamp) {
+void Tenant::TouchPath(Node* end, uint64_t stamp, bool insert) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
     assert(stamp >= n->stamp);  // so that entry stamps <= stamp stays true
     n->stamp = stamp;
     policy_.Touch(n);
   }
+  if (!insert || !policy_.shadow()) return;
+  absl::InlinedVector<const Node*, 16> path;  // end first
+  for (const Node* n = end; !n->is_root(); n = n->parent) path.push_back(n);
+  for (size_t i = path.size(); i-- > 0;)
+    policy_.Observe(path[i]->fingerprints());
 }
 
 // --- Structural changes -----------------------------------------------------
@@ -93,7 +100,7 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
 Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
                      absl::Span<const BlockId> ids, int64_t position,
                      uint64_t stamp, const Hint& hint) {
-  if (!policy_.adaptive())
+  if (!policy_.keeps_fingerprints())
     return AttachRun(parent, tokens, ids, position, stamp, kRecent, {}, hint);
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
@@ -101,6 +108,7 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
   absl::InlinedVector<uint64_t, 64> fps;
   ChainFingerprints(*parent, tokens, ids.size(), &fps);
   policy_.PrefetchClasses(fps);
+  policy_.Observe(fps);
   size_t begin = 0;
   int cls = kRecent;
   for (size_t i = 0; i < ids.size(); ++i) {

@@ -108,16 +108,20 @@ class Tenant {
   // Appends blocks below `parent` (into it when it is an unpinned leaf of
   // the same class and hint that ends where the new blocks begin, else as a
   // new child; under ADAPTIVE one node per run of blocks of one class), all
-  // with `hint`. Returns the node that now holds the last new block.
+  // with `hint`; SHADOW's shadow caches see the new blocks. Returns the node
+  // that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
                absl::Span<const BlockId> ids, int64_t position, uint64_t stamp,
                const Hint& hint = Hint()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every block of n `hint`.
   void SetHint(Node* n, const Hint& hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `stamp` on every node from `end` up to the root (no btree change
-  // but ADAPTIVE's first touch of a node seen once).
+  // but the first touch of a node seen once under ADAPTIVE and SHADOW).
+  // `insert`: the path is an Insert's cached part, whose blocks SHADOW's
+  // shadow caches see (root first; Attach gives them the new blocks).
   // REQUIRES: `stamp` is not older than any stamp on the path.
-  void TouchPath(Node* end, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchPath(Node* end, uint64_t stamp, bool insert)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `node` and everything below it; appends their IDs to *removed.
   // Leases ending in the removed subtree end first. Costs O(removed nodes,
   // blocks and leases x log), whatever else the tenant holds.

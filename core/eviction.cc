@@ -59,6 +59,11 @@ EvictionState::Shadows::Shadows(uint64_t capacity, uint64_t ghosts)
 void EvictionState::Observe(absl::Span<const uint64_t> fps) {
   if (shadows_ == nullptr) return;
   Shadows& s = *shadows_;
+  for (uint64_t fp : fps) {  // overlaps the misses of the probes below
+    if (!Sampled(fp)) continue;
+    s.lru.Prefetch(fp);
+    s.lirs.Prefetch(fp);
+  }
   for (uint64_t fp : fps) {
     if (!Sampled(fp)) continue;
     s.hits[0] += s.lru.Access(fp);

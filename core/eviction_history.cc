@@ -22,6 +22,10 @@ void History::Push(int list, uint64_t fp) {
     // The push capacity_ before this one leaves the list, unless it was
     // taken or pushed again since (then its tag is no longer this one).
     uint64_t& slot = ring[push % capacity_];
+    // The map slot of what a later push forgets is fetched now: its
+    // fingerprint is anywhere in the map, a cache miss.
+    if (capacity_ > kForgetAhead)
+      tags_.Prefetch(ring[(push + kForgetAhead) % capacity_]);
     const uint64_t expired = Tag(list, push - capacity_);
     if (tags_.Erase(slot, nullptr, &expired)) --size_[list];
     slot = fp;

@@ -39,6 +39,8 @@ class History {
   absl::Status CheckInvariants() const;
 
  private:
+  // How many pushes ahead Push prefetches the entry it will forget.
+  static constexpr uint64_t kForgetAhead = 8;
   // fp's entry in tags_: its list and push number.
   static uint64_t Tag(int list, uint64_t push) {
     return push * 2 + static_cast<uint64_t>(list);

@@ -54,7 +54,7 @@ EvictionState::Shadows::Shadows(uint64_t capacity, uint64_t ghosts)
       lirs(ShadowCache::Rule::kLirs,
            std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31),
            Probation(capacity), ghosts),
-      period(std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31)) {}
+      period(std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31) * 4) {}
 
 void EvictionState::Observe(absl::Span<const uint64_t> fps) {
   if (shadows_ == nullptr) return;

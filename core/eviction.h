@@ -21,17 +21,18 @@
 //   - p starts at half the tenant's limit, not at ARC's 0: on the Mooncake
 //     conversation trace at 60,000 blocks, ARC from 0 falls 0.6 points
 //     below LRU (docs/performance.md), and from the middle 0.12.
-// SHADOW has ADAPTIVE's classes and history with a fixed target: T1
-// (probation) is held to a fortieth of the limit, and a block cached while
-// the history remembers it goes to T2 (protected), as LIRS does. That rule
-// gains where the cache is small against the reuse distances and loses
-// where plain recency already keeps what comes back, so two shadow caches
-// (shadow_cache.h) of fingerprints only replay the tenant's Inserts under
-// each rule at block granularity, sampled: the blocks whose fingerprint's
-// top two bits are 0 (a quarter), at a quarter of the limit. Each counts
-// its hits, both counts halving every shadow-capacity sampled accesses;
-// while the LRU shadow's count is the higher, the victim is the least
-// recently used leaf of either class (LRU), else chosen as above.
+// SHADOW has ADAPTIVE's classes and history (one list) with a fixed
+// target: T1 (probation) is held to a fortieth of the limit, and a block
+// cached while the history remembers it goes to T2 (protected), as LIRS
+// does. That rule gains where the cache is small against the reuse
+// distances and loses where plain recency already keeps what comes back,
+// so two shadow caches (shadow_cache.h) of fingerprints only replay the
+// tenant's Inserts under each rule at block granularity, sampled: the
+// blocks whose fingerprint's top two bits are 0 (a quarter), at a quarter
+// of the limit. Each counts its hits, both counts halving every four shadow
+// capacities of sampled accesses; while the LRU shadow's count is the
+// higher, the victim is the least recently used leaf of either class (LRU),
+// else chosen as above.
 // A block is remembered by its fingerprint (fingerprints.h); the history is
 // eviction_history.h, the packing of a node's class, priority and entry
 // stamp class_priority_stamp.h.
@@ -136,7 +137,7 @@ class EvictionState {
     Shadows(uint64_t capacity, uint64_t ghosts);
     bool lru_leads() const { return hits[0] > hits[1]; }
     ShadowCache lru, lirs;
-    const uint64_t period;      // sampled accesses between halvings
+    const uint64_t period;      // sampled accesses between halvings (4 x)
     uint64_t hits[2] = {0, 0};  // LRU's, LIRS's
     uint64_t accesses = 0;      // since the last halving
   };

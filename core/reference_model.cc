@@ -255,7 +255,8 @@ bool ReferenceModel::ShadowCache::Access(uint64_t fp) {
 
 // Each shadow holds a quarter of the limit (at least 1, at most 2^31); the
 // LIRS one a probation of a fortieth of that and the last quarter of the
-// history's pushes as ghosts.
+// history's pushes as ghosts. The hit counts halve every four shadow
+// capacities of sampled accesses.
 ReferenceModel::Shadows& ReferenceModel::ShadowsOf(
     State& s, const std::string& tenant) const {
   auto [it, added] = s.shadows.try_emplace(tenant);
@@ -264,7 +265,8 @@ ReferenceModel::Shadows& ReferenceModel::ShadowsOf(
     const uint64_t capacity =
         std::clamp<uint64_t>(quarter, 1, uint64_t{1} << 31);
     Shadows& sh = it->second;
-    sh.lru.capacity = sh.lirs.capacity = sh.period = capacity;
+    sh.lru.capacity = sh.lirs.capacity = capacity;
+    sh.period = 4 * capacity;
     sh.lirs.lirs = true;
     sh.lirs.probation = quarter / 40;
     sh.lirs.ghost_capacity = history_ / 4;

@@ -142,8 +142,7 @@ TEST(ShadowCacheTest, AgreesWithAListModel) {
     const uint64_t kCapacity = 8, kProbation = 2, kGhosts = 6;
     ShadowCache c(rule, kCapacity, kProbation, kGhosts);
     std::deque<uint64_t> lists[2];  // oldest first
-    std::deque<uint64_t> ghosts;    // the last kGhosts evicted, not taken
-    std::deque<bool> ghost_live;
+    std::deque<uint64_t> ghosts;    // the newest kGhosts evicted, not taken
     std::mt19937_64 rng(11);
     for (int i = 0; i < 20000; ++i) {
       const uint64_t fp = rng() % 24;
@@ -156,28 +155,17 @@ TEST(ShadowCacheTest, AgreesWithAListModel) {
         hit = true;
       }
       if (!hit) {
+        auto ghost = std::find(ghosts.begin(), ghosts.end(), fp);
+        const bool again = ghost != ghosts.end();
+        if (again) ghosts.erase(ghost);
         if (lists[0].size() + lists[1].size() == kCapacity) {
           const int l =
               lirs && lists[0].size() <= kProbation && !lists[1].empty();
           const uint64_t victim = lists[l].front();
           lists[l].pop_front();
           if (lirs) {
-            // A re-pushed fingerprint lives from its newest push.
-            for (size_t g = 0; g < ghosts.size(); ++g)
-              if (ghosts[g] == victim) ghost_live[g] = false;
             ghosts.push_back(victim);
-            ghost_live.push_back(true);
-            if (ghosts.size() > kGhosts) {
-              ghosts.pop_front();
-              ghost_live.pop_front();
-            }
-          }
-        }
-        bool again = false;
-        for (size_t g = 0; g < ghosts.size(); ++g) {
-          if (ghosts[g] == fp && ghost_live[g]) {
-            ghost_live[g] = false;
-            again = true;
+            if (ghosts.size() > kGhosts) ghosts.pop_front();
           }
         }
         lists[again ? 1 : 0].push_back(fp);

@@ -211,28 +211,12 @@ bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
 
 // --- SHADOW's shadows, kept naively: vectors searched from end to end.
 
-void ReferenceModel::Ghosts::Push(uint64_t fp, uint64_t capacity) {
-  if (capacity == 0) return;
-  Take(fp);  // a fingerprint lives from its newest push
-  const uint64_t push = pushes++;
-  fps.push_back({fp, push});
-  while (fps.front().second + capacity <= push) fps.erase(fps.begin());
-}
-
-bool ReferenceModel::Ghosts::Take(uint64_t fp) {
-  for (auto it = fps.begin(); it != fps.end(); ++it) {
-    if (it->first != fp) continue;
-    fps.erase(it);
-    return true;
-  }
-  return false;
-}
-
 // Hit: fp becomes the newest of its list (LIRS: of protected). Miss: a
-// full cache first evicts the oldest (LIRS: of probation while it holds
-// more than `probation`, else of protected, else of probation) into the
-// ghosts; fp comes in as the newest of probation, or of protected if the
-// ghosts had it.
+// ghost fp leaves the ghosts; a full cache evicts the oldest (LIRS: of
+// probation while it holds more than `probation`, else of protected, else
+// of probation) to the newest ghost, the ghosts keeping their newest
+// `ghost_capacity`; fp comes in as the newest of probation, or of
+// protected if it was a ghost.
 bool ReferenceModel::ShadowCache::Access(uint64_t fp) {
   for (int l = 0; l < 2; ++l) {
     auto it = std::find(lists[l].begin(), lists[l].end(), fp);
@@ -241,21 +225,26 @@ bool ReferenceModel::ShadowCache::Access(uint64_t fp) {
     lists[lirs ? 1 : 0].push_back(fp);
     return true;
   }
+  auto ghost = std::find(ghosts.begin(), ghosts.end(), fp);
+  const bool again = ghost != ghosts.end();
+  if (again) ghosts.erase(ghost);
   if (lists[0].size() + lists[1].size() == capacity) {
     int l = 0;
     if (lirs && lists[0].size() <= probation && !lists[1].empty()) l = 1;
     const uint64_t victim = lists[l].front();
     lists[l].erase(lists[l].begin());
-    if (lirs) ghosts.Push(victim, ghost_capacity);
+    if (lirs && ghost_capacity > 0) {
+      ghosts.push_back(victim);
+      if (ghosts.size() > ghost_capacity) ghosts.erase(ghosts.begin());
+    }
   }
-  const bool again = lirs && ghosts.Take(fp);
   lists[again ? 1 : 0].push_back(fp);
   return false;
 }
 
 // Each shadow holds a quarter of the limit (at least 1, at most 2^31); the
-// LIRS one a probation of a fortieth of that and the last quarter of the
-// history's pushes as ghosts. The hit counts halve every four shadow
+// LIRS one a probation of a fortieth of that and a quarter of the
+// history's size as ghosts. The hit counts halve every four shadow
 // capacities of sampled accesses.
 ReferenceModel::Shadows& ReferenceModel::ShadowsOf(
     State& s, const std::string& tenant) const {

@@ -99,21 +99,13 @@ class ReferenceModel {
     std::vector<Ghost> lists[2];  // B1, B2; oldest first
     uint64_t pushes[2] = {0, 0};
   };
-  // A fingerprint window: those among the last `capacity` pushed that were
-  // not taken since, oldest first, each with its push number.
-  struct Ghosts {
-    std::vector<std::pair<uint64_t, uint64_t>> fps;  // (fp, push)
-    uint64_t pushes = 0;
-    void Push(uint64_t fp, uint64_t capacity);
-    bool Take(uint64_t fp);
-  };
   // One of SHADOW's shadow caches: fingerprints by list, oldest first
-  // (LRU: list 0 only; LIRS: probation, protected).
+  // (LRU: list 0 only; LIRS: probation, protected, and the ghosts).
   struct ShadowCache {
     bool lirs = false;
     uint64_t capacity = 1, probation = 0, ghost_capacity = 0;
     std::vector<uint64_t> lists[2];
-    Ghosts ghosts;
+    std::vector<uint64_t> ghosts;
     bool Access(uint64_t fp);
   };
   struct Shadows {  // one tenant's SHADOW state

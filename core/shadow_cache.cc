@@ -12,7 +12,7 @@ ShadowCache::ShadowCache(Rule rule, uint64_t capacity, uint64_t probation,
       capacity_(capacity),
       probation_(probation),
       ghosts_(rule == Rule::kLirs ? ghosts : 0) {
-  assert(capacity > 0 && capacity < kNone - 2);
+  assert(capacity > 0 && capacity + ghosts_ < kNone - kLists);
   Clear();
 }
 
@@ -34,28 +34,48 @@ void ShadowCache::Unlink(uint32_t slot) {
   --sizes_[e.list];
 }
 
+void ShadowCache::Forget(uint32_t slot) {
+  Unlink(slot);
+  index_.Erase(slab_[slot].fp);
+  free_.push_back(slot);
+}
+
 void ShadowCache::EvictOne() {
-  uint32_t list = 0;
-  if (rule_ == Rule::kLirs && (sizes_[0] <= probation_ || sizes_[0] == 0))
-    list = sizes_[1] > 0 ? 1 : 0;
+  uint32_t list = kProbation;
+  if (rule_ == Rule::kLirs && sizes_[kProbation] <= probation_ &&
+      sizes_[kProtected] > 0)
+    list = kProtected;
   const uint32_t victim = slab_[list].next;  // the least recent
-  assert(victim > 1);
+  assert(victim >= kLists);
+  if (ghosts_ == 0) {
+    Forget(victim);
+    return;
+  }
   Unlink(victim);
-  const uint64_t fp = slab_[victim].fp;
-  index_.Erase(fp);
-  if (rule_ == Rule::kLirs) ghosts_.Push(0, fp);
-  free_.push_back(victim);
+  Link(victim, kGhost);
+  if (sizes_[kGhost] > ghosts_) Forget(slab_[kGhost].next);
 }
 
 bool ShadowCache::Access(uint64_t fp) {
-  if (const uint64_t* slot = index_.Find(fp)) {
-    const uint32_t s = static_cast<uint32_t>(*slot);
+  const uint64_t* found = index_.Find(fp);
+  if (found != nullptr && slab_[*found].list != kGhost) {
+    const uint32_t s = static_cast<uint32_t>(*found);
     Unlink(s);
-    Link(s, rule_ == Rule::kLirs ? 1 : 0);
+    Link(s, rule_ == Rule::kLirs ? kProtected : kProbation);
     return true;
   }
+  // A miss. A ghost leaves the ghost list before the eviction can push
+  // its oldest out, and comes back protected.
+  uint32_t s = kNone;
+  if (found != nullptr) {
+    s = static_cast<uint32_t>(*found);
+    Unlink(s);
+  }
   if (size() == capacity_) EvictOne();
-  uint32_t s;
+  if (s != kNone) {
+    Link(s, kProtected);
+    return false;
+  }
   if (!free_.empty()) {
     s = free_.back();
     free_.pop_back();
@@ -66,30 +86,28 @@ bool ShadowCache::Access(uint64_t fp) {
   slab_[s].fp = fp;
   uint64_t old;
   index_.Put(fp, s, &old);
-  const bool again = rule_ == Rule::kLirs && ghosts_.Take(fp) == 0;
-  Link(s, again ? 1 : 0);
+  Link(s, kProbation);
   return false;
 }
 
 void ShadowCache::Clear() {
-  slab_.assign(2, Entry{});
-  for (uint32_t list = 0; list < 2; ++list) {
+  slab_.assign(kLists, Entry{});
+  for (uint32_t list = 0; list < kLists; ++list) {
     slab_[list] = Entry{0, list, list, list};
     sizes_[list] = 0;
   }
   free_.clear();
   index_.Clear();
-  ghosts_.Clear();
 }
 
 absl::Status ShadowCache::CheckInvariants() const {
   uint64_t seen = 0;
-  for (uint32_t list = 0; list < 2; ++list) {
+  for (uint32_t list = 0; list < kLists; ++list) {
     uint64_t n = 0;
     for (uint32_t s = slab_[list].next; s != list; s = slab_[s].next) {
       const uint64_t* slot = index_.Find(slab_[s].fp);
       if (slot == nullptr || *slot != s || slab_[s].list != list ||
-          slab_[slab_[s].next].prev != s || ++n > capacity_) {
+          slab_[slab_[s].next].prev != s || ++n > capacity_ + ghosts_) {
         return absl::InternalError(
             absl::StrFormat("shadow list %d is broken at slot %d", list, s));
       }
@@ -100,14 +118,16 @@ absl::Status ShadowCache::CheckInvariants() const {
     }
     seen += n;
   }
-  if (seen > capacity_ || seen != index_.size() ||
-      seen + free_.size() + 2 != slab_.size() ||
-      (rule_ == Rule::kLru && sizes_[1] != 0)) {
+  if (size() > capacity_ || sizes_[kGhost] > ghosts_ || seen != index_.size() ||
+      seen + free_.size() + kLists != slab_.size() ||
+      (rule_ == Rule::kLru && sizes_[kProtected] != 0)) {
     return absl::InternalError(absl::StrFormat(
-        "shadow holds %d of %d, its map %d, its slab %d with %d free", seen,
-        capacity_, index_.size(), slab_.size(), free_.size()));
+        "shadow holds %d of %d and %d ghosts of %d, its map %d, its slab %d "
+        "with %d free",
+        size(), capacity_, sizes_[kGhost], ghosts_, index_.size(), slab_.size(),
+        free_.size()));
   }
-  return ghosts_.CheckInvariants();
+  return absl::OkStatus();
 }
 
 }  // namespace prefixd

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/eviction_history.h"
 #include "core/u64_map.h"
 
 namespace prefixd {
@@ -19,14 +18,17 @@ namespace prefixd {
 // evicting by one of two rules:
 //   - kLru: the least recently accessed fingerprint;
 //   - kLirs: two lists, probation (accessed once since it came in) and
-//     protected (accessed again, or came in while the ghost history
-//     remembered it); the least recent of probation while probation holds
-//     more than `probation` entries, else of protected. An evicted
-//     fingerprint goes to the ghost history (the last `ghosts` evicted).
+//     protected (accessed again, or came back from the ghosts); the least
+//     recent of probation while probation holds more than `probation`
+//     entries (or protected is empty), else of protected. An evicted
+//     fingerprint becomes the newest ghost; the ghost list keeps at most
+//     `ghosts`, dropping its oldest. A ghost accessed again leaves the
+//     ghost list (before a full cache evicts) and comes in protected.
 // These are the real tree's two rules under SHADOW, at block granularity.
-// Each list is a doubly linked list through a slab of entries, indexed by
-// a U64Map from fingerprint to slab slot: an access is one map probe and a
-// few link writes, and nothing allocates once the slab is full.
+// Resident fingerprints and ghosts are entries of one slab, each in one of
+// three doubly linked lists, indexed by one U64Map from fingerprint to slab
+// slot: an access is one map probe and a few link writes, plus one erase
+// when an entry is forgotten; nothing allocates once the slab is full.
 //
 // Thread safety: none; its EvictionState's tenant mutex guards it.
 class ShadowCache {
@@ -46,23 +48,29 @@ class ShadowCache {
 
  private:
   static constexpr uint32_t kNone = ~uint32_t{0};
+  // The lists; slots 0..2 of the slab are their heads.
+  static constexpr uint32_t kProbation = 0;  // kLru's only list
+  static constexpr uint32_t kProtected = 1;
+  static constexpr uint32_t kGhost = 2;
+  static constexpr uint32_t kLists = 3;
   struct Entry {
     uint64_t fp;
-    uint32_t prev, next;  // in its list; slots 0 and 1 are the lists' heads
-    uint32_t list;        // 0: LRU's only list or probation; 1: protected
+    uint32_t prev, next;  // in its list
+    uint32_t list;
   };
   void Link(uint32_t slot, uint32_t list);  // as the list's most recent
   void Unlink(uint32_t slot);
+  void Forget(uint32_t slot);  // unlinks, unindexes and frees
   void EvictOne();
 
   const Rule rule_;
   const uint64_t capacity_;
   const uint64_t probation_;
-  std::vector<Entry> slab_;     // [0], [1]: sentinels of lists 0 and 1
+  const uint64_t ghosts_;       // kLirs: the ghost list's size; else 0
+  std::vector<Entry> slab_;     // [0, kLists): the lists' heads
   std::vector<uint32_t> free_;  // slab slots to reuse
-  U64Map index_;                // fp -> slab slot
-  History ghosts_;              // kLirs: list 0 only
-  uint64_t sizes_[2] = {0, 0};
+  U64Map index_;                // fp -> slab slot, resident or ghost
+  uint64_t sizes_[kLists] = {0, 0, 0};
 };
 
 }  // namespace prefixd

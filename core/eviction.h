@@ -1,8 +1,8 @@
 // The eviction policy of one tenant (docs/architecture.md, "Eviction
-// policies"): the order in which its evictable leaves go, and ADAPTIVE's
-// history.
+// policies"): the order in which its evictable leaves go, and the history
+// and shadows of ADAPTIVE and SHADOW.
 //
-// Both policies keep, per class, a lazily kept set of (key, node) entries of
+// Every policy keeps, per class, a lazily kept set of (key, node) entries of
 // evictable leaves, oldest stamp first (tenant.h explains the laziness: a
 // touch writes only stamps; the head is normalized before it is read). LRU
 // has one class. ADAPTIVE is ARC (Megiddo and Modha) adapted to a prefix
@@ -11,7 +11,7 @@
 //     kFrequent (T2: matched again by a Match or a later Insert, or cached
 //     while its fingerprint was in the history); a node's blocks share its
 //     class, so the tenant splits runs of new blocks by class (Attach);
-//   - the history is two bounded FIFOs of fingerprints of evicted blocks, B1
+//   - the history is two bounded lists of fingerprints of evicted blocks, B1
 //     (evicted from T1) and B2 (from T2). A block cached again while its
 //     fingerprint is in B1 moves the target p of T1 blocks up by
 //     max(|B2| / |B1|, 1), in B2 down by max(|B1| / |B2|, 1); integers only,

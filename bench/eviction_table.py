@@ -9,8 +9,8 @@ docs/performance.md ("Eviction"): a policy closes >= 25 % of the gap at the
 two smaller of --target_capacities on both traces, and is never more than
 0.2 points below LRU at any capacity.
 
-  eviction_table.py --build=build [--policies=lru,adaptive]
-                    [--capacities=64,256,1953,5859,19531,60000,infinite]
+  eviction_table.py --build=build [--policies=lru,adaptive,shadow]
+                    [--capacities=64,256,1953,5859,19531,60000,97656,infinite]
 
 Exit status 0 whether or not a target holds (it is a report); 1 if a tool
 fails.
@@ -34,9 +34,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build", help="the CMake build dir")
     ap.add_argument("--traces", default="conversation,synthetic")
-    ap.add_argument("--policies", default="lru,adaptive")
+    ap.add_argument("--policies", default="lru,adaptive,shadow")
     ap.add_argument("--capacities",
-                    default="64,256,1953,5859,19531,60000,infinite")
+                    default="64,256,1953,5859,19531,60000,97656,infinite")
     ap.add_argument("--target_capacities", default="1953,5859",
                     help="where a policy must close >= 25%% of the gap")
     ap.add_argument("--reuse_oracle", action="store_true",

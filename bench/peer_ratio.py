@@ -1,21 +1,20 @@
 #!/usr/bin/env python3
 """Prints prefixd's trace replay throughput over SGLang's RadixCache's.
 
-  trace_replay --json --eviction_policy=lru,adaptive ... > prefixd.json
+  trace_replay --json --eviction_policy=lru,adaptive,shadow ... > prefixd.json
   sglang_peer.py --json ... > sglang.json
   peer_ratio.py prefixd.json sglang.json
 
 One row per (trace, capacity, prefixd policy) that both files hold: block
 ops/s of summed wall time (blk_ops/s) and of CPU time, each side's block hit
-rate, and the ratios. The target (docs/performance.md) is >= 10x at
-conversation 1,953 and synthetic 5,859 blocks for every policy. Plain
-Python 3, no third-party modules.
+rate, and the ratios. The target (docs/performance.md) is >= 10x at every
+capacity of both traces for every policy, in wall and in CPU time. Plain Python 3, no third-party
+modules.
 """
 
 import json
 import sys
 
-TARGETS = {("conversation", "1953"), ("synthetic", "5859")}
 RATIO = 10.0
 
 
@@ -43,10 +42,11 @@ def main():
             continue
         ratio = r["block_ops_per_second"] / p["block_ops_per_second"]
         cpu = r["block_ops_per_cpu_second"] / p["block_ops_per_cpu_second"]
-        target = ""
-        if (r["trace"], r["capacity"]) in TARGETS:
-            target = ">= %gx %s" % (RATIO, "met" if ratio >= RATIO else "MISSED")
-            missed += ratio < RATIO
+        # Met when both ratios are: on a loaded machine either side's wall
+        # time can stretch, and CPU time with it.
+        ok = min(ratio, cpu) >= RATIO
+        target = ">= %gx %s" % (RATIO, "met" if ok else "MISSED")
+        missed += not ok
         print("%-13s %8s %-8s %11.0f %7.2f%% %11.0f %7.2f%% %6.1fx %6.1fx %s" % (
             r["trace"], r["capacity"], r["eviction_policy"],
             r["block_ops_per_second"], 100 * r["block_hit_rate"],

@@ -9,7 +9,7 @@
 //
 //   trace_replay [--traces=conversation,synthetic]
 //                [--capacities=10000,50000,infinite]
-//                [--eviction_policy=lru,adaptive] [--json]
+//                [--eviction_policy=lru,adaptive,shadow] [--json]
 //
 // A block operation is one block matched or inserted, so every prompt block
 // is one operation. Throughput and latency time only the three core calls
@@ -63,8 +63,8 @@ ABSL_FLAG(std::vector<std::string>, capacities,
           "cache capacities in blocks; 'infinite' for no limit");
 ABSL_FLAG(std::vector<std::string>, eviction_policy,
           std::vector<std::string>({"lru"}),
-          "eviction policies to replay under (lru, adaptive): one row per "
-          "policy");
+          "eviction policies to replay under (lru, adaptive, shadow): one row "
+          "per policy");
 ABSL_FLAG(int, block_size, 16, "tokens per block");
 ABSL_FLAG(int, trace_block_tokens, 512,
           "input tokens per trace hash id (Mooncake: 512), for the token hit "
@@ -118,7 +118,8 @@ Trace LoadOrDie(const std::string& name_or_path, const std::string& dir) {
 EvictionPolicy ParsePolicy(const std::string& name) {
   EvictionPolicy p;
   if (!ParseEvictionPolicy(name, &p))
-    Die(absl::StrCat("bad eviction policy '", name, "' (lru or adaptive)"));
+    Die(absl::StrCat("bad eviction policy '", name,
+                     "' (lru, adaptive or shadow)"));
   return p;
 }
 

@@ -290,9 +290,10 @@ absl::Status ValidateSizes(const CacheOptions& o) {
 
 absl::Status ValidatePolicy(const CacheOptions& o) {
   if (o.eviction_policy != EvictionPolicy::kLru &&
-      o.eviction_policy != EvictionPolicy::kAdaptive) {
+      o.eviction_policy != EvictionPolicy::kAdaptive &&
+      o.eviction_policy != EvictionPolicy::kShadow) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "eviction_policy %d is neither LRU (0) nor ADAPTIVE (1)",
+        "eviction_policy %d is none of LRU (0), ADAPTIVE (1), SHADOW (2)",
         static_cast<int>(o.eviction_policy)));
   }
   if (o.eviction_history_blocks > kMaxEvictionHistoryBlocks) {
@@ -588,7 +589,7 @@ absl::StatusOr<MatchResult> PrefixCache::MatchLocked(Tenant* t,
   Node* end = steps.back().node;
   if (steps.back().blocks < end->num_blocks())
     end = t->SplitAt(end, steps.back().blocks);
-  t->TouchPath(end, NextStamp());
+  t->TouchPath(end, NextStamp(), /*insert=*/false);
   result.matched_tokens = matched_blocks * options_.block_size;
   c.match_hit_tokens += result.matched_tokens;
   if (req.pin) result.lease_id = t->leases().Add(end, ttl, now);
@@ -875,7 +876,7 @@ Node* PrefixCache::PlaceBlocks(Tenant* t, const InsertRequest& req,
     if (plan.last_blocks < end->num_blocks())
       end = t->SplitAt(end, plan.last_blocks);
   }
-  t->TouchPath(end, stamp);
+  t->TouchPath(end, stamp, /*insert=*/true);
   std::vector<HintRun> runs;
   if (req.retention.has_value()) {
     runs = HintRuns(*req.retention, req.block_ids.size(), bs, plan.now);

@@ -813,6 +813,8 @@ TEST(EvictionPolicyTest, NamesParseCaseInsensitively) {
   EXPECT_TRUE(ParseEvictionPolicy("adaptive", &p));
   EXPECT_EQ(p, EvictionPolicy::kAdaptive);
   EXPECT_EQ(EvictionPolicyName(p), "ADAPTIVE");
+  EXPECT_TRUE(ParseEvictionPolicy("shadow", &p));
+  EXPECT_EQ(EvictionPolicyName(p), "SHADOW");
   EXPECT_TRUE(ParseEvictionPolicy("Lru", &p));
   EXPECT_EQ(p, EvictionPolicy::kLru);
   EXPECT_EQ(EvictionPolicyName(p), "LRU");
@@ -947,6 +949,27 @@ TEST_F(CacheTest, AdaptiveStateSurvivesASnapshotAsOnceSeenBlocks) {
   EXPECT_THAT(Insert({5, 6, 7}, {5, 6, 7}).evicted_block_ids, ElementsAre(2));
 }
 
+// SHADOW holds blocks seen once (T1) to a fortieth of the limit while the
+// LRU shadow does not lead (it has no hits yet here): the oldest T1 leaf
+// goes although a T2 leaf is older, and a block cached while the history
+// remembers it is T2 at once.
+TEST_F(CacheTest, ShadowEvictsOnceSeenBlocksFirstAndRemembersThem) {
+  policy_ = EvictionPolicy::kShadow;
+  Init(1, 40);  // T1's target: 1 block
+  Insert({1}, {1});
+  Match({1});  // T2
+  for (Token t = 2; t <= 40; ++t) Insert({t}, {static_cast<BlockId>(t)});
+  EXPECT_THAT(Insert({41}, {41}).evicted_block_ids, ElementsAre(2));
+  EXPECT_THAT(Insert({42}, {42}).evicted_block_ids, ElementsAre(3));
+  // [2] comes back as T2; T1 ([4] ... [42]) still goes first.
+  EXPECT_THAT(Insert({2}, {102}).evicted_block_ids, ElementsAre(4));
+  // Once T1 holds no more than its target with the new block, T2's oldest
+  // leaf goes: [1], matched before any of the others.
+  for (Token t = 5; t <= 42; ++t) Match({t});
+  EXPECT_THAT(Insert({81}, {81}).evicted_block_ids, ElementsAre(1));
+  EXPECT_THAT(Insert({82}, {82}).evicted_block_ids, ElementsAre(81));
+}
+
 TEST_F(CacheTest, CreateRejectsAnUnknownEvictionPolicy) {
   CacheOptions o;
   o.eviction_policy = static_cast<EvictionPolicy>(7);
@@ -1051,7 +1074,8 @@ class CacheRetentionTest
 
 INSTANTIATE_TEST_SUITE_P(Policies, CacheRetentionTest,
                          ::testing::Values(EvictionPolicy::kLru,
-                                           EvictionPolicy::kAdaptive),
+                                           EvictionPolicy::kAdaptive,
+                                           EvictionPolicy::kShadow),
                          [](const auto& info) {
                            return std::string(EvictionPolicyName(info.param));
                          });

@@ -51,9 +51,12 @@ struct CacheLimits {
 enum class EvictionPolicy {
   kLru,       // least recently used leaf
   kAdaptive,  // ARC adapted to leaf eviction, per tenant
+  kShadow,    // LIRS-like, overruled by LRU when an LRU shadow hits more
 };
-absl::string_view EvictionPolicyName(EvictionPolicy p);  // "LRU", "ADAPTIVE"
-// Case-insensitive "lru" / "adaptive"; false (leaving *p) for anything else.
+// "LRU", "ADAPTIVE", "SHADOW"
+absl::string_view EvictionPolicyName(EvictionPolicy p);
+// Case-insensitive "lru" / "adaptive" / "shadow"; false (leaving *p) for
+// anything else.
 bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p);
 
 struct CacheOptions {

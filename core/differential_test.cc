@@ -76,7 +76,8 @@ TEST(DifferentialTest, RandomOperationsAgreeWithTheReferenceModel) {
   uint64_t seed = fixed_seed != 0 ? fixed_seed : std::random_device{}();
   for (uint64_t done = 0; done < total; done += per_seed, ++seed) {
     for (EvictionPolicy policy :
-         {EvictionPolicy::kLru, EvictionPolicy::kAdaptive}) {
+         {EvictionPolicy::kLru, EvictionPolicy::kAdaptive,
+          EvictionPolicy::kShadow}) {
       for (RopeShift shift : {RopeShift::kAllow, RopeShift::kDeny}) {
         RandomChoices choices(seed);
         DifferentialDriver d(&choices, shift, seed + 1, policy);

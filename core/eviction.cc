@@ -15,12 +15,15 @@ absl::string_view EvictionPolicyName(EvictionPolicy p) {
       return "LRU";
     case EvictionPolicy::kAdaptive:
       return "ADAPTIVE";
+    case EvictionPolicy::kShadow:
+      return "SHADOW";
   }
   return "unknown";
 }
 
 bool ParseEvictionPolicy(absl::string_view name, EvictionPolicy* p) {
-  for (EvictionPolicy q : {EvictionPolicy::kLru, EvictionPolicy::kAdaptive}) {
+  for (EvictionPolicy q : {EvictionPolicy::kLru, EvictionPolicy::kAdaptive,
+                           EvictionPolicy::kShadow}) {
     if (absl::EqualsIgnoreCase(name, EvictionPolicyName(q))) {
       *p = q;
       return true;
@@ -36,9 +39,42 @@ EvictionState::EvictionState(EvictionPolicy policy, uint64_t history_blocks,
                              uint64_t max_target)
     : policy_(policy),
       max_target_(max_target),
-      target_(max_target / 2),
-      history_(adaptive() ? history_blocks : 0),
-      fingerprints_(adaptive()) {}
+      target_(InitialTarget()),
+      history_(keeps_fingerprints() ? history_blocks : 0) {
+  if (shadow())
+    shadows_ =
+        std::make_unique<Shadows>(max_target / 4, history_.capacity() / 4);
+}
+
+// A quarter of the limit (at least 1), bounded so that slab slots fit in
+// 32 bits; a probation of a twentieth.
+EvictionState::Shadows::Shadows(uint64_t capacity, uint64_t ghosts)
+    : lru(ShadowCache::Rule::kLru,
+          std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31), 0, 0),
+      lirs(ShadowCache::Rule::kLirs,
+           std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31),
+           Probation(capacity), ghosts),
+      period(std::clamp<uint64_t>(capacity, 1, uint64_t{1} << 31) * 4) {}
+
+void EvictionState::Observe(absl::Span<const uint64_t> fps) {
+  if (shadows_ == nullptr) return;
+  Shadows& s = *shadows_;
+  for (uint64_t fp : fps) {  // overlaps the misses of the probes below
+    if (!Sampled(fp)) continue;
+    s.lru.Prefetch(fp);
+    s.lirs.Prefetch(fp);
+  }
+  for (uint64_t fp : fps) {
+    if (!Sampled(fp)) continue;
+    s.hits[0] += s.lru.Access(fp);
+    s.hits[1] += s.lirs.Access(fp);
+    if (++s.accesses == s.period) {
+      s.hits[0] /= 2;
+      s.hits[1] /= 2;
+      s.accesses = 0;
+    }
+  }
+}
 
 void EvictionState::Sync(Node* n) {
   if (EntryStampOf(*n) != 0 || !n->evictable()) return;
@@ -86,9 +122,17 @@ void EvictionState::Normalize(int c) {
 
 Node* EvictionState::Victim() {
   Normalize(kRecent);
-  if (!adaptive()) return sets_[0].empty() ? nullptr : sets_[0].begin()->second;
+  if (!keeps_fingerprints())
+    return sets_[0].empty() ? nullptr : sets_[0].begin()->second;
   Normalize(kFrequent);
   int c = recent_blocks_ > target_ ? kRecent : kFrequent;
+  if (lru_leads()) {  // the older head of the two; keys are unique
+    c = kRecent;
+    if (sets_[c].empty() ||
+        (!sets_[kFrequent].empty() &&
+         sets_[kFrequent].begin()->first < sets_[kRecent].begin()->first))
+      c = kFrequent;
+  }
   if (sets_[c].empty()) c = 1 - c;
   if (sets_[c].empty()) return nullptr;
   // The lowest priority first; the class choice only within one priority.
@@ -121,7 +165,8 @@ void EvictionState::Promote(Node* n) {
 }
 
 int EvictionState::ClassForNew(uint64_t fp) {
-  if (!adaptive()) return kRecent;
+  if (!keeps_fingerprints()) return kRecent;
+  if (shadow()) return history_.Take(fp) >= 0 ? kFrequent : kRecent;
   // ARC's adaptation, with the lists' sizes before fp leaves its list.
   const uint64_t in_b1 = history_.size(0), in_b2 = history_.size(1);
   switch (history_.Take(fp)) {
@@ -140,7 +185,8 @@ int EvictionState::ClassForNew(uint64_t fp) {
 
 size_t EvictionState::RunLength(const Node& victim, size_t limit) const {
   assert(limit > 0);
-  if (!adaptive() || ClassOf(victim) == kFrequent) return limit;
+  if (!keeps_fingerprints() || lru_leads() || ClassOf(victim) == kFrequent)
+    return limit;
   // A T1 victim with T2 empty, or of lower priority than T2's head, stays
   // the victim. Otherwise the priorities are equal (a lower T2 head would
   // have been chosen) and T1 was chosen for holding more than the target:
@@ -154,19 +200,24 @@ size_t EvictionState::RunLength(const Node& victim, size_t limit) const {
 }
 
 void EvictionState::RememberTail(const Node& victim, size_t blocks) {
-  if (!adaptive()) return;
-  const int list = ClassOf(victim) == kRecent ? 0 : 1;
-  fingerprints_.PopBack(victim, blocks,
-                        [&](uint64_t fp) { history_.Push(list, fp); });
+  if (!keeps_fingerprints()) return;
+  const int list = ClassOf(victim) == kRecent || shadow() ? 0 : 1;
+  const absl::Span<const uint64_t> fps = victim.fingerprints();
+  assert(fps.size() == victim.num_blocks() && blocks <= fps.size());
+  const size_t first = fps.size() - blocks;
+  for (size_t i = first; i < fps.size(); ++i) history_.Prefetch(fps[i]);
+  for (size_t i = fps.size(); i-- > first;) history_.Push(list, fps[i]);
 }
 
 void EvictionState::Clear() {
   sets_[0].clear();
   sets_[1].clear();
   recent_blocks_ = 0;
-  target_ = max_target_ / 2;
+  target_ = InitialTarget();
   history_.Clear();
-  fingerprints_.Clear();
+  if (shadow())
+    shadows_ =
+        std::make_unique<Shadows>(max_target_ / 4, history_.capacity() / 4);
 }
 
 // --- Invariants
@@ -191,11 +242,10 @@ absl::Status EvictionState::CheckEntry(const Node& n) const {
 }
 
 absl::Status EvictionState::CheckNode(const Node& n) const {
-  if (ClassOf(n) != kRecent && !adaptive()) {
+  if (ClassOf(n) != kRecent && !keeps_fingerprints()) {
     return absl::InternalError("a node has ADAPTIVE's second class under LRU");
   }
-  RETURN_IF_ERROR(CheckEntry(n));
-  return fingerprints_.CheckNode(n);
+  return CheckEntry(n);
 }
 
 // Every entry names a live node of this tenant under that node's key
@@ -242,9 +292,14 @@ absl::Status EvictionState::CheckRecentBlocks(
 }
 
 absl::Status EvictionState::CheckTargetAndHistory() const {
-  if (target_ > max_target_) {
-    return absl::InternalError(absl::StrFormat(
-        "ADAPTIVE's target %d is above the limit %d", target_, max_target_));
+  if (target_ > max_target_ || (shadow() && target_ != InitialTarget())) {
+    return absl::InternalError(
+        absl::StrFormat("the target %d is above the limit %d or not SHADOW's",
+                        target_, max_target_));
+  }
+  if (shadows_ != nullptr) {
+    RETURN_IF_ERROR(shadows_->lru.CheckInvariants());
+    RETURN_IF_ERROR(shadows_->lirs.CheckInvariants());
   }
   return history_.CheckInvariants();
 }
@@ -253,7 +308,6 @@ absl::Status EvictionState::CheckInvariants(
     const absl::flat_hash_set<const Node*>& live) const {
   RETURN_IF_ERROR(CheckEntriesAreLive(live));
   RETURN_IF_ERROR(CheckEntryCount(live));
-  RETURN_IF_ERROR(fingerprints_.CheckCount(live.size()));
   RETURN_IF_ERROR(CheckRecentBlocks(live));
   return CheckTargetAndHistory();
 }

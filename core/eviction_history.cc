@@ -13,53 +13,60 @@ int History::Take(uint64_t fp) {
 }
 
 void History::Push(int list, uint64_t fp) {
-  const uint64_t tag = next_++ * 2 + static_cast<uint64_t>(list);
+  if (capacity_ == 0) return;
+  std::vector<uint64_t>& ring = ring_[list];
+  const uint64_t push = pushes_[list]++;
+  if (ring.size() < capacity_) {
+    ring.push_back(fp);
+  } else {
+    // The push capacity_ before this one leaves the list, unless it was
+    // taken or pushed again since (then its tag is no longer this one).
+    uint64_t& slot = ring[push % capacity_];
+    // The map slot of what a later push forgets is fetched now: its
+    // fingerprint is anywhere in the map, a cache miss.
+    if (capacity_ > kForgetAhead)
+      tags_.Prefetch(ring[(push + kForgetAhead) % capacity_]);
+    const uint64_t expired = Tag(list, push - capacity_);
+    if (tags_.Erase(slot, nullptr, &expired)) --size_[list];
+    slot = fp;
+  }
   uint64_t old;
-  if (tags_.Put(fp, tag, &old)) --size_[old & 1];  // only a hash collision
-  order_[list].push_back({tag, fp});
+  if (tags_.Put(fp, Tag(list, push), &old)) --size_[old & 1];  // collision
   ++size_[list];
-  while (size_[list] > capacity_) {
-    const auto [t, f] = order_[list].front();
-    order_[list].pop_front();
-    if (tags_.Erase(f, nullptr, &t)) --size_[list];
-  }
-  // Taken entries stay in order_ until they reach its front; rebuilding it
-  // when they outnumber the live ones keeps it within O(capacity).
-  if (order_[list].size() > 2 * size_[list] + 64) Compact(list);
-}
-
-void History::Compact(int list) {
-  std::deque<std::pair<uint64_t, uint64_t>> live;
-  for (const auto& [t, f] : order_[list]) {
-    const uint64_t* tag = tags_.Find(f);
-    if (tag != nullptr && *tag == t) live.push_back({t, f});
-  }
-  order_[list].swap(live);
 }
 
 void History::Clear() {
   tags_.Clear();
-  order_[0].clear();
-  order_[1].clear();
-  size_[0] = size_[1] = 0;
+  for (int list = 0; list < 2; ++list) {
+    ring_[list].clear();
+    pushes_[list] = 0;
+    size_[list] = 0;
+  }
 }
 
 absl::Status History::CheckInvariants() const {
-  if (size_[0] > capacity_ || size_[1] > capacity_ ||
-      size_[0] + size_[1] != tags_.size()) {
+  if (size_[0] + size_[1] != tags_.size()) {
     return absl::InternalError(
-        absl::StrFormat("history lists hold %d and %d of %d, its map %d",
-                        size_[0], size_[1], capacity_, tags_.size()));
+        absl::StrFormat("history lists hold %d and %d, its map %d", size_[0],
+                        size_[1], tags_.size()));
   }
   for (int list = 0; list < 2; ++list) {
+    const std::vector<uint64_t>& ring = ring_[list];
+    if (ring.size() > capacity_ ||
+        ring.size() != std::min<uint64_t>(pushes_[list], capacity_)) {
+      return absl::InternalError(
+          absl::StrFormat("history ring %d holds %d of %d pushes, capacity %d",
+                          list, ring.size(), pushes_[list], capacity_));
+    }
+    // A fingerprint is live where its tag names its ring slot.
     size_t live = 0;
-    for (const auto& [t, f] : order_[list]) {
-      const uint64_t* tag = tags_.Find(f);
-      live += tag != nullptr && *tag == t;
+    for (uint64_t p = pushes_[list] - ring.size(); p < pushes_[list]; ++p) {
+      const uint64_t* tag = tags_.Find(ring[p % capacity_]);
+      live += tag != nullptr && *tag == Tag(list, p);
     }
     if (live != size_[list]) {
       return absl::InternalError(
-          absl::StrFormat("history list %d counts %d, its FIFO holds %d", list,
+          absl::StrFormat("history list %d counts %d, its ring holds %d", list,
                           size_[list], live));
     }
   }

@@ -1,22 +1,26 @@
-// History: ADAPTIVE's memory of recently evicted blocks, by fingerprint
-// (eviction.h, docs/architecture.md "Eviction policies").
+// History: the memory of recently evicted blocks, by fingerprint, of the
+// eviction policies that have one (eviction.h, docs/architecture.md
+// "Eviction policies").
 #ifndef PREFIXD_CORE_EVICTION_HISTORY_H_
 #define PREFIXD_CORE_EVICTION_HISTORY_H_
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/u64_map.h"
 
 namespace prefixd {
 
-// ADAPTIVE's history: B1 and B2 (lists 0 and 1), each a FIFO set of at
-// most `capacity` fingerprints, in one hash map so that a lookup costs one
-// probe. Push adds the newest and drops the list's oldest beyond the
-// capacity; Take removes one from the middle. O(1) amortized each.
+// Two lists (ADAPTIVE's B1 and B2; SHADOW uses list 0 only), each holding
+// the fingerprints among the last `capacity` pushed to it that have not
+// been taken since: a ring of its last `capacity` pushes, and one hash map
+// over both lists from a fingerprint to where it was last pushed. Push
+// writes the ring slot of the push `capacity` before it, which forgets that
+// fingerprint unless it was taken (or pushed again) since; Take forgets
+// one. Each is one or two map operations and no allocation once a ring is
+// full (a ring grows to `capacity` as pushes come, not at once).
 //
 // Thread safety: none; its EvictionState's tenant mutex guards it.
 class History {
@@ -27,20 +31,28 @@ class History {
   // The list that held fp, which forgets it; -1 if neither did.
   int Take(uint64_t fp);
   void Push(int list, uint64_t fp);
+  // Fetches the map slots a Take or Push of fp will read first, so that
+  // a caller with several at hand overlaps their cache misses.
+  void Prefetch(uint64_t fp) const { tags_.Prefetch(fp); }
   void Clear();
-  // The FIFOs and the map agree and the capacity holds.
+  // The rings and the map agree and the capacity holds.
   absl::Status CheckInvariants() const;
 
  private:
-  void Compact(int list);
+  // How many pushes ahead Push prefetches the entry it will forget.
+  static constexpr uint64_t kForgetAhead = 8;
+  // fp's entry in tags_: its list and push number.
+  static uint64_t Tag(int list, uint64_t push) {
+    return push * 2 + static_cast<uint64_t>(list);
+  }
 
   const uint64_t capacity_;
-  uint64_t next_ = 0;  // push number
-  // fp -> its push number * 2 + its list.
+  // fp -> Tag(list, push number within the list) of its newest push.
   U64Map tags_;
-  // (tag, fp), oldest first; an entry whose tag is not tags_'s for its fp
-  // was taken (or pushed again) and is skipped.
-  std::deque<std::pair<uint64_t, uint64_t>> order_[2];
+  // Per list: push p's fingerprint at ring_[list][p % capacity_], for the
+  // last capacity_ pushes p < pushes_[list].
+  std::vector<uint64_t> ring_[2];
+  uint64_t pushes_[2] = {0, 0};
   size_t size_[2] = {0, 0};
 };
 

@@ -1,23 +1,24 @@
-// BlockFingerprints: the fingerprint of every block one tenant caches, for
-// ADAPTIVE's history (eviction.h), which remembers evicted blocks by them.
+// Block fingerprints: the 64-bit name of a cached block by which the
+// eviction policies that remember evicted blocks (eviction.h: ADAPTIVE and
+// SHADOW) know it again, and by which SHADOW samples blocks for its shadow
+// caches.
 //
-// A fingerprint is a 64-bit chain hash over the block's whole path and its
-// namespace: absl::HashOf(parent's chain hash, the block's tokens), so equal
-// tokens under another prefix are another block. Each cached block's is
-// kept, in one vector per node, so that neither an Insert nor an eviction
-// hashes more than the blocks it adds or removes, and an eviction finds its
-// block's next to the last one's. Under LRU nothing is kept and every
-// method is a no-op.
+// A fingerprint is a chain hash over the block's whole path and its
+// namespace: XXH3 (xxHash) of the block's tokens, seeded with the parent
+// block's fingerprint (a tree's first blocks chain from the hash of the
+// namespace), so equal tokens under another prefix are another block. XXH3
+// has no per-process seed: a given sequence of calls gives the same
+// fingerprints, samples and evictions in every process. Trees of such a
+// policy keep each cached block's fingerprint in its node
+// (Node::fingerprints), so that an Insert hashes only the blocks it adds
+// and an eviction hashes nothing.
 //
-// Thread safety: none; the owning tenant's mutex guards it.
+// Thread safety: pure functions.
 #ifndef PREFIXD_CORE_FINGERPRINTS_H_
 #define PREFIXD_CORE_FINGERPRINTS_H_
 
-#include <cassert>
 #include <cstdint>
-#include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -29,55 +30,26 @@ namespace prefixd {
 uint64_t NamespaceHash(absl::string_view ns);
 uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block);
 
-class BlockFingerprints {
- public:
-  // `kept`: whether the policy needs them (ADAPTIVE).
-  explicit BlockFingerprints(bool kept) : kept_(kept) {}
+// The fingerprint the first block below `parent` chains from.
+// REQUIRES: parent's tree keeps fingerprints.
+uint64_t FingerprintAbove(const Node& parent);
 
-  // The fingerprint the first block below `parent` chains from.
-  uint64_t Above(const Node& parent) const;
-  // Blocks appended to n (a new node or a leaf extended in place).
-  void Append(const Node* n, absl::Span<const uint64_t> fps) {
-    if (kept_) {
-      std::vector<uint64_t>& v = fps_[n];
-      v.insert(v.end(), fps.begin(), fps.end());
-    }
+// The fingerprints of `blocks` whole blocks of `tokens` below `parent`, in
+// order, appended to *out.
+template <typename Vector>
+void ChainFingerprints(const Node& parent, absl::Span<const Token> tokens,
+                       size_t blocks, Vector* out) {
+  const size_t bs = static_cast<size_t>(parent.block_size());
+  uint64_t fp = FingerprintAbove(parent);
+  for (size_t i = 0; i < blocks; ++i) {
+    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
+    out->push_back(fp);
   }
-  // Computes those of all n's blocks (a snapshot's nodes).
-  void Compute(const Node& n);
-  // SplitAt moved tail's first `blocks` blocks to `head`.
-  void Split(const Node* head, const Node* tail, size_t blocks);
-  // The last `blocks` blocks of n go: calls f(fingerprint) for each, the
-  // tail's first. The node's entry goes with its last block.
-  template <typename F>
-  void PopBack(const Node& n, size_t blocks, F&& f) {
-    if (!kept_) return;
-    auto it = fps_.find(&n);
-    assert(it != fps_.end() && it->second.size() == n.num_blocks() &&
-           blocks <= n.num_blocks());
-    std::vector<uint64_t>& fps = it->second;
-    for (size_t i = 0; i < blocks; ++i) {
-      f(fps.back());
-      fps.pop_back();
-    }
-    if (fps.empty()) fps_.erase(it);
-  }
-  // n is removed with all its blocks.
-  void Drop(const Node* n) {
-    if (kept_) fps_.erase(n);
-  }
-  void Clear() { fps_.clear(); }
+}
 
-  // n's blocks have their fingerprints (under LRU: nothing is kept).
-  absl::Status CheckNode(const Node& n) const;
-  // One vector per cached node (under LRU: none).
-  absl::Status CheckCount(uint64_t nodes) const;
-
- private:
-  const bool kept_;
-  // node -> its blocks' fingerprints, in order.
-  absl::flat_hash_map<const Node*, std::vector<uint64_t>> fps_;
-};
+// n's blocks have their fingerprints (in a tree that keeps them; else n
+// has none).
+absl::Status CheckFingerprints(const Node& n);
 
 }  // namespace prefixd
 

@@ -16,8 +16,10 @@ std::vector<std::string> NamespaceTrees::Namespaces() const {
 
 Tree* NamespaceTrees::GetOrCreate(absl::string_view ns) {
   auto& slot = trees_[ns];
-  if (slot == nullptr)
+  if (slot == nullptr) {
     slot = std::make_unique<Tree>(std::string(ns), block_size_);
+    slot->fingerprints = fingerprints_;
+  }
   return slot.get();
 }
 
@@ -41,6 +43,9 @@ absl::Status NamespaceTrees::CheckTrees() const {
           absl::StrFormat("tree '%s' has block_size %d, the tenant %d", ns,
                           tree->block_size, block_size_));
     }
+    if (tree->fingerprints != fingerprints_)
+      return absl::InternalError(absl::StrCat(
+          "tree '", ns, "' does not keep fingerprints as the tenant does"));
     if (tree->root.tree != tree.get())
       return absl::InternalError("root points at another tree");
     if (tree->root.class_priority_stamp != 0)

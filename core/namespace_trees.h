@@ -22,7 +22,10 @@ class NamespaceTrees {
  public:
   using Map = absl::flat_hash_map<std::string, std::unique_ptr<Tree>>;
 
-  explicit NamespaceTrees(int block_size) : block_size_(block_size) {}
+  // `fingerprints`: whether the trees' nodes keep their blocks'
+  // fingerprints (Tree::fingerprints; the tenant's eviction policy says).
+  NamespaceTrees(int block_size, bool fingerprints)
+      : block_size_(block_size), fingerprints_(fingerprints) {}
 
   size_t size() const { return trees_.size(); }
   // nullptr if ns has no tree.
@@ -45,11 +48,13 @@ class NamespaceTrees {
   }
 
   // Each tree is keyed by its namespace, non-empty, of the tenant's block
-  // size, and its root belongs to it and has no eviction entry.
+  // size and fingerprint setting, and its root belongs to it and has no
+  // eviction entry.
   absl::Status CheckTrees() const;
 
  private:
   const int block_size_;
+  const bool fingerprints_;
   Map trees_;
   std::vector<std::string> maybe_empty_;  // namespaces whose tree may be empty
 };

@@ -31,55 +31,66 @@ bool ChildEq::operator()(const std::unique_ptr<Node>& a,
                      k.tokens.size() * sizeof(Token)) == 0;
 }
 
-void Node::Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
-                   absl::Span<const Token> t2, absl::Span<const BlockId> i2) {
-  const size_t blocks = i1.size() + i2.size();
-  assert(t1.size() + t2.size() == blocks * static_cast<size_t>(block_size()));
+void Node::Rebuild(const Part& a, const Part& b) {
+  const size_t blocks = a.ids.size() + b.ids.size();
+  const bool fps = keeps_fingerprints();
+  assert(a.tokens.size() + b.tokens.size() ==
+         blocks * static_cast<size_t>(block_size()));
+  assert(!fps || a.fps.size() + b.fps.size() == blocks);
   assert(blocks <= UINT32_MAX);
-  const size_t offset = IdsOffset(blocks);
-  auto data = std::make_unique_for_overwrite<std::byte[]>(
-      offset + blocks * sizeof(BlockId));
-  std::byte* p = data.get();
-  if (!t1.empty()) std::memcpy(p, t1.data(), t1.size() * sizeof(Token));
-  if (!t2.empty())
-    std::memcpy(p + t1.size() * sizeof(Token), t2.data(),
-                t2.size() * sizeof(Token));
-  p += offset;
-  if (!i1.empty()) std::memcpy(p, i1.data(), i1.size() * sizeof(BlockId));
-  if (!i2.empty())
-    std::memcpy(p + i1.size() * sizeof(BlockId), i2.data(),
-                i2.size() * sizeof(BlockId));
+  const size_t bytes =
+      fps ? FingerprintsOffset(blocks) + blocks * sizeof(uint64_t)
+          : FingerprintsOffset(blocks);
+  auto data = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  // Each array is the two parts' back to back.
+  auto put = [](std::byte* to, auto first, auto second) {
+    using T = typename decltype(first)::value_type;
+    if (!first.empty()) std::memcpy(to, first.data(), first.size() * sizeof(T));
+    if (!second.empty())
+      std::memcpy(to + first.size() * sizeof(T), second.data(),
+                  second.size() * sizeof(T));
+  };
+  put(data.get(), a.tokens, b.tokens);
+  put(data.get() + IdsOffset(blocks), a.ids, b.ids);
+  if (fps) put(data.get() + FingerprintsOffset(blocks), a.fps, b.fps);
   data_ = std::move(data);
   num_blocks_ = static_cast<uint32_t>(blocks);
 }
 
-void Node::Assign(absl::Span<const Token> tokens,
-                  absl::Span<const BlockId> ids) {
-  Rebuild(tokens, ids, {}, {});
+void Node::Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+                  absl::Span<const uint64_t> fps) {
+  Rebuild({tokens, ids, fps}, {});
   key_hash = MakeBlockKey(block(0)).hash;
 }
 
-void Node::Append(absl::Span<const Token> tokens,
-                  absl::Span<const BlockId> ids) {
-  Rebuild(this->tokens(), block_ids(), tokens, ids);
+void Node::Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+                  absl::Span<const uint64_t> fps) {
+  Rebuild(Whole(), {tokens, ids, fps});
 }
 
 void Node::DropFront(size_t blocks) {
   assert(blocks < num_blocks_);
   const size_t bs = static_cast<size_t>(block_size());
-  Rebuild(tokens().subspan(blocks * bs), block_ids().subspan(blocks), {}, {});
+  const Part all = Whole();
+  Rebuild({all.tokens.subspan(blocks * bs), all.ids.subspan(blocks),
+           all.fps.subspan(std::min(blocks, all.fps.size()))},
+          {});
   key_hash = MakeBlockKey(block(0)).hash;
 }
 
 void Node::DropBack(size_t blocks) {
   assert(blocks > 0 && num_blocks_ > blocks);
-  // The IDs move down to the new end of the tokens; the allocation keeps its
-  // size until the node is rebuilt or freed.
-  const size_t from = IdsOffset(num_blocks_),
-               to = IdsOffset(num_blocks_ - blocks);
-  num_blocks_ -= static_cast<uint32_t>(blocks);
-  std::memmove(data_.get() + to, data_.get() + from,
-               num_blocks_ * sizeof(BlockId));
+  // The IDs, then the fingerprints, move down to the new end of the tokens
+  // (each lands below where it was, so neither overwrites what is still to
+  // move); the allocation keeps its size until the node is rebuilt or freed.
+  const size_t n = num_blocks_, kept = n - blocks;
+  std::memmove(data_.get() + IdsOffset(kept), data_.get() + IdsOffset(n),
+               kept * sizeof(BlockId));
+  if (keeps_fingerprints()) {
+    std::memmove(data_.get() + FingerprintsOffset(kept),
+                 data_.get() + FingerprintsOffset(n), kept * sizeof(uint64_t));
+  }
+  num_blocks_ = static_cast<uint32_t>(kept);
 }
 
 Node* Node::FindChild(absl::Span<const Token> first_block) const {
@@ -113,7 +124,9 @@ Node* SplitNode(Node* node, size_t blocks) {
   head->tree = node->tree;
   head->parent = parent;
   head->Assign(node->tokens().subspan(0, split_tokens),
-               node->block_ids().subspan(0, blocks));
+               node->block_ids().subspan(0, blocks),
+               node->fingerprints().subspan(
+                   0, std::min(blocks, node->fingerprints().size())));
   head->position = node->position;
   head->stamp = node->stamp;
   head->pins = node->pins;
@@ -130,11 +143,12 @@ Node* SplitNode(Node* node, size_t blocks) {
 }
 
 Node* AddChild(Node* parent, absl::Span<const Token> tokens,
-               absl::Span<const BlockId> ids, int64_t position) {
+               absl::Span<const BlockId> ids, int64_t position,
+               absl::Span<const uint64_t> fps) {
   auto child = std::make_unique<Node>();
   child->tree = parent->tree;
   child->parent = parent;
-  child->Assign(tokens, ids);
+  child->Assign(tokens, ids, fps);
   child->position = position;
   Node* raw = child.get();
   auto [it, inserted] = parent->children.insert(std::move(child));

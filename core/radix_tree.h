@@ -59,8 +59,11 @@ using ChildSet = absl::flat_hash_set<std::unique_ptr<Node>, ChildHash, ChildEq>;
 // A node's tokens and block IDs live in one exact-size allocation (tokens,
 // then the IDs at the next 8-byte boundary): at 10^7 cached tokens a node
 // holds about 12 blocks, and two vectors cost 5 bytes per cached block more
-// (docs/performance.md, target 4). The block size is the tree's (every node
-// points at its tree, which is hot), so that a node stays at 104 bytes.
+// (docs/performance.md, target 4). In a tree that keeps fingerprints
+// (Tree::fingerprints: the eviction policies that remember evicted blocks,
+// core/fingerprints.h) each block's 64-bit fingerprint follows the IDs in
+// the same allocation. The block size is the tree's (every node points at
+// its tree, which is hot), so that a node stays at 104 bytes.
 class Node {
  public:
   Node() = default;
@@ -103,6 +106,12 @@ class Node {
         reinterpret_cast<const BlockId*>(data_.get() + IdsOffset(num_blocks_)),
         num_blocks_};
   }
+  // One per block if the tree keeps fingerprints, else empty.
+  absl::Span<const uint64_t> fingerprints() const {
+    return {reinterpret_cast<const uint64_t*>(data_.get() +
+                                              FingerprintsOffset(num_blocks_)),
+            keeps_fingerprints() ? num_blocks_ : 0};
+  }
   bool is_root() const { return parent == nullptr; }
   size_t num_blocks() const { return num_blocks_; }
   absl::Span<const Token> block(size_t i) const {
@@ -117,26 +126,41 @@ class Node {
   // lease pins it.
   bool evictable() const { return !is_root() && children.empty() && pins == 0; }
 
-  // Edge edits. `tokens` must be ids.size() whole blocks. Assign replaces the
-  // edge, Append extends it, DropFront(k) keeps blocks [k, n) and DropBack(k)
-  // removes the last k. Only Assign and DropFront recompute key_hash.
+  // Edge edits. `tokens` must be ids.size() whole blocks, and `fps` one
+  // fingerprint per block if the tree keeps them, else empty. Assign
+  // replaces the edge, Append extends it, DropFront(k) keeps blocks [k, n)
+  // and DropBack(k) removes the last k. Only Assign and DropFront recompute
+  // key_hash.
   // REQUIRES: `tree` is set.
-  void Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
-  void Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids);
+  void Assign(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+              absl::Span<const uint64_t> fps = {});
+  void Append(absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
+              absl::Span<const uint64_t> fps = {});
   void DropFront(size_t blocks);
   void DropBack(size_t blocks = 1);
 
   Node* FindChild(absl::Span<const Token> first_block) const;
 
  private:
+  // One part of an edge: whole blocks' tokens, IDs and fingerprints.
+  struct Part {
+    absl::Span<const Token> tokens;
+    absl::Span<const BlockId> ids;
+    absl::Span<const uint64_t> fps;
+  };
+  Part Whole() const { return {tokens(), block_ids(), fingerprints()}; }
+
+  bool keeps_fingerprints() const;
   size_t IdsOffset(size_t blocks) const {
     const size_t token_bytes =
         blocks * static_cast<size_t>(block_size()) * sizeof(Token);
     return (token_bytes + alignof(BlockId) - 1) & ~(alignof(BlockId) - 1);
   }
-  // Replaces the edge with the concatenation of two (tokens, ids) parts.
-  void Rebuild(absl::Span<const Token> t1, absl::Span<const BlockId> i1,
-               absl::Span<const Token> t2, absl::Span<const BlockId> i2);
+  size_t FingerprintsOffset(size_t blocks) const {
+    return IdsOffset(blocks) + blocks * sizeof(BlockId);
+  }
+  // Replaces the edge with the concatenation of two parts.
+  void Rebuild(const Part& a, const Part& b);
 };
 
 // Memory per cached block is a target (docs/performance.md, target 4): a
@@ -150,12 +174,16 @@ struct Tree {
   }
   std::string ns;
   const int block_size;  // tokens per block, for every node of the tree
+  // Whether every node keeps its blocks' fingerprints (Node::fingerprints);
+  // set before the first node is added.
+  bool fingerprints = false;
   Node root;
   uint64_t nodes = 0;  // excluding the root
   uint64_t blocks = 0;
 };
 
 inline int Node::block_size() const { return tree->block_size; }
+inline bool Node::keeps_fingerprints() const { return tree->fingerprints; }
 
 // One step of a walk from the root: `blocks` leading blocks of `node` matched
 // the query from query block index `first_block` on.
@@ -191,10 +219,12 @@ WalkPath Walk(const Tree& tree, absl::Span<const Token> tokens,
 // inherits position, stamp and pins. Returns the head.
 // REQUIRES: 0 < blocks < node->num_blocks().
 Node* SplitNode(Node* node, size_t blocks);
-// A new child of `parent` holding `tokens` / `ids`, computed at `position`.
+// A new child of `parent` holding `tokens` / `ids` (and `fps`, in a tree
+// that keeps fingerprints), computed at `position`.
 // REQUIRES: parent has no child starting with tokens' first block.
 Node* AddChild(Node* parent, absl::Span<const Token> tokens,
-               absl::Span<const BlockId> ids, int64_t position);
+               absl::Span<const BlockId> ids, int64_t position,
+               absl::Span<const uint64_t> fps = {});
 // Unlinks a childless non-root node from its parent and frees it.
 void RemoveLeaf(Node* node);
 

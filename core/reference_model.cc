@@ -4,6 +4,8 @@
 #include <tuple>
 #include <utility>
 
+#include "core/fingerprints.h"
+
 namespace prefixd {
 
 using Code = absl::StatusCode;
@@ -47,7 +49,9 @@ ReferenceModel::ReferenceModel(int block_size, uint64_t budget_blocks,
       quotas_(std::move(tenants)),
       ttl_(lease_ttl),
       policy_(policy),
-      history_(history_blocks != 0 ? history_blocks : budget_blocks) {}
+      history_(history_blocks != 0                 ? history_blocks
+               : policy == EvictionPolicy::kShadow ? 4 * budget_blocks
+                                                   : budget_blocks) {}
 
 ReferenceModel::Key ReferenceModel::Prefix(const std::vector<Token>& tokens,
                                            size_t blocks, int bs) {
@@ -111,22 +115,26 @@ bool ReferenceModel::FindVictim(const State& s,
 
 // Among the leaves of the lowest priority: LRU: the oldest leaf. ADAPTIVE:
 // the oldest of T1 if T1 holds more blocks than the target, else of T2; the
-// other class if that one has no leaf of that priority.
+// other class if that one has no leaf of that priority. SHADOW: LRU's while
+// the LRU shadow leads, else ADAPTIVE's with a target of a fortieth of the
+// limit.
 bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
                               const std::vector<Victim>& leaves,
                               Victim* v) const {
+  const bool classes =
+      policy_ != EvictionPolicy::kLru &&
+      !(policy_ == EvictionPolicy::kShadow && LruLeads(s, tenant));
   bool want_again = false;
-  if (policy_ == EvictionPolicy::kAdaptive) {
+  if (classes) {
     uint64_t recent = 0;
     for (const auto& [t, tree] : s.trees) {
       if (t.tenant != tenant) continue;
       for (const auto& [key, block] : tree) recent += !block.seen_again;
     }
     auto it = s.adaptive.find(tenant);
-    const uint64_t target =
-        it != s.adaptive.end()
-            ? it->second.target
-            : std::min(quotas_.at(tenant).limit, budget_) / 2;
+    uint64_t target =
+        it != s.adaptive.end() ? it->second.target : Cap(tenant) / 2;
+    if (policy_ == EvictionPolicy::kShadow) target = Cap(tenant) / 40;
     want_again = recent <= target;
   }
   int lowest = kMaxRetentionPriority + 1;
@@ -138,8 +146,7 @@ bool ReferenceModel::PickLeaf(const State& s, const std::string& tenant,
     for (const Victim& leaf : leaves) {
       const Block& b = s.trees.at(leaf.tree).at(leaf.key);
       if (Priority(b) != lowest) continue;
-      if (policy_ == EvictionPolicy::kAdaptive && b.seen_again != again)
-        continue;
+      if (classes && b.seen_again != again) continue;
       if (!found || b.stamp < best) {
         found = true;
         best = b.stamp;
@@ -157,11 +164,16 @@ BlockId ReferenceModel::Remove(State& s, const Victim& v) {
   ++s.evicted_by_retention[v.tree.tenant][RetentionClassOf(Priority(block))];
   tree.erase(v.key);
   s.ids.erase(block.id);
-  if (policy_ == EvictionPolicy::kAdaptive) {
-    std::vector<Ghost>& list =
-        ArcOf(s, v.tree.tenant).lists[block.seen_again ? 1 : 0];
-    list.push_back(Ghost{v.tree.ns, v.key});
-    if (list.size() > history_) list.erase(list.begin());
+  if (policy_ != EvictionPolicy::kLru) {
+    Adaptive& a = ArcOf(s, v.tree.tenant);
+    // SHADOW remembers in one list.
+    const int l = block.seen_again && policy_ == EvictionPolicy::kAdaptive;
+    const uint64_t push = a.pushes[l]++;
+    std::vector<Ghost>& list = a.lists[l];
+    list.push_back(Ghost{v.tree.ns, v.key, push});
+    // Forget what is history_ pushes old.
+    while (!list.empty() && list.front().push + history_ <= push)
+      list.erase(list.begin());
   }
   return block.id;
 }
@@ -176,14 +188,16 @@ ReferenceModel::Adaptive& ReferenceModel::ArcOf(
 
 bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
                                const std::string& ns, const Key& key) {
-  if (policy_ != EvictionPolicy::kAdaptive) return false;
+  if (policy_ == EvictionPolicy::kLru) return false;
   Adaptive& a = ArcOf(s, tenant);
   const uint64_t cap = std::min(quotas_.at(tenant).limit, budget_);
   const uint64_t n1 = a.lists[0].size(), n2 = a.lists[1].size();
   for (int l = 0; l < 2; ++l) {
-    auto it = std::find(a.lists[l].begin(), a.lists[l].end(), Ghost{ns, key});
+    auto it = std::find_if(a.lists[l].begin(), a.lists[l].end(),
+                           [&](const Ghost& g) { return g.Is(ns, key); });
     if (it == a.lists[l].end()) continue;
     a.lists[l].erase(it);
+    if (policy_ == EvictionPolicy::kShadow) return true;  // no adaptation
     if (l == 0) {
       a.target = std::min(cap, a.target + std::max<uint64_t>(n2 / n1, 1));
     } else {
@@ -193,6 +207,85 @@ bool ReferenceModel::SeenAgain(State& s, const std::string& tenant,
     return true;
   }
   return false;
+}
+
+// --- SHADOW's shadows, kept naively: vectors searched from end to end.
+
+// Hit: fp becomes the newest of its list (LIRS: of protected). Miss: a
+// ghost fp leaves the ghosts; a full cache evicts the oldest (LIRS: of
+// probation while it holds more than `probation`, else of protected, else
+// of probation) to the newest ghost, the ghosts keeping their newest
+// `ghost_capacity`; fp comes in as the newest of probation, or of
+// protected if it was a ghost.
+bool ReferenceModel::ShadowCache::Access(uint64_t fp) {
+  for (int l = 0; l < 2; ++l) {
+    auto it = std::find(lists[l].begin(), lists[l].end(), fp);
+    if (it == lists[l].end()) continue;
+    lists[l].erase(it);
+    lists[lirs ? 1 : 0].push_back(fp);
+    return true;
+  }
+  auto ghost = std::find(ghosts.begin(), ghosts.end(), fp);
+  const bool again = ghost != ghosts.end();
+  if (again) ghosts.erase(ghost);
+  if (lists[0].size() + lists[1].size() == capacity) {
+    int l = 0;
+    if (lirs && lists[0].size() <= probation && !lists[1].empty()) l = 1;
+    const uint64_t victim = lists[l].front();
+    lists[l].erase(lists[l].begin());
+    if (lirs && ghost_capacity > 0) {
+      ghosts.push_back(victim);
+      if (ghosts.size() > ghost_capacity) ghosts.erase(ghosts.begin());
+    }
+  }
+  lists[again ? 1 : 0].push_back(fp);
+  return false;
+}
+
+// Each shadow holds a quarter of the limit (at least 1, at most 2^31); the
+// LIRS one a probation of a fortieth of that and a quarter of the
+// history's size as ghosts. The hit counts halve every four shadow
+// capacities of sampled accesses.
+ReferenceModel::Shadows& ReferenceModel::ShadowsOf(
+    State& s, const std::string& tenant) const {
+  auto [it, added] = s.shadows.try_emplace(tenant);
+  if (added) {
+    const uint64_t quarter = Cap(tenant) / 4;
+    const uint64_t capacity =
+        std::clamp<uint64_t>(quarter, 1, uint64_t{1} << 31);
+    Shadows& sh = it->second;
+    sh.lru.capacity = sh.lirs.capacity = capacity;
+    sh.period = 4 * capacity;
+    sh.lirs.lirs = true;
+    sh.lirs.probation = quarter / 40;
+    sh.lirs.ghost_capacity = history_ / 4;
+  }
+  return it->second;
+}
+
+void ReferenceModel::Observe(State& s, const std::string& tenant,
+                             const std::string& ns,
+                             const std::vector<Token>& tokens,
+                             size_t blocks) const {
+  if (policy_ != EvictionPolicy::kShadow) return;
+  Shadows& sh = ShadowsOf(s, tenant);
+  uint64_t fp = NamespaceHash(ns);
+  for (size_t i = 0; i < blocks; ++i) {
+    fp = ChainHash(fp, absl::MakeConstSpan(tokens).subspan(i * bs_, bs_));
+    if ((fp >> 62) != 0) continue;  // not sampled
+    sh.hits[0] += sh.lru.Access(fp);
+    sh.hits[1] += sh.lirs.Access(fp);
+    if (++sh.accesses == sh.period) {
+      sh.hits[0] /= 2;
+      sh.hits[1] /= 2;
+      sh.accesses = 0;
+    }
+  }
+}
+
+bool ReferenceModel::LruLeads(const State& s, const std::string& tenant) const {
+  auto it = s.shadows.find(tenant);
+  return it != s.shadows.end() && it->second.hits[0] > it->second.hits[1];
 }
 
 void ReferenceModel::DropEmpty(State& s) {
@@ -301,6 +394,7 @@ Code ReferenceModel::Insert(const std::string& tenant, const std::string& ns,
     }
     guarded.insert(std::move(key));
   }
+  Observe(s, tenant, ns, tokens, n);
   std::vector<BlockId> evicted;
   Victim v;
   while (CachedIn(s, tenant) > quotas_.at(tenant).limit) {
@@ -425,6 +519,7 @@ Code ReferenceModel::Invalidate(const std::vector<BlockId>& ids,
 std::vector<BlockId> ReferenceModel::Reset(const std::string& tenant) {
   std::vector<BlockId> out;
   state_.adaptive.erase(tenant);
+  state_.shadows.erase(tenant);
   for (auto it = leases_.begin(); it != leases_.end();) {
     it = it->second.tenant == tenant ? leases_.erase(it) : std::next(it);
   }

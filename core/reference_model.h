@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -67,7 +68,7 @@ class ReferenceModel {
     uint64_t stamp;
     int64_t position;
     int pins = 0;
-    bool seen_again = false;  // ADAPTIVE's T2 (else T1)
+    bool seen_again = false;  // ADAPTIVE's and SHADOW's T2 (else T1)
     int priority = kDefaultRetentionPriority;
     absl::Time lapse = absl::InfiniteFuture();
   };
@@ -83,21 +84,42 @@ class ReferenceModel {
     std::vector<Key> path;
     absl::Time expiry;
   };
-  // An evicted block, as ADAPTIVE's history remembers it.
+  // An evicted block, as ADAPTIVE's history remembers it: its list keeps
+  // it while fewer than the history size were pushed to the list after it.
   struct Ghost {
     std::string ns;
     Key key;
-    bool operator==(const Ghost& o) const { return ns == o.ns && key == o.key; }
+    uint64_t push;  // the list's push number
+    bool Is(const std::string& n, const Key& k) const {
+      return ns == n && key == k;
+    }
   };
   struct Adaptive {  // one tenant's ARC state
     uint64_t target = 0;
     std::vector<Ghost> lists[2];  // B1, B2; oldest first
+    uint64_t pushes[2] = {0, 0};
+  };
+  // One of SHADOW's shadow caches: fingerprints by list, oldest first
+  // (LRU: list 0 only; LIRS: probation, protected, and the ghosts).
+  struct ShadowCache {
+    bool lirs = false;
+    uint64_t capacity = 1, probation = 0, ghost_capacity = 0;
+    std::vector<uint64_t> lists[2];
+    std::vector<uint64_t> ghosts;
+    bool Access(uint64_t fp);
+  };
+  struct Shadows {  // one tenant's SHADOW state
+    ShadowCache lru, lirs;
+    uint64_t period = 1;
+    uint64_t hits[2] = {0, 0};  // LRU's, LIRS's
+    uint64_t accesses = 0;
   };
   struct State {
     std::map<TreeKey, std::map<Key, Block>> trees;
     std::set<BlockId> ids;
     uint64_t now_stamp = 0;
     std::map<std::string, Adaptive> adaptive;  // by tenant
+    std::map<std::string, Shadows> shadows;    // by tenant
     std::map<std::string, std::array<uint64_t, 3>> evicted_by_retention;
   };
   struct Victim {
@@ -128,7 +150,20 @@ class ReferenceModel {
   BlockId Remove(State& s, const Victim& v);
   // A tenant's ARC state, created with the target at half its limit.
   Adaptive& ArcOf(State& s, const std::string& tenant) const;
-  // ADAPTIVE: the class of a block cached anew (adapting the target).
+  // SHADOW: a tenant's shadows, created empty.
+  Shadows& ShadowsOf(State& s, const std::string& tenant) const;
+  // SHADOW: an Insert of `blocks` blocks of `tokens` into (tenant, ns)
+  // succeeded: its sampled blocks, root first, go to the shadows.
+  void Observe(State& s, const std::string& tenant, const std::string& ns,
+               const std::vector<Token>& tokens, size_t blocks) const;
+  // SHADOW: whether the LRU shadow leads (the victim is then LRU's).
+  bool LruLeads(const State& s, const std::string& tenant) const;
+  // The blocks a tenant's policy can hold: its limit within the budget.
+  uint64_t Cap(const std::string& tenant) const {
+    return std::min(quotas_.at(tenant).limit, budget_);
+  }
+  // ADAPTIVE, SHADOW: the class of a block cached anew (adapting ADAPTIVE's
+  // target).
   bool SeenAgain(State& s, const std::string& tenant, const std::string& ns,
                  const Key& key);
   void DropEmpty(State& s);

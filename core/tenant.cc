@@ -8,15 +8,18 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "core/class_priority_stamp.h"
+#include "core/fingerprints.h"
 
 namespace prefixd {
 namespace {
 
 // CacheOptions' history size: 0 is the budget in blocks (as PrefixCache
-// computes it).
+// computes it), four times that under SHADOW.
 uint64_t HistoryBlocks(const CacheOptions& o) {
   if (o.eviction_history_blocks != 0) return o.eviction_history_blocks;
-  return std::min<uint64_t>(o.budget_bytes / o.block_bytes, uint64_t{1} << 62);
+  const uint64_t times = o.eviction_policy == EvictionPolicy::kShadow ? 4 : 1;
+  return std::min<uint64_t>(o.budget_bytes / o.block_bytes, uint64_t{1} << 60) *
+         times;
 }
 
 }  // namespace
@@ -30,8 +33,8 @@ Tenant::Tenant(std::string name, uint32_t tenant_index,
       index_(tenant_index),
       block_size_(options.block_size),
       block_index_(block_index),
-      trees_(options.block_size),
       policy_(options.eviction_policy, HistoryBlocks(options), limit_blocks),
+      trees_(options.block_size, policy_.keeps_fingerprints()),
       blocks_(reserved_blocks, limit_blocks, pinned_over_reserved, &policy_),
       leases_(rng_seed, &blocks_),
       outbox_(options, event_order) {
@@ -67,12 +70,17 @@ void Tenant::LapseHints(absl::Time now) {
   while (Node* n = hints_.FirstLapsed(now)) SetHint(n, Hint());
 }
 
-void Tenant::TouchPath(Node* end, uint64_t stamp) {
+void Tenant::TouchPath(Node* end, uint64_t stamp, bool insert) {
   for (Node* n = end; !n->is_root(); n = n->parent) {
     assert(stamp >= n->stamp);  // so that entry stamps <= stamp stays true
     n->stamp = stamp;
     policy_.Touch(n);
   }
+  if (!insert || !policy_.shadow()) return;
+  absl::InlinedVector<const Node*, 16> path;  // end first
+  for (const Node* n = end; !n->is_root(); n = n->parent) path.push_back(n);
+  for (size_t i = path.size(); i-- > 0;)
+    policy_.Observe(path[i]->fingerprints());
 }
 
 // --- Structural changes -----------------------------------------------------
@@ -84,7 +92,6 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
   Node* head = SplitNode(node, blocks);
   EvictionState::Split(head, *node);  // the priority too
   hints_.Split(head, *node);
-  policy_.fingerprints().Split(head, node, blocks);
   block_index_->SetNode(head->block_ids(), head);
   blocks_.AddNode();
   return head;
@@ -93,19 +100,19 @@ Node* Tenant::SplitAt(Node* node, size_t blocks) {
 Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
                      absl::Span<const BlockId> ids, int64_t position,
                      uint64_t stamp, const Hint& hint) {
-  if (!policy_.adaptive())
+  if (!policy_.keeps_fingerprints())
     return AttachRun(parent, tokens, ids, position, stamp, kRecent, {}, hint);
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
   const size_t bs = static_cast<size_t>(block_size_);
-  uint64_t fp = policy_.fingerprints().Above(*parent);
   absl::InlinedVector<uint64_t, 64> fps;
+  ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  policy_.PrefetchClasses(fps);
+  policy_.Observe(fps);
   size_t begin = 0;
   int cls = kRecent;
   for (size_t i = 0; i < ids.size(); ++i) {
-    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
-    fps.push_back(fp);
-    const int c = policy_.ClassForNew(fp);
+    const int c = policy_.ClassForNew(fps[i]);
     if (i > begin && c != cls) {
       parent =
           AttachRun(parent, tokens.subspan(begin * bs, (i - begin) * bs),
@@ -131,16 +138,15 @@ Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
       hints_.Of(*parent) == hint) {
     // Extending a leaf keeps chains of single children in one node.
     target = parent;
-    target->Append(tokens, ids);
+    target->Append(tokens, ids, fps);
   } else {
-    target = AddChild(parent, tokens, ids, position);
+    target = AddChild(parent, tokens, ids, position, fps);
     policy_.SetPriority(target, hint.priority);  // no entry yet
     if (hint.priority != kDefaultRetentionPriority)
       hints_.SetLapse(target, hint.lapse);
   }
   hints_.AddBlocks(hint.priority, ids.size());
   policy_.AddBlocks(target, cls, ids.size());
-  policy_.fingerprints().Append(target, fps);
   target->tree->blocks += ids.size();
   blocks_.AddBlocks(ids.size());
   block_index_->SetNode(ids, target);
@@ -151,11 +157,12 @@ Node* Tenant::AttachRun(Node* parent, absl::Span<const Token> tokens,
 }
 
 Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
-                       absl::Span<const BlockId> ids, int64_t position) {
+                       absl::Span<const BlockId> ids, int64_t position,
+                       absl::Span<const uint64_t> fps) {
   blocks_.AddNode();
   // The parent stops being evictable and keeps its LRU entry, if any; the
   // child gets one once the caller has stamped it.
-  Node* n = prefixd::AddChild(parent, tokens, ids, position);
+  Node* n = prefixd::AddChild(parent, tokens, ids, position, fps);
   policy_.SetPriority(n, kDefaultRetentionPriority);  // no entry yet
   return n;
 }
@@ -163,9 +170,11 @@ Node* Tenant::AddChild(Node* parent, absl::Span<const Token> tokens,
 Node* Tenant::AddRestoredNode(Node* parent, absl::Span<const Token> tokens,
                               absl::Span<const BlockId> ids, int64_t position,
                               uint64_t stamp) {
-  Node* n = AddChild(parent, tokens, ids, position);
+  absl::InlinedVector<uint64_t, 64> fps;
+  if (parent->tree->fingerprints)
+    ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  Node* n = AddChild(parent, tokens, ids, position, fps);
   policy_.AddBlocks(n, kRecent, ids.size());  // no history in a snapshot
-  policy_.fingerprints().Compute(*n);
   n->tree->blocks += ids.size();
   blocks_.AddBlocks(ids.size());
   // Snapshots keep no hints: restored blocks are ordinary.
@@ -225,7 +234,6 @@ void Tenant::ForgetNode(Node* n, EvictReason reason,
   policy_.RemoveBlocks(*n, n->num_blocks());
   hints_.RemoveBlocks(PriorityOf(*n), n->num_blocks());
   hints_.Forget(n);
-  policy_.fingerprints().Drop(n);
   for (BlockId id : n->block_ids()) {
     removed->push_back(id);
     NoteRemoved(*tree, id, reason);
@@ -357,6 +365,7 @@ absl::Status Tenant::CheckTree(const Tree& tree, const BlockIndex& index,
     RETURN_IF_ERROR(CheckChildren(*n));
     RETURN_IF_ERROR(CheckIndexed(*n, index, index_));
     RETURN_IF_ERROR(policy_.CheckNode(*n));
+    RETURN_IF_ERROR(CheckFingerprints(*n));
     blocks += n->num_blocks();
     if (n->pins > 0) totals->pinned += n->num_blocks();
     live->insert(n);

@@ -108,16 +108,20 @@ class Tenant {
   // Appends blocks below `parent` (into it when it is an unpinned leaf of
   // the same class and hint that ends where the new blocks begin, else as a
   // new child; under ADAPTIVE one node per run of blocks of one class), all
-  // with `hint`. Returns the node that now holds the last new block.
+  // with `hint`; SHADOW's shadow caches see the new blocks. Returns the node
+  // that now holds the last new block.
   Node* Attach(Node* parent, absl::Span<const Token> tokens,
                absl::Span<const BlockId> ids, int64_t position, uint64_t stamp,
                const Hint& hint = Hint()) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Gives every block of n `hint`.
   void SetHint(Node* n, const Hint& hint) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `stamp` on every node from `end` up to the root (no btree change
-  // but ADAPTIVE's first touch of a node seen once).
+  // but the first touch of a node seen once under ADAPTIVE and SHADOW).
+  // `insert`: the path is an Insert's cached part, whose blocks SHADOW's
+  // shadow caches see (root first; Attach gives them the new blocks).
   // REQUIRES: `stamp` is not older than any stamp on the path.
-  void TouchPath(Node* end, uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TouchPath(Node* end, uint64_t stamp, bool insert)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes `node` and everything below it; appends their IDs to *removed.
   // Leases ending in the removed subtree end first. Costs O(removed nodes,
   // blocks and leases x log), whatever else the tenant holds.
@@ -167,7 +171,8 @@ class Tenant {
   };
 
   Node* AddChild(Node* parent, absl::Span<const Token> tokens,
-                 absl::Span<const BlockId> ids, int64_t position)
+                 absl::Span<const BlockId> ids, int64_t position,
+                 absl::Span<const uint64_t> fps)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One run of blocks of class `cls` (Attach).
   Node* AttachRun(Node* parent, absl::Span<const Token> tokens,
@@ -202,10 +207,11 @@ class Tenant {
   const int block_size_;
   BlockIndex* const block_index_;  // shared by every tenant; locks itself
 
-  // mu_ protects the following state. The order matters: blocks_ re-syncs
-  // policy_ and leases_ pins through blocks_.
-  NamespaceTrees trees_ ABSL_GUARDED_BY(mu_);
+  // mu_ protects the following state. The order matters: trees_ asks
+  // policy_ whether to keep fingerprints, blocks_ re-syncs policy_, and
+  // leases_ pins through blocks_.
   EvictionState policy_ ABSL_GUARDED_BY(mu_);
+  NamespaceTrees trees_ ABSL_GUARDED_BY(mu_);
   BlockAccounting blocks_ ABSL_GUARDED_BY(mu_);
   Leases leases_ ABSL_GUARDED_BY(mu_);
   RetentionHints hints_ ABSL_GUARDED_BY(mu_);

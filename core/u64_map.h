@@ -1,4 +1,4 @@
-// U64Map: a hash map from uint64 to uint64 for ADAPTIVE's history
+// U64Map: a hash map from uint64 to uint64 for the eviction history
 // (eviction_history.h), whose steady churn std and abseil maps handle badly.
 #ifndef PREFIXD_CORE_U64_MAP_H_
 #define PREFIXD_CORE_U64_MAP_H_
@@ -29,6 +29,10 @@ class U64Map {
   bool Erase(uint64_t key, uint64_t* value = nullptr,
              const uint64_t* only_if = nullptr);
   void Clear();
+  // Fetches the slot where key's probe starts into the CPU caches.
+  void Prefetch(uint64_t key) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[Home(key)]);
+  }
 
  private:
   struct Slot {

@@ -25,6 +25,8 @@ PACKAGES=(
   libutfcpp-dev
   # tests and benchmarks (bench/index_replay writes JSON with nlohmann-json)
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev nlohmann-json3-dev
+  # block fingerprints of the eviction history (core/fingerprints.cc, header-only)
+  libxxhash-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install
   # client/python` into a venv made with --system-site-packages, offline
   python3-grpcio python3-grpc-tools python3-protobuf

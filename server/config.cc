@@ -327,10 +327,14 @@ absl::Status ResolveEviction(const v1::EvictionConfig& e, CacheOptions* cache) {
     case v1::ADAPTIVE:
       cache->eviction_policy = EvictionPolicy::kAdaptive;
       break;
+    case v1::SHADOW:
+      cache->eviction_policy = EvictionPolicy::kShadow;
+      break;
     default:  // a number no name stands for (JSON accepts them)
-      return Invalid("eviction.policy",
-                     absl::StrCat(static_cast<int>(e.policy()),
-                                  " is not a policy; want LRU or ADAPTIVE"));
+      return Invalid(
+          "eviction.policy",
+          absl::StrCat(static_cast<int>(e.policy()),
+                       " is not a policy; want LRU, ADAPTIVE or SHADOW"));
   }
   cache->eviction_history_blocks = e.history_blocks();
   return absl::OkStatus();
@@ -803,9 +807,10 @@ std::string DescribeModel(const ModelSpec& spec) {
 
 std::string DescribeEviction(const CacheOptions& o, uint64_t budget_blocks) {
   std::string out(EvictionPolicyName(o.eviction_policy));
-  if (o.eviction_policy == EvictionPolicy::kAdaptive) {
+  if (o.eviction_policy != EvictionPolicy::kLru) {
+    const uint64_t times = o.eviction_policy == EvictionPolicy::kShadow ? 4 : 1;
     const uint64_t history = o.eviction_history_blocks == 0
-                                 ? budget_blocks
+                                 ? times * budget_blocks
                                  : o.eviction_history_blocks;
     absl::StrAppend(&out, ", history ", FormatCount(history),
                     " blocks per tenant");

@@ -353,6 +353,18 @@ TEST(ConfigTest, EvictionFromTheFileAndTheFlagOverIt) {
   // History 0 is the budget: 4 GiB of 2 MiB blocks.
   EXPECT_THAT(ModelAndSizeLines(*c, 2048, "  "),
               HasSubstr("ADAPTIVE, history 2,048 blocks per tenant"));
+
+  // SHADOW from the flag; its history 0 is four times the budget.
+  flags.eviction_policy = "SHADOW";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kShadow);
+  EXPECT_THAT(ModelAndSizeLines(*c, 2048, "  "),
+              HasSubstr("SHADOW, history 8,192 blocks per tenant"));
+  c = FromText("eviction { policy: SHADOW history_blocks: 100 }");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->cache.eviction_policy, EvictionPolicy::kShadow);
+  EXPECT_EQ(c->cache.eviction_history_blocks, 100u);
 }
 
 TEST(ConfigTest, UnknownEvictionPolicyIsNamed) {

@@ -90,11 +90,13 @@ const std::vector<FlagSpec>& Flags() {
        "endpoint it binds, e.g. tcp://*:5557,tcp://*:5558. Topic and buffer "
        "size: events_publish { } in the config file. See docs/index.md.",
        "none"},
-      {"eviction_policy", "lru|adaptive",
+      {"eviction_policy", "lru|adaptive|shadow",
        "Which unpinned blocks go first when the budget is full: lru (least "
-       "recently used) or adaptive (recency and frequency, for small caches "
-       "and heavy churn). Overrides eviction { policy } of the config file. "
-       "See docs/operations.md.",
+       "recently used), adaptive (recency and frequency, for small caches "
+       "and heavy churn) or shadow (reused blocks over one-off ones, unless "
+       "a sampled LRU shadow would hit more; for caches much smaller than "
+       "a multi-turn working set). Overrides eviction { policy } of the "
+       "config file. See docs/operations.md.",
        "lru"},
       {"check_config", "FILE",
        "Validate the config file FILE (with the other flags over it) as "
@@ -165,15 +167,15 @@ absl::Status SetConfigPaths(const ParsedFlags& flags, CommandLine* cl) {
   return absl::OkStatus();
 }
 
-// Stores the policy by its config name (LRU, ADAPTIVE), whatever the case
-// given.
+// Stores the policy by its config name (LRU, ADAPTIVE, SHADOW), whatever the
+// case given.
 absl::Status SetEvictionPolicy(const ParsedFlags& flags, CommandLine* cl) {
   const std::string* v = flags.Find("eviction_policy");
   if (v == nullptr) return absl::OkStatus();
   EvictionPolicy p;
   if (!ParseEvictionPolicy(*v, &p)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--eviction_policy=", *v, ": want lru or adaptive"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--eviction_policy=", *v, ": want lru, adaptive or shadow"));
   }
   cl->eviction_policy = std::string(EvictionPolicyName(p));
   return absl::OkStatus();

@@ -39,8 +39,8 @@ struct CommandLine {
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.
   std::optional<std::string> events_publish;
-  // --eviction_policy=lru|adaptive, checked and stored as config.proto's
-  // EvictionPolicy name ("LRU", "ADAPTIVE").
+  // --eviction_policy=lru|adaptive|shadow, checked and stored as
+  // config.proto's EvictionPolicy name ("LRU", "ADAPTIVE", "SHADOW").
   std::optional<std::string> eviction_policy;
   // --check_config=FILE (repeatable, as --config): validate FILE (and the
   // other flags over it), print the resolved settings and exit 0, or the

@@ -94,12 +94,13 @@ TEST(FlagsTest, EvictionPolicyIsCheckedAndStoredByItsConfigName) {
   EXPECT_FALSE(Parse({})->eviction_policy.has_value());
   EXPECT_EQ(Parse({"--eviction_policy=adaptive"})->eviction_policy, "ADAPTIVE");
   EXPECT_EQ(Parse({"--eviction_policy", "LRU"})->eviction_policy, "LRU");
+  EXPECT_EQ(Parse({"--eviction_policy=Shadow"})->eviction_policy, "SHADOW");
   absl::StatusOr<CommandLine> bad = Parse({"--eviction_policy=lfu"});
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(),
               AllOf(HasSubstr("--eviction_policy=lfu"), HasSubstr("lru"),
-                    HasSubstr("adaptive")));
+                    HasSubstr("adaptive"), HasSubstr("shadow")));
 }
 
 TEST(FlagsTest, HelpAndShortHelp) {
@@ -128,7 +129,7 @@ TEST(FlagsTest, HelpListsEveryFlagWithItsDefault) {
        {"--config=FILE", "--listen=ADDR", "--metrics_listen=HOST:PORT",
         "--model=NAME|FILE", "--kv_dtype=DTYPE", "--block_size=TOKENS",
         "--kv_budget=SIZE", "--lease_ttl=DURATION", "--snapshot_path=FILE",
-        "--eviction_policy=lru|adaptive", "--help", "--version"}) {
+        "--eviction_policy=lru|adaptive|shadow", "--help", "--version"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   for (const char* value :

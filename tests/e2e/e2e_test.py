@@ -261,12 +261,12 @@ class E2E(Checker):
                    "insert --help lists --priority and --retention_ms", out)
         help_text = subprocess.run([self.prefixd, "--help"], capture_output=True,
                                    text=True).stdout
-        self.check("--eviction_policy=lru|adaptive" in help_text,
+        self.check("--eviction_policy=lru|adaptive|shadow" in help_text,
                    "prefixd --help lists --eviction_policy", help_text)
         r = subprocess.run([self.prefixd, "--eviction_policy=lfu"], capture_output=True,
                            text=True, timeout=30)
         self.check(r.returncode != 0 and "--eviction_policy=lfu" in r.stderr and
-                   "lru or adaptive" in r.stderr,
+                   "lru, adaptive or shadow" in r.stderr,
                    "prefixd --eviction_policy=lfu: refused, naming the value and the choices",
                    "exit %d: %s" % (r.returncode, r.stderr))
 

@@ -4,7 +4,8 @@
 // generator: every result compared, CheckInvariants() after every operation.
 // Any disagreement or broken invariant aborts with the operation log.
 //
-// The input: one byte for the RoPE policy, then up to 256 operations, each
+// The input: one byte for the RoPE policy (bit 0) and the eviction policy
+// (the rest, modulo 3: LRU, ADAPTIVE, SHADOW), then up to 256 operations, each
 // decoded from the bytes by BytesChoices as the driver asks; it stops when
 // the bytes run out.
 //
@@ -87,10 +88,15 @@ class BytesChoices : public DifferentialChoices {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
+  const uint8_t first = in.ConsumeIntegral<uint8_t>();
   const auto shift =
-      in.ConsumeBool() ? prefixd::RopeShift::kAllow : prefixd::RopeShift::kDeny;
+      (first & 1) != 0 ? prefixd::RopeShift::kAllow : prefixd::RopeShift::kDeny;
+  constexpr prefixd::EvictionPolicy kPolicies[] = {
+      prefixd::EvictionPolicy::kLru, prefixd::EvictionPolicy::kAdaptive,
+      prefixd::EvictionPolicy::kShadow};
   prefixd::BytesChoices choices(&in);
-  prefixd::DifferentialDriver driver(&choices, shift, /*seed=*/1);
+  prefixd::DifferentialDriver driver(&choices, shift, /*seed=*/1,
+                                     kPolicies[(first >> 1) % 3]);
   const std::string err = driver.Run(prefixd::kMaxSteps);
   if (!err.empty()) {
     std::fprintf(stderr, "core_ops_fuzzer: %s\nlog:\n%s\n", err.c_str(),

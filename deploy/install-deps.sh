@@ -20,13 +20,13 @@ PACKAGES=(
   # the HTTP listener of /metrics and the status page (server/http/http_listener.h)
   libcivetweb-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads, xxHash keys
-  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev
+  # (also the eviction history's block fingerprints, core/fingerprints.cc),
+  # JSON of the Mooncake Conductor API
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev nlohmann-json3-dev
   # names off the wire are checked as UTF-8 (index/wire_names.h)
   libutfcpp-dev
-  # tests and benchmarks (bench/index_replay writes JSON with nlohmann-json)
-  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev nlohmann-json3-dev
-  # block fingerprints of the eviction history (core/fingerprints.cc, header-only)
-  libxxhash-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install
   # client/python` into a venv made with --system-site-packages, offline
   python3-grpcio python3-grpc-tools python3-protobuf

@@ -91,8 +91,11 @@ std::string Path(const Plot& plot, const PlotLine& line, double y_max,
         kLeft + w * absl::FDivDuration(line.times[i] - start, plot.span);
     const double y = kTop + h * (1 - std::min(v, y_max) / y_max);
     // A lone point is drawn as a dot: a zero-length segment, round caps.
-    absl::StrAppendFormat(&d, pen_down ? "L%.1f %.1f " : "M%.1f %.1f l0 0 ", x,
-                          y);
+    if (pen_down) {
+      absl::StrAppendFormat(&d, "L%.1f %.1f ", x, y);
+    } else {
+      absl::StrAppendFormat(&d, "M%.1f %.1f l0 0 ", x, y);
+    }
     pen_down = true;
   }
   std::string data;

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "index/wire_names.h"
 
 namespace prefixd {
 namespace {
@@ -15,11 +16,8 @@ absl::Status CheckName(absl::string_view field, absl::string_view value,
     return absl::InvalidArgumentError(
         absl::StrCat(field, " is empty; name the worker"));
   }
-  if (value.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " is ", value.size(), " bytes; the limit is ", kMaxNameBytes));
-  }
-  return absl::OkStatus();
+  // The index's rule for every name off the wire (index/wire_names.h).
+  return CheckWireName(field, value);
 }
 
 absl::Status CheckCount(absl::string_view what, size_t n, size_t limit,

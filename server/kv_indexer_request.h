@@ -11,8 +11,8 @@
 // max_block_ids_per_request; of one ReplaceExternalKvSnapshot or
 // MatchExternalKvPrefix: max_tokens_per_request (a page holds a token at
 // least); actions per batch: kMaxActions; workers per
-// ConfigureExpectedWorkers: kMaxExpectedWorkers; worker ids and addresses:
-// kMaxNameBytes.
+// ConfigureExpectedWorkers: kMaxExpectedWorkers; worker ids, addresses and
+// epochs: index/wire_names.h (256 bytes of UTF-8, no control characters).
 //
 // Thread safety: plain functions. What they return views the request, which
 // must outlive it.
@@ -32,7 +32,6 @@ namespace prefixd {
 
 inline constexpr size_t kMaxActions = 4096;
 inline constexpr size_t kMaxExpectedWorkers = 4096;
-inline constexpr size_t kMaxNameBytes = 1024;
 
 namespace kvi = ::kv_indexer::v1;
 

@@ -319,7 +319,8 @@ class KvIndexerInterop(unittest.TestCase):
                 components=FULL | SWA)), "cache_spec.swa_window_tokens is 0"),
             (batch("bad", 2, [action(REPORT, HBM, range(MAX_BLOCK_IDS + 1))]),
              "the batch has %d hashes; the limit is %d" % (MAX_BLOCK_IDS + 1, MAX_BLOCK_IDS)),
-            (batch("x" * 1025, 2, []), "worker_id is 1025 bytes; the limit is 1024"),
+            (batch("x" * 257, 2, []), "worker_id is 257 bytes, more than 256"),
+            (batch("w\x1b[2J", 2, []), "has a control character"),
         ]
         for req, *words in cases:
             self.refused("ApplyExternalKvBatch", req, inv, *words)

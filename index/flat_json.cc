@@ -3,6 +3,9 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "base/status_macros.h"
+#include "index/wire_names.h"
+
 namespace prefixd {
 
 using Json = nlohmann::json;
@@ -175,6 +178,9 @@ absl::StatusOr<std::string> FlatJson::String(absl::string_view name,
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": must be a string, not ", f->TypeName()));
   }
+  // Every string of these requests names something (a model, LoRA, tenant,
+  // instance, endpoint, salt) that may reach answers and labels.
+  RETURN_IF_ERROR(CheckWireName(name, f->text));
   return f->text;
 }
 

@@ -279,6 +279,12 @@ class Test(common.Checker):
             ("/register", dict(reg, block_size=32), None, 400,
              "block_size: 32 differs from the index's block size 16"),
             ("/register", dict(reg, endpoint="http://x"), None, 400, "endpoint"),
+            # Names reach ListWorkers and metric labels: no control characters,
+            # at most 256 bytes.
+            ("/register", dict(reg, instance_id="e\x1b[2J"), None, 400,
+             "instance_id \"e\\x1b[2J\" has a control character"),
+            ("/register", dict(reg, modelname="m" * 257), None, 400,
+             "modelname is 257 bytes, more than 256"),
             ("/unregister", {"type": "vLLM", "modelname": "deepseek", "block_size": BS,
                              "dp_rank": 0}, None, 400, "instance_id"),
             ("/unregister", dict(reg, instance_id="nobody"), None, 404, "nobody|default|0"),

@@ -95,6 +95,9 @@ struct BlockContent {
 struct BlockStoredEvent {
   std::vector<EngineHash> block_hashes;
   std::optional<EngineHash> parent_block_hash;  // nullopt: starts at the root
+  // block_hashes * block_size tokens (block_size > 0), or none: a store of
+  // keys alone (RFC #1527's storage daemons send token_ids nil), whose
+  // block_size is 0 if the publisher sent none.
   std::vector<Token> token_ids;
   int64_t block_size = 0;
   std::optional<int64_t> lora_id;

@@ -2,8 +2,10 @@
 // reach the index's socket (docs/index.md), so no byte string may crash the
 // decoder, make it allocate without bound, or let through a batch the index
 // would trip over. A batch that decodes must keep the promises of
-// index/events.h: every BlockStored carries block_size tokens per block, and
-// its indexable chain is a prefix of its blocks.
+// index/events.h: a BlockStored either carries block_size tokens per block
+// (block_size > 0) or no tokens at all (a store of keys alone, whose
+// block_size is 0 when the publisher sent none), and its indexable chain is
+// a prefix of its blocks.
 //
 // The seed corpus (real vLLM and SGLang payloads, both encodings) is
 // written by /usr/bin/python3 tests/fuzz/make_index_seeds.py.
@@ -37,10 +39,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const KvEvent& e : batch->events) {
     const auto* s = std::get_if<BlockStoredEvent>(&e);
     if (s == nullptr) continue;
-    Check(s->block_size > 0, "BlockStored with block_size <= 0");
-    Check(s->token_ids.size() ==
-              s->block_hashes.size() * static_cast<uint64_t>(s->block_size),
-          "BlockStored whose token count is not blocks * block_size");
+    Check(s->block_size >= 0, "BlockStored with a negative block_size");
+    if (!s->token_ids.empty()) {
+      Check(s->block_size > 0, "BlockStored with tokens and block_size 0");
+      Check(s->token_ids.size() ==
+                s->block_hashes.size() * static_cast<uint64_t>(s->block_size),
+            "BlockStored whose token count is not blocks * block_size");
+    }
     Check(s->chain_blocks <= s->block_hashes.size(),
           "BlockStored whose chain is longer than its blocks");
     Check(s->cache_salt.empty() || !s->parent_block_hash.has_value(),

@@ -105,6 +105,17 @@ def seeds():
          "eviction_reason": "lru"},
         ["AllBlocksCleared", 0],
     ]})
+    # RFC #1527's storage daemons: map events tagged event_type, rolling
+    # hashes and no token ids; one with a block size, one without.
+    s["rfc1527_keys_only"] = pack({"ts": TS, "events": [
+        {"event_type": "stored", "model_name": "deepseek", "block_size": 16,
+         "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
+         "seq_hashes": [2 ** 64 - 3, 17], "base_block_idx": None, "parent_hash": None,
+         "token_ids": None, "additional_salt": "tenant-a"},
+        {"type": "BlockStored", "block_hashes": [18], "parent_block_hash": 17,
+         "token_ids": None, "medium": "cpu"},
+        {"event_type": "removed", "seq_hashes": [18], "medium": "cpu"},
+    ]})
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

@@ -346,8 +346,14 @@ json ReportJson(const PlanReport& r) {
           {"model_flags", std::move(flags)}};
 }
 
+// Names and messages may carry the request's bytes, which need not be
+// UTF-8: those are written as U+FFFD rather than thrown.
+std::string Dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 HttpResponse ErrorJson(absl::string_view message) {
-  return JsonResponse(400, json{{"error", std::string(message)}}.dump());
+  return JsonResponse(400, Dump(json{{"error", std::string(message)}}));
 }
 
 // The KV dtypes the calculator offers (model/kv_geometry.h).
@@ -364,7 +370,7 @@ HttpResponse PlanPage::PlanJson(absl::string_view query) {
   if (!flags.ok()) return ErrorJson(flags.status().message());
   absl::StatusOr<PlanReport> report = MakePlanReport(*flags);
   if (!report.ok()) return ErrorJson(report.status().message());
-  return JsonResponse(200, ReportJson(*report).dump());
+  return JsonResponse(200, Dump(ReportJson(*report)));
 }
 
 std::string PlanPage::PresetsJson() const {
@@ -375,14 +381,14 @@ std::string PlanPage::PresetsJson() const {
   for (const GpuModel& gpu : KnownGpus()) gpus.push_back(gpu.name);
   json dtypes = json::array();
   for (KvDtype d : kDtypes) dtypes.push_back(std::string(KvDtypeName(d)));
-  return json{{"daemon",
-               {{"name", g.name.empty() ? facts_.model_description : g.name},
-                {"kv_dtype", std::string(KvDtypeName(facts_.model.kv_dtype))},
-                {"flags", std::move(flags)}}},
-              {"presets", PresetNames()},
-              {"gpus", std::move(gpus)},
-              {"dtypes", std::move(dtypes)}}
-      .dump();
+  return Dump(
+      json{{"daemon",
+            {{"name", g.name.empty() ? facts_.model_description : g.name},
+             {"kv_dtype", std::string(KvDtypeName(facts_.model.kv_dtype))},
+             {"flags", std::move(flags)}}},
+           {"presets", PresetNames()},
+           {"gpus", std::move(gpus)},
+           {"dtypes", std::move(dtypes)}});
 }
 
 std::optional<HttpResponse> PlanPage::Handle(const HttpRequest& request) const {

@@ -77,6 +77,14 @@ TEST(PlanJsonTest, BadInputGetsTheCliMessage) {
               HasSubstr("head_dim 100 is not a multiple of 16"));
 }
 
+// Bytes that are not UTF-8 come back in the message as U+FFFD, never as an
+// exception out of the JSON writer (which ended the daemon).
+TEST(PlanJsonTest, BytesThatAreNotUtf8AreReplacedInTheMessage) {
+  const HttpResponse r = PlanPage::PlanJson(
+      "hf_config_json=%7B%22num_hidden_layers%ba&batch=1&context=10");
+  EXPECT_THAT(Error(r), HasSubstr("\xEF\xBF\xBD"));  // U+FFFD
+}
+
 // The daemon reads no files: a config.json comes as its text.
 TEST(PlanJsonTest, ReadsNoFiles) {
   EXPECT_THAT(Error(PlanPage::PlanJson("hf_config=/etc/passwd&batch=1")),

@@ -82,7 +82,9 @@ class ConductorApiTest : public ::testing::Test {
     return Json::parse(a.body);
   }
 
-  FleetIndex index_{IndexOptions{kBs, 1000000}};
+  // The lookup by key, as the daemon turns it on with the API.
+  FleetIndex index_{IndexOptions{
+      .block_size = kBs, .max_entries = 1000000, .key_lookup = true}};
   ConductorApi api_{&index_, nullptr, ConductorLimits{64, 16}};
 };
 

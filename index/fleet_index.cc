@@ -36,7 +36,9 @@ absl::string_view ClearReasonName(ClearReason reason) {
 FleetIndex::FleetIndex(IndexOptions options)
     : options_(options),
       tree_(options.block_size,
-            KeyScheme(options.hash_profile, options.hash_seed)) {}
+            KeyScheme(options.hash_profile, options.hash_seed)) {
+  if (options.key_lookup) tree_.EnableKeyLookup();
+}
 
 // --- Workers ----------------------------------------------------------------
 

@@ -85,9 +85,7 @@ const HolderTree::Slot* HolderTree::Resolve(SlotRef ref) const {
   return s.node != nullptr && s.gen == ref.gen ? &s : nullptr;
 }
 
-uint64_t HolderTree::KeyOf(const Slot& s) const {
-  return LoadKey(s.node->block(s.pos));
-}
+uint64_t HolderTree::KeyOf(const Slot& s) const { return s.key; }
 
 uint8_t HolderTree::MediumId(absl::string_view medium) {
   const int known = FindMedium(medium);
@@ -280,31 +278,36 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     (*drops)[static_cast<int>(DropReason::kUnknownParent)] += chain;
     return;
   }
-  // The keys chain from the block before the first (or the namespace's
-  // root).
+  // The rolling keys chain from the block before the first (or the
+  // namespace's root).
   const bool first = node->is_root();
   const uint64_t parent =
       first
           ? scheme_.Root(ev.cache_salt.empty() ? defaults.salt : ev.cache_salt)
-          : LoadKey(node->block(used - 1));
-  key_scratch_.resize(chain * kKeyTokens);
-  scheme_.Chain(parent, first, ev.token_ids, static_cast<size_t>(block_size_),
-                chain, &ev.content, key_scratch_.data());
+          : slots_[node->block_ids()[used - 1]].key;
+  const size_t bs = static_cast<size_t>(block_size_);
+  key_scratch_.resize(chain);
+  scheme_.Chain(parent, first, ev.token_ids, bs, chain, &ev.content,
+                key_scratch_.data());
+  fingerprint_scratch_.resize(chain * kKeyTokens);
+  scheme_.Fingerprints(ev.token_ids, bs, chain, &ev.content,
+                       fingerprint_scratch_.data());
   StoreChain(worker, ev, chain, node, used, stamp);
 }
 
-// Walks down from after `used` blocks of `node` with the keys in
-// key_scratch_: a block already in the tree gains the holder; where the
-// path leaves an edge the edge splits; the rest hangs below as new blocks.
+// Walks down from after `used` blocks of `node` with the fingerprints in
+// fingerprint_scratch_: a block already in the tree gains the holder; where
+// the path leaves an edge the edge splits; the rest hangs below as new
+// blocks, with their rolling keys from key_scratch_.
 void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
                             size_t chain, Node* node, size_t used,
                             uint64_t stamp) {
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
-  const absl::Span<const Token> keys(key_scratch_);
+  const absl::Span<const Token> fingerprints(fingerprint_scratch_);
   for (size_t i = 0; i < chain; ++i) {
     const absl::Span<const Token> block =
-        keys.subspan(i * kKeyTokens, kKeyTokens);
+        fingerprints.subspan(i * kKeyTokens, kKeyTokens);
     node->stamp = stamp;
     if (used < node->num_blocks()) {
       if (SameKey(node->block(used), block)) {
@@ -330,7 +333,8 @@ void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
     // Nothing below holds block i: the rest of the chain is new.
     std::vector<BlockId> ids(chain - i);
     for (BlockId& id : ids) id = NewSlot();
-    AttachNew(node, keys.subspan(i * kKeyTokens), ids, stamp);
+    AttachNew(node, fingerprints.subspan(i * kKeyTokens),
+              absl::MakeConstSpan(key_scratch_).subspan(i), ids, stamp);
     for (size_t k = 0; k < ids.size(); ++k) {
       Hold(worker, holder, static_cast<uint32_t>(ids[k]),
            ev.block_hashes[i + k]);
@@ -370,7 +374,8 @@ void HolderTree::StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
 // A childless edge is extended in place (a chain of single children stays
 // one node) up to kMaxEdgeBlocks; the rest becomes children, each at most
 // that long.
-void HolderTree::AttachNew(Node* node, absl::Span<const Token> keys,
+void HolderTree::AttachNew(Node* node, absl::Span<const Token> fingerprints,
+                           absl::Span<const uint64_t> keys,
                            absl::Span<const BlockId> ids, uint64_t stamp) {
   size_t done = 0;
   while (done < ids.size()) {
@@ -383,18 +388,20 @@ void HolderTree::AttachNew(Node* node, absl::Span<const Token> keys,
       take = std::min(kMaxEdgeBlocks - node->num_blocks(), left);
       target = node;
       first_pos = target->num_blocks();
-      target->Append(keys.subspan(done * kKeyTokens, take * kKeyTokens),
+      target->Append(fingerprints.subspan(done * kKeyTokens, take * kKeyTokens),
                      ids.subspan(done, take));
     } else {
       take = std::min(kMaxEdgeBlocks, left);
       first_pos = 0;
       target = AddChild(
-          node, keys.subspan(done * kKeyTokens, take * kKeyTokens),
+          node, fingerprints.subspan(done * kKeyTokens, take * kKeyTokens),
           ids.subspan(done, take), node->is_root() ? 0 : node->end_position());
     }
     target->stamp = stamp;
     target->tree->blocks += take;
     PlaceSlots(target, first_pos);
+    for (size_t k = done; k < done + take; ++k)
+      slots_[static_cast<uint32_t>(ids[k])].key = keys[k];
     if (key_lookup_ != nullptr) {
       for (size_t k = done; k < done + take; ++k)
         key_lookup_->Insert(static_cast<uint32_t>(ids[k]));
@@ -531,7 +538,8 @@ uint32_t HolderTree::DetachedSlot(EngineHash hash, uint64_t stamp) {
     return static_cast<uint32_t>(node->block_ids()[0]);
   }
   const BlockId id = NewSlot();
-  AttachNew(&tree->root, key, absl::MakeConstSpan(&id, 1), stamp);
+  AttachNew(&tree->root, key, absl::MakeConstSpan(&hash, 1),
+            absl::MakeConstSpan(&id, 1), stamp);
   return static_cast<uint32_t>(id);
 }
 

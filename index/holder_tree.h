@@ -2,12 +2,13 @@
 // "What the index holds").
 //
 // One radix tree per namespace (index/keys.h), core's tree
-// (core/radix_tree.h) keyed by each block's rolling key. The 64-bit word a
+// (core/radix_tree.h) keyed by each block's fingerprint. The 64-bit word a
 // node keeps per block is a *slot*: an index into slots_, which records the
-// block's node, its place in the node's edge, and its holders (worker,
-// KV-cache group, tier; index/holders.h). The same prefix stored by several
-// workers is one path. Each worker's holdings map its engine's block hashes
-// to slots, to apply removals and to find the parent of a store.
+// block's node, its place in the node's edge, its rolling key and its
+// holders (worker, KV-cache group, tier; index/holders.h). The same prefix
+// stored by several workers is one path. Each worker's holdings map its
+// engine's block hashes to slots, to apply removals and to find the parent of a
+// store.
 //
 //   tree "-":  root ── [A B C] ─┬─ [D]      slot(A) = {[A B C] #0, w0:GPU
 //   w1:GPU}
@@ -21,7 +22,8 @@
 // Three lookups besides the walk by tokens:
 // - by key (EnableKeyLookup): a block of a tree found by its rolling key,
 //   for publishers that send the index's own hashes without tokens
-//   (Mooncake's RFC #1527 store events) and routers that ask by hash;
+//   (Mooncake's RFC #1527 store events) and routers that ask by hash (a
+//   Score of keys finds each block this way, so it needs the lookup);
 // - by engine hash (ScoreEngineHashes, StoreHashes): a block found through
 //   any worker's holdings, for routers and bridges that speak only the
 //   engines' hashes (SGLang's KV indexer API);
@@ -133,7 +135,8 @@ class HolderTree {
   uint64_t Trim(uint64_t max_entries,
                 absl::FunctionRef<void(WorkerId)> dropped);
 
-  // Keeps the lookup by key from now on (building it now).
+  // Keeps the lookup by key from now on (building it now). Without it, a
+  // Score of keys matches nothing and a store of keys alone is dropped.
   void EnableKeyLookup();
   bool key_lookup() const { return key_lookup_ != nullptr; }
 
@@ -208,11 +211,15 @@ class HolderTree {
                   Node* node, size_t used, uint64_t stamp);
   void StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
                    const StoreDefaults& defaults, DropCounts* drops);
-  // Hangs `ids` (new slots) with their keys below `node` (after its last
-  // block): appended to a childless edge, else as new children, no edge
-  // longer than kMaxEdgeBlocks.
-  void AttachNew(Node* node, absl::Span<const Token> keys,
-                 absl::Span<const BlockId> ids, uint64_t stamp);
+  // Hangs `ids` (new slots) with their fingerprints and rolling keys below
+  // `node` (after its last block): appended to a childless edge, else as
+  // new children, no edge longer than kMaxEdgeBlocks.
+  void AttachNew(Node* node, absl::Span<const Token> fingerprints,
+                 absl::Span<const uint64_t> keys, absl::Span<const BlockId> ids,
+                 uint64_t stamp);
+  // Score of a prompt given as rolling keys: each block found by the lookup.
+  void ScoreKeys(absl::Span<const uint64_t> keys, const std::string& ns,
+                 uint64_t stamp, PrefixScorer* scorer) const;
   // Re-points the slots of `node`'s edge from block `from` on.
   void PlaceSlots(Node* node, size_t from);
   void Hold(WorkerId worker, uint32_t holder, uint32_t slot, EngineHash hash);
@@ -247,7 +254,8 @@ class HolderTree {
   // Reserved to kMaxMediums at construction and never reallocated, so that
   // views of the names stay valid for the tree's life.
   std::vector<std::string> mediums_;
-  std::vector<Token> key_scratch_;  // Store's keys
+  std::vector<Token> fingerprint_scratch_;  // Store's fingerprints
+  std::vector<uint64_t> key_scratch_;       // and rolling keys
   uint64_t entries_ = 0;
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
 };

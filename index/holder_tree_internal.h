@@ -14,10 +14,12 @@
 namespace prefixd {
 
 // One indexed block: where it sits (its node and its place in the node's
-// edge) and who holds it. A free slot has no node; its generation advances
+// edge), its rolling key (index/keys.h; a detached block's: its engine
+// hash) and who holds it. A free slot has no node; its generation advances
 // whenever it is freed.
 struct HolderTree::Slot {
   Node* node = nullptr;
+  uint64_t key = 0;
   uint32_t gen = 0;
   uint16_t pos = 0;                          // < kMaxEdgeBlocks
   absl::InlinedVector<uint32_t, 2> holders;  // PackHolder values
@@ -26,7 +28,7 @@ static_assert(HolderTree::kMaxEdgeBlocks <= UINT16_MAX + 1,
               "a slot's place in its edge is 16 bits");
 
 // The live slots, found by (tree, key): a set of slot ids whose hash and
-// equality read the key from the slot's node, so an entry costs 4 bytes.
+// equality read the key from the slot, so an entry costs 4 bytes.
 class HolderTree::KeyLookup {
  public:
   struct Probe {

@@ -8,30 +8,25 @@
 namespace prefixd {
 namespace {
 
-// A prompt's keys, chained only as far as the walk asks, kChunk blocks at a
-// time: a long prompt whose match ends early costs about its matched
-// blocks' hashes, not all of them, and the hashes of a chunk, computed in
-// one loop, overlap in the CPU where only the parent key chains them.
-class LazyKeys {
+// A prompt's block fingerprints, computed as the walk reaches them, kChunk
+// blocks at a time: a long prompt whose match ends early costs about its
+// matched blocks' hashes, not all of them, and the hashes of a chunk, which
+// do not depend on each other, overlap in the CPU.
+class LazyFingerprints {
  public:
   static constexpr size_t kChunk = 8;
 
-  LazyKeys(const KeyScheme& scheme, const PromptKeys& prompt, size_t bs)
+  LazyFingerprints(const KeyScheme& scheme, const PromptKeys& prompt, size_t bs)
       : scheme_(scheme),
         prompt_(prompt),
         bs_(bs),
-        blocks_(prompt.keys.empty() ? prompt.tokens.size() / bs
-                                    : prompt.keys.size()),
-        last_(scheme.Root(prompt.salt)) {}
+        blocks_(prompt.tokens.size() / bs) {}
 
   size_t blocks() const { return blocks_; }
 
-  // Block b's key as the tree stores it. REQUIRES: b = 0, 1, ... in order.
+  // Block b's fingerprint as the tree stores it. REQUIRES: b = 0, 1, ... in
+  // order.
   absl::Span<const Token> Get(size_t b) {
-    if (!prompt_.keys.empty()) {
-      StoreKey(prompt_.keys[b], out_);
-      return absl::MakeConstSpan(out_, kKeyTokens);
-    }
     if (b == chunk_end_) Fill(b);
     return absl::MakeConstSpan(out_ + kKeyTokens * (b - chunk_begin_),
                                kKeyTokens);
@@ -44,9 +39,8 @@ class LazyKeys {
     for (size_t i = b; i < chunk_end_; ++i) {
       absl::Span<const ContentKey> extra;
       if (prompt_.content != nullptr) extra = prompt_.content->Of(i);
-      last_ = scheme_.Next(last_, i == 0, prompt_.tokens.subspan(i * bs_, bs_),
-                           extra);
-      StoreKey(last_, out_ + kKeyTokens * (i - b));
+      StoreKey(scheme_.Fingerprint(prompt_.tokens.subspan(i * bs_, bs_), extra),
+               out_ + kKeyTokens * (i - b));
     }
   }
 
@@ -54,46 +48,74 @@ class LazyKeys {
   const PromptKeys& prompt_;
   const size_t bs_;
   const size_t blocks_;
-  uint64_t last_;  // the key of the block before the next to compute
   size_t chunk_begin_ = 0;
   size_t chunk_end_ = 0;
   Token out_[kKeyTokens * kChunk];
 };
 
+// Recency stamps: other Scores may stamp the same node concurrently.
+void Stamp(const Node* node, uint64_t stamp) {
+  std::atomic_ref<uint64_t>(const_cast<Node*>(node)->stamp)
+      .store(stamp, std::memory_order_relaxed);
+}
+
 }  // namespace
 
-// Down from the namespace's root while the prompt's keys match, stamping
-// each node it enters, feeding each matched block's holders to the scorer.
+// Down from the namespace's root while the prompt's fingerprints match,
+// stamping each node it enters, feeding each matched block's holders to
+// the scorer.
 void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
                        size_t workers, const HybridRules& hybrid,
                        uint64_t stamp, RouteScores* out) const {
-  LazyKeys keys(scheme_, prompt, static_cast<size_t>(block_size_));
-  out->prompt_blocks = keys.blocks();
+  if (!prompt.keys.empty()) {
+    out->prompt_blocks = prompt.keys.size();
+    PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
+    ScoreKeys(prompt.keys, ns, stamp, &scorer);
+    scorer.Finish();
+    return;
+  }
+  LazyFingerprints fingerprints(scheme_, prompt,
+                                static_cast<size_t>(block_size_));
+  out->prompt_blocks = fingerprints.blocks();
   PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
   const Tree* tree = FindTree(ns);
   const Node* node = tree == nullptr ? nullptr : &tree->root;
   size_t used = 0;  // blocks of `node` matched so far
-  for (uint32_t b = 0; node != nullptr && b < keys.blocks(); ++b) {
-    const absl::Span<const Token> key = keys.Get(b);
+  for (uint32_t b = 0; node != nullptr && b < fingerprints.blocks(); ++b) {
+    const absl::Span<const Token> fingerprint = fingerprints.Get(b);
     if (used == node->num_blocks()) {
-      node = node->FindChild(key);
+      node = node->FindChild(fingerprint);
       if (node == nullptr) break;
       used = 0;
-      // Other Scores may stamp the same node concurrently.
-      std::atomic_ref<uint64_t>(const_cast<Node*>(node)->stamp)
-          .store(stamp, std::memory_order_relaxed);
+      Stamp(node, stamp);
       // The slots are scattered: ask for all of this edge's at once rather
       // than miss the cache once per block.
       const auto ids = node->block_ids();
-      const size_t ahead = std::min(ids.size(), keys.blocks() - b);
+      const size_t ahead = std::min(ids.size(), fingerprints.blocks() - b);
       for (size_t k = 0; k < ahead; ++k) __builtin_prefetch(&slots_[ids[k]]);
-    } else if (!SameKey(node->block(used), key)) {
+    } else if (!SameKey(node->block(used), fingerprint)) {
       break;
     }
     if (!scorer.Block(b, slots_[node->block_ids()[used]].holders)) break;
     ++used;
   }
   scorer.Finish();
+}
+
+// A rolling key names its whole prefix, so block b matches where the
+// namespace's tree has its key, whatever the walk found before it.
+void HolderTree::ScoreKeys(absl::Span<const uint64_t> keys,
+                           const std::string& ns, uint64_t stamp,
+                           PrefixScorer* scorer) const {
+  const Tree* tree = FindTree(ns);
+  if (tree == nullptr || key_lookup_ == nullptr) return;
+  for (uint32_t b = 0; b < keys.size(); ++b) {
+    const int64_t id = key_lookup_->Find(tree, keys[b]);
+    if (id < 0) return;
+    const Slot& s = slots_[static_cast<uint32_t>(id)];
+    Stamp(s.node, stamp);
+    if (!scorer->Block(b, s.holders)) return;
+  }
 }
 
 void HolderTree::ScoreEngineHashes(absl::Span<const EngineHash> hashes,

@@ -127,14 +127,31 @@ uint64_t KeyScheme::Next(uint64_t parent, bool first,
 void KeyScheme::Chain(uint64_t parent, bool first,
                       absl::Span<const Token> tokens, size_t block_size,
                       size_t blocks, const BlockContent* content,
-                      Token* keys) const {
+                      uint64_t* keys) const {
   const bool with_content = content != nullptr && !content->empty();
   for (size_t i = 0; i < blocks; ++i) {
     absl::Span<const ContentKey> extra;
     if (with_content) extra = content->Of(i);
     parent = Next(parent, first && i == 0,
                   tokens.subspan(i * block_size, block_size), extra);
-    StoreKey(parent, keys + kKeyTokens * i);
+    keys[i] = parent;
+  }
+}
+
+uint64_t KeyScheme::Fingerprint(absl::Span<const Token> tokens,
+                                absl::Span<const ContentKey> content) const {
+  return BlockBytes(tokens, content).Xxh3(seed_);
+}
+
+void KeyScheme::Fingerprints(absl::Span<const Token> tokens, size_t block_size,
+                             size_t blocks, const BlockContent* content,
+                             Token* out) const {
+  const bool with_content = content != nullptr && !content->empty();
+  for (size_t i = 0; i < blocks; ++i) {
+    absl::Span<const ContentKey> extra;
+    if (with_content) extra = content->Of(i);
+    StoreKey(Fingerprint(tokens.subspan(i * block_size, block_size), extra),
+             out + kKeyTokens * i);
   }
 }
 

@@ -20,11 +20,19 @@
 // an XXH64 of their canonical encoding after its tokens: no hash profile
 // covers them, and such a block must differ from the same tokens without.
 //
-// The key is kept as two Tokens (low, high) in core's tree: the index's
-// trees are core's trees with a block size of 2. Two different prefixes are
-// confused only if their keys are equal and they hang at the same place in
-// the same tree (2^-64 per comparison); the cost of a collision is one
-// request routed to a worker that computes its prefill itself.
+// The trees do not compare rolling keys: a walk from a namespace's root
+// already knows the prefix above each block, so an edge compares each
+// block's *fingerprint*, a hash of its own tokens and content keys
+// (XXH3-64 with the profile's seed; for the RFC profile that is its local
+// hash). The fingerprints of a prompt's blocks are independent of each
+// other, so a Route computes them side by side where rolling keys would be
+// computed one after another. Each block keeps its rolling key beside it
+// (in its slot, index/holder_tree.h) for the lookups by key. The
+// fingerprint is kept as two Tokens (low, high) in core's tree: the index's
+// trees are core's trees with a block size of 2. Two different prefixes
+// are confused only if their blocks' fingerprints are equal at the same
+// place in the same tree (2^-64 per comparison); the cost of a collision is
+// one request routed to a worker that computes its prefill itself.
 //
 // A namespace is what an engine mixes into a block's hash besides tokens:
 // the LoRA adapter (by name, or by id for engines that send only the id)
@@ -44,7 +52,7 @@
 
 namespace prefixd {
 
-// Tokens per block key in the index's trees.
+// Tokens per block fingerprint in the index's trees.
 inline constexpr int kKeyTokens = 2;
 
 // The published rolling-hash profiles (values equal config.proto's
@@ -70,21 +78,31 @@ class KeyScheme {
   uint64_t Next(uint64_t parent, bool first, absl::Span<const Token> tokens,
                 absl::Span<const ContentKey> content = {}) const;
 
-  // keys[2i, 2i+1] = the key of block i of `tokens`, for `blocks` whole
+  // keys[i] = the rolling key of block i of `tokens`, for `blocks` whole
   // blocks of `block_size` tokens after the block keyed `parent` (`first`:
   // block 0 is a namespace's first), with block i's content keys from
   // `content` (may be null).
-  // REQUIRES: tokens.size() >= blocks * block_size; keys has 2 * blocks room.
+  // REQUIRES: tokens.size() >= blocks * block_size; keys has `blocks` room.
   void Chain(uint64_t parent, bool first, absl::Span<const Token> tokens,
              size_t block_size, size_t blocks, const BlockContent* content,
-             Token* keys) const;
+             uint64_t* keys) const;
+
+  // A block's fingerprint: what the trees' edges compare.
+  uint64_t Fingerprint(absl::Span<const Token> tokens,
+                       absl::Span<const ContentKey> content = {}) const;
+  // out[2i, 2i+1] = the fingerprint of block i, as the two Tokens a tree
+  // stores, for `blocks` whole blocks as Chain reads them.
+  void Fingerprints(absl::Span<const Token> tokens, size_t block_size,
+                    size_t blocks, const BlockContent* content,
+                    Token* out) const;
 
  private:
   HashProfile profile_ = HashProfile::kConductorXxh64;
   uint64_t seed_ = 0;
 };
 
-// A key as the two Tokens a tree stores, and back.
+// A fingerprint (or a detached block's engine hash) as the two Tokens a
+// tree stores, and back.
 inline void StoreKey(uint64_t key, Token* out) {
   out[0] = static_cast<Token>(key);
   out[1] = static_cast<Token>(key >> 32);

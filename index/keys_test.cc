@@ -76,13 +76,12 @@ TEST(KeySchemeTest, ConductorProfileIsXxh64OfParentAndTokens) {
   std::memcpy(buf, &k0, 8);
   std::memcpy(buf + 8, b1.data(), 16);
   EXPECT_EQ(k1, XXH64(buf, sizeof(buf), 0));
-  // Chain gives the same keys, as the two Tokens a tree stores.
+  // Chain gives the same keys.
   std::vector<Token> tokens = b0;
   tokens.insert(tokens.end(), b1.begin(), b1.end());
-  std::vector<Token> keys(2 * kKeyTokens);
+  std::vector<uint64_t> keys(2);
   scheme.Chain(root, true, tokens, 4, 2, nullptr, keys.data());
-  EXPECT_EQ(LoadKey(absl::MakeConstSpan(keys).subspan(0, 2)), k0);
-  EXPECT_EQ(LoadKey(absl::MakeConstSpan(keys).subspan(2, 2)), k1);
+  EXPECT_EQ(keys, (std::vector<uint64_t>{k0, k1}));
 }
 
 // The RFC profile, pinned: XXH3 of each block's tokens (the local hash);
@@ -118,6 +117,29 @@ TEST(KeySchemeTest, ContentKeysMakeAnotherKey) {
   EXPECT_NE(with, scheme.Next(7, false, b, moved));
   // The same tokens after another parent are another prefix.
   EXPECT_NE(plain, scheme.Next(8, false, b));
+}
+
+// A fingerprint is XXH3 of the block's own tokens with the profile's seed
+// (the RFC profile's local hash): no parent, and content keys change it.
+TEST(KeySchemeTest, FingerprintIsXxh3OfTheBlockAlone) {
+  const std::vector<Token> b0 = {101, 15, 100, 55}, b1 = {89, 7, 3, 1};
+  const KeyScheme conductor;
+  EXPECT_EQ(conductor.Fingerprint(b1), XXH3_64bits_withSeed(b1.data(), 16, 0));
+  const KeyScheme seeded(HashProfile::kRfcXxh3, 42);
+  EXPECT_EQ(seeded.Fingerprint(b1), XXH3_64bits_withSeed(b1.data(), 16, 42));
+  std::vector<Token> tokens = b0;
+  tokens.insert(tokens.end(), b1.begin(), b1.end());
+  std::vector<Token> out(2 * kKeyTokens);
+  conductor.Fingerprints(tokens, 4, 2, nullptr, out.data());
+  EXPECT_EQ(LoadKey(absl::MakeConstSpan(out).subspan(0, 2)),
+            conductor.Fingerprint(b0));
+  EXPECT_EQ(LoadKey(absl::MakeConstSpan(out).subspan(2, 2)),
+            conductor.Fingerprint(b1));
+  ContentKey image;
+  image.kind = ContentKey::Kind::kMultiModal;
+  image.id = "img";
+  const std::vector<ContentKey> one = {image};
+  EXPECT_NE(conductor.Fingerprint(b1, one), conductor.Fingerprint(b1));
 }
 
 }  // namespace

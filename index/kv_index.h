@@ -31,6 +31,10 @@ struct IndexOptions {
   // The rolling hash blocks are keyed by (index/keys.h).
   HashProfile hash_profile = HashProfile::kConductorXxh64;
   uint64_t hash_seed = 0;  // the RFC profile's seed
+  // Finds blocks by their rolling keys (about 5 B per block): a Route by
+  // keys (the Conductor API's /query_by_hash) needs it. Workers whose
+  // hashes are the keys turn it on too.
+  bool key_lookup = false;
 };
 
 // What a worker's registration says of it beyond its name (the Mooncake

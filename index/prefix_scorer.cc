@@ -19,6 +19,7 @@ PrefixScorer::PrefixScorer(size_t workers, size_t mediums,
 }
 
 bool PrefixScorer::Block(uint32_t b, absl::Span<const uint32_t> holders) {
+  if (hybrid_.empty()) return PlainBlock(b, holders);
   bool advanced = false;
   for (uint32_t h : holders) {
     const WorkerId w = HolderWorker(h);
@@ -35,6 +36,17 @@ bool PrefixScorer::Block(uint32_t b, absl::Span<const uint32_t> holders) {
   // A window or state group may make a later boundary usable although
   // nobody's run went on.
   return advanced || !hybrid_.empty();
+}
+
+// Block when no worker is hybrid (the usual fleet): each holder only
+// extends its worker's runs.
+bool PrefixScorer::PlainBlock(uint32_t b, absl::Span<const uint32_t> holders) {
+  bool advanced = false;
+  for (uint32_t h : holders) {
+    const WorkerId w = HolderWorker(h);
+    if (w < out_->num_workers) advanced |= Advance(w, HolderMedium(h), b);
+  }
+  return advanced;
 }
 
 void PrefixScorer::Finish() {

@@ -61,6 +61,7 @@ class PrefixScorer {
   void Finish();
 
  private:
+  bool PlainBlock(uint32_t b, absl::Span<const uint32_t> holders);
   bool Advance(WorkerId w, uint8_t medium, uint32_t b);
   void HybridHolder(int32_t hw, uint32_t holder, uint32_t b);
   void Boundary(int32_t hw, uint32_t n);

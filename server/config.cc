@@ -512,6 +512,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
                                 "seeded (the Conductor's XXH64 uses seed 0)"));
   }
   out->index.hash_seed = ic.hash_seed();
+  out->index.key_lookup = !ic.http_listen().empty();  // for /query_by_hash
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
   ASSIGN_OR_RETURN(

@@ -40,7 +40,8 @@ void Check(bool ok, const char* what, absl::string_view detail = "") {
 
 // Two workers of instance "a" (ranks 0 and 1) holding tokens 1..16.
 FleetIndex* NewIndex() {
-  auto* index = new FleetIndex(IndexOptions{kBs, 100000});
+  auto* index = new FleetIndex(IndexOptions{
+      .block_size = kBs, .max_entries = 100000, .key_lookup = true});
   for (int rank = 0; rank < 2; ++rank) {
     const WorkerId w = index->AddWorker(rank == 0 ? "a0" : "a1", "");
     WorkerLabels labels;

@@ -303,7 +303,8 @@ std::vector<HashHolding> FleetIndex::HashHoldings(
   return out;
 }
 
-// The workers asked for, most matched blocks first, then by name: sorted as
+// The workers asked for (by default those with a matched block), most
+// matched blocks first, then by name: sorted as
 // (blocks, worker) pairs, then written out in order, which is cheaper than
 // sorting the answers themselves.
 bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
@@ -326,11 +327,14 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     const WorkerRecord* worker;
   };
   absl::InlinedVector<Scored, 32> order;
+  const bool unmatched = filter.all_workers || !filter.workers.empty();
   const size_t num_workers = workers_.size();
   for (WorkerId id = 0; id < num_workers; ++id) {
+    const uint32_t blocks = scores.Usable(id);
+    if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
     if (!Passes(filter, w)) continue;
-    order.push_back({scores.Usable(id), &w});
+    order.push_back({blocks, &w});
   }
   std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
     if (a.blocks != b.blocks) return a.blocks > b.blocks;

@@ -77,7 +77,7 @@ class FleetIndexTest : public ::testing::Test {
     ASSERT_TRUE(invariants.ok()) << invariants;
   }
 
-  // matched_blocks per worker name.
+  // matched_blocks per worker name, every worker listed.
   std::map<std::string, uint64_t> Route(const std::vector<Token>& blocks,
                                         absl::string_view salt = "",
                                         absl::string_view lora = "") {
@@ -86,6 +86,7 @@ class FleetIndexTest : public ::testing::Test {
     q.tokens = tokens;
     q.cache_salt = salt;
     q.lora_name = lora;
+    q.filter.all_workers = true;
     std::map<std::string, uint64_t> out;
     for (const WorkerMatch& m : index_.Route(q).workers)
       out[std::string(m.worker)] = m.matched_blocks;
@@ -107,9 +108,46 @@ TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   RouteResult r = index_.Route(q);
   EXPECT_EQ(r.best_worker, "w0");
   EXPECT_EQ(r.prompt_blocks, 2u);
+  ASSERT_EQ(r.workers.size(), 1u);  // w1 holds none of it
   EXPECT_EQ(r.workers[0].state, WorkerState::kLive);
+  q.filter.all_workers = true;
+  r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 2u);
   EXPECT_EQ(r.workers[1].state, WorkerState::kConnecting);
   EXPECT_EQ(index_.entries(), 3u);
+}
+
+// An answer lists the workers with a matched block, sorted; all_workers
+// lists the others too (matched_blocks 0), and a `workers` filter lists
+// every named worker that exists, matched or not.
+TEST_F(FleetIndexTest, RouteListsMatchedWorkersUnlessAsked) {
+  const WorkerId w2 = index_.AddWorker("w2", "tcp://w2");
+  Apply(w2, {Stored({}, {1, 2})});
+  Apply(w0_, {Stored({}, {1})});
+  std::vector<Token> tokens = Prompt({1, 2});
+  RouteQuery q;
+  q.tokens = tokens;
+  auto names = [&] {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      out.emplace_back(std::string(m.worker), m.matched_blocks);
+    return out;
+  };
+  using Listed = std::vector<std::pair<std::string, uint64_t>>;
+  EXPECT_EQ(names(), (Listed{{"w2", 2}, {"w0", 1}}));
+  q.filter.all_workers = true;
+  EXPECT_EQ(names(), (Listed{{"w2", 2}, {"w0", 1}, {"w1", 0}}));
+  q.filter.all_workers = false;
+  q.filter.workers = {"w1", "w0", "nobody"};
+  EXPECT_EQ(names(), (Listed{{"w0", 1}, {"w1", 0}}));
+  // No holder at all: an empty list, no best worker.
+  std::vector<Token> other = Prompt({9});
+  q.tokens = other;
+  q.filter.workers.clear();
+  const RouteResult none = index_.Route(q);
+  EXPECT_TRUE(none.workers.empty());
+  EXPECT_EQ(none.best_worker, "");
+  EXPECT_EQ(none.prompt_blocks, 1u);
 }
 
 TEST_F(FleetIndexTest, OnlyWholeBlocksOfThePromptCount) {
@@ -423,6 +461,7 @@ class HybridIndexTest : public FleetIndexTest {
     std::vector<Token> tokens = Prompt(blocks);
     RouteQuery q;
     q.tokens = tokens;
+    q.filter.all_workers = true;
     for (const WorkerMatch& m : index_.Route(q).workers) {
       if (m.worker == w) return {m.matched_blocks, m.full_attention_blocks};
     }
@@ -528,6 +567,7 @@ TEST(HybridIndexRandom, UsablePrefixAgreesWithABruteForceModel) {
     std::vector<Token> tokens = Prompt(chain);
     RouteQuery q;
     q.tokens = tokens;
+    q.filter.all_workers = true;
     const RouteResult r = index.Route(q);
     ASSERT_EQ(r.workers.size(), 1u);
     ASSERT_EQ(r.workers[0].matched_blocks, want) << "round " << round;
@@ -550,6 +590,7 @@ TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   std::vector<Token> first = Prompt({1, 2, 3, 4});
   RouteQuery q;
   q.tokens = first;
+  q.filter.all_workers = true;
   EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
   apply(Stored({}, {9, 10, 11}));  // 11 entries > 10
   EXPECT_LE(index.entries(), 10u);
@@ -637,7 +678,17 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
       std::vector<Token> tokens = Prompt(prompt);
       RouteQuery q;
       q.tokens = tokens;
+      const RouteResult matched = index.Route(q);
+      q.filter.all_workers = true;
       RouteResult r = index.Route(q);
+      ASSERT_EQ(r.workers.size(), static_cast<size_t>(kWorkers));
+      // By default, the same answer without the workers that matched none.
+      size_t listed = 0;
+      while (listed < r.workers.size() && r.workers[listed].matched_blocks > 0)
+        ++listed;
+      ASSERT_EQ(matched.workers.size(), listed) << "step " << step;
+      for (size_t i = 0; i < listed; ++i)
+        ASSERT_EQ(matched.workers[i].worker, r.workers[i].worker);
       for (const WorkerMatch& got : r.workers) {
         const int wi = got.worker[1] - '0';
         size_t want = 0;

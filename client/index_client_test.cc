@@ -687,10 +687,12 @@ TEST_F(IndexClientTest, CtlHelpListsRouteAndWorkers) {
   ASSERT_EQ(Ctl(addr_, {"route", "--help"}, &out), kExitOk);
   EXPECT_THAT(out, HasSubstr("usage: prefixctl [global flags] route --tokens "
                              "LIST [--lora_name X] [--lora_id N] "
-                             "[--cache_salt S] [--workers A,B]\n"));
+                             "[--cache_salt S] [--workers A,B] "
+                             "[--all_workers]\n"));
   for (const char* flag :
        {"--tokens=LIST", "--tokens_file=FILE", "--lora_name=NAME",
-        "--lora_id=N", "--cache_salt=SALT", "--workers=A,B", "--addr"}) {
+        "--lora_id=N", "--cache_salt=SALT", "--workers=A,B", "--all_workers",
+        "--addr"}) {
     EXPECT_THAT(out, HasSubstr(flag)) << flag;
   }
   EXPECT_THAT(out, HasSubstr("docs/index.md"));

@@ -709,5 +709,124 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
   EXPECT_EQ(index.Stats().blocks, 0u);
 }
 
+// A chain of 200k identical blocks stored, removed in reverse, trimmed by
+// max_entries and cleared: no hold of the lock does more than
+// kSliceBlocks blocks' worth, and between slices a Route runs, sees the
+// chain's worker between before and after, the other worker untouched,
+// and the tree passes its invariants; the counts end exact.
+class FleetIndexSlicesTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kChain = 200000;
+
+  explicit FleetIndexSlicesTest(uint64_t max_entries = 10000000)
+      : index_(IndexOptions{kBs, max_entries}) {
+    w_ = index_.AddWorker("w", "");
+    other_ = index_.AddWorker("other", "");
+    KvEventBatch small;
+    small.events.push_back(Stored({}, {1, 2}));
+    index_.Apply(other_, small, 0, absl::Now());
+    chain_.block_size = kBs;
+    chain_.chain_blocks = kChain;
+    for (size_t b = 0; b < kChain; ++b) {
+      chain_.block_hashes.push_back(1000 + b);
+      for (int t = 0; t < kBs; ++t) chain_.token_ids.push_back(7);
+    }
+    index_.SetBetweenSlicesForTest([this] { BetweenSlices(); });
+  }
+
+  // matched_blocks of the chain's worker for the first 64 blocks, and of
+  // the other worker for its own 2.
+  std::pair<uint64_t, uint64_t> Matched() {
+    const std::vector<Token> chain(64 * kBs, 7);
+    const std::vector<Token> own = Prompt({1, 2});
+    RouteQuery q;
+    q.filter.all_workers = true;
+    q.tokens = chain;
+    uint64_t mine = 0;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      if (m.worker == "w") mine = m.matched_blocks;
+    q.tokens = own;
+    uint64_t theirs = 0;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      if (m.worker == "other") theirs = m.matched_blocks;
+    return {mine, theirs};
+  }
+
+  void BetweenSlices() {
+    ++slices_;
+    const absl::Status invariants = index_.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "slice " << slices_ << ": " << invariants;
+    const auto [mine, theirs] = Matched();
+    EXPECT_LE(mine, 64u);
+    EXPECT_EQ(theirs, 2u) << "slice " << slices_;
+  }
+
+  void Apply(KvEvent e) {
+    KvEventBatch batch;
+    batch.events.push_back(std::move(e));
+    index_.Apply(w_, batch, seq_++, absl::Now());
+    ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+    EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+  }
+
+  uint64_t HeldByW() {
+    for (const WorkerStatus& s : index_.Stats().workers)
+      if (s.worker == "w") return s.mediums.empty() ? 0 : s.mediums[0].blocks;
+    return 0;
+  }
+
+  FleetIndex index_;
+  WorkerId w_, other_;
+  BlockStoredEvent chain_;
+  int64_t seq_ = 0;
+  int slices_ = 0;
+};
+
+TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
+  const int per_pass = static_cast<int>(kChain / FleetIndex::kSliceBlocks);
+  Apply(chain_);
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), kChain);
+  EXPECT_EQ(index_.entries(), kChain + 2);
+  EXPECT_EQ(Matched(), std::make_pair(uint64_t{64}, uint64_t{2}));
+
+  // Removed from the leaf up, in one event.
+  BlockRemovedEvent reverse;
+  for (size_t b = kChain; b-- > 0;) reverse.block_hashes.push_back(1000 + b);
+  slices_ = 0;
+  Apply(reverse);
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), 0u);
+  EXPECT_EQ(index_.entries(), 2u);
+
+  Apply(chain_);
+  slices_ = 0;
+  Apply(AllBlocksClearedEvent{});
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), 0u);
+  EXPECT_EQ(index_.entries(), 2u);
+  EXPECT_EQ(Matched(), std::make_pair(uint64_t{0}, uint64_t{2}));
+  EXPECT_EQ(index_.Stats().blocks, 2u);
+  EXPECT_GT(index_.hold_stats().yields, 0u);
+}
+
+class FleetIndexTrimSlicesTest : public FleetIndexSlicesTest {
+ protected:
+  FleetIndexTrimSlicesTest() : FleetIndexSlicesTest(50000) {}
+};
+
+TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
+  Apply(chain_);
+  // Trimmed to 99% of the bound, the least recent leaf first: the chain's
+  // tail (the Routes between slices keep the other worker's blocks
+  // recent).
+  EXPECT_EQ(index_.entries(), 49500u);
+  EXPECT_EQ(HeldByW() + 2, index_.entries());
+  const uint64_t dropped =
+      index_.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)];
+  EXPECT_EQ(dropped, kChain + 2 - index_.entries());
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+}
+
 }  // namespace
 }  // namespace prefixd

@@ -517,10 +517,13 @@ TEST(IndexOutputTest, DocsShowWhatPrefixctlPrints) {
   PrintRoute(ThreeWorkers(), 64, route);
   PrintWorkers(TwoWorkers(), absl::FromUnixMillis(kNowMs), workers);
   PrintRoute(OneConnectingWorker(), 17, none);
+  v1::RouteResponse unmatched = OneConnectingWorker();
+  unmatched.clear_workers();  // without --all_workers
   for (const std::string& shown :
-       {"$ prefixctl route --tokens 1-64\n" + route.str(),
+       {"$ prefixctl route --tokens 1-64 --all_workers\n" + route.str(),
         "$ prefixctl workers\n" + workers.str(),
-        "$ prefixctl --json route --tokens 1-17\n" +
+        "$ prefixctl --json route --tokens 1-17\n" + ToJson(unmatched) +
+            "\n$ prefixctl --json route --tokens 1-17 --all_workers\n" +
             ToJson(OneConnectingWorker()) + "\n",
         none.str().substr(0, none.str().find('\n') + 1)}) {
     EXPECT_NE(doc.find(shown), std::string::npos)

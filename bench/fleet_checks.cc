@@ -204,6 +204,7 @@ void QuiescedReplay::Query(const QuerySpec& q) {
   if (queries_++ % every_ != 0) return;
   w_.PromptTokens(q, &tokens_);
   RouteQuery rq;
+  rq.filter.all_workers = true;  // every worker is checked
   rq.tokens = absl::MakeConstSpan(tokens_);
   ++out_->queries_checked;
   if (!CheckRoute(w_, ref_, q, index_->Route(rq), worker_of_, &error_)) {

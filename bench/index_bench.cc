@@ -24,17 +24,21 @@
 //      growth per entry. Measured first, before the process frees anything.
 //   Route in process: the index of the gRPC Route benchmark (16 workers,
 //      bench/load/route_index.h), one Route of a 2k-token prompt at a time.
+//   stall (not run by default): how long Routes wait while one worker's
+//      chain of --stall_chain identical blocks is stored, removed leaf
+//      first and cleared, each in one event.
 //
 // Prints a table and PASS/FAIL per target; exits 0 either way (it is a
 // benchmark), 1 only if the workload could not be built or applied.
 //
-//   index_bench [--trace=PATH] [--phases=memory,ingest,route]
+//   index_bench [--trace=PATH] [--phases=memory,ingest,route,stall]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,6 +47,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
@@ -73,7 +78,7 @@ ABSL_FLAG(std::string, trace,
           PREFIXD_SOURCE_DIR "/tests/data/mooncake/conversation_trace.jsonl",
           "Mooncake trace (JSON lines with \"hash_ids\")");
 ABSL_FLAG(std::string, phases, "memory,ingest,route",
-          "which measurements, in this order: memory, ingest, route "
+          "which measurements, in this order: memory, ingest, route, stall "
           "(ingest_only: the ingest passes without their baselines, for "
           "profilers)");
 ABSL_FLAG(int, workers, 8, "engines (workers) the trace is spread over");
@@ -90,6 +95,8 @@ ABSL_FLAG(bool, key_lookup, false,
           "index blocks by their rolling keys too, as the daemon does with "
           "the Conductor API on (index.http_listen)");
 ABSL_FLAG(int, route_workers, 16, "Route in process: workers");
+ABSL_FLAG(size_t, stall_chain, 200000,
+          "stall: blocks of the chain stored, removed and cleared");
 ABSL_FLAG(int, route_prompt_tokens, 2048, "Route in process: prompt tokens");
 
 namespace prefixd::bench {
@@ -702,6 +709,93 @@ void RoutePhase() {
       r.best, r.best_wall, Rates(r).c_str());
 }
 
+// How long Routes wait while one worker's long chain is stored, removed
+// leaf first and cleared (AllBlocksCleared): a thread Routes another
+// worker's 2-block prompt without pause and records each Route's wall
+// time; the applying thread is timed per change. Routes are counted from
+// just before each change to its end.
+void StallPhase() {
+  const size_t chain = absl::GetFlag(FLAGS_stall_chain);
+  IndexOptions o;
+  o.block_size = kBlockSize;
+  FleetIndex index(o);
+  const WorkerId w = index.AddWorker("chain", "bench");
+  const WorkerId other = index.AddWorker("other", "bench");
+  std::vector<uint32_t> prompt(2 * kBlockSize);
+  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = 1 + t;
+  KvEventBatch batch;
+  BlockStoredEvent own;
+  own.block_hashes = {1, 2};
+  own.token_ids = prompt;
+  own.block_size = kBlockSize;
+  own.chain_blocks = 2;
+  batch.events.emplace_back(own);
+  index.Apply(other, batch, 0, absl::Now());
+  BlockStoredEvent store;
+  store.block_size = kBlockSize;
+  store.chain_blocks = chain;
+  store.token_ids.assign(chain * kBlockSize, 7);  // identical blocks
+  BlockRemovedEvent reverse;
+  for (size_t b = 0; b < chain; ++b) store.block_hashes.push_back(100 + b);
+  for (size_t b = chain; b-- > 0;) reverse.block_hashes.push_back(100 + b);
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> counting{false};
+  Mutex mu;
+  std::vector<double> waits;  // seconds, while counting
+  std::thread router([&] {
+    RouteQuery q;
+    q.tokens = absl::MakeConstSpan(prompt);
+    std::vector<double> mine;
+    while (!stop.load()) {
+      const bool on = counting.load();
+      const absl::Time t0 = absl::Now();
+      if (index.Route(q).workers.empty()) Die("the other worker vanished");
+      if (on) mine.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      if (!on && !mine.empty()) {
+        MutexLock lock(&mu);
+        waits.insert(waits.end(), mine.begin(), mine.end());
+        mine.clear();
+      }
+    }
+    MutexLock lock(&mu);
+    waits.insert(waits.end(), mine.begin(), mine.end());
+  });
+  std::printf(
+      "\nRoute while one worker's %zu-block chain changes (a thread Routing "
+      "another worker's prompt without pause):\n",
+      chain);
+  std::printf("  %-26s %10s %8s %12s %12s\n", "change", "apply ms", "routes",
+              "p50 route us", "max route ms");
+  int64_t seq = 1;
+  auto change = [&](const char* what, KvEvent ev) {
+    KvEventBatch b;
+    b.events.push_back(std::move(ev));
+    absl::SleepFor(absl::Milliseconds(50));
+    counting.store(true);
+    absl::SleepFor(absl::Milliseconds(5));
+    const absl::Time t0 = absl::Now();
+    index.Apply(w, b, seq++, absl::Now());
+    const double apply = absl::ToDoubleSeconds(absl::Now() - t0);
+    absl::SleepFor(absl::Milliseconds(5));
+    counting.store(false);
+    absl::SleepFor(absl::Milliseconds(50));
+    MutexLock lock(&mu);
+    std::sort(waits.begin(), waits.end());
+    const double p50 = waits.empty() ? 0 : waits[waits.size() / 2];
+    const double max = waits.empty() ? 0 : waits.back();
+    std::printf("  %-26s %10.1f %8zu %12.1f %12.2f\n", what, apply * 1e3,
+                waits.size(), p50 * 1e6, max * 1e3);
+    waits.clear();
+  };
+  change("store", store);
+  change("BlockRemoved, leaf first", reverse);
+  change("store again", store);
+  change("AllBlocksCleared", AllBlocksClearedEvent{});
+  stop.store(true);
+  router.join();
+}
+
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_trace);
   const Trace t = LoadTrace(path);
@@ -738,9 +832,11 @@ int Run() {
       IngestPhase(t, w, phase == "ingest_only", &v);
     } else if (phase == "route") {
       RoutePhase();
+    } else if (phase == "stall") {
+      StallPhase();
     } else {
       Die(absl::StrCat("unknown phase \"", phase,
-                       "\" (memory, ingest, ingest_only, route)"));
+                       "\" (memory, ingest, ingest_only, route, stall)"));
     }
   }
   std::printf("\ntargets (docs/performance.md, \"Fleet index\"):\n");

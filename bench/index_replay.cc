@@ -454,6 +454,7 @@ FinalCheck CheckFinalState(const FleetWorkload& w, const TimedReplay& r,
     w.PromptTokens(q, &tokens);
     RouteQuery rq;
     rq.tokens = absl::MakeConstSpan(tokens);
+    rq.filter.all_workers = true;  // every worker is checked
     const uint64_t t0 = MonotonicNs();
     const RouteResult result = r.index().Route(rq);
     const uint64_t t1 = MonotonicNs();

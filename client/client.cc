@@ -578,6 +578,7 @@ v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
                                  options.workers.end());
   request.mutable_block_extra_keys()->Add(options.block_extra_keys.begin(),
                                           options.block_extra_keys.end());
+  request.set_all_workers(options.all_workers);
   return request;
 }
 

@@ -83,7 +83,11 @@ struct RouteOptions {
   std::string lora_name;  // wins over lora_id when both are set
   int64_t lora_id = 0;    // 0: none
   std::string cache_salt;
-  std::vector<std::string> workers;  // only these (empty: every worker)
+  // Only these workers, each listed matched or not (empty: every worker).
+  std::vector<std::string> workers;
+  // List the workers that hold none of the prompt too (by default an
+  // answer lists only those with matched_blocks > 0).
+  bool all_workers = false;
   // Per block, its keys beyond the tokens (multimodal inputs, prompt
   // embeddings), as vLLM's typed extra keys (docs/index.md).
   std::vector<v1::BlockExtraKeys> block_extra_keys;

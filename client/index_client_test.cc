@@ -517,10 +517,13 @@ TEST(IndexOutputTest, DocsShowWhatPrefixctlPrints) {
   PrintRoute(ThreeWorkers(), 64, route);
   PrintWorkers(TwoWorkers(), absl::FromUnixMillis(kNowMs), workers);
   PrintRoute(OneConnectingWorker(), 17, none);
+  v1::RouteResponse unmatched = OneConnectingWorker();
+  unmatched.clear_workers();  // without --all_workers
   for (const std::string& shown :
-       {"$ prefixctl route --tokens 1-64\n" + route.str(),
+       {"$ prefixctl route --tokens 1-64 --all_workers\n" + route.str(),
         "$ prefixctl workers\n" + workers.str(),
-        "$ prefixctl --json route --tokens 1-17\n" +
+        "$ prefixctl --json route --tokens 1-17\n" + ToJson(unmatched) +
+            "\n$ prefixctl --json route --tokens 1-17 --all_workers\n" +
             ToJson(OneConnectingWorker()) + "\n",
         none.str().substr(0, none.str().find('\n') + 1)}) {
     EXPECT_NE(doc.find(shown), std::string::npos)
@@ -687,10 +690,12 @@ TEST_F(IndexClientTest, CtlHelpListsRouteAndWorkers) {
   ASSERT_EQ(Ctl(addr_, {"route", "--help"}, &out), kExitOk);
   EXPECT_THAT(out, HasSubstr("usage: prefixctl [global flags] route --tokens "
                              "LIST [--lora_name X] [--lora_id N] "
-                             "[--cache_salt S] [--workers A,B]\n"));
+                             "[--cache_salt S] [--workers A,B] "
+                             "[--all_workers]\n"));
   for (const char* flag :
        {"--tokens=LIST", "--tokens_file=FILE", "--lora_name=NAME",
-        "--lora_id=N", "--cache_salt=SALT", "--workers=A,B", "--addr"}) {
+        "--lora_id=N", "--cache_salt=SALT", "--workers=A,B", "--all_workers",
+        "--addr"}) {
     EXPECT_THAT(out, HasSubstr(flag)) << flag;
   }
   EXPECT_THAT(out, HasSubstr("docs/index.md"));

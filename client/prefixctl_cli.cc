@@ -228,6 +228,7 @@ absl::StatusOr<RouteOptions> RouteFlags(const ParsedFlags& flags) {
       options.workers.emplace_back(name);
     }
   }
+  options.all_workers = flags.Bool("all_workers");
   return options;
 }
 
@@ -609,7 +610,7 @@ const std::vector<Command>& Commands() {
        RunDump},
       {"route",
        "--tokens LIST [--lora_name X] [--lora_id N] [--cache_salt S] "
-       "[--workers A,B]",
+       "[--workers A,B] [--all_workers]",
        "fleet index: how many leading blocks of the prompt each worker holds",
        {kTokens,
         kTokensFile,
@@ -620,8 +621,11 @@ const std::vector<Command>& Commands() {
         {"lora_id", "N", "LoRA adapter by integer ID", "0 (none)"},
         {"cache_salt", "SALT", "cache salt the engines hashed the prompt with",
          ""},
-        {"workers", "A,B", "only these workers, comma separated",
-         "every worker"}},
+        {"workers", "A,B",
+         "only these workers, comma separated, each listed matched or not",
+         "every worker"},
+        {"all_workers", "",
+         "list every worker, also those holding none of the prompt", ""}},
        RunRoute},
       {"workers",
        "",
@@ -651,10 +655,12 @@ const char* CommandNotes(const std::string& name) {
   if (name == "route") {
     return R"(The first line: the prompt's whole blocks and the best worker, the one
 holding the longest run of blocks from the start of the prompt. Then one row
-per worker, in the daemon's order (most blocks first): MATCHED_BLOCKS and
-MATCHED_TOKENS it holds in any medium, MEDIUMS the run it holds in each
-medium (GPU=3,CPU=1), the STATE of its event stream, LAST_SEQ the last event
-batch applied (- for none) and LAG how far behind its engine that batch was.
+per worker with a matched block (every worker with --all_workers, the named
+ones with --workers), in the daemon's order (most blocks first):
+MATCHED_BLOCKS and MATCHED_TOKENS it holds in any medium, MEDIUMS the run it
+holds in each medium (GPU=3,CPU=1), the STATE of its event stream, LAST_SEQ
+the last event batch applied (- for none) and LAG how far behind its engine
+that batch was.
 Needs a daemon that runs the fleet index (docs/index.md).
 )";
   }

@@ -288,6 +288,9 @@ absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
                                          : absl::string_view(q.tenant);
   route.filter.model = q.model;
   route.filter.instance = q.instance_id;
+  // The Conductor's answer lists every instance the filter lets through,
+  // matched or not (docs/index.md).
+  route.filter.all_workers = true;
   return Dump(AnswerOf(index_->Route(route), bs));
 }
 

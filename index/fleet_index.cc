@@ -1,9 +1,12 @@
 #include "index/fleet_index.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -33,6 +36,86 @@ absl::string_view ClearReasonName(ClearReason reason) {
   return kNames[static_cast<int>(reason)];
 }
 
+// --- Locking ----------------------------------------------------------------
+
+// A change: writer_mu_ for its whole length, mu_ but between slices (the
+// analysis cannot follow mu_ through Yield, hence its opt-out here).
+class ABSL_SCOPED_LOCKABLE FleetIndex::Writer {
+ public:
+  explicit Writer(FleetIndex* index)
+      ABSL_EXCLUSIVE_LOCK_FUNCTION(index->mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : index_(index) {
+    index_->writer_mu_.Lock();
+    index_->mu_.Lock();
+  }
+  ~Writer() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    index_->EndHold();
+    index_->mu_.Unlock();
+    index_->writer_mu_.Unlock();
+  }
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+ private:
+  FleetIndex* const index_;
+};
+
+// A Route's shared hold of mu_, counted while it waits (see Yield).
+class ABSL_SCOPED_LOCKABLE FleetIndex::Reader {
+ public:
+  explicit Reader(const FleetIndex* index)
+      ABSL_SHARED_LOCK_FUNCTION(index->mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS
+      : index_(index) {
+    index_->waiting_readers_.fetch_add(1, std::memory_order_relaxed);
+    index_->mu_.ReaderLock();
+    index_->waiting_readers_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  ~Reader() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    index_->mu_.ReaderUnlock();
+  }
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+
+ private:
+  const FleetIndex* const index_;
+};
+
+size_t FleetIndex::Budget() {
+  if (hold_blocks_ >= kSliceBlocks) Yield();
+  return kSliceBlocks - hold_blocks_;
+}
+
+void FleetIndex::EndHold() {
+  hold_stats_.max_blocks =
+      std::max<uint64_t>(hold_stats_.max_blocks, hold_blocks_);
+  hold_blocks_ = 0;
+}
+
+void FleetIndex::Yield() {
+  EndHold();
+  ++hold_stats_.yields;
+  mu_.Unlock();
+  // absl::Mutex lets the thread that unlocks take the lock back before the
+  // readers it woke run: wait, a bounded while, until they have it.
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(2);
+  while (waiting_readers_.load(std::memory_order_relaxed) > 0 &&
+         absl::Now() < deadline) {
+    std::this_thread::yield();
+  }
+  if (between_slices_) between_slices_();
+  mu_.Lock();
+}
+
+FleetIndex::HoldStats FleetIndex::hold_stats() const {
+  ReaderMutexLock lock(&mu_);
+  return hold_stats_;
+}
+
+void FleetIndex::SetBetweenSlicesForTest(std::function<void()> hook) {
+  MutexLock lock(&writer_mu_);
+  between_slices_ = std::move(hook);
+}
+
 FleetIndex::FleetIndex(IndexOptions options)
     : options_(options),
       tree_(options.block_size,
@@ -44,14 +127,14 @@ FleetIndex::FleetIndex(IndexOptions options)
 
 WorkerId FleetIndex::AddWorker(absl::string_view name,
                                absl::string_view endpoint) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   const WorkerId id = workers_.Add(name, endpoint).id;
   tree_.AddWorker(id);
   return id;
 }
 
 void FleetIndex::RetireWorker(WorkerId id) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   ClearLocked(w, ClearReason::kRemoved);
   w.retired = true;
@@ -59,37 +142,37 @@ void FleetIndex::RetireWorker(WorkerId id) {
 
 void FleetIndex::SetState(WorkerId id, WorkerState state,
                           absl::string_view detail) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   w.state = state;
   w.detail = std::string(detail);
 }
 
 void FleetIndex::CountGap(WorkerId id) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   ++workers_.Get(id).gaps;
 }
 
 void FleetIndex::CountReplay(WorkerId id, bool ok) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   ++(ok ? w.replays_ok : w.replays_failed);
 }
 
 void FleetIndex::SetLastSeq(WorkerId id, int64_t seq) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   workers_.Get(id).last_seq = seq;
 }
 
 void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   workers_.Get(id).labels = labels;
   if (labels.hashes_are_keys) tree_.EnableKeyLookup();
 }
 
 void FleetIndex::SetGroupRules(WorkerId id,
                                const std::array<GroupRule, kMaxGroups>& rules) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   w.groups = rules;
   hybrid_.Set(id, w.groups);
@@ -97,7 +180,7 @@ void FleetIndex::SetGroupRules(WorkerId id,
 
 void FleetIndex::ApplyHashes(WorkerId id,
                              absl::Span<const HashUpdate> updates) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (const HashUpdate& u : updates) {
@@ -108,13 +191,18 @@ void FleetIndex::ApplyHashes(WorkerId id,
     for (int g = 0; g < kMaxGroups; ++g) {
       if ((u.groups >> g & 1) == 0) continue;
       if (u.op == HashUpdate::Op::kReport) {
-        tree_.StoreHashes(id, u.hashes, g, u.medium, stamp);
+        for (size_t a = 0; a < u.hashes.size();) {
+          const size_t k = std::min(u.hashes.size() - a, Budget());
+          tree_.StoreHashes(id, u.hashes.subspan(a, k), g, u.medium, stamp);
+          Spend(k);
+          a += k;
+        }
       } else {
         BlockRemovedEvent ev;
         ev.block_hashes.assign(u.hashes.begin(), u.hashes.end());
         ev.medium = u.medium;
         ev.group_idx = g;
-        tree_.Remove(id, ev);
+        RemoveSliced(id, ev);
       }
     }
   }
@@ -127,7 +215,7 @@ void FleetIndex::ApplyHashes(WorkerId id,
 
 void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
                              absl::string_view detail) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   ClearLocked(w, reason);
   w.state = WorkerState::kConnecting;
@@ -138,7 +226,10 @@ void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
 
 void FleetIndex::ClearLocked(WorkerRecord& w, ClearReason reason) {
   ++w.clears[static_cast<int>(reason)];
-  tree_.Clear(w.id);
+  HolderTree::Clearing clearing;
+  tree_.BeginClear(w.id, &clearing);
+  for (bool done = false; !done;)
+    Spend(tree_.ClearStep(clearing, Budget(), &done));
 }
 
 // --- Apply ------------------------------------------------------------------
@@ -171,7 +262,7 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
 
 void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
                        absl::Time now) {
-  MutexLock lock(&mu_);
+  Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   w.last_seq = seq;
   w.last_event_unix_ms = absl::ToUnixMillis(now);
@@ -189,7 +280,7 @@ void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
     } else if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
       ++w.events_by_type[1];
       w.event_version = std::max(w.event_version, rm->event_version);
-      tree_.Remove(id, *rm);
+      RemoveSliced(id, *rm);
     } else {
       ++w.events_by_type[2];
       ClearLocked(w, ClearReason::kAllBlocksCleared);
@@ -219,7 +310,7 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
     } else {
       const StoreDefaults defaults = {w.labels.lora_name, w.labels.salt,
                                       w.labels.hashes_are_keys};
-      tree_.Store(w.id, ev, defaults, stamp, drops);
+      StoreSliced(w.id, ev, defaults, stamp, drops);
       return;
     }
   }
@@ -245,13 +336,120 @@ void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
 }
 
 void FleetIndex::Trim() {
-  // Called back under mu_ (held by Trim's caller): the analysis does not
-  // follow a lock into a lambda, so the lambda says so.
-  const uint64_t blocks = tree_.Trim(
-      options_.max_entries, [&](WorkerId w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        ++workers_.Get(w).dropped_blocks;
-      });
+  std::unique_ptr<HolderTree::Trimming> trimming =
+      tree_.BeginTrim(options_.max_entries);
+  if (trimming == nullptr) return;
+  uint64_t blocks = 0;
+  for (bool done = false; !done;) {
+    // Called back under mu_ (held by Trim's caller): the analysis does not
+    // follow a lock into a lambda, so the lambda says so.
+    const size_t n = tree_.TrimStep(
+        *trimming, Budget(),
+        [&](WorkerId w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          ++workers_.Get(w).dropped_blocks;
+        },
+        &done);
+    Spend(n);
+    blocks += n;
+  }
   workers_.CountTrimmed(blocks);
+}
+
+// --- Slices -----------------------------------------------------------------
+
+namespace {
+
+// Blocks [a, b) of `ev` as a store of their own into *part (whose other
+// fields are ev's): its parent is block a - 1, its tokens and content keys
+// those of its blocks.
+void StoreSlice(const BlockStoredEvent& ev, size_t a, size_t b,
+                size_t block_size, BlockStoredEvent* part) {
+  part->block_hashes.assign(ev.block_hashes.begin() + static_cast<long>(a),
+                            ev.block_hashes.begin() + static_cast<long>(b));
+  if (a > 0) part->parent_block_hash = ev.block_hashes[a - 1];
+  const size_t t0 = std::min(ev.token_ids.size(), a * block_size);
+  const size_t t1 = std::min(ev.token_ids.size(), b * block_size);
+  part->token_ids.assign(ev.token_ids.begin() + static_cast<long>(t0),
+                         ev.token_ids.begin() + static_cast<long>(t1));
+  part->chain_blocks =
+      ev.chain_blocks > a ? std::min(ev.chain_blocks - a, b - a) : 0;
+  part->content.Clear();
+  const std::vector<uint32_t>& begin = ev.content.begin;
+  if (begin.size() > a + 1) {
+    const size_t last = std::min(b, begin.size() - 1);
+    for (size_t i = a; i <= last; ++i)
+      part->content.begin.push_back(begin[i] - begin[a]);
+    part->content.keys.assign(ev.content.keys.begin() + begin[a],
+                              ev.content.keys.begin() + begin[last]);
+  }
+}
+
+}  // namespace
+
+// Each slice is a store of its own, parented on the slice before it; once
+// a slice finds no parent the rest of the chain has none either (as one
+// store of them all would count it).
+void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
+                             const StoreDefaults& defaults, uint64_t stamp,
+                             DropCounts* drops) {
+  const size_t n = ev.block_hashes.size();
+  if (n <= Budget()) {
+    tree_.Store(id, ev, defaults, stamp, drops);
+    Spend(n);
+    return;
+  }
+  const size_t chain = std::min(ev.chain_blocks, n);
+  uint64_t& unknown = (*drops)[static_cast<int>(DropReason::kUnknownParent)];
+  BlockStoredEvent part;
+  part.parent_block_hash = ev.parent_block_hash;
+  part.block_size = ev.block_size;
+  part.lora_id = ev.lora_id;
+  part.medium = ev.medium;
+  part.lora_name = ev.lora_name;
+  part.cache_salt = ev.cache_salt;
+  part.group_idx = ev.group_idx;
+  part.kv_cache_spec_kind = ev.kv_cache_spec_kind;
+  part.kv_cache_spec_sliding_window = ev.kv_cache_spec_sliding_window;
+  part.locality = ev.locality;
+  part.ownership = ev.ownership;
+  part.event_version = ev.event_version;
+  for (size_t a = 0; a < n;) {
+    const size_t b = std::min(n, a + Budget());
+    StoreSlice(ev, a, b, static_cast<size_t>(options_.block_size), &part);
+    const uint64_t unknown_before = unknown;
+    tree_.Store(id, part, defaults, stamp, drops);
+    Spend(b - a);
+    if (unknown != unknown_before && !ev.token_ids.empty()) {
+      const size_t rest = chain > b ? chain - b : 0;
+      unknown += rest;
+      (*drops)[static_cast<int>(DropReason::kExtraKeys)] += n - b - rest;
+      return;
+    }
+    a = b;
+  }
+}
+
+void FleetIndex::RemoveSliced(WorkerId id, const BlockRemovedEvent& ev) {
+  const size_t n = ev.block_hashes.size();
+  if (n <= Budget()) {
+    tree_.Remove(id, ev);
+    Spend(n);
+    return;
+  }
+  BlockRemovedEvent part;
+  part.medium = ev.medium;
+  part.group_idx = ev.group_idx;
+  part.locality = ev.locality;
+  part.ownership = ev.ownership;
+  part.event_version = ev.event_version;
+  for (size_t a = 0; a < n;) {
+    const size_t b = std::min(n, a + Budget());
+    part.block_hashes.assign(ev.block_hashes.begin() + static_cast<long>(a),
+                             ev.block_hashes.begin() + static_cast<long>(b));
+    tree_.Remove(id, part);
+    Spend(b - a);
+    a = b;
+  }
 }
 
 // --- Route ------------------------------------------------------------------
@@ -265,7 +463,7 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   prompt.salt = q.cache_salt;
   prompt.keys = q.keys;
   RouteScores scores;
-  ReaderMutexLock lock(&mu_);
+  Reader lock(this);
   tree_.Score(prompt, ns, workers_.size(), hybrid_,
               clock_.fetch_add(1, std::memory_order_relaxed) + 1, &scores);
   return Assemble(q.filter, scores, now);
@@ -275,7 +473,7 @@ RouteResult FleetIndex::RouteEngineHashes(absl::Span<const EngineHash> hashes,
                                           const WorkerFilter& filter) const {
   const absl::Time now = absl::Now();
   RouteScores scores;
-  ReaderMutexLock lock(&mu_);
+  Reader lock(this);
   tree_.ScoreEngineHashes(hashes, workers_.size(), hybrid_, &scores);
   return Assemble(filter, scores, now);
 }
@@ -305,7 +503,8 @@ std::vector<HashHolding> FleetIndex::HashHoldings(
   return out;
 }
 
-// The workers asked for, most matched blocks first, then by name: sorted as
+// The workers asked for (by default those with a matched block), most
+// matched blocks first, then by name: sorted as
 // (blocks, worker) pairs, then written out in order, which is cheaper than
 // sorting the answers themselves.
 bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
@@ -328,11 +527,14 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     const WorkerRecord* worker;
   };
   absl::InlinedVector<Scored, 32> order;
+  const bool unmatched = filter.all_workers || !filter.workers.empty();
   const size_t num_workers = workers_.size();
   for (WorkerId id = 0; id < num_workers; ++id) {
+    const uint32_t blocks = scores.Usable(id);
+    if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
     if (!Passes(filter, w)) continue;
-    order.push_back({scores.Usable(id), &w});
+    order.push_back({blocks, &w});
   }
   std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
     if (a.blocks != b.blocks) return a.blocks > b.blocks;

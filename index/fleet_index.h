@@ -10,12 +10,20 @@
 // Thread safety: every method may be called from any thread. mu_ guards
 // both parts: applies and registry changes take it exclusively; Route,
 // Stats and CheckInvariants share it (Route's recency stamps are relaxed
-// atomics, index/holder_tree.h).
+// atomics, index/holder_tree.h). A change never holds mu_ for more than
+// kSliceBlocks block operations: a long store or removal goes in as
+// slices, a clear and a max_entries trim in steps, and mu_ is released
+// between them so that waiting Routes run. writer_mu_, held by a change
+// from start to end, keeps other changes out meanwhile: a Route between
+// slices sees a state between the one before the change and the one after,
+// and each worker's changes apply whole, in order.
 #ifndef PREFIXD_INDEX_FLEET_INDEX_H_
 #define PREFIXD_INDEX_FLEET_INDEX_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -61,7 +69,23 @@ class FleetIndex final : public KvIndex {
   // The first broken invariant of the tree, if any.
   absl::Status CheckInvariants() const;
 
+  // The block operations (a block stored, removed, cleared or trimmed) one
+  // hold of mu_ may do before the change lets readers in.
+  static constexpr size_t kSliceBlocks = 4096;
+  // For tests: the most block operations one hold of mu_ did, and how many
+  // times a change released mu_ between slices.
+  struct HoldStats {
+    uint64_t max_blocks = 0;
+    uint64_t yields = 0;
+  };
+  HoldStats hold_stats() const;
+  // For tests: called between slices, with mu_ released (it may Route,
+  // Stats or CheckInvariants, not change anything). Set before any change.
+  void SetBetweenSlicesForTest(std::function<void()> hook);
+
  private:
+  class Writer;
+  class Reader;
   // The batch's stores of another block size, if any: nothing of it can be
   // trusted to line up with the index's blocks.
   bool RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch)
@@ -73,9 +97,23 @@ class FleetIndex final : public KvIndex {
   // in range).
   void LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A store or removal of more blocks than the hold has left, as slices.
+  void StoreSliced(WorkerId worker, const BlockStoredEvent& ev,
+                   const StoreDefaults& defaults, uint64_t stamp,
+                   DropCounts* drops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RemoveSliced(WorkerId worker, const BlockRemovedEvent& ev)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearLocked(WorkerRecord& w, ClearReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The block operations this hold of mu_ may still do, releasing and
+  // taking mu_ again first when none are left.
+  size_t Budget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Spend(size_t blocks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    hold_blocks_ += blocks;
+  }
+  void Yield() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
                        absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool Passes(const WorkerFilter& filter, const WorkerRecord& w) const
@@ -84,6 +122,7 @@ class FleetIndex final : public KvIndex {
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const IndexOptions options_;
+  Mutex writer_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
   HolderTree tree_ ABSL_GUARDED_BY(mu_);
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
@@ -92,6 +131,13 @@ class FleetIndex final : public KvIndex {
   // Recency for max_entries: Apply and Route advance it; Route under the
   // shared lock, hence atomic.
   mutable std::atomic<uint64_t> clock_{0};
+  size_t hold_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  HoldStats hold_stats_ ABSL_GUARDED_BY(mu_);
+  // Routes waiting for mu_: a change that releases it between slices waits
+  // for them to get it (absl::Mutex would let the writer take it back
+  // first).
+  mutable std::atomic<int> waiting_readers_{0};
+  std::function<void()> between_slices_;
 };
 
 }  // namespace prefixd

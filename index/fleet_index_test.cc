@@ -77,7 +77,7 @@ class FleetIndexTest : public ::testing::Test {
     ASSERT_TRUE(invariants.ok()) << invariants;
   }
 
-  // matched_blocks per worker name.
+  // matched_blocks per worker name, every worker listed.
   std::map<std::string, uint64_t> Route(const std::vector<Token>& blocks,
                                         absl::string_view salt = "",
                                         absl::string_view lora = "") {
@@ -86,6 +86,7 @@ class FleetIndexTest : public ::testing::Test {
     q.tokens = tokens;
     q.cache_salt = salt;
     q.lora_name = lora;
+    q.filter.all_workers = true;
     std::map<std::string, uint64_t> out;
     for (const WorkerMatch& m : index_.Route(q).workers)
       out[std::string(m.worker)] = m.matched_blocks;
@@ -107,9 +108,46 @@ TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   RouteResult r = index_.Route(q);
   EXPECT_EQ(r.best_worker, "w0");
   EXPECT_EQ(r.prompt_blocks, 2u);
+  ASSERT_EQ(r.workers.size(), 1u);  // w1 holds none of it
   EXPECT_EQ(r.workers[0].state, WorkerState::kLive);
+  q.filter.all_workers = true;
+  r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 2u);
   EXPECT_EQ(r.workers[1].state, WorkerState::kConnecting);
   EXPECT_EQ(index_.entries(), 3u);
+}
+
+// An answer lists the workers with a matched block, sorted; all_workers
+// lists the others too (matched_blocks 0), and a `workers` filter lists
+// every named worker that exists, matched or not.
+TEST_F(FleetIndexTest, RouteListsMatchedWorkersUnlessAsked) {
+  const WorkerId w2 = index_.AddWorker("w2", "tcp://w2");
+  Apply(w2, {Stored({}, {1, 2})});
+  Apply(w0_, {Stored({}, {1})});
+  std::vector<Token> tokens = Prompt({1, 2});
+  RouteQuery q;
+  q.tokens = tokens;
+  auto names = [&] {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      out.emplace_back(std::string(m.worker), m.matched_blocks);
+    return out;
+  };
+  using Listed = std::vector<std::pair<std::string, uint64_t>>;
+  EXPECT_EQ(names(), (Listed{{"w2", 2}, {"w0", 1}}));
+  q.filter.all_workers = true;
+  EXPECT_EQ(names(), (Listed{{"w2", 2}, {"w0", 1}, {"w1", 0}}));
+  q.filter.all_workers = false;
+  q.filter.workers = {"w1", "w0", "nobody"};
+  EXPECT_EQ(names(), (Listed{{"w0", 1}, {"w1", 0}}));
+  // No holder at all: an empty list, no best worker.
+  std::vector<Token> other = Prompt({9});
+  q.tokens = other;
+  q.filter.workers.clear();
+  const RouteResult none = index_.Route(q);
+  EXPECT_TRUE(none.workers.empty());
+  EXPECT_EQ(none.best_worker, "");
+  EXPECT_EQ(none.prompt_blocks, 1u);
 }
 
 TEST_F(FleetIndexTest, OnlyWholeBlocksOfThePromptCount) {
@@ -423,6 +461,7 @@ class HybridIndexTest : public FleetIndexTest {
     std::vector<Token> tokens = Prompt(blocks);
     RouteQuery q;
     q.tokens = tokens;
+    q.filter.all_workers = true;
     for (const WorkerMatch& m : index_.Route(q).workers) {
       if (m.worker == w) return {m.matched_blocks, m.full_attention_blocks};
     }
@@ -528,6 +567,7 @@ TEST(HybridIndexRandom, UsablePrefixAgreesWithABruteForceModel) {
     std::vector<Token> tokens = Prompt(chain);
     RouteQuery q;
     q.tokens = tokens;
+    q.filter.all_workers = true;
     const RouteResult r = index.Route(q);
     ASSERT_EQ(r.workers.size(), 1u);
     ASSERT_EQ(r.workers[0].matched_blocks, want) << "round " << round;
@@ -550,6 +590,7 @@ TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   std::vector<Token> first = Prompt({1, 2, 3, 4});
   RouteQuery q;
   q.tokens = first;
+  q.filter.all_workers = true;
   EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
   apply(Stored({}, {9, 10, 11}));  // 11 entries > 10
   EXPECT_LE(index.entries(), 10u);
@@ -637,7 +678,17 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
       std::vector<Token> tokens = Prompt(prompt);
       RouteQuery q;
       q.tokens = tokens;
+      const RouteResult matched = index.Route(q);
+      q.filter.all_workers = true;
       RouteResult r = index.Route(q);
+      ASSERT_EQ(r.workers.size(), static_cast<size_t>(kWorkers));
+      // By default, the same answer without the workers that matched none.
+      size_t listed = 0;
+      while (listed < r.workers.size() && r.workers[listed].matched_blocks > 0)
+        ++listed;
+      ASSERT_EQ(matched.workers.size(), listed) << "step " << step;
+      for (size_t i = 0; i < listed; ++i)
+        ASSERT_EQ(matched.workers[i].worker, r.workers[i].worker);
       for (const WorkerMatch& got : r.workers) {
         const int wi = got.worker[1] - '0';
         size_t want = 0;
@@ -656,6 +707,125 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
     index.ClearWorker(ids[w], ClearReason::kRestart, "");
   EXPECT_EQ(index.entries(), 0u);
   EXPECT_EQ(index.Stats().blocks, 0u);
+}
+
+// A chain of 200k identical blocks stored, removed in reverse, trimmed by
+// max_entries and cleared: no hold of the lock does more than
+// kSliceBlocks blocks' worth, and between slices a Route runs, sees the
+// chain's worker between before and after, the other worker untouched,
+// and the tree passes its invariants; the counts end exact.
+class FleetIndexSlicesTest : public ::testing::Test {
+ protected:
+  static constexpr size_t kChain = 200000;
+
+  explicit FleetIndexSlicesTest(uint64_t max_entries = 10000000)
+      : index_(IndexOptions{kBs, max_entries}) {
+    w_ = index_.AddWorker("w", "");
+    other_ = index_.AddWorker("other", "");
+    KvEventBatch small;
+    small.events.push_back(Stored({}, {1, 2}));
+    index_.Apply(other_, small, 0, absl::Now());
+    chain_.block_size = kBs;
+    chain_.chain_blocks = kChain;
+    for (size_t b = 0; b < kChain; ++b) {
+      chain_.block_hashes.push_back(1000 + b);
+      for (int t = 0; t < kBs; ++t) chain_.token_ids.push_back(7);
+    }
+    index_.SetBetweenSlicesForTest([this] { BetweenSlices(); });
+  }
+
+  // matched_blocks of the chain's worker for the first 64 blocks, and of
+  // the other worker for its own 2.
+  std::pair<uint64_t, uint64_t> Matched() {
+    const std::vector<Token> chain(64 * kBs, 7);
+    const std::vector<Token> own = Prompt({1, 2});
+    RouteQuery q;
+    q.filter.all_workers = true;
+    q.tokens = chain;
+    uint64_t mine = 0;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      if (m.worker == "w") mine = m.matched_blocks;
+    q.tokens = own;
+    uint64_t theirs = 0;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      if (m.worker == "other") theirs = m.matched_blocks;
+    return {mine, theirs};
+  }
+
+  void BetweenSlices() {
+    ++slices_;
+    const absl::Status invariants = index_.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "slice " << slices_ << ": " << invariants;
+    const auto [mine, theirs] = Matched();
+    EXPECT_LE(mine, 64u);
+    EXPECT_EQ(theirs, 2u) << "slice " << slices_;
+  }
+
+  void Apply(KvEvent e) {
+    KvEventBatch batch;
+    batch.events.push_back(std::move(e));
+    index_.Apply(w_, batch, seq_++, absl::Now());
+    ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+    EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+  }
+
+  uint64_t HeldByW() {
+    for (const WorkerStatus& s : index_.Stats().workers)
+      if (s.worker == "w") return s.mediums.empty() ? 0 : s.mediums[0].blocks;
+    return 0;
+  }
+
+  FleetIndex index_;
+  WorkerId w_, other_;
+  BlockStoredEvent chain_;
+  int64_t seq_ = 0;
+  int slices_ = 0;
+};
+
+TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
+  const int per_pass = static_cast<int>(kChain / FleetIndex::kSliceBlocks);
+  Apply(chain_);
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), kChain);
+  EXPECT_EQ(index_.entries(), kChain + 2);
+  EXPECT_EQ(Matched(), std::make_pair(uint64_t{64}, uint64_t{2}));
+
+  // Removed from the leaf up, in one event.
+  BlockRemovedEvent reverse;
+  for (size_t b = kChain; b-- > 0;) reverse.block_hashes.push_back(1000 + b);
+  slices_ = 0;
+  Apply(reverse);
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), 0u);
+  EXPECT_EQ(index_.entries(), 2u);
+
+  Apply(chain_);
+  slices_ = 0;
+  Apply(AllBlocksClearedEvent{});
+  EXPECT_GE(slices_, per_pass);
+  EXPECT_EQ(HeldByW(), 0u);
+  EXPECT_EQ(index_.entries(), 2u);
+  EXPECT_EQ(Matched(), std::make_pair(uint64_t{0}, uint64_t{2}));
+  EXPECT_EQ(index_.Stats().blocks, 2u);
+  EXPECT_GT(index_.hold_stats().yields, 0u);
+}
+
+class FleetIndexTrimSlicesTest : public FleetIndexSlicesTest {
+ protected:
+  FleetIndexTrimSlicesTest() : FleetIndexSlicesTest(50000) {}
+};
+
+TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
+  Apply(chain_);
+  // Trimmed to 99% of the bound, the least recent leaf first: the chain's
+  // tail (the Routes between slices keep the other worker's blocks
+  // recent).
+  EXPECT_EQ(index_.entries(), 49500u);
+  EXPECT_EQ(HeldByW() + 2, index_.entries());
+  const uint64_t dropped =
+      index_.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)];
+  EXPECT_EQ(dropped, kChain + 2 - index_.entries());
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
 }
 
 }  // namespace

@@ -460,12 +460,27 @@ void HolderTree::Prune(Node* node) {
 }
 
 void HolderTree::Clear(WorkerId worker) {
-  WorkerHoldings& held = holdings_[worker];
+  Clearing clearing;
+  BeginClear(worker, &clearing);
+  bool done = false;
+  while (!done) ClearStep(clearing, SIZE_MAX, &done);
+}
+
+void HolderTree::BeginClear(WorkerId worker, Clearing* clearing) {
+  clearing->worker = worker;
+  clearing->blocks.clear();
+  clearing->blocks.swap(holdings_[worker].blocks);
+  clearing->next = clearing->blocks.begin();
+}
+
+size_t HolderTree::ClearStep(Clearing& c, size_t max_blocks, bool* done) {
   std::vector<SlotRef> emptied;
-  for (const auto& [hash, ref] : held.blocks) {
+  size_t n = 0;
+  for (; c.next != c.blocks.end() && n < max_blocks; ++c.next, ++n) {
+    const SlotRef ref = c.next->second;
     Slot* s = Resolve(ref);
     if (s == nullptr) continue;
-    UnholdAll(worker, ref.slot);
+    UnholdAll(c.worker, ref.slot);
     if (s->holders.empty()) emptied.push_back(ref);
   }
   // A prune frees only blocks without holders, so a later ref that still
@@ -473,9 +488,15 @@ void HolderTree::Clear(WorkerId worker) {
   for (SlotRef ref : emptied) {
     if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
   }
-  absl::flat_hash_map<EngineHash, SlotRef>().swap(held.blocks);
-  assert(std::all_of(held.medium_blocks.begin(), held.medium_blocks.end(),
-                     [](uint64_t n) { return n == 0; }));
+  *done = c.next == c.blocks.end();
+  if (*done) {
+    absl::flat_hash_map<EngineHash, SlotRef>().swap(c.blocks);
+    const WorkerHoldings& held = holdings_[c.worker];
+    assert(std::all_of(held.medium_blocks.begin(), held.medium_blocks.end(),
+                       [](uint64_t k) { return k == 0; }));
+    (void)held;
+  }
+  return n;
 }
 
 void HolderTree::ClearTier(WorkerId worker, absl::string_view medium) {
@@ -588,38 +609,66 @@ Node* HolderTree::DropTail(Node* leaf, size_t blocks,
 // 1% of churn; each leaf loses its tail in one edit.
 uint64_t HolderTree::Trim(uint64_t max_entries,
                           absl::FunctionRef<void(WorkerId)> dropped) {
-  if (entries_ <= max_entries) return 0;
-  const uint64_t target = max_entries - max_entries / 100;
-  using Leaf = std::pair<uint64_t, Node*>;
-  std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
+  std::unique_ptr<Trimming> trimming = BeginTrim(max_entries);
+  uint64_t blocks = 0;
+  for (bool done = trimming == nullptr; !done;)
+    blocks += TrimStep(*trimming, SIZE_MAX, dropped, &done);
+  return blocks;
+}
+
+std::unique_ptr<HolderTree::Trimming> HolderTree::BeginTrim(
+    uint64_t max_entries) {
+  if (entries_ <= max_entries) return nullptr;
+  auto t = std::make_unique<Trimming>();
+  t->target = max_entries - max_entries / 100;
   for (auto& [key, tree] : trees_) {
     ForEachBelow(tree->root, [&](const Node& n, int) {
-      if (n.children.empty()) leaves.push({n.stamp, const_cast<Node*>(&n)});
+      if (n.children.empty()) t->leaves.push({n.stamp, const_cast<Node*>(&n)});
     });
   }
-  uint64_t dropped_blocks = 0;
+  return t;
+}
+
+size_t HolderTree::TrimStep(Trimming& t, size_t max_blocks,
+                            absl::FunctionRef<void(WorkerId)> dropped,
+                            bool* done) {
+  size_t dropped_blocks = 0;
   std::vector<std::string> empty_trees;
-  while (entries_ > target && !leaves.empty()) {
-    Node* node = leaves.top().second;
-    leaves.pop();
-    // Tail blocks, until the entries would be down to the target.
+  while (entries_ > t.target && !t.leaves.empty() &&
+         dropped_blocks < max_blocks) {
+    const Trimming::Leaf leaf = t.leaves.top();
+    Node* node = leaf.second;
+    t.leaves.pop();
+    // Tail blocks, until the entries would be down to the target (or the
+    // step's blocks are spent: the leaf then waits for the next step).
     const auto ids = node->block_ids();
     size_t tail = 0;
-    for (uint64_t e = entries_; tail < ids.size() && e > target;) {
+    for (uint64_t e = entries_; tail < ids.size() && e > t.target &&
+                                dropped_blocks + tail < max_blocks;) {
       e -= slots_[ids[ids.size() - 1 - tail]].holders.size();
       ++tail;
     }
-    Tree* tree = node->tree;
     dropped_blocks += tail;
+    // Blocks nobody holds go with the tail (not counted: they held no
+    // entry), so that a leaf never ends in one.
+    while (tail < ids.size() &&
+           slots_[ids[ids.size() - 1 - tail]].holders.empty()) {
+      ++tail;
+    }
+    Tree* tree = node->tree;
     Node* parent = DropTail(node, tail, dropped);
-    if (parent == nullptr) continue;
+    if (parent == nullptr) {
+      if (entries_ > t.target) t.leaves.push(leaf);  // what is left of it
+      continue;
+    }
     if (!parent->is_root() && parent->children.empty()) {
-      leaves.push({parent->stamp, parent});
+      t.leaves.push({parent->stamp, parent});
     } else if (parent->is_root() && parent->children.empty()) {
       empty_trees.push_back(tree->ns);
     }
   }
   for (const std::string& key : empty_trees) trees_.erase(key);
+  *done = entries_ <= t.target || t.leaves.empty();
   return dropped_blocks;
 }
 

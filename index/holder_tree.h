@@ -40,8 +40,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <queue>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -135,6 +138,36 @@ class HolderTree {
   uint64_t Trim(uint64_t max_entries,
                 absl::FunctionRef<void(WorkerId)> dropped);
 
+  // Clear and Trim in steps of at most `max_blocks` blocks each, for an
+  // owner that lets Scores run between steps. After every step the tree
+  // passes CheckInvariants and holds a state between the one before
+  // BeginClear / BeginTrim and the one after the last step; between steps
+  // nothing but Score and the read-only calls may run.
+  struct SlotRef {
+    uint32_t slot;
+    uint32_t gen;
+  };
+  struct Clearing {
+    WorkerId worker = 0;
+    // The worker's holdings, taken out (its new stores go to a new map).
+    absl::flat_hash_map<EngineHash, SlotRef> blocks;
+    absl::flat_hash_map<EngineHash, SlotRef>::iterator next;
+  };
+  struct Trimming {
+    uint64_t target = 0;  // the entries to get down to
+    // Leaves, least recent first (as stamped at BeginTrim).
+    using Leaf = std::pair<uint64_t, Node*>;
+    std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
+  };
+  void BeginClear(WorkerId worker, Clearing* clearing);
+  // The blocks released by this step; true in *done once nothing is left.
+  size_t ClearStep(Clearing& clearing, size_t max_blocks, bool* done);
+  // Null when the entries are within `max_entries`.
+  std::unique_ptr<Trimming> BeginTrim(uint64_t max_entries);
+  // The blocks dropped by this step; true in *done once the bound is met.
+  size_t TrimStep(Trimming& trimming, size_t max_blocks,
+                  absl::FunctionRef<void(WorkerId)> dropped, bool* done);
+
   // Keeps the lookup by key from now on (building it now). Without it, a
   // Score of keys matches nothing and a store of keys alone is dropped.
   void EnableKeyLookup();
@@ -176,10 +209,6 @@ class HolderTree {
  private:
   struct Slot;
   struct Tally;
-  struct SlotRef {
-    uint32_t slot;
-    uint32_t gen;
-  };
   struct WorkerHoldings {
     // The engine's block hashes -> the blocks they name.
     absl::flat_hash_map<EngineHash, SlotRef> blocks;

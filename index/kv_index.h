@@ -92,12 +92,16 @@ inline constexpr std::array<absl::string_view, kNumEventTypes> kEventTypeNames =
 inline constexpr std::array<double, 12> kLagBuckets = {
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 
-// Which workers an answer lists (each field empty: any).
+// Which workers an answer lists (each field empty: any). An answer lists
+// only the workers with a matched block unless all_workers is set or
+// `workers` names them: with thousands of workers a prompt most of them do
+// not hold would otherwise cost an entry per worker.
 struct WorkerFilter {
-  std::vector<std::string> workers;  // by name
+  std::vector<std::string> workers;  // by name; each listed, matched or not
   absl::string_view tenant;          // by label; "default" matches ""
   absl::string_view model;           // by label; a worker without one matches
   absl::string_view instance;        // by label (or name)
+  bool all_workers = false;          // list those with no matched block too
 };
 
 struct RouteQuery {
@@ -161,7 +165,9 @@ struct WorkerMatch {
 };
 
 struct RouteResult {
-  std::vector<WorkerMatch> workers;  // matched_blocks desc, then name
+  // matched_blocks desc, then name; the workers with none only as the
+  // filter asks (WorkerFilter).
+  std::vector<WorkerMatch> workers;
   // The first LIVE worker with matched_blocks > 0; empty if none.
   absl::string_view best_worker;
   uint64_t prompt_blocks = 0;

@@ -29,6 +29,7 @@ absl::Status RouteRequestReader::Read(const v1::RouteRequest& req, int item,
   query_.cache_salt = cache_salt_;
   query_.content = content_.empty() ? nullptr : &content_;
   query_.filter.workers.assign(req.workers().begin(), req.workers().end());
+  query_.filter.all_workers = req.all_workers();
   return absl::OkStatus();
 }
 

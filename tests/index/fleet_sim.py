@@ -426,7 +426,9 @@ class Fleet:
                 tokens = prompt_tokens(trace, r.hash_ids)
                 s = time.perf_counter()
                 try:
-                    res = self.client.route(tokens)
+                    # Every engine, matched or not: the staleness check
+                    # below reads each one's last_seq and state.
+                    res = self.client.route(tokens, all_workers=True)
                 except Exception:  # prefixd.PrefixdError: route by load
                     errors += 1
                     res = None

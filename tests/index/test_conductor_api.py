@@ -154,9 +154,11 @@ class Test(common.Checker):
 
     def route_answer(self, tokens, instance=None):
         """What /query must answer, from Route over gRPC and the workers'
-        labels in ListWorkers: tokens per instance, medium and DP rank."""
+        labels in ListWorkers: tokens per instance, medium and DP rank
+        (every worker, as /query lists every instance, matched or not)."""
         workers = self.workers()
-        r = self.stub.Route(pb.RouteRequest(tokens=tokens), metadata=self.md(), timeout=10)
+        r = self.stub.Route(pb.RouteRequest(tokens=tokens, all_workers=True),
+                            metadata=self.md(), timeout=10)
         out = {}
         for m in r.workers:
             labels = workers[m.worker].labels

@@ -58,8 +58,10 @@ The daemon behaviour this test assumes (beyond the .proto's comments):
 - Unknown event types and unknown fields are skipped; nothing else changes.
 - A BlockStored with block_size != --index_block_size puts the worker in
   state ERROR with a state_detail naming both sizes.
-- Route lists every worker (a worker holding nothing: matched_blocks 0),
-  sorted by matched_blocks descending then name; best_worker is the first
+- Route lists the workers holding the prompt's first block, sorted by
+  matched_blocks descending then name; with all_workers every worker (a
+  worker holding nothing: matched_blocks 0), with a workers filter every
+  named worker, in the same order; best_worker is the first
   when it holds at least one block, else ""; prompt_blocks is
   len(tokens) // 16. ListWorkers' last_seq is the seq of the last batch
   applied, and Route/ListWorkers see every batch applied before it.
@@ -246,20 +248,22 @@ class Fleet(common.Checker):
                 return None
             time.sleep(0.02)
 
-    def request(self, tokens, salt=None, lora=None, workers=(), le32=False):
-        r = pb.RouteRequest(cache_salt=salt or "", lora_name=lora or "", workers=list(workers))
+    def request(self, tokens, salt=None, lora=None, workers=(), le32=False, all_workers=False):
+        r = pb.RouteRequest(cache_salt=salt or "", lora_name=lora or "", workers=list(workers),
+                            all_workers=all_workers)
         if le32:
             r.tokens_le32 = struct.pack("<%dI" % len(tokens), *tokens)
         else:
             r.tokens.extend(tokens)
         return r
 
-    def route_all(self, samples):
+    def route_all(self, samples, all_workers=False):
         """RouteResponses for every sample (RouteBatch, in chunks); raises
         if an item failed."""
         out = []
         for i in range(0, len(samples), ROUTE_CHUNK):
-            reqs = [self.request(*s) for s in samples[i:i + ROUTE_CHUNK]]
+            reqs = [self.request(*s, all_workers=all_workers)
+                    for s in samples[i:i + ROUTE_CHUNK]]
             resp = self.stub.RouteBatch(pb.RouteBatchRequest(requests=reqs), timeout=RPC_TIMEOUT)
             if len(resp.responses) != len(reqs):
                 raise AssertionError("RouteBatch answered %d of %d" % (len(resp.responses),
@@ -355,22 +359,31 @@ class Fleet(common.Checker):
     def stage_route_fields(self):
         samples = self.samples()[:60]
         try:
-            resps = self.route_all(samples)
-            problems = []
-            for (t, _, _), r in zip(samples, resps):
+            resps = self.route_all(samples, all_workers=True)
+            matched_only = self.route_all(samples)
+            problems, some_unmatched = [], 0
+            for (t, _, _), r, m in zip(samples, resps, matched_only):
                 names = [w.worker for w in r.workers]
                 order = sorted(r.workers, key=lambda w: (-w.matched_blocks, w.worker))
                 best = order[0].worker if order and order[0].matched_blocks > 0 else ""
+                held = [(w.worker, w.matched_blocks) for w in order if w.matched_blocks > 0]
+                some_unmatched += len(held) < len(order)
                 if (r.prompt_blocks != len(t) // BS or r.block_size != BS
                         or names != [w.worker for w in order] or r.best_worker != best
-                        or sorted(names) != ["e0", "e1", "e2", "e3", "e4"]):
-                    problems.append((len(t), r))
-            self.check(not problems, "Route: prompt_blocks, block_size 16, every worker listed, "
-                       "sorted, best_worker", problems[:2])
+                        or sorted(names) != ["e0", "e1", "e2", "e3", "e4"]
+                        or [(w.worker, w.matched_blocks) for w in m.workers] != held
+                        or (m.best_worker, m.prompt_blocks) != (best, r.prompt_blocks)):
+                    problems.append((len(t), r, m))
+            self.check(not problems and some_unmatched > 0,
+                       "Route: prompt_blocks, block_size 16, every worker listed with "
+                       "all_workers, only those with a match without it (%d answers), sorted, "
+                       "best_worker" % some_unmatched, problems[:2])
             t = samples[0][0]
             full = self.matched(self.stub.Route(self.request(t), timeout=RPC_TIMEOUT))
             le32 = self.matched(self.stub.Route(self.request(t, le32=True), timeout=RPC_TIMEOUT))
             only = self.stub.Route(self.request(t, workers=["e1", "e3"]), timeout=RPC_TIMEOUT)
+            full = {k: full.get(k, 0) for k in ("e0", "e1", "e2", "e3", "e4")}
+            le32 = {k: le32.get(k, 0) for k in full}
             ok = (full == le32 == self.matched(resps[0])
                   and sorted(w.worker for w in only.workers) == ["e1", "e3"]
                   and self.matched(only) == {k: full[k] for k in ("e1", "e3")})
@@ -570,7 +583,8 @@ class Fleet(common.Checker):
                  ("tenant-c", {})]
         problems = []
         for salt, want in cases:
-            got = self.matched(self.stub.Route(self.request(P + Q, salt), timeout=RPC_TIMEOUT))
+            got = self.matched(self.stub.Route(self.request(P + Q, salt, all_workers=True),
+                                               timeout=RPC_TIMEOUT))
             want_all = {n: want.get(n, 0) for n in ("e0", "e1", "e2", "e3", "e4")}
             engines = {e.name: e.pool.cached_prefix_blocks(P + Q, salt) for e in self.engines}
             if got != want_all or any(engines[n] != want_all[n] for n in engines):

@@ -114,7 +114,7 @@ class Replica:
         return {w.worker: w for w in self.list_workers().workers}
 
     def route(self, tokens):
-        r = pb.RouteRequest()
+        r = pb.RouteRequest(all_workers=True)  # every worker, matched or not
         r.tokens.extend(tokens)
         return {w.worker: w.matched_blocks
                 for w in self.stub.Route(r, timeout=RPC_TIMEOUT).workers}
@@ -138,7 +138,7 @@ class RouteLoad(threading.Thread):
         with grpc.insecure_channel(self.target) as channel:
             stub = pb_grpc.PrefixIndexStub(channel)
             while not self.halt.is_set():
-                req = pb.RouteRequest()
+                req = pb.RouteRequest(all_workers=True)  # each worker's state
                 req.tokens.extend(rng.choice(self.prompts))
                 self.calls += 1
                 try:

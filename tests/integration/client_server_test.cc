@@ -332,9 +332,11 @@ int FreePort() {
 // config.proto), so these tests need nothing of the server's C++ API.
 //
 // What they expect of the daemon:
-//   Route:       one WorkerMatch {worker "w0", matched_blocks 0, no mediums,
-//                state CONNECTING, last_seq -1}, best_worker "",
-//                prompt_blocks = len(tokens) / 16, block_size 16;
+//   Route:       no WorkerMatch (w0 matches nothing) unless all_workers or
+//                a `workers` filter asks for w0: then one {worker "w0",
+//                matched_blocks 0, no mediums, state CONNECTING, last_seq
+//                -1}; best_worker "", prompt_blocks = len(tokens) / 16,
+//                block_size 16;
 //   RouteBatch:  one OK item per request, each that same response;
 //   ListWorkers: one WorkerInfo {worker "w0", endpoint tcp://127.0.0.1:PORT,
 //                state CONNECTING, no mediums, zero counters, last_seq -1,
@@ -355,12 +357,14 @@ class ClientIndexServerTest : public ClientServerTest {
     ASSERT_NE(server_, nullptr);
   }
 
+  // `listed`: the request asked for w0 (all_workers or a filter).
   static void ExpectNothingHeld(const v1::RouteResponse& r,
-                                uint64_t prompt_blocks) {
+                                uint64_t prompt_blocks, bool listed) {
     EXPECT_EQ(r.best_worker(), "");
     EXPECT_EQ(r.prompt_blocks(), prompt_blocks);
     EXPECT_EQ(r.block_size(), 16u);
-    ASSERT_EQ(r.workers_size(), 1);
+    ASSERT_EQ(r.workers_size(), listed ? 1 : 0);
+    if (!listed) return;
     const v1::WorkerMatch& w = r.workers(0);
     EXPECT_EQ(w.worker(), "w0");
     EXPECT_EQ(w.matched_blocks(), 0u);
@@ -376,7 +380,12 @@ TEST_F(ClientIndexServerTest, RouteAnswersForTheConnectingWorker) {
   auto client = Connect();
   auto r = client->Route(Tokens(1, 64));
   ASSERT_TRUE(r.ok()) << r.status();
-  ExpectNothingHeld(*r, 4);
+  ExpectNothingHeld(*r, 4, false);
+  RouteOptions all;
+  all.all_workers = true;
+  r = client->Route(Tokens(1, 64), all);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectNothingHeld(*r, 4, true);
   RouteOptions options;
   options.lora_name = "sql-adapter";
   options.cache_salt = "salt";
@@ -384,7 +393,7 @@ TEST_F(ClientIndexServerTest, RouteAnswersForTheConnectingWorker) {
   auto unix_client = Connect({}, /*unix_socket=*/true);
   r = unix_client->Route(Tokens(1, 40), options);
   ASSERT_TRUE(r.ok()) << r.status();
-  ExpectNothingHeld(*r, 2);
+  ExpectNothingHeld(*r, 2, true);
 }
 
 TEST_F(ClientIndexServerTest, RouteBatchAnswersEveryItem) {
@@ -393,14 +402,15 @@ TEST_F(ClientIndexServerTest, RouteBatchAnswersEveryItem) {
   *batch.add_requests() = RouteRequestFor(Tokens(1, 32));
   RouteOptions lora;
   lora.lora_id = 3;
+  lora.all_workers = true;
   *batch.add_requests() = RouteRequestFor(Tokens(1, 16), lora);
   auto r = client->RouteBatch(batch);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->responses_size(), 2);
   EXPECT_EQ(r->responses(0).code(), 0) << r->responses(0).message();
-  ExpectNothingHeld(r->responses(0).response(), 2);
+  ExpectNothingHeld(r->responses(0).response(), 2, false);
   EXPECT_EQ(r->responses(1).code(), 0) << r->responses(1).message();
-  ExpectNothingHeld(r->responses(1).response(), 1);
+  ExpectNothingHeld(r->responses(1).response(), 1, true);
 }
 
 // A Route's per-block extra keys: bad ones are INVALID_ARGUMENT naming the
@@ -425,7 +435,7 @@ TEST_F(ClientIndexServerTest, RouteBlockExtraKeysAreCheckedAndNamed) {
   ok.block_extra_keys = {keys(1, {image}), keys(0, {salt})};
   auto r = client->Route(Tokens(1, 64), ok);
   ASSERT_TRUE(r.ok()) << r.status();
-  ExpectNothingHeld(*r, 4);
+  ExpectNothingHeld(*r, 4, false);
 
   const std::vector<std::pair<std::vector<v1::BlockExtraKeys>, std::string>>
       bad = {

@@ -1,14 +1,16 @@
 // What one Route or RouteBatch may cost (server/route_limits.h), over a
 // real channel to an in-process server whose fleet index holds many
 // workers: an answer past limits.max_message_size is refused as soon as
-// the batch gets there (its remaining items are not routed), and a
-// `workers` filter past its bounds is refused before any routing.
+// the batch gets there (its remaining items are not routed), a `workers`
+// filter past its bounds is refused before any routing, and an answer lists
+// only the workers with a match unless the caller asks for the others.
 #include "server/route_limits.h"
 
 #include <grpcpp/grpcpp.h>
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -164,6 +166,71 @@ TEST_F(RouteLimitsTest, WorkersFiltersPastTheirBoundsAreRefused) {
   ctx = TestServer::Context();
   ASSERT_TRUE(stub_->Route(ctx.get(), two, &resp).ok());
   EXPECT_EQ(resp.workers_size(), 2);
+}
+
+// Of 200 workers two hold a prompt: the answer lists those two (Route and
+// RouteBatch alike), all_workers lists all 200, and a `workers` filter
+// every named worker that exists, matched or not.
+TEST_F(RouteLimitsTest, AnswersListOnlyTheWorkersWithAMatchUnlessAsked) {
+  KvIndex* index = server_.server().index();
+  const std::vector<uint32_t> rare = {9, 10, 11, 12, 13, 14, 15, 16};
+  for (const auto& [name, blocks] : std::vector<std::pair<std::string, int>>{
+           {"worker-5", 1}, {"worker-17", 2}}) {
+    BlockStoredEvent ev;
+    ev.block_hashes = {101, 102};
+    ev.block_hashes.resize(static_cast<size_t>(blocks));
+    ev.token_ids.assign(rare.begin(), rare.begin() + blocks * kBlockSize);
+    ev.block_size = kBlockSize;
+    ev.chain_blocks = blocks;
+    KvEventBatch batch;
+    batch.events.push_back(ev);
+    index->Apply(index->AddWorker(name, "test"), batch, 1, absl::Now());
+  }
+  v1::RouteRequest req;
+  for (uint32_t t : rare) req.add_tokens(t);
+  auto listed = [](const v1::RouteResponse& r) {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    for (const v1::WorkerMatch& w : r.workers())
+      out.emplace_back(w.worker(), w.matched_blocks());
+    return out;
+  };
+  using Listed = std::vector<std::pair<std::string, uint64_t>>;
+
+  v1::RouteResponse resp;
+  auto ctx = TestServer::Context();
+  ASSERT_TRUE(stub_->Route(ctx.get(), req, &resp).ok());
+  EXPECT_EQ(listed(resp), (Listed{{"worker-17", 2}, {"worker-5", 1}}));
+  EXPECT_EQ(resp.best_worker(), "worker-17");
+  EXPECT_EQ(resp.prompt_blocks(), 2u);
+
+  v1::RouteBatchRequest batch;
+  *batch.add_requests() = req;
+  v1::RouteBatchResponse batch_resp;
+  ctx = TestServer::Context();
+  ASSERT_TRUE(stub_->RouteBatch(ctx.get(), batch, &batch_resp).ok());
+  ASSERT_EQ(batch_resp.responses_size(), 1);
+  EXPECT_EQ(listed(batch_resp.responses(0).response()),
+            (Listed{{"worker-17", 2}, {"worker-5", 1}}));
+
+  v1::RouteRequest all = req;
+  all.set_all_workers(true);
+  ctx = TestServer::Context();
+  ASSERT_TRUE(stub_->Route(ctx.get(), all, &resp).ok());
+  ASSERT_EQ(resp.workers_size(), kWorkers);
+  EXPECT_EQ(resp.workers(0).worker(), "worker-17");
+  EXPECT_EQ(resp.workers(1).worker(), "worker-5");
+  EXPECT_EQ(resp.workers(2).worker(), "worker-0");  // then by name, with 0
+  EXPECT_EQ(resp.workers(2).matched_blocks(), 0u);
+  EXPECT_EQ(resp.best_worker(), "worker-17");
+
+  v1::RouteRequest named = req;
+  named.add_workers("worker-3");
+  named.add_workers("worker-5");
+  named.add_workers("no-such-worker");
+  ctx = TestServer::Context();
+  ASSERT_TRUE(stub_->Route(ctx.get(), named, &resp).ok());
+  EXPECT_EQ(listed(resp), (Listed{{"worker-5", 1}, {"worker-3", 0}}));
+  EXPECT_EQ(resp.best_worker(), "worker-5");
 }
 
 }  // namespace

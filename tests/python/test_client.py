@@ -391,31 +391,39 @@ class IndexTest(unittest.TestCase):
         self.addCleanup(c.close)
         return c
 
-    def assert_nothing_held(self, r, prompt_blocks):
+    def assert_nothing_held(self, r, prompt_blocks, listed):
+        """`listed`: the call asked for w0 (all_workers or workers=["w0"]);
+        otherwise the answer lists no worker, as none matched."""
         self.assertIsInstance(r, prefixd.RouteResult)
         self.assertEqual((r.best_worker, r.best), ("", None))
         self.assertEqual((r.prompt_blocks, r.block_size), (prompt_blocks, BLOCK))
-        self.assertEqual(r.workers, [prefixd.WorkerMatch(
+        want = [prefixd.WorkerMatch(
             worker="w0", matched_blocks=0, mediums={}, state=prefixd.WorkerState.CONNECTING,
             last_seq=-1,
-            lag_ms=r.workers[0].lag_ms if r.workers else 0)])
+            lag_ms=r.workers[0].lag_ms if r.workers else 0)] if listed else []
+        self.assertEqual(r.workers, want)
 
     def test_route_answers_for_the_connecting_worker(self):
         for target in (self.daemon.tcp, self.daemon.unix):
             c = self.client(target)
-            self.assert_nothing_held(c.route(tokens(0, 4)), 4)
+            self.assert_nothing_held(c.route(tokens(0, 4)), 4, listed=False)
+            self.assert_nothing_held(c.route(tokens(0, 4), all_workers=True), 4, listed=True)
         c = self.client()
         self.assert_nothing_held(c.route(tokens(0, 2) + [7] * 5, lora_name="sql-adapter",
-                                         cache_salt="salt", workers=["w0"]), 2)
-        self.assert_nothing_held(c.route(tokens(0, 1), lora_id=3), 1)
+                                         cache_salt="salt", workers=["w0"]), 2, listed=True)
+        self.assert_nothing_held(c.route(tokens(0, 1), lora_id=3), 1, listed=False)
 
     def test_route_batch_answers_every_item(self):
         c = self.client()
-        got = c.route_batch([tokens(0, 2), prefixd.RouteQuery(tokens(0, 3), workers=["w0"])],
+        got = c.route_batch([tokens(0, 2), prefixd.RouteQuery(tokens(0, 3), workers=["w0"]),
+                             prefixd.RouteQuery(tokens(0, 1), all_workers=True)],
                             cache_salt="salt")
-        self.assertEqual(len(got), 2)
-        self.assert_nothing_held(got[0], 2)
-        self.assert_nothing_held(got[1], 3)
+        self.assertEqual(len(got), 3)
+        self.assert_nothing_held(got[0], 2, listed=False)
+        self.assert_nothing_held(got[1], 3, listed=True)
+        self.assert_nothing_held(got[2], 1, listed=True)
+        got = c.route_batch([tokens(0, 2)], all_workers=True)
+        self.assert_nothing_held(got[0], 2, listed=True)
 
     def test_list_workers_shows_the_source(self):
         r = self.client().list_workers()
@@ -597,9 +605,11 @@ class IndexFakeTest(unittest.TestCase):
 
     def test_route_defaults_send_no_namespace_and_every_worker(self):
         self.c.route([5])
-        (sent,) = self.servicer.requests
-        self.assertEqual((sent.lora_name, sent.lora_id, sent.cache_salt, list(sent.workers)),
-                         ("", 0, "", []))
+        self.c.route([5], all_workers=True)
+        sent, all_workers = self.servicer.requests
+        self.assertEqual((sent.lora_name, sent.lora_id, sent.cache_salt, list(sent.workers),
+                          sent.all_workers), ("", 0, "", [], False))
+        self.assertTrue(all_workers.all_workers)
         with self.assertRaises(TypeError):  # a lone name, not a list of them
             self.c.route([5], workers="vllm-1")
         with self.assertRaises(OverflowError):

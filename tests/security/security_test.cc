@@ -982,7 +982,11 @@ TEST_P(SecurityTest, IndexNamespacesWithSeparatorsStayApart) {
   crafted.cache_salt = "salt-a2";
   ASSERT_OK_AND_MOVE(got, app_a->Route(p, crafted));
   EXPECT_EQ(got.best_worker(), "");
-  EXPECT_EQ(got.workers(0).matched_blocks(), 0u);
+  EXPECT_EQ(got.workers_size(), 0);  // only workers with a match are listed
+  crafted.all_workers = true;
+  ASSERT_OK_AND_MOVE(all, app_a->Route(p, crafted));
+  ASSERT_EQ(all.workers_size(), 1);
+  EXPECT_EQ(all.workers(0).matched_blocks(), 0u);
 }
 
 TEST(IndexAuthConfig, CacheSaltsAreForTenantPrincipalsOnly) {

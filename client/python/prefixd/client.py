@@ -385,7 +385,9 @@ class WorkerMatch:
 
 @dataclass
 class RouteResult:
-    workers: List[WorkerMatch]  # most matched_blocks first, then by name
+    # Most matched_blocks first, then by name: those with a matched block
+    # (every worker with all_workers, the named ones with a workers filter).
+    workers: List[WorkerMatch]
     best_worker: str            # the first LIVE worker holding block 0; "" if none
     prompt_blocks: int          # whole blocks in the prompt
     block_size: int
@@ -408,6 +410,7 @@ class RouteQuery:
     cache_salt: Optional[str] = None
     workers: Optional[Sequence[str]] = None
     block_extra_keys: Optional[ExtraKeys] = None
+    all_workers: bool = False
 
 
 @dataclass
@@ -679,23 +682,27 @@ class Client:
               lora_id: Optional[int] = None, cache_salt: Optional[str] = None,
               workers: Optional[Sequence[str]] = None,
               block_extra_keys: Optional[ExtraKeys] = None,
+              all_workers: bool = False,
               timeout: Optional[float] = None) -> RouteResult:
         """How many leading whole blocks of `tokens` each worker holds, best
         first. The namespace is what the engines mixed into the first block's
-        hash: `lora_name` (wins over `lora_id`), `cache_salt`. `workers`:
-        only these (default: all). `block_extra_keys`: per block index, its
+        hash: `lora_name` (wins over `lora_id`), `cache_salt`. The answer
+        lists the workers with a matched block; `all_workers`: every worker
+        (matched_blocks 0 for the others); `workers`: only these, each listed
+        matched or not. `block_extra_keys`: per block index, its
         keys beyond the tokens in vLLM's typed form, e.g.
         {2: [{"type": "mm", "modality": "image", "hash": "...",
         "block_offset": 5}]}. Unimplemented when the daemon runs no fleet
         index."""
         r = self._call("Route", _route_request(tokens, lora_name, lora_id, cache_salt, workers,
-                                               block_extra_keys),
+                                               block_extra_keys, all_workers),
                        timeout, self._index_stub)
         return _route_result(r)
 
     def route_batch(self, queries: Sequence[Union[RouteQuery, Sequence[int]]], *,
                     lora_name: Optional[str] = None, lora_id: Optional[int] = None,
                     cache_salt: Optional[str] = None, workers: Optional[Sequence[str]] = None,
+                    all_workers: bool = False,
                     timeout: Optional[float] = None) -> List[BatchItem[RouteResult]]:
         """Routes every prompt in one round trip (RouteBatch). An item is a
         RouteQuery (its own options) or a token sequence (this call's
@@ -706,9 +713,10 @@ class Client:
         for q in queries:
             if isinstance(q, RouteQuery):
                 requests.append(_route_request(q.tokens, q.lora_name, q.lora_id, q.cache_salt,
-                                               q.workers, q.block_extra_keys))
+                                               q.workers, q.block_extra_keys, q.all_workers))
             else:
-                requests.append(_route_request(q, lora_name, lora_id, cache_salt, workers))
+                requests.append(_route_request(q, lora_name, lora_id, cache_salt, workers,
+                                               None, all_workers))
         r = self._call("RouteBatch", ipb.RouteBatchRequest(requests=requests), timeout,
                        self._index_stub)
         return [_route_result(i.response) if i.code == 0
@@ -784,12 +792,12 @@ def tokens_le32(tokens: Iterable[int]) -> bytes:
 
 
 def _route_request(tokens, lora_name, lora_id, cache_salt, workers,
-                   block_extra_keys=None) -> ipb.RouteRequest:
+                   block_extra_keys=None, all_workers=False) -> ipb.RouteRequest:
     if isinstance(workers, str):  # a lone name would be split into letters
         raise TypeError("workers is a sequence of worker names, not the string %r" % workers)
     return ipb.RouteRequest(tokens_le32=tokens_le32(tokens), lora_name=lora_name or "",
                             lora_id=lora_id or 0, cache_salt=cache_salt or "",
-                            workers=list(workers or ()),
+                            workers=list(workers or ()), all_workers=bool(all_workers),
                             block_extra_keys=_block_extra_keys(block_extra_keys))
 
 

@@ -454,7 +454,9 @@ class Test(common.Checker):
 
     def answers(self, prompt):
         """What the four front doors answer for `prompt`."""
-        r = self.index.Route(pb.RouteRequest(tokens=prompt), timeout=TIMEOUT)
+        # Every worker, matched or not, as the model lists them.
+        r = self.index.Route(pb.RouteRequest(tokens=prompt, all_workers=True),
+                             timeout=TIMEOUT)
         route = {m.worker: (m.matched_blocks, {x.medium: x.matched_blocks for x in m.mediums})
                  for m in r.workers}
         _, query = self.post("/query", {"model": MODEL, "lora_name": None, "token_ids": prompt,

@@ -681,6 +681,23 @@ TEST(DecodeEventBatchTest, TypedKeysItCannotReadEndTheChain) {
   EXPECT_EQ(Stored(b, 1)->chain_blocks, 0u);
 }
 
+// A block's entry of more than 32 items (a few multimodal inputs, the
+// LoRA, the salt and embeddings are all a block has) ends the chain: each
+// item would cost the decoder about 50 times its bytes.
+TEST(DecodeEventBatchTest, AnEntryOfMoreThan32ItemsEndsTheChain) {
+  for (const size_t items : {size_t{32}, size_t{33}}) {
+    V entry = Arr({});
+    for (size_t i = 0; i < items; ++i) entry.items.push_back(Arr({}));
+    KvEventBatch b;
+    ASSERT_TRUE(
+        Decode(ArrayBatch({StoredWithKeys(3, kNil, Arr({kNil, entry}))}), &b)
+            .ok());
+    ASSERT_NE(Stored(b, 0), nullptr);
+    EXPECT_EQ(Stored(b, 0)->chain_blocks, items == 32 ? 3u : 1u) << items;
+    EXPECT_EQ(Stored(b, 0)->content.keys.size(), items == 32 ? 32u : 0u);
+  }
+}
+
 TEST(DecodeEventBatchTest, NewestFieldsAreReadInBothForms) {
   KvEventBatch b;
   V stored =

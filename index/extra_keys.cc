@@ -21,6 +21,25 @@ using msgpack_view::ToInt64;
 using msgpack_view::TypeName;
 namespace mtype = msgpack::type;
 
+// Items in one block's entry at most: its LoRA, salt and prompt embeddings
+// and the multimodal inputs that overlap it (a block of 16 tokens overlaps
+// a few at most). Each item becomes a ContentKey of about 48 bytes from as
+// little as one payload byte, so a longer entry ends the chain instead of
+// costing the decoder 50 times its size (bench/decode_peak).
+constexpr uint32_t kMaxKeysPerBlock = 32;
+
+// The keys entries[0, n) can give at most, so that ev->content.keys is
+// allocated once rather than grown (a growing vector holds its old and new
+// arrays at once).
+size_t MaxKeys(const object* entries, size_t n) {
+  size_t keys = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (entries[i].type != mtype::ARRAY) continue;
+    keys += std::min(entries[i].via.array.size, kMaxKeysPerBlock);
+  }
+  return keys;
+}
+
 // The msgpack encoding of a value: a legacy key's identity, the same for a
 // raw item and for a typed key's "value".
 std::string Packed(const object& o) {
@@ -232,10 +251,13 @@ bool ReadExtraKeys(const object* extra_keys, BlockStoredEvent* ev) {
   if (extra_keys->type != mtype::ARRAY) return false;
   // Entries past the blocks describe nothing; missing ones are plain.
   const size_t entries = std::min<size_t>(extra_keys->via.array.size, blocks);
+  ev->content.keys.reserve(MaxKeys(extra_keys->via.array.ptr, entries));
   for (size_t i = 0; i < entries; ++i) {
     const object& entry = extra_keys->via.array.ptr[i];
     BlockKeysReader reader(ev, i);
-    bool ok = entry.type == mtype::NIL || entry.type == mtype::ARRAY;
+    bool ok =
+        entry.type == mtype::NIL || (entry.type == mtype::ARRAY &&
+                                     entry.via.array.size <= kMaxKeysPerBlock);
     if (ok && entry.type == mtype::ARRAY) {
       for (uint32_t k = 0; ok && k < entry.via.array.size; ++k) {
         ok = reader.Item(entry.via.array.ptr[k]);

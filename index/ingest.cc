@@ -87,8 +87,10 @@ absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
 }
 
 // A decoded batch's vectors are kept for the next only after a payload of
-// at most this size (a 16 MiB payload decodes to hundreds of MiB).
-constexpr size_t kKeepDecodeCapacityBytes = size_t{1} << 20;
+// at most this size: what a runner keeps between batches, up to about 48
+// times it (index/decode_budget.h; the budget bounds what runners decode
+// at once, not what each keeps). Engines' batches are mostly smaller.
+constexpr size_t kKeepDecodeCapacityBytes = size_t{64} << 10;
 
 // The worker an engine names by its topic: `kv@<worker>@<model>` (llm-d's
 // convention); any other topic names the worker as it is.
@@ -265,6 +267,10 @@ absl::Status ValidateIngestOptions(const IngestOptions& o) {
     if (absl::Status st = CheckEndpoint("index listen", o.listen); !st.ok())
       return st;
   }
+  if (o.decode_budget_bytes <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "index decode_budget ", o.decode_budget_bytes, " must be positive"));
+  }
   if (o.replay_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "index replay_timeout ", absl::FormatDuration(o.replay_timeout),
@@ -278,13 +284,18 @@ absl::Status ValidateIngestOptions(const IngestOptions& o) {
 class Ingest::Runner {
  public:
   // A source.
-  Runner(KvIndex* index, const IngestOptions& options, IndexSource source)
-      : index_(index), options_(options), source_(std::move(source)) {}
+  Runner(KvIndex* index, const IngestOptions& options, DecodeBudget* budget,
+         IndexSource source)
+      : index_(index),
+        options_(options),
+        budget_(budget),
+        source_(std::move(source)) {}
   // The listen socket, already bound.
-  Runner(KvIndex* index, const IngestOptions& options,
+  Runner(KvIndex* index, const IngestOptions& options, DecodeBudget* budget,
          std::unique_ptr<zmq::socket_t> listen, std::string endpoint)
       : index_(index),
         options_(options),
+        budget_(budget),
         listen_(std::move(listen)),
         listen_endpoint_(std::move(endpoint)) {}
   ~Runner() { Stop(); }
@@ -295,6 +306,7 @@ class Ingest::Runner {
   }
   void Stop() {
     stop_ = true;
+    budget_->WakeWaiters();  // a decode waiting for its turn gives up
     if (thread_.joinable()) thread_.join();
   }
   // After Stop: every worker of the source leaves the index.
@@ -627,8 +639,13 @@ class Ingest::Runner {
     }
   }
 
-  // False if the payload did not decode (the stream's workers are cleared).
+  // False if the payload did not decode (the stream's workers are cleared)
+  // or the runner is stopping. Every batch of every path (live, replayed,
+  // listen) is decoded here, within the daemon's decode budget.
   bool DecodeApply(Stream& s, int64_t seq, absl::string_view payload) {
+    const DecodeBudget::Reservation reservation =
+        budget_->Reserve(DecodePeakEstimate(payload.size()), stop_);
+    if (!reservation.held()) return false;  // stopping: nothing changes
     if (absl::Status st = DecodeEventBatch(payload, &batch_); !st.ok()) {
       ClearAll(
           s, ClearReason::kUndecodable,
@@ -683,6 +700,7 @@ class Ingest::Runner {
 
   KvIndex* const index_;
   const IngestOptions& options_;
+  DecodeBudget* const budget_;  // the Ingest's, shared by every runner
   IndexSource source_;
   std::unique_ptr<zmq::socket_t> listen_;
   std::string listen_endpoint_;
@@ -703,6 +721,8 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
   options.sources.clear();
   ingest->options_ = std::move(options);
   ingest->index_ = index;
+  ingest->decode_budget_ =
+      std::make_unique<DecodeBudget>(ingest->options_.decode_budget_bytes);
   const IngestOptions& o = ingest->options_;
   if (!o.listen.empty()) {
     auto sock =
@@ -725,8 +745,9 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
     }
     ingest->listen_endpoint_ = sock->get(zmq::sockopt::last_endpoint);
     MutexLock lock(&ingest->mu_);
-    ingest->listen_runner_ = std::make_unique<Runner>(index, o, std::move(sock),
-                                                      ingest->listen_endpoint_);
+    ingest->listen_runner_ =
+        std::make_unique<Runner>(index, o, ingest->decode_budget_.get(),
+                                 std::move(sock), ingest->listen_endpoint_);
     ingest->listen_runner_->Start();
   }
   for (IndexSource& s : sources) {
@@ -747,7 +768,8 @@ absl::Status Ingest::AddSource(IndexSource source) {
         absl::StrCat("index source name \"", source.name, "\" is in use"));
   }
   const std::string name = source.name;
-  auto runner = std::make_unique<Runner>(index_, options_, std::move(source));
+  auto runner = std::make_unique<Runner>(index_, options_, decode_budget_.get(),
+                                         std::move(source));
   runner->Start();
   runners_.emplace(name, std::move(runner));
   return absl::OkStatus();

@@ -15,10 +15,11 @@
 //
 // Each source runs on its own thread (the listen socket on one more), so a
 // stream's batches are decoded and applied in order, and one slow replay
-// holds up only its own source. On connecting to an engine with a replay
-// endpoint, the stream first replays what the engine still buffers, so an
-// index that starts (or restarts) next to running engines catches up
-// without waiting for their next events.
+// holds up only its own source. What their decoding holds at once is
+// bounded by one budget they share (decode_budget_bytes). On connecting to an
+// engine with a replay endpoint, the stream first replays what the engine still
+// buffers, so an index that starts (or restarts) next to running engines
+// catches up without waiting for their next events.
 //
 // Thread safety: every method may be called from any thread; mu_ guards
 // the set of sources (a source's own thread touches only its streams and
@@ -37,6 +38,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/mutex.h"
+#include "index/decode_budget.h"
 #include "index/kv_index.h"
 
 namespace prefixd {
@@ -77,6 +79,11 @@ struct IngestOptions {
   // (retired, its blocks dropped), else the new topic is not followed.
   size_t max_listen_workers = 1024;
   absl::Duration listen_idle = absl::Minutes(10);
+  // What decoding may hold at once, over every source and the listen
+  // socket (index/decode_budget.h): each decode reserves its payload's
+  // estimated peak first and waits while the others' leave no room. One
+  // payload larger than the budget allows is decoded alone.
+  int64_t decode_budget_bytes = int64_t{512} << 20;
 };
 
 // Checks endpoints and names; the message names the offending value.
@@ -108,6 +115,9 @@ class Ingest {
   void Stop();
   // The bound listen endpoint, with a wildcard port resolved; empty if none.
   const std::string& listen_endpoint() const { return listen_endpoint_; }
+  // What every runner's decoding reserves from (tests read its counters
+  // and may hold some of it).
+  DecodeBudget& decode_budget() { return *decode_budget_; }
 
  private:
   class Runner;
@@ -115,6 +125,7 @@ class Ingest {
 
   IngestOptions options_;  // the runners keep a reference; sources unused
   KvIndex* index_ = nullptr;
+  std::unique_ptr<DecodeBudget> decode_budget_;  // outlives the runners
   std::string listen_endpoint_;
   mutable Mutex mu_;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

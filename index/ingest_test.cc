@@ -19,6 +19,8 @@
 #include "base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/decode_budget.h"
+#include "index/events.h"
 #include "index/fleet_index.h"
 #include "index/wire_names.h"
 #include "index/zmq_wire.h"
@@ -745,6 +747,136 @@ TEST(IngestRuntimeSources, ConcurrentAddAndRemove) {
   EXPECT_EQ(st.workers[1].worker, "w2");
   EXPECT_EQ(Matched(index, {1}, "w2"), 1u);
   EXPECT_EQ((*ingest)->Sources().size(), 2u);
+}
+
+// A batch whose second event is a worst case for the decoder: one
+// BlockStored of group 1 (a group the worker never declared, so its blocks
+// are dropped) with `tokens` token ids of one byte each; its first event
+// stores blocks {1, 2}, which Route then finds.
+std::string GroupOnePayload(size_t tokens) {
+  msgpack::sbuffer buf;
+  msgpack::packer<msgpack::sbuffer> pk(buf);
+  pk.pack_array(2);
+  pk.pack_double(1.0e9);
+  pk.pack_array(2);
+  // StoredPayload's one event, after its batch's headers.
+  msgpack::sbuffer head;
+  msgpack::packer<msgpack::sbuffer> head_pk(head);
+  head_pk.pack_array(2);
+  head_pk.pack_double(1.0e9);
+  head_pk.pack_array(1);
+  const std::string small = StoredPayload({1, 2}, 0);
+  buf.write(small.data() + head.size(), small.size() - head.size());
+  pk.pack_array(10);
+  pk.pack(std::string("BlockStored"));
+  pk.pack_array(1);
+  pk.pack_uint64(7);
+  pk.pack_nil();
+  pk.pack_array(static_cast<uint32_t>(tokens));
+  for (size_t i = 0; i < tokens; ++i) pk.pack_uint32(1);
+  pk.pack_uint64(tokens);
+  pk.pack_nil();
+  pk.pack(std::string("GPU"));
+  pk.pack_nil();
+  pk.pack_nil();
+  pk.pack_int(1);  // group_idx
+  return std::string(buf.data(), buf.size());
+}
+
+TEST(IngestDecodeBudget, GroupOnePayloadDecodes) {
+  KvEventBatch batch;
+  const absl::Status s = DecodeEventBatch(GroupOnePayload(100), &batch);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(batch.events.size(), 2u);
+  EXPECT_EQ(std::get<BlockStoredEvent>(batch.events[0]).block_hashes,
+            (std::vector<EngineHash>{1001, 1002}));
+  EXPECT_EQ(std::get<BlockStoredEvent>(batch.events[1]).token_ids.size(), 100u);
+}
+
+// Sources that each bring a large payload at once decode within the one
+// budget they share: never more than it reserved together, each waiting
+// its turn, and every batch applied. The test holds the whole budget until
+// all of them wait, so that they do (through the catch-up replay, the
+// path a reconnect takes; live and listen batches reserve in the same
+// place).
+TEST(IngestDecodeBudget, SourcesDecodeWithinTheirSharedBudget) {
+  constexpr int kSources = 4;
+  const std::string payload = GroupOnePayload(size_t{1} << 20);
+  const int64_t estimate = DecodePeakEstimate(payload.size());
+  std::vector<std::unique_ptr<Publisher>> pubs;
+  for (int i = 0; i < kSources; ++i) {
+    pubs.push_back(std::make_unique<Publisher>());
+    pubs.back()->Publish(payload, /*drop=*/true);  // in the replay buffer
+  }
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  for (int i = 0; i < kSources; ++i) {
+    o.sources.push_back({absl::StrCat("e", i), pubs[i]->endpoint(),
+                         pubs[i]->replay_endpoint()});
+  }
+  o.poll_interval = absl::Milliseconds(5);
+  o.decode_budget_bytes = estimate + estimate / 2;  // room for one decode
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  DecodeBudget& budget = (*ingest)->decode_budget();
+  const std::atomic<bool> no_stop{false};
+  DecodeBudget::Reservation all =
+      budget.Reserve(o.decode_budget_bytes, no_stop);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (budget.waiting() < kSources && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(budget.waiting(), static_cast<size_t>(kSources))
+      << "the sources decoded without waiting for the budget";
+  EXPECT_EQ(index.Stats().workers.size(), static_cast<size_t>(kSources));
+  for (const auto& w : index.Stats().workers) EXPECT_EQ(w.last_seq, -1);
+  all.Release();
+  ASSERT_TRUE(WaitFor(index, [](const IndexStats& st) {
+    int applied = 0;
+    for (const auto& w : st.workers) applied += w.last_seq == 0;
+    return applied == kSources;
+  }));
+  for (int i = 0; i < kSources; ++i) {
+    EXPECT_EQ(Matched(index, {1, 2}, absl::StrCat("e", i)), 2u) << i;
+  }
+  EXPECT_EQ(budget.waits(), static_cast<uint64_t>(kSources));
+  EXPECT_LE(budget.peak_reserved_bytes(), o.decode_budget_bytes);
+  EXPECT_EQ(budget.reserved_bytes(), 0);
+}
+
+// A source waiting for the budget stops when removed, and so does the
+// whole ingest, without the budget ever coming free.
+TEST(IngestDecodeBudget, StopEndsADecodeWaitingForTheBudget) {
+  Publisher a, b;
+  a.Publish(StoredPayload({1}, 0), /*drop=*/true);
+  b.Publish(StoredPayload({1}, 0), /*drop=*/true);
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  IngestOptions o;
+  o.sources.push_back({"a", a.endpoint(), a.replay_endpoint()});
+  o.sources.push_back({"b", b.endpoint(), b.replay_endpoint()});
+  o.poll_interval = absl::Milliseconds(5);
+  auto ingest = Ingest::Start(&index, o);
+  ASSERT_TRUE(ingest.ok()) << ingest.status();
+  DecodeBudget& budget = (*ingest)->decode_budget();
+  const std::atomic<bool> no_stop{false};
+  DecodeBudget::Reservation all =
+      budget.Reserve(o.decode_budget_bytes, no_stop);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (budget.waiting() < 2 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_EQ(budget.waiting(), 2u);
+  EXPECT_TRUE((*ingest)->RemoveSource("a").ok());
+  EXPECT_EQ(budget.waiting(), 1u);
+  (*ingest)->Stop();
+  EXPECT_EQ(budget.waiting(), 0u);
+  EXPECT_EQ(budget.reserved_bytes(), o.decode_budget_bytes);  // only ours
+  EXPECT_EQ(Matched(index, {1}, "b"), 0u);
+}
+
+TEST(IngestOptions, ADecodeBudgetMustBePositive) {
+  IngestOptions o;
+  o.decode_budget_bytes = 0;
+  EXPECT_THAT(ValidateIngestOptions(o).message(),
+              HasSubstr("index decode_budget 0 must be positive"));
 }
 
 }  // namespace

@@ -518,6 +518,15 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   ASSIGN_OR_RETURN(
       in.replay_timeout,
       ParsePositiveDuration("index.replay_timeout", ic.replay_timeout()));
+  ASSIGN_OR_RETURN(const uint64_t decode_budget,
+                   ParseBytesField("index.decode_budget", ic.decode_budget()));
+  if (decode_budget < (uint64_t{1} << 20) ||
+      decode_budget > (uint64_t{1} << 50)) {
+    return Invalid(
+        "index.decode_budget",
+        absl::StrCat(decode_budget, " bytes is not between 1 MiB and 1 PiB"));
+  }
+  in.decode_budget_bytes = static_cast<int64_t>(decode_budget);
   for (const v1::IndexSourceConfig& sc : ic.sources()) {
     IndexSource s;
     s.name = sc.name();
@@ -679,6 +688,8 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
     config->mutable_index()->set_state_dir(*flags.index_state_dir);
   if (flags.index_block_size)
     config->mutable_index()->set_block_size(*flags.index_block_size);
+  if (flags.index_decode_budget)
+    config->mutable_index()->set_decode_budget(*flags.index_decode_budget);
   if (flags.eviction_policy) {
     // ParseCommandLine stored the enum's name.
     v1::EvictionPolicy policy = v1::LRU;
@@ -744,6 +755,7 @@ void FillDefaults(v1::Config* c) {
     index->set_max_entries(defaults::kIndexMaxEntries);
   fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
   fill(index->mutable_hash_profile(), defaults::kIndexHashProfile);
+  fill(index->mutable_decode_budget(), defaults::kIndexDecodeBudget);
   v1::EventsPublishConfig* publish = c->mutable_events_publish();
   if (publish->buffer_batches() == 0) {
     publish->set_buffer_batches(defaults::kEventsPublishBufferBatches);

@@ -409,6 +409,31 @@ TEST(ConfigTest, IndexHashProfile) {
   EXPECT_THAT(c.status().message(), HasSubstr("index.hash_seed: 7"));
 }
 
+TEST(ConfigTest, IndexDecodeBudget) {
+  absl::StatusOr<ServerConfig> c =
+      FromText(R"pb(index { listen: "tcp://127.0.0.1:0" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ingest.decode_budget_bytes, int64_t{512} << 20);
+
+  c = FromText(R"pb(index { decode_budget: "2GiB" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ingest.decode_budget_bytes, int64_t{2} << 30);
+
+  c = FromText(R"pb(index { decode_budget: "1KiB" })pb");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.decode_budget: 1024 bytes is not between 1 "
+                        "MiB and 1 PiB"));
+  c = FromText(R"pb(index { decode_budget: "lots" })pb");
+  EXPECT_THAT(c.status().message(), HasSubstr("index.decode_budget"));
+
+  CommandLine flags;
+  flags.index_decode_budget = "64MiB";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ingest.decode_budget_bytes, int64_t{64} << 20);
+}
+
 // The Conductor API: on by http_listen alone (the index with it), loopback
 // only with auth off; sources carry a registration's labels.
 TEST(ConfigTest, IndexHttpListenAndSourceLabels) {

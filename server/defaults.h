@@ -41,6 +41,7 @@ inline constexpr uint32_t kIndexBlockSize = 16;
 inline constexpr uint64_t kIndexMaxEntries = 50000000;
 inline constexpr char kIndexReplayTimeout[] = "2s";
 inline constexpr char kIndexHashProfile[] = "conductor";
+inline constexpr char kIndexDecodeBudget[] = "512MiB";
 // events_publish: vLLM's default replay buffer (buffer_steps).
 inline constexpr uint32_t kEventsPublishBufferBatches = 10000;
 // ... and what it keeps and queues per peer in bytes, and how long a peer

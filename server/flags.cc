@@ -83,6 +83,12 @@ const std::vector<FlagSpec>& Flags() {
        "Fleet index: the engines' block size (events of another size put "
        "the worker in ERROR).",
        "16"},
+      {"index_decode_budget", "SIZE",
+       "Fleet index: memory that decoding KV events may hold at once, over "
+       "all sources (a payload decodes to up to 72 times its size; one "
+       "larger than the budget decodes alone). Overrides index { "
+       "decode_budget } of the config file.",
+       defaults::kIndexDecodeBudget},
       {"events_publish", "ENDPOINT[,REPLAY]",
        "Publish this daemon's own cache changes as vLLM KV events, for a "
        "prefixd index, llm-d or Dynamo: the PUB endpoint (tcp://*:5557 "
@@ -201,6 +207,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(
   SetString(flags, "index_listen", &cl.index_listen);
   SetString(flags, "index_http_listen", &cl.index_http_listen);
   SetString(flags, "index_state_dir", &cl.index_state_dir);
+  SetString(flags, "index_decode_budget", &cl.index_decode_budget);
   SetString(flags, "events_publish", &cl.events_publish);
   for (const auto& [name, field] :
        {std::pair{"block_size", &cl.block_size},

@@ -36,6 +36,7 @@ struct CommandLine {
   std::optional<std::string> index_http_listen;  // the Conductor API
   std::optional<std::string> index_state_dir;
   std::optional<uint32_t> index_block_size;
+  std::optional<std::string> index_decode_budget;  // bytes with units
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar
   // publishes too"); replaces the file's endpoints.
   std::optional<std::string> events_publish;

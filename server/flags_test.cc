@@ -59,6 +59,10 @@ TEST(FlagsTest, IndexSourcesRepeatAndOtherFlagsTakeTheLastValue) {
               HasSubstr("--index_source=tcp://h:1: want NAME=ENDPOINT"));
   EXPECT_THAT(Parse({"--index_block_size=x"}).status().message(),
               HasSubstr("--index_block_size=x: want a positive integer"));
+  cl = Parse({"--index_decode_budget=64MiB"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->index_decode_budget, "64MiB");
+  EXPECT_THAT(CommandLineHelp(), HasSubstr("--index_decode_budget=SIZE"));
 }
 
 TEST(FlagsTest, CheckConfigNamesTheFileOnce) {

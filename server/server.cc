@@ -258,8 +258,9 @@ std::string IndexBanner(const Server& server) {
   const IngestOptions& in = c.ingest;
   std::string out =
       absl::StrCat("  index        block size ", c.index.block_size, ", max ",
-                   FormatCount(c.index.max_entries),
-                   " entries, services prefixd.v1.PrefixIndex and "
+                   FormatCount(c.index.max_entries), " entries, decode budget ",
+                   FormatBytes(static_cast<uint64_t>(in.decode_budget_bytes)),
+                   ", services prefixd.v1.PrefixIndex and "
                    "kv_indexer.v1.KVIndexer\n");
   for (const IndexSource& src : in.sources) {
     std::string replay =

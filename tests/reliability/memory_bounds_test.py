@@ -30,8 +30,13 @@ config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
   events_publish.stall_timeout; replay requesters that never read hold
   references to the replay buffer's batches, not copies; the buffer keeps
   at most events_publish.buffer_bytes.
+- fleet index decoding: 8 sources each sending payloads near the 16 MiB
+  message cap (16 M one-byte token ids in a group-1 event) decode one at
+  a time within index.decode_budget, not all at once.
 
 Usage: memory_bounds_test.py --prefixd PATH [--stubs DIR]
+           [--decode_budget SIZE]  (the index's, for DecodeMemoryTest; 1PiB
+                                    turns it off, to measure without it)
 """
 
 import concurrent.futures
@@ -51,7 +56,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
                                 "python"))
 import common  # noqa: E402  (tests/python/common.py)
 
-ARGS = common.setup(__doc__)
+ARGS = common.setup(__doc__, lambda ap: ap.add_argument(
+    "--decode_budget", default="", help="index.decode_budget for DecodeMemoryTest"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import load  # noqa: E402
@@ -490,6 +496,99 @@ class ListenerMemoryTest(unittest.TestCase):
                               daemon.logs())
                 self.assertLess(rss, 128 * MIB)
                 daemon.stop()
+
+
+class DecodeMemoryTest(unittest.TestCase):
+    """What sources sending the largest payloads cost the index's decoding."""
+
+    SOURCES = 8
+    ROUNDS = 3
+
+    @staticmethod
+    def payload(tokens):
+        """[ts, [a BlockStored of block 1001 (tokens 1..16), a BlockStored of
+        group 1 (never declared: dropped after decoding) with `tokens` token
+        ids of one byte each]], packed by hand: a list of 16 M ints would
+        take the test longer than the daemon."""
+        import msgpack
+        small = ["BlockStored", [1001], None, list(range(1, 17)), 16, None, "GPU"]
+        return b"".join([
+            b"\x92", msgpack.packb(1.7e9), b"\x92", msgpack.packb(small),
+            b"\x9a", msgpack.packb("BlockStored"), msgpack.packb([7]), msgpack.packb(None),
+            b"\xdd", struct.pack(">I", tokens), b"\x01" * tokens,
+            msgpack.packb(tokens), msgpack.packb(None), msgpack.packb("GPU"),
+            msgpack.packb(None), msgpack.packb(None), msgpack.packb(1)])
+
+    def applied(self, index, seq):
+        workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        return len(workers) == self.SOURCES and all(w.last_seq >= seq for w in workers)
+
+    def test_sources_decoding_the_largest_payloads_share_one_budget(self):
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        ctx = zmq.Context()
+        self.addCleanup(ctx.destroy, 0)
+        pubs = []
+        for _ in range(self.SOURCES):
+            pub = ctx.socket(zmq.PUB)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind("tcp://127.0.0.1:*")
+            self.addCleanup(pub.close)
+            pubs.append(pub)
+        config = "index {\n%s%s}\n" % (
+            "".join('  sources { name: "s%d" endpoint: "%s" }\n'
+                    % (i, p.getsockopt(zmq.LAST_ENDPOINT).decode()) for i, p in enumerate(pubs)),
+            '  decode_budget: "%s"\n' % ARGS.decode_budget if ARGS.decode_budget else "")
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False)
+        self.addCleanup(daemon.close)
+        daemon.start()
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        index = ipb_grpc.PrefixIndexStub(ch)
+        small = self.payload(16)
+        deadline = time.monotonic() + 30  # until every SUB has subscribed
+        while time.monotonic() < deadline and not self.applied(index, 0):
+            for p in pubs:
+                p.send_multipart([b"", (0).to_bytes(8, "big"), small])
+            time.sleep(0.05)
+        self.assertTrue(self.applied(index, 0))
+        big = self.payload(16 * 1024 * 1024 - 1024)
+        before = rss_kib(daemon.proc.pid)
+        start = time.monotonic()
+        # One payload per source at a time: the daemon's ZeroMQ queues hold
+        # at most one each (those are bounded by messages, not by bytes).
+        for seq in range(1, self.ROUNDS + 1):
+            for p in pubs:
+                p.send_multipart([b"", seq.to_bytes(8, "big"), big])
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not self.applied(index, seq):
+                time.sleep(0.05)
+            self.assertTrue(self.applied(index, seq), "round %d was not applied" % seq)
+        peak = hwm_kib(daemon.proc.pid)
+        print("%d sources x %d payloads of %d bytes: RSS %d KiB before, peak %d KiB "
+              "(+%d KiB), %.1f s" % (self.SOURCES, self.ROUNDS, len(big), before, peak,
+                                     peak - before, time.monotonic() - start))
+        for w in index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers:
+            self.assertEqual(w.last_seq, self.ROUNDS)
+            self.assertEqual(w.state, ipb.LIVE, w.state_detail)
+        route = index.Route(ipb.RouteRequest(tokens=range(1, 17)), timeout=10)
+        self.assertEqual(sorted((w.worker, w.matched_blocks) for w in route.workers),
+                         [("s%d" % i, 1) for i in range(self.SOURCES)])
+        # One decode at a time (each reserves 72 x 16 MiB, more than the
+        # 512 MiB budget): its peak (28 x the payload, 448 MiB) and the
+        # payloads waiting in the sockets' queues.
+        self.assertLess(peak - before, 768 * MIB,
+                        "decoding %d sources' payloads grew RSS by %d KiB"
+                        % (self.SOURCES, peak - before))
+
+
+def hwm_kib(pid):
+    """The process's peak RSS (VmHWM), KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM for pid %d" % pid)
 
 
 def scrape_value(daemon, family):

@@ -30,13 +30,11 @@ Prints one line per check and "N passed, M failed"; exit 1 on a failure,
 77 (skipped) without --prefixd.
 """
 
-import ctypes
 import hashlib
 import http.client
 import json
 import os
 import shutil
-import struct
 import tempfile
 import sys
 import time
@@ -56,6 +54,7 @@ import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_index_pb2_grpc as pb_grpc  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
 
 BS = 16
 DEADLINE_S = 20
@@ -63,24 +62,12 @@ TOKENS = {"engine": "engine-token-1", "admin": "admin-token-1", "acme": "acme-to
 
 # ---- the Conductor's hash profile, independently (libxxhash via ctypes) ----
 
-_XXH = ctypes.CDLL("libxxhash.so.0")
-_XXH.XXH64.restype = ctypes.c_uint64
-_XXH.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
-
-
-def xxh64(data):
-    return _XXH.XXH64(data, len(data), 0)
+xxh64 = upstream.xxh64
 
 
 def conductor_hashes(tokens, salt=""):
     """The rolling hashes of the whole blocks of `tokens`."""
-    parent = xxh64(salt.encode())
-    out = []
-    for i in range(len(tokens) // BS):
-        block = tokens[i * BS:(i + 1) * BS]
-        parent = xxh64(struct.pack("<Q", parent) + struct.pack("<%di" % BS, *block))
-        out.append(parent)
-    return out
+    return upstream.conductor_hashes(tokens, BS, salt)
 
 
 CONFIG = """

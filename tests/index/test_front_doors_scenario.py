@@ -48,7 +48,6 @@ Prints one line per check and "N passed, M failed"; exit 1 on a failure, 77
 """
 
 import collections
-import ctypes
 import hashlib
 import http.client
 import json
@@ -71,21 +70,15 @@ if not ARGS.prefixd:
 
 import grpc  # noqa: E402
 import zmq  # noqa: E402
-from grpc_tools import protoc  # noqa: E402
 
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_index_pb2_grpc as pb_grpc  # noqa: E402
 
-PROTO_ROOT = os.path.join(common.REPO, "proto")
-GEN = tempfile.mkdtemp(prefix="kv-indexer-stubs-")
-if protoc.main(["protoc", "-I" + PROTO_ROOT, "--python_out=" + GEN, "--grpc_python_out=" + GEN,
-                os.path.join(PROTO_ROOT, "kv_indexer", "v1", "kv_indexer.proto")]) != 0:
-    sys.exit("protoc failed on kv_indexer.proto")
-sys.path.insert(0, GEN)
-from kv_indexer.v1 import kv_indexer_pb2 as kv  # noqa: E402
-from kv_indexer.v1 import kv_indexer_pb2_grpc as kv_grpc  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
+
+kv, kv_grpc = upstream.kv_indexer_stubs()
 
 BS = 4
 MODEL = "deepseek"
@@ -94,25 +87,10 @@ TIMEOUT = 10
 
 # ---- hashes, independently of prefixd ----
 
-_XXH = ctypes.CDLL("libxxhash.so.0")
-_XXH.XXH64.restype = ctypes.c_uint64
-_XXH.XXH64.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
-
-
-def xxh64(data):
-    return _XXH.XXH64(data, len(data), 0)
-
-
 def conductor_hashes(tokens):
     """The Conductor's rolling hashes of the whole blocks of `tokens` (no
-    salt): XXH64(parent as 8 bytes LE || tokens as int32 LE), seed 0."""
-    parent = xxh64(b"")
-    out = []
-    for i in range(len(tokens) // BS):
-        parent = xxh64(struct.pack("<Q", parent)
-                       + struct.pack("<%di" % BS, *tokens[i * BS:(i + 1) * BS]))
-        out.append(parent)
-    return out
+    salt)."""
+    return upstream.conductor_hashes(tokens, BS)
 
 
 def _digest(family, chain):
@@ -647,7 +625,6 @@ class Test(common.Checker):
         if self.daemon is not None:
             self.daemon.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
-        shutil.rmtree(GEN, ignore_errors=True)
 
 
 def main():

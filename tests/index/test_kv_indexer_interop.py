@@ -21,9 +21,7 @@ Exit 77 (skipped) without --prefixd.
 
 import hashlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 import unittest
 import urllib.request
@@ -38,19 +36,13 @@ if not ARGS.prefixd:
     sys.exit(77)
 
 import grpc  # noqa: E402
-from grpc_tools import protoc  # noqa: E402
 
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kp  # noqa: E402
 
-PROTO_ROOT = os.path.join(common.REPO, "proto")
-GEN = tempfile.mkdtemp(prefix="kv-indexer-stubs-")
-if protoc.main(["protoc", "-I" + PROTO_ROOT, "--python_out=" + GEN, "--grpc_python_out=" + GEN,
-                os.path.join(PROTO_ROOT, "kv_indexer", "v1", "kv_indexer.proto")]) != 0:
-    sys.exit("protoc failed on kv_indexer.proto")
-sys.path.insert(0, GEN)
-from kv_indexer.v1 import kv_indexer_pb2 as kv  # noqa: E402
-from kv_indexer.v1 import kv_indexer_pb2_grpc as kv_grpc  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
+
+kv, kv_grpc = upstream.kv_indexer_stubs()
 
 TIMEOUT = 10
 TOKENS = {"engine": "engine-token-0123", "admin": "admin-token-0123",
@@ -104,7 +96,6 @@ class KvIndexerInterop(unittest.TestCase):
         cls.daemon.stop()
         cls.daemon.close()
         cls.pub.close()
-        shutil.rmtree(GEN, ignore_errors=True)
 
     def call(self, method, request, who="engine"):
         md = [("authorization", "Bearer " + TOKENS[who])] if who else []

@@ -529,6 +529,21 @@ absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers() {
   });
 }
 
+absl::StatusOr<v1::PickResponse> Client::Pick(absl::Span<const uint32_t> tokens,
+                                              const PickOptions& options) {
+  const v1::PickRequest request = PickRequestFor(tokens, options);
+  return core_->Unary<v1::PickResponse>([&](auto* ctx, auto* resp) {
+    return core_->index_stub()->Pick(ctx, request, resp);
+  });
+}
+
+absl::StatusOr<v1::PickBatchResponse> Client::PickBatch(
+    const v1::PickBatchRequest& request) {
+  return core_->Unary<v1::PickBatchResponse>([&](auto* ctx, auto* resp) {
+    return core_->index_stub()->PickBatch(ctx, request, resp);
+  });
+}
+
 absl::StatusOr<HealthStatus> Client::Health(const std::string& service) {
   std::unique_ptr<grpc::ClientContext> ctx =
       core_->NewContext(core_->options().deadline);
@@ -579,6 +594,20 @@ v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
   request.mutable_block_extra_keys()->Add(options.block_extra_keys.begin(),
                                           options.block_extra_keys.end());
   request.set_all_workers(options.all_workers);
+  return request;
+}
+
+v1::PickRequest PickRequestFor(absl::Span<const uint32_t> tokens,
+                               const PickOptions& options) {
+  v1::PickRequest request;
+  RouteOptions prompt = options.prompt;
+  prompt.workers.clear();
+  prompt.all_workers = false;
+  *request.mutable_prompt() = RouteRequestFor(tokens, prompt);
+  request.mutable_candidates()->Add(options.candidates.begin(),
+                                    options.candidates.end());
+  request.mutable_loads()->Add(options.loads.begin(), options.loads.end());
+  request.set_dry_run(options.dry_run);
   return request;
 }
 

@@ -93,6 +93,17 @@ struct RouteOptions {
   std::vector<v1::BlockExtraKeys> block_extra_keys;
 };
 
+// Options of a Pick (the fleet index, docs/index.md "Pick"): the prompt's
+// namespace, who may be chosen and their loads as the router sees them.
+struct PickOptions {
+  RouteOptions prompt;  // its workers and all_workers are not sent
+  // The workers to choose among (empty: every worker of the index).
+  std::vector<std::string> candidates;
+  // Candidates' loads; one without is charged the index's recent picks.
+  std::vector<v1::WorkerLoad> loads;
+  bool dry_run = false;  // rank and choose, record nothing
+};
+
 // grpc.health.v1 serving status, numbered as on the wire.
 enum class HealthStatus : int {
   kUnknown = 0,
@@ -254,6 +265,14 @@ class Client {
       const v1::RouteBatchRequest& request);
   // Every worker the index knows: state, endpoint, blocks, event counters.
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // Which worker should serve the prompt: the candidates ranked by cost,
+  // the cheapest chosen and (unless a dry run) predicted to hold it.
+  absl::StatusOr<v1::PickResponse> Pick(absl::Span<const uint32_t> tokens,
+                                        const PickOptions& options = {});
+  // Many Picks in order in one round trip (build the items with
+  // PickRequestFor); each item has its own code, as RouteBatch's.
+  absl::StatusOr<v1::PickBatchResponse> PickBatch(
+      const v1::PickBatchRequest& request);
 
   // grpc.health.v1.Health/Check; service "" is the whole server.
   absl::StatusOr<HealthStatus> Health(const std::string& service = "");
@@ -293,6 +312,9 @@ std::string TokensLe32(absl::Span<const uint32_t> tokens);
 // RouteBatch items.
 v1::RouteRequest RouteRequestFor(absl::Span<const uint32_t> tokens,
                                  const RouteOptions& options = {});
+// The PickRequest Client::Pick sends, for PickBatch items.
+v1::PickRequest PickRequestFor(absl::Span<const uint32_t> tokens,
+                               const PickOptions& options = {});
 
 }  // namespace prefixd
 

@@ -381,6 +381,35 @@ void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
   t.Print(out);
 }
 
+void PrintPick(const v1::PickResponse& pick, size_t query_tokens,
+               std::ostream& out) {
+  out << "prompt " << Count(pick.prompt_blocks(), "block") << " ("
+      << Count(query_tokens, "token") << ", block_size " << pick.block_size()
+      << ")  "
+      << (pick.decision_id() == 0
+              ? std::string("dry run")
+              : absl::StrCat("decision ", pick.decision_id()))
+      << "  picked " << pick.worker() << "\n";
+  Table t({"WORKER", "COST", "PREFILL", "LOAD", "AFFINITY", "MATCHED",
+           "PREDICTED", "CREDITED", "IN_FLIGHT", "QUEUED", "KV", "LOAD_FROM",
+           "STATE"});
+  for (const v1::PickCandidate& c : pick.ranked()) {
+    t.AddRow({c.worker(), absl::StrFormat("%.1f", c.cost()),
+              absl::StrFormat("%.0f", c.prefill_tokens()),
+              absl::StrFormat("%.1f", c.load_term()),
+              absl::StrFormat("%.1f", c.affinity_term()),
+              absl::StrCat(c.matched_blocks()),
+              absl::StrCat(c.predicted_blocks()),
+              absl::StrFormat("%.2f", c.credited_blocks()),
+              absl::StrCat(c.requests_in_flight()),
+              absl::StrCat(c.queued_prefill_tokens()),
+              absl::StrFormat("%.2f", c.kv_usage()),
+              c.load_from_request() ? "router" : "window",
+              WorkerStateName(c.state())});
+  }
+  t.Print(out);
+}
+
 namespace {
 
 // "instance a  tenant acme  model llama  dp 1 ..." for the labels a

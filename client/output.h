@@ -66,6 +66,9 @@ std::string WorkerStateName(int state);
 // query_tokens: how many tokens were asked for.
 void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
                 std::ostream& out);
+// query_tokens: how many tokens were asked for.
+void PrintPick(const v1::PickResponse& pick, size_t query_tokens,
+               std::ostream& out);
 // `now` dates LAST_EVENT ("1.5s ago").
 void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
                   std::ostream& out);

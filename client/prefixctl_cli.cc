@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -229,6 +230,79 @@ absl::StatusOr<RouteOptions> RouteFlags(const ParsedFlags& flags) {
     }
   }
   options.all_workers = flags.Bool("all_workers");
+  return options;
+}
+
+// A comma-separated list of names (--candidates); empty names refused.
+absl::StatusOr<std::vector<std::string>> NameList(absl::string_view flag,
+                                                  const std::string& list) {
+  std::vector<std::string> names;
+  for (absl::string_view name : absl::StrSplit(list, ',')) {
+    name = absl::StripAsciiWhitespace(name);
+    if (name.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " takes worker names separated by commas; '",
+                       list, "' has an empty name"));
+    }
+    names.emplace_back(name);
+  }
+  return names;
+}
+
+// --loads W=IN_FLIGHT[/QUEUED_TOKENS[/KV_USAGE]],... (the name is what
+// comes before the last '='). The figures go to the daemon as given: it
+// names a bad one.
+absl::StatusOr<std::vector<v1::WorkerLoad>> LoadsFlag(const std::string& list) {
+  std::vector<v1::WorkerLoad> loads;
+  for (absl::string_view item : absl::StrSplit(list, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    const size_t eq = item.rfind('=');
+    const auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--loads: '", item, "' ", why,
+                       "; want WORKER=IN_FLIGHT[/QUEUED_TOKENS[/KV_USAGE]]"));
+    };
+    if (eq == absl::string_view::npos || eq == 0) return bad("names no worker");
+    std::vector<absl::string_view> parts =
+        absl::StrSplit(item.substr(eq + 1), '/');
+    if (parts.size() > 3) return bad("has more than three figures");
+    v1::WorkerLoad load;
+    load.set_worker(std::string(item.substr(0, eq)));
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(parts[0], &n)) return bad("has no IN_FLIGHT count");
+    load.set_requests_in_flight(n);
+    if (parts.size() > 1) {
+      if (!absl::SimpleAtoi(parts[1], &n)) return bad("has no QUEUED_TOKENS");
+      load.set_queued_prefill_tokens(n);
+    }
+    if (parts.size() > 2) {
+      double kv = 0;
+      if (!absl::SimpleAtod(parts[2], &kv)) return bad("has no KV_USAGE");
+      load.set_kv_usage(kv);
+    }
+    loads.push_back(std::move(load));
+  }
+  return loads;
+}
+
+absl::StatusOr<PickOptions> PickFlags(const ParsedFlags& flags) {
+  PickOptions options;
+  absl::StatusOr<RouteOptions> prompt = RouteFlags(flags);
+  if (!prompt.ok()) return prompt.status();
+  options.prompt = *std::move(prompt);
+  if (flags.Has("candidates")) {
+    absl::StatusOr<std::vector<std::string>> names =
+        NameList("candidates", flags.String("candidates"));
+    if (!names.ok()) return names.status();
+    options.candidates = *std::move(names);
+  }
+  if (flags.Has("loads")) {
+    absl::StatusOr<std::vector<v1::WorkerLoad>> loads =
+        LoadsFlag(flags.String("loads"));
+    if (!loads.ok()) return loads.status();
+    options.loads = *std::move(loads);
+  }
+  options.dry_run = flags.Bool("dry_run");
   return options;
 }
 
@@ -505,6 +579,23 @@ int RunRoute(Context& ctx) {
   return kExitOk;
 }
 
+int RunPick(Context& ctx) {
+  absl::StatusOr<std::vector<uint32_t>> tokens = TokensFlag(ctx.flags);
+  if (!tokens.ok())
+    return Usage(ctx, "pick", std::string(tokens.status().message()));
+  absl::StatusOr<PickOptions> options = PickFlags(ctx.flags);
+  if (!options.ok())
+    return Usage(ctx, "pick", std::string(options.status().message()));
+  absl::StatusOr<v1::PickResponse> pick = ctx.client->Pick(*tokens, *options);
+  if (!pick.ok()) return IndexRpcError(ctx, pick.status());
+  if (ctx.json) {
+    ctx.out << ToJson(*pick) << "\n";
+  } else {
+    PrintPick(*pick, tokens->size(), ctx.out);
+  }
+  return kExitOk;
+}
+
 int RunWorkers(Context& ctx) {
   absl::StatusOr<v1::ListWorkersResponse> workers = ctx.client->ListWorkers();
   if (!workers.ok()) return IndexRpcError(ctx, workers.status());
@@ -627,6 +718,30 @@ const std::vector<Command>& Commands() {
         {"all_workers", "",
          "list every worker, also those holding none of the prompt", ""}},
        RunRoute},
+      {"pick",
+       "--tokens LIST [--candidates A,B] [--loads W=N/Q/U,...] [--dry_run] "
+       "[--lora_name X] [--lora_id N] [--cache_salt S]",
+       "fleet index: which worker should serve the prompt, each candidate's "
+       "cost",
+       {kTokens,
+        kTokensFile,
+        {"candidates", "A,B", "the workers to choose among, comma separated",
+         "every worker of the index"},
+        {"loads", "W=N/Q/U,...",
+         "candidates' loads as the router sees them: requests in flight N, "
+         "queued prefill tokens Q, KV-cache usage U (0..1); Q and U optional",
+         "the index's count of its recent picks"},
+        {"dry_run", "",
+         "rank and choose but record nothing (no predicted blocks, no load)",
+         ""},
+        {"lora_name", "NAME",
+         "LoRA adapter the engines hashed the prompt under (wins over "
+         "--lora_id)",
+         ""},
+        {"lora_id", "N", "LoRA adapter by integer ID", "0 (none)"},
+        {"cache_salt", "SALT", "cache salt the engines hashed the prompt with",
+         ""}},
+       RunPick},
       {"workers",
        "",
        "fleet index: each worker's state, endpoint, blocks per medium, "
@@ -662,6 +777,18 @@ holds in each medium (GPU=3,CPU=1), the STATE of its event stream, LAST_SEQ
 the last event batch applied (- for none) and LAG how far behind its engine
 that batch was.
 Needs a daemon that runs the fleet index (docs/index.md).
+)";
+  }
+  if (name == "pick") {
+    return R"(The first line: the prompt's whole blocks, the decision id (0 for a dry
+run) and the chosen worker. Then one row per candidate, cheapest first: COST
+in tokens = PREFILL (the prompt's tokens less CREDITED blocks x block_size)
++ LOAD + AFFINITY (negative for the prompt's affinity worker); MATCHED the
+leading blocks its events report, PREDICTED the further blocks earlier picks
+sent it, IN_FLIGHT, QUEUED and KV the load charged, from --loads ("router")
+or the index's recent picks ("window"), and the STATE of its event stream.
+Unless --dry_run, the chosen worker is then predicted to hold the prompt
+(docs/index.md, "Pick"). Needs a daemon that runs the fleet index.
 )";
   }
   if (name == "workers") {

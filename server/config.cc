@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -487,6 +488,95 @@ absl::Status ResolveIndexHttp(const v1::Config& c, ServerConfig* out) {
   return absl::OkStatus();
 }
 
+// A weight of Pick's cost: finite and >= 0 (and <= `max`, if any).
+absl::Status ReadWeight(absl::string_view field, bool has, double value,
+                        double max, double* out) {
+  if (!has) return absl::OkStatus();
+  if (!(value >= 0 && value <= max)) {  // NaN fails too
+    return Invalid(field, absl::StrCat(value, " is not between 0 and ", max));
+  }
+  *out = value;
+  return absl::OkStatus();
+}
+
+absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
+  constexpr double kHuge = 1e12;
+  RETURN_IF_ERROR(ReadWeight("index.pick.prefill_weight",
+                             pc.has_prefill_weight(), pc.prefill_weight(),
+                             kHuge, &o->prefill_weight));
+  RETURN_IF_ERROR(ReadWeight("index.pick.queued_weight", pc.has_queued_weight(),
+                             pc.queued_weight(), kHuge, &o->queued_weight));
+  RETURN_IF_ERROR(ReadWeight("index.pick.request_tokens",
+                             pc.has_request_tokens(), pc.request_tokens(),
+                             kHuge, &o->request_tokens));
+  RETURN_IF_ERROR(ReadWeight("index.pick.kv_tokens", pc.has_kv_tokens(),
+                             pc.kv_tokens(), kHuge, &o->kv_tokens));
+  RETURN_IF_ERROR(ReadWeight("index.pick.affinity_tokens",
+                             pc.has_affinity_tokens(), pc.affinity_tokens(),
+                             kHuge, &o->affinity_tokens));
+  RETURN_IF_ERROR(ReadWeight("index.pick.other_tier_credit",
+                             pc.has_other_tier_credit(), pc.other_tier_credit(),
+                             1, &o->other_tier_credit));
+  RETURN_IF_ERROR(ReadWeight("index.pick.predicted_credit",
+                             pc.has_predicted_credit(), pc.predicted_credit(),
+                             1, &o->predicted_credit));
+  if (pc.has_affinity_blocks()) {
+    if (pc.affinity_blocks() > (1u << 20)) {
+      return Invalid("index.pick.affinity_blocks",
+                     absl::StrCat(pc.affinity_blocks(), " exceeds ", 1u << 20));
+    }
+    o->affinity_blocks = static_cast<int>(pc.affinity_blocks());
+  }
+  // Sorted, so that the options do not depend on the map's order.
+  std::vector<std::pair<std::string, double>> credits(pc.tier_credits().begin(),
+                                                      pc.tier_credits().end());
+  std::sort(credits.begin(), credits.end());
+  for (const auto& [medium, credit] : credits) {
+    const std::string field = absl::StrCat("index.pick.tier_credits[\"",
+                                           absl::CHexEscape(medium), "\"]");
+    if (medium.empty() || medium.size() > 64 ||
+        medium.find('/') != std::string::npos) {
+      return Invalid(field,
+                     "a medium is a name of 1 to 64 bytes without '/' (GPU, "
+                     "CPU, DISK, ...)");
+    }
+    double value = 0;
+    RETURN_IF_ERROR(ReadWeight(field, true, credit, 1, &value));
+    const std::string upper = absl::AsciiStrToUpper(medium);
+    auto same =
+        std::find_if(o->tier_credits.begin(), o->tier_credits.end(),
+                     [&](const TierCredit& t) { return t.medium == upper; });
+    if (same != o->tier_credits.end()) {
+      same->credit = value;
+    } else {
+      o->tier_credits.push_back({upper, value});
+    }
+  }
+  if (!pc.predicted_ttl().empty()) {
+    ASSIGN_OR_RETURN(
+        o->predicted_ttl,
+        ParsePositiveDuration("index.pick.predicted_ttl", pc.predicted_ttl()));
+  }
+  if (!pc.load_window().empty()) {
+    ASSIGN_OR_RETURN(
+        o->load_window,
+        ParsePositiveDuration("index.pick.load_window", pc.load_window()));
+  }
+  constexpr uint64_t kMaxEntries = uint64_t{1} << 28;
+  if (pc.max_predicted() > kMaxEntries) {
+    return Invalid("index.pick.max_predicted",
+                   absl::StrCat(pc.max_predicted(), " exceeds ", kMaxEntries));
+  }
+  if (pc.max_predicted() > 0) o->max_predicted = pc.max_predicted();
+  if (pc.max_window_picks() > kMaxEntries) {
+    return Invalid(
+        "index.pick.max_window_picks",
+        absl::StrCat(pc.max_window_picks(), " exceeds ", kMaxEntries));
+  }
+  if (pc.max_window_picks() > 0) o->max_window_picks = pc.max_window_picks();
+  return absl::OkStatus();
+}
+
 absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   const v1::IndexConfig& ic = c.index();
   out->index_enabled = !ic.sources().empty() || !ic.listen().empty() ||
@@ -513,6 +603,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   }
   out->index.hash_seed = ic.hash_seed();
   out->index.key_lookup = !ic.http_listen().empty();  // for /query_by_hash
+  RETURN_IF_ERROR(ResolveIndexPick(ic.pick(), &out->pick));
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
   ASSIGN_OR_RETURN(

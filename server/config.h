@@ -17,6 +17,7 @@
 #include "core/cache.h"
 #include "index/ingest.h"
 #include "index/kv_index.h"
+#include "index/picker.h"
 #include "index/publisher.h"
 #include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
@@ -47,6 +48,7 @@ struct ServerConfig {
   bool index_enabled = false;
   IndexOptions index;
   IngestOptions ingest;
+  PickerOptions pick;  // index.pick
   // The Mooncake Conductor API's "host:port" ("" = off) and the index's
   // state directory ("" = registrations not kept).
   std::string index_http_listen;

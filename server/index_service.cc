@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "server/grpc_status.h"
+#include "server/pick_request.h"
 #include "server/request_util.h"
 #include "server/route_request.h"
 #include "server/unary_call.h"
@@ -60,6 +61,37 @@ void RouteToProto(const RouteResult& r, int block_size,
   }
 }
 
+void PickToProto(const PickResult& r, int block_size, v1::PickResponse* out) {
+  out->set_worker(r.worker.data(), r.worker.size());
+  out->set_decision_id(r.decision_id);
+  out->set_prompt_blocks(r.prompt_blocks);
+  out->set_block_size(static_cast<uint32_t>(block_size));
+  out->mutable_ranked()->Reserve(static_cast<int>(r.ranked.size()));
+  for (const PickCandidate& c : r.ranked) {
+    v1::PickCandidate* p = out->add_ranked();
+    p->set_worker(c.worker.data(), c.worker.size());
+    p->set_cost(c.cost);
+    p->set_prefill_tokens(c.prefill_tokens);
+    p->set_load_term(c.load_term);
+    p->set_affinity_term(c.affinity_term);
+    p->set_matched_blocks(c.matched_blocks);
+    p->set_predicted_blocks(c.predicted_blocks);
+    p->set_credited_blocks(c.credited_blocks);
+    p->set_state(static_cast<v1::WorkerState>(c.state));
+    p->set_load_from_request(c.load_from_request);
+    p->set_requests_in_flight(c.requests_in_flight);
+    p->set_queued_prefill_tokens(
+        static_cast<int64_t>(c.queued_prefill_tokens + 0.5));
+    p->set_kv_usage(c.kv_usage);
+  }
+}
+
+// The Picker's own errors name the fields; in a batch, the item too.
+absl::Status InItem(const absl::Status& s, int item) {
+  if (s.ok() || item < 0) return s;
+  return absl::Status(s.code(), absl::StrCat(ItemPrefix(item), s.message()));
+}
+
 void WorkersToProto(const IndexStats& stats, int block_size,
                     v1::ListWorkersResponse* resp) {
   resp->set_block_size(static_cast<uint32_t>(block_size));
@@ -107,12 +139,13 @@ void WorkersToProto(const IndexStats& stats, int block_size,
 
 }  // namespace
 
-PrefixIndexService::PrefixIndexService(const KvIndex* index,
+PrefixIndexService::PrefixIndexService(const KvIndex* index, Picker* picker,
                                        const Authorizer* auth,
                                        CacheLimits limits,
                                        RouteLimits route_limits,
                                        RpcObserver* observer)
     : index_(index),
+      picker_(picker),
       auth_(auth),
       limits_(limits),
       route_limits_(route_limits),
@@ -131,6 +164,19 @@ absl::Status PrefixIndexService::DoRoute(const CallContext& call,
   RETURN_IF_ERROR(MayRoute(call, reader.query().cache_salt, item));
   RouteToProto(index_->Route(reader.query()), index_->options().block_size,
                resp);
+  return absl::OkStatus();
+}
+
+absl::Status PrefixIndexService::DoPick(const CallContext& call,
+                                        const v1::PickRequest& req, int item,
+                                        v1::PickResponse* resp) const {
+  PickRequestReader reader;
+  RETURN_IF_ERROR(
+      reader.Read(req, item, limits_, index_->options().block_size));
+  RETURN_IF_ERROR(MayRoute(call, reader.query().prompt.cache_salt, item));
+  absl::StatusOr<PickResult> r = picker_->Pick(reader.query(), absl::Now());
+  if (!r.ok()) return InItem(r.status(), item);
+  PickToProto(*r, index_->options().block_size, resp);
   return absl::OkStatus();
 }
 
@@ -169,6 +215,47 @@ grpc::ServerUnaryReactor* PrefixIndexService::RouteBatch(
             SetItemStatus(s, item);
           }
           // Stops building as soon as the answer is too big, not after.
+          RETURN_IF_ERROR(answer.Add(AnswerBytes(*item), i, n));
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* PrefixIndexService::Pick(
+    grpc::CallbackServerContext* ctx, const v1::PickRequest* req,
+    v1::PickResponse* resp) {
+  return UnaryCall(
+      ctx, *auth_, observer_, "Pick", [&](const CallContext& call) {
+        FilterSize filter;
+        filter.Add(*req);
+        RETURN_IF_ERROR(CheckFilterSize("Pick", filter, route_limits_));
+        RETURN_IF_ERROR(DoPick(call, *req, -1, resp));
+        AnswerBudget answer("Pick", route_limits_.max_answer_bytes);
+        return answer.Add(AnswerBytes(*resp), -1, 1);
+      });
+}
+
+// In order: each item sees the blocks predicted for the ones before it.
+grpc::ServerUnaryReactor* PrefixIndexService::PickBatch(
+    grpc::CallbackServerContext* ctx, const v1::PickBatchRequest* req,
+    v1::PickBatchResponse* resp) {
+  return UnaryCall(
+      ctx, *auth_, observer_, "PickBatch", [&](const CallContext& call) {
+        RETURN_IF_ERROR(CheckBatch("PickBatch", req->requests(), limits_));
+        FilterSize filter;
+        for (const v1::PickRequest& r : req->requests()) filter.Add(r);
+        RETURN_IF_ERROR(CheckFilterSize("PickBatch", filter, route_limits_));
+        AnswerBudget answer("PickBatch", route_limits_.max_answer_bytes);
+        const int n = req->requests_size();
+        resp->mutable_responses()->Reserve(n);
+        for (int i = 0; i < n; ++i) {
+          v1::PickBatchItem* item = resp->add_responses();
+          absl::Status s =
+              DoPick(call, req->requests(i), i, item->mutable_response());
+          if (!s.ok()) {
+            item->clear_response();
+            SetItemStatus(s, item);
+          }
           RETURN_IF_ERROR(answer.Add(AnswerBytes(*item), i, n));
         }
         return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "core/cache.h"
 #include "core/types.h"
 #include "prefixd/v1/prefix_cache.pb.h"
+#include "prefixd/v1/prefix_index.pb.h"
 
 namespace prefixd {
 
@@ -28,6 +29,10 @@ template <typename Req>
 size_t TokenCount(const Req& req) {
   return static_cast<size_t>(req.tokens_size()) +
          req.tokens_le32().size() / sizeof(Token);
+}
+
+inline size_t TokenCount(const v1::PickRequest& req) {
+  return TokenCount(req.prompt());
 }
 
 // Names batch item `item` in an error message; -1 is a request of its own.

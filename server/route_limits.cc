@@ -11,6 +11,14 @@ void FilterSize::Add(const v1::RouteRequest& req) {
   for (const std::string& w : req.workers()) bytes += w.size();
 }
 
+void FilterSize::Add(const v1::PickRequest& req) {
+  Add(req.prompt());
+  what = "workers, candidates and loads";
+  names += static_cast<size_t>(req.candidates_size() + req.loads_size());
+  for (const std::string& w : req.candidates()) bytes += w.size();
+  for (const v1::WorkerLoad& l : req.loads()) bytes += l.worker().size();
+}
+
 absl::Status CheckFilterSize(absl::string_view method, const FilterSize& size,
                              const RouteLimits& limits) {
   if (size.names <= limits.max_filter_names &&
@@ -18,9 +26,9 @@ absl::Status CheckFilterSize(absl::string_view method, const FilterSize& size,
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      method, ": workers lists ", size.names, " names (", size.bytes,
-      " bytes) in all, past the limit of ", limits.max_filter_names,
-      " names and ", limits.max_filter_bytes,
+      method, ": ", size.what, " list", size.what == "workers" ? "s " : " ",
+      size.names, " names (", size.bytes, " bytes) in all, past the limit of ",
+      limits.max_filter_names, " names and ", limits.max_filter_bytes,
       " bytes per call; list fewer workers (none: all of them)"));
 }
 
@@ -49,6 +57,21 @@ uint64_t AnswerBytes(const v1::RouteResponse& answer) {
 
 uint64_t AnswerBytes(const v1::RouteBatchItem& item) {
   return sizeof(void*) + sizeof(v1::RouteBatchItem) +
+         StringBytes(item.message()) +
+         (item.has_response() ? AnswerBytes(item.response()) : 0);
+}
+
+uint64_t AnswerBytes(const v1::PickResponse& answer) {
+  uint64_t bytes = sizeof(v1::PickResponse) + StringBytes(answer.worker());
+  for (const v1::PickCandidate& c : answer.ranked()) {
+    bytes +=
+        sizeof(void*) + sizeof(v1::PickCandidate) + StringBytes(c.worker());
+  }
+  return bytes;
+}
+
+uint64_t AnswerBytes(const v1::PickBatchItem& item) {
+  return sizeof(void*) + sizeof(v1::PickBatchItem) +
          StringBytes(item.message()) +
          (item.has_response() ? AnswerBytes(item.response()) : 0);
 }

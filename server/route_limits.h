@@ -30,7 +30,10 @@ struct RouteLimits {
 struct FilterSize {
   size_t names = 0;
   size_t bytes = 0;
+  absl::string_view what = "workers";  // the fields they came in
   void Add(const v1::RouteRequest& req);
+  // A Pick's candidates and the names of its loads.
+  void Add(const v1::PickRequest& req);
 };
 
 // INVALID_ARGUMENT naming the method and the numbers when `size` is past
@@ -44,6 +47,8 @@ absl::Status CheckFilterSize(absl::string_view method, const FilterSize& size,
 // reflection: cheap next to building them.
 uint64_t AnswerBytes(const v1::RouteResponse& answer);
 uint64_t AnswerBytes(const v1::RouteBatchItem& item);
+uint64_t AnswerBytes(const v1::PickResponse& answer);
+uint64_t AnswerBytes(const v1::PickBatchItem& item);
 
 // The bytes of one call's answer as it is built, against max_answer_bytes.
 // Thread safety: none; one per call.

@@ -129,9 +129,10 @@ absl::Status Server::BuildServices() {
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
     RouteLimits route_limits;
     route_limits.max_answer_bytes = config_.max_message_bytes;
+    picker_ = std::make_unique<Picker>(index_.get(), config_.pick);
     index_service_ = std::make_unique<PrefixIndexService>(
-        index_.get(), authorizer_.get(), cache_->options().limits, route_limits,
-        observer_);
+        index_.get(), picker_.get(), authorizer_.get(),
+        cache_->options().limits, route_limits, observer_);
     external_kv_ =
         std::make_unique<ExternalKv>(index_.get(), ExternalKv::Options());
     kv_indexer_service_ = std::make_unique<KvIndexerService>(

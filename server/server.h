@@ -24,6 +24,7 @@
 #include "index/fleet_index.h"
 #include "index/ingest.h"
 #include "index/instrumented_index.h"
+#include "index/picker.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/events_publish.h"
@@ -124,6 +125,7 @@ class Server {
   std::unique_ptr<PrefixCacheService> service_;
   std::unique_ptr<FleetIndex> fleet_index_;
   std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
+  std::unique_ptr<Picker> picker_;            // asks index_
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<ConductorRegistry> conductor_registry_;  // uses ingest_
   std::unique_ptr<ConductorApi> conductor_api_;

@@ -414,6 +414,42 @@ class RouteQuery:
 
 
 @dataclass
+class WorkerLoad:
+    """A candidate's load as the router sees it (pick's `loads`)."""
+    requests_in_flight: int = 0
+    queued_prefill_tokens: int = 0  # prompt tokens it has yet to prefill
+    kv_usage: float = 0.0           # fraction of its KV cache in use, 0..1
+
+
+@dataclass
+class PickCandidate:
+    """One candidate of a Pick with its cost terms, in tokens: cost =
+    prefill_weight x prefill_tokens + load_term + affinity_term."""
+    worker: str
+    cost: float
+    prefill_tokens: float     # the prompt's tokens less credited blocks x block_size
+    load_term: float
+    affinity_term: float      # <= 0
+    matched_blocks: int       # leading blocks its events say it holds
+    predicted_blocks: int     # further blocks earlier picks sent it
+    credited_blocks: float    # tier-weighted matched + predicted
+    state: State
+    load_from_request: bool   # the load given in `loads`, else the index's window
+    requests_in_flight: int
+    queued_prefill_tokens: int
+    kv_usage: float
+
+
+@dataclass
+class PickResult:
+    worker: str                  # the chosen candidate (ranked[0])
+    ranked: List[PickCandidate]  # cheapest first
+    decision_id: int             # 0 for a dry run
+    prompt_blocks: int
+    block_size: int
+
+
+@dataclass
 class WorkerInfo:
     """One worker as the index knows it (an entry of ListWorkersResult)."""
     worker: str
@@ -722,6 +758,38 @@ class Client:
         return [_route_result(i.response) if i.code == 0
                 else _item_error("RouteBatch", i.code, i.message) for i in r.responses]
 
+    def pick(self, tokens: Sequence[int], *, candidates: Optional[Sequence[str]] = None,
+             loads: Optional[Mapping[str, WorkerLoad]] = None,
+             lora_name: Optional[str] = None, lora_id: Optional[int] = None,
+             cache_salt: Optional[str] = None,
+             block_extra_keys: Optional[ExtraKeys] = None, dry_run: bool = False,
+             timeout: Optional[float] = None) -> PickResult:
+        """Which worker should serve `tokens` (docs/index.md, "Pick"): the
+        `candidates` (default: every worker of the index) ranked by cost, the
+        cheapest chosen. `loads`: worker name -> WorkerLoad as the router sees
+        it; a candidate without one is charged the index's own count of its
+        recent picks. Unless `dry_run`, the chosen worker is then predicted
+        to hold the prompt until its events say so or the TTL lapses."""
+        r = self._call("Pick", _pick_request(tokens, candidates, loads, lora_name, lora_id,
+                                             cache_salt, block_extra_keys, dry_run),
+                       timeout, self._index_stub)
+        return _pick_result(r)
+
+    def pick_batch(self, prompts: Sequence[Sequence[int]], *,
+                   candidates: Optional[Sequence[str]] = None,
+                   loads: Optional[Mapping[str, WorkerLoad]] = None,
+                   cache_salt: Optional[str] = None, dry_run: bool = False,
+                   timeout: Optional[float] = None) -> List[BatchItem[PickResult]]:
+        """Picks for every prompt in order, in one round trip (PickBatch): each
+        sees the blocks predicted for the ones before it. One entry per prompt:
+        a PickResult or that item's own PrefixdError (returned, not raised)."""
+        requests = [_pick_request(t, candidates, loads, None, None, cache_salt, None, dry_run)
+                    for t in prompts]
+        r = self._call("PickBatch", ipb.PickBatchRequest(requests=requests), timeout,
+                       self._index_stub)
+        return [_pick_result(i.response) if i.code == 0
+                else _item_error("PickBatch", i.code, i.message) for i in r.responses]
+
     def list_workers(self, *, timeout: Optional[float] = None) -> ListWorkersResult:
         """Every worker the fleet index knows, with its state and counters."""
         r = self._call("ListWorkers", ipb.ListWorkersRequest(), timeout, self._index_stub)
@@ -799,6 +867,34 @@ def _route_request(tokens, lora_name, lora_id, cache_salt, workers,
                             lora_id=lora_id or 0, cache_salt=cache_salt or "",
                             workers=list(workers or ()), all_workers=bool(all_workers),
                             block_extra_keys=_block_extra_keys(block_extra_keys))
+
+
+def _pick_request(tokens, candidates, loads, lora_name, lora_id, cache_salt,
+                  block_extra_keys, dry_run) -> ipb.PickRequest:
+    if isinstance(candidates, str):
+        raise TypeError("candidates is a sequence of worker names, not the string %r"
+                        % candidates)
+    return ipb.PickRequest(
+        prompt=_route_request(tokens, lora_name, lora_id, cache_salt, None, block_extra_keys),
+        candidates=list(candidates or ()),
+        loads=[ipb.WorkerLoad(worker=w, requests_in_flight=l.requests_in_flight,
+                              queued_prefill_tokens=l.queued_prefill_tokens,
+                              kv_usage=l.kv_usage) for w, l in (loads or {}).items()],
+        dry_run=bool(dry_run))
+
+
+def _pick_result(r: ipb.PickResponse) -> PickResult:
+    return PickResult(
+        worker=r.worker,
+        ranked=[PickCandidate(
+            worker=c.worker, cost=c.cost, prefill_tokens=c.prefill_tokens,
+            load_term=c.load_term, affinity_term=c.affinity_term,
+            matched_blocks=c.matched_blocks, predicted_blocks=c.predicted_blocks,
+            credited_blocks=c.credited_blocks, state=_state(c.state),
+            load_from_request=c.load_from_request, requests_in_flight=c.requests_in_flight,
+            queued_prefill_tokens=c.queued_prefill_tokens, kv_usage=c.kv_usage)
+            for c in r.ranked],
+        decision_id=r.decision_id, prompt_blocks=r.prompt_blocks, block_size=r.block_size)
 
 
 def _bytes(v) -> bytes:

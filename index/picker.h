@@ -1,0 +1,155 @@
+// Picker: which worker should serve a prompt (PrefixIndex/Pick;
+// docs/index.md, "Pick"). Route says how much of the prompt each worker
+// holds; Pick turns that and the workers' load into one cost per
+// candidate, in prompt tokens, and chooses the cheapest:
+//
+//   credited_w = tier-weighted leading blocks w's events say it holds
+//                (GPU 1.0, CPU 0.5, DISK 0.25 by default; a worker not
+//                LIVE: none) + predicted_credit x the further leading
+//                blocks earlier Picks sent it (PredictedHolds)
+//   prefill_w  = max(prompt tokens - credited_w x block_size, 0)
+//   load_w     = queued_weight x queued prefill tokens
+//                + request_tokens x requests in flight
+//                + kv_tokens x KV-cache usage (0..1)
+//                (the router's figures when it gives them, else the
+//                index's window of recent picks: PickWindow)
+//   affinity_w = -affinity_tokens for the candidate that rendezvous
+//                hashing of the prompt's first affinity_blocks blocks
+//                names, else 0
+//   cost_w     = prefill_weight x prefill_w + load_w + affinity_w
+//
+// Ties go to fewer requests in flight, then the affinity winner, then the
+// name. The chosen worker is then predicted to hold the prompt's blocks
+// beyond what its events report, until predicted_ttl, and charged the
+// pick in its window, unless the query is a dry run.
+//
+// Thread safety: Pick may be called from any thread. mu_ guards the
+// predicted holds and the window; the index is asked (Route) before mu_
+// is taken.
+#ifndef PREFIXD_INDEX_PICKER_H_
+#define PREFIXD_INDEX_PICKER_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "base/mutex.h"
+#include "index/keys.h"
+#include "index/kv_index.h"
+#include "index/pick_window.h"
+#include "index/predicted_holds.h"
+
+namespace prefixd {
+
+// How much a block held in a medium is worth, as a fraction of computing
+// it (a GPU block: 1; a block on the host must still be copied back).
+struct TierCredit {
+  std::string medium;  // upper case; matched against a tier name's first part
+  double credit = 1.0;
+};
+
+struct PickerOptions {
+  double prefill_weight = 1.0;
+  double queued_weight = 1.0;
+  double request_tokens = 0;
+  double kv_tokens = 0;
+  double affinity_tokens = 0;
+  int affinity_blocks = 0;  // 0: no affinity term
+  double predicted_credit = 1.0;
+  std::vector<TierCredit> tier_credits = {
+      {"GPU", 1.0}, {"CPU", 0.5}, {"DISK", 0.25}};
+  double other_tier_credit = 0.25;  // a medium tier_credits does not name
+  absl::Duration predicted_ttl = absl::Seconds(10);
+  size_t max_predicted = size_t{1} << 20;  // predicted (worker, block) pairs
+  absl::Duration load_window = absl::Seconds(10);
+  size_t max_window_picks = size_t{1} << 16;
+};
+
+// A candidate's load as the router sees it.
+struct WorkerLoadInput {
+  absl::string_view worker;
+  int64_t requests_in_flight = 0;
+  int64_t queued_prefill_tokens = 0;
+  double kv_usage = 0;
+};
+
+struct PickQuery {
+  RouteQuery prompt;  // its filter is not read
+  // Who may be chosen; empty: every worker of the index.
+  std::vector<std::string> candidates;
+  absl::Span<const WorkerLoadInput> loads;
+  bool dry_run = false;
+};
+
+struct PickCandidate {
+  absl::string_view worker;  // the index's name (lives as long as it)
+  double cost = 0;
+  double prefill_tokens = 0;
+  double load_term = 0;
+  double affinity_term = 0;
+  uint64_t matched_blocks = 0;
+  uint64_t predicted_blocks = 0;
+  double credited_blocks = 0;
+  WorkerState state = WorkerState::kConnecting;
+  bool load_from_request = false;
+  int64_t requests_in_flight = 0;
+  double queued_prefill_tokens = 0;
+  double kv_usage = 0;
+};
+
+struct PickResult {
+  absl::string_view worker;  // ranked[0]'s
+  std::vector<PickCandidate> ranked;
+  uint64_t decision_id = 0;  // 0: a dry run
+  uint64_t prompt_blocks = 0;
+};
+
+class Picker {
+ public:
+  // `index` must outlive the picker.
+  Picker(const KvIndex* index, PickerOptions options);
+  Picker(const Picker&) = delete;
+  Picker& operator=(const Picker&) = delete;
+
+  // INVALID_ARGUMENT naming the field for an empty prompt, a candidate
+  // the index does not know or named twice, a load of a worker that is not
+  // a candidate or with a negative figure or a kv_usage outside [0, 1];
+  // FAILED_PRECONDITION when there is no candidate at all. A rejected
+  // query changes nothing.
+  absl::StatusOr<PickResult> Pick(const PickQuery& query, absl::Time now);
+
+  const PickerOptions& options() const { return options_; }
+  struct Counts {
+    uint64_t picks = 0;    // decisions recorded (not dry runs)
+    size_t predicted = 0;  // predicted (worker, block) pairs held
+    size_t window_picks = 0;
+  };
+  Counts counts() const;
+
+ private:
+  // The prompt's rolling keys (index/keys.h), for the predicted holds and
+  // the affinity.
+  std::vector<uint64_t> PromptKeys(const RouteQuery& prompt,
+                                   uint64_t blocks) const;
+  double EngineCredit(const WorkerMatch& m) const;
+  double TierCreditOf(absl::string_view medium) const;
+
+  const KvIndex* const index_;
+  const PickerOptions options_;
+  const KeyScheme keys_;
+  std::atomic<uint64_t> next_decision_{1};
+  mutable Mutex mu_;
+  PredictedHolds predicted_ ABSL_GUARDED_BY(mu_);
+  PickWindow window_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_INDEX_PICKER_H_

@@ -14,17 +14,19 @@
 #          (prefixd_bench_server's fleet index), over TCP
 #   T10b   load: unary Route vs RouteBatch of 32 for 64-token prompts, over
 #          TCP (as T8a for Match)
+#   T10c   load: unary Route vs Pick of the same 2k-token prompts over 16
+#          workers (every worker a candidate, each Pick recorded), over TCP
 #
-# Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b]
+# Usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b T10c]
 #        (default: all)
 # Environment: ROUNDS (3), DURATION (3s), WARMUP (1s), CONCURRENCY (16),
 # RESULTS (BUILD_DIR/bench-results: the JSON lines and logs).
 set -euo pipefail
 
-BUILD=${1:?usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b]}
+BUILD=${1:?usage: bench/grpc_bench.sh BUILD_DIR [T6 T8a T8b T9 T10 T10b T10c]}
 shift
 SCENARIOS=("$@")
-[[ ${#SCENARIOS[@]} -eq 0 ]] && SCENARIOS=(T6 T8a T8b T9 T10 T10b)
+[[ ${#SCENARIOS[@]} -eq 0 ]] && SCENARIOS=(T6 T8a T8b T9 T10 T10b T10c)
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-3s}
 WARMUP=${WARMUP:-1s}
@@ -77,6 +79,10 @@ for s in "${SCENARIOS[@]}"; do
       run T10b "$LOAD" --server="$SERVER" --transports=tcp --prompt_tokens=64 \
         --mix='route;routebatch' --batch_size=32 --index_workers=16 \
         --baseline=false --json="$RESULTS/T10b.jsonl" "${COMMON[@]}" ;;
-    *) echo "unknown scenario $s (T6 T8a T8b T9 T10 T10b)" >&2; exit 2 ;;
+    T10c)
+      run T10c "$LOAD" --server="$SERVER" --transports=tcp --prompt_tokens=2048 \
+        --mix='route;pick' --index_workers=16 \
+        --baseline=false --json="$RESULTS/T10c.jsonl" "${COMMON[@]}" ;;
+    *) echo "unknown scenario $s (T6 T8a T8b T9 T10 T10b T10c)" >&2; exit 2 ;;
   esac
 done

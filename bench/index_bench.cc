@@ -31,7 +31,7 @@
 // Prints a table and PASS/FAIL per target; exits 0 either way (it is a
 // benchmark), 1 only if the workload could not be built or applied.
 //
-//   index_bench [--trace=PATH] [--phases=memory,ingest,route,stall]
+//   index_bench [--trace=PATH] [--phases=memory,ingest,route,stall,pick]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -67,6 +67,7 @@
 #include "bench/load/route_index.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
+#include "index/picker.h"
 
 // As index/events.cc: Debian's msgpack-cxx needs Boost unless told not to.
 #ifndef MSGPACK_NO_BOOST
@@ -77,10 +78,11 @@
 ABSL_FLAG(std::string, trace,
           PREFIXD_SOURCE_DIR "/tests/data/mooncake/conversation_trace.jsonl",
           "Mooncake trace (JSON lines with \"hash_ids\")");
-ABSL_FLAG(std::string, phases, "memory,ingest,route",
-          "which measurements, in this order: memory, ingest, route, stall "
-          "(ingest_only: the ingest passes without their baselines, for "
-          "profilers)");
+ABSL_FLAG(
+    std::string, phases, "memory,ingest,route",
+    "which measurements, in this order: memory, ingest, route, stall, pick "
+    "(ingest_only: the ingest passes without their baselines, for "
+    "profilers)");
 ABSL_FLAG(int, workers, 8, "engines (workers) the trace is spread over");
 ABSL_FLAG(double, spread, 0.25,
           "fraction of requests sent to a worker picked by a hash of the "
@@ -709,6 +711,71 @@ void RoutePhase() {
       r.best, r.best_wall, Rates(r).c_str());
 }
 
+// Pick against Route of the same prompts in the same index (every worker a
+// candidate, each Pick recorded), alternating runs: what choosing adds to
+// measuring. Twice: prompts every worker holds whole (no key is hashed,
+// nothing predicted), and prompts whose second half no worker holds (the
+// prompt's rolling keys are hashed, the tail predicted for the chosen
+// worker and looked up for every candidate).
+void PickPhase() {
+  const int workers = absl::GetFlag(FLAGS_route_workers);
+  const int tokens = absl::GetFlag(FLAGS_route_prompt_tokens);
+  IndexOptions o;
+  o.block_size = kBlockSize;
+  FleetIndex index(o);
+  FillRouteIndex(&index, workers, 64, tokens);
+  std::vector<std::vector<uint32_t>> held, half;
+  for (int p = 0; p < 64; ++p) {
+    held.push_back(IndexPrompt(p, tokens));
+    std::vector<uint32_t> h = held.back();
+    for (size_t i = h.size() / 2; i < h.size(); ++i)
+      h[i] = static_cast<uint32_t>(1'000'000 + p * tokens + i);  // not held
+    half.push_back(std::move(h));
+  }
+  for (const auto* prompts : {&held, &half}) {
+    Picker picker(&index, PickerOptions());
+    uint64_t listed = 0;
+    const auto route = [&] {
+      const Stopwatch watch;
+      for (const auto& p : *prompts) {
+        RouteQuery q;
+        q.tokens = absl::MakeConstSpan(p);
+        q.filter.all_workers = true;
+        listed += index.Route(q).workers.size();
+      }
+      return watch.Stop();
+    };
+    const auto pick = [&] {
+      const Stopwatch watch;
+      for (const auto& p : *prompts) {
+        PickQuery q;
+        q.prompt.tokens = absl::MakeConstSpan(p);
+        absl::StatusOr<PickResult> r = picker.Pick(q, absl::Now());
+        if (!r.ok()) Die(std::string(r.status().message()));
+        listed += r->ranked.size();
+      }
+      return watch.Stop();
+    };
+    double route_us = 0, pick_us = 0;
+    constexpr int kRounds = 4;
+    for (int round = 0; round < kRounds; ++round) {
+      route_us += 1e6 / Measure(64, route).best;
+      pick_us += 1e6 / Measure(64, pick).best;
+    }
+    if (listed == 0) Die("nothing ranked");
+    route_us /= kRounds;
+    pick_us /= kRounds;
+    std::printf(
+        "\nPick vs Route in process (%d workers, %d-token prompts %s; means "
+        "of %d alternations): Route %.2f us, Pick %.2f us of CPU: pick/route "
+        "%.2f (%zu predicted blocks kept)\n",
+        workers, tokens,
+        prompts == &held ? "held whole" : "with a tail no worker holds",
+        kRounds, route_us, pick_us, pick_us / route_us,
+        picker.counts().predicted);
+  }
+}
+
 // How long Routes wait while one worker's long chain is stored, removed
 // leaf first and cleared (AllBlocksCleared): a thread Routes another
 // worker's 2-block prompt without pause and records each Route's wall
@@ -834,9 +901,11 @@ int Run() {
       RoutePhase();
     } else if (phase == "stall") {
       StallPhase();
+    } else if (phase == "pick") {
+      PickPhase();
     } else {
       Die(absl::StrCat("unknown phase \"", phase,
-                       "\" (memory, ingest, ingest_only, route, stall)"));
+                       "\" (memory, ingest, ingest_only, route, stall, pick)"));
     }
   }
   std::printf("\ntargets (docs/performance.md, \"Fleet index\"):\n");

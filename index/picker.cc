@@ -12,14 +12,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 namespace prefixd {
 namespace {
-
-int64_t UnixMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
 uint64_t WorkerTag(absl::string_view worker) {
   return XXH3_64bits(worker.data(), worker.size());
@@ -77,18 +76,17 @@ Picker::Counts Picker::counts() const {
   return c;
 }
 
-std::vector<uint64_t> Picker::PromptKeys(const RouteQuery& prompt,
-                                         uint64_t blocks) const {
-  if (!prompt.keys.empty()) {
-    return std::vector<uint64_t>(prompt.keys.begin(), prompt.keys.end());
-  }
-  std::vector<uint64_t> keys(blocks);
+absl::Span<const uint64_t> Picker::PromptKeys::Get() {
+  if (prompt_.keys.size() >= blocks_) return prompt_.keys.subspan(0, blocks_);
+  if (keys_.size() == blocks_) return keys_;
+  keys_.resize(blocks_);
+  const KeyScheme& scheme = picker_->keys_;
   const std::string ns =
-      NamespaceKey(prompt.lora_name, prompt.lora_id, prompt.cache_salt);
-  keys_.Chain(keys_.Root(ns), /*first=*/true, prompt.tokens,
-              static_cast<size_t>(index_->options().block_size), blocks,
-              prompt.content, keys.data());
-  return keys;
+      NamespaceKey(prompt_.lora_name, prompt_.lora_id, prompt_.cache_salt);
+  scheme.Chain(scheme.Root(ns), /*first=*/true, prompt_.tokens,
+               static_cast<size_t>(picker_->index_->options().block_size),
+               blocks_, prompt_.content, keys_.data());
+  return keys_;
 }
 
 double Picker::TierCreditOf(absl::string_view medium) const {
@@ -123,123 +121,171 @@ double Picker::EngineCredit(const WorkerMatch& m) const {
   return credit;
 }
 
-absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
-                                        absl::Time now) {
-  const RouteQuery& prompt = query.prompt;
-  const int block_size = index_->options().block_size;
-  const double prompt_tokens =
-      prompt.keys.empty()
-          ? static_cast<double>(prompt.tokens.size())
-          : static_cast<double>(prompt.keys.size()) * block_size;
+// Everything that can be checked before the index is asked.
+absl::Status CheckQuery(const PickQuery& query, double prompt_tokens) {
   if (prompt_tokens == 0) {
     return absl::InvalidArgumentError(
         "prompt has no tokens (nor keys): there is nothing to place");
   }
-  {
-    absl::flat_hash_set<absl::string_view> seen;
-    for (size_t i = 0; i < query.candidates.size(); ++i) {
-      if (!seen.insert(query.candidates[i]).second) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("candidates[", i, "] ", Quoted(query.candidates[i]),
-                         " is named twice"));
-      }
+  absl::flat_hash_set<absl::string_view> seen;
+  for (size_t i = 0; i < query.candidates.size(); ++i) {
+    if (!seen.insert(query.candidates[i]).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("candidates[", i, "] ", Quoted(query.candidates[i]),
+                       " is named twice"));
     }
   }
-  if (absl::Status s = CheckLoads(query.loads); !s.ok()) return s;
+  return CheckLoads(query.loads);
+}
 
-  RouteQuery route = prompt;
+// The candidates as the index knows them (Route's answer for them, every
+// worker when none is named), and each one's load from the query, if any.
+absl::Status Picker::Find(const PickQuery& query, RouteResult* found,
+                          std::vector<const WorkerLoadInput*>* loads) const {
+  RouteQuery route = query.prompt;
   route.filter = WorkerFilter();
   route.filter.workers = query.candidates;
   route.filter.all_workers = query.candidates.empty();
-  RouteResult found = index_->Route(route);
-
-  // Every candidate must be a worker of the index (retired ones are not).
-  absl::flat_hash_map<absl::string_view, const WorkerMatch*> by_name;
-  for (const WorkerMatch& m : found.workers) by_name[m.worker] = &m;
-  for (size_t i = 0; i < query.candidates.size(); ++i) {
-    if (!by_name.contains(query.candidates[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "candidates[", i, "] ", Quoted(query.candidates[i]),
-          " is not a worker of the index (ListWorkers names them)"));
+  *found = index_->Route(route);
+  // Route lists each named worker that is one of the index's (retired
+  // ones are not), so a missing one is the first not listed.
+  if (found->workers.size() != query.candidates.size() &&
+      !query.candidates.empty()) {
+    absl::flat_hash_set<absl::string_view> listed;
+    for (const WorkerMatch& m : found->workers) listed.insert(m.worker);
+    for (size_t i = 0; i < query.candidates.size(); ++i) {
+      if (!listed.contains(query.candidates[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "candidates[", i, "] ", Quoted(query.candidates[i]),
+            " is not a worker of the index (ListWorkers names them)"));
+      }
     }
   }
-  if (found.workers.empty()) {
+  if (found->workers.empty()) {
     return absl::FailedPreconditionError(
         "the index has no worker to pick: no engine has registered or "
         "published yet");
   }
-  absl::flat_hash_map<absl::string_view, const WorkerLoadInput*> given;
+  loads->assign(found->workers.size(), nullptr);
+  if (query.loads.empty()) return absl::OkStatus();
+  absl::flat_hash_map<absl::string_view, size_t> at;
+  for (size_t i = 0; i < found->workers.size(); ++i)
+    at[found->workers[i].worker] = i;
   for (size_t i = 0; i < query.loads.size(); ++i) {
     const WorkerLoadInput& l = query.loads[i];
-    if (!by_name.contains(l.worker)) {
+    auto it = at.find(l.worker);
+    if (it == at.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "loads[", i, "] names ", Quoted(l.worker),
-          ", which is not a candidate",
-          query.candidates.empty() ? " (not a worker of the index)" : ""));
+          "loads[", i, "] names ", Quoted(l.worker), ", which is not a ",
+          query.candidates.empty() ? "worker of the index" : "candidate"));
     }
-    if (!given.emplace(l.worker, &l).second) {
+    if ((*loads)[it->second] != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "loads[", i, "] names ", Quoted(l.worker), " a second time"));
     }
+    (*loads)[it->second] = &l;
   }
+  return absl::OkStatus();
+}
 
+absl::string_view Picker::AffinityWinner(const RouteResult& found,
+                                         PromptKeys& keys) const {
   const uint64_t blocks = found.prompt_blocks;
-  const std::vector<uint64_t> keys = PromptKeys(prompt, blocks);
-  absl::string_view affinity_winner;
-  if (options_.affinity_blocks > 0 && blocks > 0) {
-    const uint64_t key =
-        keys[std::min<uint64_t>(blocks, options_.affinity_blocks) - 1];
-    uint64_t best = 0;
-    for (const WorkerMatch& m : found.workers) {
-      const uint64_t score = AffinityScore(key, m.worker);
-      if (affinity_winner.empty() || score > best ||
-          (score == best && m.worker < affinity_winner)) {
-        best = score;
-        affinity_winner = m.worker;
-      }
+  if (options_.affinity_blocks <= 0 || blocks == 0) return {};
+  const uint64_t key =
+      keys.Get()[std::min<uint64_t>(blocks, options_.affinity_blocks) - 1];
+  absl::string_view winner;
+  uint64_t best = 0;
+  for (const WorkerMatch& m : found.workers) {
+    const uint64_t score = AffinityScore(key, m.worker);
+    if (winner.empty() || score > best ||
+        (score == best && m.worker < winner)) {
+      best = score;
+      winner = m.worker;
     }
   }
+  return winner;
+}
 
-  const int64_t now_ms = UnixMs(now);
+PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
+                           double prompt_tokens, uint64_t blocks,
+                           absl::string_view affinity_winner, int64_t now_ms,
+                           PromptKeys& keys) const {
+  PickCandidate c;
+  c.worker = m.worker;
+  c.state = m.state;
+  c.matched_blocks = m.matched_blocks;
+  const uint64_t held = std::min<uint64_t>(m.matched_blocks, blocks);
+  if (predicted_.size() > 0 && held < blocks) {
+    c.predicted_blocks =
+        predicted_.Run(WorkerTag(m.worker), keys.Get(), held, now_ms);
+  }
+  c.credited_blocks =
+      EngineCredit(m) +
+      options_.predicted_credit * static_cast<double>(c.predicted_blocks);
+  c.prefill_tokens = std::max(
+      prompt_tokens - c.credited_blocks * index_->options().block_size, 0.0);
+  if (given != nullptr) {
+    c.load_from_request = true;
+    c.requests_in_flight = given->requests_in_flight;
+    c.queued_prefill_tokens = static_cast<double>(given->queued_prefill_tokens);
+    c.kv_usage = given->kv_usage;
+  } else {
+    const PickWindow::Load w = window_.Of(m.worker);
+    c.requests_in_flight = w.picks;
+    c.queued_prefill_tokens = w.prefill_tokens;
+  }
+  c.load_term =
+      options_.queued_weight * c.queued_prefill_tokens +
+      options_.request_tokens * static_cast<double>(c.requests_in_flight) +
+      options_.kv_tokens * c.kv_usage;
+  c.affinity_term =
+      m.worker == affinity_winner ? -options_.affinity_tokens : 0.0;
+  c.cost = options_.prefill_weight * c.prefill_tokens + c.load_term +
+           c.affinity_term;
+  return c;
+}
+
+void Picker::Record(const PickCandidate& chosen, uint64_t blocks,
+                    int64_t now_ms, PromptKeys& keys) {
+  const uint64_t held = std::min<uint64_t>(chosen.matched_blocks, blocks);
+  const uint64_t tag = WorkerTag(chosen.worker);
+  // What its events report needs no prediction (and what was predicted of
+  // it is confirmed); the rest of the prompt is predicted from there.
+  if (held > 0 && predicted_.size() > 0)
+    predicted_.Confirm(tag, absl::MakeConstSpan(keys.Get()).subspan(0, held));
+  if (held < blocks) {
+    predicted_.Add(tag, absl::MakeConstSpan(keys.Get()).subspan(held),
+                   now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));
+  }
+  window_.Add(chosen.worker, now_ms, chosen.prefill_tokens);
+}
+
+absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
+                                        absl::Time now) {
+  const RouteQuery& prompt = query.prompt;
+  const double prompt_tokens = prompt.keys.empty()
+                                   ? static_cast<double>(prompt.tokens.size())
+                                   : static_cast<double>(prompt.keys.size()) *
+                                         index_->options().block_size;
+  RETURN_IF_ERROR(CheckQuery(query, prompt_tokens));
+  RouteResult found;
+  std::vector<const WorkerLoadInput*> loads;
+  RETURN_IF_ERROR(Find(query, &found, &loads));
+
+  const uint64_t blocks = found.prompt_blocks;
+  PromptKeys keys(this, prompt, blocks);
+  const absl::string_view affinity_winner = AffinityWinner(found, keys);
+  const int64_t now_ms = absl::ToUnixMillis(now);
   PickResult result;
   result.prompt_blocks = blocks;
   result.ranked.reserve(found.workers.size());
   MutexLock lock(&mu_);
   predicted_.Expire(now_ms);
   window_.Expire(now_ms);
-  for (const WorkerMatch& m : found.workers) {
-    PickCandidate c;
-    c.worker = m.worker;
-    c.state = m.state;
-    c.matched_blocks = m.matched_blocks;
-    const uint64_t tag = WorkerTag(m.worker);
-    const uint64_t held = std::min<uint64_t>(m.matched_blocks, blocks);
-    c.predicted_blocks = predicted_.Run(tag, keys, held, now_ms);
-    c.credited_blocks =
-        EngineCredit(m) +
-        options_.predicted_credit * static_cast<double>(c.predicted_blocks);
-    c.prefill_tokens =
-        std::max(prompt_tokens - c.credited_blocks * block_size, 0.0);
-    if (auto it = given.find(m.worker); it != given.end()) {
-      c.load_from_request = true;
-      c.requests_in_flight = it->second->requests_in_flight;
-      c.queued_prefill_tokens =
-          static_cast<double>(it->second->queued_prefill_tokens);
-      c.kv_usage = it->second->kv_usage;
-    } else {
-      const PickWindow::Load w = window_.Of(m.worker);
-      c.requests_in_flight = w.picks;
-      c.queued_prefill_tokens = w.prefill_tokens;
-    }
-    c.load_term =
-        options_.queued_weight * c.queued_prefill_tokens +
-        options_.request_tokens * static_cast<double>(c.requests_in_flight) +
-        options_.kv_tokens * c.kv_usage;
-    c.affinity_term =
-        m.worker == affinity_winner ? -options_.affinity_tokens : 0.0;
-    c.cost = options_.prefill_weight * c.prefill_tokens + c.load_term +
-             c.affinity_term;
-    result.ranked.push_back(c);
+  for (size_t i = 0; i < found.workers.size(); ++i) {
+    result.ranked.push_back(Cost(found.workers[i], loads[i], prompt_tokens,
+                                 blocks, affinity_winner, now_ms, keys));
   }
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const PickCandidate& a, const PickCandidate& b) {
@@ -251,19 +297,10 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
               if (wa != wb) return wa;
               return a.worker < b.worker;
             });
-  const PickCandidate& chosen = result.ranked.front();
-  result.worker = chosen.worker;
+  result.worker = result.ranked.front().worker;
   if (query.dry_run) return result;
   result.decision_id = next_decision_.fetch_add(1, std::memory_order_relaxed);
-  const uint64_t tag = WorkerTag(chosen.worker);
-  const uint64_t held = std::min<uint64_t>(chosen.matched_blocks, blocks);
-  // What its events report needs no prediction; the rest of the prompt is
-  // predicted from where they stop.
-  const absl::Span<const uint64_t> all(keys);
-  predicted_.Confirm(tag, all.subspan(0, held));
-  predicted_.Add(tag, all.subspan(held),
-                 now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));
-  window_.Add(chosen.worker, now_ms, chosen.prefill_tokens);
+  Record(result.ranked.front(), blocks, now_ms, keys);
   return result;
 }
 

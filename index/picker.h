@@ -135,9 +135,36 @@ class Picker {
 
  private:
   // The prompt's rolling keys (index/keys.h), for the predicted holds and
-  // the affinity.
-  std::vector<uint64_t> PromptKeys(const RouteQuery& prompt,
-                                   uint64_t blocks) const;
+  // the affinity: computed when first asked (a Pick whose candidates hold
+  // the whole prompt, with no prediction kept, needs none), then kept.
+  class PromptKeys {
+   public:
+    PromptKeys(const Picker* picker, const RouteQuery& prompt, uint64_t blocks)
+        : picker_(picker), prompt_(prompt), blocks_(blocks) {}
+    absl::Span<const uint64_t> Get();
+
+   private:
+    const Picker* const picker_;
+    const RouteQuery& prompt_;
+    const uint64_t blocks_;
+    std::vector<uint64_t> keys_;
+  };
+
+  // The candidates Route lists (checked against the query's) and their
+  // loads from the query (null: none given), in the same order.
+  absl::Status Find(const PickQuery& query, RouteResult* found,
+                    std::vector<const WorkerLoadInput*>* loads) const;
+  // The candidate that rendezvous hashing of the prompt's first
+  // affinity_blocks blocks names; empty with the affinity off.
+  absl::string_view AffinityWinner(const RouteResult& found,
+                                   PromptKeys& keys) const;
+  PickCandidate Cost(const WorkerMatch& m, const WorkerLoadInput* given,
+                     double prompt_tokens, uint64_t blocks,
+                     absl::string_view affinity_winner, int64_t now_ms,
+                     PromptKeys& keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The chosen worker's predicted blocks and window pick.
+  void Record(const PickCandidate& chosen, uint64_t blocks, int64_t now_ms,
+              PromptKeys& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   double EngineCredit(const WorkerMatch& m) const;
   double TierCreditOf(absl::string_view medium) const;
 

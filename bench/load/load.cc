@@ -12,7 +12,9 @@
 //          MatchBatch (--batch_size cached prompts), and the fleet index's
 //          Route (one prompt the index holds, in tokens_le32) and
 //          RouteBatch (--batch_size of them): mixes "route" and
-//          "routebatch" (docs/performance.md, "Fleet index");
+//          "routebatch" (docs/performance.md, "Fleet index"), and Pick
+//          of the same prompts with every worker a candidate ("pick",
+//          recorded: each adds predicted blocks and a window pick);
 //   <mix>@f an open loop (Poisson arrivals) at f times that mix's measured
 //          calls/s, for each f of --rate_fractions: latency at a set load.
 // It reports calls/s, lookups/s and latency percentiles per phase, and with
@@ -94,9 +96,18 @@ ABSL_FLAG(int, server_pid, 0,
 namespace prefixd::bench {
 namespace {
 
-enum Kind { kBare, kMatch, kInsert, kBatch, kRoute, kRouteBatch, kNumKinds };
-constexpr const char* kKindNames[kNumKinds] = {"bare",  "match", "insert",
-                                               "batch", "route", "routebatch"};
+enum Kind {
+  kBare,
+  kMatch,
+  kInsert,
+  kBatch,
+  kRoute,
+  kRouteBatch,
+  kPick,
+  kNumKinds
+};
+constexpr const char* kKindNames[kNumKinds] = {
+    "bare", "match", "insert", "batch", "route", "routebatch", "pick"};
 
 struct Mix {
   std::string name;
@@ -117,15 +128,15 @@ absl::StatusOr<Mix> ParseMix(absl::string_view spec) {
     if (k == kNumKinds) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown operation \"", name, "\" in mix \"", spec,
-                       "\"; use match, insert, batch, route, routebatch "
-                       "or bare"));
+                       "\"; use match, insert, batch, route, routebatch, "
+                       "pick or bare"));
     }
     w[k] += weight;
   }
   double sum = 0;
   for (int k = 0; k < kNumKinds; ++k) mix.cumulative[k] = sum += w[k];
   if (sum <= 0) return absl::InvalidArgumentError("mix weighs nothing");
-  mix.routes = w[kRoute] > 0 || w[kRouteBatch] > 0;
+  mix.routes = w[kRoute] > 0 || w[kRouteBatch] > 0 || w[kPick] > 0;
   return mix;
 }
 
@@ -151,6 +162,8 @@ struct Target {
 struct RouteData {
   std::vector<v1::RouteRequest> route;
   std::vector<v1::RouteBatchRequest> batches;
+  std::vector<v1::PickRequest>
+      pick;  // the same prompts, every worker a candidate
   std::vector<bench::BareRequest> bare;  // the bare phase's, beside Route
   uint64_t prompt_blocks = 0;            // each Route must report these
 };
@@ -243,6 +256,15 @@ class LoadSlot final : public Slot {
         route_batch_reader_->StartCall();
         route_batch_reader_->Finish(route_batch_resp_, &status_, this);
         break;
+      case kPick:
+        arena_.Reset();
+        pick_resp_ =
+            google::protobuf::Arena::CreateMessage<v1::PickResponse>(&arena_);
+        pick_reader_ = index_stub_->PrepareAsyncPick(
+            &*ctx_, w_->index.pick[rng_.Below(w_->index.pick.size())], cq);
+        pick_reader_->StartCall();
+        pick_reader_->Finish(pick_resp_, &status_, this);
+        break;
       case kNumKinds:
         break;
     }
@@ -283,6 +305,17 @@ class LoadSlot final : public Slot {
           if (!CheckRoute(item.response(), error)) return -1;
         }
         return route_batch_resp_->responses_size();
+      case kPick:
+        if (pick_resp_->ranked_size() == w_->index_workers &&
+            pick_resp_->prompt_blocks() == w_->index.prompt_blocks &&
+            !pick_resp_->worker().empty()) {
+          return 1;
+        }
+        *error = absl::StrCat(
+            "pick: ", pick_resp_->ranked_size(), " candidates ranked and ",
+            pick_resp_->prompt_blocks(), " prompt blocks, want ",
+            w_->index_workers, " and ", w_->index.prompt_blocks);
+        return -1;
       case kInsert:
         return 0;  // not a lookup
       default:
@@ -350,6 +383,9 @@ class LoadSlot final : public Slot {
   google::protobuf::Arena arena_;
   v1::RouteResponse* route_resp_ = nullptr;
   v1::RouteBatchResponse* route_batch_resp_ = nullptr;
+  v1::PickResponse* pick_resp_ = nullptr;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::PickResponse>>
+      pick_reader_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::MatchResponse>>
       match_reader_;
   std::unique_ptr<grpc::ClientAsyncResponseReader<v1::InsertResponse>>
@@ -497,6 +533,9 @@ absl::StatusOr<size_t> PrepareRoute(Target& target, Workload* w, bool build) {
       }
       v1::RouteRequest r;
       r.set_tokens_le32(le32);
+      v1::PickRequest pick;
+      *pick.mutable_prompt() = r;
+      d.pick.push_back(std::move(pick));
       d.route.push_back(std::move(r));
       bench::BareRequest b;
       b.set_tokens_le32(le32);

@@ -25,7 +25,8 @@ HttpSources SourcesOf(const Server& server) {
           server.index(),
           server.events_publisher(),
           {PREFIXD_VERSION, server.epoch(), c.model, c.model_description,
-           c.fingerprint, c.bytes_per_token}};
+           c.fingerprint, c.bytes_per_token},
+          server.picker()};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {

@@ -85,6 +85,8 @@ class Server {
   // The fleet index (instrumented for the metrics); nullptr unless
   // config.index_enabled.
   KvIndex* index() const { return index_.get(); }
+  // Pick's state over that index; nullptr without it.
+  const Picker* picker() const { return picker_.get(); }
   // The bound index listen endpoint (a wildcard port resolved); "" if none.
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();

@@ -408,6 +408,23 @@ void AddIndexDropsAndLag(const IndexStats& stats,
 
 }  // namespace
 
+std::vector<MetricFamily> PickMetricFamilies(const Picker::Counts& counts) {
+  std::vector<MetricFamily> out;
+  AddGauge(&out, "prefixd_index_picks_total",
+           "Pick decisions recorded (each item of a PickBatch counts; dry "
+           "runs do not).",
+           MetricType::Counter, static_cast<double>(counts.picks));
+  AddGauge(&out, "prefixd_index_pick_predicted_blocks",
+           "(worker, block) pairs Pick predicts a worker holds until its "
+           "events say so or index.pick.predicted_ttl lapses.",
+           MetricType::Gauge, static_cast<double>(counts.predicted));
+  AddGauge(&out, "prefixd_index_pick_window_picks",
+           "Picks within index.pick.load_window, the load Pick charges "
+           "workers the router gives none for.",
+           MetricType::Gauge, static_cast<double>(counts.window_picks));
+  return out;
+}
+
 std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   std::vector<MetricFamily> out;
   AddIndexWorkerCounters(stats, &out);
@@ -598,6 +615,9 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
       CacheMetricFamilies(sources->cache->Stats(TenantScope::All()), version_));
   if (sources->index != nullptr) {
     append(IndexMetricFamilies(sources->index->Stats()));
+  }
+  if (sources->picker != nullptr) {
+    append(PickMetricFamilies(sources->picker->counts()));
   }
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));

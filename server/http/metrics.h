@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "core/cache.h"
 #include "index/kv_index.h"
+#include "index/picker.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
@@ -82,6 +83,9 @@ std::vector<prometheus::MetricFamily> CacheMetricFamilies(
     const CacheStats& stats, absl::string_view version);
 
 // The prefixd_index_* families of the fleet index (docs/index.md).
+// Pick's decisions and what it keeps (index/picker.h).
+std::vector<prometheus::MetricFamily> PickMetricFamilies(
+    const Picker::Counts& counts);
 std::vector<prometheus::MetricFamily> IndexMetricFamilies(
     const IndexStats& stats);
 

@@ -10,6 +10,7 @@
 
 #include "core/cache.h"
 #include "index/kv_index.h"
+#include "index/picker.h"
 #include "model/kv_geometry.h"
 #include "server/events_publish.h"
 
@@ -31,6 +32,7 @@ struct HttpSources {
   const KvIndex* index = nullptr;                     // with the fleet index
   const EventsPublisher* events_publisher = nullptr;  // with events_publish
   DaemonFacts facts;
+  const Picker* picker = nullptr;  // with the fleet index
 };
 
 }  // namespace prefixd

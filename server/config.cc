@@ -499,7 +499,7 @@ absl::Status ReadWeight(absl::string_view field, bool has, double value,
   return absl::OkStatus();
 }
 
-absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
+absl::Status ReadPickWeights(const v1::IndexPickConfig& pc, PickerOptions* o) {
   constexpr double kHuge = 1e12;
   RETURN_IF_ERROR(ReadWeight("index.pick.prefill_weight",
                              pc.has_prefill_weight(), pc.prefill_weight(),
@@ -527,6 +527,10 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
     }
     o->affinity_blocks = static_cast<int>(pc.affinity_blocks());
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadTierCredits(const v1::IndexPickConfig& pc, PickerOptions* o) {
   // Sorted, so that the options do not depend on the map's order.
   std::vector<std::pair<std::string, double>> credits(pc.tier_credits().begin(),
                                                       pc.tier_credits().end());
@@ -552,6 +556,13 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
       o->tier_credits.push_back({upper, value});
     }
   }
+  return absl::OkStatus();
+}
+
+// Pick's cost model, predicted blocks and window (index/picker.h).
+absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
+  RETURN_IF_ERROR(ReadPickWeights(pc, o));
+  RETURN_IF_ERROR(ReadTierCredits(pc, o));
   if (!pc.predicted_ttl().empty()) {
     ASSIGN_OR_RETURN(
         o->predicted_ttl,

@@ -434,6 +434,56 @@ TEST(ConfigTest, IndexDecodeBudget) {
   EXPECT_EQ(c->ingest.decode_budget_bytes, int64_t{64} << 20);
 }
 
+TEST(ConfigTest, IndexPick) {
+  absl::StatusOr<ServerConfig> c =
+      FromText(R"pb(index { listen: "tcp://127.0.0.1:0" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const PickerOptions defaults;
+  EXPECT_EQ(c->pick.request_tokens, defaults.request_tokens);
+  EXPECT_EQ(c->pick.predicted_ttl, defaults.predicted_ttl);
+
+  c = FromText(R"pb(index {
+                      pick {
+                        request_tokens: 0
+                        kv_tokens: 2048
+                        affinity_blocks: 4
+                        tier_credits { key: "cpu" value: 0.75 }
+                        tier_credits { key: "NVME" value: 0.1 }
+                        predicted_ttl: "2s"
+                        max_predicted: 1000
+                      }
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->pick.request_tokens, 0);  // set to zero, not left default
+  EXPECT_EQ(c->pick.kv_tokens, 2048);
+  EXPECT_EQ(c->pick.affinity_blocks, 4);
+  EXPECT_EQ(c->pick.predicted_ttl, absl::Seconds(2));
+  EXPECT_EQ(c->pick.max_predicted, 1000u);
+  double cpu = -1, nvme = -1;
+  for (const TierCredit& t : c->pick.tier_credits) {
+    if (t.medium == "CPU") cpu = t.credit;
+    if (t.medium == "NVME") nvme = t.credit;
+  }
+  EXPECT_EQ(cpu, 0.75);
+  EXPECT_EQ(nvme, 0.1);
+
+  c = FromText(R"pb(index { pick { queued_weight: -1 } })pb");
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.pick.queued_weight: -1 is not between 0 and"));
+  c = FromText(
+      R"pb(index { pick { tier_credits { key: "GPU" value: 2 } } })pb");
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.pick.tier_credits[\"GPU\"]: 2 is not between "
+                        "0 and 1"));
+  c = FromText(
+      R"pb(index { pick { tier_credits { key: "CPU/X" value: 1 } } })pb");
+  EXPECT_THAT(c.status().message(), HasSubstr("without '/'"));
+  c = FromText(R"pb(index { pick { predicted_ttl: "0s" } })pb");
+  EXPECT_THAT(c.status().message(), HasSubstr("index.pick.predicted_ttl"));
+  c = FromText(R"pb(index { pick { max_window_picks: 999999999999 } })pb");
+  EXPECT_THAT(c.status().message(), HasSubstr("index.pick.max_window_picks"));
+}
+
 // The Conductor API: on by http_listen alone (the index with it), loopback
 // only with auth off; sources carry a registration's labels.
 TEST(ConfigTest, IndexHttpListenAndSourceLabels) {

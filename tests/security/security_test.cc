@@ -947,6 +947,50 @@ TEST_P(SecurityTest, IndexRoutesATenantOnlyOverItsOwnSalts) {
   EXPECT_EQ(unsalted.best_worker(), "");
 }
 
+// Pick follows Route's rule: a TENANT picks over its own salts only (a
+// refused Pick records nothing: no decision, no predicted block), engines
+// and admins over any; a PickBatch item with a foreign salt fails alone.
+TEST_P(SecurityTest, IndexPicksForATenantOnlyOverItsOwnSalts) {
+  StartServer("", "index { block_size: 4 listen: \"tcp://127.0.0.1:*\" }\n");
+  KvIndex* index = server_->index();
+  ASSERT_NE(index, nullptr);
+  index->AddWorker("w0", "test");
+  index->AddWorker("w1", "test");
+  const std::vector<uint32_t> p = Tokens(100, 3);
+  auto app_a = Connect("app-a");
+  auto engine = Connect("engine-ac");
+  PickOptions salt_a;
+  salt_a.prompt.cache_salt = "salt-a";
+  PickOptions salt_b;
+  salt_b.prompt.cache_salt = "salt-b";
+
+  absl::Status other = app_a->Pick(p, salt_b).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_THAT(other.message(), HasSubstr("salt-b"));
+  EXPECT_CODE(app_a->Pick(p).status(), kPermissionDenied);
+  EXPECT_EQ(server_->picker()->counts().picks, 0u);
+  EXPECT_EQ(server_->picker()->counts().predicted, 0u);
+
+  ASSERT_OK_AND_MOVE(own, app_a->Pick(p, salt_a));
+  EXPECT_FALSE(own.worker().empty());
+  EXPECT_EQ(own.ranked_size(), 2);
+  EXPECT_EQ(server_->picker()->counts().picks, 1u);
+  EXPECT_EQ(server_->picker()->counts().predicted, 3u);  // the prompt's blocks
+
+  v1::PickBatchRequest batch;
+  *batch.add_requests() = PickRequestFor(p, salt_a);
+  *batch.add_requests() = PickRequestFor(p, salt_b);
+  ASSERT_OK_AND_MOVE(items, app_a->PickBatch(batch));
+  ASSERT_EQ(items.responses_size(), 2);
+  EXPECT_EQ(items.responses(0).code(), 0);
+  EXPECT_EQ(items.responses(1).code(),
+            static_cast<int>(absl::StatusCode::kPermissionDenied));
+  EXPECT_FALSE(items.responses(1).has_response());
+
+  ASSERT_OK_AND_MOVE(by_engine, engine->Pick(p, salt_b));
+  EXPECT_EQ(by_engine.ranked_size(), 2);
+}
+
 // A namespace key that joined LoRA and salt with a separator let a tenant
 // reach another tenant's salt: the victim's blocks sit under (LoRA "L",
 // salt "x\x1fsalt-a2"), whose old key "n:L\x1fx\x1fsalt-a2" was also the

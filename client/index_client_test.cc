@@ -455,6 +455,19 @@ TEST(IndexOutputTest, RouteWithNoHolder) {
             "         -\n");
 }
 
+// An answer that lists no worker (none matched, all_workers not asked):
+// the first line alone, no table header over no rows.
+TEST(IndexOutputTest, RouteListingNoWorker) {
+  v1::RouteResponse none;
+  none.set_prompt_blocks(1);
+  none.set_block_size(16);
+  std::ostringstream out;
+  PrintRoute(none, 17, out);
+  EXPECT_EQ(out.str(),
+            "prompt 1 block (17 tokens, block_size 16)  no worker holds the "
+            "first block\n");
+}
+
 TEST(IndexOutputTest, WorkersTableWithStateDetail) {
   std::ostringstream out;
   PrintWorkers(TwoWorkers(), absl::FromUnixMillis(kNowMs), out);

@@ -365,6 +365,7 @@ void PrintRoute(const v1::RouteResponse& route, size_t query_tokens,
     }
     out << "\n";
   }
+  if (route.workers().empty()) return;  // no header over no rows
   Table t({"WORKER", "MATCHED_BLOCKS", "MATCHED_TOKENS", "MEDIUMS", "STATE",
            "LAST_SEQ", "LAG"});
   for (const v1::WorkerMatch& w : route.workers()) {

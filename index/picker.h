@@ -57,7 +57,7 @@ struct TierCredit {
 
 struct PickerOptions {
   double prefill_weight = 1.0;
-  double queued_weight = 1.0;
+  double queued_weight = 0.03;
   double request_tokens = 0;
   double kv_tokens = 0;
   double affinity_tokens = 0;
@@ -66,7 +66,7 @@ struct PickerOptions {
   std::vector<TierCredit> tier_credits = {
       {"GPU", 1.0}, {"CPU", 0.5}, {"DISK", 0.25}};
   double other_tier_credit = 0.25;  // a medium tier_credits does not name
-  absl::Duration predicted_ttl = absl::Seconds(10);
+  absl::Duration predicted_ttl = absl::Seconds(5);
   size_t max_predicted = size_t{1} << 20;  // predicted (worker, block) pairs
   absl::Duration load_window = absl::Seconds(10);
   size_t max_window_picks = size_t{1} << 16;

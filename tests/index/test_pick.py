@@ -99,7 +99,7 @@ class Test(common.Checker):
                           % (e.name, e.pub.endpoint, e.pub.replay_endpoint)
                           for e in self.engines)
         return ('index {\n  block_size: %d\n  http_listen: "127.0.0.1:%d"\n%s'
-                '  pick { request_tokens: %g kv_tokens: %g affinity_tokens: %g '
+                '  pick { queued_weight: 1 request_tokens: %g kv_tokens: %g affinity_tokens: %g '
                 'affinity_blocks: %d predicted_ttl: "%gs" load_window: "%gs" }\n}\n'
                 % (BS, self.http_port, sources, REQUEST_TOKENS, KV_TOKENS, AFFINITY_TOKENS,
                    AFFINITY_BLOCKS, TTL_S, WINDOW_S))

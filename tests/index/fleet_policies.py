@@ -13,7 +13,7 @@ What a policy sees, per request, is what its real counterpart could see:
            waiting   vllm:num_requests_waiting, scraped from the engine;
            kv_usage  vllm:kv_cache_usage_perc (0..1), scraped;
            truth     the engine's cached prefix of this prompt, read from
-                     the engine (the oracle only);
+                     the engine (the oracle's input; fleet_sim's figures);
            route     for the policies that read KV events: (matched blocks,
                      worker state) per engine from a Route over the real
                      daemon, or None. One event-fed index stands in for
@@ -37,7 +37,6 @@ BLOCK_TOKENS = 16  # fleet_sim's block size
 
 class Policy:
     uses_index = False  # needs view.route (a Route per request)
-    wants_truth = False  # needs view.truth (reads the engines' caches)
 
     def __init__(self, names, seed, args):
         self.names = names
@@ -124,7 +123,6 @@ class TodaysRule(Policy):
 
 class Oracle(Policy):
     """Today's rule on every engine's cache read directly (exact state)."""
-    wants_truth = True
 
     def choose(self, req, view):
         return bounded_most_matched(view.inflight, view.truth, self.names, self.args.load_slack)
@@ -381,15 +379,20 @@ class SGLang(Policy):
 
 # ---- pickpy: a model of the daemon's Pick ----
 
+# pickpy's defaults, tuned on fleet_sim --compare (docs/performance.md, "Peer
+# routers and Pick's cost model"): a token of prefill saved here is worth 20
+# tokens of prefill queued ahead (queued_weight 0.05), because a hit also
+# spares every later request the work, where queueing delays one; a full KV
+# cache costs 64 tokens (ties between idle engines); no affinity term.
 PICK_DEFAULTS = collections.OrderedDict((
     ("prefill_weight", 1.0),
-    ("queued_weight", 1.0),
+    ("queued_weight", 0.05),
     ("request_tokens", 0.0),
-    ("kv_tokens", 0.0),
+    ("kv_tokens", 64.0),
     ("affinity_tokens", 0.0),
     ("affinity_blocks", 0.0),
     ("predicted_ttl_ms", 5000.0),
-    ("load_window_ms", 10000.0),
+    ("load_window_ms", 2000.0),
 ))
 
 Load = collections.namedtuple("Load", "requests_in_flight queued_prefill_tokens kv_usage")
@@ -512,9 +515,10 @@ class PickPy(Policy):
     uses_index = True
     pass_load = True
 
-    def __init__(self, names, seed, args):
+    def __init__(self, names, seed, args, variant=""):
         super().__init__(names, seed, args)
-        self.model = PickModel(names, pick_knobs(getattr(args, "pick", "")))
+        knobs = ",".join(x for x in (getattr(args, "pick", ""), variant) if x)
+        self.model = PickModel(names, pick_knobs(knobs))
         self.queued = [0] * self.n   # the router's queued prefill tokens per engine
         self.charged = {}            # rid -> (engine, tokens) until its first token
 
@@ -547,11 +551,15 @@ class PickPyWindow(PickPy):
 
 
 def make(name, names, seed, args, n_requests):
-    """The policy called `name` (fleet_sim.POLICIES, a +drop variant, or
-    oracle~K)."""
+    """The policy called `name`: fleet_sim.COMPARE's, pickpy-window, a +drop
+    variant, oracle~K, or pickpy@knob=value@... (pickpy with those knobs
+    over --pick's)."""
     if name.startswith("oracle~"):
         return PerturbedOracle(names, seed, args, int(name[7:]), n_requests)
-    base = name.split("+")[0]  # prefixd+drop, pickpy+drop
+    base, *variant = name.split("+")[0].split("@")  # prefixd+drop; pickpy@knob=value@...
+    if variant:
+        return {"pickpy": PickPy, "pickpy-window": PickPyWindow}[base](
+            names, seed, args, ",".join(variant))
     cls = {"rr": RoundRobin, "ll": LeastLoaded, "session": Session, "prefixd": TodaysRule,
            "oracle": Oracle, "dynamo": Dynamo, "llmd": LlmD, "sglang": SGLang,
            "pickpy": PickPy, "pickpy-window": PickPyWindow}[base]

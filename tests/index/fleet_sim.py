@@ -93,8 +93,7 @@ comes from):
   pickpy   (--compare) fleet_policies.PickModel, the cost model of the
            daemon's Pick in Python (knobs: --pick), the router passing the
            load it knows itself (fleet_policies.PickPy); pickpy-window
-           (asked for with --policies) passes none: the daemon's window of
-           recent picks stands in;
+           passes none: the daemon's window of recent picks stands in;
   prefixd+drop (--full only) prefixd again with 1% of the event batches
            dropped in transit (kv_publisher.drop_next at random, seeded;
            the daemon sees the gap and replays it from the ROUTER), run
@@ -133,7 +132,10 @@ Metrics per (regime, trace, N, C) row:
             (arrival to end of prefill); heavy: the share of the mean spent
             queued, before the first chunk;
   Route     p50 / p99 latency of Route as the router sees it (client call,
-            TCP loopback), milliseconds.
+            TCP loopback), milliseconds;
+  unused    (each row's details) the picks that went to an engine holding
+            fewer of the prompt's blocks than another, and how many blocks
+            they left unused.
 
 Usage:
   fleet_sim.py --prefixd PATH [--stubs DIR]       # the short test (ctest)
@@ -141,19 +143,20 @@ Usage:
   fleet_sim.py --prefixd PATH --full --compare     # every policy, both regimes
 Flags: --requests (per trace; short default 2000, full default all),
 --load_slack, --drop_rate (of --full's drop run), --seed, --speedup
-(light: arrivals N times faster than the trace), --heavy_rate, --pick, and
---policies, --regimes, --traces, --fleets, --capacities to run part of a
-matrix.
+(light: arrivals N times faster than the trace), --heavy_rate, --pick
+(pickpy's knobs; a policy named pickpy@knob=value@... runs a variant beside
+it), --json (every run's figures to a file), and --policies, --regimes,
+--traces, --fleets, --capacities to run part of a matrix.
 The short mode (2000 requests of the synthetic trace, N = 4, C = 4096, no
 drop, light regime; about 15 s) checks prefixd >= oracle - 1 point and
 prefixd > round robin; --full (both traces whole, N = 4 and 8, C = 1024 and
 8192, with the drop run; about 10 minutes) checks prefixd >= oracle - 0.5
 points and, with drops, >= oracle - 1 point on every row. --compare runs
-rr, ll, session, prefixd, dynamo, llmd, sglang, pickpy and oracle in both
-regimes on the mode's rows and checks pickpy's targets on every row: saved
-prefill >= the best of the seven others (not the oracle) - 0.2 points;
+rr, ll, session, prefixd, dynamo, llmd, sglang, pickpy, pickpy-window and
+oracle in both regimes on the mode's rows and checks pickpy's targets on
+every row: saved prefill >= the best of the first seven's - 0.2 points;
 heavy: mean and p99 TTFT <= the best of theirs + 5 %, load CV <= least
-loaded's + 0.05.
+loaded's + 0.05 (--full --compare: about 35 minutes on 2 busy cores).
 Prints the tables, one line per check and "N passed, M failed"; exit 1 on a
 failure, 77 (skipped) without --prefixd.
 """
@@ -162,6 +165,7 @@ import atexit
 import collections
 import functools
 import heapq
+import json
 import math
 import os
 import random
@@ -202,7 +206,7 @@ FULL = dict(traces=("conversation", "synthetic"), fleets=(4, 8),
             requests=None, drop=True)
 POLICIES = ("rr", "ll", "session", "prefixd", "oracle")  # the default run's
 PEERS = ("rr", "ll", "session", "prefixd", "dynamo", "llmd", "sglang")  # pickpy's rivals
-COMPARE = PEERS + ("pickpy", "oracle")  # --compare's
+COMPARE = PEERS + ("pickpy", "pickpy-window", "oracle")  # --compare's
 
 QUIESCE_TIMEOUT = 30
 ROUTE_DEADLINE = 2.0
@@ -610,7 +614,6 @@ class Fleet:
         n, names = self.n, self.names
         pol = fp.make(policy, names, seed, self.args, len(reqs))
         uses_index = pol.uses_index
-        want_truth = uses_index or pol.wants_truth
         owner = {}  # router rid -> engine, until it finishes
         pending = None  # (engine, submit) of the previous request
         st = collections.Counter()
@@ -619,7 +622,7 @@ class Fleet:
         t0 = time.monotonic()
         for i, r in enumerate(reqs):
             t = arrival(regime, scale, r.timestamp, self.args)
-            query = (trace, r.hash_ids) if want_truth else None
+            query = (trace, r.hash_ids)  # every engine's cached prefix, for the figures
             for k, c in enumerate(self.conns):
                 c.send(("advance", t, pending[1] if pending and pending[0] == k else None,
                         query))
@@ -640,6 +643,9 @@ class Fleet:
                 self.route(trace, r.hash_ids, view, replies, st)
             req = Req(i, r.hash_ids, now_ms)
             k = pol.choose(req, view)
+            lost = max(view.truth) - view.truth[k]  # cached blocks left unused elsewhere
+            st["forgone"] += lost > 0
+            st["forgone_blocks"] += lost
             pol.routed(req, k, view)
             owner[i] = k
             pending = (k, (i, trace, r.hash_ids, r.output_length, t))
@@ -669,6 +675,7 @@ class Fleet:
             evicted=sum(s["evicted"] for s in stats),
             batches=sum(s["batches"] for s in stats),
             dropped=sum(s["dropped_batches"] for s in stats),
+            forgone=st["forgone"], forgone_blocks=st["forgone_blocks"],
             wall=wall)
         if uses_index:
             lat = st["lat"]
@@ -772,8 +779,10 @@ def print_tables(results, policies):
                 r = by.get(p)
                 if r is None:
                     continue
-                print("    %-13s requests per engine %s, %d blocks evicted, %d refused; %.1f s"
-                      % (p, r["per_engine"], r["evicted"], r["refused"], r["wall"]))
+                print("    %-13s requests per engine %s, %d blocks evicted, %d refused, %d "
+                      "picks left %d cached blocks unused elsewhere; %.1f s"
+                      % (p, r["per_engine"], r["evicted"], r["refused"], r["forgone"],
+                         r["forgone_blocks"], r["wall"]))
                 if "stale" in r:
                     print("    %-13s %d Routes: %d behind an engine's last batch, %d stale (%d "
                           "changed the pick), %d worker entries not LIVE (skipping them "
@@ -890,8 +899,8 @@ def main():
                         help="pickpy's knobs, key=value,... (default: %s)"
                         % ",".join("%s=%g" % kv for kv in fp.PICK_DEFAULTS.items()))
         ap.add_argument("--policies", default=None,
-                        help="comma-separated subset of %s (and pickpy-window, prefixd+drop, "
-                        "pickpy+drop, oracle~K)" % ",".join(COMPARE))
+                        help="comma-separated subset of %s (and prefixd+drop, pickpy+drop, "
+                        "oracle~K, pickpy@knob=value@...)" % ",".join(COMPARE))
         ap.add_argument("--regimes", default=None,
                         help="comma-separated subset of %s, overrides the mode's"
                         % ",".join(REGIMES))
@@ -899,6 +908,8 @@ def main():
         ap.add_argument("--fleets", default=None, help="comma-separated N, overrides the mode's")
         ap.add_argument("--capacities", default=None,
                         help="comma-separated C for every trace, overrides the mode's")
+        ap.add_argument("--json", default=None,
+                        help="also write every run's figures to this file (a JSON list)")
     args = common.setup(__doc__, extra=extra)
     if sys.argv[1:]:
         print("fleet_sim: unknown arguments %s" % sys.argv[1:])
@@ -951,6 +962,9 @@ def main():
             rc = fleet.close()
             print("  N=%d: engines and prefixd stopped (%.1f s)" % (n, time.monotonic() - ts))
         checks.check(rc == 0, "N=%d: prefixd exits 0 on SIGTERM" % n, "exit %s" % rc)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
     print_tables(results, policies)
     if args.compare:
         print_comparison(results, policies)

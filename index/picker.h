@@ -57,9 +57,9 @@ struct TierCredit {
 
 struct PickerOptions {
   double prefill_weight = 1.0;
-  double queued_weight = 0.03;
+  double queued_weight = 0.05;
   double request_tokens = 0;
-  double kv_tokens = 0;
+  double kv_tokens = 64;
   double affinity_tokens = 0;
   int affinity_blocks = 0;  // 0: no affinity term
   double predicted_credit = 1.0;
@@ -68,7 +68,7 @@ struct PickerOptions {
   double other_tier_credit = 0.25;  // a medium tier_credits does not name
   absl::Duration predicted_ttl = absl::Seconds(5);
   size_t max_predicted = size_t{1} << 20;  // predicted (worker, block) pairs
-  absl::Duration load_window = absl::Seconds(10);
+  absl::Duration load_window = absl::Seconds(2);
   size_t max_window_picks = size_t{1} << 16;
 };
 

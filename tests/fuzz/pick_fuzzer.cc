@@ -125,8 +125,8 @@ void DoPick(const std::string& bytes, Picker& picker, absl::Time now) {
     Fail("a dry run was recorded");
 }
 
-void Store(FleetIndex& index, WorkerId worker, const uint8_t* data,
-           size_t len, bool cpu, int64_t* seq, uint64_t* next_hash) {
+void Store(FleetIndex& index, WorkerId worker, const uint8_t* data, size_t len,
+           bool cpu, int64_t* seq, uint64_t* next_hash) {
   const size_t blocks = len / kBlockSize;
   if (blocks == 0) return;
   BlockStoredEvent ev;

@@ -379,8 +379,8 @@ class SGLang(Policy):
 
 # ---- pickpy: a model of the daemon's Pick ----
 
-# pickpy's defaults, tuned on fleet_sim --compare (docs/performance.md, "Peer
-# routers and Pick's cost model"): a token of prefill saved here is worth 20
+# pickpy's defaults, tuned on fleet_sim --compare (docs/performance.md, "Pick
+# on the simulated fleet"): a token of prefill saved here is worth 20
 # tokens of prefill queued ahead (queued_weight 0.05), because a hit also
 # spares every later request the work, where queueing delays one; a full KV
 # cache costs 64 tokens (ties between idle engines); no affinity term.

@@ -58,9 +58,10 @@ rescaled: the timestamps are multiplied so that each engine receives, on
 average over the requests run, HEAVY_RATES[trace][C] requests per second
 (--heavy_rate overrides). For each trace and capacity that is the rate at
 which least-loaded routing spends about 70-80 % of its mean TTFT queued
-(before its first chunk; measured on the whole traces, N = 4) while its
-queues still drain between bursts (0.2 requests/s more doubles to
-quadruples its mean TTFT). The conversation trace's longer outputs hold
+(before its first chunk; chosen on the whole traces at N = 4; 57-77 %
+over the --full matrix, N = 8 smoothing the bursts) while its queues still
+drain between bursts (0.2 requests/s more doubles to quadruples its mean
+TTFT). The conversation trace's longer outputs hold
 requests, and their blocks, longer: its rates are lower. A cache-aware
 policy computes less and so queues less at the same rate.
 
@@ -156,7 +157,7 @@ rr, ll, session, prefixd, dynamo, llmd, sglang, pickpy, pickpy-window and
 oracle in both regimes on the mode's rows and checks pickpy's targets on
 every row: saved prefill >= the best of the first seven's - 0.2 points;
 heavy: mean and p99 TTFT <= the best of theirs + 5 %, load CV <= least
-loaded's + 0.05 (--full --compare: about 35 minutes on 2 busy cores).
+loaded's + 0.05 (--full --compare: about 25 minutes on 2 busy cores).
 Prints the tables, one line per check and "N passed, M failed"; exit 1 on a
 failure, 77 (skipped) without --prefixd.
 """

@@ -608,6 +608,7 @@ v1::PickRequest PickRequestFor(absl::Span<const uint32_t> tokens,
                                     options.candidates.end());
   request.mutable_loads()->Add(options.loads.begin(), options.loads.end());
   request.set_dry_run(options.dry_run);
+  request.set_replay_time_ms(options.replay_time_ms);
   return request;
 }
 

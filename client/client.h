@@ -102,6 +102,9 @@ struct PickOptions {
   // Candidates' loads; one without is charged the index's recent picks.
   std::vector<v1::WorkerLoad> loads;
   bool dry_run = false;  // rank and choose, record nothing
+  // The decision's time when replaying a trace (the daemon runs with
+  // index.pick.replay_clock; docs/index.md), ms; 0 otherwise.
+  int64_t replay_time_ms = 0;
 };
 
 // grpc.health.v1 serving status, numbered as on the wire.

@@ -246,6 +246,26 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
   return c;
 }
 
+absl::Status Picker::CheckClock(const PickQuery& query) const {
+  if (options_.replay_clock && query.replay_time_ms <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replay_time_ms is ", query.replay_time_ms,
+        ": index.pick.replay_clock is on, so each Pick gives its time "
+        "(milliseconds, > 0)"));
+  }
+  if (!options_.replay_clock && query.replay_time_ms != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replay_time_ms is ", query.replay_time_ms,
+        " but index.pick.replay_clock is off: Pick keeps the daemon's time"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t Picker::ClockMs(const PickQuery& query, absl::Time now) const {
+  if (!options_.replay_clock) return absl::ToUnixMillis(now);
+  return std::max(query.replay_time_ms, replay_ms_);
+}
+
 void Picker::Record(const PickCandidate& chosen, uint64_t blocks,
                     int64_t now_ms, PromptKeys& keys) {
   const uint64_t held = std::min<uint64_t>(chosen.matched_blocks, blocks);
@@ -269,6 +289,7 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
                                    : static_cast<double>(prompt.keys.size()) *
                                          index_->options().block_size;
   RETURN_IF_ERROR(CheckQuery(query, prompt_tokens));
+  RETURN_IF_ERROR(CheckClock(query));
   RouteResult found;
   std::vector<const WorkerLoadInput*> loads;
   RETURN_IF_ERROR(Find(query, &found, &loads));
@@ -276,11 +297,11 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
   const uint64_t blocks = found.prompt_blocks;
   PromptKeys keys(this, prompt, blocks);
   const absl::string_view affinity_winner = AffinityWinner(found, keys);
-  const int64_t now_ms = absl::ToUnixMillis(now);
   PickResult result;
   result.prompt_blocks = blocks;
   result.ranked.reserve(found.workers.size());
   MutexLock lock(&mu_);
+  const int64_t now_ms = ClockMs(query, now);
   predicted_.Expire(now_ms);
   window_.Expire(now_ms);
   for (size_t i = 0; i < found.workers.size(); ++i) {
@@ -301,6 +322,7 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
   if (query.dry_run) return result;
   result.decision_id = next_decision_.fetch_add(1, std::memory_order_relaxed);
   Record(result.ranked.front(), blocks, now_ms, keys);
+  if (options_.replay_clock) replay_ms_ = now_ms;
   return result;
 }
 

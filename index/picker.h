@@ -70,6 +70,9 @@ struct PickerOptions {
   size_t max_predicted = size_t{1} << 20;  // predicted (worker, block) pairs
   absl::Duration load_window = absl::Seconds(2);
   size_t max_window_picks = size_t{1} << 16;
+  // Time comes from each query's replay_time_ms (a replay of a recorded
+  // trace), not from the caller's clock.
+  bool replay_clock = false;
 };
 
 // A candidate's load as the router sees it.
@@ -86,6 +89,8 @@ struct PickQuery {
   std::vector<std::string> candidates;
   absl::Span<const WorkerLoadInput> loads;
   bool dry_run = false;
+  // The decision's time on a replay's clock (options' replay_clock), ms.
+  int64_t replay_time_ms = 0;
 };
 
 struct PickCandidate {
@@ -120,9 +125,11 @@ class Picker {
 
   // INVALID_ARGUMENT naming the field for an empty prompt, a candidate
   // the index does not know or named twice, a load of a worker that is not
-  // a candidate or with a negative figure or a kv_usage outside [0, 1];
-  // FAILED_PRECONDITION when there is no candidate at all. A rejected
-  // query changes nothing.
+  // a candidate or with a negative figure or a kv_usage outside [0, 1],
+  // a replay_time_ms that is not positive under replay_clock or is given
+  // without it; FAILED_PRECONDITION when there is no candidate at all. A
+  // rejected query changes nothing. `now` is the caller's clock, unread
+  // under replay_clock.
   absl::StatusOr<PickResult> Pick(const PickQuery& query, absl::Time now);
 
   const PickerOptions& options() const { return options_; }
@@ -165,6 +172,10 @@ class Picker {
   // The chosen worker's predicted blocks and window pick.
   void Record(const PickCandidate& chosen, uint64_t blocks, int64_t now_ms,
               PromptKeys& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The decision's time: `now`, or the replay's clock (never backwards).
+  int64_t ClockMs(const PickQuery& query, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status CheckClock(const PickQuery& query) const;
   double EngineCredit(const WorkerMatch& m) const;
   double TierCreditOf(absl::string_view medium) const;
 
@@ -175,6 +186,7 @@ class Picker {
   mutable Mutex mu_;
   PredictedHolds predicted_ ABSL_GUARDED_BY(mu_);
   PickWindow window_ ABSL_GUARDED_BY(mu_);
+  int64_t replay_ms_ ABSL_GUARDED_BY(mu_) = 0;  // latest recorded replay time
 };
 
 }  // namespace prefixd

@@ -135,5 +135,67 @@ TEST_F(PickerTest, RejectedQueriesChangeNothing) {
   EXPECT_EQ(picker_.counts().window_picks, 0u);
 }
 
+TEST_F(PickerTest, ReplayTimeIsRefusedWithoutTheReplayClock) {
+  std::vector<Token> tokens(8, 1);
+  PickQuery q;
+  q.prompt.tokens = tokens;
+  q.replay_time_ms = 5000;
+  absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("replay_time_ms is 5000"));
+  EXPECT_EQ(picker_.counts().picks, 0u);
+}
+
+// Under replay_clock the queries' times age the predicted blocks and the
+// window, whatever the caller's clock says, and never run backwards.
+TEST_F(PickerTest, TheReplayClockAgesPredictionsAndTheWindow) {
+  PickerOptions o;
+  o.replay_clock = true;
+  o.predicted_ttl = absl::Seconds(5);
+  o.load_window = absl::Seconds(2);
+  Picker picker(&index_, o);
+  std::vector<Token> tokens(16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<Token>(i);
+  PickQuery q;
+  q.prompt.tokens = tokens;
+  q.candidates = {"a"};
+  q.replay_time_ms = 0;
+  const absl::Time wall = absl::FromUnixSeconds(1'000'000);
+  absl::StatusOr<PickResult> r = picker.Pick(q, wall);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("replay_time_ms is 0"));
+
+  q.replay_time_ms = 10'000;
+  ASSERT_TRUE(picker.Pick(q, wall).ok());
+  const auto at = [&](int64_t ms, absl::Time caller) {
+    PickQuery look = q;
+    look.dry_run = true;
+    look.replay_time_ms = ms;
+    absl::StatusOr<PickResult> x = picker.Pick(look, caller);
+    EXPECT_TRUE(x.ok()) << x.status();
+    return x->ranked.front();
+  };
+  // 1.9 s of replay time later, a day later on the caller's clock.
+  PickCandidate c = at(11'900, wall + absl::Hours(24));
+  EXPECT_EQ(c.predicted_blocks, 4u);
+  EXPECT_EQ(c.requests_in_flight, 1);  // still in the 2 s window
+  c = at(12'000, wall);
+  EXPECT_EQ(c.requests_in_flight, 0);  // the window lapsed at 2 s
+  EXPECT_EQ(c.predicted_blocks, 4u);
+  c = at(15'000, wall);
+  EXPECT_EQ(c.predicted_blocks, 0u);  // the TTL lapsed at 5 s
+
+  // A recorded time earlier than the latest counts as the latest: a pick
+  // at 20 s, then one "at 1 s", is charged at 20 s.
+  q.replay_time_ms = 20'000;
+  ASSERT_TRUE(picker.Pick(q, wall).ok());
+  q.replay_time_ms = 1'000;
+  ASSERT_TRUE(picker.Pick(q, wall).ok());
+  c = at(21'999, wall);
+  EXPECT_EQ(c.requests_in_flight, 2);
+  c = at(22'000, wall);
+  EXPECT_EQ(c.requests_in_flight, 0);
+}
+
 }  // namespace
 }  // namespace prefixd

@@ -585,6 +585,7 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
         absl::StrCat(pc.max_window_picks(), " exceeds ", kMaxEntries));
   }
   if (pc.max_window_picks() > 0) o->max_window_picks = pc.max_window_picks();
+  o->replay_clock = pc.replay_clock();
   return absl::OkStatus();
 }
 

@@ -441,6 +441,7 @@ TEST(ConfigTest, IndexPick) {
   const PickerOptions defaults;
   EXPECT_EQ(c->pick.request_tokens, defaults.request_tokens);
   EXPECT_EQ(c->pick.predicted_ttl, defaults.predicted_ttl);
+  EXPECT_FALSE(c->pick.replay_clock);
 
   c = FromText(R"pb(index {
                       pick {
@@ -451,9 +452,11 @@ TEST(ConfigTest, IndexPick) {
                         tier_credits { key: "NVME" value: 0.1 }
                         predicted_ttl: "2s"
                         max_predicted: 1000
+                        replay_clock: true
                       }
                     })pb");
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->pick.replay_clock);
   EXPECT_EQ(c->pick.request_tokens, 0);  // set to zero, not left default
   EXPECT_EQ(c->pick.kv_tokens, 2048);
   EXPECT_EQ(c->pick.affinity_blocks, 4);

@@ -22,6 +22,7 @@ absl::Status PickRequestReader::Read(const v1::PickRequest& req, int item,
   }
   query_.loads = loads_;
   query_.dry_run = req.dry_run();
+  query_.replay_time_ms = req.replay_time_ms();
   return absl::OkStatus();
 }
 

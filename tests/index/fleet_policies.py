@@ -550,6 +550,38 @@ class PickPyWindow(PickPy):
     pass_load = False
 
 
+class Pick(PickPy):
+    """pick: the daemon's own Pick, the RPC, with its shipped defaults
+    (pickpy's --pick does not reach it), the router passing the same loads
+    as pickpy's. fleet_sim sets `call(req, candidates, loads)`, which
+    returns the client's PickResult or None when the call failed (then:
+    least loaded); its daemon runs with index.pick.replay_clock and each
+    Pick carries the request's simulated time, so the predicted blocks and
+    the window age in simulated time. pick-window passes no load: the
+    daemon's window of its own picks stands in."""
+    uses_index = False  # it asks Pick, which reads the index itself
+    calls_pick = True
+    call = None
+
+    def choose(self, req, view):
+        candidates, loads = self.inputs(view)
+        res = self.call(req, candidates, loads)
+        self.answer = res.ranked if res is not None else None
+        if res is None:
+            return min(range(self.n), key=lambda k: (view.inflight[k], self.names[k]))
+        return self.names.index(res.worker)
+
+    def routed(self, req, k, view):
+        tokens = (self.answer[0].prefill_tokens if self.answer
+                  else len(req.ids) * BLOCK_TOKENS)
+        self.queued[k] += tokens
+        self.charged[req.i] = (k, tokens)
+
+
+class PickWindow(Pick):
+    pass_load = False
+
+
 def make(name, names, seed, args, n_requests):
     """The policy called `name`: fleet_sim.COMPARE's, pickpy-window, a +drop
     variant, oracle~K, or pickpy@knob=value@... (pickpy with those knobs
@@ -562,5 +594,6 @@ def make(name, names, seed, args, n_requests):
             names, seed, args, ",".join(variant))
     cls = {"rr": RoundRobin, "ll": LeastLoaded, "session": Session, "prefixd": TodaysRule,
            "oracle": Oracle, "dynamo": Dynamo, "llmd": LlmD, "sglang": SGLang,
-           "pickpy": PickPy, "pickpy-window": PickPyWindow}[base]
+           "pickpy": PickPy, "pickpy-window": PickPyWindow, "pick": Pick,
+           "pick-window": PickWindow}[base]
     return cls(names, seed, args)

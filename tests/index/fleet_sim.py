@@ -91,16 +91,25 @@ comes from):
            router with its balance thresholds. Dynamo and llm-d read the KV
            events (here through the same daemon's Route); SGLang keeps its
            own tree of what it sent;
-  pickpy   (--compare) fleet_policies.PickModel, the cost model of the
-           daemon's Pick in Python (knobs: --pick), the router passing the
-           load it knows itself (fleet_policies.PickPy); pickpy-window
-           passes none: the daemon's window of recent picks stands in;
+  pick     the daemon's own Pick RPC with its shipped defaults, the router
+           passing the load it knows itself (its requests in flight, the
+           prefill tokens Pick's answers predicted for the requests it sent
+           until their first token, the engines' KV usage;
+           fleet_policies.Pick). The daemon runs with
+           index.pick.replay_clock: each Pick carries the request's
+           simulated time (each run starting REPLAY_EPOCH_MS past the last),
+           so the predicted blocks' TTL and the window age in simulated
+           time. pick-window (--compare) passes no load: the daemon's
+           window of its own picks stands in;
+  pickpy   (--compare) fleet_policies.PickModel, the same cost model in
+           Python over Route's answers (knobs: --pick; pickpy-window:
+           without the router's load), for tuning knobs without a build;
   prefixd+drop (--full only) prefixd again with 1% of the event batches
            dropped in transit (kv_publisher.drop_next at random, seeded;
            the daemon sees the gap and replays it from the ROUTER), run
            --runs times (3; seeds seed, seed+1, ...): the median run counts,
-           the table gives the lowest and highest too (pickpy+drop likewise,
-           when asked for);
+           the table gives the lowest and highest too (pick+drop likewise,
+           in --full --compare; pickpy+drop when asked for);
   oracle~K (only when asked for, --policies) the oracle with K picks, chosen
            by the seed, sent to the rule's runner-up instead, --runs times:
            how far a handful of different picks moves the hit rate (the
@@ -149,15 +158,17 @@ Flags: --requests (per trace; short default 2000, full default all),
 it), --json (every run's figures to a file), and --policies, --regimes,
 --traces, --fleets, --capacities to run part of a matrix.
 The short mode (2000 requests of the synthetic trace, N = 4, C = 4096, no
-drop, light regime; about 15 s) checks prefixd >= oracle - 1 point and
-prefixd > round robin; --full (both traces whole, N = 4 and 8, C = 1024 and
-8192, with the drop run; about 10 minutes) checks prefixd >= oracle - 0.5
-points and, with drops, >= oracle - 1 point on every row. --compare runs
-rr, ll, session, prefixd, dynamo, llmd, sglang, pickpy, pickpy-window and
-oracle in both regimes on the mode's rows and checks pickpy's targets on
-every row: saved prefill >= the best of the first seven's - 0.2 points;
-heavy: mean and p99 TTFT <= the best of theirs + 5 %, load CV <= least
-loaded's + 0.05 (--full --compare: about 25 minutes on 2 busy cores).
+drop, light regime; about 15 s) checks prefixd and pick >= oracle - 1 point
+and prefixd > round robin; --full (both traces whole, N = 4 and 8, C = 1024
+and 8192, with the drop run; about 10 minutes) checks prefixd and pick >=
+oracle - 0.5 points and, with drops, prefixd >= oracle - 1 point on every
+row. --compare runs rr, ll, session, prefixd, dynamo, llmd, sglang, pick,
+pick-window, pickpy and oracle (with --full, pick+drop too) in both regimes
+on the mode's rows and checks Pick's targets for pick and pickpy on every
+row: saved prefill >= the best of the first seven's - 0.2 points; heavy:
+mean and p99 TTFT <= the best of theirs + 5 %, load CV <= least loaded's +
+0.05; pick+drop within 0.5 points of pick (--full --compare: about 45
+minutes on 2 busy cores).
 Prints the tables, one line per check and "N passed, M failed"; exit 1 on a
 failure, 77 (skipped) without --prefixd.
 """
@@ -205,9 +216,14 @@ SHORT = dict(traces=("synthetic",), fleets=(4,), capacities={"synthetic": (4096,
 FULL = dict(traces=("conversation", "synthetic"), fleets=(4, 8),
             capacities={"conversation": (1024, 8192), "synthetic": (1024, 8192)},
             requests=None, drop=True)
-POLICIES = ("rr", "ll", "session", "prefixd", "oracle")  # the default run's
-PEERS = ("rr", "ll", "session", "prefixd", "dynamo", "llmd", "sglang")  # pickpy's rivals
-COMPARE = PEERS + ("pickpy", "pickpy-window", "oracle")  # --compare's
+POLICIES = ("rr", "ll", "session", "prefixd", "pick", "oracle")  # the default run's
+PEERS = ("rr", "ll", "session", "prefixd", "dynamo", "llmd", "sglang")  # Pick's rivals
+COMPARE = PEERS + ("pick", "pick-window", "pickpy", "oracle")  # --compare's
+
+# Policy pick's replay clock: each run's simulated milliseconds start this
+# far past the previous run's (longer than any run: the conversation trace
+# spans about 3.5e6 ms).
+REPLAY_EPOCH_MS = 10 ** 10
 
 QUIESCE_TIMEOUT = 30
 ROUTE_DEADLINE = 2.0
@@ -529,6 +545,7 @@ class Fleet:
         self.procs, self.conns = [], []
         self.daemon = None
         self.client = None
+        self.epoch_ms = 0  # the replay clock's start of the current run
 
     def start(self):
         import multiprocessing
@@ -544,8 +561,10 @@ class Fleet:
         if self.binary:
             import prefixd
             import prefixd_fixture
+            # replay_clock: pick's Picks carry simulated time (REPLAY_EPOCH_MS).
             self.daemon = prefixd_fixture.Daemon(
-                self.binary, "", args=["--index_block_size=%d" % BS]
+                self.binary, "index { pick { replay_clock: true } }",
+                args=["--index_block_size=%d" % BS]
                 + ["--index_source=" + f for f in flags])
             atexit.register(self.daemon.kill)  # whatever happens to this script
             self.daemon.start()
@@ -564,6 +583,10 @@ class Fleet:
         for c in self.conns:
             c.send(("reset", regime, capacity, drop_rate, seed))
         seqs = [c.recv() for c in self.conns]
+        # Each run's simulated time starts past the last one's, so the
+        # daemon's replay clock only runs forward and a run starts with no
+        # prediction or window pick of the one before live.
+        self.epoch_ms += REPLAY_EPOCH_MS
         if self.client is None:
             return None
         # Setup, not routing: the index must start each policy empty and LIVE.
@@ -608,6 +631,25 @@ class Fleet:
         if live != raw and rule(live) != rule(raw):
             st["skip_changed"] += 1
 
+    def pick(self, trace, req, candidates, loads, st):
+        """The daemon's Pick for policy pick (fleet_policies.Pick): its
+        PickResult, or None when the call failed (counted in `st`)."""
+        import prefixd
+        s = time.perf_counter()
+        try:
+            return self.client.pick(
+                prompt_tokens(trace, req.ids), candidates=candidates,
+                loads=None if loads is None else {
+                    w: prefixd.WorkerLoad(l.requests_in_flight,
+                                          int(round(l.queued_prefill_tokens)), l.kv_usage)
+                    for w, l in loads.items()},
+                replay_time_ms=self.epoch_ms + int(req.now_ms) + 1)
+        except Exception:  # prefixd.PrefixdError: the policy falls back on least loaded
+            st["errors"] += 1
+            return None
+        finally:
+            st["lat"].append(time.perf_counter() - s)
+
     def run(self, policy, regime, trace, reqs, capacity, drop_rate=0.0, seed=None):
         """One policy over the requests; returns its figures."""
         seed = self.args.seed if seed is None else seed
@@ -615,10 +657,14 @@ class Fleet:
         n, names = self.n, self.names
         pol = fp.make(policy, names, seed, self.args, len(reqs))
         uses_index = pol.uses_index
+        calls_pick = getattr(pol, "calls_pick", False)
         owner = {}  # router rid -> engine, until it finishes
         pending = None  # (engine, submit) of the previous request
         st = collections.Counter()
         st["lat"] = []
+        if calls_pick:
+            pol.call = lambda req, candidates, loads: self.pick(trace, req, candidates,
+                                                                loads, st)
         scale = heavy_scale(trace, reqs, n, capacity, self.args)
         t0 = time.monotonic()
         for i, r in enumerate(reqs):
@@ -657,7 +703,7 @@ class Fleet:
             c.send(("drain",))
         stats = [c.recv() for c in self.conns]
         wall = time.monotonic() - t0
-        after = self.workers() if uses_index else None
+        after = self.workers() if uses_index or calls_pick else None
         reqs_per = [s["requests"] for s in stats]
         mean = statistics.mean(reqs_per)
         ttft = [x / 1000.0 for s in stats for x in s["ttft"]]
@@ -687,6 +733,12 @@ class Fleet:
                        gaps=sum(after[m].gaps - before[m].gaps for m in names),
                        replays=sum(after[m].replays - before[m].replays for m in names),
                        clears=sum(after[m].clears - before[m].clears for m in names))
+        elif calls_pick:
+            lat = st["lat"]
+            out.update(p50=1000 * percentile(lat, 50), p99=1000 * percentile(lat, 99),
+                       errors=st["errors"],
+                       gaps=sum(after[m].gaps - before[m].gaps for m in names),
+                       replays=sum(after[m].replays - before[m].replays for m in names))
         return out
 
     def selfcheck(self, trace, ids):
@@ -847,26 +899,50 @@ def check_targets(checks, results, full):
                          "replays), prefixd %.2f%% (median of runs %s) >= oracle %.2f%% - 1"
                          % (where, d["dropped"], d["batches"], d["replays"], d["hit"],
                             ", ".join("%.2f" % h for h in d["hits"]), orc["hit"]))
-        pk = row.get("pickpy")
+        pk = row.get("pick")
+        if regime == "light" and pk and orc:
+            checks.check(pk["hit"] >= orc["hit"] - margin,
+                         "%s: pick's hit rate %.2f%% >= oracle %.2f%% - %.1f"
+                         % (where, pk["hit"], orc["hit"], margin))
+        d = row.get("pick+drop")
+        if pk and d:
+            checks.check(abs(d["hit"] - pk["hit"]) <= 0.5,
+                         "%s: with 1%% of the batches dropped (%d of %d in the median run, %d "
+                         "replays), pick saves %.2f%% (median of runs %s), within 0.5 of its "
+                         "clean run's %.2f%%"
+                         % (where, d["dropped"], d["batches"], d["replays"], d["hit"],
+                            ", ".join("%.2f" % h for h in d["hits"]), pk["hit"]))
         peers = [row[p] for p in PEERS if p in row]
-        if pk and len(peers) == len(PEERS):
-            best = max(peers, key=lambda r: r["hit"])
-            checks.check(pk["hit"] >= best["hit"] - 0.2,
-                         "%s: pickpy saves %.2f%% >= the best peer's (%s %.2f%%) - 0.2"
-                         % (where, pk["hit"], best["policy"], best["hit"]))
-            if regime == "heavy":
-                for key, what in (("ttft", "mean"), ("ttft_p99", "p99")):
-                    best = min(peers, key=lambda r: r[key])
-                    checks.check(pk[key] <= best[key] * 1.05,
-                                 "%s: pickpy's %s TTFT %.3f s <= the best peer's (%s %.3f s) "
-                                 "+ 5%%" % (where, what, pk[key], best["policy"], best[key]))
-                checks.check(pk["cv"] <= row["ll"]["cv"] + 0.05,
-                             "%s: pickpy's load spread %.3f <= least loaded's %.3f + 0.05"
-                             % (where, pk["cv"], row["ll"]["cv"]))
+        for name in ("pick", "pickpy"):
+            if name in row and len(peers) == len(PEERS):
+                check_against_peers(checks, where, regime, row, name, peers)
         for p, r in row.items():
             if "errors" in r:
-                checks.check(r["errors"] == 0, "%s %s: every Route answered" % (where, p),
+                checks.check(r["errors"] == 0, "%s %s: every %s answered"
+                             % (where, p, "Pick" if p.startswith("pick") else "Route"),
                              "%d errors" % r["errors"])
+
+
+def check_against_peers(checks, where, regime, row, name, peers):
+    """Pick's targets for policy `name` (pick, or its model pickpy) on one
+    row: saved prefill >= the best peer's - 0.2 points; under heavy load,
+    mean and p99 TTFT <= the best peer's + 5 % and load spread <= least
+    loaded's + 0.05."""
+    pk = row[name]
+    best = max(peers, key=lambda r: r["hit"])
+    checks.check(pk["hit"] >= best["hit"] - 0.2,
+                 "%s: %s saves %.2f%% >= the best peer's (%s %.2f%%) - 0.2"
+                 % (where, name, pk["hit"], best["policy"], best["hit"]))
+    if regime != "heavy":
+        return
+    for key, what in (("ttft", "mean"), ("ttft_p99", "p99")):
+        best = min(peers, key=lambda r: r[key])
+        checks.check(pk[key] <= best[key] * 1.05,
+                     "%s: %s's %s TTFT %.3f s <= the best peer's (%s %.3f s) + 5%%"
+                     % (where, name, what, pk[key], best["policy"], best[key]))
+    checks.check(pk["cv"] <= row["ll"]["cv"] + 0.05,
+                 "%s: %s's load spread %.3f <= least loaded's %.3f + 0.05"
+                 % (where, name, pk["cv"], row["ll"]["cv"]))
 
 
 def main():
@@ -900,7 +976,7 @@ def main():
                         help="pickpy's knobs, key=value,... (default: %s)"
                         % ",".join("%s=%g" % kv for kv in fp.PICK_DEFAULTS.items()))
         ap.add_argument("--policies", default=None,
-                        help="comma-separated subset of %s (and prefixd+drop, pickpy+drop, "
+                        help="comma-separated subset of %s (and prefixd+drop, pick+drop, pickpy+drop, "
                         "oracle~K, pickpy@knob=value@...)" % ",".join(COMPARE))
         ap.add_argument("--regimes", default=None,
                         help="comma-separated subset of %s, overrides the mode's"
@@ -921,7 +997,8 @@ def main():
     fp.pick_knobs(args.pick)  # a bad --pick fails here, before anything starts
     mode = FULL if args.full else SHORT
     if args.compare:
-        policies, regimes = list(COMPARE), list(REGIMES)
+        policies = list(COMPARE) + (["pick+drop"] if mode["drop"] else [])
+        regimes = list(REGIMES)
     else:
         policies = list(POLICIES) + (["prefixd+drop"] if mode["drop"] else [])
         regimes = ["light"]
@@ -986,8 +1063,9 @@ def run_policy(fleet, p, regime, trace, reqs, cap, args):
         print("  %-12s %-5s %-12s N=%d C=%-6d seed %d  hit %6.2f%%  CV %.3f  TTFT %.2f s "
               "p99 %.2f s (queued %.2f s)  %.1f s%s" % (
                   p, regime, trace, fleet.n, cap, r["seed"], r["hit"], r["cv"], r["ttft"],
-                  r["ttft_p99"], r["wait"], r["wall"], "  Route p50 %.2f p99 %.2f ms" % (
-                      r["p50"], r["p99"]) if "p50" in r else ""))
+                  r["ttft_p99"], r["wait"], r["wall"], "  %s p50 %.2f p99 %.2f ms" % (
+                      "Pick" if p.startswith("pick") and not p.startswith("pickpy")
+                      else "Route", r["p50"], r["p99"]) if "p50" in r else ""))
         sys.stdout.flush()
     runs.sort(key=lambda x: x["hit"])
     r = runs[len(runs) // 2]  # the median run

@@ -364,6 +364,9 @@ class Test(common.Checker):
                      live(candidates=["e0", "e1"], loads={"e2": L()}))
         self.refused("an empty prompt", "prompt has no tokens",
                      lambda: self.client.pick([], timeout=TIMEOUT))
+        self.refused("a replay time without index.pick.replay_clock",
+                     "replay_time_ms is 5000 but index.pick.replay_clock is off",
+                     live(replay_time_ms=5000))
         after = self.pick(p, dry_run=True)
         self.check([(c.worker, c.cost, c.requests_in_flight) for c in before.ranked]
                    == [(c.worker, c.cost, c.requests_in_flight) for c in after.ranked],

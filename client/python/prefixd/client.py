@@ -763,15 +763,18 @@ class Client:
              lora_name: Optional[str] = None, lora_id: Optional[int] = None,
              cache_salt: Optional[str] = None,
              block_extra_keys: Optional[ExtraKeys] = None, dry_run: bool = False,
-             timeout: Optional[float] = None) -> PickResult:
+             replay_time_ms: int = 0, timeout: Optional[float] = None) -> PickResult:
         """Which worker should serve `tokens` (docs/index.md, "Pick"): the
         `candidates` (default: every worker of the index) ranked by cost, the
         cheapest chosen. `loads`: worker name -> WorkerLoad as the router sees
         it; a candidate without one is charged the index's own count of its
         recent picks. Unless `dry_run`, the chosen worker is then predicted
-        to hold the prompt until its events say so or the TTL lapses."""
+        to hold the prompt until its events say so or the TTL lapses.
+        `replay_time_ms`: the decision's time when replaying a trace (the
+        daemon runs with index.pick.replay_clock; docs/index.md)."""
         r = self._call("Pick", _pick_request(tokens, candidates, loads, lora_name, lora_id,
-                                             cache_salt, block_extra_keys, dry_run),
+                                             cache_salt, block_extra_keys, dry_run,
+                                             replay_time_ms),
                        timeout, self._index_stub)
         return _pick_result(r)
 
@@ -870,7 +873,7 @@ def _route_request(tokens, lora_name, lora_id, cache_salt, workers,
 
 
 def _pick_request(tokens, candidates, loads, lora_name, lora_id, cache_salt,
-                  block_extra_keys, dry_run) -> ipb.PickRequest:
+                  block_extra_keys, dry_run, replay_time_ms=0) -> ipb.PickRequest:
     if isinstance(candidates, str):
         raise TypeError("candidates is a sequence of worker names, not the string %r"
                         % candidates)
@@ -880,7 +883,7 @@ def _pick_request(tokens, candidates, loads, lora_name, lora_id, cache_salt,
         loads=[ipb.WorkerLoad(worker=w, requests_in_flight=l.requests_in_flight,
                               queued_prefill_tokens=l.queued_prefill_tokens,
                               kv_usage=l.kv_usage) for w, l in (loads or {}).items()],
-        dry_run=bool(dry_run))
+        dry_run=bool(dry_run), replay_time_ms=int(replay_time_ms))
 
 
 def _pick_result(r: ipb.PickResponse) -> PickResult:

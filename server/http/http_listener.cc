@@ -1,19 +1,68 @@
 #include "server/http/http_listener.h"
 
+#include <arpa/inet.h>
 #include <civetweb.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 
 namespace prefixd {
 namespace {
+
+// The address a connection to the listener can reach it at: the listen
+// string's numeric host ("HOST:PORT", "[V6]:PORT"), loopback for a
+// wildcard or a bare port.
+std::string WakeHost(const std::string& listen) {
+  std::string host;
+  if (!listen.empty() && listen[0] == '[') {
+    host = listen.substr(1, listen.find(']') - 1);
+  } else if (const size_t colon = listen.rfind(':');
+             colon != std::string::npos) {
+    host = listen.substr(0, colon);
+  }
+  if (host.empty() || host == "0.0.0.0") return "127.0.0.1";
+  if (host == "::") return "::1";
+  return host;
+}
+
+// Opens and drops a connection to host:port without waiting for it: enough
+// for the listening socket to turn readable.
+void Knock(const std::string& host, int port) {
+  sockaddr_storage addr;
+  std::memset(&addr, 0, sizeof(addr));
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  socklen_t len = 0;
+  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v4);
+  } else if (inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(static_cast<uint16_t>(port));
+    len = sizeof(*v6);
+  } else {
+    return;
+  }
+  const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  (void)connect(fd, reinterpret_cast<const sockaddr*>(&addr), len);
+  close(fd);
+}
 
 // civetweb prints errors (a client that hung up, say) to stderr unless told
 // otherwise; the daemon's stderr is its log and those are not its business.
@@ -113,6 +162,7 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   char text[256] = "";
   unsigned code = 0;
   mg_error_data error = {&code, text, sizeof(text)};
+  listener->wake_host_ = WakeHost(listen);
   listener->ctx_ = mg_start2(&init, &error);
   if (listener->ctx_ == nullptr) {
     return absl::UnavailableError(
@@ -124,8 +174,23 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   return listener;
 }
 
+// mg_stop joins the workers, but civetweb's master thread notices it only
+// when its poll of the listening socket returns, which without a client
+// takes up to its 2 s quantum: so the stop runs aside while connections to
+// the port wake the poll, and the daemon stops in milliseconds.
 HttpListener::~HttpListener() {
-  if (ctx_ != nullptr) mg_stop(ctx_);  // joins the workers
+  if (ctx_ == nullptr) return;
+  const int port = this->port();
+  std::atomic<bool> stopped{false};
+  std::thread stop([&] {
+    mg_stop(ctx_);
+    stopped.store(true);
+  });
+  while (!stopped.load() && port > 0) {
+    Knock(wake_host_, port);
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  stop.join();
 }
 
 int HttpListener::port() const {

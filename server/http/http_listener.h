@@ -123,6 +123,7 @@ class HttpListener {
   const HttpLimits limits_;
   const HttpHandler handler_;
   mg_context* ctx_ = nullptr;
+  std::string wake_host_;  // where the destructor knocks (see there)
 };
 
 }  // namespace prefixd

@@ -76,6 +76,19 @@ Picker::Counts Picker::counts() const {
   return c;
 }
 
+uint64_t Picker::PromptKeys::First() {
+  if (!prompt_.keys.empty()) return prompt_.keys[0];
+  if (!keys_.empty()) return keys_[0];
+  const KeyScheme& scheme = picker_->keys_;
+  const std::string ns =
+      NamespaceKey(prompt_.lora_name, prompt_.lora_id, prompt_.cache_salt);
+  uint64_t key = 0;
+  scheme.Chain(scheme.Root(ns), /*first=*/true, prompt_.tokens,
+               static_cast<size_t>(picker_->index_->options().block_size), 1,
+               prompt_.content, &key);
+  return key;
+}
+
 absl::Span<const uint64_t> Picker::PromptKeys::Get() {
   if (prompt_.keys.size() >= blocks_) return prompt_.keys.subspan(0, blocks_);
   if (keys_.size() == blocks_) return keys_;
@@ -191,9 +204,11 @@ absl::Status Picker::Find(const PickQuery& query, RouteResult* found,
 absl::string_view Picker::AffinityWinner(const RouteResult& found,
                                          PromptKeys& keys) const {
   const uint64_t blocks = found.prompt_blocks;
-  if (options_.affinity_blocks <= 0 || blocks == 0) return {};
-  const uint64_t key =
-      keys.Get()[std::min<uint64_t>(blocks, options_.affinity_blocks) - 1];
+  if (blocks == 0) return {};
+  // With the affinity off the winner still breaks ties, by the first block.
+  const uint64_t n = std::min<uint64_t>(
+      blocks, static_cast<uint64_t>(std::max(options_.affinity_blocks, 1)));
+  const uint64_t key = n == 1 ? keys.First() : keys.Get()[n - 1];
   absl::string_view winner;
   uint64_t best = 0;
   for (const WorkerMatch& m : found.workers) {
@@ -239,8 +254,9 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
       options_.queued_weight * c.queued_prefill_tokens +
       options_.request_tokens * static_cast<double>(c.requests_in_flight) +
       options_.kv_tokens * c.kv_usage;
-  c.affinity_term =
-      m.worker == affinity_winner ? -options_.affinity_tokens : 0.0;
+  c.affinity_term = options_.affinity_blocks > 0 && m.worker == affinity_winner
+                        ? -options_.affinity_tokens
+                        : 0.0;
   c.cost = options_.prefill_weight * c.prefill_tokens + c.load_term +
            c.affinity_term;
   return c;

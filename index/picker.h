@@ -18,7 +18,9 @@
 //                names, else 0
 //   cost_w     = prefill_weight x prefill_w + load_w + affinity_w
 //
-// Ties go to fewer requests in flight, then the affinity winner, then the
+// Ties go to fewer requests in flight, then the affinity winner (by the
+// first block when affinity_blocks is 0, so that cold prompts of an idle
+// fleet spread by their first block, not all to the first name), then the
 // name. The chosen worker is then predicted to hold the prompt's blocks
 // beyond what its events report, until predicted_ttl, and charged the
 // pick in its window, unless the query is a dry run.
@@ -149,6 +151,7 @@ class Picker {
     PromptKeys(const Picker* picker, const RouteQuery& prompt, uint64_t blocks)
         : picker_(picker), prompt_(prompt), blocks_(blocks) {}
     absl::Span<const uint64_t> Get();
+    uint64_t First();  // Get()[0], hashing the first block alone if needed
 
    private:
     const Picker* const picker_;
@@ -162,7 +165,8 @@ class Picker {
   absl::Status Find(const PickQuery& query, RouteResult* found,
                     std::vector<const WorkerLoadInput*>* loads) const;
   // The candidate that rendezvous hashing of the prompt's first
-  // affinity_blocks blocks names; empty with the affinity off.
+  // affinity_blocks blocks names (its first block's with the affinity off:
+  // it then only breaks ties); empty for a prompt shorter than a block.
   absl::string_view AffinityWinner(const RouteResult& found,
                                    PromptKeys& keys) const;
   PickCandidate Cost(const WorkerMatch& m, const WorkerLoadInput* given,

@@ -1,6 +1,8 @@
 #include "index/picker.h"
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -195,6 +197,37 @@ TEST_F(PickerTest, TheReplayClockAgesPredictionsAndTheWindow) {
   EXPECT_EQ(c.requests_in_flight, 2);
   c = at(22'000, wall);
   EXPECT_EQ(c.requests_in_flight, 0);
+}
+
+// With the affinity off (the default), a tie on an idle fleet goes to the
+// rendezvous winner of the prompt's first block: cold prompts spread by
+// their first block, and siblings sharing it go to the same worker.
+TEST_F(PickerTest, IdleTiesSpreadByTheFirstBlock) {
+  std::map<std::string, int> chosen;
+  for (Token first = 0; first < 32; ++first) {
+    std::vector<Token> tokens(8, 7);
+    for (size_t i = 0; i < 4; ++i)
+      tokens[i] = first * 100 + static_cast<Token>(i);
+    PickQuery q;
+    q.prompt.tokens = tokens;
+    q.dry_run = true;
+    absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(100));
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const PickCandidate& c : r->ranked) EXPECT_EQ(c.affinity_term, 0);
+    ASSERT_EQ(r->ranked[0].cost, r->ranked[1].cost);
+    // A sibling (same first block, another tail) and another candidate
+    // order give the same worker.
+    tokens[5] = 99;
+    q.prompt.tokens = tokens;
+    q.candidates = {"b", "a"};
+    absl::StatusOr<PickResult> sibling =
+        picker_.Pick(q, absl::FromUnixSeconds(100));
+    ASSERT_TRUE(sibling.ok());
+    EXPECT_EQ(sibling->worker, r->worker) << "first block " << first;
+    ++chosen[std::string(r->worker)];
+  }
+  EXPECT_GT(chosen["a"], 0);
+  EXPECT_GT(chosen["b"], 0);  // not every tie to the first name
 }
 
 }  // namespace

@@ -919,7 +919,8 @@ def check_targets(checks, results, full):
         for p, r in row.items():
             if "errors" in r:
                 checks.check(r["errors"] == 0, "%s %s: every %s answered"
-                             % (where, p, "Pick" if p.startswith("pick") else "Route"),
+                             % (where, p, "Pick" if p.startswith("pick") and not p.startswith("pickpy")
+                                else "Route"),
                              "%d errors" % r["errors"])
 
 

@@ -26,7 +26,10 @@
 //      bench/load/route_index.h), one Route of a 2k-token prompt at a time.
 //   stall (not run by default): how long Routes wait while one worker's
 //      chain of --stall_chain identical blocks is stored, removed leaf
-//      first and cleared, each in one event.
+//      first and cleared, each in one event, a tier of it cleared and the
+//      key lookup built over it; while max_entries trims it and then
+//      sweeps its worker's stale hashes; and while a trim scans as many
+//      leaves (StallPhase).
 //
 // Prints a table and PASS/FAIL per target; exits 0 either way (it is a
 // benchmark), 1 only if the workload could not be built or applied.
@@ -98,7 +101,7 @@ ABSL_FLAG(bool, key_lookup, false,
           "the Conductor API on (index.http_listen)");
 ABSL_FLAG(int, route_workers, 16, "Route in process: workers");
 ABSL_FLAG(size_t, stall_chain, 200000,
-          "stall: blocks of the chain stored, removed and cleared");
+          "stall: blocks of the chain (and hashes reported) the changes apply");
 ABSL_FLAG(int, route_prompt_tokens, 2048, "Route in process: prompt tokens");
 
 namespace prefixd::bench {
@@ -776,28 +779,115 @@ void PickPhase() {
   }
 }
 
-// How long Routes wait while one worker's long chain is stored, removed
-// leaf first and cleared (AllBlocksCleared): a thread Routes another
-// worker's 2-block prompt without pause and records each Route's wall
-// time; the applying thread is timed per change. Routes are counted from
-// just before each change to its end.
+// How long Routes wait while one worker's long chain (or as many reported
+// hashes) changes: a thread Routes another worker's 2-block prompt without
+// pause and records each Route's wall time; the applying thread is timed
+// per change. Routes are counted from just before each change to its end.
+class StallProbe {
+ public:
+  // An index of `max_entries` with the worker "chain" (chain()) and the
+  // worker "other" holding the 2-block prompt the thread Routes.
+  explicit StallProbe(uint64_t max_entries) : index_(Options(max_entries)) {
+    chain_ = index_.AddWorker("chain", "bench");
+    const WorkerId other = index_.AddWorker("other", "bench");
+    prompt_.resize(2 * kBlockSize);
+    for (size_t t = 0; t < prompt_.size(); ++t) prompt_[t] = 1 + t;
+    BlockStoredEvent own;
+    own.block_hashes = {1, 2};
+    own.token_ids = prompt_;
+    own.block_size = kBlockSize;
+    own.chain_blocks = 2;
+    KvEventBatch batch;
+    batch.events.emplace_back(own);
+    index_.Apply(other, batch, 0, absl::Now());
+    router_ = std::thread([this] { RouteUntilStopped(); });
+  }
+  ~StallProbe() {
+    stop_.store(true);
+    router_.join();
+  }
+
+  FleetIndex& index() { return index_; }
+  WorkerId chain() const { return chain_; }
+  // Applies one event of the chain's worker as a timed change.
+  void Apply(const char* what, KvEvent ev) {
+    KvEventBatch b;
+    b.events.push_back(std::move(ev));
+    Change(what, [&] { index_.Apply(chain_, b, seq_++, absl::Now()); });
+  }
+  // Runs `change` and prints its time and the Routes' waits meanwhile.
+  void Change(const char* what, const std::function<void()>& change) {
+    absl::SleepFor(absl::Milliseconds(50));
+    counting_.store(true);
+    absl::SleepFor(absl::Milliseconds(5));
+    const absl::Time t0 = absl::Now();
+    change();
+    const double apply = absl::ToDoubleSeconds(absl::Now() - t0);
+    absl::SleepFor(absl::Milliseconds(5));
+    counting_.store(false);
+    absl::SleepFor(absl::Milliseconds(50));
+    MutexLock lock(&mu_);
+    std::sort(waits_.begin(), waits_.end());
+    const double p50 = waits_.empty() ? 0 : waits_[waits_.size() / 2];
+    const double max = waits_.empty() ? 0 : waits_.back();
+    std::printf("  %-30s %10.1f %8zu %12.1f %12.2f\n", what, apply * 1e3,
+                waits_.size(), p50 * 1e6, max * 1e3);
+    waits_.clear();
+  }
+
+ private:
+  static IndexOptions Options(uint64_t max_entries) {
+    IndexOptions o;
+    o.block_size = kBlockSize;
+    o.max_entries = max_entries;
+    return o;
+  }
+  void RouteUntilStopped() {
+    RouteQuery q;
+    q.tokens = absl::MakeConstSpan(prompt_);
+    std::vector<double> mine;
+    while (!stop_.load()) {
+      const bool on = counting_.load();
+      const absl::Time t0 = absl::Now();
+      if (index_.Route(q).workers.empty()) Die("the other worker vanished");
+      if (on) mine.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+      if (!on && !mine.empty()) {
+        MutexLock lock(&mu_);
+        waits_.insert(waits_.end(), mine.begin(), mine.end());
+        mine.clear();
+      }
+    }
+  }
+
+  FleetIndex index_;
+  WorkerId chain_;
+  std::vector<uint32_t> prompt_;
+  int64_t seq_ = 1;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> counting_{false};
+  Mutex mu_;
+  std::vector<double> waits_;  // seconds, while counting
+  std::thread router_;
+};
+
+// The engine's reports of `hashes` (SGLang's KV indexer API), or the clear
+// of a tier, as one update.
+void ApplyHashes(StallProbe& probe, const char* what, HashUpdate::Op op,
+                 absl::Span<const EngineHash> hashes, const char* medium) {
+  HashUpdate u;
+  u.op = op;
+  u.medium = medium;
+  u.hashes = hashes;
+  probe.Change(what, [&] { probe.index().ApplyHashes(probe.chain(), {u}); });
+}
+
+// The changes of a long chain of identical blocks: stored, removed leaf
+// first, cleared, a tier of it cleared, the key lookup built over it; with
+// max_entries at a quarter of it, trimmed and then its worker's stale
+// engine-hash map swept; as many reported hashes (each a leaf of its own)
+// at max_entries, then one more: the trim's scan of every leaf.
 void StallPhase() {
   const size_t chain = absl::GetFlag(FLAGS_stall_chain);
-  IndexOptions o;
-  o.block_size = kBlockSize;
-  FleetIndex index(o);
-  const WorkerId w = index.AddWorker("chain", "bench");
-  const WorkerId other = index.AddWorker("other", "bench");
-  std::vector<uint32_t> prompt(2 * kBlockSize);
-  for (size_t t = 0; t < prompt.size(); ++t) prompt[t] = 1 + t;
-  KvEventBatch batch;
-  BlockStoredEvent own;
-  own.block_hashes = {1, 2};
-  own.token_ids = prompt;
-  own.block_size = kBlockSize;
-  own.chain_blocks = 2;
-  batch.events.emplace_back(own);
-  index.Apply(other, batch, 0, absl::Now());
   BlockStoredEvent store;
   store.block_size = kBlockSize;
   store.chain_blocks = chain;
@@ -805,62 +895,48 @@ void StallPhase() {
   BlockRemovedEvent reverse;
   for (size_t b = 0; b < chain; ++b) store.block_hashes.push_back(100 + b);
   for (size_t b = chain; b-- > 0;) reverse.block_hashes.push_back(100 + b);
-
-  std::atomic<bool> stop{false};
-  std::atomic<bool> counting{false};
-  Mutex mu;
-  std::vector<double> waits;  // seconds, while counting
-  std::thread router([&] {
-    RouteQuery q;
-    q.tokens = absl::MakeConstSpan(prompt);
-    std::vector<double> mine;
-    while (!stop.load()) {
-      const bool on = counting.load();
-      const absl::Time t0 = absl::Now();
-      if (index.Route(q).workers.empty()) Die("the other worker vanished");
-      if (on) mine.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
-      if (!on && !mine.empty()) {
-        MutexLock lock(&mu);
-        waits.insert(waits.end(), mine.begin(), mine.end());
-        mine.clear();
-      }
-    }
-    MutexLock lock(&mu);
-    waits.insert(waits.end(), mine.begin(), mine.end());
-  });
+  const std::vector<EngineHash> hashes(store.block_hashes.begin(),
+                                       store.block_hashes.end());
   std::printf(
       "\nRoute while one worker's %zu-block chain changes (a thread Routing "
       "another worker's prompt without pause):\n",
       chain);
-  std::printf("  %-26s %10s %8s %12s %12s\n", "change", "apply ms", "routes",
+  std::printf("  %-30s %10s %8s %12s %12s\n", "change", "apply ms", "routes",
               "p50 route us", "max route ms");
-  int64_t seq = 1;
-  auto change = [&](const char* what, KvEvent ev) {
-    KvEventBatch b;
-    b.events.push_back(std::move(ev));
-    absl::SleepFor(absl::Milliseconds(50));
-    counting.store(true);
-    absl::SleepFor(absl::Milliseconds(5));
-    const absl::Time t0 = absl::Now();
-    index.Apply(w, b, seq++, absl::Now());
-    const double apply = absl::ToDoubleSeconds(absl::Now() - t0);
-    absl::SleepFor(absl::Milliseconds(5));
-    counting.store(false);
-    absl::SleepFor(absl::Milliseconds(50));
-    MutexLock lock(&mu);
-    std::sort(waits.begin(), waits.end());
-    const double p50 = waits.empty() ? 0 : waits[waits.size() / 2];
-    const double max = waits.empty() ? 0 : waits.back();
-    std::printf("  %-26s %10.1f %8zu %12.1f %12.2f\n", what, apply * 1e3,
-                waits.size(), p50 * 1e6, max * 1e3);
-    waits.clear();
-  };
-  change("store", store);
-  change("BlockRemoved, leaf first", reverse);
-  change("store again", store);
-  change("AllBlocksCleared", AllBlocksClearedEvent{});
-  stop.store(true);
-  router.join();
+  {
+    StallProbe probe(IndexOptions().max_entries);
+    probe.Apply("store", store);
+    probe.Apply("BlockRemoved, leaf first", reverse);
+    probe.Apply("store again", store);
+    probe.Apply("AllBlocksCleared", AllBlocksClearedEvent{});
+    probe.Apply("store again", store);
+    ApplyHashes(probe, "hashes reported in CPU", HashUpdate::Op::kReport,
+                hashes, "CPU");
+    ApplyHashes(probe, "tier GPU cleared (hashes)", HashUpdate::Op::kClearTier,
+                {}, "GPU");
+    WorkerLabels labels;
+    labels.hashes_are_keys = true;
+    probe.Change("key lookup built",
+                 [&] { probe.index().SetLabels(probe.chain(), labels); });
+  }
+  {
+    StallProbe probe(chain / 4);
+    probe.Apply("store, max_entries trim", store);
+    BlockStoredEvent one;
+    one.block_size = kBlockSize;
+    one.chain_blocks = 1;
+    one.block_hashes = {1};
+    one.token_ids.assign(kBlockSize, 8);
+    probe.Apply("one block: stale map swept", one);
+  }
+  {
+    StallProbe probe(chain + 2);
+    ApplyHashes(probe, "hashes reported, detached", HashUpdate::Op::kReport,
+                hashes, "GPU");
+    const EngineHash more = 1;
+    ApplyHashes(probe, "one more: trim scans leaves", HashUpdate::Op::kReport,
+                {&more, 1}, "GPU");
+  }
 }
 
 int Run() {

@@ -167,7 +167,9 @@ void FleetIndex::SetLastSeq(WorkerId id, int64_t seq) {
 void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
   Writer lock(this);
   workers_.Get(id).labels = labels;
-  if (labels.hashes_are_keys) tree_.EnableKeyLookup();
+  if (!labels.hashes_are_keys) return;
+  tree_.BeginKeyLookup();
+  for (bool done = false; !done;) Spend(tree_.KeyLookupStep(Budget(), &done));
 }
 
 void FleetIndex::SetGroupRules(WorkerId id,
@@ -185,7 +187,8 @@ void FleetIndex::ApplyHashes(WorkerId id,
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (const HashUpdate& u : updates) {
     if (u.op == HashUpdate::Op::kClearTier) {
-      tree_.ClearTier(id, u.medium);
+      HolderTree::Sweeping clearing;
+      if (tree_.BeginClearTier(id, u.medium, &clearing)) Sweep(clearing);
       continue;
     }
     for (int g = 0; g < kMaxGroups; ++g) {
@@ -197,6 +200,7 @@ void FleetIndex::ApplyHashes(WorkerId id,
           Spend(k);
           a += k;
         }
+        SweepStale();
       } else {
         BlockRemovedEvent ev;
         ev.block_hashes.assign(u.hashes.begin(), u.hashes.end());
@@ -311,6 +315,7 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
       const StoreDefaults defaults = {w.labels.lora_name, w.labels.salt,
                                       w.labels.hashes_are_keys};
       StoreSliced(w.id, ev, defaults, stamp, drops);
+      SweepStale();
       return;
     }
   }
@@ -339,6 +344,8 @@ void FleetIndex::Trim() {
   std::unique_ptr<HolderTree::Trimming> trimming =
       tree_.BeginTrim(options_.max_entries);
   if (trimming == nullptr) return;
+  for (bool scanned = false; !scanned;)
+    Spend(tree_.TrimScanStep(*trimming, Budget(), &scanned));
   uint64_t blocks = 0;
   for (bool done = false; !done;) {
     // Called back under mu_ (held by Trim's caller): the analysis does not
@@ -353,6 +360,19 @@ void FleetIndex::Trim() {
     blocks += n;
   }
   workers_.CountTrimmed(blocks);
+}
+
+// The store just applied may have left its worker's engine-hash map stale
+// (HolderTree::BeginSweep): swept here, in steps, before anything else
+// changes.
+void FleetIndex::SweepStale() {
+  HolderTree::Sweeping sweeping;
+  while (tree_.BeginSweep(&sweeping)) Sweep(sweeping);
+}
+
+void FleetIndex::Sweep(HolderTree::Sweeping& sweeping) {
+  for (bool done = false; !done;)
+    Spend(tree_.SweepStep(sweeping, Budget(), &done));
 }
 
 // --- Slices -----------------------------------------------------------------

@@ -12,8 +12,10 @@
 // Stats and CheckInvariants share it (Route's recency stamps are relaxed
 // atomics, index/holder_tree.h). A change never holds mu_ for more than
 // kSliceBlocks block operations: a long store or removal goes in as
-// slices, a clear and a max_entries trim in steps, and mu_ is released
-// between them so that waiting Routes run. writer_mu_, held by a change
+// slices; a clear, a tier's clear, the sweep of a stale engine-hash map, a
+// max_entries trim (its scan of the leaves too) and the build of the key
+// lookup in steps; and mu_ is released between them so that waiting Routes
+// run. writer_mu_, held by a change
 // from start to end, keeps other changes out meanwhile: a Route between
 // slices sees a state between the one before the change and the one after,
 // and each worker's changes apply whole, in order.
@@ -106,6 +108,10 @@ class FleetIndex final : public KvIndex {
   void ClearLocked(WorkerRecord& w, ClearReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sweeps of stale engine-hash maps the last store made due, and one
+  // pass over a map (a sweep or a tier's clear), in steps.
+  void SweepStale() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Sweep(HolderTree::Sweeping& sweeping) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The block operations this hold of mu_ may still do, releasing and
   // taking mu_ again first when none are left.
   size_t Budget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,5 +1,6 @@
 #include "index/fleet_index.h"
 
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/keys.h"
 
 namespace prefixd {
 namespace {
@@ -759,6 +761,20 @@ class FleetIndexSlicesTest : public ::testing::Test {
     const auto [mine, theirs] = Matched();
     EXPECT_LE(mine, 64u);
     EXPECT_EQ(theirs, 2u) << "slice " << slices_;
+    if (also_between_) also_between_();
+  }
+
+  // Engine hashes the worker reports (SGLang's KV indexer API), or a tier
+  // it clears.
+  void ApplyHashes(HashUpdate::Op op, absl::Span<const EngineHash> hashes,
+                   std::string medium = "GPU") {
+    HashUpdate u;
+    u.op = op;
+    u.medium = std::move(medium);
+    u.hashes = hashes;
+    index_.ApplyHashes(w_, {u});
+    ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+    EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
   }
 
   void Apply(KvEvent e) {
@@ -769,10 +785,18 @@ class FleetIndexSlicesTest : public ::testing::Test {
     EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
   }
 
-  uint64_t HeldByW() {
-    for (const WorkerStatus& s : index_.Stats().workers)
-      if (s.worker == "w") return s.mediums.empty() ? 0 : s.mediums[0].blocks;
+  uint64_t HeldByW(absl::string_view medium = "GPU") {
+    for (const WorkerStatus& s : index_.Stats().workers) {
+      if (s.worker != "w") continue;
+      for (const auto& m : s.mediums)
+        if (m.medium == medium) return m.blocks;
+    }
     return 0;
+  }
+
+  // The chain's engine hashes.
+  std::vector<EngineHash> ChainHashes() const {
+    return {chain_.block_hashes.begin(), chain_.block_hashes.end()};
   }
 
   FleetIndex index_;
@@ -780,7 +804,56 @@ class FleetIndexSlicesTest : public ::testing::Test {
   BlockStoredEvent chain_;
   int64_t seq_ = 0;
   int slices_ = 0;
+  std::function<void()> also_between_;  // more checks between slices
 };
+
+TEST_F(FleetIndexSlicesTest, ATiersClearLetsRoutesIn) {
+  Apply(chain_);
+  const std::vector<EngineHash> hashes = ChainHashes();
+  ApplyHashes(HashUpdate::Op::kReport, hashes, "CPU");
+  ASSERT_EQ(HeldByW("CPU"), kChain);
+  slices_ = 0;
+  ApplyHashes(HashUpdate::Op::kClearTier, {}, "GPU");
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  // As one pass over the worker's map leaves it: the blocks held in CPU
+  // only, every hash still naming one.
+  EXPECT_EQ(HeldByW("GPU"), 0u);
+  EXPECT_EQ(HeldByW("CPU"), kChain);
+  const IndexStats stats = index_.Stats();
+  EXPECT_EQ(stats.entries, kChain + 2);
+  EXPECT_EQ(stats.blocks, kChain + 2);
+  EXPECT_EQ(stats.engine_hashes, kChain + 2);
+  EXPECT_EQ(Matched(), std::make_pair(uint64_t{64}, uint64_t{2}));
+}
+
+TEST_F(FleetIndexSlicesTest, BuildingTheKeyLookupLetsRoutesIn) {
+  Apply(chain_);
+  // The chain's rolling keys: a Route by them finds the chain's blocks
+  // once the lookup is built, and part of them while it is.
+  std::vector<uint64_t> keys(64);
+  const IndexOptions o;
+  KeyScheme(o.hash_profile, o.hash_seed)
+      .Chain(KeyScheme(o.hash_profile, o.hash_seed).Root(""), true,
+             chain_.token_ids, kBs, keys.size(), nullptr, keys.data());
+  auto by_keys = [&] {
+    RouteQuery q;
+    q.keys = keys;
+    q.filter.all_workers = true;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      if (m.worker == "w") return m.matched_blocks;
+    return uint64_t{0};
+  };
+  ASSERT_EQ(by_keys(), 0u);
+  also_between_ = [&] { EXPECT_LE(by_keys(), 64u); };
+  slices_ = 0;
+  WorkerLabels labels;
+  labels.hashes_are_keys = true;
+  index_.SetLabels(w_, labels);
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+  ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+  EXPECT_EQ(by_keys(), 64u);
+}
 
 TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   const int per_pass = static_cast<int>(kChain / FleetIndex::kSliceBlocks);
@@ -826,6 +899,50 @@ TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
       index_.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)];
   EXPECT_EQ(dropped, kChain + 2 - index_.entries());
   EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+}
+
+TEST_F(FleetIndexTrimSlicesTest, SweepingAStaleMapLetsRoutesIn) {
+  // max_entries leaves 49,498 of the worker's 200k blocks: its map names
+  // 200k, and its next new hash has the map swept.
+  Apply(chain_);
+  ASSERT_EQ(index_.Stats().engine_hashes, kChain + 2);
+  slices_ = 0;
+  Apply(Stored({}, {5}));
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  // As one sweep leaves it: a hash per block held, nothing else.
+  const IndexStats stats = index_.Stats();
+  EXPECT_EQ(stats.entries, 49501u);
+  EXPECT_EQ(stats.engine_hashes, stats.entries);
+  EXPECT_EQ(HeldByW() + 2, stats.entries);
+}
+
+// Reported hashes nobody stored with tokens are blocks of their own, each
+// a leaf: 200k of them fill the index to its bound, and one more starts a
+// trim whose scan visits them all.
+class FleetIndexTrimScanTest : public FleetIndexSlicesTest {
+ protected:
+  FleetIndexTrimScanTest() : FleetIndexSlicesTest(kChain + 2) {}
+};
+
+TEST_F(FleetIndexTrimScanTest, TheScanForLeavesLetsRoutesIn) {
+  std::vector<EngineHash> hashes = ChainHashes();
+  ApplyHashes(HashUpdate::Op::kReport, hashes);
+  ASSERT_EQ(index_.entries(), kChain + 2);
+  slices_ = 0;
+  const EngineHash one_more = 7;
+  ApplyHashes(HashUpdate::Op::kReport, {&one_more, 1});
+  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  // Trimmed to 99% of the bound, the least recent leaves first: the
+  // reported blocks (the Routes between slices keep the other worker's
+  // recent), and not the newest one.
+  const uint64_t target = (kChain + 2) - (kChain + 2) / 100;
+  const IndexStats stats = index_.Stats();
+  EXPECT_EQ(stats.entries, target);
+  EXPECT_EQ(stats.dropped[static_cast<int>(DropReason::kMaxEntries)],
+            kChain + 3 - target);
+  EXPECT_EQ(HeldByW() + 2, target);
+  EXPECT_EQ(index_.HashHoldings({&one_more, 1}).size(), 1u);
+  EXPECT_EQ(Matched().second, 2u);
 }
 
 }  // namespace

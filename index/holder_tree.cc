@@ -19,6 +19,11 @@ constexpr absl::string_view kDetachedNamespace =
     "\x01"
     "detached";
 
+bool HeldBy(absl::Span<const uint32_t> holders, WorkerId worker) {
+  return std::any_of(holders.begin(), holders.end(),
+                     [&](uint32_t h) { return HolderWorker(h) == worker; });
+}
+
 }  // namespace
 
 absl::string_view DropReasonName(DropReason reason) {
@@ -128,7 +133,7 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
   const SlotRef ref{slot, slots_[slot].gen};
   auto [it, inserted] = held.blocks.try_emplace(hash, ref);
   if (inserted) {
-    SweepIfStale(worker, held);
+    MarkIfStale(worker, held);
     return;
   }
   if (it->second.slot == slot && it->second.gen == ref.gen) return;
@@ -143,24 +148,64 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
   }
 }
 
-void HolderTree::SweepIfStale(WorkerId worker, WorkerHoldings& held) {
+void HolderTree::MarkIfStale(WorkerId worker, WorkerHoldings& held) {
   constexpr size_t kAtLeast = 4096;  // small maps are never swept
-  if (held.blocks.size() < kAtLeast) return;
+  if (held.sweep_due || held.blocks.size() < kAtLeast) return;
   uint64_t live = 0;
   for (uint64_t n : held.medium_blocks) live += n;
   if (held.blocks.size() <= 2 * live) return;
-  for (auto it = held.blocks.begin(); it != held.blocks.end();) {
-    const Slot* s = Resolve(it->second);
-    const bool mine =
-        s != nullptr &&
-        std::any_of(s->holders.begin(), s->holders.end(),
-                    [&](uint32_t h) { return HolderWorker(h) == worker; });
-    if (mine) {
-      ++it;
+  held.sweep_due = true;
+  sweeps_due_.push_back(worker);
+}
+
+bool HolderTree::BeginSweep(Sweeping* sweeping) {
+  if (sweeps_due_.empty()) return false;
+  sweeping->worker = sweeps_due_.back();
+  sweeps_due_.pop_back();
+  WorkerHoldings& held = holdings_[sweeping->worker];
+  held.sweep_due = false;
+  sweeping->medium = -1;
+  sweeping->next = held.blocks.begin();
+  return true;
+}
+
+bool HolderTree::BeginClearTier(WorkerId worker, absl::string_view medium,
+                                Sweeping* sweeping) {
+  const int m = FindMedium(medium);
+  if (m < 0) return false;
+  sweeping->worker = worker;
+  sweeping->medium = m;
+  sweeping->next = holdings_[worker].blocks.begin();
+  return true;
+}
+
+// Erasing from the map moves nothing (absl's flat maps never rehash on
+// erase), so sw.next stays valid across steps as long as nothing is
+// inserted, which the steps' owner ensures.
+size_t HolderTree::SweepStep(Sweeping& sw, size_t max_blocks, bool* done) {
+  absl::flat_hash_map<EngineHash, SlotRef>& blocks =
+      holdings_[sw.worker].blocks;
+  std::vector<SlotRef> emptied;
+  size_t n = 0;
+  for (; sw.next != blocks.end() && n < max_blocks; ++n) {
+    const SlotRef ref = sw.next->second;
+    Slot* s = Resolve(ref);
+    if (s != nullptr && sw.medium >= 0) {
+      UnholdAll(sw.worker, ref.slot, sw.medium);
+      if (s->holders.empty()) emptied.push_back(ref);
+    }
+    if (s != nullptr && HeldBy(s->holders, sw.worker)) {
+      ++sw.next;
     } else {
-      held.blocks.erase(it++);
+      blocks.erase(sw.next++);
     }
   }
+  // As in ClearStep: a ref that still resolves is still the emptied block.
+  for (SlotRef ref : emptied) {
+    if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
+  }
+  *done = sw.next == blocks.end();
+  return n;
 }
 
 uint64_t HolderTree::engine_hashes() const {
@@ -499,30 +544,6 @@ size_t HolderTree::ClearStep(Clearing& c, size_t max_blocks, bool* done) {
   return n;
 }
 
-void HolderTree::ClearTier(WorkerId worker, absl::string_view medium) {
-  const int m = FindMedium(medium);
-  if (m < 0) return;
-  WorkerHoldings& held = holdings_[worker];
-  std::vector<SlotRef> emptied;
-  for (auto it = held.blocks.begin(); it != held.blocks.end();) {
-    Slot* s = Resolve(it->second);
-    if (s != nullptr) UnholdAll(worker, it->second.slot, m);
-    const bool gone =
-        s == nullptr ||
-        std::none_of(s->holders.begin(), s->holders.end(),
-                     [&](uint32_t h) { return HolderWorker(h) == worker; });
-    if (s != nullptr && s->holders.empty()) emptied.push_back(it->second);
-    if (gone) {
-      held.blocks.erase(it++);
-    } else {
-      ++it;
-    }
-  }
-  for (SlotRef ref : emptied) {
-    if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
-  }
-}
-
 // --- Engine hashes without tokens ------------------------------------------
 
 const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
@@ -610,8 +631,11 @@ Node* HolderTree::DropTail(Node* leaf, size_t blocks,
 uint64_t HolderTree::Trim(uint64_t max_entries,
                           absl::FunctionRef<void(WorkerId)> dropped) {
   std::unique_ptr<Trimming> trimming = BeginTrim(max_entries);
+  if (trimming == nullptr) return 0;
+  for (bool scanned = false; !scanned;)
+    TrimScanStep(*trimming, SIZE_MAX, &scanned);
   uint64_t blocks = 0;
-  for (bool done = trimming == nullptr; !done;)
+  for (bool done = false; !done;)
     blocks += TrimStep(*trimming, SIZE_MAX, dropped, &done);
   return blocks;
 }
@@ -621,12 +645,37 @@ std::unique_ptr<HolderTree::Trimming> HolderTree::BeginTrim(
   if (entries_ <= max_entries) return nullptr;
   auto t = std::make_unique<Trimming>();
   t->target = max_entries - max_entries / 100;
-  for (auto& [key, tree] : trees_) {
-    ForEachBelow(tree->root, [&](const Node& n, int) {
-      if (n.children.empty()) t->leaves.push({n.stamp, const_cast<Node*>(&n)});
-    });
-  }
+  t->next_tree = trees_.begin();
   return t;
+}
+
+// A depth-first walk that can stop after any node: t.path holds, per depth,
+// the children of the node above still to visit. Each iteration enters a
+// tree, visits one node or leaves a depth.
+size_t HolderTree::TrimScanStep(Trimming& t, size_t max_blocks, bool* done) {
+  size_t n = 0;
+  for (; n < max_blocks; ++n) {
+    if (t.path.empty()) {
+      if (t.next_tree == trees_.end()) break;
+      const ChildSet& roots = t.next_tree->second->root.children;
+      t.path.emplace_back(roots.begin(), roots.end());
+      ++t.next_tree;
+      continue;
+    }
+    auto& [next, end] = t.path.back();
+    if (next == end) {
+      t.path.pop_back();
+      continue;
+    }
+    Node* node = (next++)->get();
+    if (node->children.empty()) {
+      t.leaves.push({node->stamp, node});
+    } else {
+      t.path.emplace_back(node->children.begin(), node->children.end());
+    }
+  }
+  *done = t.path.empty() && t.next_tree == trees_.end();
+  return n;
 }
 
 size_t HolderTree::TrimStep(Trimming& t, size_t max_blocks,
@@ -673,14 +722,28 @@ size_t HolderTree::TrimStep(Trimming& t, size_t max_blocks,
 }
 
 void HolderTree::EnableKeyLookup() {
+  BeginKeyLookup();
+  for (bool done = false; !done;) KeyLookupStep(SIZE_MAX, &done);
+}
+
+// Reserved whole at the start, so that no step pays for a rehash of what
+// the steps before it added.
+void HolderTree::BeginKeyLookup() {
   if (key_lookup_ != nullptr) return;
   key_lookup_ = std::make_unique<KeyLookup>(this);
-  for (const auto& [key, tree] : trees_) {
-    ForEachBelow(tree->root, [&](const Node& n, int) {
-      for (BlockId id : n.block_ids())
-        key_lookup_->Insert(static_cast<uint32_t>(id));
-    });
+  key_lookup_->Reserve(slots_.size() - free_slots_.size());
+  key_lookup_next_ = 0;
+}
+
+size_t HolderTree::KeyLookupStep(size_t max_blocks, bool* done) {
+  size_t n = 0;
+  for (; key_lookup_next_ < slots_.size() && n < max_blocks; ++n) {
+    const uint32_t id = static_cast<uint32_t>(key_lookup_next_++);
+    if (slots_[id].node != nullptr) key_lookup_->Insert(id);
   }
+  *done = key_lookup_next_ >= slots_.size();
+  if (*done) key_lookup_next_ = SIZE_MAX;
+  return n;
 }
 
 // --- Introspection ----------------------------------------------------------

@@ -128,9 +128,9 @@ class HolderTree {
   // detached block.
   void StoreHashes(WorkerId worker, absl::Span<const EngineHash> hashes,
                    int group, absl::string_view medium, uint64_t stamp);
-  // Drops everything the worker holds; with `medium`, only in that tier.
+  // Drops everything the worker holds (BeginClearTier: what it holds in one
+  // tier).
   void Clear(WorkerId worker);
-  void ClearTier(WorkerId worker, absl::string_view medium);
   // Past `max_entries`, drops the least recently stored or routed leaf
   // blocks (every holder at once) until 1% of the bound is free;
   // `dropped(worker)` is told of each (block, holder) entry dropped.
@@ -138,11 +138,16 @@ class HolderTree {
   uint64_t Trim(uint64_t max_entries,
                 absl::FunctionRef<void(WorkerId)> dropped);
 
-  // Clear and Trim in steps of at most `max_blocks` blocks each, for an
-  // owner that lets Scores run between steps. After every step the tree
-  // passes CheckInvariants and holds a state between the one before
-  // BeginClear / BeginTrim and the one after the last step; between steps
-  // nothing but Score and the read-only calls may run.
+  // The changes whose work grows with the index or a worker's holdings, in
+  // steps of at most `max_blocks` block operations each (a block released
+  // or dropped, an engine hash or a slot visited, a node scanned), for an
+  // owner that lets Scores run between steps: a clear, a tier's clear, the
+  // sweep of a worker's stale hashes, a max_entries trim and the build of
+  // the key lookup. Each is a Begin call, then Step calls until *done.
+  // After every step the tree passes CheckInvariants and holds a state
+  // between the one before Begin and the one after the last step; between
+  // steps nothing but Score and the read-only calls may run (so no map or
+  // tree a step keeps an iterator into changes meanwhile).
   struct SlotRef {
     uint32_t slot;
     uint32_t gen;
@@ -153,24 +158,62 @@ class HolderTree {
     absl::flat_hash_map<EngineHash, SlotRef> blocks;
     absl::flat_hash_map<EngineHash, SlotRef>::iterator next;
   };
-  struct Trimming {
-    uint64_t target = 0;  // the entries to get down to
-    // Leaves, least recent first (as stamped at BeginTrim).
-    using Leaf = std::pair<uint64_t, Node*>;
-    std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
-  };
   void BeginClear(WorkerId worker, Clearing* clearing);
   // The blocks released by this step; true in *done once nothing is left.
   size_t ClearStep(Clearing& clearing, size_t max_blocks, bool* done);
+
+  // A pass over one worker's engine-hash map, in place: the entries that no
+  // longer name a block the worker holds are dropped, after (for a tier's
+  // clear) the worker's holders in `medium` are removed.
+  struct Sweeping {
+    WorkerId worker = 0;
+    int medium = -1;  // the tier cleared, or -1 for a sweep alone
+    absl::flat_hash_map<EngineHash, SlotRef>::iterator next;
+  };
+  // Drops what the worker holds in the tier `medium` (SGLang's
+  // CLEAR_ALL_AT_TIER); false, with nothing to do, if no event named it.
+  bool BeginClearTier(WorkerId worker, absl::string_view medium,
+                      Sweeping* sweeping);
+  // The sweep of a worker whose map a store found stale (Hold: more than
+  // twice as many hashes as held blocks), false if none is due. A worker
+  // that keeps storing while max_entries trims thus cannot grow its map
+  // without bound; its owner runs the sweeps after each store.
+  bool BeginSweep(Sweeping* sweeping);
+  // The map entries visited by this step; true in *done at the map's end.
+  size_t SweepStep(Sweeping& sweeping, size_t max_blocks, bool* done);
+
+  struct Trimming {
+    uint64_t target = 0;  // the entries to get down to
+    // The scan for leaves (TrimScanStep): the trees not entered yet, then
+    // the children left to visit at each depth of the current tree.
+    absl::flat_hash_map<std::string, std::unique_ptr<Tree>>::const_iterator
+        next_tree;
+    std::vector<std::pair<ChildSet::const_iterator, ChildSet::const_iterator>>
+        path;
+    // Leaves, least recent first (as stamped when scanned).
+    using Leaf = std::pair<uint64_t, Node*>;
+    std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
+  };
   // Null when the entries are within `max_entries`.
   std::unique_ptr<Trimming> BeginTrim(uint64_t max_entries);
+  // The nodes visited by this step; true in *done once every leaf is in
+  // trimming.leaves. Drops nothing.
+  size_t TrimScanStep(Trimming& trimming, size_t max_blocks, bool* done);
   // The blocks dropped by this step; true in *done once the bound is met.
+  // REQUIRES: the scan is done.
   size_t TrimStep(Trimming& trimming, size_t max_blocks,
                   absl::FunctionRef<void(WorkerId)> dropped, bool* done);
 
-  // Keeps the lookup by key from now on (building it now). Without it, a
-  // Score of keys matches nothing and a store of keys alone is dropped.
-  void EnableKeyLookup();
+  // Keeps the lookup by key from now on. Without it, a Score of keys
+  // matches nothing and a store of keys alone is dropped. Begin starts it
+  // empty (nothing if it is kept already); each step adds the blocks of
+  // the next `max_blocks` slots. Between steps the lookup is partial: a
+  // Score of keys finds the blocks of the slots added so far, a state
+  // between no lookup and the whole one (key_lookup() is already true).
+  void BeginKeyLookup();
+  // The slots visited by this step; true in *done once every one is in.
+  size_t KeyLookupStep(size_t max_blocks, bool* done);
+  void EnableKeyLookup();  // all at once
   bool key_lookup() const { return key_lookup_ != nullptr; }
 
   // Measures a prompt in namespace `ns` for worker ids below `workers`,
@@ -214,13 +257,13 @@ class HolderTree {
     absl::flat_hash_map<EngineHash, SlotRef> blocks;
     // Blocks held per medium, in any group.
     std::vector<uint64_t> medium_blocks;
+    bool sweep_due = false;  // listed in sweeps_due_
   };
   class KeyLookup;
 
-  // Drops the worker's hashes whose blocks are gone or no longer its own,
-  // once they outnumber its held blocks twice: a worker that keeps storing
-  // while max_entries trims cannot grow its map without bound.
-  void SweepIfStale(WorkerId worker, WorkerHoldings& held);
+  // Lists the worker for a sweep once its hashes outnumber its held
+  // blocks twice (and are more than a few thousand).
+  void MarkIfStale(WorkerId worker, WorkerHoldings& held);
   uint32_t NewSlot();
   void FreeSlot(uint32_t slot);
   uint8_t MediumId(absl::string_view medium);
@@ -286,7 +329,11 @@ class HolderTree {
   std::vector<Token> fingerprint_scratch_;  // Store's fingerprints
   std::vector<uint64_t> key_scratch_;       // and rolling keys
   uint64_t entries_ = 0;
+  std::vector<WorkerId> sweeps_due_;       // see BeginSweep
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
+  // While the lookup is built (KeyLookupStep): the first slot not added to
+  // it yet; SIZE_MAX once it is whole.
+  size_t key_lookup_next_ = SIZE_MAX;
 };
 
 }  // namespace prefixd

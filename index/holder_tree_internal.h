@@ -61,6 +61,7 @@ class HolderTree::KeyLookup {
 
   explicit KeyLookup(const HolderTree* owner)
       : slots_(0, Hash{owner}, Eq{owner}) {}
+  void Reserve(size_t slots) { slots_.reserve(slots); }
   void Insert(uint32_t slot) { slots_.insert(slot); }
   void Erase(uint32_t slot) { slots_.erase(slot); }
   // The slot of `key` in `tree`, or -1.

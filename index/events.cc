@@ -56,11 +56,17 @@ constexpr size_t kMaxDepth = 32;
 // before their elements are read. Every array element takes at least one
 // byte and every map entry two, so a count is also capped by the payload's
 // size: a few bytes cannot ask for hundreds of megabytes.
-msgpack::unpack_limit Limits(size_t payload_size) {
+msgpack::unpack_limit Limits(size_t payload_size, size_t depth = kMaxDepth) {
   return msgpack::unpack_limit(std::min(kMaxArray, payload_size),
                                std::min(kMaxMap, payload_size / 2), kMaxBytes,
-                               kMaxBytes, kMaxBytes, kMaxDepth);
+                               kMaxBytes, kMaxBytes, depth);
 }
+
+// The decoder reads no value that starts deeper than this (an extra_keys
+// item's elements), so a read that allows kMaxDepth - kDeepestRead nested
+// containers from where it starts never lets the payload nest deeper than
+// kMaxDepth (it may refuse one that does not: see DecodeEventBatch).
+constexpr size_t kDeepestRead = 6;
 
 bool ToHash(const object& o, EngineHash* h) {
   switch (o.type) {
@@ -732,11 +738,14 @@ absl::Status Rank(const object* o, std::optional<int64_t>* rank) {
 // and data_parallel_rank are checked, whose errors come first.
 class BatchDecoder {
  public:
-  BatchDecoder(absl::string_view payload, KvEventBatch* out)
-      : reader_(payload), out_(out) {}
+  BatchDecoder(const Reader& reader, KvEventBatch* out)
+      : reader_(reader), out_(out) {}
 
-  absl::Status Decode() {
-    size_t pos = 0;
+  // *end: where the batch ends in the payload (once it decoded). The pass
+  // reads every byte of the batch, so that its reads check them all.
+  absl::Status Decode(size_t* end) {
+    size_t& pos = *end;
+    pos = 0;
     const Value root = reader_.Enter(&pos);
     uint64_t unknown = 0;  // the batch's own unknown fields
     if (root.head.type == mtype::ARRAY) {
@@ -744,6 +753,7 @@ class BatchDecoder {
       if (size > 0) ts_ = reader_.Read(&pos);
       if (size > 1) ReadEvents(&pos);
       if (size > 2) rank_ = reader_.Read(&pos);
+      for (uint32_t j = 3; j < size; ++j) reader_.Read(&pos);
       if (size > 3) unknown = size - 3;
     } else if (root.head.type == mtype::MAP) {
       for (uint32_t j = 0; j < root.head.via.map.size; ++j) {
@@ -799,7 +809,7 @@ class BatchDecoder {
     return absl::OkStatus();
   }
 
-  const Reader reader_;
+  const Reader& reader_;
   KvEventBatch* const out_;
   Value ts_;
   Value events_;
@@ -819,7 +829,21 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
   out->unknown_events = 0;
   out->unknown_fields = 0;
 
+  // One pass, whose reads check the payload as they go. Should anything be
+  // wrong, the payload's own errors come first, as the first of them in the
+  // payload, then what the batch says: as if it had been checked whole
+  // before it was decoded (and it is, then).
+  absl::Status decoded;
   size_t end = 0;
+  bool read_refused = false;
+  try {
+    const Reader reader(payload,
+                        Limits(payload.size(), kMaxDepth - kDeepestRead));
+    decoded = BatchDecoder(reader, out).Decode(&end);
+  } catch (const std::exception&) {
+    read_refused = true;
+  }
+  if (!read_refused && decoded.ok() && end == payload.size()) return decoded;
   try {
     msgpack_view::CheckPayload(payload, Limits(payload.size()), &end);
   } catch (const msgpack::unpack_error& e) {
@@ -839,7 +863,11 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
                                    " trailing bytes after the batch (", end,
                                    " bytes)"));
   }
-  return BatchDecoder(payload, out).Decode();
+  if (!read_refused) return decoded;
+  // The payload is fine, but nests deeper than a read allowed from where
+  // it started (kDeepestRead): read it again without limits.
+  const Reader unlimited(payload, msgpack::unpack_limit());
+  return BatchDecoder(unlimited, out).Decode(&end);
 }
 
 }  // namespace prefixd

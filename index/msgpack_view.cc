@@ -8,66 +8,6 @@ namespace prefixd {
 namespace msgpack_view {
 namespace {
 
-// The checks msgpack::unpack's visitor (msgpack-cxx's create_object_visitor)
-// makes on the way, in the same order and with the same exceptions, and
-// nothing else: a container's size, then its depth (the 33rd nested one
-// with the default limit: its stack holds the root and the open ones);
-// a str's, bin's or ext's size (ext: with its type byte).
-class LimitsVisitor : public msgpack::null_visitor {
- public:
-  explicit LimitsVisitor(const msgpack::unpack_limit& limit) : limit_(limit) {}
-
-  bool visit_str(const char* /*p*/, uint32_t size) {
-    if (size > limit_.str())
-      throw msgpack::str_size_overflow("str size overflow");
-    return true;
-  }
-  bool visit_bin(const char* /*p*/, uint32_t size) {
-    if (size > limit_.bin())
-      throw msgpack::bin_size_overflow("bin size overflow");
-    return true;
-  }
-  bool visit_ext(const char* /*p*/, uint32_t size) {
-    if (size > limit_.ext())
-      throw msgpack::ext_size_overflow("ext size overflow");
-    return true;
-  }
-  bool start_array(uint32_t n) {
-    if (n > limit_.array()) {
-      throw msgpack::array_size_overflow("array size overflow");
-    }
-    return Open();
-  }
-  bool end_array() { return Close(); }
-  bool start_map(uint32_t n) {
-    if (n > limit_.map()) throw msgpack::map_size_overflow("map size overflow");
-    return Open();
-  }
-  bool end_map() { return Close(); }
-  void parse_error(size_t /*parsed*/, size_t /*error*/) {
-    throw msgpack::parse_error("parse error");
-  }
-  void insufficient_bytes(size_t /*parsed*/, size_t /*error*/) {
-    throw msgpack::insufficient_bytes("insufficient bytes");
-  }
-
- private:
-  bool Open() {
-    if (open_ + 1 > limit_.depth()) {
-      throw msgpack::depth_size_overflow("depth size overflow");
-    }
-    ++open_;
-    return true;
-  }
-  bool Close() {
-    --open_;
-    return true;
-  }
-
-  const msgpack::unpack_limit& limit_;
-  size_t open_ = 0;  // containers started and not ended
-};
-
 // Writes what it visits with msgpack-cxx's packer, call for call as
 // msgpack::pack writes a msgpack::object that msgpack::unpack made of the
 // same bytes.
@@ -162,7 +102,7 @@ class EnterVisitor : public internal::HeadVisitor<TopHead> {
 
 void CheckPayload(absl::string_view payload,
                   const msgpack::unpack_limit& limits, size_t* end) {
-  LimitsVisitor visitor(limits);
+  internal::LimitsVisitor visitor(limits);
   *end = 0;
   msgpack::parse(payload.data(), payload.size(), *end, visitor);
 }
@@ -171,7 +111,7 @@ Value Reader::Read(size_t* pos) const {
   Value v;
   v.pos = *pos;
   TopHead top;
-  internal::HeadVisitor<TopHead> visitor(top);
+  internal::HeadVisitor<TopHead> visitor(limits_, top);
   msgpack::parse(payload_.data(), payload_.size(), *pos, visitor);
   v.head = top.head;
   return v;
@@ -181,7 +121,7 @@ Value Reader::Enter(size_t* pos) const {
   Value v;
   v.pos = *pos;
   TopHead top;
-  EnterVisitor visitor(top);
+  EnterVisitor visitor(limits_, top);
   // Stopped by the visitor (false) when the container has elements.
   msgpack::parse(payload_.data(), payload_.size(), *pos, visitor);
   v.head = top.head;

@@ -22,6 +22,7 @@
 #include <limits>
 #include <string>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -136,13 +137,74 @@ void CheckPayload(absl::string_view payload,
 
 namespace internal {
 
+// The checks msgpack::unpack's visitor (msgpack-cxx's create_object_visitor)
+// makes on the way, in the same order and with the same exceptions, and
+// nothing else: a container's size, then its depth (at most limit.depth()
+// nested containers); a str's, bin's or ext's size (ext: with its type
+// byte); bytes that are not msgpack, or too few.
+class LimitsVisitor : public msgpack::null_visitor {
+ public:
+  explicit LimitsVisitor(const msgpack::unpack_limit& limit) : limit_(limit) {}
+
+  bool visit_str(const char* /*p*/, uint32_t size) {
+    if (size > limit_.str())
+      throw msgpack::str_size_overflow("str size overflow");
+    return true;
+  }
+  bool visit_bin(const char* /*p*/, uint32_t size) {
+    if (size > limit_.bin())
+      throw msgpack::bin_size_overflow("bin size overflow");
+    return true;
+  }
+  bool visit_ext(const char* /*p*/, uint32_t size) {
+    if (size > limit_.ext())
+      throw msgpack::ext_size_overflow("ext size overflow");
+    return true;
+  }
+  bool start_array(uint32_t n) {
+    if (n > limit_.array()) {
+      throw msgpack::array_size_overflow("array size overflow");
+    }
+    return Open();
+  }
+  bool end_array() { return Close(); }
+  bool start_map(uint32_t n) {
+    if (n > limit_.map()) throw msgpack::map_size_overflow("map size overflow");
+    return Open();
+  }
+  bool end_map() { return Close(); }
+  void parse_error(size_t /*parsed*/, size_t /*error*/) {
+    throw msgpack::parse_error("parse error");
+  }
+  void insufficient_bytes(size_t /*parsed*/, size_t /*error*/) {
+    throw msgpack::insufficient_bytes("insufficient bytes");
+  }
+
+ private:
+  bool Open() {
+    if (open_ + 1 > limit_.depth()) {
+      throw msgpack::depth_size_overflow("depth size overflow");
+    }
+    ++open_;
+    return true;
+  }
+  bool Close() {
+    --open_;
+    return true;
+  }
+
+  const msgpack::unpack_limit& limit_;
+  size_t open_ = 0;  // containers started and not ended
+};
+
 // Turns the parser's callbacks into heads: on_value(depth, head) for every
 // value it meets (depth 0: the one parsed; 1: its elements, or its keys
 // and values; and so on).
 template <typename OnValue>
-class HeadVisitor : public msgpack::null_visitor {
+class HeadVisitor : public LimitsVisitor {
  public:
-  explicit HeadVisitor(OnValue& on_value) : on_value_(on_value) {}
+  HeadVisitor(const msgpack::unpack_limit& limit, OnValue& on_value)
+      : LimitsVisitor(limit), on_value_(on_value) {}
 
   bool visit_nil() { return Scalar(object()); }
   bool visit_boolean(bool v) {
@@ -151,7 +213,8 @@ class HeadVisitor : public msgpack::null_visitor {
     o.via.boolean = v;
     return Scalar(o);
   }
-  bool visit_positive_integer(uint64_t v) {
+  // Inlined, as what they call: they run for every token id.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool visit_positive_integer(uint64_t v) {
     object o;
     o.type = mtype::POSITIVE_INTEGER;
     o.via.u64 = v;
@@ -159,7 +222,7 @@ class HeadVisitor : public msgpack::null_visitor {
   }
   // As msgpack::unpack reads them: a non-negative value in a signed
   // encoding is a POSITIVE_INTEGER.
-  bool visit_negative_integer(int64_t v) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool visit_negative_integer(int64_t v) {
     if (v >= 0) return visit_positive_integer(static_cast<uint64_t>(v));
     object o;
     o.type = mtype::NEGATIVE_INTEGER;
@@ -169,6 +232,7 @@ class HeadVisitor : public msgpack::null_visitor {
   bool visit_float32(float v) { return Float(mtype::FLOAT32, v); }
   bool visit_float64(double v) { return Float(mtype::FLOAT64, v); }
   bool visit_str(const char* p, uint32_t size) {
+    LimitsVisitor::visit_str(p, size);
     object o;
     o.type = mtype::STR;
     o.via.str.ptr = p;
@@ -176,6 +240,7 @@ class HeadVisitor : public msgpack::null_visitor {
     return Scalar(o);
   }
   bool visit_bin(const char* p, uint32_t size) {
+    LimitsVisitor::visit_bin(p, size);
     object o;
     o.type = mtype::BIN;
     o.via.bin.ptr = p;
@@ -184,6 +249,7 @@ class HeadVisitor : public msgpack::null_visitor {
   }
   // `p` starts with the ext's type byte, which `size` counts.
   bool visit_ext(const char* p, uint32_t size) {
+    LimitsVisitor::visit_ext(p, size);
     object o;
     o.type = mtype::EXT;
     o.via.ext.ptr = p;
@@ -191,24 +257,32 @@ class HeadVisitor : public msgpack::null_visitor {
     return Scalar(o);
   }
   bool start_array(uint32_t n) {
+    LimitsVisitor::start_array(n);
     object o;
     o.type = mtype::ARRAY;
     o.via.array.size = n;
     o.via.array.ptr = nullptr;
     return Open(o);
   }
-  bool end_array() { return Close(); }
+  bool end_array() {
+    LimitsVisitor::end_array();
+    return Close();
+  }
   bool start_map(uint32_t n) {
+    LimitsVisitor::start_map(n);
     object o;
     o.type = mtype::MAP;
     o.via.map.size = n;
     o.via.map.ptr = nullptr;
     return Open(o);
   }
-  bool end_map() { return Close(); }
+  bool end_map() {
+    LimitsVisitor::end_map();
+    return Close();
+  }
 
  private:
-  bool Scalar(const object& o) {
+  ABSL_ATTRIBUTE_ALWAYS_INLINE bool Scalar(const object& o) {
     on_value_(depth_, o);
     return true;
   }
@@ -233,12 +307,18 @@ class HeadVisitor : public msgpack::null_visitor {
 
 }  // namespace internal
 
-// Reads the values of one payload that CheckPayload accepted (the methods
-// assume it), each call parsing one value, or one header, at a position.
+// Reads the values of one payload, each call parsing one value, or one
+// header, at a position where a value starts. A read that meets bytes that
+// are not msgpack, or a value beyond its limits, throws (msgpack::
+// unpack_error, as CheckPayload); so does one that runs past the payload.
 // Thread safety: const methods only; any number of threads may share one.
 class Reader {
  public:
-  explicit Reader(absl::string_view payload) : payload_(payload) {}
+  // Each read checks what it parses against `limits` and throws as
+  // CheckPayload does; a read starting at depth d counts nesting from
+  // there, so give it limits.depth() = the payload's depth limit - d.
+  Reader(absl::string_view payload, const msgpack::unpack_limit& limits)
+      : payload_(payload), limits_(limits) {}
 
   // The value at *pos; *pos moves past it.
   Value Read(size_t* pos) const;
@@ -266,22 +346,37 @@ class Reader {
 
  private:
   absl::string_view payload_;
+  const msgpack::unpack_limit limits_;
 };
+
+namespace internal {
+
+// ReadElements' HeadVisitor callback (inlined: it runs for every token id).
+template <typename Sink>
+struct ToSink {
+  Sink& sink;
+  Value* v;
+  uint32_t next = 0;  // the index of the next element
+
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void operator()(uint32_t depth,
+                                               const object& head) {
+    if (depth == 0) {
+      v->head = head;
+      if (head.type == mtype::ARRAY) sink.Begin(head.via.array.size);
+    } else if (depth == 1 && v->head.type == mtype::ARRAY) {
+      sink.Element(next++, head);
+    }
+  }
+};
+
+}  // namespace internal
 
 template <typename Sink>
 Value Reader::ReadElements(size_t* pos, Sink& sink) const {
   Value v;
   v.pos = *pos;
-  uint32_t next = 0;  // the index of the next element
-  auto on_value = [&](uint32_t depth, const object& head) {
-    if (depth == 0) {
-      v.head = head;
-      if (head.type == mtype::ARRAY) sink.Begin(head.via.array.size);
-    } else if (depth == 1 && v.head.type == mtype::ARRAY) {
-      sink.Element(next++, head);
-    }
-  };
-  internal::HeadVisitor<decltype(on_value)> visitor(on_value);
+  internal::ToSink<Sink> to_sink{sink, &v};
+  internal::HeadVisitor<internal::ToSink<Sink>> visitor(limits_, to_sink);
   msgpack::parse(payload_.data(), payload_.size(), *pos, visitor);
   return v;
 }

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -35,7 +36,7 @@ TEST(MsgpackReaderTest, PackWritesWhatMsgpackPackWritesOfTheUnpackedValue) {
         msgpack::unpack(bytes.data(), bytes.size());
     msgpack::sbuffer expected;
     msgpack::pack(expected, h.get());
-    const Reader reader(bytes);
+    const Reader reader(bytes, msgpack::unpack_limit());
     size_t pos = 0;
     const Value v = reader.Read(&pos);
     EXPECT_EQ(pos, bytes.size());
@@ -50,7 +51,7 @@ TEST(MsgpackReaderTest, HeadsAreTheUnpackedObjectsOfScalarsAndSizesOfOthers) {
     const msgpack::object_handle h =
         msgpack::unpack(bytes.data(), bytes.size());
     const object& root = h.get();
-    const Reader reader(bytes);
+    const Reader reader(bytes, msgpack::unpack_limit());
     size_t pos = 0;
     const Value v = reader.Enter(&pos);
     EXPECT_EQ(v.pos, 0u);
@@ -87,7 +88,7 @@ struct Collect {
 TEST(MsgpackReaderTest, ReadElementsHandsOverEachElementOnce) {
   // [7, [1, 2, 3], {"a": 1}, "s"]
   const std::string bytes("\x94\x07\x93\x01\x02\x03\x81\xa1\x61\x01\xa1s", 12);
-  const Reader reader(bytes);
+  const Reader reader(bytes, msgpack::unpack_limit());
   size_t pos = 0;
   Collect c;
   const Value v = reader.ReadElements(&pos, c);
@@ -113,7 +114,7 @@ TEST(MsgpackReaderTest, MapValuesFindsTheFirstOfEachKey) {
   // {"b": 1, 2: 3, "a": 4, "b": 5}
   const std::string bytes("\x84\xa1\x62\x01\x02\x03\xa1\x61\x04\xa1\x62\x05",
                           12);
-  const Reader reader(bytes);
+  const Reader reader(bytes, msgpack::unpack_limit());
   size_t pos = 0;
   const Value map = reader.Read(&pos);
   static constexpr absl::string_view kKeys[] = {"a", "b", "c"};
@@ -169,6 +170,31 @@ TEST(MsgpackReaderTest, CheckPayloadThrowsWhatUnpackThrows) {
       EXPECT_EQ(end, unpacked_end);
     }
   }
+}
+
+TEST(MsgpackReaderTest, ReadsThrowWhatCheckPayloadThrows) {
+  const msgpack::unpack_limit limit(4, 2, 3, 3, 3, 2);
+  // [[1, 2, 3, 4, 5]], [[[]]], ["xxxx"], [0xc1], [1, (missing)]
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {std::string("\x91\x95\x01\x02\x03\x04\x05", 7), "array size overflow"},
+      {std::string("\x91\x91\x91\x90", 4), "depth size overflow"},
+      {std::string("\x91\xa4xxxx", 6), "str size overflow"},
+      {std::string("\x91\xc1", 2), "parse error"},
+      {std::string("\x92\x01", 2), "insufficient bytes"},
+  };
+  for (const auto& [bytes, what] : cases) {
+    const Reader reader(bytes, limit);
+    size_t pos = 0;
+    EXPECT_EQ(Thrown([&] { reader.Read(&pos); }), what) << what;
+    Collect c;
+    pos = 0;
+    EXPECT_EQ(Thrown([&] { reader.ReadElements(&pos, c); }), what) << what;
+  }
+  // Enter reads the header alone: what follows it is not its business.
+  const Reader reader(std::string("\x92\xc1", 2), limit);
+  size_t pos = 0;
+  EXPECT_EQ(reader.Enter(&pos).head.via.array.size, 2u);
+  EXPECT_EQ(pos, 1u);
 }
 
 }  // namespace

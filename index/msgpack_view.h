@@ -314,9 +314,11 @@ class HeadVisitor : public LimitsVisitor {
 // Thread safety: const methods only; any number of threads may share one.
 class Reader {
  public:
-  // Each read checks what it parses against `limits` and throws as
-  // CheckPayload does; a read starting at depth d counts nesting from
-  // there, so give it limits.depth() = the payload's depth limit - d.
+  // `payload` must outlive the Reader and the heads it hands out (their
+  // strings point into it). Each read checks what it parses against
+  // `limits` and throws as CheckPayload does; a read starting at depth d
+  // counts nesting from there, so give it limits.depth() = the payload's
+  // depth limit - d.
   Reader(absl::string_view payload, const msgpack::unpack_limit& limits)
       : payload_(payload), limits_(limits) {}
 

@@ -191,7 +191,8 @@ TEST(MsgpackReaderTest, ReadsThrowWhatCheckPayloadThrows) {
     EXPECT_EQ(Thrown([&] { reader.ReadElements(&pos, c); }), what) << what;
   }
   // Enter reads the header alone: what follows it is not its business.
-  const Reader reader(std::string("\x92\xc1", 2), limit);
+  const std::string header("\x92\xc1", 2);
+  const Reader reader(header, limit);
   size_t pos = 0;
   EXPECT_EQ(reader.Enter(&pos).head.via.array.size, 2u);
   EXPECT_EQ(pos, 1u);

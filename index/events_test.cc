@@ -1114,8 +1114,8 @@ TEST(DecodeEventBatchTest, NestingUpToTheLimitDecodes) {
   const auto batch = [](int item_depth) {
     V item = Arr({});
     for (int i = 1; i < item_depth; ++i) item = Arr({item});
-    return ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil,
-                                   "GPU", kNil, Arr({Arr({item})}))});
+    return ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil, "GPU",
+                                   kNil, Arr({Arr({item})}))});
   };
   KvEventBatch b;
   ASSERT_TRUE(Decode(batch(27), &b).ok());

@@ -111,6 +111,15 @@ const std::vector<Shape>& Shapes() {
            pk.pack(std::string("AllBlocksCleared"));
          }
        }},
+      {"cleared events (9 bytes each)",
+       [](Packer& pk, size_t bytes) {
+         const size_t n = bytes / 9;  // ["cleared"]: 9 bytes
+         pk.pack_array(static_cast<uint32_t>(n));
+         for (size_t i = 0; i < n; ++i) {
+           pk.pack_array(1);
+           pk.pack(std::string("cleared"));
+         }
+       }},
       {"unknown trailing fields (nil)",
        [](Packer& pk, size_t bytes) {
          const size_t n = bytes - 64;
@@ -132,6 +141,26 @@ const std::vector<Shape>& Shapes() {
          pk.pack_array(static_cast<uint32_t>(blocks));
          for (size_t i = 0; i < blocks; ++i) pk.pack(1);
          pk.pack(1);
+         pk.pack_nil();
+         pk.pack(std::string("GPU"));
+         pk.pack_nil();
+         pk.pack_array(static_cast<uint32_t>(blocks));
+         for (size_t i = 0; i < blocks; ++i) {
+           pk.pack_array(32);
+           for (int k = 0; k < 32; ++k) pk.pack_array(0);
+         }
+       }},
+      {"extra_keys, 32 empty arrays, no tokens",
+       [](Packer& pk, size_t bytes) {
+         // A block: its hash and 32 one-byte items (36 bytes); a store of
+         // hashes alone (token_ids nil).
+         const size_t blocks = (bytes - 64) / 36;
+         pk.pack_array(1);
+         pk.pack_array(9);
+         pk.pack(std::string("BlockStored"));
+         pk.pack_array(static_cast<uint32_t>(blocks));
+         for (size_t i = 0; i < blocks; ++i) pk.pack(1);
+         for (int i = 0; i < 3; ++i) pk.pack_nil();  // parent, tokens, size
          pk.pack_nil();
          pk.pack(std::string("GPU"));
          pk.pack_nil();

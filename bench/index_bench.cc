@@ -597,8 +597,9 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
     }
     return watch.Stop();
   };
-  // The same, as DecodeEventBatch calls it: strings referenced in the
-  // payload rather than copied, and limits.
+  // The same, as DecodeEventBatch called it before it read payloads in
+  // place: strings referenced in the payload rather than copied, and
+  // limits.
   const Pass unpack_ref_pass = [&] {
     const Stopwatch watch;
     for (size_t i = 0; i < n; ++i) {
@@ -663,7 +664,7 @@ void IngestPhase(const Trace& t, const Workload& w, bool only_apply,
       absl::GetFlag(FLAGS_repetitions),
       absl::FormatDuration(absl::GetFlag(FLAGS_min_time)).c_str());
   row("msgpack::unpack alone (baseline)", unpack);
-  row("msgpack::unpack as DecodeEventBatch calls it", unpack_ref);
+  row("msgpack::unpack, strings referenced, limits", unpack_ref);
   row("DecodeEventBatch alone", decode);
   row("DecodeEventBatch + FleetIndex::Apply", ingest);
   std::printf("  %-44s %18.1f ns/block\n", "Apply alone (by difference)",

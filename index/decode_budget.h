@@ -1,13 +1,12 @@
 // DecodeBudget: what the fleet index's decoding of KV-event payloads may
 // hold at once, across every source thread (index/ingest.h).
 //
-// A payload is decoded through msgpack-cxx's object tree and into a
-// KvEventBatch, whose peak is many times the payload's size
-// (kDecodePeakPerPayloadByte). Each source decodes on its own thread, so
-// without a shared bound N sources decoding large payloads at once would
-// hold N such peaks. Before decoding, a thread reserves the payload's
-// estimated peak (DecodePeakEstimate) and gives it back once the batch is
-// applied:
+// A payload is decoded into a KvEventBatch, which can be many times the
+// payload's size (kDecodePeakPerPayloadByte). Each source decodes on its
+// own thread, so without a shared bound N sources decoding large payloads
+// at once would hold N such peaks. Before decoding, a thread reserves the
+// payload's estimated peak (DecodePeakEstimate) and gives it back once the
+// batch is applied:
 //
 //   DecodeBudget::Reservation r = budget.Reserve(payload.size(), stop_);
 //   if (!r.held()) return;  // stopping
@@ -37,23 +36,26 @@
 namespace prefixd {
 
 // The peak memory of decoding and applying one payload, per payload byte,
-// at most. By construction: every element of the payload (at least one
-// byte) becomes a 24-byte msgpack::object, and what the decoder makes of
-// it costs at most 48 bytes more (an extra_keys item's ContentKey; a
-// block hash 8, a token 4, an 18-byte event about 400); vectors are sized
-// once, not grown. Measured by bench/decode_peak (`build/bench/decode_peak`:
-// one payload just under the 16 MiB message cap per shape, the growth of
-// peak RSS while it is decoded and applied, over its size):
+// at most. By construction: the decoder reads the payload in place
+// (index/msgpack_view.h) and holds only what it makes of it, vectors sized
+// once, not grown; of that, one payload byte becomes at most 48 bytes (an
+// extra_keys item's ContentKey, from as little as one byte; a block hash
+// 8, a token 4, an event 376 from at least 9 bytes, ["cleared"]).
+// Measured by bench/decode_peak (`build/bench/decode_peak`: one payload
+// just under the 16 MiB message cap per shape, the growth of peak RSS while
+// it is decoded and applied, over its size):
 //
-//   BlockStored, one block of 1-byte tokens        28.0x
-//   BlockStored, blocks of 16 1-byte tokens        27.8x
-//   BlockStored, blocks of one token               30.0x
-//   BlockRemoved, 1-byte hashes                    32.0x
-//   AllBlocksCleared events (18 bytes each)        22.9x
-//   unknown trailing fields (nil)                  24.0x
-//   extra_keys, 32 one-byte items per block        65.2x  (the worst)
-//   extra_keys, one entry of 1-byte items          24.0x  (refused past 32)
-inline constexpr int64_t kDecodePeakPerPayloadByte = 24 + 48;
+//   BlockStored, one block of 1-byte tokens         4.0x
+//   BlockStored, blocks of 16 1-byte tokens         3.8x
+//   BlockStored, blocks of one token                6.0x
+//   BlockRemoved, 1-byte hashes                     8.0x
+//   AllBlocksCleared events (18 bytes each)        20.9x
+//   cleared events (9 bytes each)                  41.8x
+//   unknown trailing fields (nil)                   0.0x
+//   extra_keys, 32 one-byte items per block        41.5x
+//   extra_keys, 32 one-byte items, no tokens       42.7x  (the worst)
+//   extra_keys, one entry of 1-byte items           0.0x  (refused past 32)
+inline constexpr int64_t kDecodePeakPerPayloadByte = 48;
 
 // The bytes to reserve for decoding a payload of `payload_bytes`.
 inline int64_t DecodePeakEstimate(size_t payload_bytes) {

@@ -1,7 +1,10 @@
-// Decoding walks msgpack-cxx's object tree in place: one unpack per payload,
-// then type switches on each msgpack::object, with no conversion through STL
-// containers on the way (the ingest path handles millions of blocks a second
-// on one thread). Strings and bytes point into the payload, not copies.
+// Decoding reads the payload in place with msgpack-cxx's parser
+// (index/msgpack_view.h): one check of the whole payload against the
+// limits, then each value read where the decoder meets it, in one pass.
+// Block hashes and token ids go straight from the parser into the event's
+// vectors; no object tree of the payload is built, no STL container stands
+// in between (the ingest path handles millions of blocks a second on one
+// thread), and strings and bytes point into the payload, not copies.
 #include "index/events.h"
 
 #include <algorithm>
@@ -30,15 +33,15 @@ namespace prefixd {
 namespace {
 
 using msgpack_view::Bin;
-using msgpack_view::Bytes;
 using msgpack_view::IntText;
 using msgpack_view::IsInt;
 using msgpack_view::IsNull;
-using msgpack_view::MapValue;
 using msgpack_view::object;
+using msgpack_view::Reader;
 using msgpack_view::Str;
 using msgpack_view::ToInt64;
 using msgpack_view::TypeName;
+using msgpack_view::Value;
 namespace mtype = msgpack::type;
 
 // Bounds on what one payload may declare (a fuzzed or hostile payload must
@@ -49,24 +52,21 @@ constexpr size_t kMaxMap = size_t{1} << 16;
 constexpr size_t kMaxBytes = size_t{1} << 24;  // one str, bin or ext
 constexpr size_t kMaxDepth = 32;
 
-// msgpack-cxx allocates a container's elements as soon as it reads the
-// declared count, before their bytes arrive. Every array element takes at
-// least one byte and every map entry two, so a count is also capped by the
-// payload's size: a few bytes cannot ask for hundreds of megabytes.
-msgpack::unpack_limit Limits(size_t payload_size) {
+// The decoder sizes block_hashes and token_ids by their declared count
+// before their elements are read. Every array element takes at least one
+// byte and every map entry two, so a count is also capped by the payload's
+// size: a few bytes cannot ask for hundreds of megabytes.
+msgpack::unpack_limit Limits(size_t payload_size, size_t depth = kMaxDepth) {
   return msgpack::unpack_limit(std::min(kMaxArray, payload_size),
                                std::min(kMaxMap, payload_size / 2), kMaxBytes,
-                               kMaxBytes, kMaxBytes, kMaxDepth);
+                               kMaxBytes, kMaxBytes, depth);
 }
 
-// Strings, bytes and exts reference the payload instead of being copied
-// into the zone: the payload outlives the object tree (both live within
-// DecodeEventBatch). msgpack-cxx checks the size limits only on the copy
-// path, so oversized ones take it and are refused there.
-bool ReferenceInPayload(mtype::object_type /*type*/, size_t size,
-                        void* /*user_data*/) {
-  return size <= kMaxBytes;
-}
+// The decoder reads no value that starts deeper than this (an extra_keys
+// item's elements), so a read that allows kMaxDepth - kDeepestRead nested
+// containers from where it starts never lets the payload nest deeper than
+// kMaxDepth (it may refuse one that does not: see DecodeEventBatch).
+constexpr size_t kDeepestRead = 6;
 
 bool ToHash(const object& o, EngineHash* h) {
   switch (o.type) {
@@ -208,22 +208,74 @@ T& NextSlot(std::vector<KvEvent>* events, size_t* used) {
   return std::get<T>(events->emplace_back(std::in_place_type<T>));
 }
 
+// The first element of block_hashes or token_ids that is not a hash or a
+// token id, kept for the error that names it: the fields checked before
+// it come first.
+struct BadElement {
+  bool found = false;
+  uint32_t index = 0;
+  object head;
+
+  void Note(uint32_t i, const object& o) {
+    if (found) return;
+    found = true;
+    index = i;
+    head = o;
+  }
+};
+
+// Reads block_hashes into the event's vector (Reader::ReadElements).
+struct HashesSink {
+  std::vector<EngineHash>* out;
+  BadElement* bad;
+  EngineHash* data = nullptr;
+
+  void Begin(uint32_t size) {
+    out->resize(size);
+    data = out->data();
+  }
+  void Element(uint32_t i, const object& o) {
+    if (!ToHash(o, &data[i])) bad->Note(i, o);
+  }
+};
+
+// Reads token_ids (0 <= id < 2^32) into the event's vector.
+struct TokensSink {
+  std::vector<Token>* out;
+  BadElement* bad;
+  Token* data = nullptr;
+
+  void Begin(uint32_t size) {
+    out->resize(size);
+    data = out->data();
+  }
+  void Element(uint32_t i, const object& o) {
+    if (o.type != mtype::POSITIVE_INTEGER ||
+        o.via.u64 > std::numeric_limits<Token>::max()) {
+      bad->Note(i, o);
+      return;
+    }
+    data[i] = static_cast<Token>(o.via.u64);
+  }
+};
+
 // Decodes the events of one batch. Errors name the event's index in the
 // batch, its type and the field.
 class EventDecoder {
  public:
-  explicit EventDecoder(KvEventBatch* out) : out_(out) {}
+  EventDecoder(const Reader& reader, KvEventBatch* out)
+      : reader_(reader), out_(out) {}
 
-  absl::Status Decode(const object& events) {
+  // The array `events`, whose elements start at *pos (Reader::Enter); *pos
+  // past it. Counts its unknown events and fields into *out_.
+  absl::Status Decode(const Value& events, size_t* pos) {
     // Allocated once: a growing vector holds its old and new arrays at
-    // once, and an event takes hundreds of bytes from as few as 18.
-    out_->events.reserve(events.via.array.size);
-    for (uint32_t i = 0; i < events.via.array.size; ++i) {
+    // once, and an event takes hundreds of bytes from as few as 9.
+    out_->events.reserve(events.head.via.array.size);
+    for (uint32_t i = 0; i < events.head.via.array.size; ++i) {
       index_ = i;
       type_ = "";
-      if (absl::Status s = DecodeEvent(events.via.array.ptr[i]); !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = DecodeEvent(pos); !s.ok()) return s;
     }
     out_->events.erase(out_->events.begin() + used_, out_->events.end());
     return absl::OkStatus();
@@ -245,84 +297,85 @@ class EventDecoder {
         absl::StrCat(kFieldNames[f], " is a ", TypeName(o), ", want ", want));
   }
 
-  absl::Status DecodeEvent(const object& ev) {
-    const object* fields[kNumFields] = {};
-    Kind kind;
-    if (ev.type == mtype::ARRAY) {
-      RETURN_IF_ERROR(ArrayFields(ev, fields, &kind));
-    } else if (ev.type == mtype::MAP) {
-      RETURN_IF_ERROR(MapFields(ev, fields, &kind));
-    } else {
-      return Error(absl::StrCat("an event is a ", TypeName(ev),
-                                ", want an array or a map"));
-    }
-    switch (kind) {
-      case Kind::kStored:
-        return DecodeStored(fields,
-                            &NextSlot<BlockStoredEvent>(&out_->events, &used_));
-      case Kind::kRemoved:
-        return DecodeRemoved(
-            fields, &NextSlot<BlockRemovedEvent>(&out_->events, &used_));
-      case Kind::kCleared:
-        NextSlot<AllBlocksClearedEvent>(&out_->events, &used_);
-        return absl::OkStatus();
-      case Kind::kUnknown:
-        ++out_->unknown_events;
-        break;
-    }
-    return absl::OkStatus();
+  // The event at *pos; *pos past it.
+  absl::Status DecodeEvent(size_t* pos) {
+    const Value ev = reader_.Enter(pos);
+    if (ev.head.type == mtype::ARRAY) return ArrayEvent(ev, pos);
+    if (ev.head.type == mtype::MAP) return MapEvent(ev, pos);
+    return Error(absl::StrCat("an event is a ", TypeName(ev.head),
+                              ", want an array or a map"));
+  }
+
+  // Steps over the event `ev` (*pos anywhere in it).
+  void Skip(const Value& ev, size_t* pos) const {
+    *pos = ev.pos;
+    reader_.Read(pos);
   }
 
   // ["BlockStored", field, field, ...]: fields by position.
-  absl::Status ArrayFields(const object& ev, const object** fields,
-                           Kind* kind) {
-    const object* items = ev.via.array.ptr;
-    const uint32_t size = ev.via.array.size;
-    if (size == 0 || items[0].type != mtype::STR) {
+  absl::Status ArrayEvent(const Value& ev, size_t* pos) {
+    const uint32_t size = ev.head.via.array.size;
+    const Value type = size > 0 ? reader_.Read(pos) : Value();
+    if (type.head.type != mtype::STR) {
       return Error("an array event must start with its type name (a str)");
     }
-    type_ = Str(items[0]);
-    *kind = KindOf(type_);
-    if (*kind == Kind::kUnknown) return absl::OkStatus();
-    const absl::Span<const Field> known = FieldsOf(*kind);
-    for (uint32_t j = 1; j < size; ++j) {
-      if (j - 1 < known.size()) {
-        fields[known[j - 1]] = &items[j];
-      } else {
-        ++out_->unknown_fields;
-      }
+    type_ = Str(type.head);
+    const Kind kind = KindOf(type_);
+    if (kind == Kind::kUnknown) {
+      ++out_->unknown_events;
+      Skip(ev, pos);
+      return absl::OkStatus();
     }
-    return absl::OkStatus();
+    NewEvent(kind);
+    const absl::Span<const Field> known = FieldsOf(kind);
+    Value fields[kNumFields];
+    uint32_t j = 1;
+    for (; j < size && j - 1 < known.size(); ++j) {
+      ReadField(known[j - 1], pos, fields);
+    }
+    if (j < size) {
+      out_->unknown_fields += size - j;
+      Skip(ev, pos);
+    }
+    return DecodeFields(kind, fields);
   }
 
   // {"type": "BlockStored", name: field, ...} (vLLM), or RFC #1527's
-  // {"event_type": "stored", ...}: fields by name.
-  absl::Status MapFields(const object& ev, const object** fields, Kind* kind) {
-    const object* type = MapValue(ev, "type");
-    if (type == nullptr) type = MapValue(ev, "event_type");
-    if (type == nullptr || type->type != mtype::STR) {
+  // {"event_type": "stored", ...}: fields by name, once the type is known.
+  absl::Status MapEvent(const Value& ev, size_t* pos) {
+    static constexpr absl::string_view kTypeKeys[] = {"type", "event_type"};
+    Value types[2];
+    reader_.MapValues(ev, kTypeKeys, types);
+    const Value& type = types[0].present() ? types[0] : types[1];
+    if (!type.present() || type.head.type != mtype::STR) {
       return Error("a map event must have a str \"type\" (or \"event_type\")");
     }
-    type_ = Str(*type);
-    *kind = KindOf(type_);
-    if (*kind == Kind::kUnknown) return absl::OkStatus();
-    const absl::Span<const Field> known = FieldsOf(*kind);
-    const msgpack::object_kv* kvs = ev.via.map.ptr;
-    for (uint32_t j = 0; j < ev.via.map.size; ++j) {
-      if (kvs[j].key.type != mtype::STR) {
+    type_ = Str(type.head);
+    const Kind kind = KindOf(type_);
+    if (kind == Kind::kUnknown) {
+      ++out_->unknown_events;
+      Skip(ev, pos);
+      return absl::OkStatus();
+    }
+    NewEvent(kind);
+    const absl::Span<const Field> known = FieldsOf(kind);
+    Value fields[kNumFields];
+    for (uint32_t j = 0; j < ev.head.via.map.size; ++j) {
+      const Value key = reader_.Read(pos);
+      int f = -1;  // a Field, or -1: the value is stepped over
+      if (key.head.type != mtype::STR) {
         ++out_->unknown_fields;
-        continue;
+      } else if (Str(key.head) != "type") {
+        f = MapField(kind, known, Str(key.head));
+        if (f == kUnknownField) ++out_->unknown_fields;
       }
-      const absl::string_view name = Str(kvs[j].key);
-      if (name == "type") continue;
-      const int f = MapField(*kind, known, name);
-      if (f == kUnknownField) {
-        ++out_->unknown_fields;
-      } else if (f >= 0 && fields[f] == nullptr) {
-        fields[f] = &kvs[j].val;
+      if (f >= 0 && !fields[f].present()) {
+        ReadField(static_cast<Field>(f), pos, fields);
+      } else {
+        reader_.Read(pos);
       }
     }
-    return absl::OkStatus();
+    return DecodeFields(kind, fields);
   }
 
   static constexpr int kUnknownField = -2;
@@ -347,8 +400,64 @@ class EventDecoder {
     return kUnknownField;
   }
 
-  absl::Status DecodeStored(const object* const* f, BlockStoredEvent* ev) {
-    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes], &ev->block_hashes));
+  // Makes out_'s next event, of `kind`'s type, and points hashes_ and
+  // tokens_ at its vectors, emptied: ReadField reads into them.
+  void NewEvent(Kind kind) {
+    hashes_ = nullptr;
+    tokens_ = nullptr;
+    bad_hash_ = BadElement();
+    bad_token_ = BadElement();
+    if (kind == Kind::kStored) {
+      auto& ev = NextSlot<BlockStoredEvent>(&out_->events, &used_);
+      hashes_ = &ev.block_hashes;
+      tokens_ = &ev.token_ids;
+    } else if (kind == Kind::kRemoved) {
+      hashes_ =
+          &NextSlot<BlockRemovedEvent>(&out_->events, &used_).block_hashes;
+    } else {
+      NextSlot<AllBlocksClearedEvent>(&out_->events, &used_);
+    }
+    if (hashes_ != nullptr) hashes_->clear();
+    if (tokens_ != nullptr) tokens_->clear();
+  }
+
+  // Field f's value at *pos, *pos past it: block_hashes and token_ids into
+  // the event's vectors (their elements checked later, in field order),
+  // the others as heads.
+  void ReadField(Field f, size_t* pos, Value* fields) {
+    if (f == kBlockHashes) {
+      HashesSink sink{hashes_, &bad_hash_};
+      fields[f] = reader_.ReadElements(pos, sink);
+    } else if (f == kTokenIds) {
+      TokensSink sink{tokens_, &bad_token_};
+      fields[f] = reader_.ReadElements(pos, sink);
+    } else {
+      fields[f] = reader_.Read(pos);
+    }
+  }
+
+  // The event NewEvent made, from its fields.
+  absl::Status DecodeFields(Kind kind, const Value* fields) {
+    KvEvent& ev = out_->events[used_ - 1];
+    switch (kind) {
+      case Kind::kStored:
+        return DecodeStored(fields, &std::get<BlockStoredEvent>(ev));
+      case Kind::kRemoved:
+        return DecodeRemoved(fields, &std::get<BlockRemovedEvent>(ev));
+      default:
+        return absl::OkStatus();
+    }
+  }
+
+  // The fields' heads, nullptr for those absent.
+  static void Heads(const Value* fields, const object** f) {
+    for (int i = 0; i < kNumFields; ++i) f[i] = fields[i].get();
+  }
+
+  absl::Status DecodeStored(const Value* fields, BlockStoredEvent* ev) {
+    const object* f[kNumFields];
+    Heads(fields, f);
+    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
     if (IsNull(f[kTokenIds])) {
       // A store of hashes alone (RFC #1527's storage daemons): placed by
       // its keys, if its worker's hashes are the index's keys.
@@ -372,7 +481,7 @@ class EventDecoder {
     RETURN_IF_ERROR(Known(kSessionId, f[kSessionId]));
     RETURN_IF_ERROR(
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
-    if (!ReadExtraKeys(f[kExtraKeys], ev)) {
+    if (!ReadExtraKeys(reader_, fields[kExtraKeys], ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
     // The LoRA name and salt as the event or its extra keys gave them.
@@ -390,8 +499,10 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  absl::Status DecodeRemoved(const object* const* f, BlockRemovedEvent* ev) {
-    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes], &ev->block_hashes));
+  absl::Status DecodeRemoved(const Value* fields, BlockRemovedEvent* ev) {
+    const object* f[kNumFields];
+    Heads(fields, f);
+    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
     RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
@@ -399,20 +510,16 @@ class EventDecoder {
     return IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version);
   }
 
-  absl::Status BlockHashes(const object* o, std::vector<EngineHash>* out) {
+  // block_hashes, read into the event by ReadField.
+  absl::Status BlockHashes(const object* o) {
     if (IsNull(o)) return Error("block_hashes is missing");
     if (o->type != mtype::ARRAY) {
       return WrongType(kBlockHashes, *o, "an array");
     }
-    const uint32_t n = o->via.array.size;
-    out->resize(n);
-    EngineHash* dst = out->data();
-    const object* src = o->via.array.ptr;
-    for (uint32_t i = 0; i < n; ++i) {
-      if (!ToHash(src[i], &dst[i])) {
-        return Error(absl::StrCat("block_hashes[", i, "] is a ",
-                                  TypeName(src[i]), ", want an int or bytes"));
-      }
+    if (bad_hash_.found) {
+      return Error(absl::StrCat("block_hashes[", bad_hash_.index, "] is a ",
+                                TypeName(bad_hash_.head),
+                                ", want an int or bytes"));
     }
     return absl::OkStatus();
   }
@@ -427,7 +534,8 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  // token_ids: block_hashes * block_size token ids (0 <= id < 2^32).
+  // token_ids: block_hashes * block_size token ids (0 <= id < 2^32), read
+  // into the event by ReadField.
   absl::Status TokenIds(const object* tokens, BlockStoredEvent* ev) {
     if (tokens->type != mtype::ARRAY) {
       return WrongType(kTokenIds, *tokens, "an array");
@@ -443,21 +551,15 @@ class EventDecoder {
           "token_ids has ", count, " tokens, want block_hashes * block_size = ",
           blocks, " * ", bs, fits ? absl::StrCat(" = ", blocks * bs) : ""));
     }
-    ev->token_ids.resize(count);
-    Token* out = ev->token_ids.data();
-    const object* in = tokens->via.array.ptr;
-    for (uint64_t i = 0; i < count; ++i) {
-      const object& t = in[i];
-      if (t.type != mtype::POSITIVE_INTEGER ||
-          t.via.u64 > std::numeric_limits<Token>::max()) {
-        if (!IsInt(t)) {
-          return Error(absl::StrCat("token_ids[", i, "] is a ", TypeName(t),
-                                    ", want an int"));
-        }
-        return Error(absl::StrCat("token_ids[", i, "] = ", IntText(t),
-                                  " is not a token id (0 <= id < 2^32)"));
+    if (bad_token_.found) {
+      const object& t = bad_token_.head;
+      const uint32_t i = bad_token_.index;
+      if (!IsInt(t)) {
+        return Error(absl::StrCat("token_ids[", i, "] is a ", TypeName(t),
+                                  ", want an int"));
       }
-      out[i] = static_cast<Token>(t.via.u64);
+      return Error(absl::StrCat("token_ids[", i, "] = ", IntText(t),
+                                " is not a token id (0 <= id < 2^32)"));
     }
     return absl::OkStatus();
   }
@@ -567,10 +669,17 @@ class EventDecoder {
     return WrongType(field, *o, "a str or nil");
   }
 
+  const Reader& reader_;
   KvEventBatch* const out_;
   size_t used_ = 0;         // events of out_->events filled so far
   uint32_t index_ = 0;      // of the event being decoded, in the batch
   absl::string_view type_;  // its type name, once known
+  // The event's vectors ReadField reads into (NewEvent), and their first
+  // elements that are not hashes or token ids.
+  std::vector<EngineHash>* hashes_ = nullptr;
+  std::vector<Token>* tokens_ = nullptr;
+  BadElement bad_hash_;
+  BadElement bad_token_;
 };
 
 absl::Status BatchError(absl::string_view what) {
@@ -623,6 +732,91 @@ absl::Status Rank(const object* o, std::optional<int64_t>* rank) {
   return absl::OkStatus();
 }
 
+// The batch: [ts, events, data_parallel_rank] (msgspec's array_like,
+// trailing defaults omitted) or a map of them. The events are decoded
+// where the pass over the payload meets them; their error waits until ts
+// and data_parallel_rank are checked, whose errors come first.
+class BatchDecoder {
+ public:
+  BatchDecoder(const Reader& reader, KvEventBatch* out)
+      : reader_(reader), out_(out) {}
+
+  // *end: where the batch ends in the payload (once it decoded). The pass
+  // reads every byte of the batch, so that its reads check them all.
+  absl::Status Decode(size_t* end) {
+    size_t& pos = *end;
+    pos = 0;
+    const Value root = reader_.Enter(&pos);
+    uint64_t unknown = 0;  // the batch's own unknown fields
+    if (root.head.type == mtype::ARRAY) {
+      const uint32_t size = root.head.via.array.size;
+      if (size > 0) ts_ = reader_.Read(&pos);
+      if (size > 1) ReadEvents(&pos);
+      if (size > 2) rank_ = reader_.Read(&pos);
+      for (uint32_t j = 3; j < size; ++j) reader_.Read(&pos);
+      if (size > 3) unknown = size - 3;
+    } else if (root.head.type == mtype::MAP) {
+      for (uint32_t j = 0; j < root.head.via.map.size; ++j) {
+        const Value key = reader_.Read(&pos);
+        const absl::string_view name =
+            key.head.type == mtype::STR ? Str(key.head) : absl::string_view();
+        if (key.head.type == mtype::STR && name == "ts") {
+          ts_ = reader_.Read(&pos);
+        } else if (key.head.type == mtype::STR && name == "events") {
+          ReadEvents(&pos);
+        } else if (key.head.type == mtype::STR &&
+                   name == "data_parallel_rank") {
+          rank_ = reader_.Read(&pos);
+        } else {
+          ++unknown;
+          reader_.Read(&pos);
+        }
+      }
+    } else {
+      return BatchError(absl::StrCat("the payload is a ", TypeName(root.head),
+                                     ", want an array or a map"));
+    }
+    return Check(unknown);
+  }
+
+ private:
+  // The events at *pos, decoded if they are an array; *pos past them. A
+  // map's later "events" replaces an earlier one.
+  void ReadEvents(size_t* pos) {
+    const size_t start = *pos;
+    events_ = reader_.Enter(pos);
+    events_status_ = absl::OkStatus();
+    if (events_.head.type == mtype::ARRAY) {
+      out_->unknown_events = 0;
+      out_->unknown_fields = 0;
+      events_status_ = EventDecoder(reader_, out_).Decode(events_, pos);
+      if (events_status_.ok()) return;
+    }
+    *pos = start;
+    reader_.Read(pos);
+  }
+
+  absl::Status Check(uint64_t unknown) {
+    RETURN_IF_ERROR(Ts(ts_.get(), &out_->ts));
+    if (!events_.present()) return BatchError("events is missing");
+    if (events_.head.type != mtype::ARRAY) {
+      return BatchError(absl::StrCat("events is a ", TypeName(events_.head),
+                                     ", want an array"));
+    }
+    RETURN_IF_ERROR(Rank(rank_.get(), &out_->data_parallel_rank));
+    RETURN_IF_ERROR(events_status_);
+    out_->unknown_fields += unknown;
+    return absl::OkStatus();
+  }
+
+  const Reader& reader_;
+  KvEventBatch* const out_;
+  Value ts_;
+  Value events_;
+  Value rank_;
+  absl::Status events_status_;
+};
+
 }  // namespace
 
 EngineHash FoldHashBytes(absl::string_view bytes) {
@@ -635,12 +829,23 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
   out->unknown_events = 0;
   out->unknown_fields = 0;
 
-  msgpack::object_handle handle;
-  size_t offset = 0;
+  // One pass, whose reads check the payload as they go. Should anything be
+  // wrong, the payload's own errors come first, as the first of them in the
+  // payload, then what the batch says: as if it had been checked whole
+  // before it was decoded (and it is, then).
+  absl::Status decoded;
+  size_t end = 0;
+  bool read_refused = false;
   try {
-    bool referenced;
-    msgpack::unpack(handle, payload.data(), payload.size(), offset, referenced,
-                    ReferenceInPayload, nullptr, Limits(payload.size()));
+    const Reader reader(payload,
+                        Limits(payload.size(), kMaxDepth - kDeepestRead));
+    decoded = BatchDecoder(reader, out).Decode(&end);
+  } catch (const std::exception&) {
+    read_refused = true;
+  }
+  if (!read_refused && decoded.ok() && end == payload.size()) return decoded;
+  try {
+    msgpack_view::CheckPayload(payload, Limits(payload.size()), &end);
   } catch (const msgpack::unpack_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("payload is not valid msgpack: ", e.what()));
@@ -648,58 +853,21 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
     return absl::InvalidArgumentError(
         "payload is not valid msgpack: it declares more than fits in memory");
   } catch (const std::exception& e) {
-    // Nothing else is documented to come out of unpack; still, no exception
-    // may leave the decoder.
+    // Nothing else is documented to come out of the parser; still, no
+    // exception may leave the decoder.
     return absl::InvalidArgumentError(
         absl::StrCat("payload could not be unpacked: ", e.what()));
   }
-  if (offset != payload.size()) {
-    return BatchError(absl::StrCat(payload.size() - offset,
-                                   " trailing bytes after the batch (", offset,
+  if (end != payload.size()) {
+    return BatchError(absl::StrCat(payload.size() - end,
+                                   " trailing bytes after the batch (", end,
                                    " bytes)"));
   }
-
-  const object& root = handle.get();
-  const object* ts = nullptr;
-  const object* events = nullptr;
-  const object* rank = nullptr;
-  if (root.type == mtype::ARRAY) {
-    // msgspec array_like: [ts, events, data_parallel_rank], trailing
-    // defaults omitted.
-    const uint32_t size = root.via.array.size;
-    const object* items = root.via.array.ptr;
-    if (size > 0) ts = &items[0];
-    if (size > 1) events = &items[1];
-    if (size > 2) rank = &items[2];
-    if (size > 3) out->unknown_fields += size - 3;
-  } else if (root.type == mtype::MAP) {
-    for (uint32_t j = 0; j < root.via.map.size; ++j) {
-      const msgpack::object_kv& kv = root.via.map.ptr[j];
-      const absl::string_view key =
-          kv.key.type == mtype::STR ? Str(kv.key) : absl::string_view();
-      if (kv.key.type == mtype::STR && key == "ts") {
-        ts = &kv.val;
-      } else if (kv.key.type == mtype::STR && key == "events") {
-        events = &kv.val;
-      } else if (kv.key.type == mtype::STR && key == "data_parallel_rank") {
-        rank = &kv.val;
-      } else {
-        ++out->unknown_fields;
-      }
-    }
-  } else {
-    return BatchError(absl::StrCat("the payload is a ", TypeName(root),
-                                   ", want an array or a map"));
-  }
-
-  if (absl::Status s = Ts(ts, &out->ts); !s.ok()) return s;
-  if (events == nullptr) return BatchError("events is missing");
-  if (events->type != mtype::ARRAY) {
-    return BatchError(
-        absl::StrCat("events is a ", TypeName(*events), ", want an array"));
-  }
-  if (absl::Status s = Rank(rank, &out->data_parallel_rank); !s.ok()) return s;
-  return EventDecoder(out).Decode(*events);
+  if (!read_refused) return decoded;
+  // The payload is fine, but nests deeper than a read allowed from where
+  // it started (kDeepestRead): read it again without limits.
+  const Reader unlimited(payload, msgpack::unpack_limit());
+  return BatchDecoder(unlimited, out).Decode(&end);
 }
 
 }  // namespace prefixd

@@ -1108,6 +1108,26 @@ TEST(DecodeEventBatchTest, DeepNestingIsRefused) {
   EXPECT_EQ(Stored(b, 0)->content.Of(1).size(), 1u);
 }
 
+TEST(DecodeEventBatchTest, NestingUpToTheLimitDecodes) {
+  // The batch, its events, the event, extra_keys and the block's entry are
+  // 5 nested arrays; an item of 27 more reaches the limit of 32.
+  const auto batch = [](int item_depth) {
+    V item = Arr({});
+    for (int i = 1; i < item_depth; ++i) item = Arr({item});
+    return ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2, kNil, "GPU",
+                                   kNil, Arr({Arr({item})}))});
+  };
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(batch(27), &b).ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u);
+  EXPECT_EQ(Stored(b, 0)->content.Of(0).size(), 1u);  // a legacy key
+
+  const absl::Status s = DecodeError(batch(28));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("depth"));
+}
+
 TEST(DecodeEventBatchTest, BoolsAreNotInts) {
   const absl::Status s = DecodeError(
       ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), Bool(true))}));

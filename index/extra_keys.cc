@@ -1,6 +1,9 @@
 #include "index/extra_keys.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -11,61 +14,54 @@ namespace {
 
 using msgpack_view::Bin;
 using msgpack_view::Bytes;
-using msgpack_view::IntText;
-using msgpack_view::IsInt;
 using msgpack_view::IsNull;
-using msgpack_view::MapValue;
 using msgpack_view::object;
+using msgpack_view::Reader;
 using msgpack_view::Str;
 using msgpack_view::ToInt64;
-using msgpack_view::TypeName;
+using msgpack_view::Value;
 namespace mtype = msgpack::type;
 
 // Items in one block's entry at most: its LoRA, salt and prompt embeddings
 // and the multimodal inputs that overlap it (a block of 16 tokens overlaps
-// a few at most). Each item becomes a ContentKey of about 48 bytes from as
+// a few at most). Each item becomes a ContentKey of 48 bytes from as
 // little as one payload byte, so a longer entry ends the chain instead of
-// costing the decoder 50 times its size (bench/decode_peak).
+// costing the decoder more (bench/decode_peak).
 constexpr uint32_t kMaxKeysPerBlock = 32;
 
-// The keys entries[0, n) can give at most, so that ev->content.keys is
-// allocated once rather than grown (a growing vector holds its old and new
-// arrays at once).
-size_t MaxKeys(const object* entries, size_t n) {
+// Sums the keys the first `entries` entries can give at most, so that
+// ev->content.keys is allocated once rather than grown (a growing vector
+// holds its old and new arrays at once).
+struct MaxKeys {
+  size_t entries;
   size_t keys = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (entries[i].type != mtype::ARRAY) continue;
-    keys += std::min(entries[i].via.array.size, kMaxKeysPerBlock);
+  void Begin(uint32_t /*size*/) {}
+  void Element(uint32_t i, const object& entry) {
+    if (i >= entries || entry.type != mtype::ARRAY) return;
+    keys += std::min(entry.via.array.size, kMaxKeysPerBlock);
   }
-  return keys;
-}
-
-// The msgpack encoding of a value: a legacy key's identity, the same for a
-// raw item and for a typed key's "value".
-std::string Packed(const object& o) {
-  msgpack::sbuffer buffer;
-  msgpack::pack(buffer, o);
-  return std::string(buffer.data(), buffer.size());
-}
+};
 
 // The keys of one block, read item by item.
 class BlockKeysReader {
  public:
-  BlockKeysReader(BlockStoredEvent* ev, size_t block)
-      : ev_(ev),
+  BlockKeysReader(const Reader& reader, BlockStoredEvent* ev, size_t block)
+      : reader_(reader),
+        ev_(ev),
         salt_allowed_(block == 0 && !ev->parent_block_hash.has_value()) {}
 
   // False: the item cannot be understood (the chain ends at this block).
-  bool Item(const object& item) {
-    switch (item.type) {
+  bool Item(const Value& item) {
+    const object& head = item.head;
+    switch (head.type) {
       case mtype::MAP:
         return Typed(item);
       case mtype::STR:
-        if (IsLora(Str(item))) return true;
-        strings_.push_back(&item);
+        if (IsLora(Str(head))) return true;
+        strings_.push_back(item);
         return true;
       case mtype::BIN:
-        Add(ContentKey::Kind::kPromptEmbeds, Bin(item), 0);
+        Add(ContentKey::Kind::kPromptEmbeds, Bin(head), 0);
         return true;
       case mtype::ARRAY:
         if (MultiModalTuple(item)) return true;
@@ -74,7 +70,7 @@ class BlockKeysReader {
       case mtype::NEGATIVE_INTEGER: {
         // Older vLLM put the LoRA's integer id in the keys.
         int64_t id;
-        if (!lora_seen_ && ev_->lora_id.has_value() && ToInt64(item, &id) &&
+        if (!lora_seen_ && ev_->lora_id.has_value() && ToInt64(head, &id) &&
             id == *ev_->lora_id) {
           lora_seen_ = true;
           return true;
@@ -84,7 +80,7 @@ class BlockKeysReader {
       default:
         break;
     }
-    Add(ContentKey::Kind::kLegacy, Packed(item), 0);
+    AddLegacy(item);
     return true;
   }
 
@@ -93,13 +89,11 @@ class BlockKeysReader {
   // legacy keys.
   void Finish() {
     if (!strings_.empty() && salt_allowed_ && !typed_salt_) {
-      const absl::string_view salt = Str(*strings_.back());
+      const absl::string_view salt = Str(strings_.back().head);
       ev_->cache_salt.assign(salt.data(), salt.size());
       strings_.pop_back();
     }
-    for (const object* s : strings_) {
-      Add(ContentKey::Kind::kLegacy, Packed(*s), 0);
-    }
+    for (const Value& s : strings_) AddLegacy(s);
   }
 
   absl::InlinedVector<ContentKey, 2>& keys() { return keys_; }
@@ -114,36 +108,43 @@ class BlockKeysReader {
   }
 
   // [hash, offset]: a multimodal input as newer raw tuples carry it.
-  bool MultiModalTuple(const object& item) {
-    absl::string_view hash;
-    int64_t offset;
-    if (item.via.array.size != 2 || !Bytes(item.via.array.ptr[0], &hash) ||
-        !ToInt64(item.via.array.ptr[1], &offset)) {
-      return false;
-    }
-    Add(ContentKey::Kind::kMultiModal, hash, offset);
+  bool MultiModalTuple(const Value& item) {
+    if (item.head.via.array.size != 2) return false;
+    size_t pos = item.pos;
+    reader_.Enter(&pos);
+    const Value hash = reader_.Read(&pos);
+    const Value offset = reader_.Read(&pos);
+    absl::string_view h;
+    int64_t k;
+    if (!Bytes(hash.head, &h) || !ToInt64(offset.head, &k)) return false;
+    Add(ContentKey::Kind::kMultiModal, h, k);
     return true;
   }
 
-  bool Typed(const object& map) {
-    const object* type = MapValue(map, "type");
-    absl::string_view t;
+  // The keys a typed map may have.
+  enum TypedKey { kType, kName, kSalt, kHash, kBlockOffset, kModality, kValue };
+  static constexpr absl::string_view kTypedKeys[] = {
+      "type", "name", "salt", "hash", "block_offset", "modality", "value"};
+
+  bool Typed(const Value& map) {
+    Value v[std::size(kTypedKeys)];
+    reader_.MapValues(map, kTypedKeys, v);
+    const object* type = v[kType].get();
     if (type == nullptr || type->type != mtype::STR) return false;
-    t = Str(*type);
-    if (t == "lora") return TypedLora(map);
-    if (t == "cache_salt") return TypedSalt(map);
-    if (t == "mm") return TypedMultiModal(map);
+    const absl::string_view t = Str(*type);
+    if (t == "lora") return TypedLora(v[kName].get());
+    if (t == "cache_salt") return TypedSalt(v[kSalt].get());
+    if (t == "mm") return TypedMultiModal(v);
     if (t == "prompt_embeds") {
       absl::string_view hash;
-      const object* h = MapValue(map, "hash");
+      const object* h = v[kHash].get();
       if (h == nullptr || !Bytes(*h, &hash)) return false;
       Add(ContentKey::Kind::kPromptEmbeds, hash, 0);
       return true;
     }
     if (t == "legacy") {
-      const object* v = MapValue(map, "value");
-      if (v == nullptr) return false;
-      Add(ContentKey::Kind::kLegacy, Packed(*v), 0);
+      if (!v[kValue].present()) return false;
+      AddLegacy(v[kValue]);
       return true;
     }
     return false;  // a kind of key this decoder does not know
@@ -151,16 +152,14 @@ class BlockKeysReader {
 
   // The event's LoRA, if it names none; a block naming another one cannot
   // be in the event's namespace.
-  bool TypedLora(const object& map) {
-    const object* name = MapValue(map, "name");
+  bool TypedLora(const object* name) {
     if (name == nullptr || name->type != mtype::STR) return false;
     if (!ev_->lora_name.has_value()) ev_->lora_name.emplace(Str(*name));
     lora_seen_ = true;
     return *ev_->lora_name == Str(*name);
   }
 
-  bool TypedSalt(const object& map) {
-    const object* salt = MapValue(map, "salt");
+  bool TypedSalt(const object* salt) {
     if (!salt_allowed_ || typed_salt_ || salt == nullptr ||
         salt->type != mtype::STR) {
       return false;
@@ -170,10 +169,10 @@ class BlockKeysReader {
     return true;
   }
 
-  bool TypedMultiModal(const object& map) {
-    const object* hash = MapValue(map, "hash");
-    const object* offset = MapValue(map, "block_offset");
-    const object* modality = MapValue(map, "modality");
+  bool TypedMultiModal(const Value* v) {
+    const object* hash = v[kHash].get();
+    const object* offset = v[kBlockOffset].get();
+    const object* modality = v[kModality].get();
     absl::string_view h;
     int64_t k;
     if (hash == nullptr || !Bytes(*hash, &h) || offset == nullptr ||
@@ -192,11 +191,20 @@ class BlockKeysReader {
     k.offset = offset;
   }
 
+  // A legacy key: the value's msgpack encoding, the same for a raw item
+  // and for a typed key's "value".
+  void AddLegacy(const Value& value) {
+    ContentKey& k = keys_.emplace_back();
+    k.kind = ContentKey::Kind::kLegacy;
+    reader_.Pack(value, &k.id);
+  }
+
+  const Reader& reader_;
   BlockStoredEvent* const ev_;
   const bool salt_allowed_;
   bool lora_seen_ = false;
   bool typed_salt_ = false;
-  absl::InlinedVector<const object*, 2> strings_;
+  absl::InlinedVector<Value, 2> strings_;
   absl::InlinedVector<ContentKey, 2> keys_;
 };
 
@@ -212,6 +220,27 @@ void AppendContent(size_t block, absl::InlinedVector<ContentKey, 2>& keys,
   std::sort(keys.begin(), keys.end());
   for (ContentKey& k : keys) c.keys.push_back(std::move(k));
   c.begin.push_back(static_cast<uint32_t>(c.keys.size()));
+}
+
+// Reads the entry at *pos (*pos past it, if it could be read) into block
+// `block`'s keys; false if they cannot be understood.
+bool ReadEntry(const Reader& reader, size_t* pos, size_t block,
+               BlockStoredEvent* ev) {
+  const Value entry = reader.Enter(pos);
+  const object& head = entry.head;
+  if (head.type != mtype::NIL &&
+      (head.type != mtype::ARRAY || head.via.array.size > kMaxKeysPerBlock)) {
+    return false;
+  }
+  BlockKeysReader keys(reader, ev, block);
+  if (head.type == mtype::ARRAY) {
+    for (uint32_t k = 0; k < head.via.array.size; ++k) {
+      if (!keys.Item(reader.Read(pos))) return false;
+    }
+  }
+  keys.Finish();
+  AppendContent(block, keys.keys(), ev);
+  return true;
 }
 
 }  // namespace
@@ -242,33 +271,28 @@ ContentKey LegacyStringContentKey(absl::string_view value) {
   return k;
 }
 
-bool ReadExtraKeys(const object* extra_keys, BlockStoredEvent* ev) {
+bool ReadExtraKeys(const Reader& reader, const Value& extra_keys,
+                   BlockStoredEvent* ev) {
   const size_t blocks = ev->block_hashes.size();
   ev->cache_salt.clear();
   ev->content.Clear();
   ev->chain_blocks = blocks;
-  if (IsNull(extra_keys)) return true;
-  if (extra_keys->type != mtype::ARRAY) return false;
+  if (IsNull(extra_keys.get())) return true;
+  if (extra_keys.head.type != mtype::ARRAY) return false;
   // Entries past the blocks describe nothing; missing ones are plain.
-  const size_t entries = std::min<size_t>(extra_keys->via.array.size, blocks);
-  ev->content.keys.reserve(MaxKeys(extra_keys->via.array.ptr, entries));
+  const size_t entries =
+      std::min<size_t>(extra_keys.head.via.array.size, blocks);
+  MaxKeys max{entries};
+  size_t pos = extra_keys.pos;
+  reader.ReadElements(&pos, max);
+  ev->content.keys.reserve(max.keys);
+  pos = extra_keys.pos;
+  reader.Enter(&pos);
   for (size_t i = 0; i < entries; ++i) {
-    const object& entry = extra_keys->via.array.ptr[i];
-    BlockKeysReader reader(ev, i);
-    bool ok =
-        entry.type == mtype::NIL || (entry.type == mtype::ARRAY &&
-                                     entry.via.array.size <= kMaxKeysPerBlock);
-    if (ok && entry.type == mtype::ARRAY) {
-      for (uint32_t k = 0; ok && k < entry.via.array.size; ++k) {
-        ok = reader.Item(entry.via.array.ptr[k]);
-      }
-    }
-    if (!ok) {
+    if (!ReadEntry(reader, &pos, i, ev)) {
       ev->chain_blocks = i;
       break;
     }
-    reader.Finish();
-    AppendContent(i, reader.keys(), ev);
   }
   // Every chained block has a range once any has keys.
   BlockContent& c = ev->content;

@@ -22,13 +22,14 @@
 
 namespace prefixd {
 
-// Fills ev->cache_salt, ev->content and ev->chain_blocks from `extra_keys`
-// (nullptr or nil: none). ev's block_hashes, parent_block_hash, lora_id and
-// lora_name must be decoded already; a typed LoRA key may set lora_name.
-// Blocks past the first one whose keys cannot be understood are not
-// chained (see BlockStoredEvent::chain_blocks). Returns false only when
-// extra_keys is neither nil nor an array.
-bool ReadExtraKeys(const msgpack::object* extra_keys, BlockStoredEvent* ev);
+// Fills ev->cache_salt, ev->content and ev->chain_blocks from `extra_keys`,
+// a value of `reader`'s payload (absent or nil: none). ev's block_hashes,
+// parent_block_hash, lora_id and lora_name must be decoded already; a
+// typed LoRA key may set lora_name. Blocks past the first one whose keys
+// cannot be understood are not chained (see BlockStoredEvent::chain_blocks).
+// Returns false only when extra_keys is neither nil nor an array.
+bool ReadExtraKeys(const msgpack_view::Reader& reader,
+                   const msgpack_view::Value& extra_keys, BlockStoredEvent* ev);
 
 // The content keys of typed keys given another way (a Route's
 // BlockExtraKeys): the same ContentKey the decoder makes of the same key.

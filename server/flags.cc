@@ -85,7 +85,7 @@ const std::vector<FlagSpec>& Flags() {
        "16"},
       {"index_decode_budget", "SIZE",
        "Fleet index: memory that decoding KV events may hold at once, over "
-       "all sources (a payload decodes to up to 72 times its size; one "
+       "all sources (a payload decodes to up to 48 times its size; one "
        "larger than the budget decodes alone). Overrides index { "
        "decode_budget } of the config file.",
        defaults::kIndexDecodeBudget},

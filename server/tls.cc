@@ -150,7 +150,10 @@ absl::Status Replace(int target, const std::string& text) {
 absl::StatusOr<std::unique_ptr<RotatingTls>> RotatingTls::Create(
     const TlsMaterial& material) {
   std::unique_ptr<RotatingTls> tls(new RotatingTls());
-  tls->material_ = std::make_shared<const TlsMaterial>(material);
+  {
+    MutexLock lock(&tls->mu_);
+    tls->material_ = std::make_shared<const TlsMaterial>(material);
+  }
   tls->identity_fd_ = MemoryFile(IdentityPem(material));
   if (tls->identity_fd_ < 0 ||
       (!material.client_ca.empty() &&

@@ -108,9 +108,17 @@ class Test(common.Checker):
 
     # ---- plumbing ----
 
+    def stop(self):
+        """SIGTERM; the daemon must exit 0 (under ASan: no leak, no error)."""
+        rc = self.daemon.stop()
+        self.check(rc == 0, "the daemon stops cleanly (exit %s)" % rc,
+                   self.daemon.logs()[-3000:])
+        self.daemon.close()
+        self.daemon = None
+
     def start(self, mtls):
         if self.daemon is not None:
-            self.daemon.close()
+            self.stop()
         tmp = os.path.join(self.tmp, "mtls" if mtls else "token")
         os.mkdir(tmp)
         self.daemon = prefixd_fixture.Daemon(
@@ -317,6 +325,7 @@ class Test(common.Checker):
     def run(self):
         self.token_mode()
         self.mtls_mode()
+        self.stop()
 
     def close(self):
         if self.pub is not None:

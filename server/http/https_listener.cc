@@ -37,6 +37,10 @@ namespace {
 
 using Identity = std::shared_ptr<const TlsIdentity>;
 
+// GnuTLS's defaults without TLS 1.0 and 1.1 (which "NORMAL" still
+// offers): TLS 1.2 and 1.3 only, as the gRPC listeners.
+constexpr char kPriorities[] = "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2";
+
 absl::Status GnutlsError(absl::string_view field, int rc) {
   return absl::InvalidArgumentError(
       absl::StrCat("the Conductor API's HTTPS cannot use ", field, ": ",
@@ -224,8 +228,8 @@ absl::StatusOr<std::unique_ptr<HttpsListener>> HttpsListener::Start(
       MHD_OPTION_SOCK_ADDR, reinterpret_cast<sockaddr*>(&where.addr),
       MHD_OPTION_HTTPS_MEM_KEY, first->material->private_key.c_str(),
       MHD_OPTION_HTTPS_MEM_CERT, first->material->cert_chain.c_str(),
-      MHD_OPTION_THREAD_POOL_SIZE, static_cast<unsigned>(limits.threads),
-      MHD_OPTION_CONNECTION_LIMIT,
+      MHD_OPTION_HTTPS_PRIORITIES, kPriorities, MHD_OPTION_THREAD_POOL_SIZE,
+      static_cast<unsigned>(limits.threads), MHD_OPTION_CONNECTION_LIMIT,
       static_cast<unsigned>(limits.threads + limits.queue),
       MHD_OPTION_CONNECTION_TIMEOUT, timeout_s, MHD_OPTION_LISTEN_BACKLOG_SIZE,
       static_cast<unsigned>(limits.backlog), MHD_OPTION_NOTIFY_CONNECTION,

@@ -8,11 +8,11 @@
 //   auto listener = HttpsListener::Start(address, limits, tls,
 //       [](const HttpRequest& r) -> std::optional<HttpResponse> {...});
 //
-// TLS: the certificate, key and client CA are RotatingTls's material, the
-// gRPC listeners' own (auth.tls_*), read for each new connection: after a
-// SIGHUP new connections are shown the new certificate, open ones keep
-// theirs. With a client CA (auth MTLS) the handshake requires a client
-// certificate that verifies against it, and each request carries the
+// TLS 1.2 and 1.3. The certificate, key and client CA are RotatingTls's
+// material, the gRPC listeners' own (auth.tls_*), read for each new
+// connection: after a SIGHUP new connections are shown the new certificate,
+// open ones keep theirs. With a client CA (auth MTLS) the handshake requires a
+// client certificate that verifies against it, and each request carries the
 // certificate's subject as gRPC prints it (HttpRequest::client_cert); a
 // handshake without one fails before any request is read.
 //

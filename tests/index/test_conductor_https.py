@@ -9,11 +9,13 @@ client. Certificates come from tests/security's PKI (pki_tool).
 TOKEN with TLS:
   every endpoint once over HTTPS (/register of a ZeroMQ publisher, /query,
   /query_by_hash, /unregister), answers checked; no token 401, a wrong token
-  401, an ADMIN's /register 403, as the plain door answers; a plain-HTTP
-  request to the TLS port gets no HTTP answer; the start-up banner says
-  HTTPS; SIGHUP with a new certificate in the configured files: new
-  connections are shown it and served, and a connection opened before keeps
-  working.
+  401, an ADMIN's /register 403, as the plain door answers; a body over
+  limits.max_message_size 400; a silent connection closed after io_timeout;
+  a TLS 1.1 handshake refused; a plain-HTTP request to the TLS port gets no
+  HTTP answer; the start-up banner says HTTPS; SIGHUP with a new certificate
+  in the configured files: new connections are shown it and served, and a
+  connection opened before keeps working.
+Each mode ends with SIGTERM and exit code 0 (under ASan: no leak).
 MTLS:
   a client certificate of the CA names its principal as on the gRPC side
   (ENGINE by common name registers and queries; ADMIN by full RFC 2253
@@ -37,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -228,6 +231,7 @@ class Test(common.Checker):
         self.check(status == 403 and "ENGINE" in answer.get("error", ""),
                    "/register as an ADMIN: 403", (status, answer))
         self.bounds()
+        self.old_tls_refused()
         self.plain_http_fails()
         self.rotation()
 
@@ -258,6 +262,20 @@ class Test(common.Checker):
             waited = time.monotonic() - start
         self.check(4 < waited < 10 and len(got) < 64,
                    "a silent connection is %s after %.1f s" % (end, waited), got)
+
+    def old_tls_refused(self):
+        """TLS 1.2 and 1.3 only, as the gRPC listeners."""
+        ctx = self.context()
+        ctx.set_ciphers("DEFAULT@SECLEVEL=0")
+        with warnings.catch_warnings():  # TLSv1_1 is deprecated: the point
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_1
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=10) as raw:
+                with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+                    self.check(False, "a TLS 1.1 handshake is refused", tls.version())
+        except (ssl.SSLError, ConnectionError) as e:
+            self.check(True, "a TLS 1.1 handshake is refused (%s)" % type(e).__name__)
 
     def plain_http_fails(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)

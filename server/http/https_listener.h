@@ -23,10 +23,9 @@
 // requests, or not reading its answer) is closed, rounded up to whole
 // seconds. A request line and headers must fit in libmicrohttpd's 32 KiB of
 // memory per connection (431 past it). A body over max_body_bytes is read
-// to its end and discarded, then answered by body_too_large and the
-// connection closes (as HttpListener answers it, so that a client still
-// sending sees the answer); one over twice that is cut off by closing the
-// connection.
+// to its end and discarded, then answered by body_too_large (so that a
+// client still sending sees the answer; the connection, read in full, stays
+// usable); one over twice that is cut off by closing the connection.
 //
 // Thread safety: the handler runs on the listener's threads, several at
 // once; it must be thread-safe. Destroying the listener waits for running
@@ -73,7 +72,7 @@ class HttpsListener final : public HttpTransport {
   // (a SIGHUP); the one in force if the new material does not load.
   std::shared_ptr<const TlsIdentity> Current();
 
-  // body_too_large's answer, or 413 in plain text; the connection closes.
+  // body_too_large's answer, or 413 in plain text.
   HttpResponse TooLarge() const;
   // Queues the answer (404 for nullopt); false if libmicrohttpd refused it
   // (it then closes the connection).

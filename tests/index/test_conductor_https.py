@@ -10,7 +10,8 @@ TOKEN with TLS:
   every endpoint once over HTTPS (/register of a ZeroMQ publisher, /query,
   /query_by_hash, /unregister), answers checked; no token 401, a wrong token
   401, an ADMIN's /register 403, as the plain door answers; a body over
-  limits.max_message_size 400; a silent connection closed after io_timeout;
+  limits.max_message_size 400 (and the connection serves the next request),
+  one over twice it cut off; a silent connection closed after io_timeout;
   a TLS 1.1 handshake refused; a plain-HTTP request to the TLS port gets no
   HTTP answer; the start-up banner says HTTPS; SIGHUP with a new certificate
   in the configured files: new connections are shown it and served, and a
@@ -245,6 +246,20 @@ class Test(common.Checker):
         self.check(resp.status == 400 and "body: over 1048576 bytes" in answer.get("error", ""),
                    "a body over limits.max_message_size: 400 naming the limit",
                    (resp.status, answer))
+        # Read in full, the connection stays in step: the next request is
+        # answered on it.
+        status, answer = self.post("/query", self.query(), who="engine", conn=conn)
+        self.check(status == 200, "and the same connection serves the next request",
+                   (status, answer))
+        conn.close()
+        conn = self.connect()
+        try:
+            conn.request("POST", "/query", body=b"[" + b"1," * 1200000 + b"1]",
+                         headers={"Authorization": "Bearer " + TOKENS["engine"]})
+            resp = conn.getresponse()
+            self.check(False, "a body over twice the limit is cut off", resp.status)
+        except (ConnectionError, http.client.HTTPException, ssl.SSLError, OSError) as e:
+            self.check(True, "a body over twice the limit is cut off (%s)" % type(e).__name__)
         conn.close()
         # A connection that never starts its handshake is closed after
         # io_timeout (5 s): recv sees the end of the stream (after a TLS

@@ -6,8 +6,8 @@
 #            and the Debian package (CPack, deploy/package)
 #   runtime  debian:bookworm with that package installed: apt pulls in the
 #            runtime libraries its Depends names (from dpkg-shlibdeps: gRPC,
-#            protobuf, abseil, prometheus-cpp, civetweb, OpenSSL, and libzmq5
-#            for the fleet index; msgpack-cxx is header-only) and nothing
+#            protobuf, abseil, prometheus-cpp, civetweb, libmicrohttpd and
+#            GnuTLS, OpenSSL, and libzmq5 for the fleet index; msgpack-cxx is header-only) and nothing
 #            else; a non-root user (uid 65532, as deploy/k8s runs it)
 #
 #   buildah bud --format docker -t prefixd .     (or docker build -t prefixd .)

@@ -19,6 +19,9 @@ PACKAGES=(
   prometheus-cpp-dev libssl-dev openssl
   # the HTTP listener of /metrics and the status page (server/http/http_listener.h)
   libcivetweb-dev
+  # the Conductor API's HTTPS (server/http/https_listener.h): Debian's
+  # civetweb cannot serve TLS with OpenSSL 3; libmicrohttpd does, with GnuTLS
+  libmicrohttpd-dev libgnutls28-dev
   # the fleet index: KV events over ZeroMQ, msgpack payloads, xxHash keys
   # (also the eviction history's block fingerprints, core/fingerprints.cc),
   # JSON of the Mooncake Conductor API

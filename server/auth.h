@@ -124,6 +124,11 @@ class Authorizer {
   virtual std::shared_ptr<grpc::ServerCredentials> Credentials(
       const ListenAddress& address) const;
 
+  // The TCP listeners' TLS material (auth.tls_*), rotated by Reload; null
+  // without TLS. Listeners outside gRPC (the Conductor API's HTTPS) serve
+  // it too.
+  virtual const RotatingTls* tls() const { return nullptr; }
+
   // What the start-up banner must warn about for these listeners (one line
   // each; none by default).
   virtual std::vector<std::string> Warnings(
@@ -223,6 +228,7 @@ class PrincipalAuthorizer final : public Authorizer {
       const CallCredentials& credentials) const override;
   std::shared_ptr<grpc::ServerCredentials> Credentials(
       const ListenAddress& address) const override;
+  const RotatingTls* tls() const override { return tls_.get(); }
   absl::Status Reload(const v1::Config& config) override;
   std::vector<std::string> Warnings(
       const std::vector<ListenAddress>& listen) const override;

@@ -473,17 +473,6 @@ absl::Status ResolveIndexHttp(const v1::Config& c, ServerConfig* out) {
                      "loopback, enable auth, or set "
                      "auth.insecure_allow_unauthenticated_network"));
   }
-  // Plain HTTP only (Debian's civetweb cannot load OpenSSL 3): where the
-  // gRPC listeners use TLS, bearer tokens must not cross the network in
-  // the clear here either.
-  if (!c.auth().tls_cert_path().empty() && !a->IsLoopback()) {
-    return Invalid(
-        "index.http_listen",
-        absl::StrCat("\"", ic.http_listen(),
-                     "\" is reachable from the network, but the Conductor API "
-                     "serves plain HTTP only and auth.tls_cert_path asks for "
-                     "TLS: listen on loopback behind a TLS proxy"));
-  }
   out->index_http_listen = ic.http_listen();
   return absl::OkStatus();
 }

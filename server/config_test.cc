@@ -501,20 +501,20 @@ TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(),
               HasSubstr("index.http_listen: \"0.0.0.0:9470\" is reachable"));
-  // Plain HTTP only: with TLS on the gRPC side, loopback only.
-  c = FromText(absl::StrCat(R"pb(auth {
-                                   mode: TOKEN
-                                   tls_cert_path: "/c.pem"
-                                   tls_key_path: "/k.pem"
-                                 }
-                                 principals { name: "e" role: ENGINE
-                                              tenants: "*"
-                                              token_sha256: ")pb",
-                            std::string(64, 'a'),
-                            R"pb(" }
-                                 index { http_listen: "10.0.0.5:9470" })pb"));
-  ASSERT_FALSE(c.ok());
-  EXPECT_THAT(c.status().message(), HasSubstr("serves plain HTTP only"));
+  // With TLS on the gRPC side the Conductor API serves HTTPS with the same
+  // certificate: any address, in TOKEN and in MTLS.
+  for (const char* mode : {"TOKEN", "MTLS"}) {
+    const bool mtls = absl::string_view(mode) == "MTLS";
+    c = FromText(absl::StrCat(
+        "auth { mode: ", mode, mtls ? " client_ca_path: '/ca.pem'" : "",
+        " tls_cert_path: '/c.pem' tls_key_path: '/k.pem' }\n",
+        "principals { name: 'e' role: ENGINE tenants: '*'",
+        mtls ? " cert_subject: 'e'" : "", " token_sha256: '",
+        std::string(64, 'a'), "' }\n",
+        "index { http_listen: '10.0.0.5:9470' }"));
+    ASSERT_TRUE(c.ok()) << mode << ": " << c.status();
+    EXPECT_EQ(c->index_http_listen, "10.0.0.5:9470") << mode;
+  }
   c = FromText(R"pb(index { http_listen: "unix:///tmp/x" })pb");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(), HasSubstr("must be host:port"));

@@ -115,12 +115,13 @@ std::string Daemon::Banner() const {
   std::string out = StartupBanner(*server_);
   if (conductor_ != nullptr) {
     const ServerConfig& c = server_->config();
-    absl::StrAppend(
-        &out, "  index http   ", c.index_http_listen, " (port ",
-        conductor_->port(), "): Mooncake Conductor API, registrations ",
-        c.index_state_dir.empty() ? "not kept (no index.state_dir)"
-                                  : absl::StrCat("kept in ", c.index_state_dir),
-        "\n");
+    absl::StrAppend(&out, "  index http   ", c.index_http_listen, " (port ",
+                    conductor_->port(), conductor_->tls() ? ", HTTPS" : "",
+                    "): Mooncake Conductor API, registrations ",
+                    c.index_state_dir.empty()
+                        ? "not kept (no index.state_dir)"
+                        : absl::StrCat("kept in ", c.index_state_dir),
+                    "\n");
   }
   return out;
 }

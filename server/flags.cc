@@ -72,8 +72,9 @@ const std::vector<FlagSpec>& Flags() {
       {"index_http_listen", "HOST:PORT",
        "Fleet index: serve the Mooncake Conductor indexer API (HTTP + JSON: "
        "/register, /unregister, /query, /query_by_hash) here, with the "
-       "daemon's principals, e.g. 127.0.0.1:9470. See docs/index.md, \"As a "
-       "Mooncake Conductor\".",
+       "daemon's principals, e.g. 127.0.0.1:9470; over HTTPS with the gRPC "
+       "listeners' certificate when auth.tls_cert_path is set. See "
+       "docs/index.md, \"As a Mooncake Conductor\".",
        "off"},
       {"index_state_dir", "DIR",
        "Fleet index: keep the publishers registered through "

@@ -150,6 +150,10 @@ absl::Status Replace(int target, const std::string& text) {
 absl::StatusOr<std::unique_ptr<RotatingTls>> RotatingTls::Create(
     const TlsMaterial& material) {
   std::unique_ptr<RotatingTls> tls(new RotatingTls());
+  {
+    MutexLock lock(&tls->mu_);
+    tls->material_ = std::make_shared<const TlsMaterial>(material);
+  }
   tls->identity_fd_ = MemoryFile(IdentityPem(material));
   if (tls->identity_fd_ < 0 ||
       (!material.client_ca.empty() &&
@@ -195,8 +199,16 @@ RotatingTls::~RotatingTls() {
 
 absl::Status RotatingTls::Update(const TlsMaterial& material) {
   RETURN_IF_ERROR(Replace(identity_fd_, IdentityPem(material)));
-  if (ca_fd_ >= 0) return Replace(ca_fd_, material.client_ca);
+  if (ca_fd_ >= 0) RETURN_IF_ERROR(Replace(ca_fd_, material.client_ca));
+  auto fresh = std::make_shared<const TlsMaterial>(material);
+  MutexLock lock(&mu_);
+  material_ = std::move(fresh);
   return absl::OkStatus();
+}
+
+std::shared_ptr<const TlsMaterial> RotatingTls::material() const {
+  MutexLock lock(&mu_);
+  return material_;
 }
 
 std::optional<PeerCertificate> VerifiedPeerCertificate(
@@ -227,6 +239,34 @@ std::optional<PeerCertificate> VerifiedPeerCertificate(
   std::vector<grpc::string_ref> cn =
       auth.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
   if (!cn.empty()) peer.common_name.assign(cn[0].data(), cn[0].size());
+  return peer;
+}
+
+// As gRPC's TLS layer names a peer (its X509 subject and common name
+// properties): the subject printed in RFC 2253 form, the first common name
+// in UTF-8.
+std::optional<PeerCertificate> PeerCertificateOfDer(absl::string_view der) {
+  const auto* p = reinterpret_cast<const unsigned char*>(der.data());
+  X509Ptr x509(d2i_X509(nullptr, &p, static_cast<long>(der.size())));
+  if (x509 == nullptr) return std::nullopt;
+  X509_NAME* name = X509_get_subject_name(x509.get());
+  if (name == nullptr) return std::nullopt;
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253);
+  char* text = nullptr;
+  const long len = BIO_get_mem_data(bio.get(), &text);
+  PeerCertificate peer;
+  if (len <= 0) return std::nullopt;  // as gRPC: no subject, no peer
+  peer.subject.assign(text, static_cast<size_t>(len));
+  const int at = X509_NAME_get_index_by_NID(name, NID_commonName, -1);
+  unsigned char* utf8 = nullptr;
+  const int n =
+      at < 0
+          ? -1
+          : ASN1_STRING_to_UTF8(
+                &utf8, X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, at)));
+  if (n > 0) peer.common_name.assign(reinterpret_cast<char*>(utf8), n);
+  OPENSSL_free(utf8);
   return peer;
 }
 

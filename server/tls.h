@@ -5,7 +5,9 @@
 // The PEM files are read and checked at start-up and on SIGHUP: the
 // certificate and the key parse and belong together, the client CA parses.
 // A set that passes replaces the one in force for new connections
-// (RotatingTls); one that does not is refused and the old one stays.
+// (RotatingTls): the gRPC listeners' and the Conductor API's HTTPS
+// (server/http/https_listener.h); one that does not is refused and the old
+// one stays.
 #ifndef PREFIXD_SERVER_TLS_H_
 #define PREFIXD_SERVER_TLS_H_
 
@@ -15,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/mutex.h"
 #include "prefixd/v1/config.pb.h"
 
 namespace grpc {
@@ -55,6 +58,10 @@ absl::StatusOr<TlsMaterial> LoadTlsMaterial(const v1::AuthConfig& auth,
 // share one memory file, so a swap can never pair a new key with an old
 // certificate. Update is seen by new handshakes within kRefreshSeconds;
 // connections already open keep the certificate they started with.
+//
+// Thread safety: credentials() and material() may be called from any
+// thread; Update from one caller at a time (the SIGHUP handler). material()
+// is guarded by an internal lock.
 class RotatingTls {
  public:
   static constexpr unsigned kRefreshSeconds = 1;
@@ -75,8 +82,16 @@ class RotatingTls {
   // caller (the SIGHUP handler) at a time.
   absl::Status Update(const TlsMaterial& material);
 
+  // The material in force: what Create or the last Update was given. A
+  // listener that is not gRPC's (the Conductor API's HTTPS) reads it for
+  // each new connection.
+  std::shared_ptr<const TlsMaterial> material() const;
+
  private:
   RotatingTls() = default;
+
+  mutable Mutex mu_;
+  std::shared_ptr<const TlsMaterial> material_ ABSL_GUARDED_BY(mu_);
 
   int identity_fd_ = -1;  // key + certificate chain
   int ca_fd_ = -1;        // -1: no client CA
@@ -100,6 +115,10 @@ std::optional<PeerCertificate> VerifiedPeerCertificate(
 // sees before the call reaches a service).
 std::optional<PeerCertificate> VerifiedPeerCertificate(
     const grpc::AuthContext& auth);
+// The subject and common name of a DER certificate, printed as gRPC prints
+// them (for a certificate a TLS library other than gRPC's verified: the
+// Conductor API's HTTPS); nullopt if `der` is not a certificate.
+std::optional<PeerCertificate> PeerCertificateOfDer(absl::string_view der);
 
 }  // namespace prefixd
 

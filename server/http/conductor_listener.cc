@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "server/http/https_listener.h"
 #include "server/listen_address.h"
 
 namespace prefixd {
@@ -52,15 +53,24 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
     return Json(ErrorAnswer(absl::InvalidArgumentError(
         absl::StrCat("body: over ", max, " bytes (limits.max_message_size)"))));
   };
-  const std::string host =
-      address.host == "localhost" ? "127.0.0.1" : address.host;
-  const std::string port = host.empty() ? absl::StrCat(address.port)
-                                        : absl::StrCat(host, ":", address.port);
-  absl::StatusOr<std::unique_ptr<HttpListener>> listener = HttpListener::Start(
-      port, limits,
-      [s = self.get()](const HttpRequest& r) { return s->Handle(r); });
+  HttpHandler handle = [s = self.get()](const HttpRequest& r) {
+    return s->Handle(r);
+  };
+  absl::StatusOr<std::unique_ptr<HttpTransport>> listener;
+  if (auth->tls() != nullptr) {
+    self->tls_ = true;
+    listener = HttpsListener::Start(address, limits, auth->tls(), handle);
+  } else {
+    const std::string host =
+        address.host == "localhost" ? "127.0.0.1" : address.host;
+    listener = HttpListener::Start(host.empty()
+                                       ? absl::StrCat(address.port)
+                                       : absl::StrCat(host, ":", address.port),
+                                   limits, handle);
+  }
   if (!listener.ok()) {
-    return absl::UnavailableError(
+    return absl::Status(
+        listener.status().code(),
         absl::StrCat("cannot serve the Conductor API on \"", listen,
                      "\": ", listener.status().message()));
   }
@@ -94,6 +104,7 @@ ConductorAnswer ConductorListener::Dispatch(absl::string_view endpoint,
                      .body};
   }
   CallCredentials credentials;
+  credentials.cert = request.client_cert;
   credentials.authorization = request.authorization;
   credentials.tenant = std::string();
   absl::StatusOr<CallContext> call = auth_->AuthorizeCredentials(credentials);

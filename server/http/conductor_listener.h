@@ -3,8 +3,12 @@
 //
 //   POST /register  /unregister  /query  /query_by_hash
 //
-// JSON in and out. A request is authorized with the daemon's principals
-// from its `Authorization: Bearer <token>` header (server/auth.h), then
+// JSON in and out, over plain HTTP (civetweb, HttpListener) or, when the
+// daemon has TLS (auth.tls_cert_path), over HTTPS with the gRPC listeners'
+// certificate (libmicrohttpd, HttpsListener); both call Handle. A request is
+// authorized with the daemon's principals from its `Authorization: Bearer
+// <token>` header or, with auth MTLS, its verified client certificate
+// (server/auth.h), then
 // handed to ConductorApi (index/conductor_api.h), which holds every rule;
 // this class only routes, and times each request for the metrics
 // (prefixd_index_http_*). Other paths are 404, other methods 405, a body
@@ -43,9 +47,10 @@ class ConductorObserver {
 
 class ConductorListener {
  public:
-  // Serves `api` on `listen` ("host:port"; port 0 picks a free one).
-  // UNAVAILABLE naming the address if it cannot be bound. REQUIRES: `api`,
-  // `auth` and `observer` (may be null) outlive the listener.
+  // Serves `api` on `listen` ("host:port"; port 0 picks a free one), with
+  // TLS when auth->tls() is set. UNAVAILABLE naming the address if it cannot
+  // be bound. REQUIRES: `api`, `auth` and `observer` (may be null) outlive
+  // the listener.
   static absl::StatusOr<std::unique_ptr<ConductorListener>> Start(
       const std::string& listen, HttpLimits limits, const ConductorApi* api,
       const Authorizer* auth, ConductorObserver* observer);
@@ -53,6 +58,7 @@ class ConductorListener {
   ConductorListener& operator=(const ConductorListener&) = delete;
 
   int port() const { return listener_->port(); }
+  bool tls() const { return tls_; }
 
  private:
   ConductorListener(const ConductorApi* api, const Authorizer* auth,
@@ -65,7 +71,8 @@ class ConductorListener {
   const ConductorApi* const api_;
   const Authorizer* const auth_;
   ConductorObserver* const observer_;
-  std::unique_ptr<HttpListener> listener_;  // last: stops first
+  bool tls_ = false;
+  std::unique_ptr<HttpTransport> listener_;  // last: stops first
 };
 
 }  // namespace prefixd

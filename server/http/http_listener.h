@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/tls.h"
 
 struct mg_context;
 struct mg_connection;
@@ -86,6 +87,9 @@ struct HttpRequest {
   std::string query;               // as sent, after '?'; "" without one
   std::string body;                // empty on a read-only listener
   std::string authorization = "";  // the Authorization header; "" if none
+  // The client certificate the TLS handshake verified against the client
+  // CA (HttpsListener with one); nullopt on plain HTTP and without.
+  std::optional<PeerCertificate> client_cert = std::nullopt;
 };
 
 // Returns the response to `request`, or nullopt for 404.
@@ -99,19 +103,29 @@ using HttpHandler =
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseQuery(
     absl::string_view query);
 
-class HttpListener {
+// What an API listener serves through: civetweb for plain HTTP
+// (HttpListener) or libmicrohttpd for HTTPS (server/http/https_listener.h).
+// Both hand each request, read and bounded, to one HttpHandler, so the API
+// is written once. Destroying it waits for running requests.
+class HttpTransport {
+ public:
+  virtual ~HttpTransport() = default;
+  // The bound TCP port.
+  virtual int port() const = 0;
+};
+
+class HttpListener final : public HttpTransport {
  public:
   // `listen` is civetweb's listening_ports syntax: "PORT" (every interface)
   // or "HOST:PORT" with a numeric host; port 0 picks a free one.
   // UNAVAILABLE with civetweb's reason when it cannot be served.
   static absl::StatusOr<std::unique_ptr<HttpListener>> Start(
       const std::string& listen, const HttpLimits& limits, HttpHandler handler);
-  ~HttpListener();
+  ~HttpListener() override;
   HttpListener(const HttpListener&) = delete;
   HttpListener& operator=(const HttpListener&) = delete;
 
-  // The bound TCP port.
-  int port() const;
+  int port() const override;
 
  private:
   HttpListener(const HttpLimits& limits, HttpHandler handler)

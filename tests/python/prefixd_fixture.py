@@ -8,7 +8,9 @@ Listens on a free TCP port and a Unix socket in its own temporary directory
 (the --listen, --metrics_listen and --snapshot_path flags override whatever
 the config says), waits until grpc.health.v1 reports SERVING (no sleeps: the
 wait is gRPC's own connectivity wait, bounded by a deadline), and is killed
-on exit if a test forgot to stop it.
+on exit if a test forgot to stop it. With tls=True (a config with
+auth.tls_cert_path) the health check goes over the Unix socket, which never
+uses TLS.
 """
 
 import os
@@ -65,8 +67,9 @@ def health_status(target, service="", timeout=5.0):
 
 
 class Daemon:
-    def __init__(self, binary, config_text="", args=(), snapshot=True, tmp=None):
+    def __init__(self, binary, config_text="", args=(), snapshot=True, tmp=None, tls=False):
         self.binary = binary
+        self.tls = tls
         self.config_text = config_text
         self.extra_args = list(args)
         self.snapshot = snapshot
@@ -103,7 +106,7 @@ class Daemon:
             try:
                 # Blocks until the port accepts and answers, at most 1 s, so a
                 # daemon that died is noticed within a second.
-                if health_status(self.tcp, timeout=1.0) == 1:
+                if health_status(self.unix if self.tls else self.tcp, timeout=1.0) == 1:
                     return self
             except grpc.RpcError:
                 pass

@@ -80,8 +80,7 @@ absl::StatusOr<Pki> Pki::Create(const std::string& parent) {
       return s;
     }
   }
-  absl::StatusOr<CertFiles> server =
-      pki.Sign("server", "/O=prefixd test/CN=localhost", "server_ext", pki.ca_);
+  absl::StatusOr<CertFiles> server = pki.Server("localhost");
   if (!server.ok()) return server.status();
   pki.server_ = *std::move(server);
   return pki;
@@ -91,6 +90,11 @@ absl::StatusOr<CertFiles> Pki::Client(const std::string& cn, bool rogue) const {
   return Sign(absl::StrCat(rogue ? "rogue-" : "client-", cn),
               absl::StrCat("/O=prefixd test/CN=", cn), "client_ext",
               rogue ? rogue_ca_ : ca_);
+}
+
+absl::StatusOr<CertFiles> Pki::Server(const std::string& name) const {
+  return Sign(name == "localhost" ? "server" : absl::StrCat("server-", name),
+              absl::StrCat("/O=prefixd test/CN=", name), "server_ext", ca_);
 }
 
 absl::StatusOr<CertFiles> Pki::Sign(const std::string& name,

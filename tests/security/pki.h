@@ -26,6 +26,9 @@ class Pki {
   // the CA (or by the rogue CA).
   absl::StatusOr<CertFiles> Client(const std::string& cn,
                                    bool rogue = false) const;
+  // Another server certificate for 127.0.0.1 and localhost, signed by the
+  // CA, with subject "/O=prefixd test/CN=<name>" (a rotation's new one).
+  absl::StatusOr<CertFiles> Server(const std::string& name) const;
 
   const std::string& dir() const { return dir_; }
   const std::string& ca() const { return ca_.cert; }  // the clients' trust root

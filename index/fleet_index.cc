@@ -120,7 +120,10 @@ FleetIndex::FleetIndex(IndexOptions options)
     : options_(options),
       tree_(options.block_size,
             KeyScheme(options.hash_profile, options.hash_seed)) {
-  if (options.key_lookup) tree_.EnableKeyLookup();
+  if (options.key_lookup) {
+    std::unique_ptr<HolderTree::Job> job = tree_.BeginKeyLookup();
+    for (bool done = false; !done;) job->Step(SIZE_MAX, &done);
+  }
 }
 
 // --- Workers ----------------------------------------------------------------
@@ -168,8 +171,7 @@ void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
   Writer lock(this);
   workers_.Get(id).labels = labels;
   if (!labels.hashes_are_keys) return;
-  tree_.BeginKeyLookup();
-  for (bool done = false; !done;) Spend(tree_.KeyLookupStep(Budget(), &done));
+  Run(tree_.BeginKeyLookup());
 }
 
 void FleetIndex::SetGroupRules(WorkerId id,
@@ -187,8 +189,7 @@ void FleetIndex::ApplyHashes(WorkerId id,
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (const HashUpdate& u : updates) {
     if (u.op == HashUpdate::Op::kClearTier) {
-      HolderTree::Sweeping clearing;
-      if (tree_.BeginClearTier(id, u.medium, &clearing)) Sweep(clearing);
+      Run(tree_.BeginClearTier(id, u.medium));
       continue;
     }
     for (int g = 0; g < kMaxGroups; ++g) {
@@ -230,10 +231,7 @@ void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
 
 void FleetIndex::ClearLocked(WorkerRecord& w, ClearReason reason) {
   ++w.clears[static_cast<int>(reason)];
-  HolderTree::Clearing clearing;
-  tree_.BeginClear(w.id, &clearing);
-  for (bool done = false; !done;)
-    Spend(tree_.ClearStep(clearing, Budget(), &done));
+  Run(tree_.BeginClear(w.id));
 }
 
 // --- Apply ------------------------------------------------------------------
@@ -341,38 +339,27 @@ void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
 }
 
 void FleetIndex::Trim() {
-  std::unique_ptr<HolderTree::Trimming> trimming =
-      tree_.BeginTrim(options_.max_entries);
-  if (trimming == nullptr) return;
-  for (bool scanned = false; !scanned;)
-    Spend(tree_.TrimScanStep(*trimming, Budget(), &scanned));
-  uint64_t blocks = 0;
-  for (bool done = false; !done;) {
-    // Called back under mu_ (held by Trim's caller): the analysis does not
-    // follow a lock into a lambda, so the lambda says so.
-    const size_t n = tree_.TrimStep(
-        *trimming, Budget(),
-        [&](WorkerId w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          ++workers_.Get(w).dropped_blocks;
-        },
-        &done);
-    Spend(n);
-    blocks += n;
-  }
-  workers_.CountTrimmed(blocks);
+  HolderTree::Trimmed trimmed;
+  std::unique_ptr<HolderTree::Job> job =
+      tree_.BeginTrim(options_.max_entries, &trimmed);
+  if (job == nullptr) return;
+  Run(std::move(job));
+  for (WorkerId w = 0; w < trimmed.entries_by_worker.size(); ++w)
+    workers_.Get(w).dropped_blocks += trimmed.entries_by_worker[w];
+  workers_.CountTrimmed(trimmed.blocks);
 }
 
 // The store just applied may have left its worker's engine-hash map stale
 // (HolderTree::BeginSweep): swept here, in steps, before anything else
 // changes.
 void FleetIndex::SweepStale() {
-  HolderTree::Sweeping sweeping;
-  while (tree_.BeginSweep(&sweeping)) Sweep(sweeping);
+  while (std::unique_ptr<HolderTree::Job> job = tree_.BeginSweep())
+    Run(std::move(job));
 }
 
-void FleetIndex::Sweep(HolderTree::Sweeping& sweeping) {
-  for (bool done = false; !done;)
-    Spend(tree_.SweepStep(sweeping, Budget(), &done));
+void FleetIndex::Run(std::unique_ptr<HolderTree::Job> job) {
+  if (job == nullptr) return;
+  for (bool done = false; !done;) Spend(job->Step(Budget(), &done));
 }
 
 // --- Slices -----------------------------------------------------------------
@@ -633,9 +620,10 @@ IndexStats FleetIndex::Stats() const {
             });
   stats.entries = tree_.entries();
   stats.max_entries = options_.max_entries;
-  stats.blocks = tree_.blocks();
-  stats.nodes = tree_.nodes();
-  stats.engine_hashes = tree_.engine_hashes();
+  const HolderTree::Sizes sizes = tree_.sizes();
+  stats.blocks = sizes.blocks;
+  stats.nodes = sizes.nodes;
+  stats.engine_hashes = sizes.engine_hashes;
   stats.dropped = workers_.dropped();
   return stats;
 }

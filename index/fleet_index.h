@@ -108,10 +108,12 @@ class FleetIndex final : public KvIndex {
   void ClearLocked(WorkerRecord& w, ClearReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Trim() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The sweeps of stale engine-hash maps the last store made due, and one
-  // pass over a map (a sweep or a tier's clear), in steps.
+  // The sweeps of stale engine-hash maps the last store made due.
   void SweepStale() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Sweep(HolderTree::Sweeping& sweeping) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs one of the tree's jobs (nothing for null) in steps within the
+  // hold's budget.
+  void Run(std::unique_ptr<HolderTree::Job> job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The block operations this hold of mu_ may still do, releasing and
   // taking mu_ again first when none are left.
   size_t Budget() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

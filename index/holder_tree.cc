@@ -19,11 +19,6 @@ constexpr absl::string_view kDetachedNamespace =
     "\x01"
     "detached";
 
-bool HeldBy(absl::Span<const uint32_t> holders, WorkerId worker) {
-  return std::any_of(holders.begin(), holders.end(),
-                     [&](uint32_t h) { return HolderWorker(h) == worker; });
-}
-
 }  // namespace
 
 absl::string_view DropReasonName(DropReason reason) {
@@ -46,16 +41,15 @@ void HolderTree::AddWorker(WorkerId worker) {
   holdings_[worker].medium_blocks.resize(mediums_.size());
 }
 
-uint64_t HolderTree::blocks() const {
-  uint64_t n = 0;
-  for (const auto& [key, tree] : trees_) n += tree->blocks;
-  return n;
-}
-
-uint64_t HolderTree::nodes() const {
-  uint64_t n = 0;
-  for (const auto& [key, tree] : trees_) n += tree->nodes;
-  return n;
+HolderTree::Sizes HolderTree::sizes() const {
+  Sizes sizes;
+  for (const auto& [key, tree] : trees_) {
+    sizes.blocks += tree->blocks;
+    sizes.nodes += tree->nodes;
+  }
+  for (const WorkerHoldings& held : holdings_)
+    sizes.engine_hashes += held.blocks.size();
+  return sizes;
 }
 
 // --- Slots and holders ------------------------------------------------------
@@ -156,62 +150,6 @@ void HolderTree::MarkIfStale(WorkerId worker, WorkerHoldings& held) {
   if (held.blocks.size() <= 2 * live) return;
   held.sweep_due = true;
   sweeps_due_.push_back(worker);
-}
-
-bool HolderTree::BeginSweep(Sweeping* sweeping) {
-  if (sweeps_due_.empty()) return false;
-  sweeping->worker = sweeps_due_.back();
-  sweeps_due_.pop_back();
-  WorkerHoldings& held = holdings_[sweeping->worker];
-  held.sweep_due = false;
-  sweeping->medium = -1;
-  sweeping->next = held.blocks.begin();
-  return true;
-}
-
-bool HolderTree::BeginClearTier(WorkerId worker, absl::string_view medium,
-                                Sweeping* sweeping) {
-  const int m = FindMedium(medium);
-  if (m < 0) return false;
-  sweeping->worker = worker;
-  sweeping->medium = m;
-  sweeping->next = holdings_[worker].blocks.begin();
-  return true;
-}
-
-// Erasing from the map moves nothing (absl's flat maps never rehash on
-// erase), so sw.next stays valid across steps as long as nothing is
-// inserted, which the steps' owner ensures.
-size_t HolderTree::SweepStep(Sweeping& sw, size_t max_blocks, bool* done) {
-  absl::flat_hash_map<EngineHash, SlotRef>& blocks =
-      holdings_[sw.worker].blocks;
-  std::vector<SlotRef> emptied;
-  size_t n = 0;
-  for (; sw.next != blocks.end() && n < max_blocks; ++n) {
-    const SlotRef ref = sw.next->second;
-    Slot* s = Resolve(ref);
-    if (s != nullptr && sw.medium >= 0) {
-      UnholdAll(sw.worker, ref.slot, sw.medium);
-      if (s->holders.empty()) emptied.push_back(ref);
-    }
-    if (s != nullptr && HeldBy(s->holders, sw.worker)) {
-      ++sw.next;
-    } else {
-      blocks.erase(sw.next++);
-    }
-  }
-  // As in ClearStep: a ref that still resolves is still the emptied block.
-  for (SlotRef ref : emptied) {
-    if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
-  }
-  *done = sw.next == blocks.end();
-  return n;
-}
-
-uint64_t HolderTree::engine_hashes() const {
-  uint64_t n = 0;
-  for (const WorkerHoldings& held : holdings_) n += held.blocks.size();
-  return n;
 }
 
 bool HolderTree::Unhold(uint32_t holder, uint32_t slot) {
@@ -504,46 +442,6 @@ void HolderTree::Prune(Node* node) {
   }
 }
 
-void HolderTree::Clear(WorkerId worker) {
-  Clearing clearing;
-  BeginClear(worker, &clearing);
-  bool done = false;
-  while (!done) ClearStep(clearing, SIZE_MAX, &done);
-}
-
-void HolderTree::BeginClear(WorkerId worker, Clearing* clearing) {
-  clearing->worker = worker;
-  clearing->blocks.clear();
-  clearing->blocks.swap(holdings_[worker].blocks);
-  clearing->next = clearing->blocks.begin();
-}
-
-size_t HolderTree::ClearStep(Clearing& c, size_t max_blocks, bool* done) {
-  std::vector<SlotRef> emptied;
-  size_t n = 0;
-  for (; c.next != c.blocks.end() && n < max_blocks; ++c.next, ++n) {
-    const SlotRef ref = c.next->second;
-    Slot* s = Resolve(ref);
-    if (s == nullptr) continue;
-    UnholdAll(c.worker, ref.slot);
-    if (s->holders.empty()) emptied.push_back(ref);
-  }
-  // A prune frees only blocks without holders, so a later ref that still
-  // resolves is still the emptied block.
-  for (SlotRef ref : emptied) {
-    if (Slot* s = Resolve(ref); s != nullptr) Prune(s->node);
-  }
-  *done = c.next == c.blocks.end();
-  if (*done) {
-    absl::flat_hash_map<EngineHash, SlotRef>().swap(c.blocks);
-    const WorkerHoldings& held = holdings_[c.worker];
-    assert(std::all_of(held.medium_blocks.begin(), held.medium_blocks.end(),
-                       [](uint64_t k) { return k == 0; }));
-    (void)held;
-  }
-  return n;
-}
-
 // --- Engine hashes without tokens ------------------------------------------
 
 const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
@@ -603,8 +501,7 @@ void HolderTree::StoreHashes(WorkerId worker,
 
 // --- Trim -------------------------------------------------------------------
 
-Node* HolderTree::DropTail(Node* leaf, size_t blocks,
-                           absl::FunctionRef<void(WorkerId)> dropped) {
+Node* HolderTree::DropTail(Node* leaf, size_t blocks, Trimmed* trimmed) {
   const auto ids = leaf->block_ids();
   for (size_t k = ids.size() - blocks; k < ids.size(); ++k) {
     Slot& s = slots_[ids[k]];
@@ -612,7 +509,7 @@ Node* HolderTree::DropTail(Node* leaf, size_t blocks,
       const WorkerId w = HolderWorker(s.holders.back());
       const uint64_t before = entries_;
       UnholdAll(w, static_cast<uint32_t>(ids[k]));
-      for (uint64_t e = entries_; e < before; ++e) dropped(w);
+      trimmed->entries_by_worker[w] += before - entries_;
     }
     FreeSlot(static_cast<uint32_t>(ids[k]));  // references to it go stale
   }
@@ -624,126 +521,6 @@ Node* HolderTree::DropTail(Node* leaf, size_t blocks,
   Node* parent = leaf->parent;
   RemoveLeaf(leaf);
   return parent;
-}
-
-// The scan of the leaves that finds the least recent ones is paid once per
-// 1% of churn; each leaf loses its tail in one edit.
-uint64_t HolderTree::Trim(uint64_t max_entries,
-                          absl::FunctionRef<void(WorkerId)> dropped) {
-  std::unique_ptr<Trimming> trimming = BeginTrim(max_entries);
-  if (trimming == nullptr) return 0;
-  for (bool scanned = false; !scanned;)
-    TrimScanStep(*trimming, SIZE_MAX, &scanned);
-  uint64_t blocks = 0;
-  for (bool done = false; !done;)
-    blocks += TrimStep(*trimming, SIZE_MAX, dropped, &done);
-  return blocks;
-}
-
-std::unique_ptr<HolderTree::Trimming> HolderTree::BeginTrim(
-    uint64_t max_entries) {
-  if (entries_ <= max_entries) return nullptr;
-  auto t = std::make_unique<Trimming>();
-  t->target = max_entries - max_entries / 100;
-  t->next_tree = trees_.begin();
-  return t;
-}
-
-// A depth-first walk that can stop after any node: t.path holds, per depth,
-// the children of the node above still to visit. Each iteration enters a
-// tree, visits one node or leaves a depth.
-size_t HolderTree::TrimScanStep(Trimming& t, size_t max_blocks, bool* done) {
-  size_t n = 0;
-  for (; n < max_blocks; ++n) {
-    if (t.path.empty()) {
-      if (t.next_tree == trees_.end()) break;
-      const ChildSet& roots = t.next_tree->second->root.children;
-      t.path.emplace_back(roots.begin(), roots.end());
-      ++t.next_tree;
-      continue;
-    }
-    auto& [next, end] = t.path.back();
-    if (next == end) {
-      t.path.pop_back();
-      continue;
-    }
-    Node* node = (next++)->get();
-    if (node->children.empty()) {
-      t.leaves.push({node->stamp, node});
-    } else {
-      t.path.emplace_back(node->children.begin(), node->children.end());
-    }
-  }
-  *done = t.path.empty() && t.next_tree == trees_.end();
-  return n;
-}
-
-size_t HolderTree::TrimStep(Trimming& t, size_t max_blocks,
-                            absl::FunctionRef<void(WorkerId)> dropped,
-                            bool* done) {
-  size_t dropped_blocks = 0;
-  std::vector<std::string> empty_trees;
-  while (entries_ > t.target && !t.leaves.empty() &&
-         dropped_blocks < max_blocks) {
-    const Trimming::Leaf leaf = t.leaves.top();
-    Node* node = leaf.second;
-    t.leaves.pop();
-    // Tail blocks, until the entries would be down to the target (or the
-    // step's blocks are spent: the leaf then waits for the next step).
-    const auto ids = node->block_ids();
-    size_t tail = 0;
-    for (uint64_t e = entries_; tail < ids.size() && e > t.target &&
-                                dropped_blocks + tail < max_blocks;) {
-      e -= slots_[ids[ids.size() - 1 - tail]].holders.size();
-      ++tail;
-    }
-    dropped_blocks += tail;
-    // Blocks nobody holds go with the tail (not counted: they held no
-    // entry), so that a leaf never ends in one.
-    while (tail < ids.size() &&
-           slots_[ids[ids.size() - 1 - tail]].holders.empty()) {
-      ++tail;
-    }
-    Tree* tree = node->tree;
-    Node* parent = DropTail(node, tail, dropped);
-    if (parent == nullptr) {
-      if (entries_ > t.target) t.leaves.push(leaf);  // what is left of it
-      continue;
-    }
-    if (!parent->is_root() && parent->children.empty()) {
-      t.leaves.push({parent->stamp, parent});
-    } else if (parent->is_root() && parent->children.empty()) {
-      empty_trees.push_back(tree->ns);
-    }
-  }
-  for (const std::string& key : empty_trees) trees_.erase(key);
-  *done = entries_ <= t.target || t.leaves.empty();
-  return dropped_blocks;
-}
-
-void HolderTree::EnableKeyLookup() {
-  BeginKeyLookup();
-  for (bool done = false; !done;) KeyLookupStep(SIZE_MAX, &done);
-}
-
-// Reserved whole at the start, so that no step pays for a rehash of what
-// the steps before it added.
-void HolderTree::BeginKeyLookup() {
-  if (key_lookup_ != nullptr) return;
-  key_lookup_ = std::make_unique<KeyLookup>(this);
-  key_lookup_->Reserve(slots_.size() - free_slots_.size());
-  key_lookup_next_ = 0;
-}
-
-size_t HolderTree::KeyLookupStep(size_t max_blocks, bool* done) {
-  size_t n = 0;
-  for (; key_lookup_next_ < slots_.size() && n < max_blocks; ++n) {
-    const uint32_t id = static_cast<uint32_t>(key_lookup_next_++);
-    if (slots_[id].node != nullptr) key_lookup_->Insert(id);
-  }
-  *done = key_lookup_next_ >= slots_.size();
-  if (*done) key_lookup_next_ = SIZE_MAX;
-  return n;
 }
 
 // --- Introspection ----------------------------------------------------------

@@ -20,7 +20,7 @@
 // the block that reuses the slot.
 //
 // Three lookups besides the walk by tokens:
-// - by key (EnableKeyLookup): a block of a tree found by its rolling key,
+// - by key (BeginKeyLookup): a block of a tree found by its rolling key,
 //   for publishers that send the index's own hashes without tokens
 //   (Mooncake's RFC #1527 store events) and routers that ask by hash (a
 //   Score of keys finds each block this way, so it needs the lookup);
@@ -42,7 +42,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <queue>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,7 +49,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/container/inlined_vector.h"
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -112,7 +110,6 @@ class HolderTree {
   HolderTree(const HolderTree&) = delete;
   HolderTree& operator=(const HolderTree&) = delete;
 
-  const KeyScheme& scheme() const { return scheme_; }
   // Makes room for worker ids up to `worker` (they hold nothing).
   void AddWorker(WorkerId worker);
 
@@ -128,92 +125,50 @@ class HolderTree {
   // detached block.
   void StoreHashes(WorkerId worker, absl::Span<const EngineHash> hashes,
                    int group, absl::string_view medium, uint64_t stamp);
-  // Drops everything the worker holds (BeginClearTier: what it holds in one
-  // tier).
-  void Clear(WorkerId worker);
-  // Past `max_entries`, drops the least recently stored or routed leaf
-  // blocks (every holder at once) until 1% of the bound is free;
-  // `dropped(worker)` is told of each (block, holder) entry dropped.
-  // Returns the blocks dropped.
-  uint64_t Trim(uint64_t max_entries,
-                absl::FunctionRef<void(WorkerId)> dropped);
 
-  // The changes whose work grows with the index or a worker's holdings, in
-  // steps of at most `max_blocks` block operations each (a block released
-  // or dropped, an engine hash or a slot visited, a node scanned), for an
-  // owner that lets Scores run between steps: a clear, a tier's clear, the
-  // sweep of a worker's stale hashes, a max_entries trim and the build of
-  // the key lookup. Each is a Begin call, then Step calls until *done.
-  // After every step the tree passes CheckInvariants and holds a state
-  // between the one before Begin and the one after the last step; between
-  // steps nothing but Score and the read-only calls may run (so no map or
-  // tree a step keeps an iterator into changes meanwhile).
-  struct SlotRef {
-    uint32_t slot;
-    uint32_t gen;
+  // The changes whose work grows with the index or a worker's holdings are
+  // jobs done in steps of at most `max_ops` operations each (a block
+  // released or dropped, an engine hash or a slot visited, a node
+  // scanned), for an owner that lets Scores run between steps: a clear, a
+  // tier's clear, the sweep of a worker's stale hashes, a max_entries trim
+  // and the build of the key lookup. After every step the tree passes
+  // CheckInvariants and holds a state between the one before the job began
+  // and the one after its last step; between steps nothing but Score and
+  // the read-only calls may run (a step keeps iterators into the tree's
+  // maps), and a job ends before the next one begins.
+  class Job {
+   public:
+    virtual ~Job() = default;
+    // Returns the operations done; true in *done once the job is over.
+    virtual size_t Step(size_t max_ops, bool* done) = 0;
   };
-  struct Clearing {
-    WorkerId worker = 0;
-    // The worker's holdings, taken out (its new stores go to a new map).
-    absl::flat_hash_map<EngineHash, SlotRef> blocks;
-    absl::flat_hash_map<EngineHash, SlotRef>::iterator next;
-  };
-  void BeginClear(WorkerId worker, Clearing* clearing);
-  // The blocks released by this step; true in *done once nothing is left.
-  size_t ClearStep(Clearing& clearing, size_t max_blocks, bool* done);
-
-  // A pass over one worker's engine-hash map, in place: the entries that no
-  // longer name a block the worker holds are dropped, after (for a tier's
-  // clear) the worker's holders in `medium` are removed.
-  struct Sweeping {
-    WorkerId worker = 0;
-    int medium = -1;  // the tier cleared, or -1 for a sweep alone
-    absl::flat_hash_map<EngineHash, SlotRef>::iterator next;
-  };
+  // Drops everything the worker holds.
+  std::unique_ptr<Job> BeginClear(WorkerId worker);
   // Drops what the worker holds in the tier `medium` (SGLang's
-  // CLEAR_ALL_AT_TIER); false, with nothing to do, if no event named it.
-  bool BeginClearTier(WorkerId worker, absl::string_view medium,
-                      Sweeping* sweeping);
-  // The sweep of a worker whose map a store found stale (Hold: more than
-  // twice as many hashes as held blocks), false if none is due. A worker
-  // that keeps storing while max_entries trims thus cannot grow its map
-  // without bound; its owner runs the sweeps after each store.
-  bool BeginSweep(Sweeping* sweeping);
-  // The map entries visited by this step; true in *done at the map's end.
-  size_t SweepStep(Sweeping& sweeping, size_t max_blocks, bool* done);
-
-  struct Trimming {
-    uint64_t target = 0;  // the entries to get down to
-    // The scan for leaves (TrimScanStep): the trees not entered yet, then
-    // the children left to visit at each depth of the current tree.
-    absl::flat_hash_map<std::string, std::unique_ptr<Tree>>::const_iterator
-        next_tree;
-    std::vector<std::pair<ChildSet::const_iterator, ChildSet::const_iterator>>
-        path;
-    // Leaves, least recent first (as stamped when scanned).
-    using Leaf = std::pair<uint64_t, Node*>;
-    std::priority_queue<Leaf, std::vector<Leaf>, std::greater<Leaf>> leaves;
+  // CLEAR_ALL_AT_TIER); null, with nothing to do, if no event named it.
+  std::unique_ptr<Job> BeginClearTier(WorkerId worker,
+                                      absl::string_view medium);
+  // The sweep of a worker whose engine-hash map a store found stale (more
+  // than twice as many hashes as held blocks): the entries that no longer
+  // name a block it holds are dropped. Null if none is due. A worker that
+  // keeps storing while max_entries trims thus cannot grow its map
+  // without bound; the owner begins sweeps after each store until null.
+  std::unique_ptr<Job> BeginSweep();
+  // What a trim dropped, read once its job is over.
+  struct Trimmed {
+    uint64_t blocks = 0;
+    std::vector<uint64_t> entries_by_worker;  // (block, holder) pairs
   };
-  // Null when the entries are within `max_entries`.
-  std::unique_ptr<Trimming> BeginTrim(uint64_t max_entries);
-  // The nodes visited by this step; true in *done once every leaf is in
-  // trimming.leaves. Drops nothing.
-  size_t TrimScanStep(Trimming& trimming, size_t max_blocks, bool* done);
-  // The blocks dropped by this step; true in *done once the bound is met.
-  // REQUIRES: the scan is done.
-  size_t TrimStep(Trimming& trimming, size_t max_blocks,
-                  absl::FunctionRef<void(WorkerId)> dropped, bool* done);
-
-  // Keeps the lookup by key from now on. Without it, a Score of keys
-  // matches nothing and a store of keys alone is dropped. Begin starts it
-  // empty (nothing if it is kept already); each step adds the blocks of
-  // the next `max_blocks` slots. Between steps the lookup is partial: a
-  // Score of keys finds the blocks of the slots added so far, a state
-  // between no lookup and the whole one (key_lookup() is already true).
-  void BeginKeyLookup();
-  // The slots visited by this step; true in *done once every one is in.
-  size_t KeyLookupStep(size_t max_blocks, bool* done);
-  void EnableKeyLookup();  // all at once
+  // Past `max_entries`, drops the least recently stored or routed leaf
+  // blocks (every holder at once) until 1% of the bound is free, scanning
+  // for the leaves first; null when the entries are within the bound.
+  std::unique_ptr<Job> BeginTrim(uint64_t max_entries, Trimmed* trimmed);
+  // Keeps the lookup by key from now on (null if it is kept already).
+  // Without it, a Score of keys matches nothing and a store of keys alone
+  // is dropped. While the job runs the lookup is partial: a Score of keys
+  // finds the blocks of the slots added so far, a state between no lookup
+  // and the whole one (key_lookup() is already true).
+  std::unique_ptr<Job> BeginKeyLookup();
   bool key_lookup() const { return key_lookup_ != nullptr; }
 
   // Measures a prompt in namespace `ns` for worker ids below `workers`,
@@ -235,16 +190,17 @@ class HolderTree {
   };
   std::vector<MediumBlocks> Holdings(WorkerId worker) const;
   absl::string_view MediumName(size_t medium) const { return mediums_[medium]; }
-  size_t num_mediums() const { return mediums_.size(); }
-  // The medium id of a name, or -1 if no event named it.
-  int FindMedium(absl::string_view medium) const;
 
   uint64_t entries() const { return entries_; }  // (block, holder) pairs
-  // Engine hashes the workers' maps keep (some may name blocks max_entries
-  // dropped, until a sweep; at most about twice the live ones).
-  uint64_t engine_hashes() const;
-  uint64_t blocks() const;  // distinct blocks
-  uint64_t nodes() const;
+  struct Sizes {
+    uint64_t blocks = 0;  // distinct blocks
+    uint64_t nodes = 0;
+    // Engine hashes the workers' maps keep (some may name blocks
+    // max_entries dropped, until a sweep; at most about twice the live
+    // ones).
+    uint64_t engine_hashes = 0;
+  };
+  Sizes sizes() const;
 
   // The first broken invariant, if any (INTERNAL, naming it).
   absl::Status CheckInvariants() const;
@@ -252,6 +208,12 @@ class HolderTree {
  private:
   struct Slot;
   struct Tally;
+  // A block of a worker's holdings: its slot, while the slot's generation
+  // is still `gen`.
+  struct SlotRef {
+    uint32_t slot;
+    uint32_t gen;
+  };
   struct WorkerHoldings {
     // The engine's block hashes -> the blocks they name.
     absl::flat_hash_map<EngineHash, SlotRef> blocks;
@@ -260,6 +222,11 @@ class HolderTree {
     bool sweep_due = false;  // listed in sweeps_due_
   };
   class KeyLookup;
+  // The jobs (holder_tree_jobs.cc).
+  class ClearJob;
+  class SweepJob;
+  class TrimJob;
+  class KeyLookupJob;
 
   // Lists the worker for a sweep once its hashes outnumber its held
   // blocks twice (and are more than a few thousand).
@@ -267,6 +234,8 @@ class HolderTree {
   uint32_t NewSlot();
   void FreeSlot(uint32_t slot);
   uint8_t MediumId(absl::string_view medium);
+  // The medium id of a name, or -1 if no event named it.
+  int FindMedium(absl::string_view medium) const;
   uint8_t TierId(absl::string_view medium, absl::string_view locality,
                  absl::string_view ownership);
   // The slot `ref` names if it is still the block the worker stored.
@@ -310,8 +279,7 @@ class HolderTree {
   void Prune(Node* node);
   // Drops the last `blocks` blocks of a leaf (every holder of them),
   // removing the node when it has no block left; returns its parent then.
-  Node* DropTail(Node* leaf, size_t blocks,
-                 absl::FunctionRef<void(WorkerId)> dropped);
+  Node* DropTail(Node* leaf, size_t blocks, Trimmed* trimmed);
   absl::Status CheckNode(const Node& node, Tally* tally) const;
   absl::Status CheckTree(const Tree& tree, Tally* tally) const;
   absl::Status CheckCounts(const Tally& tally) const;
@@ -331,7 +299,7 @@ class HolderTree {
   uint64_t entries_ = 0;
   std::vector<WorkerId> sweeps_due_;       // see BeginSweep
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
-  // While the lookup is built (KeyLookupStep): the first slot not added to
+  // While the lookup is built (BeginKeyLookup): the first slot not added to
   // it yet; SIZE_MAX once it is whole.
   size_t key_lookup_next_ = SIZE_MAX;
 };

@@ -1,6 +1,7 @@
 // The parts of HolderTree that its implementation files share
-// (holder_tree.cc, holder_tree_check.cc, holder_tree_score.cc): a slot's
-// layout and the lookup by key. Not for anything else to include.
+// (holder_tree.cc, holder_tree_check.cc, holder_tree_jobs.cc,
+// holder_tree_score.cc): a slot's layout and the lookup by key. Not for
+// anything else to include.
 #ifndef PREFIXD_INDEX_HOLDER_TREE_INTERNAL_H_
 #define PREFIXD_INDEX_HOLDER_TREE_INTERNAL_H_
 

@@ -479,33 +479,7 @@ class Ingest::Runner {
     zmq::poll(items, timeout);
     for (size_t i = 0; i < order.size(); ++i) {
       Stream& s = *order[i];
-      s.monitor->check_event(0);
-
-      if (s.monitor->disconnected) {
-        s.monitor->disconnected = false;
-        SetAll(s, WorkerState::kConnecting,
-               absl::StrCat("disconnected from ", s.endpoint));
-      }
-      if (s.monitor->connected) {
-        // Connected: catch up on what the engine still buffers; without a
-        // replay endpoint, what it cached before now stays unknown (the
-        // index under-reports it, never the reverse). A connection that
-        // comes back may be a restarted engine whose new numbers already
-        // passed ours, which no sequence check could tell from a
-        // continuation: start over from its whole replay buffer instead.
-        s.monitor->connected = false;
-        if (s.seq.last() >= 0) {
-          ClearAll(s, ClearReason::kReconnect,
-                   absl::StrCat("reconnected to ", s.endpoint,
-                                ": rebuilt from the engine's replay buffer"));
-          s.seq.Reset();
-        }
-        if (!s.replay_endpoint.empty()) {
-          s.catch_up_at = absl::Now() + kCatchUpGrace;
-        } else {
-          SetAll(s, WorkerState::kLive, "");
-        }
-      }
+      CheckConnection(s);
       // A bounded number per wake-up, so one busy engine cannot starve the
       // others' monitors.
       for (int n = 0; n < 1024; ++n) {
@@ -523,6 +497,37 @@ class Ingest::Runner {
       if (absl::Now() >= s.catch_up_at) {
         s.catch_up_at = absl::InfiniteFuture();
         Replay(s, /*catch_up=*/true);
+      }
+    }
+  }
+
+  // What the stream's monitor saw since the last poll: a disconnection, or
+  // a connection (a first one or one that came back).
+  void CheckConnection(Stream& s) {
+    s.monitor->check_event(0);
+    if (s.monitor->disconnected) {
+      s.monitor->disconnected = false;
+      SetAll(s, WorkerState::kConnecting,
+             absl::StrCat("disconnected from ", s.endpoint));
+    }
+    if (s.monitor->connected) {
+      // Connected: catch up on what the engine still buffers; without a
+      // replay endpoint, what it cached before now stays unknown (the
+      // index under-reports it, never the reverse). A connection that
+      // comes back may be a restarted engine whose new numbers already
+      // passed ours, which no sequence check could tell from a
+      // continuation: start over from its whole replay buffer instead.
+      s.monitor->connected = false;
+      if (s.seq.last() >= 0) {
+        ClearAll(s, ClearReason::kReconnect,
+                 absl::StrCat("reconnected to ", s.endpoint,
+                              ": rebuilt from the engine's replay buffer"));
+        s.seq.Reset();
+      }
+      if (!s.replay_endpoint.empty()) {
+        s.catch_up_at = absl::Now() + kCatchUpGrace;
+      } else {
+        SetAll(s, WorkerState::kLive, "");
       }
     }
   }

@@ -51,11 +51,11 @@ def setup(doc, extra=None):
     return args
 
 
-def unittest_main(argv=None):
+def unittest_main(argv=None, defaultTest=None):
     """unittest.main() for a test ctest runs with SKIP_RETURN_CODE 77: exits
     1 when a test failed, else SKIP when one was skipped (a tool or an
     argument it needs is missing; the reasons are printed), else 0."""
-    result = unittest.main(argv=argv, exit=False).result
+    result = unittest.main(argv=argv, defaultTest=defaultTest, exit=False).result
     for test, reason in result.skipped:
         print("SKIP: %s: %s" % (test, reason))
     if not result.wasSuccessful():

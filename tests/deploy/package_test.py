@@ -9,6 +9,7 @@ config and exits 0 on SIGTERM.
 
 Exit 0 pass, 1 fail, 77 skip (dpkg-deb or cpack absent).
 Usage: package_test.py --build DIR --version X.Y.Z [--cpack PATH] [--repo DIR]
+       [unittest args]
 """
 
 import argparse
@@ -18,11 +19,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
 
-SKIP = 77
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = None
 
 FILES = {  # path in the package -> mode
     "./usr/bin/prefixd": 0o755,
@@ -54,87 +57,6 @@ def mode_of(ls_line):
     return bits
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", required=True, help="the CMake build directory")
-    ap.add_argument("--version", required=True, help="the project version")
-    ap.add_argument("--cpack", default=shutil.which("cpack"))
-    ap.add_argument("--repo", default=REPO)
-    args = ap.parse_args()
-    if shutil.which("dpkg-deb") is None or not args.cpack:
-        print("SKIP: dpkg-deb or cpack not found")
-        return SKIP
-    config = os.path.abspath(os.path.join(args.build, "CPackConfig.cmake"))
-    t = common.Checker()
-    if not t.check(os.path.exists(config), "%s exists (configure ran)" % config):
-        return 1
-    with tempfile.TemporaryDirectory(prefix="prefixd-pkg-") as tmp:
-        r = run([args.cpack, "--config", config, "-B", tmp], cwd=args.build)
-        debs = [f for f in os.listdir(tmp) if f.endswith(".deb")]
-        if not t.check(r.returncode == 0 and len(debs) == 1, "cpack builds one .deb",
-                       r.stdout[-2000:] + r.stderr[-2000:]):
-            return 1
-        deb = os.path.join(tmp, debs[0])
-        arch = run(["dpkg", "--print-architecture"]).stdout.strip()
-        t.check(debs[0] == "prefixd_%s_%s.deb" % (args.version, arch),
-                "file name prefixd_%s_%s.deb" % (args.version, arch), debs[0])
-        check_metadata(t, deb, args.version, arch)
-        check_contents(t, deb)
-        check_control(t, deb, tmp)
-        root = os.path.join(tmp, "root")
-        run(["dpkg-deb", "-x", deb, root])
-        check_files(t, root, args.repo, args.version)
-        check_runtime_depends(t, deb, root)
-    return t.exit_code()
-
-
-def check_metadata(t, deb, version, arch):
-    def field(name):
-        return run(["dpkg-deb", "-f", deb, name]).stdout.strip()
-    t.check(field("Package") == "prefixd", "Package: prefixd")
-    t.check(field("Version") == version, "Version: %s" % version, field("Version"))
-    t.check(field("Architecture") == arch, "Architecture: %s" % arch)
-    t.check("@" in field("Maintainer"), "Maintainer set", field("Maintainer"))
-    t.check(field("Section") and field("Priority"), "Section and Priority set")
-    t.check(len(field("Description").splitlines()) > 1, "a summary and a long description")
-    deps = field("Depends")
-    for lib in ("libgrpc++", "libprotobuf", "libabsl", "libprometheus-cpp", "libc6"):
-        t.check(lib in deps, "Depends names %s (dpkg-shlibdeps)" % lib, deps)
-
-
-def check_contents(t, deb):
-    lines = run(["dpkg-deb", "-c", deb]).stdout.splitlines()
-    listed = {l.split()[-1]: l for l in lines}
-    for path, mode in FILES.items():
-        line = listed.get(path)
-        if t.check(line is not None, "contains %s" % path[1:]):
-            t.check(mode_of(line) == mode, "%s mode %o" % (path[1:], mode), line)
-            t.check(" root/root " in line, "%s owned by root" % path[1:], line)
-    unexpected = [p for p in listed if not p.endswith("/") and p not in FILES and
-                  not p.startswith("./usr/share/doc/prefixd/")]
-    t.check(not unexpected, "nothing else outside /usr/share/doc/prefixd", unexpected)
-
-
-def check_control(t, deb, tmp):
-    control = os.path.join(tmp, "control")
-    run(["dpkg-deb", "-e", deb, control])
-    with open(os.path.join(control, "conffiles")) as f:
-        t.check(f.read().split() == ["/etc/prefixd/config.textproto"],
-                "conffiles: /etc/prefixd/config.textproto")
-    for script in ("postinst", "prerm", "postrm"):
-        path = os.path.join(control, script)
-        if t.check(os.path.exists(path), "maintainer script %s" % script):
-            t.check(os.stat(path).st_mode & 0o777 == 0o755, "%s mode 755" % script)
-            with open(path) as f:
-                t.check(f.readline().startswith("#!/bin/sh"), "%s is a sh script" % script)
-            t.check(run(["sh", "-n", path]).returncode == 0, "%s parses (sh -n)" % script)
-    with open(os.path.join(control, "postinst")) as f:
-        text = f.read()
-    t.check("systemd-sysusers /usr/lib/sysusers.d/prefixd.conf" in text,
-            "postinst creates the prefixd user")
-    t.check("deb-systemd-helper enable prefixd.service" in text, "postinst enables the service")
-
-
 def path_variants(path):
     """`path` and its real path, each also with /usr added or taken away:
     with merged /usr, dpkg may know a library under /lib or /usr/lib."""
@@ -144,45 +66,6 @@ def path_variants(path):
     return out
 
 
-def check_runtime_depends(t, deb, root):
-    """Every library a packaged binary links directly (ELF NEEDED) must come
-    from a package that Depends names, so that `apt-get install` of the .deb
-    (the Dockerfile's runtime stage does exactly that) brings it."""
-    depends = {d.strip().split()[0].split(":")[0]
-               for d in run(["dpkg-deb", "-f", deb, "Depends"]).stdout.replace("|", ",")
-               .split(",") if d.strip()}
-    libs = {}  # binary -> {soname: resolved path or None}
-    for name in ("prefixd", "prefixctl"):
-        binary = os.path.join(root, "usr", "bin", name)
-        needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
-                            run(["readelf", "-d", binary]).stdout)
-        resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", run(["ldd", binary]).stdout, re.M))
-        libs[name] = {soname: resolved.get(soname) for soname in needed}
-    # One dpkg-query for every path (each call reads dpkg's whole file list).
-    paths = sorted({v for m in libs.values() for p in m.values() if p for v in path_variants(p)})
-    owner = {}
-    for line in run(["dpkg-query", "-S"] + paths).stdout.splitlines():
-        pkgs, _, path = line.partition(": ")
-        for pkg in pkgs.split(", "):
-            owner.setdefault(path.strip(), pkg.split(":")[0])
-    for name, needed in libs.items():
-        missing = {}
-        for soname, path in needed.items():
-            pkg = next((owner[v] for v in path_variants(path) if v in owner), None) if path else None
-            if pkg not in depends:
-                missing[soname] = pkg
-        t.check(needed and not missing,
-                "Depends covers the %d libraries %s links" % (len(needed), name),
-                "not in Depends (library: package): %s; Depends: %s"
-                % (missing, sorted(depends)))
-    help_text = run([os.path.join(root, "usr", "bin", "prefixd"), "--help"])
-    if "index_source" in help_text.stdout + help_text.stderr:
-        t.check("libzmq5" in depends, "Depends names libzmq5 (the fleet index's ZeroMQ)",
-                sorted(depends))
-    else:
-        print("note  this prefixd has no fleet index: libzmq5 not required")
-
-
 def read_bytes(path):
     if not os.path.exists(path):
         return None
@@ -190,41 +73,179 @@ def read_bytes(path):
         return f.read()
 
 
-def check_doc_images(t, root, repo):
-    """Every image a packaged doc shows (![...](path)) is packaged beside it,
-    as in the repository."""
-    doc = os.path.join(root, "usr", "share", "doc", "prefixd")
-    shown = 0
-    for name in sorted(os.listdir(doc)):
-        if not name.endswith(".md"):
-            continue
-        source_dir = repo if name == "README.md" else os.path.join(repo, "docs")
-        with open(os.path.join(doc, name)) as f:
-            images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", f.read())
-        for image in (i for i in images if "://" not in i):
-            shown += 1
-            packaged = read_bytes(os.path.join(doc, image))
-            t.check(packaged is not None and
-                    packaged == read_bytes(os.path.join(source_dir, image)),
-                    "%s's image %s is packaged (as in the repository)" % (name, image))
-    t.check(shown >= 2, "the packaged docs show images", shown)
+class PackageTest(unittest.TestCase):
+    """cpack once (setUpClass), into a temporary directory; each test
+    checks one part of the .deb."""
+
+    @classmethod
+    def setUpClass(cls):
+        if shutil.which("dpkg-deb") is None or not ARGS.cpack:
+            raise unittest.SkipTest("dpkg-deb or cpack not found")
+        config = os.path.abspath(os.path.join(ARGS.build, "CPackConfig.cmake"))
+        if not os.path.exists(config):
+            raise AssertionError("check failed: %s exists (configure ran)" % config)
+        cls.tmp = tempfile.mkdtemp(prefix="prefixd-pkg-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
+        r = run([ARGS.cpack, "--config", config, "-B", cls.tmp], cwd=ARGS.build)
+        debs = [f for f in os.listdir(cls.tmp) if f.endswith(".deb")]
+        if r.returncode != 0 or len(debs) != 1:
+            raise AssertionError("check failed: cpack builds one .deb\n%s%s"
+                                 % (r.stdout[-2000:], r.stderr[-2000:]))
+        cls.deb_name = debs[0]
+        cls.deb = os.path.join(cls.tmp, debs[0])
+        cls.arch = run(["dpkg", "--print-architecture"]).stdout.strip()
+        cls.root = os.path.join(cls.tmp, "root")
+        run(["dpkg-deb", "-x", cls.deb, cls.root])
+
+    def field(self, name):
+        return run(["dpkg-deb", "-f", self.deb, name]).stdout.strip()
+
+    def test_file_name(self):
+        want = "prefixd_%s_%s.deb" % (ARGS.version, self.arch)
+        self.assertEqual(self.deb_name, want, "file name %s" % want)
+
+    def test_metadata(self):
+        field = self.field
+        self.assertEqual(field("Package"), "prefixd", "Package: prefixd")
+        self.assertEqual(field("Version"), ARGS.version, "Version: %s" % ARGS.version)
+        self.assertEqual(field("Architecture"), self.arch, "Architecture: %s" % self.arch)
+        self.assertIn("@", field("Maintainer"), "Maintainer set")
+        self.assertTrue(field("Section") and field("Priority"), "Section and Priority set")
+        self.assertGreater(len(field("Description").splitlines()), 1,
+                           "a summary and a long description")
+        deps = field("Depends")
+        for lib in ("libgrpc++", "libprotobuf", "libabsl", "libprometheus-cpp", "libc6"):
+            with self.subTest(lib):
+                self.assertIn(lib, deps, "Depends names %s (dpkg-shlibdeps)" % lib)
+
+    def test_contents(self):
+        lines = run(["dpkg-deb", "-c", self.deb]).stdout.splitlines()
+        listed = {l.split()[-1]: l for l in lines}
+        for path, mode in FILES.items():
+            with self.subTest(path):
+                line = listed.get(path)
+                self.assertIsNotNone(line, "contains %s" % path[1:])
+                self.assertEqual(mode_of(line), mode, "%s mode %o: %s" % (path[1:], mode, line))
+                self.assertIn(" root/root ", line, "%s owned by root" % path[1:])
+        unexpected = [p for p in listed if not p.endswith("/") and p not in FILES and
+                      not p.startswith("./usr/share/doc/prefixd/")]
+        self.assertEqual(unexpected, [], "nothing else outside /usr/share/doc/prefixd")
+
+    def test_control(self):
+        control = os.path.join(self.tmp, "control")
+        run(["dpkg-deb", "-e", self.deb, control])
+        with open(os.path.join(control, "conffiles")) as f:
+            self.assertEqual(f.read().split(), ["/etc/prefixd/config.textproto"],
+                             "conffiles: /etc/prefixd/config.textproto")
+        for script in ("postinst", "prerm", "postrm"):
+            with self.subTest(script):
+                path = os.path.join(control, script)
+                self.assertTrue(os.path.exists(path), "maintainer script %s" % script)
+                self.assertEqual(os.stat(path).st_mode & 0o777, 0o755, "%s mode 755" % script)
+                with open(path) as f:
+                    self.assertTrue(f.readline().startswith("#!/bin/sh"),
+                                    "%s is a sh script" % script)
+                self.assertEqual(run(["sh", "-n", path]).returncode, 0,
+                                 "%s parses (sh -n)" % script)
+        with open(os.path.join(control, "postinst")) as f:
+            text = f.read()
+        self.assertIn("systemd-sysusers /usr/lib/sysusers.d/prefixd.conf", text,
+                      "postinst creates the prefixd user")
+        self.assertIn("deb-systemd-helper enable prefixd.service", text,
+                      "postinst enables the service")
+
+    def test_runtime_depends(self):
+        """Every library a packaged binary links directly (ELF NEEDED) must
+        come from a package that Depends names, so that `apt-get install` of
+        the .deb (the Dockerfile's runtime stage does exactly that) brings it."""
+        depends = {d.strip().split()[0].split(":")[0]
+                   for d in self.field("Depends").replace("|", ",").split(",") if d.strip()}
+        libs = {}  # binary -> {soname: resolved path or None}
+        for name in ("prefixd", "prefixctl"):
+            binary = os.path.join(self.root, "usr", "bin", name)
+            needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                                run(["readelf", "-d", binary]).stdout)
+            resolved = dict(re.findall(r"^\s*(\S+) => (/\S+)", run(["ldd", binary]).stdout,
+                                       re.M))
+            libs[name] = {soname: resolved.get(soname) for soname in needed}
+        # One dpkg-query for every path (each call reads dpkg's whole file list).
+        paths = sorted({v for m in libs.values() for p in m.values() if p
+                        for v in path_variants(p)})
+        owner = {}
+        for line in run(["dpkg-query", "-S"] + paths).stdout.splitlines():
+            pkgs, _, path = line.partition(": ")
+            for pkg in pkgs.split(", "):
+                owner.setdefault(path.strip(), pkg.split(":")[0])
+        for name, needed in libs.items():
+            missing = {}
+            for soname, path in needed.items():
+                pkg = next((owner[v] for v in path_variants(path) if v in owner),
+                           None) if path else None
+                if pkg not in depends:
+                    missing[soname] = pkg
+            with self.subTest(name):
+                self.assertTrue(needed and not missing,
+                                "Depends covers the %d libraries %s links: not in Depends "
+                                "(library: package): %s; Depends: %s"
+                                % (len(needed), name, missing, sorted(depends)))
+        help_text = run([os.path.join(self.root, "usr", "bin", "prefixd"), "--help"])
+        if "index_source" in help_text.stdout + help_text.stderr:
+            self.assertIn("libzmq5", depends,
+                          "Depends names libzmq5 (the fleet index's ZeroMQ)")
+        else:
+            print("note  this prefixd has no fleet index: libzmq5 not required")
+
+    def test_doc_images(self):
+        """Every image a packaged doc shows (![...](path)) is packaged beside
+        it, as in the repository."""
+        doc = os.path.join(self.root, "usr", "share", "doc", "prefixd")
+        shown = 0
+        for name in sorted(os.listdir(doc)):
+            if not name.endswith(".md"):
+                continue
+            source_dir = ARGS.repo if name == "README.md" else os.path.join(ARGS.repo, "docs")
+            with open(os.path.join(doc, name)) as f:
+                images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", f.read())
+            for image in (i for i in images if "://" not in i):
+                shown += 1
+                packaged = read_bytes(os.path.join(doc, image))
+                with self.subTest(doc=name, image=image):
+                    self.assertTrue(packaged is not None and
+                                    packaged == read_bytes(os.path.join(source_dir, image)),
+                                    "%s's image %s is packaged (as in the repository)"
+                                    % (name, image))
+        self.assertGreaterEqual(shown, 2, "the packaged docs show images")
+
+    def test_same_as_repo(self):
+        for packaged, source in SAME_AS_REPO.items():
+            with self.subTest(source), open(os.path.join(self.root, packaged), "rb") as a, \
+                    open(os.path.join(ARGS.repo, source), "rb") as b:
+                self.assertTrue(a.read() == b.read(), "/%s == %s" % (packaged, source))
+
+    def test_packaged_binaries(self):
+        r = run([os.path.join(self.root, "usr", "bin", "prefixd"), "--version"])
+        self.assertTrue(r.returncode == 0 and ARGS.version in r.stdout,
+                        "packaged prefixd --version: %s" % r.stdout)
+        r = run([os.path.join(self.root, "usr", "bin", "prefixctl"), "--help"])
+        self.assertTrue(r.returncode == 0 and "health" in r.stdout + r.stderr,
+                        "packaged prefixctl --help")
+
+    def test_packaged_daemon_serves(self):
+        with open(os.path.join(self.root, "etc", "prefixd", "config.textproto")) as f:
+            err = common.serve_config(os.path.join(self.root, "usr", "bin", "prefixd"), f.read())
+        self.assertIsNone(err, "packaged prefixd serves the packaged config, exits 0 on SIGTERM")
 
 
-def check_files(t, root, repo, version):
-    check_doc_images(t, root, repo)
-    for packaged, source in SAME_AS_REPO.items():
-        with open(os.path.join(root, packaged), "rb") as a, \
-                open(os.path.join(repo, source), "rb") as b:
-            t.check(a.read() == b.read(), "/%s == %s" % (packaged, source))
-    prefixd = os.path.join(root, "usr", "bin", "prefixd")
-    r = run([prefixd, "--version"])
-    t.check(r.returncode == 0 and version in r.stdout, "packaged prefixd --version", r.stdout)
-    r = run([os.path.join(root, "usr", "bin", "prefixctl"), "--help"])
-    t.check(r.returncode == 0 and "health" in r.stdout + r.stderr, "packaged prefixctl --help")
-    with open(os.path.join(root, "etc", "prefixd", "config.textproto")) as f:
-        err = common.serve_config(prefixd, f.read())
-    t.check(err is None, "packaged prefixd serves the packaged config, exits 0 on SIGTERM", err)
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True, help="the CMake build directory")
+    ap.add_argument("--version", required=True, help="the project version")
+    ap.add_argument("--cpack", default=shutil.which("cpack"))
+    ap.add_argument("--repo", default=REPO)
+    ARGS, rest = ap.parse_known_args()
+    common.unittest_main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -13,8 +13,8 @@ default config deploy/config/prefixd.textproto.
   port and a temp dir) and exits 0 on SIGTERM.
 
 Exit 0 pass, 1 fail, 77 skip (systemd-analyze absent; the other checks
-still run first and a failure among them still fails).
-Usage: systemd_test.py [--repo DIR] [--prefixd PATH]
+still run and a failure among them still fails).
+Usage: systemd_test.py [--repo DIR] [--prefixd PATH] [unittest args]
 """
 
 import argparse
@@ -24,12 +24,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
 
-SKIP = 77
 MAX_EXPOSURE = 2.0  # systemd-analyze security: 0 (locked down) .. 10 (exposed)
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = None
 
 REQUIRED = {
     "User": "prefixd",
@@ -71,53 +73,52 @@ def run(cmd, **kw):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, **kw)
 
 
-class SystemdTest(common.Checker):
-    def __init__(self, repo):
-        super().__init__()
-        self.unit_path = os.path.join(repo, "deploy", "systemd", "prefixd.service")
-        self.sysusers_path = os.path.join(repo, "deploy", "systemd", "prefixd.sysusers")
-        self.config_path = os.path.join(repo, "deploy", "config", "prefixd.textproto")
-        with open(self.unit_path) as f:
-            self.unit_text = f.read()
-        self.unit = parse_unit(self.unit_text)
-        self.service = self.unit.get("Service", {})
-        with open(self.config_path) as f:
-            self.config = f.read()
+class SystemdTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.unit_path = os.path.join(ARGS.repo, "deploy", "systemd", "prefixd.service")
+        cls.sysusers_path = os.path.join(ARGS.repo, "deploy", "systemd", "prefixd.sysusers")
+        with open(cls.unit_path) as f:
+            cls.unit_text = f.read()
+        cls.unit = parse_unit(cls.unit_text)
+        cls.service = cls.unit.get("Service", {})
+        with open(os.path.join(ARGS.repo, "deploy", "config", "prefixd.textproto")) as f:
+            cls.config = f.read()
 
     def test_directives(self):
         for key, want in REQUIRED.items():
-            got = self.service.get(key, [])
-            self.check(got and got[-1] == want, "[Service] %s=%s" % (key, want), got)
-        self.check("TimeoutStopSec" in self.service, "[Service] TimeoutStopSec is set")
-        self.check(self.unit.get("Install", {}).get("WantedBy") == ["multi-user.target"],
-                   "[Install] WantedBy=multi-user.target")
+            with self.subTest(key):
+                self.assertEqual(self.service.get(key, [])[-1:], [want],
+                                 "[Service] %s=%s" % (key, want))
+        self.assertIn("TimeoutStopSec", self.service, "[Service] TimeoutStopSec is set")
+        self.assertEqual(self.unit.get("Install", {}).get("WantedBy"), ["multi-user.target"],
+                         "[Install] WantedBy=multi-user.target")
 
     def test_agrees_with_config(self):
         runtime = "/run/" + self.service.get("RuntimeDirectory", ["?"])[-1]
         state = "/var/lib/" + self.service.get("StateDirectory", ["?"])[-1]
         listen = textproto_strings(self.config, "listen")
-        self.check(listen == ["127.0.0.1:50051", "unix:///run/prefixd/prefixd.sock"],
-                   "config listens on 127.0.0.1:50051 and unix:///run/prefixd/prefixd.sock",
-                   listen)
+        self.assertEqual(listen, ["127.0.0.1:50051", "unix:///run/prefixd/prefixd.sock"],
+                         "config listens on 127.0.0.1:50051 and unix:///run/prefixd/prefixd.sock")
         for a in listen:
             if a.startswith("unix://"):
-                self.check(os.path.dirname(a[len("unix://"):]) == runtime,
-                           "the socket is in RuntimeDirectory %s" % runtime, a)
+                self.assertEqual(os.path.dirname(a[len("unix://"):]), runtime,
+                                 "the socket is in RuntimeDirectory %s" % runtime)
         snap = textproto_strings(self.config, "snapshot_path")
-        self.check(len(snap) == 1 and os.path.dirname(snap[0]) == state,
-                   "the snapshot is in StateDirectory %s" % state, snap)
-        self.check(re.search(r"auth\s*\{\s*mode:\s*NONE\s*\}", self.config) is not None,
-                   "default config: auth NONE (loopback and Unix socket only)")
+        self.assertTrue(len(snap) == 1 and os.path.dirname(snap[0]) == state,
+                        "the snapshot is in StateDirectory %s: %s" % (state, snap))
+        self.assertRegex(self.config, r"auth\s*\{\s*mode:\s*NONE\s*\}",
+                         "default config: auth NONE (loopback and Unix socket only)")
         config_arg = re.search(r"--config=(\S+)", self.service["ExecStart"][-1]).group(1)
-        self.check(os.path.dirname(config_arg) == "/etc/" +
-                   self.service.get("ConfigurationDirectory", ["?"])[-1],
-                   "the config file is in ConfigurationDirectory")
+        self.assertEqual(os.path.dirname(config_arg),
+                         "/etc/" + self.service.get("ConfigurationDirectory", ["?"])[-1],
+                         "the config file is in ConfigurationDirectory")
 
     def test_sysusers(self):
         with open(self.sysusers_path) as f:
             lines = [l.split() for l in f if l.strip() and not l.startswith("#")]
-        self.check(any(l[:2] == ["u", "prefixd"] for l in lines),
-                   "sysusers file creates user prefixd", lines)
+        self.assertIn(["u", "prefixd"], [l[:2] for l in lines],
+                      "sysusers file creates user prefixd")
         tool = shutil.which("systemd-sysusers")
         if tool is None:
             print("note  systemd-sysusers absent: not run")
@@ -127,56 +128,56 @@ class SystemdTest(common.Checker):
             r = run([tool, "--root=" + root, self.sysusers_path])
             with open(os.path.join(root, "etc", "passwd")) as f:
                 passwd = f.read()
-            self.check(r.returncode == 0 and passwd.startswith("prefixd:"),
-                       "systemd-sysusers --root creates prefixd", r.stderr + passwd)
+            self.assertTrue(r.returncode == 0 and passwd.startswith("prefixd:"),
+                            "systemd-sysusers --root creates prefixd\n" + r.stderr + passwd)
 
-    def test_verify(self, prefixd):
-        """False when systemd-analyze is absent."""
+    def analyze(self, *args):
+        """systemd-analyze ARGS on a copy of the unit whose ExecStart names
+        the built daemon (or /bin/true); skips when systemd-analyze is absent."""
         tool = shutil.which("systemd-analyze")
         if tool is None:
-            return False
+            self.skipTest("systemd-analyze not found: the unit was not verified "
+                          "(apt-get install systemd)")
         with tempfile.TemporaryDirectory() as tmp:
             unit = os.path.join(tmp, "prefixd.service")
-            binary = os.path.abspath(prefixd) if prefixd else "/bin/true"
             with open(unit, "w") as f:
-                f.write(self.unit_text.replace("/usr/bin/prefixd", binary))
-            r = run([tool, "verify", unit])
-            self.check(r.returncode == 0 and not r.stderr.strip(),
-                       "systemd-analyze verify (ExecStart -> %s)" % binary,
-                       r.stdout + r.stderr)
-            r = run([tool, "security", "--offline=yes", "--no-pager", unit])
-            m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout)
-            self.check(m is not None and float(m.group(1)) <= MAX_EXPOSURE,
-                       "systemd-analyze security: exposure %s <= %.1f"
-                       % (m.group(1) if m else "?", MAX_EXPOSURE),
-                       (r.stdout + r.stderr)[-2000:])
-        return True
+                f.write(self.unit_text.replace("/usr/bin/prefixd", self.binary()))
+            return run([tool] + list(args) + [unit])
 
-    def test_daemon(self, prefixd):
-        err = common.serve_config(prefixd, self.config)
-        self.check(err is None, "prefixd serves with the default config, exits 0 on SIGTERM",
-                   err)
+    @staticmethod
+    def binary():
+        return os.path.abspath(ARGS.prefixd) if ARGS.prefixd else "/bin/true"
+
+    def test_verify(self):
+        r = self.analyze("verify")
+        self.assertTrue(r.returncode == 0 and not r.stderr.strip(),
+                        "systemd-analyze verify (ExecStart -> %s)\n%s"
+                        % (self.binary(), r.stdout + r.stderr))
+
+    def test_security(self):
+        r = self.analyze("security", "--offline=yes", "--no-pager")
+        m = re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout)
+        self.assertTrue(m is not None and float(m.group(1)) <= MAX_EXPOSURE,
+                        "systemd-analyze security: exposure %s <= %.1f\n%s"
+                        % (m.group(1) if m else "?", MAX_EXPOSURE,
+                           (r.stdout + r.stderr)[-2000:]))
+
+    def test_daemon(self):
+        if not ARGS.prefixd:
+            print("note  --prefixd not given: the daemon is not run")
+            return
+        err = common.serve_config(ARGS.prefixd, self.config)
+        self.assertIsNone(err, "prefixd serves with the default config, exits 0 on SIGTERM")
 
 
 def main():
+    global ARGS
     ap = argparse.ArgumentParser()
     ap.add_argument("--repo", default=REPO)
     ap.add_argument("--prefixd", help="the built daemon")
-    args = ap.parse_args()
-    t = SystemdTest(args.repo)
-    t.test_directives()
-    t.test_agrees_with_config()
-    t.test_sysusers()
-    if args.prefixd:
-        t.test_daemon(args.prefixd)
-    verified = t.test_verify(args.prefixd)
-    if t.exit_code():
-        return 1
-    if not verified:
-        print("SKIP: systemd-analyze not found: the unit was not verified (apt-get install systemd)")
-        return SKIP
-    return 0
+    ARGS, rest = ap.parse_known_args()
+    common.unittest_main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

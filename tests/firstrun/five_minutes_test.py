@@ -21,10 +21,13 @@ and must exit 0.
 The doc uses fixed ports (the daemon's defaults, 5557-5560) and the
 daemon's default Unix socket /tmp/prefixd.sock, so the test runs in a
 private network namespace with its own loopback and a private /tmp
-(`unshare --net --mount`, as root or in a user namespace); where
-namespaces are not allowed it is skipped (exit 77).
+(`unshare --net --mount`, as root or in a user namespace): PrivateNamespace
+runs this script again there, where FiveMinutes runs the steps (each step,
+address and stop a subTest). Where namespaces are not allowed the test is
+skipped (exit 77).
 
 Usage: five_minutes_test.py --prefixd PATH --prefixctl PATH [--repo DIR] [--show]
+       [unittest args]
 (--show prints each command's output and waits 3 s at most for each, for
 writing the doc.)
 """
@@ -42,16 +45,17 @@ import subprocess
 import sys
 import tarfile
 import time
+import unittest
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
 import common  # noqa: E402  (tests/python/common.py)
 
+ARGS = None
 SECTION = "## Try it in five minutes"
 DOC = os.path.join("docs", "index.md")
 IN_NAMESPACE = "PREFIXD_FIVE_MINUTES_NAMESPACE"
-SKIP = 77
 WORK = "/tmp/prefixd"          # inside the private /tmp
 CATCH_UP_S = 20                # a foreground command's output may take this long to be right
 BACKGROUND_S = 60              # a background command's shown output must appear within this
@@ -129,21 +133,14 @@ def lines_match(expected, actual, prefix=False):
 
 # ---- the private namespace ----
 
-def reexec_in_namespace():
-    """Runs this script again in its own network and mount namespaces; its
-    exit code, or SKIP when namespaces are not allowed here."""
-    if shutil.which("unshare") is None:
-        print("SKIP: no unshare (util-linux)")
-        return SKIP
+def namespace_command():
+    """`unshare --net --mount`, with --map-root-user where only a user
+    namespace allows it; None where namespaces are not allowed here."""
     for extra in ([], ["--map-root-user"]):
-        probe = ["unshare", "--net", "--mount"] + extra + ["true"]
-        if subprocess.run(probe, capture_output=True).returncode == 0:
-            env = dict(os.environ, **{IN_NAMESPACE: "1"})
-            cmd = (["unshare", "--net", "--mount"] + extra +
-                   ["--", sys.executable, os.path.abspath(__file__)] + sys.argv[1:])
-            return subprocess.run(cmd, env=env).returncode
-    print("SKIP: cannot make a network namespace here (unshare --net)")
-    return SKIP
+        unshare = ["unshare", "--net", "--mount"] + extra
+        if subprocess.run(unshare + ["true"], capture_output=True).returncode == 0:
+            return unshare
+    return None
 
 
 def loopback_up():
@@ -199,9 +196,8 @@ def unpack(tar_bytes, binaries):
 # ---- running the steps ----
 
 class Runner:
-    def __init__(self, env, t, show):
+    def __init__(self, env, show):
         self.env = env
-        self.t = t
         self.show = show
         self.background = []   # (step, Popen, log path)
 
@@ -210,6 +206,8 @@ class Runner:
             return f.read().splitlines()
 
     def run_background(self, step, n):
+        """Starts `step` and waits until its output begins as the doc shows;
+        whether it did, and what differs."""
         log = os.path.join(WORK, ".bg%d.log" % n)
         with open(log, "w") as out:
             p = subprocess.Popen(["bash", "-c", "exec " + step.shell()], cwd=WORK, env=self.env,
@@ -225,11 +223,11 @@ class Runner:
             time.sleep(0.05)
         if self.show:
             print("---- %s &\n%s" % (step.shell(), "\n".join(lines)))
-        self.t.check(lines_match(step.expected, lines, prefix=True),
-                     "`%s &` prints what the doc shows" % step.shell(),
-                     diff(step.expected, lines, p.poll()))
+        return lines_match(step.expected, lines, prefix=True), diff(step.expected, lines, p.poll())
 
     def run_foreground(self, step):
+        """Runs `step` (again while its output differs, for CATCH_UP_S);
+        whether it exited 0 and printed what the doc shows, and what differs."""
         deadline = time.monotonic() + (3 if self.show else CATCH_UP_S)
         while True:
             r = subprocess.run(["bash", "-c", step.command], cwd=WORK, env=self.env,
@@ -242,22 +240,22 @@ class Runner:
             time.sleep(0.2)
         if self.show:
             print("---- %s\n%s" % (step.command, r.stdout.rstrip()))
-        self.t.check(ok, "`%s` exits 0%s" % (step.command, " and prints what the doc shows"
-                                              if step.expected else ""),
-                     diff(step.expected, lines, r.returncode))
+        return ok, diff(step.expected, lines, r.returncode)
 
     def stop_background(self):
+        """SIGTERM to the background commands, the last first (the doc's
+        `kill %N`): (step, whether it still ran, its exit code, its last lines)."""
+        out = []
         for step, p, log in reversed(self.background):
             running = p.poll() is None
-            self.t.check(running, "`%s` runs until stopped" % step.shell(), p.returncode)
             if running:
-                p.terminate()  # the doc's `kill %N`
+                p.terminate()
             try:
                 rc = p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 rc = None
-            self.t.check(rc == 0, "`%s` exits 0 on SIGTERM" % step.shell(),
-                         "exit %s\n%s" % (rc, "\n".join(self.output(log)[-20:])))
+            out.append((step, running, rc, "\n".join(self.output(log)[-20:])))
+        return out
 
     def kill_all(self):
         for _, p, _ in self.background:
@@ -271,49 +269,90 @@ def diff(expected, actual, rc):
         rc, "\n    ".join(expected), "\n    ".join(actual))
 
 
-def check_urls(t, section):
-    for url in sorted(set(u.rstrip(".,;:") for u in URL.findall(section))):
-        try:
-            with urllib.request.urlopen(url, timeout=10) as r:
-                status, kind = r.status, r.headers.get("Content-Type", "")
-        except OSError as e:
-            status, kind = e, ""
-        t.check(status == 200, "%s answers 200 (%s)" % (url, kind), status)
+def fetch(url):
+    """(HTTP status or the error, Content-Type)."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers.get("Content-Type", "")
+    except OSError as e:
+        return e, ""
+
+
+# ---- the tests ----
+
+class PrivateNamespace(unittest.TestCase):
+    """Outside the namespace: runs this script again in a private one."""
+
+    def test_five_minutes_in_a_private_namespace(self):
+        if os.environ.get(IN_NAMESPACE) == "1":
+            self.skipTest("already in the private namespace")
+        if shutil.which("unshare") is None:
+            self.skipTest("no unshare (util-linux)")
+        unshare = namespace_command()
+        if unshare is None:
+            self.skipTest("cannot make a network namespace here (unshare --net)")
+        env = dict(os.environ, **{IN_NAMESPACE: "1"})
+        r = subprocess.run(unshare + ["--", sys.executable, os.path.abspath(__file__)]
+                           + sys.argv[1:], env=env)
+        self.assertEqual(r.returncode, 0, "the steps in the private namespace pass (their "
+                         "report is above)")
+
+
+class FiveMinutes(unittest.TestCase):
+    """In the namespace: the section's steps in order, each a subTest (a
+    step that fails does not stop the next)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if os.environ.get(IN_NAMESPACE) != "1":
+            raise unittest.SkipTest("runs in its private namespace only (PrivateNamespace)")
+        with open(os.path.join(ARGS.repo, DOC)) as f:
+            cls.text = f.read()
+
+    def test_try_it_in_five_minutes(self):
+        self.assertTrue(SECTION + "\n" in self.text, "%s has a section %r" % (DOC, SECTION))
+        section = read_section(self.text)
+        steps = extract_steps(section)
+        self.assertTrue(len(steps) >= 6 and any(s.background for s in steps),
+                        "%s: %s has commands, some in the background: %d"
+                        % (DOC, SECTION, len(steps)))
+        loopback_up()
+        runner = Runner(unpack(*stage(ARGS)), ARGS.show)
+        self.addCleanup(runner.kill_all)
+        for n, step in enumerate(steps):
+            with self.subTest(step=n, command=step.shell()):
+                if step.background:
+                    ok, differs = runner.run_background(step, n)
+                    self.assertTrue(ok, "`%s &` prints what the doc shows\n%s"
+                                    % (step.shell(), differs))
+                else:
+                    ok, differs = runner.run_foreground(step)
+                    self.assertTrue(ok, "`%s` exits 0%s\n%s"
+                                    % (step.command, " and prints what the doc shows"
+                                       if step.expected else "", differs))
+        for url in sorted(set(u.rstrip(".,;:") for u in URL.findall(section))):
+            with self.subTest(url=url):
+                status, kind = fetch(url)
+                self.assertEqual(status, 200, "%s answers 200 (%s)" % (url, kind))
+        for step, running, rc, tail in runner.stop_background():
+            with self.subTest("runs until stopped", command=step.shell()):
+                self.assertTrue(running, "`%s` runs until stopped: exit %s" % (step.shell(), rc))
+            with self.subTest("exits 0 on SIGTERM", command=step.shell()):
+                self.assertEqual(rc, 0, "`%s` exits 0 on SIGTERM\n%s" % (step.shell(), tail))
 
 
 def main():
+    global ARGS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--prefixd", required=True)
     ap.add_argument("--prefixctl", required=True)
     ap.add_argument("--repo", default=REPO)
     ap.add_argument("--show", action="store_true", help="print every command's output")
-    args = ap.parse_args()
-    if os.environ.get(IN_NAMESPACE) != "1":
-        return reexec_in_namespace()
-    t = common.Checker()
-    with open(os.path.join(args.repo, DOC)) as f:
-        text = f.read()
-    if not t.check(SECTION + "\n" in text, "%s has a section %r" % (DOC, SECTION)):
-        return t.exit_code()
-    section = read_section(text)
-    steps = extract_steps(section)
-    t.check(len(steps) >= 6 and any(s.background for s in steps),
-            "%s: %s has commands, some in the background" % (DOC, SECTION), len(steps))
-    loopback_up()
-    env = unpack(*stage(args))
-    runner = Runner(env, t, args.show)
-    try:
-        for n, step in enumerate(steps):
-            if step.background:
-                runner.run_background(step, n)
-            else:
-                runner.run_foreground(step)
-        check_urls(t, section)
-        runner.stop_background()
-    finally:
-        runner.kill_all()
-    return t.exit_code()
+    ARGS, rest = ap.parse_known_args()
+    inside = os.environ.get(IN_NAMESPACE) == "1"
+    common.unittest_main(argv=[sys.argv[0]] + rest,
+                         defaultTest="FiveMinutes" if inside else "PrivateNamespace")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -50,10 +50,13 @@ best_worker the first LIVE one holding the first block. Dropped blocks are
 counted by a reference of the index's parent rule over the batches applied
 (a store whose parent the worker does not hold is dropped whole).
 
+One unittest test per scenario (EngineForms.test_replay, ...); each check
+is a subTest tagged with the form it is about, so a scenario goes on past a
+failed checkpoint.
+
 Usage: test_engine_forms.py --prefixd PATH [--stubs DIR] [--full]
-       [--scenarios=replay,keys,...]
-Prints one line per check, a per-form summary and "N passed, M failed";
-exit 1 on a failure, 77 (skipped) without --prefixd. --full runs more
+       [--scenarios=replay,keys,...] [unittest args]
+Exit 1 on a failure, 77 (skipped) without --prefixd. --full runs more
 requests per scenario (minutes).
 """
 
@@ -63,7 +66,7 @@ import os
 import random
 import sys
 import time
-import traceback
+import unittest
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -78,10 +81,6 @@ def _flags(ap):
 
 ARGS = common.setup(__doc__, extra=_flags)
 
-if not ARGS.prefixd:
-    print("--prefixd not given: skipped")
-    sys.exit(77)
-
 import zmq  # noqa: E402
 
 import prefixd  # noqa: E402
@@ -94,6 +93,8 @@ SCALE = 4 if ARGS.full else 1
 QUIESCE_TIMEOUT = 6
 ROUTE_CHUNK = 50
 LOCAL = "tcp://127.0.0.1:*"
+CLEAR_REASONS = ("all_blocks_cleared", "restart", "replay_failed", "undecodable", "block_size",
+                 "reconnect")
 
 
 # ---- the index's parent rule, for the dropped-block counters ----
@@ -360,42 +361,36 @@ def rebind(old, **kw):
             time.sleep(0.05)
 
 
-# ---- the checks ----
+# ---- the test: a scenario each ----
 
-class Suite(common.Checker):
-    """Checks tagged by form; a summary per form at the end."""
+class EngineForms(unittest.TestCase):
+    """One daemon on some engines per test. form: what the scenario's checks
+    are about (a subTest parameter); forms: the form of a worker's own
+    checks (default: form)."""
 
-    def __init__(self):
-        super().__init__()
-        self.form = "setup"
-        self.by_form = collections.defaultdict(lambda: [0, 0])
+    @classmethod
+    def setUpClass(cls):
+        if not ARGS.prefixd:
+            raise unittest.SkipTest("--prefixd not given")
 
-    def check(self, cond, what, detail=""):
-        self.by_form[self.form][0 if cond else 1] += 1
-        return super().check(cond, "[%s] %s" % (self.form, what), detail)
-
-    __call__ = check
-
-    def summary(self):
-        print("---- per form (passed, failed) ----")
-        for form, (ok, bad) in sorted(self.by_form.items()):
-            print("%-12s %3d passed, %3d failed" % (form, ok, bad))
-
-
-class Scenario:
-    """One daemon on some engines. forms: the form a worker's own checks
-    count under (default: the suite's current form)."""
-
-    def __init__(self, t, name):
-        self.t = t
-        self.name = name
+    def setUp(self):
+        self.name = self.form = self._testMethodName[len("test_"):]
         self.forms = {}
         self.engines = []
         self.daemon = None
         self.client = None
         self.wl = None
+        self.addCleanup(self.close)
 
-    def start(self, extra_workers=()):
+    def tearDown(self):
+        if self.client is not None:
+            self.client.close()  # an open channel would hold up the drain
+            self.client = None
+            rc = self.daemon.stop()
+            self.assertEqual(rc, 0, "%s: prefixd exits 0 on SIGTERM\n%s"
+                             % (self.name, self.daemon.logs()[-3000:]))
+
+    def start(self):
         flags = ["--index_block_size=%d" % BS]
         flags += sorted({e.flag() for e in self.engines})
         self.daemon = prefixd_fixture.Daemon(ARGS.prefixd, "", args=flags)
@@ -403,35 +398,23 @@ class Scenario:
         try:
             self.daemon.start()
         except prefixd_fixture.DaemonFailed as e:
-            self.t.check(False, "%s: prefixd serves" % self.name, e)
-            return False
+            self.fail("%s: prefixd serves: %s" % (self.name, e))
         self.client = prefixd.Client(self.daemon.tcp, deadline=10)
         pubs = {id(e.pub): e.pub for e in self.engines}
         ok = [p.wait_for_subscriber(10) for p in pubs.values()]
-        return self.t.check(all(ok), "%s: the daemon subscribed to all %d publishers"
-                            % (self.name, len(pubs)))
+        self.assertTrue(all(ok), "%s: the daemon subscribed to all %d publishers"
+                        % (self.name, len(pubs)))
 
-    def check_for(self, e, cond, what, detail=""):
-        """A check about one engine, counted under its form."""
-        form = self.t.form
-        self.t.form = self.forms.get(e.worker, form)
-        try:
-            return self.t.check(cond, what, detail)
-        finally:
-            self.t.form = form
+    def form_of(self, e):
+        return self.forms.get(e.worker, self.form)
 
     def close(self):
         if self.client is not None:
             self.client.close()
-        logs = ""
         if self.daemon is not None:
-            if self.t.failed:
-                logs = self.daemon.logs()[-3000:]
             self.daemon.close()
         for e in self.engines:
             e.pub.close()
-        if logs:
-            print("---- prefixd logs (%s, tail) ----\n%s" % (self.name, logs))
 
     # ---- the daemon's view ----
 
@@ -472,59 +455,72 @@ class Scenario:
             e.worker in ws and ws[e.worker].state == prefixd.WorkerState.LIVE
             and ws[e.worker].last_seq == e.pub.last_seq for e in engines))
 
-    # ---- checkpoints ----
+    # ---- checkpoints: each check a subTest, the scenario goes on ----
 
     def checkpoint(self, label, samples=None):
         """Caught up, counters, then every Route answer."""
         ws = self.caught_up()
-        self.t.check(ws is not None, "%s: every worker LIVE with its publisher's last seq (%s)"
-                     % (label, ", ".join("%s %d" % (e.worker, e.pub.last_seq)
-                                         for e in self.engines)),
-                     ws is None and {n: (str(w.state), w.last_seq, w.state_detail)
-                                     for n, w in self.last_seen.items()})
+        with self.subTest(label, form=self.form):
+            self.assertIsNotNone(ws, "%s: every worker LIVE with its publisher's last seq (%s)\n%s"
+                                 % (label, ", ".join("%s %d" % (e.worker, e.pub.last_seq)
+                                                     for e in self.engines),
+                                    ws is None and {n: (str(w.state), w.last_seq, w.state_detail)
+                                                    for n, w in self.last_seen.items()}))
         self.check_workers(label)
         self.check_routes(label, samples if samples is not None else self.wl.samples())
 
     def check_workers(self, label):
         ws = self.workers()
         names = sorted(e.worker for e in self.engines)
-        self.t.check(sorted(ws) == names, "%s: the workers are exactly %s (no worker that no "
-                     "stream feeds)" % (label, names), sorted(ws))
+        with self.subTest(label, form=self.form):
+            self.assertEqual(sorted(ws), names, "%s: the workers are exactly %s (no worker that "
+                             "no stream feeds)" % (label, names))
         m = self.metrics()
         for e in self.engines:
             e.feed_ref()
             w = ws.get(e.worker)
-            if w is None:
-                self.check_for(e, False, "%s: %s counters" % (label, e.worker), "not listed")
-                continue
-            want = {"gaps": e.exp["gaps"], "replays": e.exp["replays_ok"] + e.exp["replays_failed"],
-                    "clears": sum(e.exp["clears"].values()),
-                    "dropped_blocks": sum(e.ref.drops.values()),
-                    "mediums": e.pool.medium_blocks() if e.since is None else e.ref.mediums(),
-                    "last_seq": e.pub.last_seq,
-                    "state": prefixd.WorkerState.LIVE, "state_detail": e.detail,
-                    "last_error": e.error}
-            got = {"gaps": w.gaps, "replays": w.replays, "clears": w.clears,
-                   "dropped_blocks": w.dropped_blocks, "mediums": w.mediums,
-                   "last_seq": w.last_seq, "state": w.state,
-                   "state_detail": w.state_detail[:len(e.detail)] if e.detail else w.state_detail,
-                   "last_error": w.last_error[:len(e.error)]}
-            for reason in ("all_blocks_cleared", "restart", "replay_failed", "undecodable",
-                           "block_size", "reconnect"):
-                got["clears:" + reason] = int(m.get(("prefixd_index_clears_total", e.worker,
-                                                     reason), 0))
-                want["clears:" + reason] = e.exp["clears"][reason]
-            for result in ("ok", "failed"):
-                got["replays:" + result] = int(m.get(("prefixd_index_replays_total", e.worker,
-                                                      result), 0))
-                want["replays:" + result] = e.exp["replays_" + result]
-            for k, v in getattr(e, "more", {}).items():
-                want[k] = v
-                got[k] = getattr(w, k)
-            bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
-            self.check_for(e, not bad, "%s: %s state, counters, blocks per medium (%s)"
-                         % (label, e.worker, e.pool.medium_blocks()),
-                         "(got, want): %s; drops by reason %s" % (bad, dict(e.ref.drops)))
+            with self.subTest(label, form=self.form_of(e), worker=e.worker):
+                self.assertIsNotNone(w, "%s: %s counters: not listed" % (label, e.worker))
+                want, got = self.expected_counters(e), self.counters(w, e, m)
+                bad = {k: (got[k], want[k]) for k in want if got[k] != want[k]}
+                self.assertTrue(not bad, "%s: %s state, counters, blocks per medium (%s)\n"
+                                "(got, want): %s; drops by reason %s"
+                                % (label, e.worker, e.pool.medium_blocks(), bad,
+                                   dict(e.ref.drops)))
+
+    @staticmethod
+    def expected_counters(e):
+        want = {"gaps": e.exp["gaps"], "replays": e.exp["replays_ok"] + e.exp["replays_failed"],
+                "clears": sum(e.exp["clears"].values()),
+                "dropped_blocks": sum(e.ref.drops.values()),
+                "mediums": e.pool.medium_blocks() if e.since is None else e.ref.mediums(),
+                "last_seq": e.pub.last_seq,
+                "state": prefixd.WorkerState.LIVE, "state_detail": e.detail,
+                "last_error": e.error}
+        for reason in CLEAR_REASONS:
+            want["clears:" + reason] = e.exp["clears"][reason]
+        for result in ("ok", "failed"):
+            want["replays:" + result] = e.exp["replays_" + result]
+        want.update(getattr(e, "more", {}))
+        return want
+
+    @staticmethod
+    def counters(w, e, m):
+        """What ListWorkers (w) and the metrics (m) show of engine e."""
+        got = {"gaps": w.gaps, "replays": w.replays, "clears": w.clears,
+               "dropped_blocks": w.dropped_blocks, "mediums": w.mediums,
+               "last_seq": w.last_seq, "state": w.state,
+               "state_detail": w.state_detail[:len(e.detail)] if e.detail else w.state_detail,
+               "last_error": w.last_error[:len(e.error)]}
+        for reason in CLEAR_REASONS:
+            got["clears:" + reason] = int(m.get(("prefixd_index_clears_total", e.worker,
+                                                 reason), 0))
+        for result in ("ok", "failed"):
+            got["replays:" + result] = int(m.get(("prefixd_index_replays_total", e.worker,
+                                                  result), 0))
+        for k in getattr(e, "more", {}):
+            got[k] = getattr(w, k)
+        return got
 
     def route(self, samples):
         out = []
@@ -545,7 +541,8 @@ class Scenario:
         try:
             answers = self.route(samples)
         except Exception as err:  # noqa: BLE001 (a failed call fails the check)
-            self.t.check(False, "%s: RouteBatch answers %d prompts" % (label, len(samples)), err)
+            with self.subTest(label, form=self.form):
+                self.fail("%s: RouteBatch answers %d prompts: %s" % (label, len(samples), err))
             return
         names = sorted(e.worker for e in self.engines)
         shape = []
@@ -559,8 +556,10 @@ class Scenario:
             if (sorted(listed) != names or listed != [w.worker for w in order]
                     or r.best_worker != best or r.prompt_blocks != len(p.tokens) // BS):
                 shape.append((len(p.tokens) // BS, listed, r.best_worker))
-        self.t.check(not shape, "%s: Route with all_workers lists every worker, sorted, best_worker the first "
-                     "LIVE holder (%d prompts)" % (label, len(samples)), shape[:3])
+        with self.subTest(label, form=self.form):
+            self.assertTrue(not shape, "%s: Route with all_workers lists every worker, sorted, "
+                            "best_worker the first LIVE holder (%d prompts): %s"
+                            % (label, len(samples), shape[:3]))
         for e in self.engines:
             bad, held = [], 0
             for i, (p, r) in enumerate(zip(samples, answers)):
@@ -574,10 +573,11 @@ class Scenario:
                 if got != want or w.last_seq != e.pub.last_seq:
                     bad.append((i, len(p.tokens) // BS, p.salt, p.lora, sorted(p.keys), got,
                                 want, w and w.last_seq))
-            self.check_for(e, not bad, "%s: %s Route == the engine model (%d prompts, %d held)"
-                         % (label, e.worker, len(samples), held),
-                         "%d differ (sample, blocks, salt, lora, keys, got, want, last_seq): %s"
-                         % (len(bad), bad[:4]))
+            with self.subTest(label, form=self.form_of(e), worker=e.worker):
+                self.assertTrue(not bad, "%s: %s Route == the engine model (%d prompts, %d held)\n"
+                                "%d differ (sample, blocks, salt, lora, keys, got, want, "
+                                "last_seq): %s" % (label, e.worker, len(samples), held, len(bad),
+                                                   bad[:4]))
 
     # ---- traffic ----
 
@@ -596,284 +596,248 @@ class Scenario:
             e.pool.drain()
             e.pool.check()
 
+    # ---- the scenarios ----
 
-# ---- scenarios ----
+    def test_replay(self):
+        v25 = Engine("v25", ep.EnginePool(160, BS, name="v25", hash_seed=b"v25"),
+                     kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int", buffer_steps=16,
+                                  replay_framing="seq"))
+        v26 = Engine("v26", ep.EnginePool(160, BS, name="v26", hash_seed=b"v26",
+                                          spec_kind="full_attention"),
+                     kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="bytes", buffer_steps=16,
+                                  replay_framing="topic", topic="kv@v26@llama"))
+        for e in (v25, v26):
+            e.pool.publisher = e.pub
+        self.engines = [v25, v26]
+        self.forms = {"v25": "replay-3", "v26": "replay-4"}
+        self.wl = Workload(1, 1000)
+        # History: v25's batches all buffered; v26's rolled past its 16.
+        self.feed(20, engines=[v25], per_step=2)
+        self.feed(80, engines=[v26], per_step=2)
+        v26.index_lost_track(v26.pub.last_seq - 15)
+        v26.detail = "joined at batch %d" % (v26.pub.last_seq - 15)
+        for e in self.engines:
+            e.exp["replays_ok"] += 1
+        self.start()
+        self.checkpoint("catch-up of %d and %d batches"
+                        % (v25.pub.last_seq + 1, v26.pub.last_seq + 1))
+        self.feed(30 * SCALE)
+        self.checkpoint("live traffic")
+        v26.detail = ""  # the next replay is a gap's: LIVE again says nothing
 
-def scenario_replay(t, s):
-    v25 = Engine("v25", ep.EnginePool(160, BS, name="v25", hash_seed=b"v25"),
-                 kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int", buffer_steps=16,
-                              replay_framing="seq"))
-    v26 = Engine("v26", ep.EnginePool(160, BS, name="v26", hash_seed=b"v26",
-                                      spec_kind="full_attention"),
-                 kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="bytes", buffer_steps=16,
-                              replay_framing="topic", topic="kv@v26@llama"))
-    for e in (v25, v26):
-        e.pool.publisher = e.pub
-    s.engines = [v25, v26]
-    s.forms = {"v25": "replay-3", "v26": "replay-4"}
-    s.wl = Workload(1, 1000)
-    # History: v25's batches all buffered; v26's rolled past its 16.
-    s.feed(20, engines=[v25], per_step=2)
-    s.feed(80, engines=[v26], per_step=2)
-    v26.index_lost_track(v26.pub.last_seq - 15)
-    v26.detail = "joined at batch %d" % (v26.pub.last_seq - 15)
-    for e in s.engines:
-        e.exp["replays_ok"] += 1
-    if not s.start():
-        return
-    s.checkpoint("catch-up of %d and %d batches" % (v25.pub.last_seq + 1, v26.pub.last_seq + 1))
-    s.feed(30 * SCALE)
-    s.checkpoint("live traffic")
-    v26.detail = ""  # the next replay is a gap's: LIVE again says nothing
+        for e in self.engines:  # a lost batch: the gap is replayed
+            e.pub.drop_next(1)
+            e.exp["gaps"] += 1
+            e.exp["replays_ok"] += 1
+        self.feed(16)
+        self.checkpoint("a lost batch, replayed")
 
-    for e in s.engines:  # a lost batch: the gap is replayed
+        for e in self.engines:  # a gap past the replay buffer: cleared
+            before = e.pub.last_seq
+            e.pub.drop_next(3 * e.pub.buffer_steps)
+            while not e.pub.sent or e.pub.sent[-1] <= before:  # the first batch sent after them
+                self.feed(1, engines=[e], per_step=1)
+            e.exp["gaps"] += 1
+            e.exp["replays_failed"] += 1
+            e.exp["clears"]["replay_failed"] += 1
+            e.error = "replay_failed: batch %d is gone" % (before + 1)
+            e.index_lost_track(e.pub.last_seq - e.pub.buffer_steps + 1, upto_before=before)
+            ws = self.wait(lambda ws, e=e: ws[e.worker].clears >= 1
+                           and ws[e.worker].last_seq == e.pub.last_seq)
+            with self.subTest(form=self.form_of(e), worker=e.worker):
+                self.assertIsNotNone(ws, "%s: a gap past the replay buffer clears the worker: %s"
+                                     % (e.worker, getattr(self, "last_seen", {}).get(e.worker)))
+        self.feed(30)
+        self.checkpoint("after a gap past the replay buffer")
+
+        for e in self.engines:  # an engine restart: seq back to 0
+            e.restarted()
+            e.exp["clears"]["restart"] += 1
+            e.error = "restart: sequence went back"
+        self.feed(30)
+        self.checkpoint("after an engine restart (seq back to 0)")
+
+        for e in self.engines:  # an engine process restart: new sockets, same ports
+            old = e.pub
+            kw = dict(encoding=old.encoding, hash_kind=old.hash_kind, buffer_steps=16,
+                      replay_framing=old.replay_framing, topic=old.topic)
+            old.close()
+            e.restarted(rebind(old, **kw))
+            e.exp["clears"]["reconnect"] += 1
+            e.exp["replays_ok"] += 1
+            e.error = "reconnect: reconnected to"
+            with self.subTest(form=self.form_of(e), worker=e.worker):
+                self.assertTrue(e.pub.wait_for_subscriber(10), "%s: the daemon reconnects to the "
+                                "new sockets" % e.worker)
+            ws = self.wait(lambda ws, e=e: ws[e.worker].clears >= 3
+                           and ws[e.worker].state == prefixd.WorkerState.LIVE
+                           and ws[e.worker].replays >= 4)
+            w = (ws or self.last_seen)[e.worker]
+            with self.subTest(form=self.form_of(e), worker=e.worker):
+                self.assertTrue(ws is not None and w.last_seq == -1 and w.state_detail == ""
+                                and sum(w.mediums.values()) == 0,
+                                "%s: after the process restart LIVE, last_seq -1, state_detail "
+                                "empty, no blocks: %s" % (e.worker, (str(w.state), w.last_seq,
+                                                                     w.state_detail, w.mediums,
+                                                                     w.last_error)))
+        self.checkpoint("a restarted process, before its first batch")
+        self.feed(30)
+        self.checkpoint("a restarted process, after traffic")
+
+    def test_keys(self):
+        raw = Engine("raw", ep.EnginePool(200, BS, name="raw", hash_seed=b"raw", keys_form="raw"),
+                     kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
+        typed = Engine("typed", ep.EnginePool(200, BS, name="typed", hash_seed=b"typed",
+                                              keys_form="typed", spec_kind="full_attention"),
+                       kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="bytes"))
+        for e in (raw, typed):
+            e.pool.publisher = e.pub
+            e.exp["replays_ok"] = 1
+        typed.more = {"event_version": 1}
+        raw.more = {"event_version": 0}
+        self.engines = [raw, typed]
+        self.forms = {"raw": "keys-raw", "typed": "keys-typed"}
+        self.wl = Workload(2, 200000, variety=True)
+        self.start()
+        self.form = "keys"
+        self.caught_up()
+        self.feed(60 * SCALE, same=True)
+        self.checkpoint("raw and typed extra keys: LoRA, salt, images, embeds, legacy")
+        self.form, forms, self.forms = "mm", self.forms, {}
+        mm = [p for p in self.wl.sent[-150:] if p.keys.get("mm")]
+        self.check_routes("prompts with images, with and without block_extra_keys, with another "
+                          "image", self.wl.samples(90) + mm[:30])
+        self.forms = forms
+        # A key no decoder knows: the chain ends before that block.
+        self.form = "keys"
+        P = self.wl.fresh(6)
+        for e in self.engines:
+            e.pool.submit(P, opaque_at=3)
+            e.pool.drain()
+        self.checkpoint("a block with a key no decoder knows ends the chain",
+                        samples=[Prompt(P, None, None, {"opaque_at": 3}), plain(P[:3 * BS])])
+        self.feed(20 * SCALE, same=True)
+        self.checkpoint("more traffic")
+
+    def test_fields(self):
+        fields = dict(session_id="sess-7", locality="LOCAL", event_version=1)
+        arr = Engine("arr", ep.EnginePool(96, BS, name="arr", hash_seed=b"arr",
+                                          spec_kind="full_attention", store_fields=fields,
+                                          remove_fields=dict(locality="LOCAL", event_version=1),
+                                          tier=dict(medium="CPU", blocks=128, ownership="lmcache")),
+                     kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
+        remote = Engine("remote", ep.EnginePool(96, BS, name="remote", hash_seed=b"remote",
+                                                spec_kind="full_attention",
+                                                store_fields=dict(session_id="sess-8"),
+                                                tier=dict(medium="cpu", blocks=96,
+                                                          locality="REMOTE")),
+                        kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="int"))
+        for e in (arr, remote):
+            e.pool.publisher = e.pub
+            e.exp["replays_ok"] = 1
+        arr.more = {"event_version": 1}
+        self.engines = [arr, remote]
+        self.wl = Workload(3, 400000)
+        self.start()
+        self.form = "fields"
+        self.caught_up()
+        self.feed(80 * SCALE)
+        self.checkpoint("newest fields; tiers CPU/lmcache and CPU/REMOTE")
+        self.feed(40 * SCALE)
+        self.checkpoint("more traffic")
+
+    def test_sglang(self):
+        pubs = bind_consecutive(2, encoding="array", hash_kind="int64")
+        self.engines = [Engine("sgl" if r == 0 else "sgl-r1/dp1",
+                               ep.RadixPool(96, BS, pub, host_blocks=80, name="sgl%d" % r,
+                                            hash_seed=b"sgl%d" % r),
+                               pub, source="sgl" if r == 0 else "sgl-r1")
+                        for r, pub in enumerate(pubs)]
+        for e in self.engines:
+            e.exp["replays_ok"] = 1
+        self.wl = Workload(4, 600000)
+        long_prompt = self.wl.fresh(70)  # one node of 70 pages: stores of 64 + 6
+        for e in self.engines:
+            e.pool.submit(long_prompt)
+            e.pool.drain()
+        self.start()
+        self.form = "sglang"
+        self.checkpoint("a 70-page node published before the daemon started (caught up)",
+                        samples=[plain(long_prompt), plain(long_prompt[:40 * BS])])
+        self.feed(90 * SCALE)
+        self.checkpoint("radix nodes, HiCache moves GPU -> CPU_PINNED, load-backs")
+        e = self.engines[1]
         e.pub.drop_next(1)
         e.exp["gaps"] += 1
         e.exp["replays_ok"] += 1
-    s.feed(16)
-    s.checkpoint("a lost batch, replayed")
+        self.feed(30 * SCALE)
+        self.checkpoint("a lost batch on rank 1, replayed")
+        moved = sum(x.pool.counts["offloaded"] for x in self.engines)
+        back = sum(x.pool.counts["loaded_back"] for x in self.engines)
+        splits = sum(x.pool.counts["splits"] for x in self.engines)
+        self.assertTrue(moved > 0 and back > 0 and splits > 0, "the traffic moved pages to the "
+                        "host (%d), loaded some back (%d) and split nodes (%d)"
+                        % (moved, back, splits))
 
-    for e in s.engines:  # a gap past the replay buffer: cleared
-        before = e.pub.last_seq
-        e.pub.drop_next(3 * e.pub.buffer_steps)
-        while not e.pub.sent or e.pub.sent[-1] <= before:  # the first batch sent after them
-            s.feed(1, engines=[e], per_step=1)
+    def test_dp(self):
+        vpubs = bind_consecutive(3, encoding="map", hash_kind="int", topic="kv@vllm@llama")
+        spubs = bind_consecutive(2, encoding="array", hash_kind="int64")
+        for name, pubs, mk in (
+                ("vllm", vpubs, lambda r: ep.EnginePool(96, BS, hash_seed=b"v%d" % r)),
+                ("sgl", spubs, lambda r: ep.RadixPool(96, BS, hash_seed=b"s%d" % r))):
+            for r, pub in enumerate(pubs):
+                pool = mk(r)
+                pool.publisher = pub
+                src = name if r == 0 else "%s-r%d" % (name, r)
+                e = Engine(src if r == 0 else "%s/dp%d" % (src, r), pool, pub, src)
+                self.engines.append(e)
+        self.wl = Workload(5, 800000)
+        self.feed(40)  # history every rank published before the daemon started
+        for e in self.engines:
+            e.exp["replays_ok"] = 1
+        self.start()
+        self.form = "dp"
+        self.checkpoint("one source per rank, caught up from each rank's buffer")
+        e = self.engines[1]
+        e.pub.drop_next(1)
         e.exp["gaps"] += 1
-        e.exp["replays_failed"] += 1
-        e.exp["clears"]["replay_failed"] += 1
-        e.error = "replay_failed: batch %d is gone" % (before + 1)
-        e.index_lost_track(e.pub.last_seq - e.pub.buffer_steps + 1, upto_before=before)
-        ws = s.wait(lambda ws, e=e: ws[e.worker].clears >= 1
-                    and ws[e.worker].last_seq == e.pub.last_seq)
-        s.check_for(e, ws is not None, "%s: a gap past the replay buffer clears the worker"
-                    % e.worker, getattr(s, "last_seen", {}).get(e.worker))
-    s.feed(30)
-    s.checkpoint("after a gap past the replay buffer")
-
-    for e in s.engines:  # an engine restart: seq back to 0
-        e.restarted()
-        e.exp["clears"]["restart"] += 1
-        e.error = "restart: sequence went back"
-    s.feed(30)
-    s.checkpoint("after an engine restart (seq back to 0)")
-
-    for e in s.engines:  # an engine process restart: new sockets, same ports
-        old = e.pub
-        kw = dict(encoding=old.encoding, hash_kind=old.hash_kind, buffer_steps=16,
-                  replay_framing=old.replay_framing, topic=old.topic)
-        old.close()
-        e.restarted(rebind(old, **kw))
-        e.exp["clears"]["reconnect"] += 1
         e.exp["replays_ok"] += 1
-        e.error = "reconnect: reconnected to"
-        s.check_for(e, e.pub.wait_for_subscriber(10), "%s: the daemon reconnects to the new "
-                    "sockets" % e.worker)
-        ws = s.wait(lambda ws, e=e: ws[e.worker].clears >= 3
-                    and ws[e.worker].state == prefixd.WorkerState.LIVE
-                    and ws[e.worker].replays >= 4)
-        w = (ws or s.last_seen)[e.worker]
-        s.check_for(e, ws is not None and w.last_seq == -1 and w.state_detail == ""
-                    and sum(w.mediums.values()) == 0,
-                    "%s: after the process restart LIVE, last_seq -1, state_detail empty, "
-                    "no blocks" % e.worker,
-                    (str(w.state), w.last_seq, w.state_detail, w.mediums, w.last_error))
-    s.checkpoint("a restarted process, before its first batch")
-    s.feed(30)
-    s.checkpoint("a restarted process, after traffic")
+        self.feed(40 * SCALE)
+        self.checkpoint("a lost batch on vllm rank 1: one gap, one replay")
 
-
-def scenario_keys(t, s):
-    raw = Engine("raw", ep.EnginePool(200, BS, name="raw", hash_seed=b"raw", keys_form="raw"),
-                 kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
-    typed = Engine("typed", ep.EnginePool(200, BS, name="typed", hash_seed=b"typed",
-                                          keys_form="typed", spec_kind="full_attention"),
-                   kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="bytes"))
-    for e in (raw, typed):
-        e.pool.publisher = e.pub
-        e.exp["replays_ok"] = 1
-    typed.more = {"event_version": 1}
-    raw.more = {"event_version": 0}
-    s.engines = [raw, typed]
-    s.forms = {"raw": "keys-raw", "typed": "keys-typed"}
-    s.wl = Workload(2, 200000, variety=True)
-    if not s.start():
-        return
-    t.form = "keys"
-    s.caught_up()
-    s.feed(60 * SCALE, same=True)
-    s.checkpoint("raw and typed extra keys: LoRA, salt, images, embeds, legacy")
-    t.form, forms, s.forms = "mm", s.forms, {}
-    mm = [p for p in s.wl.sent[-150:] if p.keys.get("mm")]
-    s.check_routes("prompts with images, with and without block_extra_keys, with another "
-                   "image", s.wl.samples(90) + mm[:30])
-    s.forms = forms
-    # A key no decoder knows: the chain ends before that block.
-    t.form = "keys"
-    P = s.wl.fresh(6)
-    for e in s.engines:
-        e.pool.submit(P, opaque_at=3)
-        e.pool.drain()
-    s.checkpoint("a block with a key no decoder knows ends the chain",
-                 samples=[Prompt(P, None, None, {"opaque_at": 3}), plain(P[:3 * BS])])
-    s.feed(20 * SCALE, same=True)
-    s.checkpoint("more traffic")
-    return
-
-
-def scenario_fields(t, s):
-    fields = dict(session_id="sess-7", locality="LOCAL", event_version=1)
-    arr = Engine("arr", ep.EnginePool(96, BS, name="arr", hash_seed=b"arr",
-                                      spec_kind="full_attention", store_fields=fields,
-                                      remove_fields=dict(locality="LOCAL", event_version=1),
-                                      tier=dict(medium="CPU", blocks=128, ownership="lmcache")),
-                 kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
-    remote = Engine("remote", ep.EnginePool(96, BS, name="remote", hash_seed=b"remote",
-                                            spec_kind="full_attention",
-                                            store_fields=dict(session_id="sess-8"),
-                                            tier=dict(medium="cpu", blocks=96,
-                                                      locality="REMOTE")),
-                    kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="int"))
-    for e in (arr, remote):
-        e.pool.publisher = e.pub
-        e.exp["replays_ok"] = 1
-    arr.more = {"event_version": 1}
-    s.engines = [arr, remote]
-    s.wl = Workload(3, 400000)
-    if not s.start():
-        return
-    t.form = "fields"
-    s.caught_up()
-    s.feed(80 * SCALE)
-    s.checkpoint("newest fields; tiers CPU/lmcache and CPU/REMOTE")
-    s.feed(40 * SCALE)
-    s.checkpoint("more traffic")
-    return
-
-
-def scenario_sglang(t, s):
-    pubs = bind_consecutive(2, encoding="array", hash_kind="int64")
-    s.engines = [Engine("sgl" if r == 0 else "sgl-r1/dp1",
-                        ep.RadixPool(96, BS, pub, host_blocks=80, name="sgl%d" % r,
-                                     hash_seed=b"sgl%d" % r),
-                        pub, source="sgl" if r == 0 else "sgl-r1")
-                 for r, pub in enumerate(pubs)]
-    for e in s.engines:
-        e.exp["replays_ok"] = 1
-    s.wl = Workload(4, 600000)
-    long_prompt = s.wl.fresh(70)  # one node of 70 pages: stores of 64 + 6
-    for e in s.engines:
-        e.pool.submit(long_prompt)
-        e.pool.drain()
-    if not s.start():
-        return
-    t.form = "sglang"
-    s.checkpoint("a 70-page node published before the daemon started (caught up)",
-                 samples=[plain(long_prompt), plain(long_prompt[:40 * BS])])
-    s.feed(90 * SCALE)
-    s.checkpoint("radix nodes, HiCache moves GPU -> CPU_PINNED, load-backs")
-    e = s.engines[1]
-    e.pub.drop_next(1)
-    e.exp["gaps"] += 1
-    e.exp["replays_ok"] += 1
-    s.feed(30 * SCALE)
-    s.checkpoint("a lost batch on rank 1, replayed")
-    moved = sum(x.pool.counts["offloaded"] for x in s.engines)
-    back = sum(x.pool.counts["loaded_back"] for x in s.engines)
-    splits = sum(x.pool.counts["splits"] for x in s.engines)
-    t.check(moved > 0 and back > 0 and splits > 0, "the traffic moved pages to the host (%d), "
-            "loaded some back (%d) and split nodes (%d)" % (moved, back, splits))
-    return
-
-
-def scenario_dp(t, s):
-    vpubs = bind_consecutive(3, encoding="map", hash_kind="int", topic="kv@vllm@llama")
-    spubs = bind_consecutive(2, encoding="array", hash_kind="int64")
-    for name, pubs, mk in (("vllm", vpubs, lambda r: ep.EnginePool(96, BS, hash_seed=b"v%d" % r)),
-                           ("sgl", spubs, lambda r: ep.RadixPool(96, BS, hash_seed=b"s%d" % r))):
-        for r, pub in enumerate(pubs):
-            pool = mk(r)
-            pool.publisher = pub
-            src = name if r == 0 else "%s-r%d" % (name, r)
-            e = Engine(src if r == 0 else "%s/dp%d" % (src, r), pool, pub, src)
-            s.engines.append(e)
-    s.wl = Workload(5, 800000)
-    s.feed(40)  # history every rank published before the daemon started
-    for e in s.engines:
-        e.exp["replays_ok"] = 1
-    if not s.start():
-        return
-    t.form = "dp"
-    s.checkpoint("one source per rank, caught up from each rank's buffer")
-    e = s.engines[1]
-    e.pub.drop_next(1)
-    e.exp["gaps"] += 1
-    e.exp["replays_ok"] += 1
-    s.feed(40 * SCALE)
-    s.checkpoint("a lost batch on vllm rank 1: one gap, one replay")
-    return
-
-
-def scenario_hybrid(t, s):
-    hyb = Engine("hybrid", ep.EnginePool(128, BS, name="hybrid", hash_seed=b"h",
-                                         sliding_window=48, window_blocks=40),
-                 kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="int"))
-    flat = Engine("plain", ep.EnginePool(128, BS, name="plain", hash_seed=b"p"),
-                  kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
-    for e in (hyb, flat):
-        e.pool.publisher = e.pub
-        e.exp["replays_ok"] = 1
-    hyb.more = {"groups": {0: ("full_attention", 0), 1: ("sliding_window", 3)}}
-    hyb.check_full = flat.check_full = True
-    s.engines = [hyb, flat]
-    s.wl = Workload(6, 1000000)
-    if not s.start():
-        return
-    t.form = "hybrid"
-    s.caught_up()
-    s.feed(60 * SCALE, same=True)
-    # Every prefix of recent prompts: each boundary by the window rule.
-    prefixes = []
-    for p in s.wl.sent[-12:]:
-        prefixes += [p._replace(tokens=p.tokens[:k * BS]) for k in range(1, len(p.tokens) // BS)]
-    s.checkpoint("usable prefix per the window rule; every prefix of 12 prompts",
-                 samples=s.wl.samples() + prefixes)
-    differ = sum(1 for p in s.wl.samples() + prefixes
-                 if hyb.answer(p)["matched"] != hyb.answer(p)["full"])
-    t.check(differ > 0, "the samples include prefixes the full group holds but the window "
-            "group does not allow (%d)" % differ)
-    s.feed(40 * SCALE, same=True)
-    s.checkpoint("more traffic")
-    return
-
-
-SCENARIOS = collections.OrderedDict([
-    ("replay", scenario_replay), ("keys", scenario_keys), ("fields", scenario_fields),
-    ("sglang", scenario_sglang), ("dp", scenario_dp), ("hybrid", scenario_hybrid)])
-
-
-def main():
-    t0 = time.monotonic()
-    t = Suite()
-    picked = [x for x in ARGS.scenarios.split(",") if x] or list(SCENARIOS)
-    for name in picked:
-        s = Scenario(t, name)
-        t.form = name
-        try:
-            SCENARIOS[name](t, s)
-            if s.daemon is not None and s.client is not None:
-                t.form = name
-                s.client.close()  # an open channel would hold up the drain
-                s.client = None
-                rc = s.daemon.stop()
-                t.check(rc == 0, "%s: prefixd exits 0 on SIGTERM" % name, rc)
-        except Exception:  # a scenario that cannot finish fails; the next runs
-            t.check(False, "%s ran to its end" % name, traceback.format_exc(limit=6))
-        finally:
-            s.close()
-    t.summary()
-    print("(%.1f s)" % (time.monotonic() - t0))
-    return t.exit_code()
+    def test_hybrid(self):
+        hyb = Engine("hybrid", ep.EnginePool(128, BS, name="hybrid", hash_seed=b"h",
+                                             sliding_window=48, window_blocks=40),
+                     kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind="int"))
+        flat = Engine("plain", ep.EnginePool(128, BS, name="plain", hash_seed=b"p"),
+                      kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int"))
+        for e in (hyb, flat):
+            e.pool.publisher = e.pub
+            e.exp["replays_ok"] = 1
+        hyb.more = {"groups": {0: ("full_attention", 0), 1: ("sliding_window", 3)}}
+        hyb.check_full = flat.check_full = True
+        self.engines = [hyb, flat]
+        self.wl = Workload(6, 1000000)
+        self.start()
+        self.form = "hybrid"
+        self.caught_up()
+        self.feed(60 * SCALE, same=True)
+        # Every prefix of recent prompts: each boundary by the window rule.
+        prefixes = []
+        for p in self.wl.sent[-12:]:
+            prefixes += [p._replace(tokens=p.tokens[:k * BS])
+                         for k in range(1, len(p.tokens) // BS)]
+        self.checkpoint("usable prefix per the window rule; every prefix of 12 prompts",
+                        samples=self.wl.samples() + prefixes)
+        differ = sum(1 for p in self.wl.samples() + prefixes
+                     if hyb.answer(p)["matched"] != hyb.answer(p)["full"])
+        with self.subTest(form=self.form):
+            self.assertGreater(differ, 0, "the samples include prefixes the full group holds but "
+                               "the window group does not allow (%d)" % differ)
+        self.feed(40 * SCALE, same=True)
+        self.checkpoint("more traffic")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    common.unittest_main(sys.argv + ["EngineForms.test_" + name
+                                     for name in ARGS.scenarios.split(",") if name])

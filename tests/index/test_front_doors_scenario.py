@@ -43,8 +43,12 @@ the index, then the store's replay places its keys where the engines' blocks
 are (its replay is held until the engines have caught up: a store's
 catch-up that comes first places nothing, a documented limit).
 
-Prints one line per check and "N passed, M failed"; exit 1 on a failure, 77
+One unittest test runs the steps in order, each a subTest (a step that
+fails ends the run: the next ones build on it); the four doors' agreement
+with the model is a subTest per step and door. Exit 1 on a failure, 77
 (skipped) without --prefixd.
+
+Usage: test_front_doors_scenario.py --prefixd PATH [--stubs DIR] [unittest args]
 """
 
 import collections
@@ -58,15 +62,13 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import common  # noqa: E402  (tests/python/common.py)
 
 ARGS = common.setup(__doc__)
-if not ARGS.prefixd:
-    print("--prefixd not given: skipped")
-    sys.exit(77)
 
 import grpc  # noqa: E402
 import zmq  # noqa: E402
@@ -337,9 +339,15 @@ class ReplayGate:
 
 # ---- the test ----
 
-class Test(common.Checker):
-    def __init__(self):
-        super().__init__()
+# What ends the run as an error (the daemon's logs say why).
+RUN_ERRORS = (prefixd_fixture.DaemonFailed, OSError, grpc.RpcError, ValueError, KeyError,
+              TypeError)
+
+
+class FrontDoorsScenario(unittest.TestCase):
+    def setUp(self):
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
         self.tmp = tempfile.mkdtemp(prefix="prefixd-scenario-")
         self.http_port = prefixd_fixture.free_port()
         self.daemon = None
@@ -355,6 +363,7 @@ class Test(common.Checker):
                             "10.0.0.4:9000")
         self.engines = [self.sg0, self.sg1, self.vllm, self.store]
         self.gate = ReplayGate(self.store.pub)
+        self.addCleanup(self.close)
 
     def config(self):
         sources = "".join(
@@ -392,11 +401,11 @@ class Test(common.Checker):
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
             if cond(self.workers()):
-                return self.check(True, what)
+                return
             time.sleep(0.02)
-        ws = self.workers()
-        return self.check(False, what, "timed out; workers: %s" % {
-            n: (pb.WorkerState.Name(w.state), w.last_seq, w.state_detail) for n, w in ws.items()})
+        self.fail("%s: timed out; workers: %s" % (what, {
+            n: (pb.WorkerState.Name(w.state), w.last_seq, w.state_detail)
+            for n, w in self.workers().items()}))
 
     def caught_up(self, ws, *engines):
         for e in engines:
@@ -414,17 +423,17 @@ class Test(common.Checker):
                 "lora_name": None, "tenant_id": "default", "instance_id": e.instance,
                 "block_size": BS, "dp_rank": e.rank}
         status, answer = self.post("/register", body)
-        self.check(status == 200 and answer.get("instance_id") == e.instance,
-                   "/register %s (%s)" % (e.name, body["type"]), (status, answer))
+        self.assertTrue(status == 200 and answer.get("instance_id") == e.instance,
+                        "/register %s (%s): %s" % (e.name, body["type"], (status, answer)))
         return body
 
     def configure_addresses(self, engines):
         r = self.kvi.ConfigureExpectedWorkers(kv.ConfigureExpectedWorkersRequest(workers=[
             kv.ExpectedWorker(worker_id=e.worker, worker_address=e.address) for e in engines]),
             timeout=TIMEOUT)
-        self.check(r.total_workers == len(engines),
-                   "ConfigureExpectedWorkers gives %s their addresses"
-                   % ", ".join(e.worker for e in engines), r)
+        self.assertEqual(r.total_workers, len(engines),
+                         "ConfigureExpectedWorkers gives %s their addresses"
+                         % ", ".join(e.worker for e in engines))
         for e in engines:
             self.model.address[e.worker] = e.address
 
@@ -474,27 +483,29 @@ class Test(common.Checker):
         listed = {w: {m.medium: m.blocks for m in ws[w].mediums if m.blocks}
                   for w in ws}
         want_listed = {w: model.medium_blocks(w) for w in model.hold}
-        self.check(listed == want_listed,
-                   "%s: ListWorkers lists the model's workers and their blocks per medium"
-                   % step, (listed, want_listed))
-        self.check(len(nonzero) >= 2, "%s: the model expects matches (%s)"
-                   % (step, sorted(nonzero)))
+        self.assertGreaterEqual(len(nonzero), 2, "%s: the model expects matches (%s)"
+                                % (step, sorted(nonzero)))
+        with self.subTest(door="ListWorkers"):
+            self.assertEqual(listed, want_listed, "%s: ListWorkers lists the model's workers and "
+                             "their blocks per medium" % step)
         for door in ("Route", "/query", "/query_by_hash", "MatchExternalKvPrefix"):
-            self.check(not bad[door], "%s: %s agrees with the model on %d prompts"
-                       % (step, door, len(PROMPTS)), "\n      ".join(map(str, bad[door][:3])))
+            with self.subTest(door=door):
+                self.assertTrue(not bad[door], "%s: %s agrees with the model on %d prompts\n%s"
+                                % (step, door, len(PROMPTS),
+                                   "\n      ".join(map(str, bad[door][:3]))))
 
     # ---- the steps ----
 
     def setup_fleet(self):
         self.start_daemon()
         for e in (self.sg0, self.sg1):
-            self.check(e.pub.wait_for_subscriber(DEADLINE_S),
-                       "the daemon subscribes to %s" % e.name)
+            self.assertTrue(e.pub.wait_for_subscriber(DEADLINE_S),
+                            "the daemon subscribes to %s" % e.name)
         self.vllm_body = self.register(self.vllm)
         self.register(self.store)
         for e in (self.vllm, self.store):
-            self.check(e.pub.wait_for_subscriber(DEADLINE_S),
-                       "the daemon subscribes to %s" % e.name)
+            self.assertTrue(e.pub.wait_for_subscriber(DEADLINE_S),
+                            "the daemon subscribes to %s" % e.name)
         self.wait(lambda ws: len(ws) == 4 and all(w.state == pb.LIVE for w in ws.values()),
                   "four LIVE workers")
         by_endpoint = {w.endpoint: n for n, w in self.workers().items()}
@@ -503,13 +514,13 @@ class Test(common.Checker):
             self.model.add_worker(e.worker, e.family, e.instance, e.rank,
                                   e.address if e.family == "sglang" else "")
         ws = self.workers()
-        self.check(all(e.worker is not None for e in self.engines)
-                   and ws[self.sg1.worker].labels.instance_id == "sglang-a"
-                   and ws[self.sg1.worker].labels.dp_rank == 1
-                   and ws[self.sg1.worker].labels.address == self.sg1.address
-                   and ws[self.store.worker].labels.hashes_are_keys,
-                   "every publisher is a worker with its labels",
-                   {e.name: e.worker for e in self.engines})
+        self.assertTrue(all(e.worker is not None for e in self.engines)
+                        and ws[self.sg1.worker].labels.instance_id == "sglang-a"
+                        and ws[self.sg1.worker].labels.dp_rank == 1
+                        and ws[self.sg1.worker].labels.address == self.sg1.address
+                        and ws[self.store.worker].labels.hashes_are_keys,
+                        "every publisher is a worker with its labels: %s"
+                        % {e.name: e.worker for e in self.engines})
         self.configure_addresses([self.vllm, self.store])
 
     def step_stores(self):
@@ -546,15 +557,14 @@ class Test(common.Checker):
         # The next batch extends the lost one's chain: applied before it, its
         # first event would be dropped as an unknown parent.
         self.publish(sg0, [sg0.stored(m, P_E, 3, 4, "GPU"), sg0.stored(m, P_C, 3, 5, "GPU")])
-        self.check(sg0.pub.dropped == [sg0.pub.last_seq - 1], "step 3: sg0 lost a batch",
-                   sg0.pub.dropped)
+        self.assertEqual(sg0.pub.dropped, [sg0.pub.last_seq - 1], "step 3: sg0 lost a batch")
         self.wait(lambda ws: self.caught_up(ws, sg0) and ws[sg0.worker].gaps == before.gaps + 1
                   and ws[sg0.worker].replays > before.replays,
                   "step 3: the daemon sees the gap, replays it and is caught up")
         w = self.workers()[sg0.worker]
-        self.check(w.clears == before.clears and w.dropped_blocks == before.dropped_blocks,
-                   "step 3: the replayed batch filled the gap (no clear, nothing dropped)",
-                   (w.clears, w.dropped_blocks, w.last_error))
+        self.assertEqual((w.clears, w.dropped_blocks), (before.clears, before.dropped_blocks),
+                         "step 3: the replayed batch filled the gap (no clear, nothing dropped; "
+                         "last_error %r)" % w.last_error)
         self.agree("step 3 (gap)")
 
     def step_engine_restart(self):
@@ -564,8 +574,8 @@ class Test(common.Checker):
         old.close()
         sg1.pub = rebind(old, sg1.rank)
         m.clear(sg1.worker)
-        self.check(sg1.pub.wait_for_subscriber(DEADLINE_S),
-                   "step 4: the daemon reconnects to sg1's new process")
+        self.assertTrue(sg1.pub.wait_for_subscriber(DEADLINE_S),
+                        "step 4: the daemon reconnects to sg1's new process")
         self.publish(sg1, [sg1.stored(m, P_C, 0, 3, "GPU")])
         self.publish(sg1, [sg1.stored(m, P_D, 0, 2, "GPU")])
         self.wait(lambda ws: self.caught_up(ws, sg1) and ws[sg1.worker].clears > before.clears,
@@ -576,14 +586,14 @@ class Test(common.Checker):
         body = {k: self.vllm_body[k] for k in ("type", "modelname", "lora_name", "tenant_id",
                                                "instance_id", "block_size", "dp_rank")}
         status, answer = self.post("/unregister", body)
-        self.check(status == 200 and answer.get("removed_instances") == [self.vllm.worker],
-                   "step 5: /unregister removes vLLM's worker", (status, answer))
+        self.assertTrue(status == 200 and answer.get("removed_instances") == [self.vllm.worker],
+                        "step 5: /unregister removes vLLM's worker: %s" % ((status, answer),))
         self.model.remove_worker(self.vllm.worker)
         self.agree("step 5 (unregister)")
 
     def step_daemon_restart(self):
         self.channel.close()
-        self.check(self.daemon.stop() == 0, "step 6: the daemon stops cleanly on SIGTERM")
+        self.assertEqual(self.daemon.stop(), 0, "step 6: the daemon stops cleanly on SIGTERM")
         self.daemon.close()
         self.gate.open.clear()  # the store's replay waits for the engines'
         self.start_daemon()
@@ -591,30 +601,35 @@ class Test(common.Checker):
         self.wait(lambda ws: self.caught_up(ws, *engines),
                   "step 6: the SGLang sources catch up from their replay buffers")
         ws = self.workers()
-        self.check(sorted(ws) == sorted([self.sg0.worker, self.sg1.worker, self.store.worker]),
-                   "step 6: the store's registration is kept, vLLM's is not", sorted(ws))
+        self.assertEqual(sorted(ws), sorted([self.sg0.worker, self.sg1.worker, self.store.worker]),
+                         "step 6: the store's registration is kept, vLLM's is not")
         self.gate.open.set()
         self.wait(lambda ws: self.caught_up(ws, self.store),
                   "step 6: the store catches up from its replay buffer")
         self.model.drops[self.store.worker] = 0
         self.store.replay_log(self.model)
         w = self.workers()[self.store.worker]
-        self.check(w.dropped_blocks == self.model.drops[self.store.worker],
-                   "step 6: the store's keys of blocks no engine holds any more are dropped "
-                   "(%d)" % self.model.drops[self.store.worker], w.dropped_blocks)
+        self.assertEqual(w.dropped_blocks, self.model.drops[self.store.worker],
+                         "step 6: the store's keys of blocks no engine holds any more are dropped "
+                         "(%d)" % self.model.drops[self.store.worker])
         # ConfigureExpectedWorkers' addresses live in memory: the bridge gives
         # them again.
         self.configure_addresses([self.store])
         self.agree("step 6 (daemon restart)")
 
-    def run(self):
-        self.setup_fleet()
-        self.step_stores()
-        self.step_removals()
-        self.step_gap()
-        self.step_engine_restart()
-        self.step_unregister()
-        self.step_daemon_restart()
+    def test_one_fleet_through_the_four_doors(self):
+        for step in (self.setup_fleet, self.step_stores, self.step_removals, self.step_gap,
+                     self.step_engine_restart, self.step_unregister, self.step_daemon_restart):
+            finished = False
+            with self.subTest(step=step.__name__):
+                try:
+                    step()
+                except RUN_ERRORS as e:
+                    logs = self.daemon.logs()[-3000:] if self.daemon is not None else ""
+                    self.fail("the run completed: %s: %s\n%s" % (type(e).__name__, e, logs))
+                finished = True
+            if not finished:
+                break  # the next steps build on this one
 
     def close(self):
         self.gate.open.set()
@@ -627,18 +642,5 @@ class Test(common.Checker):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-def main():
-    t = Test()
-    try:
-        t.run()
-    except (prefixd_fixture.DaemonFailed, OSError, grpc.RpcError, ValueError, KeyError,
-            TypeError) as e:
-        logs = t.daemon.logs()[-3000:] if t.daemon is not None else ""
-        t.check(False, "the run completed", "%s: %s\n%s" % (type(e).__name__, e, logs))
-    finally:
-        t.close()
-    return t.exit_code()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    common.unittest_main()

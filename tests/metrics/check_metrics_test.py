@@ -10,16 +10,23 @@ docs/metrics.md.
 
 Exits 77 (skip) only when /usr/bin/promtool is absent.
 
-Usage: check_metrics_test.py --prefixd PATH --repo DIR
+Usage: check_metrics_test.py --prefixd PATH --repo DIR [unittest args]
 """
 
+import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+import unittest
 
 import harness
+import common  # tests/python/common.py, on the path harness sets
 import workload
+
+ARGS = None
 
 SECTION_9 = {
     "counter": ["prefixd_match_requests_total", "prefixd_match_tokens_total",
@@ -38,38 +45,65 @@ SECTION_9 = {
 }
 
 
-def run(args, tmp, check):
-    import grpc  # Debian's python3-grpcio
-    pb2, pb2_grpc = harness.load_stubs(os.path.join(args.repo, "proto"), os.path.join(tmp, "gen"))
-    daemon = harness.Daemon(args.prefixd, tmp, workload.CONFIG)
-    client = harness.Client(grpc, pb2, pb2_grpc, daemon.grpc_address)
-    try:
-        daemon.wait_ready(client)
-        workload.phase1(client)
-        workload.phase2(client)
-        workload.wait_for_lease_expiry(client, harness.wait_for)
-        text = harness.http_get(daemon.metrics_url)
-    finally:
-        client.close()
-        rc = daemon.stop()
-    check(rc == 0, "prefixd exits 0 on SIGTERM", daemon.log() if rc else "")
+class CheckMetricsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        harness.skip_unless(harness.PROMTOOL)
+        import grpc  # Debian's python3-grpcio
+        cls.tmp = tempfile.mkdtemp(prefix="prefixd-check-metrics-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
+        pb2, pb2_grpc = harness.load_stubs(os.path.join(ARGS.repo, "proto"),
+                                           os.path.join(cls.tmp, "gen"))
+        daemon = harness.Daemon(ARGS.prefixd, cls.tmp, workload.CONFIG)
+        client = harness.Client(grpc, pb2, pb2_grpc, daemon.grpc_address)
+        try:
+            daemon.wait_ready(client)
+            workload.phase1(client)
+            workload.phase2(client)
+            workload.wait_for_lease_expiry(client, harness.wait_for)
+            cls.text = harness.http_get(daemon.metrics_url)
+        finally:
+            client.close()
+            cls.rc = daemon.stop()
+            cls.log = daemon.log()
+        cls.types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", cls.text, re.M))
+        cls.helps = dict(re.findall(r"^# HELP (\S+) (.*)$", cls.text, re.M))
 
-    r = subprocess.run([harness.PROMTOOL, "check", "metrics"], input=text,
-                       capture_output=True, text=True, timeout=60)
-    check(r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "",
-          "promtool check metrics reports nothing",
-          "exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    def test_exit_on_sigterm(self):
+        self.assertEqual(self.rc, 0, "prefixd exits 0 on SIGTERM\n" + self.log)
 
-    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
-    helps = dict(re.findall(r"^# HELP (\S+) (.*)$", text, re.M))
-    for family in types:
-        check(helps.get(family, "").strip() != "", "help text on %s" % family)
-    for kind, names in SECTION_9.items():
-        for name in names:
-            check(types.get(name) == kind, "%s is a %s" % (name, kind), types.get(name))
-    check('prefixd_match_hit_tokens_total{tenant="acme"} 144' in text,
-          "the scrape shows acme's 144 hit tokens")
+    def test_promtool_check_metrics(self):
+        r = subprocess.run([harness.PROMTOOL, "check", "metrics"], input=self.text,
+                           capture_output=True, text=True, timeout=60)
+        self.assertTrue(r.returncode == 0 and r.stdout.strip() == "" and r.stderr.strip() == "",
+                        "promtool check metrics reports nothing: exit %d\n%s%s"
+                        % (r.returncode, r.stdout, r.stderr))
+
+    def test_help_text(self):
+        for family in self.types:
+            with self.subTest(family=family):
+                self.assertNotEqual(self.helps.get(family, "").strip(), "",
+                                    "help text on %s" % family)
+
+    def test_section_9_types(self):
+        for kind, names in SECTION_9.items():
+            for name in names:
+                with self.subTest(name=name):
+                    self.assertEqual(self.types.get(name), kind, "%s is a %s" % (name, kind))
+
+    def test_acme_hit_tokens(self):
+        self.assertTrue('prefixd_match_hit_tokens_total{tenant="acme"} 144' in self.text,
+                        "the scrape shows acme's 144 hit tokens")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefixd", required=True)
+    parser.add_argument("--repo", required=True, help="the source tree")
+    ARGS, rest = parser.parse_known_args()
+    common.unittest_main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(harness.main(__doc__, harness.PROMTOOL, "prefixd-check-metrics-", run))
+    main()

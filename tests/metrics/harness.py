@@ -1,22 +1,20 @@
 """Shared pieces of the metrics tests: free ports, the real prefixd binary,
-Python gRPC stubs generated at test time, a real Prometheus, and promtool;
-main() runs a test against the daemon. The pass/fail counter and stopping a
-process come from tests/python/common.py.
+Python gRPC stubs generated at test time, a real Prometheus, and promtool
+(skip_unless skips a test when one is absent). unittest_main() and stopping
+a process come from tests/python/common.py.
 
 Every wait polls with a deadline; nothing sleeps blindly.
 """
 
-import argparse
 import collections
 import importlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
+import unittest
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,18 +25,15 @@ import common  # noqa: E402  (tests/python/common.py)
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
-SKIP = 77  # ctest SKIP_RETURN_CODE
-
 START_TIMEOUT_S = 30
 
 
 def skip_unless(*binaries):
-    """Exits with the skip code, saying why, if a binary is missing."""
+    """Skips the test (unittest.SkipTest), saying why, if a binary is missing."""
     for path in binaries:
         if not os.access(path, os.X_OK):
-            print("SKIP: %s is not installed (Debian package `prometheus`; "
-                  "deploy/install-deps.sh installs it)" % path)
-            sys.exit(SKIP)
+            raise unittest.SkipTest("%s is not installed (Debian package `prometheus`; "
+                                    "deploy/install-deps.sh installs it)" % path)
 
 
 def free_port():
@@ -68,11 +63,6 @@ def wait_for(what, predicate, timeout_s, interval_s=0.05):
 def http_get(url, timeout_s=10):
     with urllib.request.urlopen(url, timeout=timeout_s) as r:
         return r.read().decode("utf-8")
-
-
-# Counts and prints assertions: check(cond, what, detail); the test exits
-# with check.exit_code(), 1 if any failed.
-Check = common.Checker
 
 
 def protoc_command(proto_dir, out_dir):
@@ -231,25 +221,3 @@ class Prometheus:
 
     def stop(self):
         common.stop_process(self.proc)
-
-
-def cleanup(tmp):
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
-def main(doc, tool, tmp_prefix, run):
-    """A test against the real daemon: parses --prefixd PATH --repo DIR,
-    skips unless `tool` is installed, calls run(args, tmp, check) with a
-    fresh temp dir (removed afterwards) and a Check; returns the exit code."""
-    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--repo", required=True, help="the source tree")
-    args = parser.parse_args()
-    skip_unless(tool)
-    check = Check()
-    tmp = tempfile.mkdtemp(prefix=tmp_prefix)
-    try:
-        run(args, tmp, check)
-    finally:
-        cleanup(tmp)
-    return check.exit_code()

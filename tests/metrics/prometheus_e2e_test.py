@@ -27,35 +27,29 @@ dashboard's and rules' index expressions are only checked to parse.
 
 Exits 77 (skip) only when /usr/bin/prometheus is absent.
 
-Usage: prometheus_e2e_test.py --prefixd PATH --repo DIR
+Usage: prometheus_e2e_test.py --prefixd PATH --repo DIR [unittest args]
 """
 
+import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import unittest
 
 import harness
+import common  # tests/python/common.py, on the path harness sets
 import workload
+
+ARGS = None
 
 SCRAPE_TIMEOUT_S = 60
 RULES_TIMEOUT_S = 60
-
-
-def series(prom, check, name):
-    """{labels without instance/job: float value} of the latest samples."""
-    r = prom.query('{__name__="%s"}' % name)
-    if not check(r.get("status") == "success", "query %s" % name, r):
-        return {}
-    out = {}
-    for s in r["data"]["result"]:
-        labels = tuple(sorted((k, v) for k, v in s["metric"].items()
-                              if k not in ("__name__", "instance", "job")))
-        out[labels] = float(s["value"][1])
-    return out
 
 
 def scalar_value(prom, expr):
@@ -133,102 +127,6 @@ def label_values_query(expr):
 
 
 INDEX_METRICS = "prefixd_index_"
-
-
-def check_dashboard(prom, check, path, index_on):
-    queries = dashboard_queries(path)
-    check(len(queries) >= 20, "dashboard has %d expressions" % len(queries))
-    for where, expr in queries:
-        q, label = label_values_query(substitute(expr))
-        r = prom.query(q)
-        result = r.get("data", {}).get("result", [])
-        if INDEX_METRICS in q and not index_on:
-            check(r.get("status") == "success", "dashboard %s parses (no index: no data)" % where,
-                  "%s\n      -> %s" % (q, json.dumps(r)[:400]))
-            continue
-        ok = r.get("status") == "success" and len(result) > 0
-        if label:
-            ok = ok and all(label in s["metric"] for s in result)
-        check(ok, "dashboard %s returns data" % where,
-              "%s\n      -> %s" % (q, json.dumps(r)[:400]))
-
-
-def check_rules(prom, check, index_on):
-    def all_evaluated():
-        r = prom.api("rules")
-        rules = [rule for g in r["data"]["groups"] for rule in g["rules"]]
-        if rules and all(rule.get("health") != "unknown" for rule in rules):
-            return rules
-        return None
-
-    rules = harness.wait_for("Prometheus evaluates every rule", all_evaluated, RULES_TIMEOUT_S, 0.2)
-    names = sorted(rule["name"] for rule in rules)
-    check(len(rules) >= 5, "alert rules loaded: %s" % ", ".join(names))
-    for rule in rules:
-        check(rule["health"] == "ok", "rule %s evaluates without error" % rule["name"],
-              rule.get("lastError"))
-        q = boolify(rule["query"])
-        r = prom.query(q)
-        result = r.get("data", {}).get("result", [])
-        if INDEX_METRICS in q and not index_on:
-            check(r.get("status") == "success",
-                  "rule %s: expression parses (no index: no data)" % rule["name"],
-                  "%s\n      -> %s" % (q, json.dumps(r)[:400]))
-            continue
-        check(r.get("status") == "success" and len(result) > 0,
-              "rule %s: expression returns data" % rule["name"],
-              "%s\n      -> %s" % (q, json.dumps(r)[:400]))
-
-
-def check_values(prom, check, expected, what):
-    by_name = {}
-    for (name, labels), value in sorted(expected.items()):
-        if name not in by_name:
-            by_name[name] = series(prom, check, name)
-        got = by_name[name].get(labels)
-        check(got == value, "%s %s%s = %s" % (what, name, dict(labels), value), "got %s" % got)
-
-
-def check_rpc_metrics(prom, check, client):
-    errors = series(prom, check, "prefixd_rpc_errors_total")
-    check(len(errors) == 23 * 16, "prefixd_rpc_errors_total: 23 methods x 16 codes pre-created",
-          "%d series" % len(errors))
-    wrong = {}
-    for labels, value in errors.items():
-        d = dict(labels)
-        want = client.errors.get((d["method"], d["code"]), 0)
-        if value != want:
-            wrong[labels] = (value, want)
-    check(not wrong, "prefixd_rpc_errors_total equals the errors the client saw (%s)"
-          % dict(client.errors), wrong)
-    counts = series(prom, check, "prefixd_rpc_duration_seconds_count")
-    inf = {k: v for k, v in series(prom, check, "prefixd_rpc_duration_seconds_bucket").items()
-           if dict(k)["le"] == "+Inf"}
-    for labels, value in sorted(counts.items()):
-        method = dict(labels)["method"]
-        check(value == client.calls.get(method, 0),
-              "prefixd_rpc_duration_seconds_count{method=%s} = %d"
-              % (method, client.calls.get(method, 0)), "got %s" % value)
-        check(inf.get(tuple(sorted(labels + (("le", "+Inf"),)))) == value,
-              "prefixd_rpc_duration_seconds_bucket{method=%s,le=+Inf} = _count" % method)
-    check(set(dict(k)["method"] for k in counts) >= set(client.calls),
-          "a duration series for every method called")
-
-
-def check_process(prom, check, started):
-    rss = scalar_value(prom, "process_resident_memory_bytes")
-    vms = scalar_value(prom, "process_virtual_memory_bytes")
-    check(rss is not None and rss > 1 << 20, "process_resident_memory_bytes > 1 MiB", rss)
-    check(vms is not None and rss is not None and vms >= rss, "process_virtual_memory_bytes >= resident", vms)
-    start = scalar_value(prom, "process_start_time_seconds")
-    check(start is not None and started - 5 <= start <= time.time(),
-          "process_start_time_seconds is when prefixd started", "%s vs %s" % (start, started))
-    cpu = scalar_value(prom, "process_cpu_seconds_total")
-    check(cpu is not None and cpu >= 0, "process_cpu_seconds_total", cpu)
-    fds = scalar_value(prom, "process_open_fds")
-    max_fds = scalar_value(prom, "process_max_fds")
-    check(fds is not None and max_fds is not None and 0 < fds < max_fds,
-          "0 < process_open_fds < process_max_fds", "%s %s" % (fds, max_fds))
 
 
 # ---- the fleet index (docs/index.md) ----------------------------------------
@@ -374,49 +272,39 @@ class IndexClient:
                                 ready, INDEX_TIMEOUT_S, 0.05)
 
 
-def run_index_workload(engine, index, check):
-    """Returns the prefixd_index_* values the workload implies."""
+def run_index_workload(engine, index):
+    """Plays the engine's side. Returns the prefixd_index_* values the
+    workload implies, and what the index answered on the way, by step
+    (test_index_answers checks it)."""
     toks = workload.toks
+    seen = {}
     engine.wait_subscribed(INDEX_TIMEOUT_S)
     # On connecting, the index first replays what the engine buffers (here
     # nothing yet): one replay, ok.
     w = index.wait_live("after its catch-up replay", replays=1)
-    check(engine.replay_requests == [0] and w.last_seq == -1,
-          "on connecting, the index asked the replay socket for everything from seq 0",
-          (engine.replay_requests, w))
+    seen["catch-up"] = (list(engine.replay_requests), w)
     # Batches 0 and 1: a chain of 3 blocks (tokens 0..47) from the root.
     engine.publish([engine.stored([101, 102], None, toks(0, 32))])
     s = engine.publish([engine.stored([103], 102, toks(32, 16))])
     index.wait_live("a 3-block chain", last_seq=s)
     # Route 1: 4 prompt blocks, the worker holds the first 3.
-    r = index.route(toks(0, 64))
-    check(r.best_worker == INDEX_WORKER and r.prompt_blocks == 4 and r.block_size == 16
-          and [(w.worker, w.matched_blocks) for w in r.workers] == [(INDEX_WORKER, 3)]
-          and [(m.medium, m.matched_blocks) for m in r.workers[0].mediums] == [("GPU", 3)],
-          "Route: %s holds 3 of 4 prompt blocks, on GPU" % INDEX_WORKER, r)
+    seen["route 3 of 4"] = index.route(toks(0, 64))
     # Batch 2 is lost (only in the replay buffer); batch 3 reveals the gap,
     # and the index must replay 2 before applying 3.
     engine.publish([engine.stored([104], 103, toks(48, 16))], lost=True)
     s = engine.publish([engine.stored([105], 104, toks(64, 16))])
     w = index.wait_live("the gap replayed", last_seq=s, replays=2)
-    check(engine.replay_requests == [0, 2], "on the gap, the index asked for seq 2 on",
-          engine.replay_requests)
-    check(w.gaps == 1 and w.clears == 0, "ListWorkers: 1 gap, no clear", w)
+    seen["gap"] = (list(engine.replay_requests), w)
     # Route 2: all 5 blocks, block 4 from the replay.
-    r = index.route(toks(0, 80))
-    check(r.best_worker == INDEX_WORKER and r.prompt_blocks == 5
-          and r.workers[0].matched_blocks == 5,
-          "Route after the replay: all 5 blocks (the lost one replayed)", r)
+    seen["route after the replay"] = index.route(toks(0, 80))
     # Batch 4: AllBlocksCleared; batch 5: a new chain of 3 blocks.
     engine.publish([["AllBlocksCleared"]])
     s = engine.publish([engine.stored([201, 202, 203], None, toks(0, 48))])
     index.wait_live("cleared, then a new chain", last_seq=s)
     # Route 3: 2 whole blocks (+8 tokens), both held. Route 4: nobody.
-    r = index.route(toks(0, 40))
-    check(r.prompt_blocks == 2 and r.workers[0].matched_blocks == 2, "Route: 2 of 2 blocks", r)
-    r = index.route(toks(1000, 32))
-    check(r.best_worker == "" and r.prompt_blocks == 2 and not r.workers,
-          "Route of an unknown prompt: no best worker, no worker listed", r)
+    seen["route 2 of 2"] = index.route(toks(0, 40))
+    seen["route unknown"] = index.route(toks(1000, 32))
+
     def of(**labels):  # the label tuple check_values compares (sorted, no instance/job)
         return tuple(sorted(dict(labels, worker=INDEX_WORKER).items()))
     expected = {
@@ -441,31 +329,55 @@ def run_index_workload(engine, index, check):
     }
     for state in ("CONNECTING", "LIVE", "REPLAYING", "ERROR"):
         expected[("prefixd_index_worker_state", of(state=state))] = 1 if state == "LIVE" else 0
-    return expected
+    return expected, seen
 
 
-def run(args, tmp, check):
-    import grpc  # Debian's python3-grpcio
-    pb2, pb2_grpc = harness.load_stubs(os.path.join(args.repo, "proto"), os.path.join(tmp, "gen"))
-    index_on = index_supported(args.prefixd)
-    engine = None
-    config = workload.CONFIG
-    if index_on:
-        import msgpack  # Debian's python3-msgpack
-        import zmq  # Debian's python3-zmq
-        engine = FakeVllmPublisher(zmq, msgpack)
-        config += index_config(engine)
-    else:
-        print("note  this prefixd has no fleet index (no --index_source): "
-              "index expressions are only checked to parse")
-    started = time.time()
-    daemon = harness.Daemon(args.prefixd, tmp, config)
-    prom = None
-    client = harness.Client(grpc, pb2, pb2_grpc, daemon.grpc_address)
-    try:
-        info = daemon.wait_ready(client)
-        prom = harness.Prometheus(tmp, ["127.0.0.1:%d" % daemon.metrics_port],
-                                  [os.path.join(args.repo, "deploy", "prometheus", "alerts.yml")])
+# ---- the test ----------------------------------------------------------------
+
+class PrometheusE2ETest(unittest.TestCase):
+    """One run of the daemon, Prometheus and the workload (setUpClass);
+    each test asks Prometheus about one part of it."""
+
+    @classmethod
+    def setUpClass(cls):
+        harness.skip_unless(harness.PROMETHEUS)
+        import grpc  # Debian's python3-grpcio
+        tmp = tempfile.mkdtemp(prefix="prefixd-metrics-e2e-")
+        cls.addClassCleanup(shutil.rmtree, tmp, True)
+        pb2, pb2_grpc = harness.load_stubs(os.path.join(ARGS.repo, "proto"),
+                                           os.path.join(tmp, "gen"))
+        cls.index_on = index_supported(ARGS.prefixd)
+        cls.engine = None
+        config = workload.CONFIG
+        if cls.index_on:
+            import msgpack  # Debian's python3-msgpack
+            import zmq  # Debian's python3-zmq
+            cls.engine = FakeVllmPublisher(zmq, msgpack)
+            config += index_config(cls.engine)
+        else:
+            print("note  this prefixd has no fleet index (no --index_source): "
+                  "index expressions are only checked to parse")
+        cls.started = time.time()
+        cls.daemon = harness.Daemon(ARGS.prefixd, tmp, config)
+        cls.prom = None
+        cls.client = harness.Client(grpc, pb2, pb2_grpc, cls.daemon.grpc_address)
+        try:
+            cls.run_workload(tmp, grpc)
+        except Exception:
+            print("--- prefixd log ---\n" + cls.daemon.log())
+            if cls.prom:
+                print("--- prometheus log ---\n" + cls.prom.log()[-4000:])
+            cls.stop()
+            raise
+
+    @classmethod
+    def run_workload(cls, tmp, grpc):
+        """Drives the workload and waits for a scrape taken after it."""
+        daemon, client = cls.daemon, cls.client
+        cls.info = daemon.wait_ready(client)
+        prom = cls.prom = harness.Prometheus(
+            tmp, ["127.0.0.1:%d" % daemon.metrics_port],
+            [os.path.join(ARGS.repo, "deploy", "prometheus", "alerts.yml")])
         prom.wait_ready()
         harness.wait_for("Prometheus scrapes prefixd",
                          lambda: scalar_value(prom, 'up{job="prefixd"}') == 1, SCRAPE_TIMEOUT_S)
@@ -476,12 +388,12 @@ def run(args, tmp, check):
             lambda: scalar_value(prom, 'sum(prefixd_match_requests_total{tenant=~"acme|beta"})') == 2,
             SCRAPE_TIMEOUT_S)
 
-        index_expected = {}
-        if index_on:
-            ipb2, ipb2_grpc = load_index_stubs(os.path.join(args.repo, "proto"),
+        cls.index_expected, cls.index_seen = {}, {}
+        if cls.index_on:
+            ipb2, ipb2_grpc = load_index_stubs(os.path.join(ARGS.repo, "proto"),
                                                os.path.join(tmp, "gen"))
             index = IndexClient(grpc, ipb2, ipb2_grpc, client.channel, client)
-            index_expected = run_index_workload(engine, index, check)
+            cls.index_expected, cls.index_seen = run_index_workload(cls.engine, index)
             index_done = time.time()
             # rate() in the dashboard needs two scrapes of the new series.
             harness.wait_for("two scrapes after the index workload",
@@ -491,50 +403,215 @@ def run(args, tmp, check):
         workload.phase2(client)
         workload.wait_for_lease_expiry(client, harness.wait_for)
         final = client.call("Stats", tenant="acme")
-        acme_nodes = [t.tree_nodes for t in final.tenants if t.tenant == "acme"][0]
+        cls.acme_nodes = [t.tree_nodes for t in final.tenants if t.tenant == "acme"][0]
         done = time.time()
         # The newest scrape must have started after the last call.
         harness.wait_for("a scrape taken after the workload",
                          lambda: (scalar_value(prom, "timestamp(prefixd_build_info)") or 0) > done + 0.01,
                          SCRAPE_TIMEOUT_S)
 
-        check_values(prom, check, workload.expected_counters(), "counter")
-        gauges = workload.expected_gauges(info.version)
-        gauges[("prefixd_tree_nodes", (("tenant", "acme"),))] = acme_nodes
-        check_values(prom, check, gauges, "gauge")
-        tenants = set(dict(k).get("tenant") for k in series(prom, check, "prefixd_cached_blocks"))
-        check(tenants == {"acme", "beta"}, "tenant label: exactly the tenants used", tenants)
-        check_rpc_metrics(prom, check, client)
-        if index_on:
-            check_values(prom, check, index_expected, "index")
-        check_process(prom, check, started)
+    @classmethod
+    def stop(cls):
+        """Stops everything; prefixd's exit code."""
+        cls.client.close()
+        if cls.prom:
+            cls.prom.stop()
+        rc = cls.daemon.stop()
+        if cls.engine:
+            cls.engine.close()
+        return rc
 
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.stop()
+        if rc != 0:
+            raise AssertionError("prefixd exits 0 on SIGTERM: exit %s\n%s" % (rc, cls.daemon.log()))
+
+    # ---- asking Prometheus ----
+
+    def series(self, name):
+        """{labels without instance/job: float value} of the latest samples."""
+        r = self.prom.query('{__name__="%s"}' % name)
+        self.assertEqual(r.get("status"), "success", "query %s: %s" % (name, r))
+        out = {}
+        for s in r["data"]["result"]:
+            labels = tuple(sorted((k, v) for k, v in s["metric"].items()
+                                  if k not in ("__name__", "instance", "job")))
+            out[labels] = float(s["value"][1])
+        return out
+
+    def check_values(self, expected, what):
+        by_name = {}
+        for (name, labels), value in sorted(expected.items()):
+            if name not in by_name:
+                by_name[name] = self.series(name)
+            with self.subTest(name=name, labels=dict(labels)):
+                self.assertEqual(by_name[name].get(labels), value,
+                                 "%s %s%s = %s" % (what, name, dict(labels), value))
+
+    # ---- the values ----
+
+    def test_counters(self):
+        self.check_values(workload.expected_counters(), "counter")
+
+    def test_gauges(self):
+        gauges = workload.expected_gauges(self.info.version)
+        gauges[("prefixd_tree_nodes", (("tenant", "acme"),))] = self.acme_nodes
+        self.check_values(gauges, "gauge")
+
+    def test_tenant_label(self):
+        tenants = set(dict(k).get("tenant") for k in self.series("prefixd_cached_blocks"))
+        self.assertEqual(tenants, {"acme", "beta"}, "tenant label: exactly the tenants used")
+
+    def test_rpc_metrics(self):
+        client = self.client
+        errors = self.series("prefixd_rpc_errors_total")
+        self.assertEqual(len(errors), 23 * 16,
+                         "prefixd_rpc_errors_total: 23 methods x 16 codes pre-created")
+        wrong = {}
+        for labels, value in errors.items():
+            d = dict(labels)
+            want = client.errors.get((d["method"], d["code"]), 0)
+            if value != want:
+                wrong[labels] = (value, want)
+        self.assertEqual(wrong, {}, "prefixd_rpc_errors_total equals the errors the client saw "
+                         "(%s)" % dict(client.errors))
+        counts = self.series("prefixd_rpc_duration_seconds_count")
+        inf = {k: v for k, v in self.series("prefixd_rpc_duration_seconds_bucket").items()
+               if dict(k)["le"] == "+Inf"}
+        for labels, value in sorted(counts.items()):
+            method = dict(labels)["method"]
+            with self.subTest(method=method):
+                self.assertEqual(value, client.calls.get(method, 0),
+                                 "prefixd_rpc_duration_seconds_count{method=%s} = %d"
+                                 % (method, client.calls.get(method, 0)))
+                self.assertEqual(inf.get(tuple(sorted(labels + (("le", "+Inf"),)))), value,
+                                 "prefixd_rpc_duration_seconds_bucket{method=%s,le=+Inf} = _count"
+                                 % method)
+        self.assertGreaterEqual(set(dict(k)["method"] for k in counts), set(client.calls),
+                                "a duration series for every method called")
+
+    def test_index_values(self):
+        if not self.index_on:
+            return  # said in setUpClass
+        self.check_values(self.index_expected, "index")
+
+    def test_index_answers(self):
+        """What the index answered while the engine published (run_index_workload)."""
+        if not self.index_on:
+            return  # said in setUpClass
+        seen = self.index_seen
+        requests, w = seen["catch-up"]
+        self.assertTrue(requests == [0] and w.last_seq == -1,
+                        "on connecting, the index asked the replay socket for everything from "
+                        "seq 0: %s" % ((requests, w),))
+        r = seen["route 3 of 4"]
+        self.assertTrue(r.best_worker == INDEX_WORKER and r.prompt_blocks == 4
+                        and r.block_size == 16
+                        and [(w.worker, w.matched_blocks) for w in r.workers]
+                        == [(INDEX_WORKER, 3)]
+                        and [(m.medium, m.matched_blocks) for m in r.workers[0].mediums]
+                        == [("GPU", 3)],
+                        "Route: %s holds 3 of 4 prompt blocks, on GPU: %s" % (INDEX_WORKER, r))
+        requests, w = seen["gap"]
+        self.assertEqual(requests, [0, 2], "on the gap, the index asked for seq 2 on")
+        self.assertTrue(w.gaps == 1 and w.clears == 0, "ListWorkers: 1 gap, no clear: %s" % w)
+        r = seen["route after the replay"]
+        self.assertTrue(r.best_worker == INDEX_WORKER and r.prompt_blocks == 5
+                        and r.workers[0].matched_blocks == 5,
+                        "Route after the replay: all 5 blocks (the lost one replayed): %s" % r)
+        r = seen["route 2 of 2"]
+        self.assertTrue(r.prompt_blocks == 2 and r.workers[0].matched_blocks == 2,
+                        "Route: 2 of 2 blocks: %s" % r)
+        r = seen["route unknown"]
+        self.assertTrue(r.best_worker == "" and r.prompt_blocks == 2 and not r.workers,
+                        "Route of an unknown prompt: no best worker, no worker listed: %s" % r)
+
+    def test_process(self):
+        prom = self.prom
+        rss = scalar_value(prom, "process_resident_memory_bytes")
+        vms = scalar_value(prom, "process_virtual_memory_bytes")
+        self.assertTrue(rss is not None and rss > 1 << 20,
+                        "process_resident_memory_bytes > 1 MiB: %s" % rss)
+        self.assertTrue(vms is not None and rss is not None and vms >= rss,
+                        "process_virtual_memory_bytes >= resident: %s" % vms)
+        start = scalar_value(prom, "process_start_time_seconds")
+        self.assertTrue(start is not None and self.started - 5 <= start <= time.time(),
+                        "process_start_time_seconds is when prefixd started: %s vs %s"
+                        % (start, self.started))
+        cpu = scalar_value(prom, "process_cpu_seconds_total")
+        self.assertTrue(cpu is not None and cpu >= 0, "process_cpu_seconds_total: %s" % cpu)
+        fds = scalar_value(prom, "process_open_fds")
+        max_fds = scalar_value(prom, "process_max_fds")
+        self.assertTrue(fds is not None and max_fds is not None and 0 < fds < max_fds,
+                        "0 < process_open_fds < process_max_fds: %s %s" % (fds, max_fds))
+
+    def test_hit_rate_promql(self):
         hit_rate = ('sum by (tenant) (rate(prefixd_match_hit_tokens_total[5m]))'
                     ' / sum by (tenant) (rate(prefixd_match_tokens_total[5m]))')
-        r = prom.query(hit_rate)
+        r = self.prom.query(hit_rate)
         rates = {s["metric"]["tenant"]: float(s["value"][1]) for s in r["data"]["result"]}
-        check(set(rates) == {"acme", "beta"} and all(0 < v <= 1 for v in rates.values()),
-              "documented hit-rate PromQL gives a ratio per tenant", rates)
+        self.assertTrue(set(rates) == {"acme", "beta"} and all(0 < v <= 1 for v in rates.values()),
+                        "documented hit-rate PromQL gives a ratio per tenant: %s" % rates)
 
-        check_dashboard(prom, check, os.path.join(args.repo, "deploy", "grafana", "prefixd.json"),
-                        index_on)
-        check_rules(prom, check, index_on)
-    except Exception:
-        print("--- prefixd log ---\n" + daemon.log())
-        if prom:
-            print("--- prometheus log ---\n" + prom.log()[-4000:])
-        raise
-    finally:
-        client.close()
-        if prom:
-            prom.stop()
-        rc = daemon.stop()
-        if engine:
-            engine.close()
-    check(rc == 0, "prefixd exits 0 on SIGTERM", daemon.log() if rc else "")
-    if check.failed:
-        print("--- prefixd log ---\n" + daemon.log())
+    # ---- the dashboard and the alert rules ----
+
+    def test_dashboard(self):
+        queries = dashboard_queries(os.path.join(ARGS.repo, "deploy", "grafana", "prefixd.json"))
+        self.assertGreaterEqual(len(queries), 20, "dashboard has %d expressions" % len(queries))
+        for where, expr in queries:
+            q, label = label_values_query(substitute(expr))
+            r = self.prom.query(q)
+            result = r.get("data", {}).get("result", [])
+            answer = "%s\n      -> %s" % (q, json.dumps(r)[:400])
+            with self.subTest(where):
+                if INDEX_METRICS in q and not self.index_on:
+                    self.assertEqual(r.get("status"), "success",
+                                     "dashboard %s parses (no index: no data)\n%s"
+                                     % (where, answer))
+                    continue
+                ok = r.get("status") == "success" and len(result) > 0
+                if label:
+                    ok = ok and all(label in s["metric"] for s in result)
+                self.assertTrue(ok, "dashboard %s returns data\n%s" % (where, answer))
+
+    def test_rules(self):
+        def all_evaluated():
+            r = self.prom.api("rules")
+            rules = [rule for g in r["data"]["groups"] for rule in g["rules"]]
+            if rules and all(rule.get("health") != "unknown" for rule in rules):
+                return rules
+            return None
+
+        rules = harness.wait_for("Prometheus evaluates every rule", all_evaluated,
+                                 RULES_TIMEOUT_S, 0.2)
+        names = sorted(rule["name"] for rule in rules)
+        self.assertGreaterEqual(len(rules), 5, "alert rules loaded: %s" % ", ".join(names))
+        for rule in rules:
+            with self.subTest(rule["name"]):
+                self.assertEqual(rule["health"], "ok", "rule %s evaluates without error: %s"
+                                 % (rule["name"], rule.get("lastError")))
+                q = boolify(rule["query"])
+                r = self.prom.query(q)
+                result = r.get("data", {}).get("result", [])
+                answer = "%s\n      -> %s" % (q, json.dumps(r)[:400])
+                if INDEX_METRICS in q and not self.index_on:
+                    self.assertEqual(r.get("status"), "success",
+                                     "rule %s: expression parses (no index: no data)\n%s"
+                                     % (rule["name"], answer))
+                    continue
+                self.assertTrue(r.get("status") == "success" and len(result) > 0,
+                                "rule %s: expression returns data\n%s" % (rule["name"], answer))
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefixd", required=True)
+    parser.add_argument("--repo", required=True, help="the source tree")
+    ARGS, rest = parser.parse_known_args()
+    common.unittest_main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(harness.main(__doc__, harness.PROMETHEUS, "prefixd-metrics-e2e-", run))
+    main()

@@ -3,31 +3,49 @@
 
 Exits 77 (skip) only when /usr/bin/promtool is absent.
 
-Usage: rules_test.py --repo DIR
+Usage: rules_test.py --repo DIR [unittest args]
 """
 
 import argparse
 import os
 import subprocess
 import sys
+import unittest
 
 import harness
+import common  # tests/python/common.py, on the path harness sets
+
+ARGS = None
+
+
+class RulesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        harness.skip_unless(harness.PROMTOOL)
+
+    def promtool(self, *cmd):
+        r = subprocess.run([harness.PROMTOOL] + list(cmd), capture_output=True, text=True,
+                           timeout=120)
+        print(r.stdout.rstrip())
+        self.assertEqual(r.returncode, 0, "promtool %s\n%s" % (" ".join(cmd[:2]),
+                                                               r.stdout + r.stderr))
+
+    def test_check_rules(self):
+        self.promtool("check", "rules",
+                      os.path.join(ARGS.repo, "deploy", "prometheus", "alerts.yml"))
+
+    def test_test_rules(self):
+        self.promtool("test", "rules",
+                      os.path.join(ARGS.repo, "deploy", "prometheus", "alerts_test.yml"))
 
 
 def main():
+    global ARGS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repo", required=True, help="the source tree")
-    args = parser.parse_args()
-    harness.skip_unless(harness.PROMTOOL)
-    check = harness.Check()
-    rules = os.path.join(args.repo, "deploy", "prometheus", "alerts.yml")
-    tests = os.path.join(args.repo, "deploy", "prometheus", "alerts_test.yml")
-    for cmd in (["check", "rules", rules], ["test", "rules", tests]):
-        r = subprocess.run([harness.PROMTOOL] + cmd, capture_output=True, text=True, timeout=120)
-        check(r.returncode == 0, "promtool %s" % " ".join(cmd[:2]), r.stdout + r.stderr)
-        print(r.stdout.rstrip())
-    return check.exit_code()
+    ARGS, rest = parser.parse_known_args()
+    common.unittest_main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

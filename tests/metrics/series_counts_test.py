@@ -9,7 +9,7 @@ histograms, series per tenant, series per worker, and the index's fixed
 families, and the Conductor API's (--index_http_listen). A new method, label
 value or family that the doc does not follow fails here.
 
-Usage: series_counts_test.py --prefixd PATH --prefixctl PATH --repo DIR
+Usage: series_counts_test.py --prefixd PATH --prefixctl PATH --repo DIR [unittest args]
 """
 
 import argparse
@@ -20,7 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 import urllib.request
+
+ARGS = None
 
 WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
          "eight": 8, "nine": 9, "ten": 10}
@@ -52,7 +55,7 @@ def scrape(args, tmp):
         while subprocess.run(ctl + ["health"], capture_output=True).returncode != 0:
             if time.monotonic() > deadline or proc.poll() is not None:
                 err.seek(0)
-                sys.exit("prefixd did not start:\n" + err.read())
+                raise RuntimeError("prefixd did not start:\n" + err.read())
             time.sleep(0.1)
         subprocess.run(ctl + ["insert", "--tokens", "1-32", "--block_ids", "1,2"], check=True,
                        capture_output=True)
@@ -62,6 +65,7 @@ def scrape(args, tmp):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        err.close()
     return [l for l in text.splitlines() if l and not l.startswith("#")]
 
 
@@ -70,14 +74,8 @@ def labels(line, name):
     return m.group(1) if m else None
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--prefixctl", required=True)
-    parser.add_argument("--repo", required=True)
-    args = parser.parse_args()
-    with open(os.path.join(args.repo, "docs", "metrics.md")) as f:
-        doc = " ".join(f.read().split())  # one line: claims wrap anywhere
+def scrape_counts(args):
+    """The counts of the Notes of docs/metrics.md, as the scrape has them."""
     with tempfile.TemporaryDirectory(prefix="prefixd-series-") as tmp:
         lines = scrape(args, tmp)
 
@@ -89,7 +87,7 @@ def main():
     single = ["prefixd_index_route_requests_total", "prefixd_index_route_prompt_blocks_total",
               "prefixd_index_route_matched_blocks_total", "prefixd_index_entries",
               "prefixd_index_max_entries"]
-    actual = {
+    return {
         "methods": len({labels(l, "method") for l in errors}),
         "non-OK codes": len({labels(l, "code") for l in errors}),
         "error series": len(errors),
@@ -103,40 +101,57 @@ def main():
         "http request series": len(family("prefixd_index_http_requests_total")),
         "http histograms": len(family("prefixd_index_http_request_seconds_count")),
     }
-    claims = [
-        ("methods", r"for each of the (\d+) methods"),
-        ("non-OK codes", r"each of the (\d+) non-OK codes"),
-        ("error series", r"fixed: (\d+ x \d+) error series"),
-        ("histograms", r"error series and (\d+) histograms"),
-        ("series per tenant", r"(\d+) series per tenant"),
-        ("series per worker", r"each worker has (\d+) series"),
-        ("clear reasons", r"(\d+) clear reasons"),
-        ("dropped-block reasons", r"(\d+) dropped-block reasons"),
-        ("lag buckets", r"a histogram of (\d+) buckets"),
-        ("single index series", r"(\w+) single series"),
-        ("http request series", r"(\d+ x \d+) request series"),
-        ("http histograms", r"request series and (\d+) histograms"),
-    ]
-    failures = 0
-    for what, pattern in claims:
-        m = re.search(pattern, doc)
-        if m is None:
-            print("FAIL  docs/metrics.md states no count of %s (/%s/)" % (what, pattern))
-            failures += 1
-            continue
-        stated = m.group(1)
-        if " x " in stated:
-            a, b = stated.split(" x ")
-            value = int(a) * int(b)
-        else:
-            value = number(stated)
-        ok = value == actual[what]
-        failures += not ok
-        print("%s  %s: docs/metrics.md says %s, the scrape has %d"
-              % ("ok  " if ok else "FAIL", what, stated, actual[what]))
-    print("%d of %d counts disagree" % (failures, len(claims)))
-    return 1 if failures else 0
+
+
+CLAIMS = [
+    ("methods", r"for each of the (\d+) methods"),
+    ("non-OK codes", r"each of the (\d+) non-OK codes"),
+    ("error series", r"fixed: (\d+ x \d+) error series"),
+    ("histograms", r"error series and (\d+) histograms"),
+    ("series per tenant", r"(\d+) series per tenant"),
+    ("series per worker", r"each worker has (\d+) series"),
+    ("clear reasons", r"(\d+) clear reasons"),
+    ("dropped-block reasons", r"(\d+) dropped-block reasons"),
+    ("lag buckets", r"a histogram of (\d+) buckets"),
+    ("single index series", r"(\w+) single series"),
+    ("http request series", r"(\d+ x \d+) request series"),
+    ("http histograms", r"request series and (\d+) histograms"),
+]
+
+
+class SeriesCountsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(ARGS.repo, "docs", "metrics.md")) as f:
+            cls.doc = " ".join(f.read().split())  # one line: claims wrap anywhere
+        cls.actual = scrape_counts(ARGS)
+
+    def test_counts(self):
+        for what, pattern in CLAIMS:
+            with self.subTest(what):
+                m = re.search(pattern, self.doc)
+                self.assertIsNotNone(m, "docs/metrics.md states no count of %s (/%s/)"
+                                     % (what, pattern))
+                stated = m.group(1)
+                if " x " in stated:
+                    a, b = stated.split(" x ")
+                    value = int(a) * int(b)
+                else:
+                    value = number(stated)
+                self.assertEqual(value, self.actual[what],
+                                 "%s: docs/metrics.md says %s, the scrape has %d"
+                                 % (what, stated, self.actual[what]))
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prefixd", required=True)
+    parser.add_argument("--prefixctl", required=True)
+    parser.add_argument("--repo", required=True)
+    ARGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

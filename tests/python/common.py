@@ -1,8 +1,11 @@
 """Shared pieces of the Python tests: command line, stubs, import path;
-the pass/fail counter of the script-style tests; stopping a process; the
-real daemon served once on a given config.
+unittest.main() with ctest's skip code; the pass/fail counter of the
+script-style tests; stopping a process; the real daemon served once on a
+given config.
 
     args = common.setup(__doc__)     # before importing prefixd
+    ...
+    common.unittest_main()           # exit 0, 1, or SKIP (77) when a test skipped
 
 --prefixd PATH   the daemon binary (required by tests that run it)
 --stubs DIR      generated stubs (client/python/gen_stubs.py); default:
@@ -17,10 +20,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unittest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYTHON_DIR = os.path.join(REPO, "client", "python")
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+SKIP = 77  # ctest's SKIP_RETURN_CODE (tests/CMakeLists.txt)
 
 
 def setup(doc, extra=None):
@@ -44,6 +49,18 @@ def setup(doc, extra=None):
         gen_stubs.generate(args.stubs)  # none yet, or from before prefix_index.proto
     os.environ["PREFIXD_PYTHON_STUBS"] = args.stubs
     return args
+
+
+def unittest_main(argv=None, defaultTest=None):
+    """unittest.main() for a test ctest runs with SKIP_RETURN_CODE 77: exits
+    1 when a test failed, else SKIP when one was skipped (a tool or an
+    argument it needs is missing; the reasons are printed), else 0."""
+    result = unittest.main(argv=argv, defaultTest=defaultTest, exit=False).result
+    for test, reason in result.skipped:
+        print("SKIP: %s: %s" % (test, reason))
+    if not result.wasSuccessful():
+        sys.exit(1)
+    sys.exit(SKIP if result.skipped else 0)
 
 
 class Checker:

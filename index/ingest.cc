@@ -167,6 +167,7 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
   dealer.set(zmq::sockopt::linger, 0);
   dealer.set(zmq::sockopt::ipv6, 1);
   dealer.set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
+  dealer.set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
   dealer.connect(endpoint);
   const std::string start = Be64(from);  // outlives the send
   std::array<zmq::const_buffer, 2> request = {zmq::const_buffer("", 0),
@@ -415,7 +416,7 @@ class Ingest::Runner {
           std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
       s->sub->set(zmq::sockopt::linger, 0);
       s->sub->set(zmq::sockopt::ipv6, 1);  // pools resolve to v6 too
-      s->sub->set(zmq::sockopt::rcvhwm, 100000);
+      s->sub->set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
       s->sub->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
       s->sub->set(zmq::sockopt::subscribe, "");
       s->monitor = std::make_unique<StreamMonitor>();
@@ -738,7 +739,7 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
     const std::optional<HostPort> hp = SplitTcp(o.listen);
     if (hp.has_value() && (absl::StrContains(hp->host, ':') || hp->host == "*"))
       sock->set(zmq::sockopt::ipv6, 1);
-    sock->set(zmq::sockopt::rcvhwm, 100000);
+    sock->set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
     sock->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
     sock->set(zmq::sockopt::subscribe, "");
     try {

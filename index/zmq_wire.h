@@ -23,6 +23,14 @@ inline zmq::context_t& ZmqContext() {
 // before the message is buffered. vLLM's batches are one engine step's
 // events, kilobytes to a few megabytes.
 inline constexpr int64_t kMaxKvMessageBytes = int64_t{16} << 20;
+// The messages each of the index's receiving sockets queues per peer
+// (ZMQ_RCVHWM), so that it holds at most this many times
+// kMaxKvMessageBytes for a peer however fast it sends. A full queue stops
+// ZeroMQ reading the connection: the peer's own send queue (its SNDHWM;
+// vLLM's is 100,000 batches) holds the rest, and nothing is dropped here.
+// Engines send a few hundred batches a second at most; the index reads
+// tens of thousands.
+inline constexpr int kReceiveQueueMessages = 4;
 // A sequence number as the wire carries it (-1, the end of a replay, is
 // eight 0xff bytes).
 inline std::string Be64(int64_t v) {

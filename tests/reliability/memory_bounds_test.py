@@ -505,6 +505,7 @@ class DecodeMemoryTest(unittest.TestCase):
 
     SOURCES = 8
     ROUNDS = 3
+    BACK_TO_BACK = 32
 
     @staticmethod
     def payload(tokens):
@@ -580,6 +581,39 @@ class DecodeMemoryTest(unittest.TestCase):
                         "decoding one payload of %d bytes grew RSS by %d KiB"
                         % (len(big), peak - before))
 
+    def test_a_source_sending_faster_than_the_index_decodes_is_held_back(self):
+        """A source that sends its largest payloads back to back, faster
+        than the index decodes them, is held back by the index's receive
+        queue (kReceiveQueueMessages per peer: ZeroMQ stops reading the
+        connection, the publisher's own send queue keeps the rest): none is
+        lost, and the daemon holds a few of them at a time (+144 MiB). With
+        the 100,000 messages its ZeroMQ queue held before, the same 32 took
+        +496 MiB, and more payloads took more."""
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        pubs, index, daemon = self.start(1)
+        big = self.payload(16 * 1024 * 1024 - 1024)
+        before = rss_kib(daemon.proc.pid)
+        start = time.monotonic()
+        for seq in range(1, self.BACK_TO_BACK + 1):
+            pubs[0].send_multipart([b"", seq.to_bytes(8, "big"), big])
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not self.applied(index, self.BACK_TO_BACK, 1):
+            time.sleep(0.05)
+        peak = hwm_kib(daemon.proc.pid)
+        print("%d payloads of %d bytes back to back: RSS %d KiB before, peak %d KiB "
+              "(+%d KiB), %.1f s" % (self.BACK_TO_BACK, len(big), before, peak,
+                                     peak - before, time.monotonic() - start))
+        (w,) = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        self.assertEqual(w.last_seq, self.BACK_TO_BACK, "not every payload was applied")
+        self.assertEqual(w.state, ipb.LIVE, w.state_detail)
+        self.assertEqual(w.gaps, 0, "payloads were lost on the way")
+        # The payload decoding (+80 MiB, as above) and at most
+        # kReceiveQueueMessages (4) waiting, 64 MiB.
+        self.assertLess(peak - before, 224 * MIB,
+                        "%d payloads sent back to back grew RSS by %d KiB"
+                        % (self.BACK_TO_BACK, peak - before))
+
     def test_sources_decoding_the_largest_payloads_share_one_budget(self):
         if not ARGS.prefixd:
             self.skipTest("--prefixd not given")
@@ -587,8 +621,8 @@ class DecodeMemoryTest(unittest.TestCase):
         big = self.payload(16 * 1024 * 1024 - 1024)
         before = rss_kib(daemon.proc.pid)
         start = time.monotonic()
-        # One payload per source at a time: the daemon's ZeroMQ queues hold
-        # at most one each (those are bounded by messages, not by bytes).
+        # One payload per source at a time, so that the 8 decodes compete
+        # for the budget (one source's back-to-back payloads: above).
         for seq in range(1, self.ROUNDS + 1):
             for p in pubs:
                 p.send_multipart([b"", seq.to_bytes(8, "big"), big])

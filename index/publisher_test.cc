@@ -20,6 +20,7 @@
 #include "index/events.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
+#include "index/stored_for_test.h"
 #include "index/zmq_wire.h"
 
 // Debian's msgpack-cxx is header-only and needs Boost unless told not to.
@@ -34,23 +35,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int kBs = 4;
-
-BlockStoredEvent Stored(std::vector<EngineHash> hashes,
-                        std::optional<EngineHash> parent,
-                        std::optional<std::string> lora = std::nullopt,
-                        std::string salt = "") {
-  BlockStoredEvent e;
-  e.block_hashes = std::move(hashes);
-  e.parent_block_hash = parent;
-  for (size_t b = 0; b < e.block_hashes.size(); ++b)
-    for (int t = 1; t <= kBs; ++t)
-      e.token_ids.push_back(static_cast<Token>(e.block_hashes[b] * 10 + t));
-  e.block_size = kBs;
-  e.lora_name = std::move(lora);
-  e.cache_salt = std::move(salt);
-  return e;
-}
+using test::Stored;
+constexpr int kBs = test::kStoredBlockSize;
 
 KvEventBatch RoundTrip(const KvEventBatch& in) {
   KvEventBatch out;

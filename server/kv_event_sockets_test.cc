@@ -17,6 +17,7 @@
 #include "index/fleet_index.h"
 #include "index/ingest.h"
 #include "index/publisher.h"
+#include "index/stored_for_test.h"
 #include "index/zmq_wire.h"
 #include "server/kv_batcher.h"
 #include "server/replay_buffer.h"
@@ -166,25 +167,8 @@ TEST_F(KvEventSocketsTest, TheBufferAndTheQueuesAreBoundedInBytes) {
   }
 }
 
-constexpr int kBs = 4;
-
-// A store of `hashes` whose block h carries the tokens h*10+1 .. h*10+kBs.
-BlockStoredEvent Stored(std::vector<EngineHash> hashes,
-                        std::optional<EngineHash> parent,
-                        std::optional<std::string> lora = std::nullopt,
-                        std::string salt = "") {
-  BlockStoredEvent e;
-  e.block_hashes = std::move(hashes);
-  e.parent_block_hash = parent;
-  for (size_t b = 0; b < e.block_hashes.size(); ++b)
-    for (int t = 1; t <= kBs; ++t)
-      e.token_ids.push_back(static_cast<Token>(e.block_hashes[b] * 10 + t));
-  e.block_size = kBs;
-  e.medium = "GPU";
-  e.lora_name = std::move(lora);
-  e.cache_salt = std::move(salt);
-  return e;
-}
+using test::Stored;
+constexpr int kBs = test::kStoredBlockSize;
 
 TEST(KvEventSocketsStart, BindFailureNamesTheEndpoint) {
   KvPublisherOptions o;

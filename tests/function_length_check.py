@@ -35,6 +35,7 @@ TEST_SUPPORT = {
     "core/differential_driver.cc", "core/differential_driver.h",
     "core/reference_model.cc", "core/reference_model.h",
     "server/test_server.cc", "server/test_server.h",
+    "index/stored_for_test.h",
 }
 TEST_SUFFIXES = ("_test.cc", "_fuzzer.cc")
 

@@ -13,12 +13,10 @@ Exits 77 (skip) only when /usr/bin/promtool is absent.
 Usage: check_metrics_test.py --prefixd PATH --repo DIR [unittest args]
 """
 
-import argparse
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
@@ -98,11 +96,8 @@ class CheckMetricsTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--repo", required=True, help="the source tree")
-    ARGS, rest = parser.parse_known_args()
-    common.unittest_main(argv=[sys.argv[0]] + rest)
+    ARGS, argv = harness.parse_flags(__doc__, "prefixd", "repo")
+    common.unittest_main(argv=argv)
 
 
 if __name__ == "__main__":

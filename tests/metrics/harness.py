@@ -1,11 +1,13 @@
 """Shared pieces of the metrics tests: free ports, the real prefixd binary,
 Python gRPC stubs generated at test time, a real Prometheus, and promtool
-(skip_unless skips a test when one is absent). unittest_main() and stopping
-a process come from tests/python/common.py.
+(skip_unless skips a test when one is absent), and the flags the tests
+take (parse_flags). unittest_main() and stopping a process come from
+tests/python/common.py.
 
 Every wait polls with a deadline; nothing sleeps blindly.
 """
 
+import argparse
 import collections
 import importlib
 import json
@@ -26,6 +28,16 @@ import common  # noqa: E402  (tests/python/common.py)
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"
 START_TIMEOUT_S = 30
+
+
+def parse_flags(doc, *flags):
+    """The test's flags (each of `flags`, e.g. "prefixd", "repo", required)
+    and the argv left for unittest.main."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for flag in flags:
+        parser.add_argument("--" + flag, required=True)
+    args, rest = parser.parse_known_args()
+    return args, [sys.argv[0]] + rest
 
 
 def skip_unless(*binaries):
@@ -221,3 +233,4 @@ class Prometheus:
 
     def stop(self):
         common.stop_process(self.proc)
+        self.out.close()

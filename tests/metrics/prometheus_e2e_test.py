@@ -30,13 +30,11 @@ Exits 77 (skip) only when /usr/bin/prometheus is absent.
 Usage: prometheus_e2e_test.py --prefixd PATH --repo DIR [unittest args]
 """
 
-import argparse
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -606,11 +604,8 @@ class PrometheusE2ETest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--repo", required=True, help="the source tree")
-    ARGS, rest = parser.parse_known_args()
-    common.unittest_main(argv=[sys.argv[0]] + rest)
+    ARGS, argv = harness.parse_flags(__doc__, "prefixd", "repo")
+    common.unittest_main(argv=argv)
 
 
 if __name__ == "__main__":

@@ -6,10 +6,8 @@ Exits 77 (skip) only when /usr/bin/promtool is absent.
 Usage: rules_test.py --repo DIR [unittest args]
 """
 
-import argparse
 import os
 import subprocess
-import sys
 import unittest
 
 import harness
@@ -41,10 +39,8 @@ class RulesTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repo", required=True, help="the source tree")
-    ARGS, rest = parser.parse_known_args()
-    common.unittest_main(argv=[sys.argv[0]] + rest)
+    ARGS, argv = harness.parse_flags(__doc__, "repo")
+    common.unittest_main(argv=argv)
 
 
 if __name__ == "__main__":

@@ -12,16 +12,17 @@ value or family that the doc does not follow fails here.
 Usage: series_counts_test.py --prefixd PATH --prefixctl PATH --repo DIR [unittest args]
 """
 
-import argparse
 import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 import urllib.request
+
+import harness
+import common  # tests/python/common.py, on the path harness sets
 
 ARGS = None
 
@@ -145,12 +146,8 @@ class SeriesCountsTest(unittest.TestCase):
 
 def main():
     global ARGS
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prefixd", required=True)
-    parser.add_argument("--prefixctl", required=True)
-    parser.add_argument("--repo", required=True)
-    ARGS, rest = parser.parse_known_args()
-    unittest.main(argv=[sys.argv[0]] + rest)
+    ARGS, argv = harness.parse_flags(__doc__, "prefixd", "prefixctl", "repo")
+    common.unittest_main(argv=argv)
 
 
 if __name__ == "__main__":

@@ -283,12 +283,13 @@ class _ReplayServer(threading.Thread):
         return self
 
     def run(self):
+        sock = self._ctx.socket(zmq.ROUTER)
         try:
-            sock = self._ctx.socket(zmq.ROUTER)
             sock.setsockopt(zmq.LINGER, 0)
             sock.bind(self._requested)
             self.endpoint = sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         except zmq.ZMQError as e:
+            sock.close()
             self.error = e
             self._ready.set()
             return
@@ -367,17 +368,21 @@ class Publisher:
         self._pub.setsockopt(zmq.SNDHWM, hwm)
         if xpub:
             self._pub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        if _binds(endpoint) if bind is None else bind:  # bind=None: vLLM's rule
-            self._pub.bind(endpoint)
-            self.endpoint = self._pub.getsockopt(zmq.LAST_ENDPOINT).decode()
-        else:
-            self._pub.connect(endpoint)
-            self.endpoint = endpoint
         self._replay = None
         self.replay_endpoint = None
-        if replay_endpoint:
-            self._replay = _ReplayServer(self._ctx, replay_endpoint, self).start()
-            self.replay_endpoint = self._replay.endpoint
+        try:
+            if _binds(endpoint) if bind is None else bind:  # bind=None: vLLM's rule
+                self._pub.bind(endpoint)
+                self.endpoint = self._pub.getsockopt(zmq.LAST_ENDPOINT).decode()
+            else:
+                self._pub.connect(endpoint)
+                self.endpoint = endpoint
+            if replay_endpoint:
+                self._replay = _ReplayServer(self._ctx, replay_endpoint, self).start()
+                self.replay_endpoint = self._replay.endpoint
+        except zmq.ZMQError:
+            self._pub.close()  # a port taken: the caller may try another
+            raise
 
     # ---- state ----
 

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cstdlib>
-#include <functional>
-#include <queue>
 #include <utility>
 
 #include "absl/hash/hash.h"

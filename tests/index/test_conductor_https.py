@@ -223,10 +223,7 @@ class Test(common.Checker):
         # The banner is printed once start-up is over, just after the
         # listeners (which the fixture waits for) serve.
         banner = "index http   0.0.0.0:%d (port %d, HTTPS)" % (self.port, self.port)
-        deadline = time.monotonic() + 10
-        while banner not in self.daemon.logs() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.check(banner in self.daemon.logs(), "the banner says HTTPS", self.daemon.logs())
+        self.wait(lambda: banner in self.daemon.logs(), "the banner says HTTPS")
         self.endpoints({"who": "engine"}, "vllm-t")
         for who, code, text in ((None, 401, "no credentials"),
                                 ("wrong-token", 401, "not valid")):

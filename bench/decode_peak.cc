@@ -1,7 +1,8 @@
 // decode_peak: the peak memory of decoding (and applying) one KV-event
 // payload of each worst shape, as a multiple of the payload's size. The
-// decode budget's factor (index/decode_budget.h, kDecodePeakPerPayloadByte)
-// comes from this table.
+// decoder refuses a payload once its batch would hold more than
+// kDecodePeakPerPayloadByte (index/decode_budget.h) per payload byte; this
+// table shows what each shape costs, refused or not.
 //
 // Each shape is packed with msgpack-cxx to just under --payload_mib, then,
 // in a child process of its own, its peak resident memory is reset
@@ -111,6 +112,32 @@ const std::vector<Shape>& Shapes() {
            pk.pack(std::string("AllBlocksCleared"));
          }
        }},
+      {"removed events, one 1-byte hash each",
+       [](Packer& pk, size_t bytes) {
+         const size_t n = bytes / 11;  // ["removed", [1]]: 11 bytes
+         pk.pack_array(static_cast<uint32_t>(n));
+         for (size_t i = 0; i < n; ++i) {
+           pk.pack_array(2);
+           pk.pack(std::string("removed"));
+           pk.pack_array(1);
+           pk.pack(1);
+         }
+       }},
+      {"stored events, one 1-token block each",
+       [](Packer& pk, size_t bytes) {
+         const size_t n = bytes / 14;  // ["stored", [1], nil, [1], 1]
+         pk.pack_array(static_cast<uint32_t>(n));
+         for (size_t i = 0; i < n; ++i) {
+           pk.pack_array(5);
+           pk.pack(std::string("stored"));
+           pk.pack_array(1);
+           pk.pack(1);
+           pk.pack_nil();
+           pk.pack_array(1);
+           pk.pack(1);
+           pk.pack(1);
+         }
+       }},
       {"cleared events (9 bytes each)",
        [](Packer& pk, size_t bytes) {
          const size_t n = bytes / 9;  // ["cleared"]: 9 bytes
@@ -194,10 +221,16 @@ const std::vector<Shape>& Shapes() {
 }
 
 // In a child: the peak growth of resident memory while `payload` is
-// decoded and applied, KiB; -1 if it did not decode.
-int64_t PeakKib(const std::string& payload) {
+// decoded and applied (KiB; -1 if the child failed), and whether it
+// decoded.
+struct Peak {
+  int64_t kib = -1;
+  int64_t decoded = 0;
+};
+
+Peak Measure(const std::string& payload) {
   int fds[2];
-  if (pipe(fds) != 0) return -1;
+  if (pipe(fds) != 0) return Peak();
   const pid_t pid = fork();
   if (pid == 0) {
     FleetIndex index(IndexOptions{});
@@ -207,17 +240,14 @@ int64_t PeakKib(const std::string& payload) {
     const int64_t before = StatusKib("VmRSS");
     const absl::Status s = DecodeEventBatch(payload, &batch);
     if (s.ok()) index.Apply(w, batch, 0, absl::Now());
-    int64_t peak = StatusKib("VmHWM") - before;
-    if (!s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      peak = -1;
-    }
+    const Peak peak{StatusKib("VmHWM") - before, s.ok() ? 1 : 0};
+    if (!s.ok()) std::fprintf(stderr, "  %s\n", s.ToString().c_str());
     if (write(fds[1], &peak, sizeof(peak)) != sizeof(peak)) _exit(1);
     _exit(0);
   }
   close(fds[1]);
-  int64_t peak = -1;
-  if (read(fds[0], &peak, sizeof(peak)) != sizeof(peak)) peak = -1;
+  Peak peak;
+  if (read(fds[0], &peak, sizeof(peak)) != sizeof(peak)) peak = Peak();
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -233,10 +263,12 @@ int main(int argc, char** argv) {
                        << 20;
   for (const prefixd::Shape& shape : prefixd::Shapes()) {
     const std::string payload = prefixd::Batch(shape, bytes);
-    const int64_t peak = prefixd::PeakKib(payload);
-    std::printf("%-38s %9zu B payload  peak +%7lld KiB  %5.1fx\n", shape.name,
-                payload.size(), static_cast<long long>(peak),
-                peak * 1024.0 / static_cast<double>(payload.size()));
+    const prefixd::Peak peak = prefixd::Measure(payload);
+    std::printf("%-38s %9zu B payload  peak +%7lld KiB  %5.1fx  %s\n",
+                shape.name, payload.size(), static_cast<long long>(peak.kib),
+                peak.kib * 1024.0 / static_cast<double>(payload.size()),
+                peak.kib < 0 ? "failed" : peak.decoded ? "decoded" : "refused");
+    std::fflush(stdout);
   }
   return 0;
 }

@@ -25,6 +25,7 @@
 #ifndef PREFIXD_INDEX_DECODE_BUDGET_H_
 #define PREFIXD_INDEX_DECODE_BUDGET_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -35,32 +36,81 @@
 
 namespace prefixd {
 
-// The peak memory of decoding and applying one payload, per payload byte,
-// at most. By construction: the decoder reads the payload in place
-// (index/msgpack_view.h) and holds only what it makes of it, vectors sized
-// once, not grown; of that, one payload byte becomes at most 48 bytes (an
-// extra_keys item's ContentKey, from as little as one byte; a block hash
-// 8, a token 4, an event 376 from at least 9 bytes, ["cleared"]).
-// Measured by bench/decode_peak (`build/bench/decode_peak`: one payload
-// just under the 16 MiB message cap per shape, the growth of peak RSS while
-// it is decoded and applied, over its size):
+// What the batch decoded from one payload may hold, per payload byte. The
+// decoder counts what it allocates against this (DecodeAllowance) and
+// refuses a payload that would need more, so a reservation of
+// DecodePeakEstimate bounds its decode whatever the payload's shape. An
+// event takes sizeof(KvEvent) (384 bytes) from as few as 9 payload bytes,
+// and an extra_keys item a ContentKey (48 bytes) from one, so without the
+// count a 16 MiB message decoded to 683 MiB. What engines send is far
+// below it: vLLM's densest batches, one BlockRemoved per evicted block
+// (25 bytes each with a 64-bit hash), decode to 17 bytes per byte, and a
+// BlockStored of 16 tokens to about 6. bench/decode_peak measures the peak
+// RSS of decoding and applying one payload of each shape
+// (`build/bench/decode_peak`, 16 MiB payloads):
 //
 //   BlockStored, one block of 1-byte tokens         4.0x
 //   BlockStored, blocks of 16 1-byte tokens         3.8x
 //   BlockStored, blocks of one token                6.0x
 //   BlockRemoved, 1-byte hashes                     8.0x
-//   AllBlocksCleared events (18 bytes each)        20.9x
-//   cleared events (9 bytes each)                  41.8x
-//   unknown trailing fields (nil)                   0.0x
-//   extra_keys, 32 one-byte items per block        41.5x
-//   extra_keys, 32 one-byte items, no tokens       42.7x  (the worst)
-//   extra_keys, one entry of 1-byte items           0.0x  (refused past 32)
-inline constexpr int64_t kDecodePeakPerPayloadByte = 48;
+//   AllBlocksCleared events (18 bytes each)        21.3x
+//   denser shapes (cleared events of 9 bytes, one-byte extra_keys items,
+//   removed events of 11 bytes): refused once they hold 24x
+inline constexpr int64_t kDecodePeakPerPayloadByte = 24;
+// Every payload may decode to this much, however small (a one-event batch
+// is dense by nature).
+inline constexpr int64_t kDecodeAllowanceFloor = 64 << 10;
 
 // The bytes to reserve for decoding a payload of `payload_bytes`.
 inline int64_t DecodePeakEstimate(size_t payload_bytes) {
   return static_cast<int64_t>(payload_bytes) * kDecodePeakPerPayloadByte;
 }
+
+// What decoding one payload may still allocate: kDecodePeakPerPayloadByte
+// bytes per payload byte, at least kDecodeAllowanceFloor. The decoder takes
+// from it before each allocation it makes (an event, a vector, a string
+// too long to be kept inline) and refuses the payload once a Take fails.
+// One decode's: not thread-safe.
+class DecodeAllowance {
+ public:
+  explicit DecodeAllowance(size_t payload_bytes)
+      : payload_bytes_(payload_bytes),
+        limit_(std::max(DecodePeakEstimate(payload_bytes),
+                        kDecodeAllowanceFloor)) {}
+
+  // Takes `bytes`; false, and exceeded() from then on, if they do not fit.
+  bool Take(size_t bytes) {
+    if (exceeded_ || bytes > static_cast<uint64_t>(limit_ - taken_)) {
+      exceeded_ = true;
+      return false;
+    }
+    taken_ += static_cast<int64_t>(bytes);
+    return true;
+  }
+  bool exceeded() const { return exceeded_; }
+  size_t payload_bytes() const { return payload_bytes_; }
+  int64_t limit() const { return limit_; }
+  int64_t taken() const { return taken_; }
+
+  // What malloc takes for n elements of `size` bytes: the bytes and the
+  // chunk's header, rounded up to its 16-byte steps, at least 32 (0 for
+  // none).
+  static size_t ArrayBytes(size_t n, size_t size) {
+    if (n == 0) return 0;
+    return std::max<size_t>(32, (n * size + 8 + 15) & ~size_t{15});
+  }
+  // The heap bytes of a std::string of n chars: none while they fit in
+  // the string itself (15 in libstdc++).
+  static size_t StringBytes(size_t n) {
+    return n <= 15 ? 0 : ArrayBytes(n + 1, 1);
+  }
+
+ private:
+  const size_t payload_bytes_;
+  const int64_t limit_;
+  int64_t taken_ = 0;
+  bool exceeded_ = false;
+};
 
 class DecodeBudget {
  public:

@@ -135,5 +135,30 @@ TEST(DecodeBudgetTest, StopEndsTheWaitEmptyHandedAndLetsTheNextOneIn) {
   EXPECT_EQ(budget.waiting(), 0u);
 }
 
+TEST(DecodeAllowanceTest, AllowsItsBytesPerPayloadByteAndNoMore) {
+  DecodeAllowance a(1 << 20);
+  EXPECT_EQ(a.limit(), int64_t{24} << 20);
+  EXPECT_TRUE(a.Take(size_t{24} << 20));
+  EXPECT_FALSE(a.exceeded());
+  EXPECT_FALSE(a.Take(1));
+  EXPECT_TRUE(a.exceeded());
+  EXPECT_FALSE(a.Take(0));  // once exceeded, it stays so
+  EXPECT_EQ(a.taken(), int64_t{24} << 20);
+}
+
+TEST(DecodeAllowanceTest, ASmallPayloadGetsTheFloor) {
+  DecodeAllowance a(10);
+  EXPECT_EQ(a.limit(), kDecodeAllowanceFloor);
+  EXPECT_FALSE(a.Take(static_cast<size_t>(kDecodeAllowanceFloor) + 1));
+}
+
+TEST(DecodeAllowanceTest, CountsWhatMallocTakes) {
+  EXPECT_EQ(DecodeAllowance::ArrayBytes(0, 8), 0u);
+  EXPECT_EQ(DecodeAllowance::ArrayBytes(1, 8), 32u);     // malloc's least chunk
+  EXPECT_EQ(DecodeAllowance::ArrayBytes(100, 4), 416u);  // 400 + 8, by 16s
+  EXPECT_EQ(DecodeAllowance::StringBytes(15), 0u);       // kept in the string
+  EXPECT_EQ(DecodeAllowance::StringBytes(40), 64u);      // 41 + 8, by 16s
+}
+
 }  // namespace
 }  // namespace prefixd

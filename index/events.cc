@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "base/status_macros.h"
+#include "index/decode_budget.h"
 #include "index/extra_keys.h"
 #include "index/msgpack_view.h"
 #include "index/wire_names.h"
@@ -224,18 +225,28 @@ struct BadElement {
   }
 };
 
+// Sizes *out for an array's `size` elements if the allowance has room for
+// them (else empties it): their storage, or nullptr.
+template <typename T>
+T* SizeFor(uint32_t size, DecodeAllowance* allowance, std::vector<T>* out) {
+  if (!allowance->Take(DecodeAllowance::ArrayBytes(size, sizeof(T)))) {
+    out->clear();
+    return nullptr;
+  }
+  out->resize(size);
+  return out->data();
+}
+
 // Reads block_hashes into the event's vector (Reader::ReadElements).
 struct HashesSink {
   std::vector<EngineHash>* out;
   BadElement* bad;
+  DecodeAllowance* allowance;
   EngineHash* data = nullptr;
 
-  void Begin(uint32_t size) {
-    out->resize(size);
-    data = out->data();
-  }
+  void Begin(uint32_t size) { data = SizeFor(size, allowance, out); }
   void Element(uint32_t i, const object& o) {
-    if (!ToHash(o, &data[i])) bad->Note(i, o);
+    if (data != nullptr && !ToHash(o, &data[i])) bad->Note(i, o);
   }
 };
 
@@ -243,13 +254,12 @@ struct HashesSink {
 struct TokensSink {
   std::vector<Token>* out;
   BadElement* bad;
+  DecodeAllowance* allowance;
   Token* data = nullptr;
 
-  void Begin(uint32_t size) {
-    out->resize(size);
-    data = out->data();
-  }
+  void Begin(uint32_t size) { data = SizeFor(size, allowance, out); }
   void Element(uint32_t i, const object& o) {
+    if (data == nullptr) return;
     if (o.type != mtype::POSITIVE_INTEGER ||
         o.via.u64 > std::numeric_limits<Token>::max()) {
       bad->Note(i, o);
@@ -263,19 +273,25 @@ struct TokensSink {
 // batch, its type and the field.
 class EventDecoder {
  public:
-  EventDecoder(const Reader& reader, KvEventBatch* out)
-      : reader_(reader), out_(out) {}
+  EventDecoder(const Reader& reader, DecodeAllowance* allowance,
+               KvEventBatch* out)
+      : reader_(reader), allowance_(allowance), out_(out) {}
 
   // The array `events`, whose elements start at *pos (Reader::Enter); *pos
   // past it. Counts its unknown events and fields into *out_.
   absl::Status Decode(const Value& events, size_t* pos) {
     // Allocated once: a growing vector holds its old and new arrays at
-    // once, and an event takes hundreds of bytes from as few as 9.
-    out_->events.reserve(events.head.via.array.size);
+    // once, and an event takes hundreds of bytes from as few as 9. The
+    // allowance runs out before more events than this are made.
+    const size_t most =
+        static_cast<size_t>(allowance_->limit()) / sizeof(KvEvent) + 1;
+    out_->events.reserve(std::min<size_t>(events.head.via.array.size, most));
     for (uint32_t i = 0; i < events.head.via.array.size; ++i) {
       index_ = i;
       type_ = "";
-      if (absl::Status s = DecodeEvent(pos); !s.ok()) return s;
+      const absl::Status s = DecodeEvent(pos);
+      if (allowance_->exceeded()) return TooDense();
+      if (!s.ok()) return s;
     }
     out_->events.erase(out_->events.begin() + used_, out_->events.end());
     return absl::OkStatus();
@@ -289,6 +305,15 @@ class EventDecoder {
     }
     return absl::InvalidArgumentError(
         absl::StrCat("event ", index_, " (", type_, "): ", what));
+  }
+
+  // The batch would hold more than its allowance: nothing an engine sends
+  // is this dense (index/decode_budget.h).
+  absl::Status TooDense() const {
+    return Error(absl::StrCat(
+        "the batch decodes to more than ", allowance_->limit(), " bytes (",
+        kDecodePeakPerPayloadByte, " per byte of its ",
+        allowance_->payload_bytes(), "-byte payload): refused as too dense"));
   }
 
   absl::Status WrongType(Field f, const object& o,
@@ -326,7 +351,7 @@ class EventDecoder {
       Skip(ev, pos);
       return absl::OkStatus();
     }
-    NewEvent(kind);
+    if (!NewEvent(kind)) return absl::OkStatus();  // TooDense
     const absl::Span<const Field> known = FieldsOf(kind);
     Value fields[kNumFields];
     uint32_t j = 1;
@@ -357,7 +382,7 @@ class EventDecoder {
       Skip(ev, pos);
       return absl::OkStatus();
     }
-    NewEvent(kind);
+    if (!NewEvent(kind)) return absl::OkStatus();  // TooDense
     const absl::Span<const Field> known = FieldsOf(kind);
     Value fields[kNumFields];
     for (uint32_t j = 0; j < ev.head.via.map.size; ++j) {
@@ -401,8 +426,10 @@ class EventDecoder {
   }
 
   // Makes out_'s next event, of `kind`'s type, and points hashes_ and
-  // tokens_ at its vectors, emptied: ReadField reads into them.
-  void NewEvent(Kind kind) {
+  // tokens_ at its vectors, emptied: ReadField reads into them. False if
+  // the allowance has no room for it.
+  bool NewEvent(Kind kind) {
+    if (!allowance_->Take(sizeof(KvEvent))) return false;
     hashes_ = nullptr;
     tokens_ = nullptr;
     bad_hash_ = BadElement();
@@ -419,6 +446,7 @@ class EventDecoder {
     }
     if (hashes_ != nullptr) hashes_->clear();
     if (tokens_ != nullptr) tokens_->clear();
+    return true;
   }
 
   // Field f's value at *pos, *pos past it: block_hashes and token_ids into
@@ -426,10 +454,10 @@ class EventDecoder {
   // the others as heads.
   void ReadField(Field f, size_t* pos, Value* fields) {
     if (f == kBlockHashes) {
-      HashesSink sink{hashes_, &bad_hash_};
+      HashesSink sink{hashes_, &bad_hash_, allowance_};
       fields[f] = reader_.ReadElements(pos, sink);
     } else if (f == kTokenIds) {
-      TokensSink sink{tokens_, &bad_token_};
+      TokensSink sink{tokens_, &bad_token_, allowance_};
       fields[f] = reader_.ReadElements(pos, sink);
     } else {
       fields[f] = reader_.Read(pos);
@@ -481,7 +509,7 @@ class EventDecoder {
     RETURN_IF_ERROR(Known(kSessionId, f[kSessionId]));
     RETURN_IF_ERROR(
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
-    if (!ReadExtraKeys(reader_, fields[kExtraKeys], ev)) {
+    if (!ReadExtraKeys(reader_, fields[kExtraKeys], allowance_, ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
     // The LoRA name and salt as the event or its extra keys gave them.
@@ -581,6 +609,7 @@ class EventDecoder {
     if (IsNull(o)) {
       out->reset();
     } else if (o->type == mtype::STR) {
+      if (!TakeString(o->via.str.size)) return absl::OkStatus();  // TooDense
       // Assigned in place: a reused event keeps the string's capacity.
       if (out->has_value()) {
         (*out)->assign(o->via.str.ptr, o->via.str.size);
@@ -639,8 +668,14 @@ class EventDecoder {
       return absl::OkStatus();
     }
     if (o->type != mtype::STR) return WrongType(field, *o, "a str or nil");
+    if (!TakeString(o->via.str.size)) return absl::OkStatus();  // TooDense
     out->assign(o->via.str.ptr, o->via.str.size);
     return CheckName(kFieldNames[field], *out);
+  }
+
+  // Room in the allowance for a string of `size` chars.
+  bool TakeString(size_t size) {
+    return allowance_->Take(DecodeAllowance::StringBytes(size));
   }
 
   // Names end up in answers and labels (index/wire_names.h).
@@ -670,6 +705,7 @@ class EventDecoder {
   }
 
   const Reader& reader_;
+  DecodeAllowance* const allowance_;
   KvEventBatch* const out_;
   size_t used_ = 0;         // events of out_->events filled so far
   uint32_t index_ = 0;      // of the event being decoded, in the batch
@@ -738,8 +774,8 @@ absl::Status Rank(const object* o, std::optional<int64_t>* rank) {
 // and data_parallel_rank are checked, whose errors come first.
 class BatchDecoder {
  public:
-  BatchDecoder(const Reader& reader, KvEventBatch* out)
-      : reader_(reader), out_(out) {}
+  BatchDecoder(const Reader& reader, size_t payload_bytes, KvEventBatch* out)
+      : reader_(reader), allowance_(payload_bytes), out_(out) {}
 
   // *end: where the batch ends in the payload (once it decoded). The pass
   // reads every byte of the batch, so that its reads check them all.
@@ -789,7 +825,8 @@ class BatchDecoder {
     if (events_.head.type == mtype::ARRAY) {
       out_->unknown_events = 0;
       out_->unknown_fields = 0;
-      events_status_ = EventDecoder(reader_, out_).Decode(events_, pos);
+      events_status_ =
+          EventDecoder(reader_, &allowance_, out_).Decode(events_, pos);
       if (events_status_.ok()) return;
     }
     *pos = start;
@@ -810,6 +847,7 @@ class BatchDecoder {
   }
 
   const Reader& reader_;
+  DecodeAllowance allowance_;  // a map's later "events" decodes on it too
   KvEventBatch* const out_;
   Value ts_;
   Value events_;
@@ -839,7 +877,7 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
   try {
     const Reader reader(payload,
                         Limits(payload.size(), kMaxDepth - kDeepestRead));
-    decoded = BatchDecoder(reader, out).Decode(&end);
+    decoded = BatchDecoder(reader, payload.size(), out).Decode(&end);
   } catch (const std::exception&) {
     read_refused = true;
   }
@@ -867,7 +905,7 @@ absl::Status DecodeEventBatch(absl::string_view payload, KvEventBatch* out) {
   // The payload is fine, but nests deeper than a read allowed from where
   // it started (kDeepestRead): read it again without limits.
   const Reader unlimited(payload, msgpack::unpack_limit());
-  return BatchDecoder(unlimited, out).Decode(&end);
+  return BatchDecoder(unlimited, payload.size(), out).Decode(&end);
 }
 
 }  // namespace prefixd

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -1133,6 +1134,70 @@ TEST(DecodeEventBatchTest, BoolsAreNotInts) {
       ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), Bool(true))}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("block_size is a bool"));
+}
+
+// A batch of `n` copies of `event`, and its payload's size.
+V Repeated(const V& event, int n) {
+  V events = Arr({});
+  events.items.assign(static_cast<size_t>(n), event);
+  return Arr({Float(1.5), events});
+}
+
+TEST(DecodeEventBatchTest, ABatchDenserThanItsAllowanceIsRefusedNamingIt) {
+  // Each of these decodes to more than 24 bytes per payload byte: a 384-byte
+  // event from a 9-byte ["cleared"] or an 11-byte ["removed", [1]], a
+  // 48-byte ContentKey from a one-byte extra_keys item.
+  V dense_keys = Arr({});
+  V block = Arr({});
+  for (int k = 0; k < 32; ++k) block.items.push_back(Arr({}));
+  V hashes = Arr({});
+  for (int i = 0; i < 5000; ++i) {
+    hashes.items.push_back(1);
+    dense_keys.items.push_back(block);
+  }
+  const V keys_batch = ArrayBatch({StoredArray(hashes, kNil, Tokens(0, 5000), 1,
+                                               kNil, "GPU", kNil, dense_keys)});
+  for (const V& batch :
+       {Repeated(Arr({"cleared"}), 20000),
+        Repeated(Arr({"removed", Arr({1})}), 20000), keys_batch}) {
+    const std::string payload = Bytes(batch);
+    KvEventBatch b;
+    const absl::Status s = DecodeEventBatch(payload, &b);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(), HasSubstr("refused as too dense"));
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("per byte of its ", payload.size(),
+                                       "-byte payload")));
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(
+                                 "more than ", 24 * payload.size(), " bytes")));
+  }
+}
+
+TEST(DecodeEventBatchTest, BatchesAsDenseAsEnginesSendThemDecode) {
+  // vLLM's block pool sends one BlockRemoved per evicted block (25 bytes
+  // with a 64-bit hash: 17 bytes decoded per byte); a run of
+  // AllBlocksCleared (18 bytes: 21); SGLang-like stores of one one-token
+  // block each.
+  const V removed = Repeated(
+      Arr({"BlockRemoved", Arr({Uint(0x9e3779b97f4a7c15)}), kNil}), 20000);
+  const V cleared = Repeated(Arr({"AllBlocksCleared"}), 20000);
+  const V stored = Repeated(
+      StoredArray(Arr({Uint(0x9e3779b97f4a7c15)}), Uint(0x7f4a7c159e3779b9),
+                  Arr({151000}), 1, kNil, "GPU"),
+      20000);
+  for (const V& batch : {removed, cleared, stored}) {
+    KvEventBatch b;
+    const absl::Status s = Decode(batch, &b);
+    ASSERT_TRUE(s.ok()) << s;
+    EXPECT_EQ(b.events.size(), 20000u);
+  }
+}
+
+TEST(DecodeEventBatchTest, ASmallBatchMayBeDense) {
+  // Below 64 KiB of decoded batch, density does not matter.
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(Repeated(Arr({"cleared"}), 100), &b).ok());
+  EXPECT_EQ(b.events.size(), 100u);
 }
 
 }  // namespace

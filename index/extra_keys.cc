@@ -25,8 +25,8 @@ namespace mtype = msgpack::type;
 // Items in one block's entry at most: its LoRA, salt and prompt embeddings
 // and the multimodal inputs that overlap it (a block of 16 tokens overlaps
 // a few at most). Each item becomes a ContentKey of 48 bytes from as
-// little as one payload byte, so a longer entry ends the chain instead of
-// costing the decoder more (bench/decode_peak).
+// little as one payload byte, so a longer entry ends the chain; what the
+// keys of all blocks take is counted against the decode's allowance.
 constexpr uint32_t kMaxKeysPerBlock = 32;
 
 // Sums the keys the first `entries` entries can give at most, so that
@@ -45,8 +45,10 @@ struct MaxKeys {
 // The keys of one block, read item by item.
 class BlockKeysReader {
  public:
-  BlockKeysReader(const Reader& reader, BlockStoredEvent* ev, size_t block)
+  BlockKeysReader(const Reader& reader, DecodeAllowance* allowance,
+                  BlockStoredEvent* ev, size_t block)
       : reader_(reader),
+        allowance_(allowance),
         ev_(ev),
         salt_allowed_(block == 0 && !ev->parent_block_hash.has_value()) {}
 
@@ -185,6 +187,7 @@ class BlockKeysReader {
   }
 
   void Add(ContentKey::Kind kind, absl::string_view id, int64_t offset) {
+    if (!allowance_->Take(DecodeAllowance::StringBytes(id.size()))) return;
     ContentKey& k = keys_.emplace_back();
     k.kind = kind;
     k.id.assign(id.data(), id.size());
@@ -196,10 +199,12 @@ class BlockKeysReader {
   void AddLegacy(const Value& value) {
     ContentKey& k = keys_.emplace_back();
     k.kind = ContentKey::Kind::kLegacy;
-    reader_.Pack(value, &k.id);
+    reader_.Pack(value, &k.id);  // no longer than the value in the payload
+    allowance_->Take(DecodeAllowance::StringBytes(k.id.size()));
   }
 
   const Reader& reader_;
+  DecodeAllowance* const allowance_;
   BlockStoredEvent* const ev_;
   const bool salt_allowed_;
   bool lora_seen_ = false;
@@ -223,19 +228,20 @@ void AppendContent(size_t block, absl::InlinedVector<ContentKey, 2>& keys,
 }
 
 // Reads the entry at *pos (*pos past it, if it could be read) into block
-// `block`'s keys; false if they cannot be understood.
+// `block`'s keys; false if they cannot be understood or the allowance ran
+// out.
 bool ReadEntry(const Reader& reader, size_t* pos, size_t block,
-               BlockStoredEvent* ev) {
+               DecodeAllowance* allowance, BlockStoredEvent* ev) {
   const Value entry = reader.Enter(pos);
   const object& head = entry.head;
   if (head.type != mtype::NIL &&
       (head.type != mtype::ARRAY || head.via.array.size > kMaxKeysPerBlock)) {
     return false;
   }
-  BlockKeysReader keys(reader, ev, block);
+  BlockKeysReader keys(reader, allowance, ev, block);
   if (head.type == mtype::ARRAY) {
     for (uint32_t k = 0; k < head.via.array.size; ++k) {
-      if (!keys.Item(reader.Read(pos))) return false;
+      if (!keys.Item(reader.Read(pos)) || allowance->exceeded()) return false;
     }
   }
   keys.Finish();
@@ -272,7 +278,7 @@ ContentKey LegacyStringContentKey(absl::string_view value) {
 }
 
 bool ReadExtraKeys(const Reader& reader, const Value& extra_keys,
-                   BlockStoredEvent* ev) {
+                   DecodeAllowance* allowance, BlockStoredEvent* ev) {
   const size_t blocks = ev->block_hashes.size();
   ev->cache_salt.clear();
   ev->content.Clear();
@@ -285,11 +291,16 @@ bool ReadExtraKeys(const Reader& reader, const Value& extra_keys,
   MaxKeys max{entries};
   size_t pos = extra_keys.pos;
   reader.ReadElements(&pos, max);
+  if (!allowance->Take(
+          DecodeAllowance::ArrayBytes(max.keys, sizeof(ContentKey)) +
+          DecodeAllowance::ArrayBytes(entries + 1, sizeof(uint32_t)))) {
+    return true;  // the caller refuses the payload
+  }
   ev->content.keys.reserve(max.keys);
   pos = extra_keys.pos;
   reader.Enter(&pos);
   for (size_t i = 0; i < entries; ++i) {
-    if (!ReadEntry(reader, &pos, i, ev)) {
+    if (!ReadEntry(reader, &pos, i, allowance, ev)) {
       ev->chain_blocks = i;
       break;
     }

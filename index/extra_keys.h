@@ -17,6 +17,7 @@
 #ifndef PREFIXD_INDEX_EXTRA_KEYS_H_
 #define PREFIXD_INDEX_EXTRA_KEYS_H_
 
+#include "index/decode_budget.h"
 #include "index/events.h"
 #include "index/msgpack_view.h"
 
@@ -27,9 +28,12 @@ namespace prefixd {
 // parent_block_hash, lora_id and lora_name must be decoded already; a
 // typed LoRA key may set lora_name. Blocks past the first one whose keys
 // cannot be understood are not chained (see BlockStoredEvent::chain_blocks).
+// Takes what it allocates from *allowance and stops (returning true) once
+// that is exceeded; the caller refuses the payload then.
 // Returns false only when extra_keys is neither nil nor an array.
 bool ReadExtraKeys(const msgpack_view::Reader& reader,
-                   const msgpack_view::Value& extra_keys, BlockStoredEvent* ev);
+                   const msgpack_view::Value& extra_keys,
+                   DecodeAllowance* allowance, BlockStoredEvent* ev);
 
 // The content keys of typed keys given another way (a Route's
 // BlockExtraKeys): the same ContentKey the decoder makes of the same key.

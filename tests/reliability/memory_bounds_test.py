@@ -581,6 +581,44 @@ class DecodeMemoryTest(unittest.TestCase):
                         "decoding one payload of %d bytes grew RSS by %d KiB"
                         % (len(big), peak - before))
 
+    def test_a_payload_denser_than_its_allowance_is_refused_within_it(self):
+        """A 16 MiB payload of 9-byte ["cleared"] events asks for 384 bytes
+        an event: 43 times its size, +683 MiB before the decoder counted
+        what it allocates. It is refused once its batch holds 24 times the
+        payload (index/decode_budget.h), its worker says why, and the
+        daemon goes on."""
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        import msgpack
+        pubs, index, daemon = self.start(1)
+        n = (16 * 1024 * 1024 - 64) // 9
+        dense = b"".join([b"\x92", msgpack.packb(1.7e9), b"\xdd", struct.pack(">I", n),
+                          b"\x91\xa7cleared" * n])
+        before = rss_kib(daemon.proc.pid)
+        pubs[0].send_multipart([b"", (1).to_bytes(8, "big"), dense])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not self.applied(index, 1, 1):
+            time.sleep(0.05)
+        peak = hwm_kib(daemon.proc.pid)
+        print("1 payload of %d cleared events (%d bytes): RSS %d KiB before, peak %d KiB "
+              "(+%d KiB)" % (n, len(dense), before, peak, peak - before))
+        (w,) = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        self.assertEqual(w.last_seq, 1, "the payload was not taken")
+        self.assertIn("refused as too dense", w.state_detail)
+        self.assertIn("%d-byte payload" % len(dense), w.state_detail)
+        # The allowance (384 MiB) and the message (16 MiB), not 683 MiB.
+        self.assertLess(peak - before, 448 * MIB,
+                        "a payload of %d cleared events grew RSS by %d KiB"
+                        % (n, peak - before))
+        # The next batch is decoded and applied as ever.
+        pubs[0].send_multipart([b"", (2).to_bytes(8, "big"), self.payload(16)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self.applied(index, 2, 1):
+            time.sleep(0.05)
+        (w,) = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        self.assertEqual(w.last_seq, 2)
+        self.assertEqual(w.state, ipb.LIVE, w.state_detail)
+
     def test_a_source_sending_faster_than_the_index_decodes_is_held_back(self):
         """A source that sends its largest payloads back to back, faster
         than the index decodes them, is held back by the index's receive

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "index/events.h"
+#include "index/listen_gate.h"
 #include "index/sequence.h"
 #include "index/wire_names.h"
 #include "index/zmq_wire.h"
@@ -293,12 +294,11 @@ class Ingest::Runner {
         source_(std::move(source)) {}
   // The listen socket, already bound.
   Runner(KvIndex* index, const IngestOptions& options, DecodeBudget* budget,
-         std::unique_ptr<zmq::socket_t> listen, std::string endpoint)
+         std::unique_ptr<ListenGate> listen)
       : index_(index),
         options_(options),
         budget_(budget),
-        listen_(std::move(listen)),
-        listen_endpoint_(std::move(endpoint)) {}
+        listen_(std::move(listen)) {}
   ~Runner() { Stop(); }
 
   void Start() {
@@ -316,6 +316,8 @@ class Ingest::Runner {
       for (const auto& [rank, w] : s->workers) index_->RetireWorker(w);
   }
   const IndexSource& source() const { return source_; }
+  // The listen socket's gate; null for a source.
+  const ListenGate* listen_gate() const { return listen_.get(); }
 
  private:
   struct Stream {
@@ -401,7 +403,7 @@ class Ingest::Runner {
       }
       streams_.erase(idle);
     }
-    return AddStream(worker, listen_endpoint_, "");
+    return AddStream(worker, listen_->endpoint(), "");
   }
 
   Stream* AddStream(std::string name, std::string endpoint, std::string replay,
@@ -446,11 +448,10 @@ class Ingest::Runner {
   }
 
   void PollListen(std::chrono::milliseconds timeout) {
-    zmq::pollitem_t item{static_cast<void*>(*listen_), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, timeout);
-    for (int i = 0; i < 1024 && (item.revents & ZMQ_POLLIN) != 0; ++i) {
+    const bool readable = listen_->Poll(timeout);
+    for (int i = 0; i < 1024 && readable; ++i) {
       std::vector<zmq::message_t> parts;
-      if (!zmq::recv_multipart(*listen_, std::back_inserter(parts),
+      if (!zmq::recv_multipart(listen_->socket(), std::back_inserter(parts),
                                zmq::recv_flags::dontwait)) {
         break;
       }
@@ -708,8 +709,7 @@ class Ingest::Runner {
   const IngestOptions& options_;
   DecodeBudget* const budget_;  // the Ingest's, shared by every runner
   IndexSource source_;
-  std::unique_ptr<zmq::socket_t> listen_;
-  std::string listen_endpoint_;
+  std::unique_ptr<ListenGate> listen_;
   bool pool_ = false;
   absl::Duration resolve_interval_;
   absl::Time next_resolve_ = absl::InfiniteFuture();
@@ -731,35 +731,30 @@ absl::StatusOr<std::unique_ptr<Ingest>> Ingest::Start(KvIndex* index,
       std::make_unique<DecodeBudget>(ingest->options_.decode_budget_bytes);
   const IngestOptions& o = ingest->options_;
   if (!o.listen.empty()) {
-    auto sock =
-        std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
-    sock->set(zmq::sockopt::linger, 0);
     // IPv6 only when asked for: with it on, a v4 address is reported back
     // v4-mapped ([::ffff:127.0.0.1]).
     const std::optional<HostPort> hp = SplitTcp(o.listen);
-    if (hp.has_value() && (absl::StrContains(hp->host, ':') || hp->host == "*"))
-      sock->set(zmq::sockopt::ipv6, 1);
-    sock->set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
-    sock->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
-    sock->set(zmq::sockopt::subscribe, "");
-    try {
-      sock->bind(o.listen);
-    } catch (const zmq::error_t& e) {
-      return absl::UnavailableError(
-          absl::StrCat("could not bind the index listen endpoint ", o.listen,
-                       ": ", e.what()));
-    }
-    ingest->listen_endpoint_ = sock->get(zmq::sockopt::last_endpoint);
+    const bool ipv6 =
+        hp.has_value() && (absl::StrContains(hp->host, ':') || hp->host == "*");
+    absl::StatusOr<std::unique_ptr<ListenGate>> gate = ListenGate::Bind(
+        o.listen, ipv6, o.max_listen_connections, o.listen_handshake_timeout);
+    if (!gate.ok()) return gate.status();
+    ingest->listen_endpoint_ = (*gate)->endpoint();
     MutexLock lock(&ingest->mu_);
-    ingest->listen_runner_ =
-        std::make_unique<Runner>(index, o, ingest->decode_budget_.get(),
-                                 std::move(sock), ingest->listen_endpoint_);
+    ingest->listen_runner_ = std::make_unique<Runner>(
+        index, o, ingest->decode_budget_.get(), *std::move(gate));
     ingest->listen_runner_->Start();
   }
   for (IndexSource& s : sources) {
     RETURN_IF_ERROR(ingest->AddSource(std::move(s)));
   }
   return ingest;
+}
+
+uint64_t Ingest::listen_connections_refused() const {
+  MutexLock lock(&mu_);
+  if (listen_runner_ == nullptr) return 0;
+  return listen_runner_->listen_gate()->refused();
 }
 
 absl::Status Ingest::AddSource(IndexSource source) {

@@ -79,6 +79,11 @@ struct IngestOptions {
   // (retired, its blocks dropped), else the new topic is not followed.
   size_t max_listen_workers = 1024;
   absl::Duration listen_idle = absl::Minutes(10);
+  // Connections to `listen` at once (index/listen_gate.h): one more waits,
+  // unanswered, until its handshake times out, and its engine connects
+  // again. Each may hold 5 messages of up to 16 MiB.
+  size_t max_listen_connections = 1024;
+  absl::Duration listen_handshake_timeout = absl::Seconds(10);
   // What decoding may hold at once, over every source and the listen
   // socket (index/decode_budget.h): each decode reserves its payload's
   // estimated peak first and waits while the others' leave no room. One
@@ -115,6 +120,9 @@ class Ingest {
   void Stop();
   // The bound listen endpoint, with a wildcard port resolved; empty if none.
   const std::string& listen_endpoint() const { return listen_endpoint_; }
+  // Handshakes on `listen` left unanswered so far as one connection too
+  // many (0 without `listen`).
+  uint64_t listen_connections_refused() const;
   // What every runner's decoding reserves from (tests read its counters
   // and may hold some of it).
   DecodeBudget& decode_budget() { return *decode_budget_; }

@@ -613,6 +613,54 @@ TEST(IngestListen, AnIdleWorkerMakesRoomForANewTopic) {
   EXPECT_LE(f.index.Stats().workers.size(), 2u);
 }
 
+TEST(IngestListen, ConnectionsPastTheLimitAreNotAdmitted) {
+  IngestOptions o;
+  o.max_listen_connections = 2;
+  // A connection not admitted is closed after this, and connects again.
+  o.listen_handshake_timeout = absl::Milliseconds(500);
+  ListenFixture f{o};  // f.pub is the first connection
+  zmq::socket_t second(f.ctx, zmq::socket_type::pub);
+  second.set(zmq::sockopt::linger, 0);
+  second.connect(f.ingest->listen_endpoint());
+  ASSERT_TRUE(SendUntil(f.index, f.pub, {"kv@a@m"}, [](const IndexStats& s) {
+    return s.workers.size() == 1;
+  }));
+  ASSERT_TRUE(SendUntil(f.index, second, {"kv@b@m"}, [](const IndexStats& s) {
+    return s.workers.size() == 2;
+  }));
+  EXPECT_EQ(f.ingest->listen_connections_refused(), 0u);
+  {
+    // A third is not admitted: counted, and nothing it sends is read,
+    // while the first two are.
+    zmq::socket_t third(f.ctx, zmq::socket_type::pub);
+    third.set(zmq::sockopt::linger, 0);
+    third.connect(f.ingest->listen_endpoint());
+    ASSERT_TRUE(SendUntil(f.index, third, {"kv@c@m"}, [&](const IndexStats&) {
+      return f.ingest->listen_connections_refused() >= 1;
+    }));
+    const std::string seq1 = Be64(1);
+    const std::string stored2 = StoredPayload({2}, 0);
+    ASSERT_TRUE(SendUntil(f.index, third, {"kv@c@m"}, [&](const IndexStats&) {
+      std::array<zmq::const_buffer, 3> parts = {
+          zmq::str_buffer("kv@a@m"), zmq::buffer(seq1), zmq::buffer(stored2)};
+      (void)zmq::send_multipart(f.pub, parts);
+      return Matched(f.index, {2}, "a") == 1;
+    }));
+    EXPECT_THAT(f.Names(), ElementsAre("a", "b"));
+  }
+  // Once one of the two has gone, a new connection takes its place (if it
+  // connects before the departure is counted, at its next attempt).
+  second.close();
+  zmq::socket_t fourth(f.ctx, zmq::socket_type::pub);
+  fourth.set(zmq::sockopt::linger, 0);
+  fourth.connect(f.ingest->listen_endpoint());
+  EXPECT_TRUE(SendUntil(f.index, fourth, {"kv@d@m"}, [](const IndexStats& s) {
+    for (const WorkerStatus& w : s.workers)
+      if (w.worker == "d") return true;
+    return false;
+  }));
+}
+
 TEST(IngestReplayLimits, AReplayPastItsBatchOrByteCapFails) {
   for (const bool by_bytes : {false, true}) {
     Publisher pub(100);

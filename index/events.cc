@@ -370,7 +370,15 @@ class EventDecoder {
   absl::Status MapEvent(const Value& ev, size_t* pos) {
     static constexpr absl::string_view kTypeKeys[] = {"type", "event_type"};
     Value types[2];
-    reader_.MapValues(ev, kTypeKeys, types);
+    // msgspec and EncodeEventBatch write "type" first: read it there, not
+    // by a pass over every value of the map (its token ids included).
+    size_t first = *pos;
+    const Value key = ev.head.via.map.size > 0 ? reader_.Read(&first) : Value();
+    if (key.head.type == mtype::STR && Str(key.head) == "type") {
+      types[0] = reader_.Read(&first);
+    } else {
+      reader_.MapValues(ev, kTypeKeys, types);
+    }
     const Value& type = types[0].present() ? types[0] : types[1];
     if (!type.present() || type.head.type != mtype::STR) {
       return Error("a map event must have a str \"type\" (or \"event_type\")");

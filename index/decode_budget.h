@@ -40,11 +40,11 @@ namespace prefixd {
 // decoder counts what it allocates against this (DecodeAllowance) and
 // refuses a payload that would need more, so a reservation of
 // DecodePeakEstimate bounds its decode whatever the payload's shape. An
-// event takes sizeof(KvEvent) (384 bytes) from as few as 9 payload bytes,
+// event takes sizeof(KvEvent) (376 bytes) from as few as 9 payload bytes,
 // and an extra_keys item a ContentKey (48 bytes) from one, so without the
 // count a 16 MiB message decoded to 683 MiB. What engines send is far
 // below it: vLLM's densest batches, one BlockRemoved per evicted block
-// (25 bytes each with a 64-bit hash), decode to 17 bytes per byte, and a
+// (25 bytes each with a 64-bit hash), decode to 16 bytes per byte, and a
 // BlockStored of 16 tokens to about 6. bench/decode_peak measures the peak
 // RSS of decoding and applying one payload of each shape
 // (`build/bench/decode_peak`, 16 MiB payloads):
@@ -53,7 +53,7 @@ namespace prefixd {
 //   BlockStored, blocks of 16 1-byte tokens         3.8x
 //   BlockStored, blocks of one token                6.0x
 //   BlockRemoved, 1-byte hashes                     8.0x
-//   AllBlocksCleared events (18 bytes each)        21.3x
+//   AllBlocksCleared events (18 bytes each)        20.9x
 //   denser shapes (cleared events of 9 bytes, one-byte extra_keys items,
 //   removed events of 11 bytes): refused once they hold 24x
 inline constexpr int64_t kDecodePeakPerPayloadByte = 24;

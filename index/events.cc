@@ -226,7 +226,8 @@ struct BadElement {
 };
 
 // Sizes *out for an array's `size` elements if the allowance has room for
-// them (else empties it): their storage, or nullptr.
+// them (else empties it, and the elements are not read): their storage, or
+// nullptr.
 template <typename T>
 T* SizeFor(uint32_t size, DecodeAllowance* allowance, std::vector<T>* out) {
   if (!allowance->Take(DecodeAllowance::ArrayBytes(size, sizeof(T)))) {
@@ -244,9 +245,12 @@ struct HashesSink {
   DecodeAllowance* allowance;
   EngineHash* data = nullptr;
 
-  void Begin(uint32_t size) { data = SizeFor(size, allowance, out); }
+  bool Begin(uint32_t size) {
+    data = SizeFor(size, allowance, out);
+    return data != nullptr;
+  }
   void Element(uint32_t i, const object& o) {
-    if (data != nullptr && !ToHash(o, &data[i])) bad->Note(i, o);
+    if (!ToHash(o, &data[i])) bad->Note(i, o);
   }
 };
 
@@ -257,9 +261,11 @@ struct TokensSink {
   DecodeAllowance* allowance;
   Token* data = nullptr;
 
-  void Begin(uint32_t size) { data = SizeFor(size, allowance, out); }
+  bool Begin(uint32_t size) {
+    data = SizeFor(size, allowance, out);
+    return data != nullptr;
+  }
   void Element(uint32_t i, const object& o) {
-    if (data == nullptr) return;
     if (o.type != mtype::POSITIVE_INTEGER ||
         o.via.u64 > std::numeric_limits<Token>::max()) {
       bad->Note(i, o);

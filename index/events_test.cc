@@ -1144,7 +1144,7 @@ V Repeated(const V& event, int n) {
 }
 
 TEST(DecodeEventBatchTest, ABatchDenserThanItsAllowanceIsRefusedNamingIt) {
-  // Each of these decodes to more than 24 bytes per payload byte: a 384-byte
+  // Each of these decodes to more than 24 bytes per payload byte: a 376-byte
   // event from a 9-byte ["cleared"] or an 11-byte ["removed", [1]], a
   // 48-byte ContentKey from a one-byte extra_keys item.
   V dense_keys = Arr({});
@@ -1175,7 +1175,7 @@ TEST(DecodeEventBatchTest, ABatchDenserThanItsAllowanceIsRefusedNamingIt) {
 
 TEST(DecodeEventBatchTest, BatchesAsDenseAsEnginesSendThemDecode) {
   // vLLM's block pool sends one BlockRemoved per evicted block (25 bytes
-  // with a 64-bit hash: 17 bytes decoded per byte); a run of
+  // with a 64-bit hash: 16 bytes decoded per byte); a run of
   // AllBlocksCleared (18 bytes: 21); SGLang-like stores of one one-token
   // block each.
   const V removed = Repeated(

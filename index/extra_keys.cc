@@ -35,7 +35,7 @@ constexpr uint32_t kMaxKeysPerBlock = 32;
 struct MaxKeys {
   size_t entries;
   size_t keys = 0;
-  void Begin(uint32_t /*size*/) {}
+  bool Begin(uint32_t /*size*/) { return true; }
   void Element(uint32_t i, const object& entry) {
     if (i >= entries || entry.type != mtype::ARRAY) return;
     keys += std::min(entry.via.array.size, kMaxKeysPerBlock);

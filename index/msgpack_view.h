@@ -328,9 +328,9 @@ class Reader {
   // first element or a map's first key (past a scalar or an empty one).
   Value Enter(size_t* pos) const;
 
-  // The value at *pos, *pos past it. If it is an array, sink.Begin(size)
-  // and then sink.Element(i, head) for each element in order (a nested
-  // array's or map's head has its size only).
+  // The value at *pos, *pos past it. If it is an array, sink.Begin(size),
+  // and if that returns true, sink.Element(i, head) for each element in
+  // order (a nested array's or map's head has its size only).
   template <typename Sink>
   Value ReadElements(size_t* pos, Sink& sink) const;
 
@@ -358,14 +358,15 @@ template <typename Sink>
 struct ToSink {
   Sink& sink;
   Value* v;
-  uint32_t next = 0;  // the index of the next element
+  uint32_t next = 0;      // the index of the next element
+  bool elements = false;  // an array whose sink takes its elements
 
   ABSL_ATTRIBUTE_ALWAYS_INLINE void operator()(uint32_t depth,
                                                const object& head) {
     if (depth == 0) {
       v->head = head;
-      if (head.type == mtype::ARRAY) sink.Begin(head.via.array.size);
-    } else if (depth == 1 && v->head.type == mtype::ARRAY) {
+      elements = head.type == mtype::ARRAY && sink.Begin(head.via.array.size);
+    } else if (depth == 1 && elements) {
       sink.Element(next++, head);
     }
   }

@@ -78,7 +78,10 @@ TEST(MsgpackReaderTest, HeadsAreTheUnpackedObjectsOfScalarsAndSizesOfOthers) {
 struct Collect {
   uint32_t size = 0;
   std::vector<object> elements;
-  void Begin(uint32_t n) { size = n; }
+  bool Begin(uint32_t n) {
+    size = n;
+    return true;
+  }
   void Element(uint32_t i, const object& o) {
     EXPECT_EQ(i, elements.size());
     elements.push_back(o);

@@ -582,7 +582,7 @@ class DecodeMemoryTest(unittest.TestCase):
                         % (len(big), peak - before))
 
     def test_a_payload_denser_than_its_allowance_is_refused_within_it(self):
-        """A 16 MiB payload of 9-byte ["cleared"] events asks for 384 bytes
+        """A 16 MiB payload of 9-byte ["cleared"] events asks for 376 bytes
         an event: 43 times its size, +683 MiB before the decoder counted
         what it allocates. It is refused once its batch holds 24 times the
         payload (index/decode_budget.h), its worker says why, and the

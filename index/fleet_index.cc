@@ -106,9 +106,24 @@ void FleetIndex::Yield() {
   mu_.Lock();
 }
 
+void FleetIndex::GrowAside(WorkerId id, size_t inserts) {
+  std::unique_ptr<HolderTree::Growth> growth = tree_.GrowthFor(id, inserts);
+  if (growth == nullptr) return;
+  EndHold();
+  mu_.Unlock();
+  mu_.ReaderLock();
+  growth->Build();  // writer_mu_ keeps every other change out
+  mu_.ReaderUnlock();
+  mu_.Lock();
+  growth->Adopt();
+  ++hold_stats_.grown_aside;
+}
+
 FleetIndex::HoldStats FleetIndex::hold_stats() const {
   ReaderMutexLock lock(&mu_);
-  return hold_stats_;
+  HoldStats stats = hold_stats_;
+  stats.grown_in_place = tree_.sizes().grown_in_place;
+  return stats;
 }
 
 void FleetIndex::SetBetweenSlicesForTest(std::function<void()> hook) {
@@ -197,6 +212,7 @@ void FleetIndex::ApplyHashes(WorkerId id,
       if (u.op == HashUpdate::Op::kReport) {
         for (size_t a = 0; a < u.hashes.size();) {
           const size_t k = std::min(u.hashes.size() - a, Budget());
+          GrowAside(id, k);
           tree_.StoreHashes(id, u.hashes.subspan(a, k), g, u.medium, stamp);
           Spend(k);
           a += k;
@@ -401,6 +417,7 @@ void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
                              DropCounts* drops) {
   const size_t n = ev.block_hashes.size();
   if (n <= Budget()) {
+    GrowAside(id, n);
     tree_.Store(id, ev, defaults, stamp, drops);
     Spend(n);
     return;
@@ -423,6 +440,7 @@ void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
   for (size_t a = 0; a < n;) {
     const size_t b = std::min(n, a + Budget());
     StoreSlice(ev, a, b, static_cast<size_t>(options_.block_size), &part);
+    GrowAside(id, b - a);
     const uint64_t unknown_before = unknown;
     tree_.Store(id, part, defaults, stamp, drops);
     Spend(b - a);

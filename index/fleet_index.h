@@ -79,6 +79,10 @@ class FleetIndex final : public KvIndex {
   struct HoldStats {
     uint64_t max_blocks = 0;
     uint64_t yields = 0;
+    // Hash tables grown aside before a store (GrowAside), and rehashed
+    // inside one all the same (HolderTree::Sizes::grown_in_place).
+    uint64_t grown_aside = 0;
+    uint64_t grown_in_place = 0;
   };
   HoldStats hold_stats() const;
   // For tests: called between slices, with mu_ released (it may Route,
@@ -121,6 +125,11 @@ class FleetIndex final : public KvIndex {
     hold_blocks_ += blocks;
   }
   void Yield() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before a store of up to `inserts` block hashes of `id`: the tables it
+  // would rehash are grown aside (HolderTree::GrowthFor), copied with mu_
+  // shared so that Routes go on, and swapped in with it held.
+  void GrowAside(WorkerId id, size_t inserts)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
                        absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

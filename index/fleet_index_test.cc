@@ -883,6 +883,46 @@ TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   EXPECT_GT(index_.hold_stats().yields, 0u);
 }
 
+TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
+  for (const bool key_lookup : {false, true}) {
+    IndexOptions o{kBs, 10000000};
+    o.key_lookup = key_lookup;
+    FleetIndex index(o);
+    const WorkerId w = index.AddWorker("w", "");
+    int64_t seq = 0;
+    // Stores of 100 root blocks each: the worker's engine-hash map (and the
+    // key lookup) pass capacities of 8 K, 16 K and 32 K entries.
+    const auto store = [&](Token first, Token count) {
+      for (Token b = first; b < first + count;) {
+        KvEventBatch batch;
+        for (int k = 0; k < 100; ++k, ++b)
+          batch.events.push_back(Stored({}, {b}));
+        index.Apply(w, batch, seq++, absl::Now());
+      }
+    };
+    store(1, 40000);
+    EXPECT_GT(index.hold_stats().grown_aside, 0u) << key_lookup;
+    // Every block removed (the tables keep their tombstones), then as many
+    // new ones stored: cleaned aside too.
+    KvEventBatch removal;
+    BlockRemovedEvent all;
+    for (Token b = 1; b <= 40000; ++b)
+      all.block_hashes.push_back(ChainHash({b}));
+    removal.events.push_back(all);
+    index.Apply(w, removal, seq++, absl::Now());
+    store(100001, 40000);
+    EXPECT_EQ(index.hold_stats().grown_in_place, 0u) << key_lookup;
+    ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
+    EXPECT_EQ(index.entries(), 40000u);
+    RouteQuery q;
+    const std::vector<Token> prompt = Prompt({100007});
+    q.tokens = prompt;
+    const RouteResult r = index.Route(q);
+    ASSERT_EQ(r.workers.size(), 1u);
+    EXPECT_EQ(r.workers[0].matched_blocks, 1u);
+  }
+}
+
 class FleetIndexTrimSlicesTest : public FleetIndexSlicesTest {
  protected:
   FleetIndexTrimSlicesTest() : FleetIndexSlicesTest(50000) {}

@@ -47,7 +47,69 @@ HolderTree::Sizes HolderTree::sizes() const {
   }
   for (const WorkerHoldings& held : holdings_)
     sizes.engine_hashes += held.blocks.size();
+  sizes.grown_in_place = grown_in_place_;
   return sizes;
+}
+
+// --- Growth aside
+// -------------------------------------------------------------
+
+namespace {
+
+// Whether `inserts` more entries may make an absl table rehash: it grows,
+// or cleans out its tombstones (at most `erased`), once its entries and
+// tombstones would pass 7/8 of its capacity.
+bool MayRehash(size_t size, size_t capacity, uint64_t erased, size_t inserts) {
+  return size >= HolderTree::kGrowAsideFrom &&
+         size + erased + inserts > capacity - capacity / 8;
+}
+
+}  // namespace
+
+std::unique_ptr<HolderTree::Growth> HolderTree::GrowthFor(WorkerId worker,
+                                                          size_t inserts) {
+  const WorkerHoldings& held = holdings_[worker];
+  size_t blocks_to = 0;
+  size_t keys_to = 0;
+  if (MayRehash(held.blocks.size(), held.blocks.capacity(), held.erased,
+                inserts)) {
+    blocks_to = 2 * held.blocks.size() + inserts;
+  }
+  if (key_lookup_ != nullptr &&
+      MayRehash(key_lookup_->size(), key_lookup_->capacity(),
+                key_lookup_->erased(), inserts)) {
+    keys_to = 2 * key_lookup_->size() + inserts;
+  }
+  if (blocks_to == 0 && keys_to == 0) return nullptr;
+  return std::unique_ptr<Growth>(new Growth(this, worker, blocks_to, keys_to));
+}
+
+HolderTree::Growth::Growth(HolderTree* tree, WorkerId worker, size_t blocks_to,
+                           size_t keys_to)
+    : tree_(tree), worker_(worker), blocks_to_(blocks_to), keys_to_(keys_to) {}
+
+HolderTree::Growth::~Growth() = default;
+
+void HolderTree::Growth::Build() {
+  if (blocks_to_ > 0) {
+    const auto& blocks = tree_->holdings_[worker_].blocks;
+    blocks_.reserve(blocks_to_);
+    blocks_.insert(blocks.begin(), blocks.end());
+  }
+  if (keys_to_ > 0) {
+    keys_ = std::make_unique<KeyLookup>(tree_);
+    keys_->Reserve(keys_to_);
+    keys_->InsertAll(*tree_->key_lookup_);
+  }
+}
+
+void HolderTree::Growth::Adopt() {
+  if (blocks_to_ > 0) {
+    WorkerHoldings& held = tree_->holdings_[worker_];
+    held.blocks.swap(blocks_);
+    held.erased = 0;
+  }
+  if (keys_to_ > 0) tree_->key_lookup_.swap(keys_);
 }
 
 // --- Slots and holders ------------------------------------------------------
@@ -123,7 +185,12 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
     }
   }
   const SlotRef ref{slot, slots_[slot].gen};
+  const size_t capacity = held.blocks.capacity();
   auto [it, inserted] = held.blocks.try_emplace(hash, ref);
+  if (held.blocks.capacity() != capacity &&
+      held.blocks.size() > kGrowAsideFrom) {
+    ++grown_in_place_;
+  }
   if (inserted) {
     MarkIfStale(worker, held);
     return;
@@ -384,8 +451,12 @@ void HolderTree::AttachNew(Node* node, absl::Span<const Token> fingerprints,
     for (size_t k = done; k < done + take; ++k)
       slots_[static_cast<uint32_t>(ids[k])].key = keys[k];
     if (key_lookup_ != nullptr) {
-      for (size_t k = done; k < done + take; ++k)
-        key_lookup_->Insert(static_cast<uint32_t>(ids[k]));
+      for (size_t k = done; k < done + take; ++k) {
+        if (key_lookup_->Insert(static_cast<uint32_t>(ids[k])) &&
+            key_lookup_->size() > kGrowAsideFrom) {
+          ++grown_in_place_;
+        }
+      }
     }
     done += take;
     node = target;
@@ -405,9 +476,13 @@ void HolderTree::Remove(WorkerId worker, const BlockRemovedEvent& ev) {
     Slot* s = Resolve(ref);
     if (s == nullptr) {
       held.blocks.erase(it);
+      ++held.erased;
       continue;
     }
-    if (Unhold(holder, ref.slot)) held.blocks.erase(it);
+    if (Unhold(holder, ref.slot)) {
+      held.blocks.erase(it);
+      ++held.erased;
+    }
     if (s->holders.empty()) Prune(s->node);
   }
 }

@@ -125,6 +125,22 @@ class HolderTree {
   void StoreHashes(WorkerId worker, absl::Span<const EngineHash> hashes,
                    int group, absl::string_view medium, uint64_t stamp);
 
+  // A store of up to `inserts` block hashes of `worker` may find a table it
+  // inserts into (the worker's engine-hash map, the key lookup) due to grow
+  // or to be cleaned of erased entries: an O(size) rehash inside the store.
+  // An owner that lets Scores run beside its changes has such tables grown
+  // aside before the store instead:
+  //
+  //   auto g = tree.GrowthFor(worker, inserts);  // null if none is due
+  //   g->Build();  // larger copies; the tree is only read (Scores go on)
+  //   g->Adopt();  // swaps them in, O(1)
+  //
+  // with nothing changing the tree between the three calls. Tables below
+  // kGrowAsideFrom entries rehash in place (a few microseconds).
+  static constexpr size_t kGrowAsideFrom = 4096;
+  class Growth;
+  std::unique_ptr<Growth> GrowthFor(WorkerId worker, size_t inserts);
+
   // The changes whose work grows with the index or a worker's holdings are
   // jobs done in steps of at most `max_ops` operations each (a block
   // released or dropped, an engine hash or a slot visited, a node
@@ -198,6 +214,9 @@ class HolderTree {
     // max_entries dropped, until a sweep; at most about twice the live
     // ones).
     uint64_t engine_hashes = 0;
+    // Rehashes of a table of at least kGrowAsideFrom entries inside a
+    // store (none when every store's tables were grown aside).
+    uint64_t grown_in_place = 0;
   };
   Sizes sizes() const;
 
@@ -218,6 +237,8 @@ class HolderTree {
     absl::flat_hash_map<EngineHash, SlotRef> blocks;
     // Blocks held per medium, in any group.
     std::vector<uint64_t> medium_blocks;
+    // Erasures from `blocks` since it was made: at most its tombstones.
+    uint64_t erased = 0;
     bool sweep_due = false;  // listed in sweeps_due_
   };
   class KeyLookup;
@@ -296,11 +317,37 @@ class HolderTree {
   std::vector<Token> fingerprint_scratch_;  // Store's fingerprints
   std::vector<uint64_t> key_scratch_;       // and rolling keys
   uint64_t entries_ = 0;
+  uint64_t grown_in_place_ = 0;            // see Sizes
   std::vector<WorkerId> sweeps_due_;       // see BeginSweep
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
   // While the lookup is built (BeginKeyLookup): the first slot not added to
   // it yet; SIZE_MAX once it is whole.
   size_t key_lookup_next_ = SIZE_MAX;
+};
+
+// Larger copies of the tables a store is about to rehash (see GrowthFor).
+class HolderTree::Growth {
+ public:
+  ~Growth();
+  Growth(const Growth&) = delete;
+  Growth& operator=(const Growth&) = delete;
+
+  // Copies the tables into ones with room for twice their entries and the
+  // store's. Reads the tree only.
+  void Build();
+  // Puts the copies in the tables' place. REQUIRES: Build.
+  void Adopt();
+
+ private:
+  friend class HolderTree;
+  Growth(HolderTree* tree, WorkerId worker, size_t blocks_to, size_t keys_to);
+
+  HolderTree* const tree_;
+  const WorkerId worker_;
+  const size_t blocks_to_;  // the engine-hash map's new size; 0: kept
+  const size_t keys_to_;    // the key lookup's
+  absl::flat_hash_map<EngineHash, SlotRef> blocks_;
+  std::unique_ptr<KeyLookup> keys_;
 };
 
 }  // namespace prefixd

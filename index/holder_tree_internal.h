@@ -63,17 +63,30 @@ class HolderTree::KeyLookup {
   explicit KeyLookup(const HolderTree* owner)
       : slots_(0, Hash{owner}, Eq{owner}) {}
   void Reserve(size_t slots) { slots_.reserve(slots); }
-  void Insert(uint32_t slot) { slots_.insert(slot); }
-  void Erase(uint32_t slot) { slots_.erase(slot); }
+  // True if the set rehashed to make room.
+  bool Insert(uint32_t slot) {
+    const size_t capacity = slots_.capacity();
+    slots_.insert(slot);
+    return slots_.capacity() != capacity;
+  }
+  void Erase(uint32_t slot) { erased_ += slots_.erase(slot); }
+  // Adds every slot of `from` (a lookup of the same tree).
+  void InsertAll(const KeyLookup& from) {
+    slots_.insert(from.slots_.begin(), from.slots_.end());
+  }
   // The slot of `key` in `tree`, or -1.
   int64_t Find(const Tree* tree, uint64_t key) const {
     auto it = slots_.find(Probe{tree, key});
     return it == slots_.end() ? -1 : static_cast<int64_t>(*it);
   }
   size_t size() const { return slots_.size(); }
+  size_t capacity() const { return slots_.capacity(); }
+  // Erasures since the set was made: at most its tombstones.
+  uint64_t erased() const { return erased_; }
 
  private:
   absl::flat_hash_set<uint32_t, Hash, Eq> slots_;
+  uint64_t erased_ = 0;
 };
 
 }  // namespace prefixd

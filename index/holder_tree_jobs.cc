@@ -31,6 +31,7 @@ class HolderTree::ClearJob : public HolderTree::Job {
  public:
   ClearJob(HolderTree* tree, WorkerId worker) : tree_(tree), worker_(worker) {
     blocks_.swap(tree_->holdings_[worker].blocks);
+    tree_->holdings_[worker].erased = 0;
     next_ = blocks_.begin();
   }
 
@@ -104,6 +105,7 @@ class HolderTree::SweepJob : public HolderTree::Job {
         ++next_;
       } else {
         blocks.erase(next_++);
+        ++tree_->holdings_[worker_].erased;
       }
     }
     // As in ClearJob: a ref that still resolves is still the emptied block.

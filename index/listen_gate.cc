@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<ListenGate>> ListenGate::Bind(
                            ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
       throw zmq::error_t();
     }
+    // Unbounded: a monitor event dropped at a full queue would leave the
+    // count wrong for good (ZeroMQ drops them rather than wait).
+    gate->monitor_.set(zmq::sockopt::rcvhwm, 0);
     gate->monitor_.connect(kMonitorEndpoint);
     if (ipv6) sub.set(zmq::sockopt::ipv6, 1);
     sub.set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);

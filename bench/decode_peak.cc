@@ -86,6 +86,15 @@ void Stored(Packer& pk, size_t blocks, size_t block_size) {
   pk.pack_nil();
 }
 
+// The events array of as many copies of one event, `event_bytes` long
+// packed, as fit in `bytes`.
+void Repeated(Packer& pk, size_t bytes, size_t event_bytes,
+              const std::function<void(Packer&)>& event) {
+  const size_t n = bytes / event_bytes;
+  pk.pack_array(static_cast<uint32_t>(n));
+  for (size_t i = 0; i < n; ++i) event(pk);
+}
+
 const std::vector<Shape>& Shapes() {
   static const auto* shapes = new std::vector<Shape>{
       {"BlockStored, 1 block of all the tokens",
@@ -105,47 +114,40 @@ const std::vector<Shape>& Shapes() {
        }},
       {"AllBlocksCleared events",
        [](Packer& pk, size_t bytes) {
-         const size_t n = bytes / 18;  // ["AllBlocksCleared"]: 18 bytes
-         pk.pack_array(static_cast<uint32_t>(n));
-         for (size_t i = 0; i < n; ++i) {
-           pk.pack_array(1);
-           pk.pack(std::string("AllBlocksCleared"));
-         }
+         Repeated(pk, bytes, 18, [](Packer& e) {  // ["AllBlocksCleared"]
+           e.pack_array(1);
+           e.pack(std::string("AllBlocksCleared"));
+         });
        }},
       {"removed events, one 1-byte hash each",
        [](Packer& pk, size_t bytes) {
-         const size_t n = bytes / 11;  // ["removed", [1]]: 11 bytes
-         pk.pack_array(static_cast<uint32_t>(n));
-         for (size_t i = 0; i < n; ++i) {
-           pk.pack_array(2);
-           pk.pack(std::string("removed"));
-           pk.pack_array(1);
-           pk.pack(1);
-         }
+         Repeated(pk, bytes, 11, [](Packer& e) {  // ["removed", [1]]
+           e.pack_array(2);
+           e.pack(std::string("removed"));
+           e.pack_array(1);
+           e.pack(1);
+         });
        }},
       {"stored events, one 1-token block each",
        [](Packer& pk, size_t bytes) {
-         const size_t n = bytes / 14;  // ["stored", [1], nil, [1], 1]
-         pk.pack_array(static_cast<uint32_t>(n));
-         for (size_t i = 0; i < n; ++i) {
-           pk.pack_array(5);
-           pk.pack(std::string("stored"));
-           pk.pack_array(1);
-           pk.pack(1);
-           pk.pack_nil();
-           pk.pack_array(1);
-           pk.pack(1);
-           pk.pack(1);
-         }
+         // ["stored", [1], nil, [1], 1]
+         Repeated(pk, bytes, 14, [](Packer& e) {
+           e.pack_array(5);
+           e.pack(std::string("stored"));
+           e.pack_array(1);
+           e.pack(1);
+           e.pack_nil();
+           e.pack_array(1);
+           e.pack(1);
+           e.pack(1);
+         });
        }},
       {"cleared events (9 bytes each)",
        [](Packer& pk, size_t bytes) {
-         const size_t n = bytes / 9;  // ["cleared"]: 9 bytes
-         pk.pack_array(static_cast<uint32_t>(n));
-         for (size_t i = 0; i < n; ++i) {
-           pk.pack_array(1);
-           pk.pack(std::string("cleared"));
-         }
+         Repeated(pk, bytes, 9, [](Packer& e) {  // ["cleared"]
+           e.pack_array(1);
+           e.pack(std::string("cleared"));
+         });
        }},
       {"unknown trailing fields (nil)",
        [](Packer& pk, size_t bytes) {
@@ -267,7 +269,9 @@ int main(int argc, char** argv) {
     std::printf("%-38s %9zu B payload  peak +%7lld KiB  %5.1fx  %s\n",
                 shape.name, payload.size(), static_cast<long long>(peak.kib),
                 peak.kib * 1024.0 / static_cast<double>(payload.size()),
-                peak.kib < 0 ? "failed" : peak.decoded ? "decoded" : "refused");
+                peak.kib < 0   ? "failed"
+                : peak.decoded ? "decoded"
+                               : "refused");
     std::fflush(stdout);
   }
   return 0;

@@ -357,7 +357,7 @@ class EventDecoder {
       Skip(ev, pos);
       return absl::OkStatus();
     }
-    if (!NewEvent(kind)) return absl::OkStatus();  // TooDense
+    if (!NewEvent(kind)) return TooDense();
     const absl::Span<const Field> known = FieldsOf(kind);
     Value fields[kNumFields];
     uint32_t j = 1;
@@ -396,7 +396,7 @@ class EventDecoder {
       Skip(ev, pos);
       return absl::OkStatus();
     }
-    if (!NewEvent(kind)) return absl::OkStatus();  // TooDense
+    if (!NewEvent(kind)) return TooDense();
     const absl::Span<const Field> known = FieldsOf(kind);
     Value fields[kNumFields];
     for (uint32_t j = 0; j < ev.head.via.map.size; ++j) {
@@ -623,7 +623,7 @@ class EventDecoder {
     if (IsNull(o)) {
       out->reset();
     } else if (o->type == mtype::STR) {
-      if (!TakeString(o->via.str.size)) return absl::OkStatus();  // TooDense
+      if (!TakeString(o->via.str.size)) return TooDense();
       // Assigned in place: a reused event keeps the string's capacity.
       if (out->has_value()) {
         (*out)->assign(o->via.str.ptr, o->via.str.size);
@@ -682,7 +682,7 @@ class EventDecoder {
       return absl::OkStatus();
     }
     if (o->type != mtype::STR) return WrongType(field, *o, "a str or nil");
-    if (!TakeString(o->via.str.size)) return absl::OkStatus();  // TooDense
+    if (!TakeString(o->via.str.size)) return TooDense();
     out->assign(o->via.str.ptr, o->via.str.size);
     return CheckName(kFieldNames[field], *out);
   }

@@ -86,8 +86,9 @@ const std::vector<FlagSpec>& Flags() {
        "16"},
       {"index_decode_budget", "SIZE",
        "Fleet index: memory that decoding KV events may hold at once, over "
-       "all sources (a payload decodes to up to 48 times its size; one "
-       "larger than the budget decodes alone). Overrides index { "
+       "all sources (each decode reserves 24 times its payload, the most "
+       "the decoder lets a batch hold; one larger than the budget decodes "
+       "alone). Overrides index { "
        "decode_budget } of the config file.",
        defaults::kIndexDecodeBudget},
       {"events_publish", "ENDPOINT[,REPLAY]",

@@ -117,6 +117,10 @@ void FleetIndex::GrowAside(WorkerId id, size_t inserts) {
   mu_.Lock();
   growth->Adopt();
   ++hold_stats_.grown_aside;
+  // The tables replaced are out of every Route's reach: freed unlocked.
+  mu_.Unlock();
+  growth.reset();
+  mu_.Lock();
 }
 
 FleetIndex::HoldStats FleetIndex::hold_stats() const {

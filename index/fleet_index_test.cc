@@ -890,8 +890,9 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
     FleetIndex index(o);
     const WorkerId w = index.AddWorker("w", "");
     int64_t seq = 0;
-    // Stores of 100 root blocks each: the worker's engine-hash map (and the
-    // key lookup) pass capacities of 8 K, 16 K and 32 K entries.
+    // Stores of 100 root blocks each: the worker's engine-hash map, the
+    // root's child set (and the key lookup) pass capacities of 8 K, 16 K
+    // and 32 K entries.
     const auto store = [&](Token first, Token count) {
       for (Token b = first; b < first + count;) {
         KvEventBatch batch;
@@ -911,9 +912,14 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
     removal.events.push_back(all);
     index.Apply(w, removal, seq++, absl::Now());
     store(100001, 40000);
+    // A root block's edge split by a longer prompt: the head takes its
+    // place in the root's set.
+    KvEventBatch split;
+    split.events.push_back(Stored({}, {100001, 5}));
+    index.Apply(w, split, seq++, absl::Now());
     EXPECT_EQ(index.hold_stats().grown_in_place, 0u) << key_lookup;
     ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
-    EXPECT_EQ(index.entries(), 40000u);
+    EXPECT_EQ(index.entries(), 40001u);
     RouteQuery q;
     const std::vector<Token> prompt = Prompt({100007});
     q.tokens = prompt;
@@ -921,6 +927,35 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
     ASSERT_EQ(r.workers.size(), 1u);
     EXPECT_EQ(r.workers[0].matched_blocks, 1u);
   }
+}
+
+// Engine hashes reported without tokens that no worker stored are detached
+// blocks, every one a child of one root: that set is grown aside too.
+TEST(FleetIndexGrowthTest, DetachedHashesGrowTheirRootsSetAside) {
+  FleetIndex index(IndexOptions{kBs, 10000000});
+  const WorkerId w = index.AddWorker("w", "");
+  const auto report = [&](HashUpdate::Op op, EngineHash first,
+                          EngineHash count) {
+    std::vector<EngineHash> hashes;
+    for (EngineHash h = first; h < first + count; ++h) hashes.push_back(h);
+    for (size_t a = 0; a < hashes.size(); a += 100) {
+      HashUpdate u;
+      u.op = op;
+      u.hashes = absl::MakeConstSpan(hashes).subspan(a, 100);
+      index.ApplyHashes(w, {u});
+    }
+  };
+  report(HashUpdate::Op::kReport, 1, 40000);
+  EXPECT_GT(index.hold_stats().grown_aside, 0u);
+  report(HashUpdate::Op::kRevoke, 1, 40000);
+  report(HashUpdate::Op::kReport, 100001, 40000);
+  EXPECT_EQ(index.hold_stats().grown_in_place, 0u);
+  ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
+  EXPECT_EQ(index.entries(), 40000u);
+  const EngineHash probe[] = {100007};
+  const RouteResult r = index.RouteEngineHashes(probe, WorkerFilter());
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_EQ(r.workers[0].matched_blocks, 1u);
 }
 
 class FleetIndexTrimSlicesTest : public FleetIndexSlicesTest {

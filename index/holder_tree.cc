@@ -48,23 +48,11 @@ HolderTree::Sizes HolderTree::sizes() const {
   for (const WorkerHoldings& held : holdings_)
     sizes.engine_hashes += held.blocks.size();
   sizes.grown_in_place = grown_in_place_;
+  sizes.wide_nodes = wide_.size();
   return sizes;
 }
 
-// --- Growth aside
-// -------------------------------------------------------------
-
-namespace {
-
-// Whether `inserts` more entries may make an absl table rehash: it grows,
-// or cleans out its tombstones (at most `erased`), once its entries and
-// tombstones would pass 7/8 of its capacity.
-bool MayRehash(size_t size, size_t capacity, uint64_t erased, size_t inserts) {
-  return size >= HolderTree::kGrowAsideFrom &&
-         size + erased + inserts > capacity - capacity / 8;
-}
-
-}  // namespace
+// --- Growth aside ------------------------------------------------------------
 
 std::unique_ptr<HolderTree::Growth> HolderTree::GrowthFor(WorkerId worker,
                                                           size_t inserts) {
@@ -80,13 +68,42 @@ std::unique_ptr<HolderTree::Growth> HolderTree::GrowthFor(WorkerId worker,
                 key_lookup_->erased(), inserts)) {
     keys_to = 2 * key_lookup_->size() + inserts;
   }
-  if (blocks_to == 0 && keys_to == 0) return nullptr;
-  return std::unique_ptr<Growth>(new Growth(this, worker, blocks_to, keys_to));
+  // A store adds at most one child per block to a node, and one more where
+  // it splits an edge (the head replaces the edge in its parent's set).
+  std::vector<WideChildSets::Due> children;
+  if (!wide_.empty()) children = wide_.DueFor(inserts + 1);
+  if (blocks_to == 0 && keys_to == 0 && children.empty()) return nullptr;
+  return std::unique_ptr<Growth>(
+      new Growth(this, worker, blocks_to, keys_to, std::move(children)));
 }
 
+// A copy of a node's child set that owns nothing: until Adopt its pointers
+// alias the node's children, after it they are the set it replaced, whose
+// nodes the copy now owns. Either way they are released, never deleted.
+struct HolderTree::Growth::ChildCopy {
+  explicit ChildCopy(WideChildSets::Due due)
+      : node(due.node), reserve(due.reserve) {}
+  ~ChildCopy() {
+    // A released pointer no longer hashes as its node, but the set is only
+    // destroyed after this.
+    for (const std::unique_ptr<Node>& child : set)
+      const_cast<std::unique_ptr<Node>&>(child).release();
+  }
+  ChildCopy(const ChildCopy&) = delete;
+  ChildCopy& operator=(const ChildCopy&) = delete;
+
+  Node* const node;
+  const size_t reserve;
+  ChildSet set;
+};
+
 HolderTree::Growth::Growth(HolderTree* tree, WorkerId worker, size_t blocks_to,
-                           size_t keys_to)
-    : tree_(tree), worker_(worker), blocks_to_(blocks_to), keys_to_(keys_to) {}
+                           size_t keys_to,
+                           std::vector<WideChildSets::Due> children)
+    : tree_(tree), worker_(worker), blocks_to_(blocks_to), keys_to_(keys_to) {
+  for (const WideChildSets::Due& due : children)
+    children_.push_back(std::make_unique<ChildCopy>(due));
+}
 
 HolderTree::Growth::~Growth() = default;
 
@@ -101,6 +118,11 @@ void HolderTree::Growth::Build() {
     keys_->Reserve(keys_to_);
     keys_->InsertAll(*tree_->key_lookup_);
   }
+  for (const std::unique_ptr<ChildCopy>& copy : children_) {
+    copy->set.reserve(copy->reserve);
+    for (const std::unique_ptr<Node>& child : copy->node->children)
+      copy->set.insert(std::unique_ptr<Node>(child.get()));
+  }
 }
 
 void HolderTree::Growth::Adopt() {
@@ -110,6 +132,47 @@ void HolderTree::Growth::Adopt() {
     held.erased = 0;
   }
   if (keys_to_ > 0) tree_->key_lookup_.swap(keys_);
+  for (const std::unique_ptr<ChildCopy>& copy : children_) {
+    copy->node->children.swap(copy->set);
+    tree_->wide_.Rebuilt(copy->node);
+  }
+}
+
+// --- Structural edits
+// ---------------------------------------------------------
+
+Node* HolderTree::NewChild(Node* parent, absl::Span<const Token> fingerprints,
+                           absl::Span<const BlockId> ids) {
+  const size_t capacity = parent->children.capacity();
+  Node* child = AddChild(parent, fingerprints, ids,
+                         parent->is_root() ? 0 : parent->end_position());
+  if (wide_.Added(parent, capacity)) ++grown_in_place_;
+  return child;
+}
+
+// The head takes the edge's place in its parent's set (an erasure and an
+// insert there); the tail keeps its node, and with it its child set.
+Node* HolderTree::Split(Node* node, size_t blocks) {
+  Node* parent = node->parent;
+  const size_t capacity = parent->children.capacity();
+  Node* head = SplitNode(node, blocks);
+  wide_.Erased(parent);
+  if (wide_.Added(parent, capacity)) ++grown_in_place_;
+  return head;
+}
+
+void HolderTree::Unlink(Node* leaf) {
+  Node* parent = leaf->parent;
+  wide_.Forget(leaf);
+  RemoveLeaf(leaf);
+  wide_.Erased(parent);
+}
+
+void HolderTree::DropTree(const std::string& ns) {
+  auto it = trees_.find(ns);
+  assert(it != trees_.end() && it->second->root.children.empty());
+  wide_.Forget(&it->second->root);
+  trees_.erase(it);
 }
 
 // --- Slots and holders ------------------------------------------------------
@@ -366,7 +429,7 @@ void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
       }
       // The path leaves the edge here: split it after `used` blocks; the
       // tail keeps its node, so its slots move up by `used` places.
-      Node* head = SplitNode(node, used);
+      Node* head = Split(node, used);
       PlaceSlots(head, 0);
       PlaceSlots(node, 0);
       node = head;
@@ -441,9 +504,9 @@ void HolderTree::AttachNew(Node* node, absl::Span<const Token> fingerprints,
     } else {
       take = std::min(kMaxEdgeBlocks, left);
       first_pos = 0;
-      target = AddChild(
+      target = NewChild(
           node, fingerprints.subspan(done * kKeyTokens, take * kKeyTokens),
-          ids.subspan(done, take), node->is_root() ? 0 : node->end_position());
+          ids.subspan(done, take));
     }
     target->stamp = stamp;
     target->tree->blocks += take;
@@ -507,11 +570,11 @@ void HolderTree::Prune(Node* node) {
       return;
     }
     Node* parent = node->parent;
-    RemoveLeaf(node);
+    Unlink(node);
     node = parent;
   }
   if (node->is_root() && node->children.empty()) {
-    trees_.erase(node->tree->ns);  // frees the tree and `node`
+    DropTree(node->tree->ns);  // frees `node`
   }
 }
 
@@ -592,7 +655,7 @@ Node* HolderTree::DropTail(Node* leaf, size_t blocks, Trimmed* trimmed) {
     return nullptr;
   }
   Node* parent = leaf->parent;
-  RemoveLeaf(leaf);
+  Unlink(leaf);
   return parent;
 }
 

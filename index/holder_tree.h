@@ -58,6 +58,7 @@
 #include "index/holders.h"
 #include "index/keys.h"
 #include "index/prefix_scorer.h"
+#include "index/wide_child_sets.h"
 
 namespace prefixd {
 
@@ -126,18 +127,20 @@ class HolderTree {
                    int group, absl::string_view medium, uint64_t stamp);
 
   // A store of up to `inserts` block hashes of `worker` may find a table it
-  // inserts into (the worker's engine-hash map, the key lookup) due to grow
-  // or to be cleaned of erased entries: an O(size) rehash inside the store.
+  // inserts into (the worker's engine-hash map, the key lookup, the child
+  // set of a node with many children) due to grow or to be cleaned of
+  // erased entries: an O(size) rehash inside the store.
   // An owner that lets Scores run beside its changes has such tables grown
   // aside before the store instead:
   //
   //   auto g = tree.GrowthFor(worker, inserts);  // null if none is due
   //   g->Build();  // larger copies; the tree is only read (Scores go on)
   //   g->Adopt();  // swaps them in, O(1)
+  //   g.reset();   // frees the tables replaced; the tree is not touched
   //
   // with nothing changing the tree between the three calls. Tables below
   // kGrowAsideFrom entries rehash in place (a few microseconds).
-  static constexpr size_t kGrowAsideFrom = 4096;
+  static constexpr size_t kGrowAsideFrom = WideChildSets::kFrom;
   class Growth;
   std::unique_ptr<Growth> GrowthFor(WorkerId worker, size_t inserts);
 
@@ -217,6 +220,8 @@ class HolderTree {
     // Rehashes of a table of at least kGrowAsideFrom entries inside a
     // store (none when every store's tables were grown aside).
     uint64_t grown_in_place = 0;
+    // Nodes with kGrowAsideFrom children or more (WideChildSets).
+    uint64_t wide_nodes = 0;
   };
   Sizes sizes() const;
 
@@ -281,6 +286,14 @@ class HolderTree {
   // Score of a prompt given as rolling keys: each block found by the lookup.
   void ScoreKeys(absl::Span<const uint64_t> keys, const std::string& ns,
                  uint64_t stamp, PrefixScorer* scorer) const;
+  // core's structural edits (core/radix_tree.h), with wide_ told of every
+  // change to a child set and every node freed.
+  Node* NewChild(Node* parent, absl::Span<const Token> fingerprints,
+                 absl::Span<const BlockId> ids);
+  Node* Split(Node* node, size_t blocks);
+  void Unlink(Node* leaf);
+  // Frees the tree of namespace `ns`, which holds no block.
+  void DropTree(const std::string& ns);
   // Re-points the slots of `node`'s edge from block `from` on.
   void PlaceSlots(Node* node, size_t from);
   void Hold(WorkerId worker, uint32_t holder, uint32_t slot, EngineHash hash);
@@ -301,6 +314,7 @@ class HolderTree {
   // removing the node when it has no block left; returns its parent then.
   Node* DropTail(Node* leaf, size_t blocks, Trimmed* trimmed);
   absl::Status CheckNode(const Node& node, Tally* tally) const;
+  absl::Status CheckWide(const Node& node, Tally* tally) const;
   absl::Status CheckTree(const Tree& tree, Tally* tally) const;
   absl::Status CheckCounts(const Tally& tally) const;
   absl::Status CheckSlots(const Tally& tally) const;
@@ -320,6 +334,7 @@ class HolderTree {
   uint64_t grown_in_place_ = 0;            // see Sizes
   std::vector<WorkerId> sweeps_due_;       // see BeginSweep
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
+  WideChildSets wide_;                     // see GrowthFor
   // While the lookup is built (BeginKeyLookup): the first slot not added to
   // it yet; SIZE_MAX once it is whole.
   size_t key_lookup_next_ = SIZE_MAX;
@@ -340,7 +355,9 @@ class HolderTree::Growth {
 
  private:
   friend class HolderTree;
-  Growth(HolderTree* tree, WorkerId worker, size_t blocks_to, size_t keys_to);
+  struct ChildCopy;
+  Growth(HolderTree* tree, WorkerId worker, size_t blocks_to, size_t keys_to,
+         std::vector<WideChildSets::Due> children);
 
   HolderTree* const tree_;
   const WorkerId worker_;
@@ -348,6 +365,7 @@ class HolderTree::Growth {
   const size_t keys_to_;    // the key lookup's
   absl::flat_hash_map<EngineHash, SlotRef> blocks_;
   std::unique_ptr<KeyLookup> keys_;
+  std::vector<std::unique_ptr<ChildCopy>> children_;
 };
 
 }  // namespace prefixd

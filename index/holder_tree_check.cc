@@ -16,7 +16,22 @@ struct HolderTree::Tally {
   std::vector<std::vector<uint64_t>> held;  // [worker][medium]
   absl::flat_hash_set<uint32_t> live_slots;
   uint64_t looked_up = 0;  // live slots the key lookup must hold
+  uint64_t wide = 0;       // nodes wide_ lists
 };
+
+// A node with kGrowAsideFrom children or more is listed in wide_ (so that
+// its set is grown aside); the listed nodes are counted, to find any that
+// is not in a tree any more.
+absl::Status HolderTree::CheckWide(const Node& n, Tally* tally) const {
+  if (wide_.contains(&n)) {
+    ++tally->wide;
+  } else if (n.children.size() >= kGrowAsideFrom) {
+    return absl::InternalError(absl::StrCat("tree ", n.tree->ns, ": a node of ",
+                                            n.children.size(),
+                                            " children is not listed wide"));
+  }
+  return absl::OkStatus();
+}
 
 // Every slot of a node names that node and its place in the edge (and the
 // key lookup finds it by its key, once the build reached it), no edge is
@@ -66,11 +81,12 @@ absl::Status HolderTree::CheckTree(const Tree& tree, Tally* tally) const {
   }
   uint64_t blocks = 0;
   uint64_t nodes = 0;
-  absl::Status status;
+  absl::Status status = CheckWide(tree.root, tally);
   ForEachBelow(tree.root, [&](const Node& n, int) {
     ++nodes;
     blocks += n.num_blocks();
     if (status.ok()) status = CheckNode(n, tally);
+    if (status.ok()) status = CheckWide(n, tally);
   });
   RETURN_IF_ERROR(status);
   if (blocks != tree.blocks || nodes != tree.nodes) {
@@ -111,6 +127,11 @@ absl::Status HolderTree::CheckSlots(const Tally& tally) const {
       return absl::InternalError(
           absl::StrCat("slot ", id, " is free and live"));
     }
+  }
+  if (tally.wide != wide_.size()) {
+    return absl::InternalError(absl::StrCat(wide_.size(),
+                                            " nodes listed wide, ", tally.wide,
+                                            " of them in a tree"));
   }
   if (key_lookup_ != nullptr && key_lookup_->size() != tally.looked_up) {
     return absl::InternalError(

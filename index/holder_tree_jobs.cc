@@ -148,7 +148,8 @@ class HolderTree::TrimJob : public HolderTree::Job {
       : tree_(tree),
         trimmed_(trimmed),
         target_(max_entries - max_entries / 100),
-        next_tree_(tree->trees_.begin()) {
+        next_tree_(tree->trees_.begin()),
+        leaves_(std::greater<Leaf>(), ReservedForLeaves(*tree)) {
     trimmed_->blocks = 0;
     trimmed_->entries_by_worker.assign(tree->holdings_.size(), 0);
   }
@@ -161,6 +162,15 @@ class HolderTree::TrimJob : public HolderTree::Job {
 
  private:
   using Leaf = std::pair<uint64_t, Node*>;  // its stamp when scanned
+
+  // Room for a leaf per node, taken at once: growing by doubling would copy
+  // (and fault in) the whole heap inside one step; reserved, each step
+  // touches only the pages its own leaves fill.
+  static std::vector<Leaf> ReservedForLeaves(const HolderTree& tree) {
+    std::vector<Leaf> leaves;
+    leaves.reserve(tree.sizes().nodes);
+    return leaves;
+  }
 
   // A depth-first walk that can stop after any node: path_ holds, per
   // depth, the children of the node above still to visit. Each iteration
@@ -213,7 +223,7 @@ class HolderTree::TrimJob : public HolderTree::Job {
         empty_trees.push_back(tree->ns);
       }
     }
-    for (const std::string& key : empty_trees) tree_->trees_.erase(key);
+    for (const std::string& key : empty_trees) tree_->DropTree(key);
     trimmed_->blocks += dropped;
     *done = tree_->entries_ <= target_ || leaves_.empty();
     return dropped;

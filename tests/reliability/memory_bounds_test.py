@@ -35,6 +35,10 @@ config names, measured as the daemon's RSS (VmRSS in /proc/PID/status).
   the message, under 10 times its size; 8 sources each sending such
   payloads decode one at a time within index.decode_budget, not all at
   once.
+- fleet index attacks: a replay endpoint that never ends its answer is cut
+  at 256 MiB; 20,000 data_parallel_rank values from one source, or 50,000
+  topics sent to index.listen, make at most 1,024 workers; names past 256 bytes are refused, not kept; engine
+  hashes stored past max_entries do not grow their worker's map.
 
 Usage: memory_bounds_test.py --prefixd PATH [--stubs DIR]
            [--decode_budget SIZE]  (the index's, for DecodeMemoryTest; 1PiB
@@ -679,13 +683,227 @@ class DecodeMemoryTest(unittest.TestCase):
         route = index.Route(ipb.RouteRequest(tokens=range(1, 17)), timeout=10)
         self.assertEqual(sorted((w.worker, w.matched_blocks) for w in route.workers),
                          [("s%d" % i, 1) for i in range(self.SOURCES)])
-        # One decode at a time (each reserves 48 x 16 MiB, more than the
+        # One decode at a time (each reserves 24 x 16 MiB, and two pass the
         # 512 MiB budget): its peak (4 x the payload, 64 MiB) and the
         # payloads waiting in the sockets' queues. All 8 at once, without
         # the budget, take about 640 MiB.
         self.assertLess(peak - before, 384 * MIB,
                         "decoding %d sources' payloads grew RSS by %d KiB"
                         % (self.SOURCES, peak - before))
+
+
+class IndexAttackMemoryTest(unittest.TestCase):
+    """What a hostile or broken engine can make the fleet index hold:
+    a replay that never ends, more workers than the index follows, names
+    it does not keep, and more engine hashes than max_entries blocks."""
+
+    def start(self, index_config):
+        """A daemon whose index has one source, a PUB socket (and a ROUTER
+        replay socket) here, whose first batch was applied: (PUB, ROUTER,
+        index stub, daemon)."""
+        if not ARGS.prefixd:
+            self.skipTest("--prefixd not given")
+        ctx = zmq.Context()
+        self.addCleanup(ctx.destroy, 0)
+        pub = ctx.socket(zmq.PUB)
+        router = ctx.socket(zmq.ROUTER)
+        for sock in (pub, router):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.bind("tcp://127.0.0.1:*")
+            self.addCleanup(sock.close)
+        config = ('index {\n  block_size: 16\n%s  sources { name: "s0" endpoint: "%s" '
+                  'replay_endpoint: "%s" }\n}\n'
+                  % (index_config, pub.getsockopt(zmq.LAST_ENDPOINT).decode(),
+                     router.getsockopt(zmq.LAST_ENDPOINT).decode()))
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False)
+        self.addCleanup(daemon.close)
+        daemon.start()
+        ch = load.channel(daemon.tcp)
+        self.addCleanup(ch.close)
+        index = ipb_grpc.PrefixIndexStub(ch)
+        first = stored_batch([1], list(range(1, 17)))
+        deadline = time.monotonic() + 30  # until the SUB has subscribed
+        while time.monotonic() < deadline and not workers_at(index, 0):
+            pub.send_multipart([b"", (0).to_bytes(8, "big"), first])
+            time.sleep(0.05)
+        self.assertTrue(workers_at(index, 0))
+        return pub, router, index, daemon
+
+    def test_a_replay_that_never_ends_is_cut_at_max_replay_bytes(self):
+        """A replay endpoint that answers with 16 MiB batches and no end
+        marker: the replay fails once it brought more than
+        index.max_replay_bytes (256 MiB), and the daemon held about that
+        much. Before the replay had a bound, such an endpoint cost +2.4 to
+        2.9 GiB per replay."""
+        # A replay_timeout long enough for the test to send 256 MiB.
+        pub, router, index, daemon = self.start('  replay_timeout: "60s"\n')
+        router.setsockopt(zmq.SNDHWM, 4)
+        router.setsockopt(zmq.SNDTIMEO, 1000)
+        payload = b"\x00" * (16 * 1024 * 1024 - 1024)
+        before = rss_kib(daemon.proc.pid)
+        pub.send_multipart([b"", (5).to_bytes(8, "big"), stored_batch([2], list(range(17, 33)))])
+        self.assertTrue(router.poll(30000), "no replay request came")
+        client, _, start = router.recv_multipart()
+        self.assertEqual(int.from_bytes(start, "big"), 1)
+        sent = 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sent < 64:
+            try:
+                router.send_multipart([client, b"", (1 + sent).to_bytes(8, "big"), payload])
+                sent += 1
+            except zmq.Again:  # the daemon stopped reading: it gave up
+                break
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and "268435456 bytes" not in worker(index).last_error:
+            time.sleep(0.05)
+        peak = hwm_kib(daemon.proc.pid)
+        after = rss_kib(daemon.proc.pid)
+        print("a replay endpoint sending %d batches of %d bytes and no end: RSS %d KiB "
+              "before, peak %d KiB (+%d KiB), %d KiB after" % (sent, len(payload), before, peak,
+                                                               peak - before, after))
+        self.assertIn("brought more than 100000 batches or 268435456 bytes",
+                      worker(index).last_error)
+        # 256 MiB of batches kept, the one that passed it, and the 4 the
+        # socket queues.
+        self.assertLess(peak - before, 384 * MIB)
+
+    def test_workers_past_the_limits_are_not_followed(self):
+        """20,000 data_parallel_rank values from one source: ranks of 1,024
+        and above are not followed, so at most 1,024 workers, and the
+        daemon's RSS, /metrics and Route answers stay small. Before the
+        limits 20,000 ranks or 50,000 listen topics made as many workers:
+        Route's median 0.16 -> 31.6 ms, /metrics 47 kB -> 65.6 MB."""
+        pub, _, index, daemon = self.start("")
+        before = rss_kib(daemon.proc.pid)
+        tokens = list(range(1, 17))
+        ranks = 20000
+        for rank in range(ranks):
+            pub.send_multipart([b"", (1 + rank).to_bytes(8, "big"),
+                                stored_batch([1], tokens, data_parallel_rank=rank)])
+            if rank % 500 == 499:  # PUB drops what its peer has no room for
+                time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(
+                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < 1024:
+            time.sleep(0.1)
+        time.sleep(1)  # the rest, had any more been followed
+        workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        after = rss_kib(daemon.proc.pid)
+        with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=10) as r:
+            metrics = len(r.read())
+        route = index.Route(ipb.RouteRequest(tokens=tokens, all_workers=True), timeout=10)
+        print("%d ranks from one source: %d workers, RSS %d -> %d KiB, /metrics %d bytes, "
+              "a Route listing every worker %d bytes" % (ranks, len(workers), before, after,
+                                                         metrics, route.ByteSize()))
+        self.assertEqual(len(workers), 1024)
+        self.assertEqual(len(route.workers), 1024)
+        self.assertLess(after - before, 64 * MIB)
+        self.assertLess(metrics, 8 * 1024 * 1024)
+
+    def test_listen_topics_past_the_limit_are_not_followed(self):
+        """50,000 topics sent to index.listen within a few seconds: 1,024
+        listen workers at most (a new topic takes the place of one silent
+        for 10 minutes), with the source's own worker 1,025."""
+        port = prefixd_fixture.free_port()
+        _, _, index, daemon = self.start('  listen: "tcp://127.0.0.1:%d"\n' % port)
+        ctx = zmq.Context()
+        self.addCleanup(ctx.destroy, 0)
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.connect("tcp://127.0.0.1:%d" % port)
+        payload = stored_batch([1], list(range(1, 17)))
+        deadline = time.monotonic() + 30  # until the SUB has subscribed
+        while time.monotonic() < deadline and len(
+                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < 2:
+            pub.send_multipart([b"kv@t0@m", (0).to_bytes(8, "big"), payload])
+            time.sleep(0.05)
+        before = rss_kib(daemon.proc.pid)
+        topics = 50000
+        for t in range(topics):
+            pub.send_multipart([b"kv@t%d@m" % t, (0).to_bytes(8, "big"), payload])
+            if t % 500 == 499:  # PUB drops what its peer has no room for
+                time.sleep(0.05)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(
+                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < 1025:
+            time.sleep(0.1)
+        time.sleep(1)  # the rest, had any more been followed
+        workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+        after = rss_kib(daemon.proc.pid)
+        with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=10) as r:
+            metrics = len(r.read())
+        print("%d listen topics: %d workers, RSS %d -> %d KiB, /metrics %d bytes"
+              % (topics, len(workers), before, after, metrics))
+        self.assertEqual(len(workers), 1025)
+        self.assertLess(after - before, 64 * MIB)
+        self.assertLess(metrics, 8 * 1024 * 1024)
+
+    def test_long_names_and_restored_hashes_are_not_kept(self):
+        """64 stores whose medium is a 16 MiB name (names past 256 bytes
+        are refused, nothing of them kept; 64 such names used to keep
+        +1 GiB), then 3,000,000 engine hashes stored in turn into an index
+        of max_entries 100,000 (each worker's map of engine hashes is swept
+        of those max_entries dropped; it kept every one, +134 MiB)."""
+        pub, _, index, daemon = self.start("  max_entries: 100000\n")
+        before = rss_kib(daemon.proc.pid)
+        seq = 1
+        long_name = "m" * (16 * 1024 * 1024 - 4096)
+        for k in range(64):
+            pub.send_multipart([b"", seq.to_bytes(8, "big"),
+                                stored_batch([10 + k], list(range(1, 17)), medium=long_name)])
+            seq += 1
+            wait_for_seq(self, index, seq - 1)
+            if k == 15:
+                named16 = rss_kib(daemon.proc.pid)
+        named = rss_kib(daemon.proc.pid)
+        self.assertIn("medium is %d bytes, more than 256" % len(long_name),
+                      worker(index).last_error)
+        per_batch = 1000
+        for b in range(3000):
+            first = 1000000 + b * per_batch
+            pub.send_multipart([b"", seq.to_bytes(8, "big"), stored_batch(
+                range(first, first + per_batch), [b % 50000] * (16 * per_batch))])
+            seq += 1
+            if b % 100 == 99:
+                wait_for_seq(self, index, seq - 1)
+        wait_for_seq(self, index, seq - 1)
+        after = rss_kib(daemon.proc.pid)
+        w = worker(index)
+        print("stores naming a %d-byte medium: RSS %d KiB before, %d after 16, %d after 64; "
+              "then 3,000,000 hashes into max_entries 100,000: %d KiB (%d dropped)"
+              % (len(long_name), before, named16, named, after, w.dropped_blocks))
+        self.assertEqual(w.gaps, 0)
+        self.assertEqual(w.dropped_blocks, 3000000 - 100000)
+        # The messages in flight (16 MiB each) and malloc's slack, the same
+        # after 16 names as after 64.
+        self.assertLess(named - before, 48 * MIB)
+        self.assertLess(named - named16, 8 * MIB)
+        # 100,000 entries of about 100 bytes, the worker's map of at most
+        # about twice their hashes, and malloc's slack.
+        self.assertLess(after - named, 64 * MIB)
+
+
+def stored_batch(hashes, tokens, medium="GPU", data_parallel_rank=None):
+    """One BlockStored of `hashes` at the root, array form."""
+    ev = kv_publisher.block_stored(hashes, None, tokens, 16, medium=medium)
+    return kv_publisher.encode_batch([ev], "array", data_parallel_rank=data_parallel_rank)
+
+
+def worker(index):
+    (w,) = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+    return w
+
+
+def workers_at(index, seq):
+    workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+    return len(workers) == 1 and workers[0].last_seq >= seq
+
+
+def wait_for_seq(test, index, seq):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not workers_at(index, seq):
+        time.sleep(0.02)
+    test.assertTrue(workers_at(index, seq), "batch %d was not applied" % seq)
 
 
 def hwm_kib(pid):

@@ -446,6 +446,8 @@ class ListenerMemoryTest(unittest.TestCase):
         ctx = zmq.Context()
         self.addCleanup(ctx.destroy, 0)
         pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        self.addCleanup(pub.close)
         pub.connect("tcp://127.0.0.1:%d" % port)
         tokens = list(range(1000, 1016))
         payload = kv_publisher.encode_batch(
@@ -810,6 +812,7 @@ class IndexAttackMemoryTest(unittest.TestCase):
         self.addCleanup(ctx.destroy, 0)
         pub = ctx.socket(zmq.PUB)
         pub.setsockopt(zmq.LINGER, 0)
+        self.addCleanup(pub.close)
         pub.connect("tcp://127.0.0.1:%d" % port)
         payload = stored_batch([1], list(range(1, 17)))
         deadline = time.monotonic() + 30  # until the SUB has subscribed

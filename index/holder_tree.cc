@@ -48,7 +48,6 @@ HolderTree::Sizes HolderTree::sizes() const {
   for (const WorkerHoldings& held : holdings_)
     sizes.engine_hashes += held.blocks.size();
   sizes.grown_in_place = grown_in_place_;
-  sizes.wide_nodes = wide_.size();
   return sizes;
 }
 

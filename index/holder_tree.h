@@ -220,8 +220,6 @@ class HolderTree {
     // Rehashes of a table of at least kGrowAsideFrom entries inside a
     // store (none when every store's tables were grown aside).
     uint64_t grown_in_place = 0;
-    // Nodes with kGrowAsideFrom children or more (WideChildSets).
-    uint64_t wide_nodes = 0;
   };
   Sizes sizes() const;
 

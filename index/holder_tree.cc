@@ -137,8 +137,7 @@ void HolderTree::Growth::Adopt() {
   }
 }
 
-// --- Structural edits
-// ---------------------------------------------------------
+// --- Structural edits ------------------------------------------------------
 
 Node* HolderTree::NewChild(Node* parent, absl::Span<const Token> fingerprints,
                            absl::Span<const BlockId> ids) {

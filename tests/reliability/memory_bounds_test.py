@@ -779,20 +779,10 @@ class IndexAttackMemoryTest(unittest.TestCase):
         before = rss_kib(daemon.proc.pid)
         tokens = list(range(1, 17))
         ranks = 20000
-        for rank in range(ranks):
-            pub.send_multipart([b"", (1 + rank).to_bytes(8, "big"),
-                                stored_batch([1], tokens, data_parallel_rank=rank)])
-            if rank % 500 == 499:  # PUB drops what its peer has no room for
-                time.sleep(0.05)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(
-                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < 1024:
-            time.sleep(0.1)
-        time.sleep(1)  # the rest, had any more been followed
-        workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
-        after = rss_kib(daemon.proc.pid)
-        with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=10) as r:
-            metrics = len(r.read())
+        send_paced(pub, ([b"", (1 + rank).to_bytes(8, "big"),
+                          stored_batch([1], tokens, data_parallel_rank=rank)]
+                         for rank in range(ranks)))
+        workers, after, metrics = settled(index, daemon, 1024)
         route = index.Route(ipb.RouteRequest(tokens=tokens, all_workers=True), timeout=10)
         print("%d ranks from one source: %d workers, RSS %d -> %d KiB, /metrics %d bytes, "
               "a Route listing every worker %d bytes" % (ranks, len(workers), before, after,
@@ -822,19 +812,9 @@ class IndexAttackMemoryTest(unittest.TestCase):
             time.sleep(0.05)
         before = rss_kib(daemon.proc.pid)
         topics = 50000
-        for t in range(topics):
-            pub.send_multipart([b"kv@t%d@m" % t, (0).to_bytes(8, "big"), payload])
-            if t % 500 == 499:  # PUB drops what its peer has no room for
-                time.sleep(0.05)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(
-                index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < 1025:
-            time.sleep(0.1)
-        time.sleep(1)  # the rest, had any more been followed
-        workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
-        after = rss_kib(daemon.proc.pid)
-        with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=10) as r:
-            metrics = len(r.read())
+        send_paced(pub, ([b"kv@t%d@m" % t, (0).to_bytes(8, "big"), payload]
+                         for t in range(topics)))
+        workers, after, metrics = settled(index, daemon, 1025)
         print("%d listen topics: %d workers, RSS %d -> %d KiB, /metrics %d bytes"
               % (topics, len(workers), before, after, metrics))
         self.assertEqual(len(workers), 1025)
@@ -884,6 +864,29 @@ class IndexAttackMemoryTest(unittest.TestCase):
         # 100,000 entries of about 100 bytes, the worker's map of at most
         # about twice their hashes, and malloc's slack.
         self.assertLess(after - named, 64 * MIB)
+
+
+def send_paced(pub, messages):
+    """Sends each multipart message, pausing every 500: a PUB socket drops
+    what its subscriber's queue has no room for."""
+    for i, message in enumerate(messages):
+        pub.send_multipart(message)
+        if i % 500 == 499:
+            time.sleep(0.05)
+
+
+def settled(index, daemon, expected):
+    """Once the index lists `expected` workers (or after 60 s), and 1 s more
+    for any past it: (the workers listed, RSS KiB, bytes of /metrics)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(
+            index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers) < expected:
+        time.sleep(0.1)
+    time.sleep(1)  # the rest, had any more been followed
+    workers = index.ListWorkers(ipb.ListWorkersRequest(), timeout=10).workers
+    rss = rss_kib(daemon.proc.pid)
+    with urllib.request.urlopen("http://%s/metrics" % daemon.metrics, timeout=10) as r:
+        return workers, rss, len(r.read())
 
 
 def stored_batch(hashes, tokens, medium="GPU", data_parallel_rank=None):

@@ -391,13 +391,14 @@ void PrintPick(const v1::PickResponse& pick, size_t query_tokens,
               ? std::string("dry run")
               : absl::StrCat("decision ", pick.decision_id()))
       << "  picked " << pick.worker() << "\n";
-  Table t({"WORKER", "COST", "PREFILL", "LOAD", "AFFINITY", "MATCHED",
+  Table t({"WORKER", "COST", "PREFILL", "LOAD", "CHURN", "AFFINITY", "MATCHED",
            "PREDICTED", "CREDITED", "IN_FLIGHT", "QUEUED", "KV", "LOAD_FROM",
            "STATE"});
   for (const v1::PickCandidate& c : pick.ranked()) {
     t.AddRow({c.worker(), absl::StrFormat("%.1f", c.cost()),
               absl::StrFormat("%.0f", c.prefill_tokens()),
               absl::StrFormat("%.1f", c.load_term()),
+              absl::StrFormat("%.1f", c.churn_term()),
               absl::StrFormat("%.1f", c.affinity_term()),
               absl::StrCat(c.matched_blocks()),
               absl::StrCat(c.predicted_blocks()),

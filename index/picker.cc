@@ -65,6 +65,7 @@ Picker::Picker(const KvIndex* index, PickerOptions options)
       options_(std::move(options)),
       predicted_(options_.max_predicted),
       window_(absl::ToInt64Milliseconds(options_.load_window),
+              absl::ToInt64Milliseconds(options_.churn_window),
               options_.max_window_picks) {}
 
 Picker::Counts Picker::counts() const {
@@ -73,6 +74,7 @@ Picker::Counts Picker::counts() const {
   MutexLock lock(&mu_);
   c.predicted = predicted_.size();
   c.window_picks = window_.picks();
+  c.kept_picks = window_.kept();
   return c;
 }
 
@@ -240,13 +242,13 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
       options_.predicted_credit * static_cast<double>(c.predicted_blocks);
   c.prefill_tokens = std::max(
       prompt_tokens - c.credited_blocks * index_->options().block_size, 0.0);
+  const PickWindow::Load w = window_.Of(m.worker);
   if (given != nullptr) {
     c.load_from_request = true;
     c.requests_in_flight = given->requests_in_flight;
     c.queued_prefill_tokens = static_cast<double>(given->queued_prefill_tokens);
     c.kv_usage = given->kv_usage;
   } else {
-    const PickWindow::Load w = window_.Of(m.worker);
     c.requests_in_flight = w.picks;
     c.queued_prefill_tokens = w.prefill_tokens;
   }
@@ -254,11 +256,13 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
       options_.queued_weight * c.queued_prefill_tokens +
       options_.request_tokens * static_cast<double>(c.requests_in_flight) +
       options_.kv_tokens * c.kv_usage;
+  c.churn_tokens = w.churn_tokens;
+  c.churn_term = options_.churn_weight * c.churn_tokens;
   c.affinity_term = options_.affinity_blocks > 0 && m.worker == affinity_winner
                         ? -options_.affinity_tokens
                         : 0.0;
   c.cost = options_.prefill_weight * c.prefill_tokens + c.load_term +
-           c.affinity_term;
+           c.churn_term + c.affinity_term;
   return c;
 }
 

@@ -13,10 +13,13 @@
 //                + kv_tokens x KV-cache usage (0..1)
 //                (the router's figures when it gives them, else the
 //                index's window of recent picks: PickWindow)
+//   churn_w    = churn_weight x prefill tokens of the prompts Pick sent w
+//                within churn_window (PickWindow): how fast Pick has been
+//                filling, and so evicting, w's cache
 //   affinity_w = -affinity_tokens for the candidate that rendezvous
 //                hashing of the prompt's first affinity_blocks blocks
 //                names, else 0
-//   cost_w     = prefill_weight x prefill_w + load_w + affinity_w
+//   cost_w     = prefill_weight x prefill_w + load_w + churn_w + affinity_w
 //
 // Ties go to fewer requests in flight, then the affinity winner (by the
 // first block when affinity_blocks is 0, so that cold prompts of an idle
@@ -62,6 +65,9 @@ struct PickerOptions {
   double queued_weight = 0.05;
   double request_tokens = 0;
   double kv_tokens = 64;
+  // Per prefill token Pick sent the worker within churn_window.
+  double churn_weight = 0.003;
+  absl::Duration churn_window = absl::Seconds(60);
   double affinity_tokens = 0;
   int affinity_blocks = 0;  // 0: no affinity term
   double predicted_credit = 1.0;
@@ -100,6 +106,7 @@ struct PickCandidate {
   double cost = 0;
   double prefill_tokens = 0;
   double load_term = 0;
+  double churn_term = 0;
   double affinity_term = 0;
   uint64_t matched_blocks = 0;
   uint64_t predicted_blocks = 0;
@@ -109,6 +116,7 @@ struct PickCandidate {
   int64_t requests_in_flight = 0;
   double queued_prefill_tokens = 0;
   double kv_usage = 0;
+  double churn_tokens = 0;  // prefill tokens Pick sent it within churn_window
 };
 
 struct PickResult {
@@ -136,9 +144,10 @@ class Picker {
 
   const PickerOptions& options() const { return options_; }
   struct Counts {
-    uint64_t picks = 0;    // decisions recorded (not dry runs)
-    size_t predicted = 0;  // predicted (worker, block) pairs held
-    size_t window_picks = 0;
+    uint64_t picks = 0;       // decisions recorded (not dry runs)
+    size_t predicted = 0;     // predicted (worker, block) pairs held
+    size_t window_picks = 0;  // within load_window
+    size_t kept_picks = 0;    // within load_window or churn_window
   };
   Counts counts() const;
 

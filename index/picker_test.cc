@@ -1,6 +1,8 @@
 #include "index/picker.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -52,7 +54,8 @@ TEST(PredictedHoldsTest, BoundedByMaxEntriesOldestFirst) {
 }
 
 TEST(PickWindowTest, CountsPicksUntilTheyLapse) {
-  PickWindow window(/*window_ms=*/1000, /*max_picks=*/1000);
+  PickWindow window(/*load_window_ms=*/1000, /*churn_window_ms=*/1000,
+                    /*max_picks=*/1000);
   window.Add("a", 0, 100);
   window.Add("a", 500, 50);
   window.Add("b", 600, 10);
@@ -68,11 +71,49 @@ TEST(PickWindowTest, CountsPicksUntilTheyLapse) {
   EXPECT_EQ(window.picks(), 0u);
 }
 
+// The churn tally outlives the load window's, and a worker is forgotten
+// only when neither window holds a pick of it.
+TEST(PickWindowTest, ChurnCountsPicksOfItsOwnWindow) {
+  PickWindow window(/*load_window_ms=*/1000, /*churn_window_ms=*/5000, 1000);
+  window.Add("a", 0, 100);
+  window.Add("b", 3000, 10);
+  window.Add("a", 4500, 50);
+  window.Expire(4600);
+  EXPECT_EQ(window.Of("a").picks, 1);
+  EXPECT_EQ(window.Of("a").prefill_tokens, 50);
+  EXPECT_EQ(window.Of("a").churn_tokens, 150);
+  EXPECT_EQ(window.Of("b").picks, 0);
+  EXPECT_EQ(window.Of("b").churn_tokens, 10);
+  EXPECT_EQ(window.picks(), 1u);
+  EXPECT_EQ(window.kept(), 3u);
+  window.Expire(5000);  // the pick at 0 leaves the churn window
+  EXPECT_EQ(window.Of("a").churn_tokens, 50);
+  EXPECT_EQ(window.kept(), 2u);
+  window.Expire(9500);
+  EXPECT_EQ(window.workers(), 0u);
+  EXPECT_EQ(window.kept(), 0u);
+  EXPECT_EQ(window.Of("a").churn_tokens, 0);
+}
+
+// A churn window shorter than the load window works the other way round.
+TEST(PickWindowTest, EitherWindowMayBeTheLonger) {
+  PickWindow window(/*load_window_ms=*/5000, /*churn_window_ms=*/1000, 1000);
+  window.Add("a", 0, 100);
+  window.Expire(2000);
+  EXPECT_EQ(window.Of("a").picks, 1);
+  EXPECT_EQ(window.Of("a").prefill_tokens, 100);
+  EXPECT_EQ(window.Of("a").churn_tokens, 0);
+  window.Expire(5000);
+  EXPECT_EQ(window.workers(), 0u);
+}
+
 TEST(PickWindowTest, BoundedByMaxPicks) {
-  PickWindow window(1'000'000, 8);
+  PickWindow window(1'000'000, 2'000'000, 8);
   for (int i = 0; i < 100; ++i) window.Add(i % 2 ? "a" : "b", i, 1);
   EXPECT_EQ(window.picks(), 8u);
+  EXPECT_EQ(window.kept(), 8u);
   EXPECT_EQ(window.Of("a").picks + window.Of("b").picks, 8);
+  EXPECT_EQ(window.Of("a").churn_tokens + window.Of("b").churn_tokens, 8);
 }
 
 class PickerTest : public ::testing::Test {
@@ -228,6 +269,51 @@ TEST_F(PickerTest, IdleTiesSpreadByTheFirstBlock) {
   }
   EXPECT_GT(chosen["a"], 0);
   EXPECT_GT(chosen["b"], 0);  // not every tie to the first name
+}
+
+// Cold prompts go to the worker Pick has filled least within churn_window,
+// even when the router's loads are equal: each recorded pick charges its
+// worker churn_weight x its prefill tokens until the window lapses.
+TEST_F(PickerTest, ColdPromptsGoWherePickFilledLeast) {
+  // The most cold picks one worker was ahead of the other by.
+  const auto cold_picks = [&](Picker& picker, int64_t first_s) {
+    int ahead = 0, most = 0;
+    const WorkerLoadInput idle[] = {{"a", 0, 0, 0}, {"b", 0, 0, 0}};
+    for (Token first = 0; first < 16; ++first) {
+      std::vector<Token> tokens(16, first * 100);
+      PickQuery q;
+      q.prompt.tokens = tokens;
+      q.loads = idle;
+      absl::StatusOr<PickResult> r =
+          picker.Pick(q, absl::FromUnixSeconds(first_s + first));
+      EXPECT_TRUE(r.ok()) << r.status();
+      ahead += r->worker == "a" ? 1 : -1;
+      most = std::max(most, std::abs(ahead));
+    }
+    return most;
+  };
+  // Each pick leaves its worker 16 tokens of churn: the next cold one goes
+  // to the other.
+  EXPECT_EQ(cold_picks(picker_, 100), 1);
+  std::vector<Token> tokens(16, 5);
+  PickQuery q;
+  q.prompt.tokens = tokens;
+  q.dry_run = true;
+  absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(120));
+  ASSERT_TRUE(r.ok());
+  for (const PickCandidate& c : r->ranked) {
+    EXPECT_EQ(c.churn_tokens, 8 * 16) << c.worker;
+    EXPECT_DOUBLE_EQ(c.churn_term, 0.003 * 8 * 16) << c.worker;
+  }
+  r = picker_.Pick(q, absl::FromUnixSeconds(100 + 15 + 60));
+  ASSERT_TRUE(r.ok());
+  for (const PickCandidate& c : r->ranked) EXPECT_EQ(c.churn_tokens, 0);
+
+  // Without the term the ties follow the first block, unevenly.
+  PickerOptions off;
+  off.churn_weight = 0;
+  Picker plain(&index_, off);
+  EXPECT_GT(cold_picks(plain, 100), 1);
 }
 
 }  // namespace

@@ -500,6 +500,8 @@ absl::Status ReadPickWeights(const v1::IndexPickConfig& pc, PickerOptions* o) {
                              kHuge, &o->request_tokens));
   RETURN_IF_ERROR(ReadWeight("index.pick.kv_tokens", pc.has_kv_tokens(),
                              pc.kv_tokens(), kHuge, &o->kv_tokens));
+  RETURN_IF_ERROR(ReadWeight("index.pick.churn_weight", pc.has_churn_weight(),
+                             pc.churn_weight(), kHuge, &o->churn_weight));
   RETURN_IF_ERROR(ReadWeight("index.pick.affinity_tokens",
                              pc.has_affinity_tokens(), pc.affinity_tokens(),
                              kHuge, &o->affinity_tokens));
@@ -561,6 +563,11 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
     ASSIGN_OR_RETURN(
         o->load_window,
         ParsePositiveDuration("index.pick.load_window", pc.load_window()));
+  }
+  if (!pc.churn_window().empty()) {
+    ASSIGN_OR_RETURN(
+        o->churn_window,
+        ParsePositiveDuration("index.pick.churn_window", pc.churn_window()));
   }
   constexpr uint64_t kMaxEntries = uint64_t{1} << 28;
   if (pc.max_predicted() > kMaxEntries) {

@@ -452,6 +452,8 @@ TEST(ConfigTest, IndexPick) {
                         tier_credits { key: "NVME" value: 0.1 }
                         predicted_ttl: "2s"
                         max_predicted: 1000
+                        churn_weight: 0
+                        churn_window: "5m"
                         replay_clock: true
                       }
                     })pb");
@@ -462,6 +464,8 @@ TEST(ConfigTest, IndexPick) {
   EXPECT_EQ(c->pick.affinity_blocks, 4);
   EXPECT_EQ(c->pick.predicted_ttl, absl::Seconds(2));
   EXPECT_EQ(c->pick.max_predicted, 1000u);
+  EXPECT_EQ(c->pick.churn_weight, 0);  // off, not left default
+  EXPECT_EQ(c->pick.churn_window, absl::Minutes(5));
   double cpu = -1, nvme = -1;
   for (const TierCredit& t : c->pick.tier_credits) {
     if (t.medium == "CPU") cpu = t.credit;
@@ -483,6 +487,11 @@ TEST(ConfigTest, IndexPick) {
   EXPECT_THAT(c.status().message(), HasSubstr("without '/'"));
   c = FromText(R"pb(index { pick { predicted_ttl: "0s" } })pb");
   EXPECT_THAT(c.status().message(), HasSubstr("index.pick.predicted_ttl"));
+  c = FromText(R"pb(index { pick { churn_weight: -0.5 } })pb");
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.pick.churn_weight: -0.5 is not between 0 and"));
+  c = FromText(R"pb(index { pick { churn_window: "-1s" } })pb");
+  EXPECT_THAT(c.status().message(), HasSubstr("index.pick.churn_window"));
   c = FromText(R"pb(index { pick { max_window_picks: 999999999999 } })pb");
   EXPECT_THAT(c.status().message(), HasSubstr("index.pick.max_window_picks"));
 }

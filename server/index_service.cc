@@ -73,6 +73,8 @@ void PickToProto(const PickResult& r, int block_size, v1::PickResponse* out) {
     p->set_cost(c.cost);
     p->set_prefill_tokens(c.prefill_tokens);
     p->set_load_term(c.load_term);
+    p->set_churn_term(c.churn_term);
+    p->set_churn_tokens(c.churn_tokens);
     p->set_affinity_term(c.affinity_term);
     p->set_matched_blocks(c.matched_blocks);
     p->set_predicted_blocks(c.predicted_blocks);

@@ -16,8 +16,9 @@
 // window); an answer ranks each candidate once, cheapest first, every cost
 // finite and equal to its terms, prefill within the prompt, predicted
 // blocks within the prompt's blocks past the matched ones, the chosen the
-// first; predicted blocks stay within max_predicted and window picks within
-// max_window_picks.
+// first, a churn term that is churn_weight x a tally of no more than the
+// window's picks' prompts; predicted blocks stay within max_predicted and
+// the picks kept for both windows within max_window_picks.
 //
 //   build-fuzz/tests/fuzz/pick_fuzzer tests/fuzz/corpus/pick_fuzzer
 #include <cmath>
@@ -59,6 +60,8 @@ PickerOptions Options() {
   o.affinity_blocks = 2;
   o.predicted_ttl = absl::Seconds(2);
   o.load_window = absl::Seconds(3);
+  o.churn_weight = 0.5;
+  o.churn_window = absl::Seconds(7);
   o.max_predicted = 32;
   o.max_window_picks = 8;
   return o;
@@ -66,7 +69,7 @@ PickerOptions Options() {
 
 bool Same(const Picker::Counts& a, const Picker::Counts& b) {
   return a.picks == b.picks && a.predicted == b.predicted &&
-         a.window_picks == b.window_picks;
+         a.window_picks == b.window_picks && a.kept_picks == b.kept_picks;
 }
 
 void CheckAnswer(const PickResult& r, const PickQuery& q,
@@ -80,12 +83,17 @@ void CheckAnswer(const PickResult& r, const PickQuery& q,
     if (!seen.insert(c.worker).second) Fail("a candidate ranked twice");
     if (i > 0 && c.cost < r.ranked[i - 1].cost) Fail("not cheapest first");
     if (!std::isfinite(c.cost)) Fail("a cost that is not finite");
-    const double sum =
-        o.prefill_weight * c.prefill_tokens + c.load_term + c.affinity_term;
+    const double sum = o.prefill_weight * c.prefill_tokens + c.load_term +
+                       c.churn_term + c.affinity_term;
     if (std::abs(sum - c.cost) > 1e-6 * (1 + std::abs(sum)))
       Fail("a cost that is not the sum of its terms");
     if (c.prefill_tokens < 0 || c.prefill_tokens > tokens)
       Fail("prefill outside the prompt");
+    // Every pick's prefill is within a prompt of at most 64 tokens.
+    if (c.churn_tokens < 0 ||
+        c.churn_tokens > 64.0 * static_cast<double>(o.max_window_picks) ||
+        c.churn_term != o.churn_weight * c.churn_tokens)
+      Fail("a churn term outside its window");
     const uint64_t held = std::min(c.matched_blocks, r.prompt_blocks);
     if (c.predicted_blocks > r.prompt_blocks - held)
       Fail("predicted blocks past the prompt");
@@ -118,7 +126,8 @@ void DoPick(const std::string& bytes, Picker& picker, absl::Time now) {
   CheckAnswer(*r, reader.query(), picker.options());
   const Picker::Counts after = picker.counts();
   if (after.predicted > picker.options().max_predicted ||
-      after.window_picks > picker.options().max_window_picks) {
+      after.window_picks > after.kept_picks ||
+      after.kept_picks > picker.options().max_window_picks) {
     Fail("past the bounds");
   }
   if (reader.query().dry_run && after.picks != before.picks)

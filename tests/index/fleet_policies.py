@@ -383,7 +383,9 @@ class SGLang(Policy):
 # on the simulated fleet"): a token of prefill saved here is worth 20
 # tokens of prefill queued ahead (queued_weight 0.05), because a hit also
 # spares every later request the work, where queueing delays one; a full KV
-# cache costs 64 tokens (ties between idle engines); no affinity term.
+# cache costs 64 tokens (ties between idle engines); each prefill token
+# Pick sent an engine in the last 60 s costs 0.003 (churn: cold prompts go
+# where the cache was filled least lately); no affinity term.
 PICK_DEFAULTS = collections.OrderedDict((
     ("prefill_weight", 1.0),
     ("queued_weight", 0.05),
@@ -393,6 +395,8 @@ PICK_DEFAULTS = collections.OrderedDict((
     ("affinity_blocks", 0.0),
     ("predicted_ttl_ms", 5000.0),
     ("load_window_ms", 2000.0),
+    ("churn_weight", 0.003),
+    ("churn_window_ms", 60000.0),
 ))
 
 Load = collections.namedtuple("Load", "requests_in_flight queued_prefill_tokens kv_usage")
@@ -438,12 +442,15 @@ class PickModel:
               u_w = 0;
       load_term_w = queued_weight x q_w + request_tokens x r_w
                     + kv_tokens x u_w;
+      churn_term_w = churn_weight x the prefill tokens of the picks sent
+              to w in the last churn_window_ms (whether or not the router
+              passes load);
       affinity_term_w = -affinity_tokens when w wins rendezvous hashing
               (the highest hash of (key, w)) among the candidates, key the
               prompt's first min(affinity_blocks, its blocks) blocks; else
               0 (affinity_blocks 0: off);
       cost_w = prefill_weight x prefill_tokens_w + load_term_w
-               + affinity_term_w.
+               + churn_term_w + affinity_term_w.
 
     The lowest cost wins; ties: fewer r_w, then the rendezvous winner (on
     the first block's key when affinity is off), then the name. The
@@ -457,6 +464,8 @@ class PickModel:
         self.index = {w: k for k, w in enumerate(names)}
         self.predicted = Predicted(len(names), knobs["predicted_ttl_ms"])
         self.window = [collections.deque() for _ in names]  # (ms, prefill tokens) per pick
+        self.churn = [collections.deque() for _ in names]   # the same, churn_window_ms
+        self.churn_tokens = [0.0] * len(names)
 
     def affinity_key(self, ids):
         n = min(int(self.kn["affinity_blocks"]), len(ids))
@@ -467,6 +476,14 @@ class PickModel:
         while win and win[0][0] <= now_ms - self.kn["load_window_ms"]:
             win.popleft()
         return Load(len(win), sum(t for _, t in win), 0.0)
+
+    def churn_of(self, k, now_ms):
+        ch = self.churn[k]
+        while ch and ch[0][0] <= now_ms - self.kn["churn_window_ms"]:
+            self.churn_tokens[k] -= ch.popleft()[1]
+        if not ch:
+            self.churn_tokens[k] = 0.0
+        return self.churn_tokens[k]
 
     def costs(self, ids, now_ms, candidates, matched, loads=None):
         """matched: worker -> (matched blocks, state) from the index;
@@ -485,7 +502,8 @@ class PickModel:
             ld = loads[w] if loads is not None else self.window_load(k, now_ms)
             load = (kn["queued_weight"] * ld.queued_prefill_tokens
                     + kn["request_tokens"] * ld.requests_in_flight
-                    + kn["kv_tokens"] * ld.kv_usage)
+                    + kn["kv_tokens"] * ld.kv_usage
+                    + kn["churn_weight"] * self.churn_of(k, now_ms))
             affinity = -kn["affinity_tokens"] if affinity_on and w == winner else 0.0
             cost = kn["prefill_weight"] * prefill + load + affinity
             out.append((cost, ld.requests_in_flight, w != winner, w,
@@ -498,6 +516,8 @@ class PickModel:
         k = self.index[best.worker]
         self.predicted.add(k, ids, now_ms)
         self.window[k].append((now_ms, best.prefill_tokens))
+        self.churn[k].append((now_ms, best.prefill_tokens))
+        self.churn_tokens[k] += best.prefill_tokens
         return ranked
 
 

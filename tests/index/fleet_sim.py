@@ -155,7 +155,8 @@ Flags: --requests (per trace; short default 2000, full default all),
 --load_slack, --drop_rate (of --full's drop run), --seed, --speedup
 (light: arrivals N times faster than the trace), --heavy_rate, --pick
 (pickpy's knobs; a policy named pickpy@knob=value@... runs a variant beside
-it), --json (every run's figures to a file), and --policies, --regimes,
+it), --pick_config (the daemon's index.pick settings, for pick and
+pick-window, e.g. 'churn_weight: 0.005'), --json (every run's figures to a file), and --policies, --regimes,
 --traces, --fleets, --capacities to run part of a matrix.
 The short mode (2000 requests of the synthetic trace, N = 4, C = 4096, no
 drop, light regime; about 15 s) checks prefixd and pick >= oracle - 1 point
@@ -563,7 +564,8 @@ class Fleet:
             import prefixd_fixture
             # replay_clock: pick's Picks carry simulated time (REPLAY_EPOCH_MS).
             self.daemon = prefixd_fixture.Daemon(
-                self.binary, "index { pick { replay_clock: true } }",
+                self.binary, "index { pick { replay_clock: true %s } }"
+                % self.args.pick_config,
                 args=["--index_block_size=%d" % BS]
                 + ["--index_source=" + f for f in flags])
             atexit.register(self.daemon.kill)  # whatever happens to this script
@@ -976,6 +978,10 @@ def main():
         ap.add_argument("--pick", default="",
                         help="pickpy's knobs, key=value,... (default: %s)"
                         % ",".join("%s=%g" % kv for kv in fp.PICK_DEFAULTS.items()))
+        ap.add_argument("--pick_config", default="",
+                        help="the daemon's index.pick settings besides replay_clock, in its "
+                        "config's text format (e.g. 'churn_weight: 0.005'): pick and "
+                        "pick-window use them; default none, the shipped defaults")
         ap.add_argument("--policies", default=None,
                         help="comma-separated subset of %s (and prefixd+drop, pick+drop, pickpy+drop, "
                         "oracle~K, pickpy@knob=value@...)" % ",".join(COMPARE))

@@ -19,7 +19,8 @@ a cold prompt (no candidate holds anything: the affinity winner, stable
 whatever the candidates' order, kept when another candidate leaves), tier
 credits, predicted blocks (seen by a sibling, never by Route, extended,
 confirmed by the engine's events, lapsing after the TTL), the window load
-(counted per pick, lapsing), loads from the request, PickBatch (each item
+(counted per pick, lapsing), the churn term (each pick's prefill tokens
+within the churn window), loads from the request, PickBatch (each item
 sees the ones before it; a bad item fails alone), a worker leaving
 (/unregister), dry runs changing nothing, an index with no worker, and bad
 input (INVALID_ARGUMENT naming the field, changing nothing).
@@ -59,6 +60,8 @@ AFFINITY_TOKENS = 3.0
 AFFINITY_BLOCKS = 2
 TTL_S = 1.5
 WINDOW_S = 2.5
+CHURN_WEIGHT = 0.01  # small: the churn term never outweighs the affinity's
+CHURN_WINDOW_S = 2.0  # shorter than WINDOW_S: window()'s first sleep clears both
 TIMEOUT = 10
 DEADLINE_S = 20
 EPS = 1e-6
@@ -100,9 +103,10 @@ class Test(common.Checker):
                           for e in self.engines)
         return ('index {\n  block_size: %d\n  http_listen: "127.0.0.1:%d"\n%s'
                 '  pick { queued_weight: 1 request_tokens: %g kv_tokens: %g affinity_tokens: %g '
-                'affinity_blocks: %d predicted_ttl: "%gs" load_window: "%gs" }\n}\n'
+                'affinity_blocks: %d predicted_ttl: "%gs" load_window: "%gs" '
+                'churn_weight: %g churn_window: "%gs" }\n}\n'
                 % (BS, self.http_port, sources, REQUEST_TOKENS, KV_TOKENS, AFFINITY_TOKENS,
-                   AFFINITY_BLOCKS, TTL_S, WINDOW_S))
+                   AFFINITY_BLOCKS, TTL_S, WINDOW_S, CHURN_WEIGHT, CHURN_WINDOW_S))
 
     # ---- plumbing ----
 
@@ -135,12 +139,12 @@ class Test(common.Checker):
             return self.check(False, what, "%s: %s" % (type(e).__name__, e))
         return self.check(False, what, "accepted")
 
-    def window_of(self, worker):
+    def window_of(self, worker, window_s=WINDOW_S):
         """(picks, prefill tokens) of `worker` in the window now (the
         daemon's clock runs a little after ours: picks near the edge are
         skipped by the callers)."""
         now = time.monotonic()
-        live = [p for t, p in self.picks.get(worker, []) if now - t < WINDOW_S]
+        live = [p for t, p in self.picks.get(worker, []) if now - t < window_s]
         return len(live), sum(live)
 
     def costs_agree(self, r, tokens, held, predicted, loads=None, what=""):
@@ -161,9 +165,10 @@ class Test(common.Checker):
                 load = c.queued_prefill_tokens + c.requests_in_flight * REQUEST_TOKENS
                 from_request = False
             aff = -AFFINITY_TOKENS if c.worker in winners else 0.0
-            want = (credited, prefill, load, from_request, prefill + load + aff)
+            churn = CHURN_WEIGHT * c.churn_tokens  # the tokens: checked in window()
+            want = (credited, prefill, load, from_request, churn, prefill + load + churn + aff)
             got = (c.credited_blocks, c.prefill_tokens, c.load_term, c.load_from_request,
-                   c.cost)
+                   c.churn_term, c.cost)
             if any(abs(a - b) > EPS for a, b in zip(want, got)) or \
                     c.predicted_blocks != predicted.get(c.worker, 0):
                 bad.append((c.worker, "want", want, "got", got, c.predicted_blocks))
@@ -296,12 +301,19 @@ class Test(common.Checker):
         self.check(all(got[w] == (n, round(q)) for w, (n, q) in want.items()),
                    "the window counts each worker's picks and their prefill tokens",
                    (got, want))
+        want = {w: self.window_of(w, CHURN_WINDOW_S)[1] for w in ("e0", "e1", "e2")}
+        got = {c.worker: c.churn_tokens for c in r.ranked}
+        self.check(all(abs(got[w] - want[w]) < EPS for w in want) and sum(want.values()) > 0,
+                   "the churn term counts the prefill tokens of each worker's picks",
+                   (got, want))
+        self.costs_agree(r, p, {}, {c.worker: c.predicted_blocks for c in r.ranked},
+                         what="the churn term is churn_weight x those tokens, in the cost")
         # r's predicted blocks: the blocks picks sent each worker.
         time.sleep(max(WINDOW_S, TTL_S) + 0.2)
         r = self.pick(p, dry_run=True)
         self.check(all(c.requests_in_flight == 0 and c.queued_prefill_tokens == 0
-                       and c.predicted_blocks == 0 for c in r.ranked),
-                   "after the window and the TTL, no load and no predicted block remain",
+                       and c.predicted_blocks == 0 and c.churn_tokens == 0 for c in r.ranked),
+                   "after the windows and the TTL, no load, churn or predicted block remain",
                    r.ranked)
         self.picks = {}
 

@@ -424,7 +424,7 @@ class WorkerLoad:
 @dataclass
 class PickCandidate:
     """One candidate of a Pick with its cost terms, in tokens: cost =
-    prefill_weight x prefill_tokens + load_term + affinity_term."""
+    prefill_weight x prefill_tokens + load_term + churn_term + affinity_term."""
     worker: str
     cost: float
     prefill_tokens: float     # the prompt's tokens less credited blocks x block_size
@@ -438,6 +438,8 @@ class PickCandidate:
     requests_in_flight: int
     queued_prefill_tokens: int
     kv_usage: float
+    churn_term: float = 0.0   # churn_weight x churn_tokens
+    churn_tokens: float = 0.0  # prefill tokens Pick sent it within churn_window
 
 
 @dataclass
@@ -895,7 +897,8 @@ def _pick_result(r: ipb.PickResponse) -> PickResult:
             matched_blocks=c.matched_blocks, predicted_blocks=c.predicted_blocks,
             credited_blocks=c.credited_blocks, state=_state(c.state),
             load_from_request=c.load_from_request, requests_in_flight=c.requests_in_flight,
-            queued_prefill_tokens=c.queued_prefill_tokens, kv_usage=c.kv_usage)
+            queued_prefill_tokens=c.queued_prefill_tokens, kv_usage=c.kv_usage,
+            churn_term=c.churn_term, churn_tokens=c.churn_tokens)
             for c in r.ranked],
         decision_id=r.decision_id, prompt_blocks=r.prompt_blocks, block_size=r.block_size)
 

@@ -400,7 +400,7 @@ PICK_DEFAULTS = collections.OrderedDict((
 ))
 
 Load = collections.namedtuple("Load", "requests_in_flight queued_prefill_tokens kv_usage")
-Cost = collections.namedtuple("Cost", "worker prefill_tokens load affinity cost credit")
+Cost = collections.namedtuple("Cost", "worker prefill_tokens load churn affinity cost credit")
 
 
 def pick_knobs(spec):
@@ -502,12 +502,12 @@ class PickModel:
             ld = loads[w] if loads is not None else self.window_load(k, now_ms)
             load = (kn["queued_weight"] * ld.queued_prefill_tokens
                     + kn["request_tokens"] * ld.requests_in_flight
-                    + kn["kv_tokens"] * ld.kv_usage
-                    + kn["churn_weight"] * self.churn_of(k, now_ms))
+                    + kn["kv_tokens"] * ld.kv_usage)
+            churn = kn["churn_weight"] * self.churn_of(k, now_ms)
             affinity = -kn["affinity_tokens"] if affinity_on and w == winner else 0.0
-            cost = kn["prefill_weight"] * prefill + load + affinity
+            cost = kn["prefill_weight"] * prefill + load + churn + affinity
             out.append((cost, ld.requests_in_flight, w != winner, w,
-                        Cost(w, prefill, load, affinity, cost, credit)))
+                        Cost(w, prefill, load, churn, affinity, cost, credit)))
         return [x[-1] for x in sorted(out)]
 
     def pick(self, ids, now_ms, candidates, matched, loads=None):

@@ -12,7 +12,9 @@ the pick config below and what the engines published:
               (the request's loads, else the daemon's window of picks)
   affinity  = -AFFINITY_TOKENS for one candidate per prompt (rendezvous
               hashing of its first AFFINITY_BLOCKS blocks), else 0
-  cost      = prefill + load + affinity
+  churn     = CHURN_WEIGHT x prefill tokens of the worker's picks within
+              CHURN_WINDOW_S
+  cost      = prefill + load + churn + affinity
 
 Checks: ties (fewer in flight, then the affinity winner, then the name),
 a cold prompt (no candidate holds anything: the affinity winner, stable

@@ -7,7 +7,7 @@
 #   runtime  debian:bookworm with that package installed: apt pulls in the
 #            runtime libraries its Depends names (from dpkg-shlibdeps: gRPC,
 #            protobuf, abseil, prometheus-cpp, civetweb, libmicrohttpd and
-#            GnuTLS, OpenSSL, and libzmq5 for the fleet index; msgpack-cxx is header-only) and nothing
+#            GnuTLS, OpenSSL, and libzmq5 and libcurl4 for the fleet index; msgpack-cxx is header-only) and nothing
 #            else; a non-root user (uid 65532, as deploy/k8s runs it)
 #
 #   buildah bud --format docker -t prefixd .     (or docker build -t prefixd .)

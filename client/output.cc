@@ -406,7 +406,9 @@ void PrintPick(const v1::PickResponse& pick, size_t query_tokens,
               absl::StrCat(c.requests_in_flight()),
               absl::StrCat(c.queued_prefill_tokens()),
               absl::StrFormat("%.2f", c.kv_usage()),
-              c.load_from_request() ? "router" : "window",
+              c.load_from_request()  ? "router"
+              : c.load_from_engine() ? "engine"
+                                     : "window",
               WorkerStateName(c.state())});
   }
   t.Print(out);

@@ -28,6 +28,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libxxhash-dev nlohmann-json3-dev
   # names off the wire are checked as UTF-8 (index/wire_names.h)
   libutfcpp-dev
+  # Pick reads the engines' own /metrics over HTTP (server/engine_scraper.h)
+  libcurl4-openssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev libhiredis-dev
   # Python client and its tests (Debian's /usr/bin/python3); `pip install

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -60,9 +61,11 @@ absl::Status CheckLoads(absl::Span<const WorkerLoadInput> loads) {
 
 }  // namespace
 
-Picker::Picker(const KvIndex* index, PickerOptions options)
+Picker::Picker(const KvIndex* index, PickerOptions options,
+               const EngineLoads* engine_loads)
     : index_(index),
       options_(std::move(options)),
+      engine_loads_(engine_loads),
       predicted_(options_.max_predicted),
       window_(absl::ToInt64Milliseconds(options_.load_window),
               absl::ToInt64Milliseconds(options_.churn_window),
@@ -249,8 +252,7 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
     c.queued_prefill_tokens = static_cast<double>(given->queued_prefill_tokens);
     c.kv_usage = given->kv_usage;
   } else {
-    c.requests_in_flight = w.picks;
-    c.queued_prefill_tokens = w.prefill_tokens;
+    OwnLoad(m.worker, w, now_ms, &c);
   }
   c.load_term =
       options_.queued_weight * c.queued_prefill_tokens +
@@ -264,6 +266,23 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
   c.cost = options_.prefill_weight * c.prefill_tokens + c.load_term +
            c.churn_term + c.affinity_term;
   return c;
+}
+
+// The engine's own figures while fresh (requests and KV usage; engines
+// publish no queued prefill tokens, so those stay the window's), else the
+// window's estimate. A replay's clock is not the scraper's: no engine
+// figures under replay_clock.
+void Picker::OwnLoad(absl::string_view worker, const PickWindow::Load& w,
+                     int64_t now_ms, PickCandidate* c) const {
+  c->requests_in_flight = w.picks;
+  c->queued_prefill_tokens = w.prefill_tokens;
+  if (engine_loads_ == nullptr || options_.replay_clock) return;
+  const std::optional<EngineLoad> e =
+      engine_loads_->Fresh(worker, absl::FromUnixMillis(now_ms));
+  if (!e.has_value()) return;
+  c->load_from_engine = true;
+  c->requests_in_flight = e->running + e->waiting;
+  c->kv_usage = e->kv_usage;
 }
 
 absl::Status Picker::CheckClock(const PickQuery& query) const {

@@ -11,8 +11,11 @@
 //   load_w     = queued_weight x queued prefill tokens
 //                + request_tokens x requests in flight
 //                + kv_tokens x KV-cache usage (0..1)
-//                (the router's figures when it gives them, else the
-//                index's window of recent picks: PickWindow)
+//                (the router's figures when it gives them; else, while
+//                the engine's own metrics endpoint was read within
+//                max_age, its requests and KV usage (EngineLoads) with
+//                the window's queued tokens; else the index's window of
+//                recent picks: PickWindow)
 //   churn_w    = churn_weight x prefill tokens of the prompts Pick sent w
 //                within churn_window (PickWindow): how fast Pick has been
 //                filling, and so evicting, w's cache
@@ -46,6 +49,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "base/mutex.h"
+#include "index/engine_loads.h"
 #include "index/keys.h"
 #include "index/kv_index.h"
 #include "index/pick_window.h"
@@ -113,6 +117,7 @@ struct PickCandidate {
   double credited_blocks = 0;
   WorkerState state = WorkerState::kConnecting;
   bool load_from_request = false;
+  bool load_from_engine = false;  // requests and KV usage: EngineLoads
   int64_t requests_in_flight = 0;
   double queued_prefill_tokens = 0;
   double kv_usage = 0;
@@ -128,8 +133,10 @@ struct PickResult {
 
 class Picker {
  public:
-  // `index` must outlive the picker.
-  Picker(const KvIndex* index, PickerOptions options);
+  // `index` and `engine_loads` (nullable: no engine is read) must outlive
+  // the picker.
+  Picker(const KvIndex* index, PickerOptions options,
+         const EngineLoads* engine_loads = nullptr);
   Picker(const Picker&) = delete;
   Picker& operator=(const Picker&) = delete;
 
@@ -192,8 +199,14 @@ class Picker {
   double EngineCredit(const WorkerMatch& m) const;
   double TierCreditOf(absl::string_view medium) const;
 
+  // The load charged to a candidate the query gives none for: the engine's
+  // figures or the window's `w`.
+  void OwnLoad(absl::string_view worker, const PickWindow::Load& w,
+               int64_t now_ms, PickCandidate* c) const;
+
   const KvIndex* const index_;
   const PickerOptions options_;
+  const EngineLoads* const engine_loads_;
   const KeyScheme keys_;
   std::atomic<uint64_t> next_decision_{1};
   mutable Mutex mu_;

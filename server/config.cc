@@ -550,8 +550,93 @@ absl::Status ReadTierCredits(const v1::IndexPickConfig& pc, PickerOptions* o) {
   return absl::OkStatus();
 }
 
-// Pick's cost model, predicted blocks and window (index/picker.h).
-absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
+absl::Status ReadEngineMetricsTarget(const v1::EngineMetricsConfig& ec,
+                                     const std::string& field,
+                                     EngineMetricsTarget* t) {
+  if (ec.worker().empty() || ec.worker().size() > 1024) {
+    return Invalid(absl::StrCat(field, ".worker"),
+                   absl::StrCat("is ", ec.worker().size(),
+                                " bytes: a worker name of 1 to 1,024 bytes"));
+  }
+  const std::string lower = absl::AsciiStrToLower(ec.url());
+  const bool http =
+      absl::StartsWith(lower, "http://") || absl::StartsWith(lower, "https://");
+  const bool clean = std::none_of(ec.url().begin(), ec.url().end(), [](char c) {
+    return absl::ascii_iscntrl(c) || c == ' ';
+  });
+  if (!http || !clean || ec.url().size() > 4096) {
+    return Invalid(absl::StrCat(field, ".url"),
+                   absl::StrCat("\"", absl::CHexEscape(ec.url().substr(0, 256)),
+                                "\" is not an http:// or https:// URL of at "
+                                "most 4,096 bytes without spaces"));
+  }
+  t->worker = ec.worker();
+  t->url = ec.url();
+  for (const auto& [name, value] : ec.labels()) {
+    if (!IsLabelName(name)) {
+      return Invalid(
+          absl::StrCat(field, ".labels"),
+          absl::StrCat("\"", absl::CHexEscape(name.substr(0, 256)),
+                       "\" is not a label name ([a-zA-Z_][a-zA-Z0-9_]*)"));
+    }
+    t->labels.push_back({name, value});
+  }
+  // Sorted, so that the options do not depend on the map's order.
+  std::sort(
+      t->labels.begin(), t->labels.end(),
+      [](const LabelPair& a, const LabelPair& b) { return a.name < b.name; });
+  return absl::OkStatus();
+}
+
+// The engines' metrics endpoints Pick's load reads (server/engine_scraper.h).
+absl::Status ResolveEngineMetrics(const v1::IndexPickConfig& pc,
+                                  EngineScrapeOptions* o) {
+  if (pc.engine_metrics().empty()) return absl::OkStatus();
+  if (pc.replay_clock()) {
+    return Invalid(
+        "index.pick.engine_metrics",
+        "is read on the daemon's clock, which index.pick.replay_clock "
+        "replaces with the requests'");
+  }
+  absl::flat_hash_set<std::string> workers;
+  for (int i = 0; i < pc.engine_metrics_size(); ++i) {
+    const std::string field =
+        absl::StrCat("index.pick.engine_metrics[", i, "]");
+    EngineMetricsTarget t;
+    RETURN_IF_ERROR(ReadEngineMetricsTarget(pc.engine_metrics(i), field, &t));
+    if (!workers.insert(t.worker).second) {
+      return Invalid(absl::StrCat(field, ".worker"),
+                     absl::StrCat("\"", absl::CHexEscape(t.worker),
+                                  "\" is named by an earlier entry too"));
+    }
+    o->targets.push_back(std::move(t));
+  }
+  if (!pc.engine_metrics_interval().empty()) {
+    ASSIGN_OR_RETURN(o->interval,
+                     ParsePositiveDuration("index.pick.engine_metrics_interval",
+                                           pc.engine_metrics_interval()));
+  }
+  o->max_age = 3 * o->interval;
+  if (!pc.engine_metrics_max_age().empty()) {
+    ASSIGN_OR_RETURN(o->max_age,
+                     ParsePositiveDuration("index.pick.engine_metrics_max_age",
+                                           pc.engine_metrics_max_age()));
+  }
+  if (o->max_age < o->interval) {
+    return Invalid("index.pick.engine_metrics_max_age",
+                   absl::StrCat(absl::FormatDuration(o->max_age),
+                                " is shorter than engine_metrics_interval (",
+                                absl::FormatDuration(o->interval),
+                                "): no reading would ever be fresh"));
+  }
+  o->timeout = o->interval;
+  return absl::OkStatus();
+}
+
+// Pick's cost model, predicted blocks and window (index/picker.h), and the
+// engines' metrics its load reads.
+absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o,
+                              EngineScrapeOptions* scrape) {
   RETURN_IF_ERROR(ReadPickWeights(pc, o));
   RETURN_IF_ERROR(ReadTierCredits(pc, o));
   if (!pc.predicted_ttl().empty()) {
@@ -582,7 +667,7 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o) {
   }
   if (pc.max_window_picks() > 0) o->max_window_picks = pc.max_window_picks();
   o->replay_clock = pc.replay_clock();
-  return absl::OkStatus();
+  return ResolveEngineMetrics(pc, scrape);
 }
 
 absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
@@ -611,7 +696,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   }
   out->index.hash_seed = ic.hash_seed();
   out->index.key_lookup = !ic.http_listen().empty();  // for /query_by_hash
-  RETURN_IF_ERROR(ResolveIndexPick(ic.pick(), &out->pick));
+  RETURN_IF_ERROR(ResolveIndexPick(ic.pick(), &out->pick, &out->engine_scrape));
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
   ASSIGN_OR_RETURN(

@@ -21,6 +21,7 @@
 #include "index/publisher.h"
 #include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
+#include "server/engine_scraper.h"
 #include "server/flags.h"
 #include "server/kv_event_sockets.h"
 #include "server/listen_address.h"
@@ -49,6 +50,8 @@ struct ServerConfig {
   IndexOptions index;
   IngestOptions ingest;
   PickerOptions pick;  // index.pick
+  // index.pick.engine_metrics: the engines' endpoints Pick's load reads.
+  EngineScrapeOptions engine_scrape;
   // The Mooncake Conductor API's "host:port" ("" = off) and the index's
   // state directory ("" = registrations not kept).
   std::string index_http_listen;

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -494,6 +495,81 @@ TEST(ConfigTest, IndexPick) {
   EXPECT_THAT(c.status().message(), HasSubstr("index.pick.churn_window"));
   c = FromText(R"pb(index { pick { max_window_picks: 999999999999 } })pb");
   EXPECT_THAT(c.status().message(), HasSubstr("index.pick.max_window_picks"));
+}
+
+// The engines' metrics endpoints: targets with sorted labels, the interval
+// and a max age of three intervals unless given; each bad value named.
+TEST(ConfigTest, IndexPickEngineMetrics) {
+  absl::StatusOr<ServerConfig> c =
+      FromText(R"pb(index {
+                      listen: "tcp://127.0.0.1:0"
+                      pick {
+                        engine_metrics {
+                          worker: "vllm-0"
+                          url: "http://10.0.0.1:8000/metrics"
+                          labels { key: "model_name" value: "m" }
+                          labels { key: "engine" value: "1" }
+                        }
+                        engine_metrics {
+                          worker: "sglang-0"
+                          url: "HTTPS://h:30000/metrics"
+                        }
+                        engine_metrics_interval: "500ms"
+                      }
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  const EngineScrapeOptions& e = c->engine_scrape;
+  ASSERT_EQ(e.targets.size(), 2u);
+  EXPECT_EQ(e.targets[0].worker, "vllm-0");
+  EXPECT_EQ(e.targets[0].url, "http://10.0.0.1:8000/metrics");
+  ASSERT_EQ(e.targets[0].labels.size(), 2u);
+  EXPECT_EQ(e.targets[0].labels[0].name, "engine");
+  EXPECT_EQ(e.targets[0].labels[0].value, "1");
+  EXPECT_EQ(e.interval, absl::Milliseconds(500));
+  EXPECT_EQ(e.max_age, absl::Milliseconds(1500));
+
+  c = FromText(R"pb(index { listen: "tcp://127.0.0.1:0" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->engine_scrape.targets.empty());
+
+  const struct {
+    const char* pick;
+    const char* error;
+  } bad[] = {
+      {R"pb(engine_metrics { url: "http://h/metrics" })pb",
+       "index.pick.engine_metrics[0].worker: is 0 bytes"},
+      {R"pb(engine_metrics { worker: "a" url: "ftp://h/metrics" })pb",
+       "index.pick.engine_metrics[0].url: \"ftp://h/metrics\" is not an "
+       "http://"},
+      {R"pb(engine_metrics { worker: "a" url: "http://h/a b" })pb",
+       "index.pick.engine_metrics[0].url"},
+      {R"pb(engine_metrics { worker: "a" url: "http://h/" }
+            engine_metrics { worker: "a" url: "http://g/" })pb",
+       "index.pick.engine_metrics[1].worker: \"a\" is named by an earlier"},
+      {R"pb(engine_metrics {
+              worker: "a"
+              url: "http://h/"
+              labels { key: "1x" value: "" }
+            })pb",
+       "index.pick.engine_metrics[0].labels: \"1x\" is not a label name"},
+      {R"pb(engine_metrics { worker: "a" url: "http://h/" }
+            engine_metrics_interval: "0s")pb",
+       "index.pick.engine_metrics_interval"},
+      {R"pb(engine_metrics { worker: "a" url: "http://h/" }
+            engine_metrics_interval: "2s"
+            engine_metrics_max_age: "1s")pb",
+       "index.pick.engine_metrics_max_age: 1s is shorter than "
+       "engine_metrics_interval (2s)"},
+      {R"pb(engine_metrics { worker: "a" url: "http://h/" }
+            replay_clock: true)pb",
+       "index.pick.engine_metrics: is read on the daemon's clock"},
+  };
+  for (const auto& b : bad) {
+    c = FromText(absl::StrCat(
+        R"pb(index { listen: "tcp://127.0.0.1:0" pick {)pb", b.pick, " } }"));
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << b.pick;
+    EXPECT_THAT(c.status().message(), HasSubstr(b.error)) << b.pick;
+  }
 }
 
 // The Conductor API: on by http_listen alone (the index with it), loopback

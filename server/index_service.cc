@@ -81,6 +81,7 @@ void PickToProto(const PickResult& r, int block_size, v1::PickResponse* out) {
     p->set_credited_blocks(c.credited_blocks);
     p->set_state(static_cast<v1::WorkerState>(c.state));
     p->set_load_from_request(c.load_from_request);
+    p->set_load_from_engine(c.load_from_engine);
     p->set_requests_in_flight(c.requests_in_flight);
     p->set_queued_prefill_tokens(
         static_cast<int64_t>(c.queued_prefill_tokens + 0.5));

@@ -129,7 +129,12 @@ absl::Status Server::BuildServices() {
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
     RouteLimits route_limits;
     route_limits.max_answer_bytes = config_.max_message_bytes;
-    picker_ = std::make_unique<Picker>(index_.get(), config_.pick);
+    if (!config_.engine_scrape.targets.empty()) {
+      engine_loads_ =
+          std::make_unique<EngineLoads>(config_.engine_scrape.max_age);
+    }
+    picker_ = std::make_unique<Picker>(index_.get(), config_.pick,
+                                       engine_loads_.get());
     index_service_ = std::make_unique<PrefixIndexService>(
         index_.get(), picker_.get(), authorizer_.get(),
         cache_->options().limits, route_limits, observer_);
@@ -204,6 +209,15 @@ absl::Status Server::StartBackground() {
       Shutdown();
       return s;
     }
+    if (engine_loads_ != nullptr) {
+      absl::StatusOr<std::unique_ptr<EngineScraper>> scraper =
+          EngineScraper::Start(config_.engine_scrape, engine_loads_.get());
+      if (!scraper.ok()) {
+        Shutdown();
+        return scraper.status();
+      }
+      engine_scraper_ = *std::move(scraper);
+    }
     grpc_server_->GetHealthCheckService()->SetServingStatus(kIndexServiceName,
                                                             true);
     grpc_server_->GetHealthCheckService()->SetServingStatus(
@@ -247,6 +261,7 @@ void Server::Shutdown() {
       absl::ToChronoTime(absl::Now() + config_.drain_timeout));
   grpc_server_->Wait();
   if (ingest_ != nullptr) ingest_->Stop();
+  if (engine_scraper_ != nullptr) engine_scraper_->Stop();
   if (events_publisher_ != nullptr) events_publisher_->Stop();
   if (lease_expirer_ != nullptr) lease_expirer_->Stop();
 }
@@ -273,6 +288,11 @@ std::string IndexBanner(const Server& server) {
             : absl::StrCat(" replay ", src.replay_endpoint);
     absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
                     replay, "\n");
+  }
+  for (const EngineMetricsTarget& t : c.engine_scrape.targets) {
+    absl::StrAppend(&out, "  index engine metrics ", t.worker, " ", t.url,
+                    " every ", absl::FormatDuration(c.engine_scrape.interval),
+                    "\n");
   }
   if (!in.listen.empty()) {
     absl::StrAppend(&out, "  index listen ", server.index_listen_endpoint(),

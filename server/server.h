@@ -21,12 +21,14 @@
 #include "core/cache.h"
 #include "index/conductor_api.h"
 #include "index/conductor_registry.h"
+#include "index/engine_loads.h"
 #include "index/fleet_index.h"
 #include "index/ingest.h"
 #include "index/instrumented_index.h"
 #include "index/picker.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/engine_scraper.h"
 #include "server/events_publish.h"
 #include "server/index_service.h"
 #include "server/kv_indexer_service.h"
@@ -127,7 +129,11 @@ class Server {
   std::unique_ptr<PrefixCacheService> service_;
   std::unique_ptr<FleetIndex> fleet_index_;
   std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
-  std::unique_ptr<Picker> picker_;            // asks index_
+  // The engines' own load readings and their scraper; nullptr without
+  // index.pick.engine_metrics.
+  std::unique_ptr<EngineLoads> engine_loads_;
+  std::unique_ptr<Picker> picker_;  // asks index_ and engine_loads_
+  std::unique_ptr<EngineScraper> engine_scraper_;  // fills engine_loads_
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<ConductorRegistry> conductor_registry_;  // uses ingest_
   std::unique_ptr<ConductorApi> conductor_api_;

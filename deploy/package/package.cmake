@@ -10,7 +10,8 @@
 # Depends comes from dpkg-shlibdeps on the binaries: gRPC, protobuf, abseil,
 # prometheus-cpp, civetweb (the HTTP listener), libmicrohttpd and GnuTLS
 # (the Conductor API's HTTPS), OpenSSL, libzmq5 (the fleet
-# index's ZeroMQ; msgpack-cxx is header-only), libstdc++ and libc, each at
+# index's ZeroMQ; msgpack-cxx is header-only), libcurl4 (Pick's reads of
+# the engines' /metrics), libstdc++ and libc, each at
 # the version the build saw;
 # tests/deploy/package_test.py checks that it covers every library the
 # binaries link. Nothing is listed by hand. The maintainer scripts

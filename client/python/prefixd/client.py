@@ -440,6 +440,9 @@ class PickCandidate:
     kv_usage: float
     churn_term: float = 0.0   # churn_weight x churn_tokens
     churn_tokens: float = 0.0  # prefill tokens Pick sent it within churn_window
+    # requests and KV usage from the engine's own metrics endpoint
+    # (index.pick.engine_metrics), queued tokens from the window
+    load_from_engine: bool = False
 
 
 @dataclass
@@ -898,7 +901,8 @@ def _pick_result(r: ipb.PickResponse) -> PickResult:
             credited_blocks=c.credited_blocks, state=_state(c.state),
             load_from_request=c.load_from_request, requests_in_flight=c.requests_in_flight,
             queued_prefill_tokens=c.queued_prefill_tokens, kv_usage=c.kv_usage,
-            churn_term=c.churn_term, churn_tokens=c.churn_tokens)
+            churn_term=c.churn_term, churn_tokens=c.churn_tokens,
+            load_from_engine=c.load_from_engine)
             for c in r.ranked],
         decision_id=r.decision_id, prompt_blocks=r.prompt_blocks, block_size=r.block_size)
 

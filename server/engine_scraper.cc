@@ -1,0 +1,162 @@
+#include "server/engine_scraper.h"
+
+#include <curl/curl.h>
+
+#include <cstdio>
+#include <mutex>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace prefixd {
+namespace {
+
+// One target's transfer: its easy handle and what it received.
+struct Transfer {
+  CURL* easy = nullptr;
+  std::string body;
+  size_t max_body = 0;
+  bool too_large = false;
+  CURLcode result = CURLE_OK;
+  bool done = false;
+};
+
+size_t Append(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  if (t->body.size() + n > t->max_body) {
+    t->too_large = true;
+    return 0;  // libcurl ends the transfer with CURLE_WRITE_ERROR
+  }
+  t->body.append(data, n);
+  return n;
+}
+
+void Configure(Transfer* t, const std::string& url, absl::Duration timeout,
+               curl_slist* headers) {
+  CURL* e = t->easy;
+  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                   static_cast<long>(absl::ToInt64Milliseconds(timeout)));
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, Append);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+  curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // gzip if offered
+}
+
+// What a finished transfer yields: its body's reading or why there is none.
+absl::StatusOr<EngineLoad> Outcome(const Transfer& t,
+                                   const EngineMetricsTarget& target) {
+  if (t.too_large) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the response is larger than ", t.max_body, " bytes"));
+  }
+  if (!t.done || t.result != CURLE_OK) {
+    return absl::UnavailableError(
+        curl_easy_strerror(t.done ? t.result : CURLE_OPERATION_TIMEDOUT));
+  }
+  long status = 0;
+  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
+  if (status != 200) {
+    return absl::UnavailableError(absl::StrCat("HTTP status ", status));
+  }
+  return ReadEngineMetrics(t.body, target.labels);
+}
+
+}  // namespace
+
+EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads)
+    : options_(std::move(options)),
+      loads_(loads),
+      last_error_(options_.targets.size()) {}
+
+absl::StatusOr<std::unique_ptr<EngineScraper>> EngineScraper::Start(
+    EngineScrapeOptions options, EngineLoads* loads) {
+  static std::once_flag once;
+  static CURLcode init = CURLE_OK;
+  std::call_once(once, [] { init = curl_global_init(CURL_GLOBAL_DEFAULT); });
+  if (init != CURLE_OK) {
+    return absl::InternalError(
+        absl::StrCat("libcurl did not initialise: ", curl_easy_strerror(init)));
+  }
+  std::unique_ptr<EngineScraper> s(
+      new EngineScraper(std::move(options), loads));
+  s->thread_ = std::make_unique<PeriodicThread>(s->options_.interval,
+                                                [p = s.get()] { p->Round(); });
+  s->thread_->Wake();  // the first round now, not an interval on
+  return s;
+}
+
+void EngineScraper::Stop() {
+  stopping_.store(true, std::memory_order_relaxed);
+  if (thread_ != nullptr) thread_->Stop();
+}
+
+void EngineScraper::Round() {
+  CURLM* multi = curl_multi_init();
+  curl_slist* headers =
+      curl_slist_append(nullptr, "Accept: text/plain;version=0.0.4");
+  std::vector<Transfer> transfers(options_.targets.size());
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    transfers[i].easy = curl_easy_init();
+    transfers[i].max_body = options_.max_body_bytes;
+    Configure(&transfers[i], options_.targets[i].url, options_.timeout,
+              headers);
+    curl_multi_add_handle(multi, transfers[i].easy);
+  }
+  int running = 1;
+  while (running > 0 && !stopping_.load(std::memory_order_relaxed)) {
+    curl_multi_perform(multi, &running);
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      char* priv = nullptr;
+      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+      auto* t = reinterpret_cast<Transfer*>(priv);
+      t->done = true;
+      t->result = m->data.result;
+    }
+    if (running > 0) curl_multi_poll(multi, nullptr, 0, 100, nullptr);
+  }
+  const absl::Time at = absl::Now();
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    if (!stopping_.load(std::memory_order_relaxed)) {
+      File(i, Outcome(transfers[i], options_.targets[i]), at);
+    }
+    curl_multi_remove_handle(multi, transfers[i].easy);
+    curl_easy_cleanup(transfers[i].easy);
+  }
+  curl_slist_free_all(headers);
+  curl_multi_cleanup(multi);
+  rounds_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
+                         absl::Time at) {
+  const EngineMetricsTarget& t = options_.targets[i];
+  if (reading.ok()) {
+    loads_->Set(t.worker, *reading, at);
+    if (!last_error_[i].empty()) {
+      std::fprintf(stderr, "prefixd: engine metrics of %s (%s) read again\n",
+                   t.worker.c_str(), t.url.c_str());
+    }
+    last_error_[i].clear();
+    return;
+  }
+  std::string error(reading.status().message());
+  if (last_error_[i].empty()) {
+    std::fprintf(stderr,
+                 "prefixd: engine metrics of %s (%s) not read: %s; its load "
+                 "is the index's window once the last reading is %s old\n",
+                 t.worker.c_str(), t.url.c_str(), error.c_str(),
+                 absl::FormatDuration(loads_->max_age()).c_str());
+  }
+  last_error_[i] = std::move(error);
+}
+
+}  // namespace prefixd

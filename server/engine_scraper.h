@@ -1,0 +1,77 @@
+// EngineScraper: reads each configured engine's own Prometheus endpoint
+// (index.pick.engine_metrics; docs/index.md, "Load from the engines'
+// metrics") every interval, all engines at once over libcurl, and files
+// each reading (index/engine_metrics.h) in EngineLoads for Pick. A failed
+// scrape (connection, HTTP status, timeout, a body that does not parse or
+// holds no load gauge) leaves the last reading to age out; the first
+// failure of a run of failures and the recovery after it are logged.
+//
+// Thread safety: the scraping runs on the scraper's own thread; Stop may
+// be called from any thread.
+#ifndef PREFIXD_SERVER_ENGINE_SCRAPER_H_
+#define PREFIXD_SERVER_ENGINE_SCRAPER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "index/engine_loads.h"
+#include "index/engine_metrics.h"
+#include "server/periodic.h"
+
+namespace prefixd {
+
+struct EngineMetricsTarget {
+  std::string worker;  // the index's worker name
+  std::string url;     // http:// or https://
+  // Only the series carrying all of these count (a DP rank's `engine`).
+  std::vector<LabelPair> labels;
+};
+
+struct EngineScrapeOptions {
+  std::vector<EngineMetricsTarget> targets;  // empty: no scraper
+  absl::Duration interval = absl::Seconds(1);
+  absl::Duration max_age = absl::Seconds(3);  // EngineLoads' freshness
+  absl::Duration timeout = absl::Seconds(1);  // per scrape
+  size_t max_body_bytes = size_t{4} << 20;
+};
+
+class EngineScraper {
+ public:
+  // Starts scraping `options.targets` into `loads`, which must outlive the
+  // scraper.
+  static absl::StatusOr<std::unique_ptr<EngineScraper>> Start(
+      EngineScrapeOptions options, EngineLoads* loads);
+  ~EngineScraper() { Stop(); }
+  EngineScraper(const EngineScraper&) = delete;
+  EngineScraper& operator=(const EngineScraper&) = delete;
+
+  // Ends the round in progress (its transfers are abandoned) and joins.
+  void Stop();
+  uint64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
+
+ private:
+  EngineScraper(EngineScrapeOptions options, EngineLoads* loads);
+  // One scrape of every target, at once.
+  void Round();
+  // The outcome of target i's scrape: its reading filed, or its error
+  // logged when it is the first of a run.
+  void File(size_t i, const absl::StatusOr<EngineLoad>& reading, absl::Time at);
+
+  const EngineScrapeOptions options_;
+  EngineLoads* const loads_;
+  // Per target, its last scrape's error ("" when it succeeded); touched
+  // only by the scraping thread.
+  std::vector<std::string> last_error_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> rounds_{0};
+  std::unique_ptr<PeriodicThread> thread_;  // last: stopped first
+};
+
+}  // namespace prefixd
+
+#endif  // PREFIXD_SERVER_ENGINE_SCRAPER_H_

@@ -26,7 +26,8 @@ HttpSources SourcesOf(const Server& server) {
           server.events_publisher(),
           {PREFIXD_VERSION, server.epoch(), c.model, c.model_description,
            c.fingerprint, c.bytes_per_token},
-          server.picker()};
+          server.picker(),
+          server.engine_scraper()};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {

@@ -73,7 +73,19 @@ absl::StatusOr<EngineLoad> Outcome(const Transfer& t,
 EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads)
     : options_(std::move(options)),
       loads_(loads),
-      last_error_(options_.targets.size()) {}
+      last_error_(options_.targets.size()),
+      ok_(new std::atomic<uint64_t>[options_.targets.size()]()),
+      failed_(new std::atomic<uint64_t>[options_.targets.size()]()) {}
+
+std::vector<EngineScraper::Counts> EngineScraper::counts() const {
+  std::vector<Counts> out;
+  for (size_t i = 0; i < options_.targets.size(); ++i) {
+    out.push_back({options_.targets[i].worker,
+                   ok_[i].load(std::memory_order_relaxed),
+                   failed_[i].load(std::memory_order_relaxed)});
+  }
+  return out;
+}
 
 absl::StatusOr<std::unique_ptr<EngineScraper>> EngineScraper::Start(
     EngineScrapeOptions options, EngineLoads* loads) {
@@ -133,13 +145,13 @@ void EngineScraper::Round() {
   }
   curl_slist_free_all(headers);
   curl_multi_cleanup(multi);
-  rounds_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
                          absl::Time at) {
   const EngineMetricsTarget& t = options_.targets[i];
   if (reading.ok()) {
+    ok_[i].fetch_add(1, std::memory_order_relaxed);
     loads_->Set(t.worker, *reading, at);
     if (!last_error_[i].empty()) {
       std::fprintf(stderr, "prefixd: engine metrics of %s (%s) read again\n",
@@ -148,6 +160,7 @@ void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
     last_error_[i].clear();
     return;
   }
+  failed_[i].fetch_add(1, std::memory_order_relaxed);
   std::string error(reading.status().message());
   if (last_error_[i].empty()) {
     std::fprintf(stderr,

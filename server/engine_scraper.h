@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "index/engine_loads.h"
 #include "index/engine_metrics.h"
@@ -52,7 +53,14 @@ class EngineScraper {
 
   // Ends the round in progress (its transfers are abandoned) and joins.
   void Stop();
-  uint64_t rounds() const { return rounds_.load(std::memory_order_relaxed); }
+
+  // Per target, in the config's order: its scrapes so far.
+  struct Counts {
+    absl::string_view worker;
+    uint64_t ok = 0;
+    uint64_t failed = 0;
+  };
+  std::vector<Counts> counts() const;
 
  private:
   EngineScraper(EngineScrapeOptions options, EngineLoads* loads);
@@ -67,8 +75,10 @@ class EngineScraper {
   // Per target, its last scrape's error ("" when it succeeded); touched
   // only by the scraping thread.
   std::vector<std::string> last_error_;
+  // Per target, its scrapes that succeeded and failed (relaxed: counts).
+  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
+  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
   std::atomic<bool> stopping_{false};
-  std::atomic<uint64_t> rounds_{0};
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first
 };
 

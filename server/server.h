@@ -89,6 +89,9 @@ class Server {
   KvIndex* index() const { return index_.get(); }
   // Pick's state over that index; nullptr without it.
   const Picker* picker() const { return picker_.get(); }
+  // The reader of the engines' metrics; nullptr without
+  // index.pick.engine_metrics.
+  const EngineScraper* engine_scraper() const { return engine_scraper_.get(); }
   // The bound index listen endpoint (a wildcard port resolved); "" if none.
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();

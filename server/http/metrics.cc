@@ -425,6 +425,25 @@ std::vector<MetricFamily> PickMetricFamilies(const Picker::Counts& counts) {
   return out;
 }
 
+std::vector<MetricFamily> EngineScrapeMetricFamilies(
+    const std::vector<EngineScraper::Counts>& counts) {
+  MetricFamily scrapes =
+      NewFamily("prefixd_index_engine_scrapes_total",
+                "Reads of each engine's own metrics endpoint for Pick's load "
+                "(index.pick.engine_metrics), by result (ok, failed).",
+                MetricType::Counter);
+  for (const EngineScraper::Counts& c : counts) {
+    AddSample(&scrapes, {{"worker", std::string(c.worker)}, {"result", "ok"}},
+              static_cast<double>(c.ok));
+    AddSample(&scrapes,
+              {{"worker", std::string(c.worker)}, {"result", "failed"}},
+              static_cast<double>(c.failed));
+  }
+  std::vector<MetricFamily> out;
+  out.push_back(std::move(scrapes));
+  return out;
+}
+
 std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   std::vector<MetricFamily> out;
   AddIndexWorkerCounters(stats, &out);
@@ -618,6 +637,9 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
   }
   if (sources->picker != nullptr) {
     append(PickMetricFamilies(sources->picker->counts()));
+  }
+  if (sources->engine_scraper != nullptr) {
+    append(EngineScrapeMetricFamilies(sources->engine_scraper->counts()));
   }
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));

@@ -41,6 +41,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/engine_scraper.h"
 #include "server/events_publish.h"
 #include "server/http/conductor_listener.h"
 #include "server/http/sources.h"
@@ -88,6 +89,9 @@ std::vector<prometheus::MetricFamily> PickMetricFamilies(
     const Picker::Counts& counts);
 std::vector<prometheus::MetricFamily> IndexMetricFamilies(
     const IndexStats& stats);
+// Reads of the engines' metrics endpoints (server/engine_scraper.h).
+std::vector<prometheus::MetricFamily> EngineScrapeMetricFamilies(
+    const std::vector<EngineScraper::Counts>& counts);
 
 // The prefixd_events_* families of events_publish (docs/index.md, "The
 // sidecar publishes too").

@@ -12,6 +12,7 @@
 #include "index/kv_index.h"
 #include "index/picker.h"
 #include "model/kv_geometry.h"
+#include "server/engine_scraper.h"
 #include "server/events_publish.h"
 
 namespace prefixd {
@@ -33,6 +34,8 @@ struct HttpSources {
   const EventsPublisher* events_publisher = nullptr;  // with events_publish
   DaemonFacts facts;
   const Picker* picker = nullptr;  // with the fleet index
+  // With index.pick.engine_metrics.
+  const EngineScraper* engine_scraper = nullptr;
 };
 
 }  // namespace prefixd

@@ -16,7 +16,8 @@ Checks, each against the figures served:
   - an endpoint that fails (HTTP 500, then 404, a malformed gauge line, a
     body over 4 MiB, a body without load gauges) leaves the worker on the index's window once
     its last reading is max_age old, and the daemon logs the first failure
-    of each run with the reason, and the recovery;
+    of each run with the reason, and the recovery; the daemon's /metrics
+    counts each worker's scrapes by result;
   - loads the router passes win over the engine's;
   - prefixctl pick shows "engine" as the load's source;
   - a bad engine_metrics entry stops the daemon at start with the field
@@ -27,11 +28,13 @@ Usage: test_pick_engine_metrics.py --prefixd PATH [--prefixctl PATH] [--stubs DI
 
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -201,6 +204,24 @@ class EngineMetricsTest(unittest.TestCase):
                           % self.web.url("/down"))
         self.assertEqual(self.daemon.logs().count("engine metrics of e2"), 1,
                          "a run of failures is logged once")
+        scrapes = self.scrapes()
+        self.assertGreater(scrapes[("e0", "ok")], 0, scrapes)
+        self.assertEqual(scrapes[("e0", "failed")], 0, scrapes)
+        self.assertEqual(scrapes[("e2", "ok")], 0, scrapes)
+        self.assertGreater(scrapes[("e2", "failed")], 0, scrapes)
+
+    def scrapes(self):
+        """prefixd_index_engine_scrapes_total from the daemon's /metrics:
+        (worker, result) -> count."""
+        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                    timeout=TIMEOUT) as r:
+            text = r.read().decode()
+        out = {}
+        for m in re.finditer(r'^prefixd_index_engine_scrapes_total\{([^}]*)\} (\S+)$', text,
+                             re.M):
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            out[(labels["worker"], labels["result"])] = float(m.group(2))
+        return out
 
     def test_2_new_figures_reach_pick(self):
         self.web.set("/vllm", vllm_metrics(7, 4, 0.875))
@@ -227,6 +248,7 @@ class EngineMetricsTest(unittest.TestCase):
                              lambda g: not g["e0"].load_from_engine)
             self.assertEqual(got["e0"].kv_usage, 0)
             self.until_logged("engine metrics of e0 (%s) %s" % (url, logged))
+        self.assertGreater(self.scrapes()[("e0", "failed")], 0)
         self.web.set("/vllm", vllm_metrics(1, 1, 0.125))
         self.until("e0 read again", lambda g: g["e0"].load_from_engine)
         self.until_logged("engine metrics of e0 (%s) read again" % url)

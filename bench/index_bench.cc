@@ -68,6 +68,7 @@
 #include "base/mutex.h"
 #include "bench/bench_util.h"
 #include "bench/load/route_index.h"
+#include "index/engine_loads.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
 #include "index/picker.h"
@@ -717,10 +718,11 @@ void RoutePhase() {
 
 // Pick against Route of the same prompts in the same index (every worker a
 // candidate, each Pick recorded), alternating runs: what choosing adds to
-// measuring. Twice: prompts every worker holds whole (no key is hashed,
-// nothing predicted), and prompts whose second half no worker holds (the
+// measuring. Three times: prompts every worker holds whole (no key is
+// hashed, nothing predicted), prompts whose second half no worker holds (the
 // prompt's rolling keys are hashed, the tail predicted for the chosen
-// worker and looked up for every candidate).
+// worker and looked up for every candidate), and the first again with every
+// worker's engine load read (index.pick.engine_metrics).
 void PickPhase() {
   const int workers = absl::GetFlag(FLAGS_route_workers);
   const int tokens = absl::GetFlag(FLAGS_route_prompt_tokens);
@@ -736,8 +738,22 @@ void PickPhase() {
       h[i] = static_cast<uint32_t>(1'000'000 + p * tokens + i);  // not held
     half.push_back(std::move(h));
   }
-  for (const auto* prompts : {&held, &half}) {
-    Picker picker(&index, PickerOptions());
+  // Every worker's engine read a moment ago (index.pick.engine_metrics).
+  EngineLoads engine_loads(absl::Hours(1));
+  for (const WorkerStatus& w : index.Stats().workers)
+    engine_loads.Set(w.worker, EngineLoad{2, 1, 0.5}, absl::Now());
+  struct Variant {
+    const std::vector<std::vector<uint32_t>>* prompts;
+    const EngineLoads* engines;
+    const char* what;
+  };
+  const Variant variants[] = {
+      {&held, nullptr, "held whole"},
+      {&half, nullptr, "with a tail no worker holds"},
+      {&held, &engine_loads, "held whole, every engine's load read"}};
+  for (const Variant& v : variants) {
+    const auto* prompts = v.prompts;
+    Picker picker(&index, PickerOptions(), v.engines);
     uint64_t listed = 0;
     const auto route = [&] {
       const Stopwatch watch;
@@ -773,9 +789,7 @@ void PickPhase() {
         "\nPick vs Route in process (%d workers, %d-token prompts %s; means "
         "of %d alternations): Route %.2f us, Pick %.2f us of CPU: pick/route "
         "%.2f (%zu predicted blocks kept)\n",
-        workers, tokens,
-        prompts == &held ? "held whole" : "with a tail no worker holds",
-        kRounds, route_us, pick_us, pick_us / route_us,
+        workers, tokens, v.what, kRounds, route_us, pick_us, pick_us / route_us,
         picker.counts().predicted);
   }
 }

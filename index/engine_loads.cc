@@ -12,6 +12,21 @@ void EngineLoads::Set(absl::string_view worker, const EngineLoad& load,
 std::optional<EngineLoad> EngineLoads::Fresh(absl::string_view worker,
                                              absl::Time now) const {
   ReaderMutexLock lock(&mu_);
+  return FreshLocked(worker, now);
+}
+
+std::vector<std::optional<EngineLoad>> EngineLoads::FreshOf(
+    absl::Span<const WorkerMatch> workers, absl::Time now) const {
+  std::vector<std::optional<EngineLoad>> out;
+  out.reserve(workers.size());
+  ReaderMutexLock lock(&mu_);
+  for (const WorkerMatch& m : workers)
+    out.push_back(FreshLocked(m.worker, now));
+  return out;
+}
+
+std::optional<EngineLoad> EngineLoads::FreshLocked(absl::string_view worker,
+                                                   absl::Time now) const {
   auto it = readings_.find(worker);
   if (it == readings_.end() || now - it->second.at > max_age_) {
     return std::nullopt;

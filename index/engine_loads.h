@@ -14,13 +14,16 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/mutex.h"
 #include "index/engine_metrics.h"
+#include "index/kv_index.h"
 
 namespace prefixd {
 
@@ -36,6 +39,10 @@ class EngineLoads {
   // `worker`'s latest reading if it was taken within max_age before `now`.
   std::optional<EngineLoad> Fresh(absl::string_view worker,
                                   absl::Time now) const;
+  // Fresh for each of `workers` (a Route answer's), in its order, under
+  // one hold of the lock.
+  std::vector<std::optional<EngineLoad>> FreshOf(
+      absl::Span<const WorkerMatch> workers, absl::Time now) const;
   absl::Duration max_age() const { return max_age_; }
 
  private:
@@ -43,6 +50,9 @@ class EngineLoads {
     EngineLoad load;
     absl::Time at;
   };
+  std::optional<EngineLoad> FreshLocked(absl::string_view worker,
+                                        absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const absl::Duration max_age_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Reading> readings_ ABSL_GUARDED_BY(mu_);

@@ -228,9 +228,9 @@ absl::string_view Picker::AffinityWinner(const RouteResult& found,
 }
 
 PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
-                           double prompt_tokens, uint64_t blocks,
-                           absl::string_view affinity_winner, int64_t now_ms,
-                           PromptKeys& keys) const {
+                           const EngineLoad* engine, double prompt_tokens,
+                           uint64_t blocks, absl::string_view affinity_winner,
+                           int64_t now_ms, PromptKeys& keys) const {
   PickCandidate c;
   c.worker = m.worker;
   c.state = m.state;
@@ -252,7 +252,12 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
     c.queued_prefill_tokens = static_cast<double>(given->queued_prefill_tokens);
     c.kv_usage = given->kv_usage;
   } else {
-    OwnLoad(m.worker, w, now_ms, &c);
+    // Engines publish no queued prefill tokens: those stay the window's.
+    c.load_from_engine = engine != nullptr;
+    c.requests_in_flight =
+        engine != nullptr ? engine->running + engine->waiting : w.picks;
+    c.queued_prefill_tokens = w.prefill_tokens;
+    c.kv_usage = engine != nullptr ? engine->kv_usage : 0.0;
   }
   c.load_term =
       options_.queued_weight * c.queued_prefill_tokens +
@@ -268,21 +273,14 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
   return c;
 }
 
-// The engine's own figures while fresh (requests and KV usage; engines
-// publish no queued prefill tokens, so those stay the window's), else the
-// window's estimate. A replay's clock is not the scraper's: no engine
-// figures under replay_clock.
-void Picker::OwnLoad(absl::string_view worker, const PickWindow::Load& w,
-                     int64_t now_ms, PickCandidate* c) const {
-  c->requests_in_flight = w.picks;
-  c->queued_prefill_tokens = w.prefill_tokens;
-  if (engine_loads_ == nullptr || options_.replay_clock) return;
-  const std::optional<EngineLoad> e =
-      engine_loads_->Fresh(worker, absl::FromUnixMillis(now_ms));
-  if (!e.has_value()) return;
-  c->load_from_engine = true;
-  c->requests_in_flight = e->running + e->waiting;
-  c->kv_usage = e->kv_usage;
+// A replay's clock is not the scraper's: no engine figures under
+// replay_clock.
+std::vector<std::optional<EngineLoad>> Picker::EngineReadings(
+    const RouteResult& found, absl::Time now) const {
+  if (engine_loads_ == nullptr || options_.replay_clock) {
+    return std::vector<std::optional<EngineLoad>>(found.workers.size());
+  }
+  return engine_loads_->FreshOf(found.workers, now);
 }
 
 absl::Status Picker::CheckClock(const PickQuery& query) const {
@@ -336,6 +334,8 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
   const uint64_t blocks = found.prompt_blocks;
   PromptKeys keys(this, prompt, blocks);
   const absl::string_view affinity_winner = AffinityWinner(found, keys);
+  const std::vector<std::optional<EngineLoad>> engines =
+      EngineReadings(found, now);
   PickResult result;
   result.prompt_blocks = blocks;
   result.ranked.reserve(found.workers.size());
@@ -344,8 +344,10 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
   predicted_.Expire(now_ms);
   window_.Expire(now_ms);
   for (size_t i = 0; i < found.workers.size(); ++i) {
-    result.ranked.push_back(Cost(found.workers[i], loads[i], prompt_tokens,
-                                 blocks, affinity_winner, now_ms, keys));
+    const EngineLoad* engine = engines[i] ? &*engines[i] : nullptr;
+    result.ranked.push_back(Cost(found.workers[i], loads[i], engine,
+                                 prompt_tokens, blocks, affinity_winner, now_ms,
+                                 keys));
   }
   std::sort(result.ranked.begin(), result.ranked.end(),
             [&](const PickCandidate& a, const PickCandidate& b) {

@@ -40,6 +40,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -185,10 +186,13 @@ class Picker {
   // it then only breaks ties); empty for a prompt shorter than a block.
   absl::string_view AffinityWinner(const RouteResult& found,
                                    PromptKeys& keys) const;
+  // `given`: the query's load of the candidate, `engine`: its engine's
+  // fresh reading (either null: none).
   PickCandidate Cost(const WorkerMatch& m, const WorkerLoadInput* given,
-                     double prompt_tokens, uint64_t blocks,
-                     absl::string_view affinity_winner, int64_t now_ms,
-                     PromptKeys& keys) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                     const EngineLoad* engine, double prompt_tokens,
+                     uint64_t blocks, absl::string_view affinity_winner,
+                     int64_t now_ms, PromptKeys& keys) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The chosen worker's predicted blocks and window pick.
   void Record(const PickCandidate& chosen, uint64_t blocks, int64_t now_ms,
               PromptKeys& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -199,10 +203,10 @@ class Picker {
   double EngineCredit(const WorkerMatch& m) const;
   double TierCreditOf(absl::string_view medium) const;
 
-  // The load charged to a candidate the query gives none for: the engine's
-  // figures or the window's `w`.
-  void OwnLoad(absl::string_view worker, const PickWindow::Load& w,
-               int64_t now_ms, PickCandidate* c) const;
+  // The engines' fresh readings for `found`'s workers, in its order (none
+  // without engine_loads or under replay_clock).
+  std::vector<std::optional<EngineLoad>> EngineReadings(
+      const RouteResult& found, absl::Time now) const;
 
   const KvIndex* const index_;
   const PickerOptions options_;

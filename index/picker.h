@@ -32,8 +32,8 @@
 // pick in its window, unless the query is a dry run.
 //
 // Thread safety: Pick may be called from any thread. mu_ guards the
-// predicted holds and the window; the index is asked (Route) before mu_
-// is taken.
+// predicted holds and the window; the index is asked (Route), and the
+// engines' readings read, before mu_ is taken.
 #ifndef PREFIXD_INDEX_PICKER_H_
 #define PREFIXD_INDEX_PICKER_H_
 

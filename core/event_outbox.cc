@@ -20,13 +20,17 @@ void EventOutbox::LogStored(const Tree& tree, std::optional<BlockId> parent,
   ring_.Append(std::move(e));
 }
 
-void EventOutbox::NoteRemoved(const Tree& tree, BlockId id,
+void EventOutbox::NoteRemoved(const Tree& tree, absl::Span<const BlockId> ids,
                               EvictReason reason) {
+  if (ids.empty()) return;
   if (pending_removals_.empty() || pending_removals_.back().tree != &tree ||
       pending_removals_.back().reason != reason) {
     pending_removals_.push_back({&tree, tree.ns, reason, {}});
   }
-  pending_removals_.back().ids.push_back(id);
+  // One at a time: the vector grows as it always has, and EventRing counts
+  // its capacity against event_ring_bytes.
+  std::vector<BlockId>& pending = pending_removals_.back().ids;
+  for (BlockId id : ids) pending.push_back(id);
 }
 
 void EventOutbox::FlushRemovals() {

@@ -45,8 +45,10 @@ class EventOutbox {
   void LogStored(const Tree& tree, std::optional<BlockId> parent,
                  absl::Span<const Token> tokens, absl::Span<const BlockId> ids,
                  int64_t position, int64_t prefix_tokens);
-  // Block `id` left `tree` for `reason`; logged by FlushRemovals.
-  void NoteRemoved(const Tree& tree, BlockId id, EvictReason reason);
+  // Blocks `ids`, in that order, left `tree` for `reason`; logged by
+  // FlushRemovals.
+  void NoteRemoved(const Tree& tree, absl::Span<const BlockId> ids,
+                   EvictReason reason);
   // Logs the removals noted since the last flush. `tree` pointers are only
   // compared, never followed: a tree may be gone by then.
   void FlushRemovals();

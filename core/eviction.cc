@@ -204,9 +204,7 @@ void EvictionState::RememberTail(const Node& victim, size_t blocks) {
   const int list = ClassOf(victim) == kRecent || shadow() ? 0 : 1;
   const absl::Span<const uint64_t> fps = victim.fingerprints();
   assert(fps.size() == victim.num_blocks() && blocks <= fps.size());
-  const size_t first = fps.size() - blocks;
-  for (size_t i = first; i < fps.size(); ++i) history_.Prefetch(fps[i]);
-  for (size_t i = fps.size(); i-- > first;) history_.Push(list, fps[i]);
+  history_.PushReversed(list, fps.last(blocks));
 }
 
 void EvictionState::Clear() {

@@ -21,6 +21,17 @@ uint64_t FingerprintAbove(const Node& parent) {
   return parent.fingerprints().back();
 }
 
+// The hash inlines here: an Insert calls this once for its new blocks.
+void ChainFingerprints(const Node& parent, absl::Span<const Token> tokens,
+                       absl::Span<uint64_t> out) {
+  const size_t bs = static_cast<size_t>(parent.block_size());
+  uint64_t fp = FingerprintAbove(parent);
+  for (size_t i = 0; i < out.size(); ++i) {
+    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
+    out[i] = fp;
+  }
+}
+
 absl::Status CheckFingerprints(const Node& n) {
   const absl::Status wrong =
       absl::InternalError("a block's fingerprint is missing or wrong");

@@ -34,18 +34,10 @@ uint64_t ChainHash(uint64_t parent, absl::Span<const Token> block);
 // REQUIRES: parent's tree keeps fingerprints.
 uint64_t FingerprintAbove(const Node& parent);
 
-// The fingerprints of `blocks` whole blocks of `tokens` below `parent`, in
-// order, appended to *out.
-template <typename Vector>
+// The fingerprints of the first out.size() whole blocks of `tokens` below
+// `parent`, in order, into out.
 void ChainFingerprints(const Node& parent, absl::Span<const Token> tokens,
-                       size_t blocks, Vector* out) {
-  const size_t bs = static_cast<size_t>(parent.block_size());
-  uint64_t fp = FingerprintAbove(parent);
-  for (size_t i = 0; i < blocks; ++i) {
-    fp = ChainHash(fp, tokens.subspan(i * bs, bs));
-    out->push_back(fp);
-  }
-}
+                       absl::Span<uint64_t> out);
 
 // n's blocks have their fingerprints (in a tree that keeps them; else n
 // has none).

@@ -105,8 +105,8 @@ Node* Tenant::Attach(Node* parent, absl::Span<const Token> tokens,
   // Each block's class comes from the history, by its fingerprint, in
   // order (each lookup may adapt the target).
   const size_t bs = static_cast<size_t>(block_size_);
-  absl::InlinedVector<uint64_t, 64> fps;
-  ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  absl::InlinedVector<uint64_t, 64> fps(ids.size());
+  ChainFingerprints(*parent, tokens, absl::MakeSpan(fps));
   policy_.PrefetchClasses(fps);
   policy_.Observe(fps);
   size_t begin = 0;
@@ -171,8 +171,10 @@ Node* Tenant::AddRestoredNode(Node* parent, absl::Span<const Token> tokens,
                               absl::Span<const BlockId> ids, int64_t position,
                               uint64_t stamp) {
   absl::InlinedVector<uint64_t, 64> fps;
-  if (parent->tree->fingerprints)
-    ChainFingerprints(*parent, tokens, ids.size(), &fps);
+  if (parent->tree->fingerprints) {
+    fps.resize(ids.size());
+    ChainFingerprints(*parent, tokens, absl::MakeSpan(fps));
+  }
   Node* n = AddChild(parent, tokens, ids, position, fps);
   policy_.AddBlocks(n, kRecent, ids.size());  // no history in a snapshot
   n->tree->blocks += ids.size();
@@ -185,9 +187,10 @@ Node* Tenant::AddRestoredNode(Node* parent, absl::Span<const Token> tokens,
   return n;
 }
 
-void Tenant::NoteRemoved(const Tree& tree, BlockId id, EvictReason reason) {
-  outbox_.NoteRemoved(tree, id, reason);
-  ++counters_.evicted_blocks[static_cast<int>(reason)];
+void Tenant::NoteRemoved(const Tree& tree, absl::Span<const BlockId> ids,
+                         EvictReason reason) {
+  outbox_.NoteRemoved(tree, ids, reason);
+  counters_.evicted_blocks[static_cast<int>(reason)] += ids.size();
 }
 
 size_t Tenant::EvictRun(EvictReason reason, uint64_t limit,
@@ -207,10 +210,8 @@ size_t Tenant::EvictRun(EvictReason reason, uint64_t limit,
   block_index_->Erase(ids);
   blocks_.RemoveBlocks(k);
   tree->blocks -= k;
-  for (size_t i = k; i-- > 0;) {
-    out->push_back(ids[i]);
-    NoteRemoved(*tree, ids[i], reason);
-  }
+  for (size_t i = k; i-- > 0;) out->push_back(ids[i]);
+  NoteRemoved(*tree, absl::MakeConstSpan(*out).last(k), reason);  // tail first
   if (k < n->num_blocks()) {
     n->DropBack(k);
     return k;
@@ -234,10 +235,8 @@ void Tenant::ForgetNode(Node* n, EvictReason reason,
   policy_.RemoveBlocks(*n, n->num_blocks());
   hints_.RemoveBlocks(PriorityOf(*n), n->num_blocks());
   hints_.Forget(n);
-  for (BlockId id : n->block_ids()) {
-    removed->push_back(id);
-    NoteRemoved(*tree, id, reason);
-  }
+  for (BlockId id : n->block_ids()) removed->push_back(id);
+  NoteRemoved(*tree, n->block_ids(), reason);
   block_index_->Erase(n->block_ids());
   blocks_.RemoveBlocks(n->num_blocks());
   tree->blocks -= n->num_blocks();

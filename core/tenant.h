@@ -188,8 +188,8 @@ class Tenant {
   // part and are appended to *removed; the node goes with the subtree.
   void ForgetNode(Node* n, EvictReason reason, std::vector<BlockId>* removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void NoteRemoved(const Tree& tree, BlockId id, EvictReason reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NoteRemoved(const Tree& tree, absl::Span<const BlockId> ids,
+                   EvictReason reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LapseHints(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // CheckInvariants, without the tenant's name.

@@ -162,7 +162,7 @@ void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
   }
   failed_[i].fetch_add(1, std::memory_order_relaxed);
   std::string error(reading.status().message());
-  if (last_error_[i].empty()) {
+  if (error != last_error_[i]) {  // a run's first failure, or a new reason
     std::fprintf(stderr,
                  "prefixd: engine metrics of %s (%s) not read: %s; its load "
                  "is the index's window once the last reading is %s old\n",

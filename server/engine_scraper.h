@@ -4,7 +4,8 @@
 // each reading (index/engine_metrics.h) in EngineLoads for Pick. A failed
 // scrape (connection, HTTP status, timeout, a body that does not parse or
 // holds no load gauge) leaves the last reading to age out; the first
-// failure of a run of failures and the recovery after it are logged.
+// failure of a run of failures, each change of its reason, and the
+// recovery after it are logged.
 //
 // Thread safety: the scraping runs on the scraper's own thread; Stop may
 // be called from any thread.

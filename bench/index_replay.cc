@@ -69,6 +69,7 @@
 #include "bench/trace.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
+#include "index/keys.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, trace, "conversation",
@@ -97,6 +98,11 @@ ABSL_FLAG(bool, removed_per_block, false,
 ABSL_FLAG(int64_t, window_ms, 60000,
           "replay window: every worker's timeline is stretched to it");
 ABSL_FLAG(int, query_threads, 1, "threads serving Route queries");
+ABSL_FLAG(std::string, route_by, "tokens",
+          "what a query gives Route: tokens (Route hashes the prompt: part "
+          "of the service time) or keys (the query thread first computes "
+          "the prompt's rolling keys, untimed, as Dynamo's issuer hands its "
+          "lookup block hashes; the index keeps its lookup by key)");
 ABSL_FLAG(int, event_threads, 1,
           "threads applying event batches (FleetIndex::Apply serializes "
           "them; more than 1 only adds contention)");
@@ -183,14 +189,16 @@ struct Lane {
 class TimedReplay {
  public:
   TimedReplay(const FleetWorkload& w, const std::vector<ScheduledOp>& schedule,
-              int query_threads, int event_threads, int64_t drop_batch)
+              int query_threads, int event_threads, int64_t drop_batch,
+              bool by_keys)
       : w_(w),
         drop_batch_(drop_batch),
+        by_keys_(by_keys),
         query_lanes_(query_threads),
         event_lanes_(event_threads),
         queries_(w.queries().size()),
         batches_(w.batches().size()) {
-    index_ = NewFleetIndex(w, &ids_, &worker_of_);
+    index_ = NewFleetIndex(w, &ids_, &worker_of_, by_keys);
     const uint32_t workers = static_cast<uint32_t>(w.options().workers);
     for (const ScheduledOp& op : schedule) {
       if (op.is_query) {
@@ -204,6 +212,10 @@ class TimedReplay {
   }
 
   void Run();
+  // The query's prompt as Route takes it: its tokens, or with
+  // --route_by=keys its rolling keys (the tokens kept in *tokens).
+  void Prompt(const QuerySpec& q, std::vector<Token>* tokens,
+              std::vector<uint64_t>* keys, RouteQuery* rq) const;
 
   const FleetIndex& index() const { return *index_; }
   const absl::flat_hash_map<std::string, int>& worker_of() const {
@@ -222,6 +234,7 @@ class TimedReplay {
 
   const FleetWorkload& w_;
   const int64_t drop_batch_;  // not applied (--drop_batch); -1: none
+  const bool by_keys_;        // --route_by=keys
   std::unique_ptr<FleetIndex> index_;
   std::vector<WorkerId> ids_;
   absl::flat_hash_map<std::string, int> worker_of_;
@@ -233,16 +246,32 @@ class TimedReplay {
   double start_unix_seconds_ = 0;  // the same instant, for payloads' ts
 };
 
+void TimedReplay::Prompt(const QuerySpec& q, std::vector<Token>* tokens,
+                         std::vector<uint64_t>* keys, RouteQuery* rq) const {
+  w_.PromptTokens(q, tokens);
+  if (!by_keys_) {
+    rq->tokens = absl::MakeConstSpan(*tokens);
+    return;
+  }
+  const IndexOptions& o = index_->options();
+  const KeyScheme scheme(o.hash_profile, o.hash_seed);
+  const size_t bs = static_cast<size_t>(o.block_size);
+  keys->resize(tokens->size() / bs);
+  scheme.Chain(scheme.Root(/*salt=*/""), /*first=*/true, *tokens, bs,
+               keys->size(), nullptr, keys->data());
+  rq->keys = absl::MakeConstSpan(*keys);
+}
+
 void TimedReplay::QueryLoop(Lane* lane) {
   const double cpu0 = ThreadCpuSeconds();
   std::vector<Token> tokens;
+  std::vector<uint64_t> keys;
   RouteQuery rq;
   for (const ScheduledOp& op : lane->ops) {
     SleepUntilNs(start_ns_ + op.deadline_ns);
     QueryRecord& r = queries_[op.index];
     r.dequeued = MonotonicNs() - start_ns_;
-    w_.PromptTokens(w_.queries()[op.index], &tokens);
-    rq.tokens = absl::MakeConstSpan(tokens);
+    Prompt(w_.queries()[op.index], &tokens, &keys, &rq);
     r.started = MonotonicNs() - start_ns_;
     const RouteResult result = index_->Route(rq);
     r.finished = MonotonicNs() - start_ns_;
@@ -289,11 +318,11 @@ void TimedReplay::EventLoop(Lane* lane, uint32_t thread) {
 // As Dynamo: a fixed lookup warm-up on the empty index, untimed.
 void TimedReplay::Warmup() {
   std::vector<Token> tokens;
+  std::vector<uint64_t> keys;
   RouteQuery rq;
   const size_t n = std::min<size_t>(128, w_.queries().size());
   for (size_t i = 0; i < n; ++i) {
-    w_.PromptTokens(w_.queries()[i], &tokens);
-    rq.tokens = absl::MakeConstSpan(tokens);
+    Prompt(w_.queries()[i], &tokens, &keys, &rq);
     index_->Route(rq);
   }
 }
@@ -444,6 +473,7 @@ FinalCheck CheckFinalState(const FleetWorkload& w, const TimedReplay& r,
   ReferenceCaches ref(w);
   ref.SetFinal();
   std::vector<Token> tokens;
+  std::vector<uint64_t> keys;
   std::vector<uint64_t> route_ns, hash_ns;
   std::string error;
   const size_t n = w.queries().size();
@@ -451,9 +481,8 @@ FinalCheck CheckFinalState(const FleetWorkload& w, const TimedReplay& r,
   uint64_t sink = 0;
   for (size_t i = 0; i < n && out.routes < samples; i += step) {
     const QuerySpec& q = w.queries()[i];
-    w.PromptTokens(q, &tokens);
     RouteQuery rq;
-    rq.tokens = absl::MakeConstSpan(tokens);
+    r.Prompt(q, &tokens, &keys, &rq);
     rq.filter.all_workers = true;  // every worker is checked
     const uint64_t t0 = MonotonicNs();
     const RouteResult result = r.index().Route(rq);
@@ -555,6 +584,7 @@ struct Config {
   uint64_t final_checks = 0;
   std::string json;
   int64_t drop_batch = -1;
+  bool route_by_keys = false;
 };
 
 absl::Status Bad(absl::string_view flag, const std::string& value,
@@ -605,6 +635,11 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.final_checks = absl::GetFlag(FLAGS_final_checks);
   c.json = absl::GetFlag(FLAGS_json);
   c.drop_batch = absl::GetFlag(FLAGS_drop_batch);
+  const std::string route_by = absl::GetFlag(FLAGS_route_by);
+  if (route_by != "tokens" && route_by != "keys") {
+    return Bad("route_by", route_by, "must be tokens or keys");
+  }
+  c.route_by_keys = route_by == "keys";
   return c;
 }
 
@@ -659,7 +694,8 @@ void PrintSummary(const Config& c, const WorkloadTotals& tt, const Summary& s,
               static_cast<double>(s.end_ns) / static_cast<double>(c.window_ns),
               static_cast<double>(s.drain_ns()) * 1e-9,
               s.kept_up ? "KEPT UP (<= 1.10x)" : "did not keep up (> 1.10x)");
-  std::printf("  Route service          %s\n",
+  std::printf("  Route service (%s)  %s\n",
+              c.route_by_keys ? "keys  " : "tokens",
               DistText(s.query_service).c_str());
   std::printf(
       "    per Route: %.1f prompt blocks, the deepest match %.1f blocks, "
@@ -733,6 +769,7 @@ nlohmann::json ResultJson(const Config& c, const FleetWorkload& w,
   nlohmann::json j = WorkloadJson(c, w);
   j["benchmark"] = "index_replay";
   j["trace"] = c.trace;
+  j["route_by"] = c.route_by_keys ? "keys" : "tokens";
   j["machine"] = {{"cpus", std::thread::hardware_concurrency()},
                   {"load_average", LoadAverage()}};
   j["offered_block_ops_per_sec"] = s.offered(t.block_ops());
@@ -828,7 +865,7 @@ int Run() {
   Progress("timed replay");
   malloc_trim(0);  // as Dynamo: the preparation's free pages go back first
   TimedReplay replay(w, schedule, c.query_threads, c.event_threads,
-                     c.drop_batch);
+                     c.drop_batch, c.route_by_keys);
   const double cpu0 = ProcessCpuSeconds();
   replay.Run();
   const double cpu = ProcessCpuSeconds() - cpu0;

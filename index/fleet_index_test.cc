@@ -716,6 +716,64 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
 // kSliceBlocks blocks' worth, and between slices a Route runs, sees the
 // chain's worker between before and after, the other worker untouched,
 // and the tree passes its invariants; the counts end exact.
+// Route by rolling keys looks up the block that starts each edge of the
+// match and then compares the edge's slots' keys (HolderTree::ScoreKeys):
+// whatever the tree's shape (edges split by later stores, blocks removed
+// mid-chain, three workers), it must answer as Route by tokens does.
+TEST(FleetIndexKeysTest, RouteByKeysAgreesWithRouteByTokens) {
+  IndexOptions o{kBs, 1000000};
+  o.key_lookup = true;
+  FleetIndex index(o);
+  const WorkerId workers[] = {index.AddWorker("a", "tcp://a:1"),
+                              index.AddWorker("b", "tcp://b:1"),
+                              index.AddWorker("c", "tcp://c:1")};
+  const KeyScheme scheme(o.hash_profile, o.hash_seed);
+  std::mt19937 rng(7);
+  // 1 to `most` blocks from a small alphabet, so that paths share prefixes.
+  const auto path = [&](int most) {
+    std::vector<Token> p(1 + rng() % static_cast<unsigned>(most));
+    for (Token& b : p) b = 1 + rng() % 3;
+    return p;
+  };
+  const auto matched = [&](const RouteQuery& q) {
+    std::map<std::string, uint64_t> out;
+    for (const WorkerMatch& m : index.Route(q).workers)
+      out[std::string(m.worker)] = m.matched_blocks;
+    return out;
+  };
+  std::map<WorkerId, int64_t> seq;
+  int compared = 0, deep = 0;
+  for (int round = 0; round < 400; ++round) {
+    const WorkerId w = workers[rng() % 3];
+    KvEventBatch batch;
+    batch.ts = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+    const std::vector<Token> p = path(10);
+    if (rng() % 4 == 0) {
+      batch.events.push_back(Removed({p}));  // its last block
+    } else {
+      batch.events.push_back(Stored({}, p));
+    }
+    index.Apply(w, batch, ++seq[w], absl::Now());
+    ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
+    const std::vector<Token> tokens = Prompt(path(12));
+    std::vector<uint64_t> keys(tokens.size() / kBs);
+    scheme.Chain(scheme.Root(""), true, tokens, kBs, keys.size(), nullptr,
+                 keys.data());
+    RouteQuery by_tokens;
+    by_tokens.tokens = tokens;
+    by_tokens.filter.all_workers = true;
+    RouteQuery by_keys;
+    by_keys.keys = keys;
+    by_keys.filter.all_workers = true;
+    const std::map<std::string, uint64_t> want = matched(by_tokens);
+    ASSERT_EQ(matched(by_keys), want) << "round " << round;
+    ++compared;
+    for (const auto& [name, blocks] : want) deep += blocks >= 3;
+  }
+  EXPECT_EQ(compared, 400);
+  EXPECT_GT(deep, 100);  // the prompts do match across edges
+}
+
 class FleetIndexSlicesTest : public ::testing::Test {
  protected:
   static constexpr size_t kChain = 200000;

@@ -103,18 +103,36 @@ void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
 }
 
 // A rolling key names its whole prefix, so block b matches where the
-// namespace's tree has its key, whatever the walk found before it.
+// namespace's tree has its key, whatever the walk found before it. The
+// lookup by key finds the block that starts each edge of the match; within
+// an edge, where the tree does not branch, the next block is the only one
+// that can carry the next key, so its slot's key is compared instead of
+// looking the key up (three scattered reads: the set, the slot, its node).
 void HolderTree::ScoreKeys(absl::Span<const uint64_t> keys,
                            const std::string& ns, uint64_t stamp,
                            PrefixScorer* scorer) const {
   const Tree* tree = FindTree(ns);
   if (tree == nullptr || key_lookup_ == nullptr) return;
+  const Node* node = nullptr;
+  size_t pos = 0;  // block b - 1's place in node's edge
   for (uint32_t b = 0; b < keys.size(); ++b) {
-    const int64_t id = key_lookup_->Find(tree, keys[b]);
-    if (id < 0) return;
-    const Slot& s = slots_[static_cast<uint32_t>(id)];
-    Stamp(s.node, stamp);
-    if (!scorer->Block(b, s.holders)) return;
+    const Slot* s;
+    if (node != nullptr && pos + 1 < node->num_blocks()) {
+      s = &slots_[node->block_ids()[++pos]];
+      if (KeyOf(*s) != keys[b]) return;
+    } else {
+      const int64_t id = key_lookup_->Find(tree, keys[b]);
+      if (id < 0) return;
+      s = &slots_[static_cast<uint32_t>(id)];
+      node = s->node;
+      pos = s->pos;
+      Stamp(node, stamp);
+      const auto ids = node->block_ids();
+      const size_t ahead = std::min(ids.size() - pos, keys.size() - b);
+      for (size_t k = 1; k < ahead; ++k)
+        __builtin_prefetch(&slots_[ids[pos + k]]);
+    }
+    if (!scorer->Block(b, s->holders)) return;
   }
 }
 

@@ -36,6 +36,11 @@ def clock(steps):
     return record(3, bytes([steps]))
 
 
+def engine(worker, running, waiting, kv_byte):
+    """Selector 3 + 4 x worker + 128: worker's engine reports its load."""
+    return record(131 + 4 * worker, bytes([running, waiting, kv_byte]))
+
+
 def main():
     gen = tempfile.mkdtemp()
     try:
@@ -62,6 +67,9 @@ def main():
             "bad_loads": pick(a, loads=[pb.WorkerLoad(worker="w1", requests_in_flight=-1)])
             + pick(a, candidates=["w0", "w0"]) + pick(a, candidates=["nope"]) + pick([]),
             "window": pick(a) + pick(a) + pick(a) + clock(20) + pick(a) + clock(40) + pick(a),
+            "engines": engine(0, 3, 2, 128) + engine(1, 0, 0, 255) + pick(a)
+            + pick(a, candidates=["w0", "w1"], loads=[pb.WorkerLoad(worker="w1")])
+            + clock(30) + pick(a, dry_run=True),
         }
         if os.path.isdir(OUT):
             shutil.rmtree(OUT)

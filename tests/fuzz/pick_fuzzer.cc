@@ -6,8 +6,11 @@
 // Input: records, each
 //   u8   selector   op = selector % 4: 0, 1 a Pick; 2 worker selector / 4 % 3
 //                   stores the record's bytes as tokens (whole blocks, GPU
-//                   or, for odd selectors / 4, CPU); 3 the clock moves on by
-//                   the record's first byte x 100 ms
+//                   or, for odd selectors / 4, CPU); 3 below 128: the clock
+//                   moves on by the record's first byte x 100 ms; 3 from 128:
+//                   worker selector / 4 % 3's engine reports its load now
+//                   (running, waiting: the first two bytes; KV usage: the
+//                   third / 255), fresh for 2 s (index.pick.engine_metrics)
 //   u8   len
 //   len  bytes      the PickRequest (fewer if the input ends)
 //
@@ -17,20 +20,25 @@
 // finite and equal to its terms, prefill within the prompt, predicted
 // blocks within the prompt's blocks past the matched ones, the chosen the
 // first, a churn term that is churn_weight x a tally of no more than the
-// window's picks' prompts; predicted blocks stay within max_predicted and
-// the picks kept for both windows within max_window_picks.
+// window's picks' prompts, a load from at most one source (the request, or
+// the engine's reading, which is then the one reported, KV usage in
+// [0, 1]); predicted blocks stay within max_predicted and the picks kept
+// for both windows within max_window_picks.
 //
 //   build-fuzz/tests/fuzz/pick_fuzzer tests/fuzz/corpus/pick_fuzzer
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/cache_types.h"
 #include "google/protobuf/stubs/logging.h"
+#include "index/engine_loads.h"
 #include "index/fleet_index.h"
 #include "index/picker.h"
 #include "server/pick_request.h"
@@ -73,7 +81,8 @@ bool Same(const Picker::Counts& a, const Picker::Counts& b) {
 }
 
 void CheckAnswer(const PickResult& r, const PickQuery& q,
-                 const PickerOptions& o) {
+                 const PickerOptions& o, const EngineLoads& engines,
+                 absl::Time now) {
   if (r.ranked.empty() || r.worker != r.ranked.front().worker)
     Fail("the chosen worker is not the first ranked");
   std::set<absl::string_view> seen;
@@ -94,6 +103,18 @@ void CheckAnswer(const PickResult& r, const PickQuery& q,
         c.churn_tokens > 64.0 * static_cast<double>(o.max_window_picks) ||
         c.churn_term != o.churn_weight * c.churn_tokens)
       Fail("a churn term outside its window");
+    if (c.load_from_request && c.load_from_engine)
+      Fail("a load from the request and the engine at once");
+    if (c.kv_usage < 0 || c.kv_usage > 1) Fail("KV usage outside [0, 1]");
+    if (c.load_from_engine) {
+      const std::optional<EngineLoad> e = engines.Fresh(c.worker, now);
+      if (!e.has_value() || c.requests_in_flight != e->running + e->waiting ||
+          c.kv_usage != e->kv_usage) {
+        Fail("an engine load that is not the engine's fresh reading");
+      }
+    } else if (!c.load_from_request && c.kv_usage != 0) {
+      Fail("a window load with a KV usage");
+    }
     const uint64_t held = std::min(c.matched_blocks, r.prompt_blocks);
     if (c.predicted_blocks > r.prompt_blocks - held)
       Fail("predicted blocks past the prompt");
@@ -102,7 +123,8 @@ void CheckAnswer(const PickResult& r, const PickQuery& q,
     Fail("not every candidate ranked");
 }
 
-void DoPick(const std::string& bytes, Picker& picker, absl::Time now) {
+void DoPick(const std::string& bytes, Picker& picker,
+            const EngineLoads& engines, absl::Time now) {
   v1::PickRequest req;
   if (!req.ParseFromString(bytes)) return;
   PickRequestReader reader;
@@ -123,7 +145,7 @@ void DoPick(const std::string& bytes, Picker& picker, absl::Time now) {
     if (!Same(before, picker.counts())) Fail("a refused Pick changed state");
     return;
   }
-  CheckAnswer(*r, reader.query(), picker.options());
+  CheckAnswer(*r, reader.query(), picker.options(), engines, now);
   const Picker::Counts after = picker.counts();
   if (after.predicted > picker.options().max_predicted ||
       after.window_picks > after.kept_picks ||
@@ -164,7 +186,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                               index.AddWorker("w2", "tcp://c")};
   int64_t seq[3] = {0, 0, 0};
   uint64_t next_hash = 1;
-  Picker picker(&index, Options());
+  EngineLoads engines(absl::Seconds(2));
+  Picker picker(&index, Options(), &engines);
   absl::Time now = absl::FromUnixSeconds(1'700'000'000);
   size_t i = 0;
   while (i + 2 <= size) {
@@ -176,7 +199,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 0:
       case 1:
         DoPick(std::string(reinterpret_cast<const char*>(bytes), len), picker,
-               now);
+               engines, now);
         break;
       case 2: {
         const int w = (selector / 4) % 3;
@@ -185,7 +208,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       }
       default:
-        now += absl::Milliseconds(100) * (len > 0 ? bytes[0] : 1);
+        if (selector < 128) {
+          now += absl::Milliseconds(100) * (len > 0 ? bytes[0] : 1);
+        } else {
+          const auto byte = [&](size_t k) { return k < len ? bytes[k] : 0; };
+          engines.Set(absl::StrCat("w", (selector / 4) % 3),
+                      EngineLoad{byte(0), byte(1), byte(2) / 255.0}, now);
+        }
         break;
     }
   }

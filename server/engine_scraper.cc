@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 
 namespace prefixd {
 namespace {
@@ -34,48 +35,111 @@ size_t Append(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
-void Configure(Transfer* t, const std::string& url, absl::Duration timeout,
-               curl_slist* headers) {
-  CURL* e = t->easy;
-  curl_easy_setopt(e, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(timeout)));
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
-  curl_easy_setopt(e, CURLOPT_PRIVATE, t);
-  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // gzip if offered
-}
-
-// What a finished transfer yields: its body's reading or why there is none.
-absl::StatusOr<EngineLoad> Outcome(const Transfer& t,
-                                   const EngineMetricsTarget& target) {
-  if (t.too_large) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the response is larger than ", t.max_body, " bytes"));
-  }
-  if (!t.done || t.result != CURLE_OK) {
-    return absl::UnavailableError(
-        curl_easy_strerror(t.done ? t.result : CURLE_OPERATION_TIMEDOUT));
-  }
-  long status = 0;
-  curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
-  if (status != 200) {
-    return absl::UnavailableError(absl::StrCat("HTTP status ", status));
-  }
-  return ReadEngineMetrics(t.body, target.labels);
-}
-
 }  // namespace
+
+// The libcurl handles of every target, made once and reused round after
+// round, so that a connection an engine keeps alive serves the next
+// round's request too. Touched only by the scraping thread.
+class EngineScraper::Transfers {
+ public:
+  explicit Transfers(const EngineScrapeOptions& o)
+      : multi_(curl_multi_init()),
+        headers_(
+            curl_slist_append(nullptr, "Accept: text/plain;version=0.0.4")),
+        transfers_(o.targets.size()) {
+    for (size_t i = 0; i < transfers_.size(); ++i) {
+      Transfer& t = transfers_[i];
+      t.easy = curl_easy_init();
+      t.max_body = o.max_body_bytes;
+      CURL* e = t.easy;
+      curl_easy_setopt(e, CURLOPT_URL, o.targets[i].url.c_str());
+      curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+      curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+      curl_easy_setopt(e, CURLOPT_TIMEOUT_MS,
+                       static_cast<long>(absl::ToInt64Milliseconds(o.timeout)));
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_);
+      curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, Append);
+      curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
+      curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
+      curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");  // gzip if offered
+    }
+  }
+  ~Transfers() {
+    for (Transfer& t : transfers_) curl_easy_cleanup(t.easy);
+    curl_slist_free_all(headers_);
+    curl_multi_cleanup(multi_);
+  }
+  Transfers(const Transfers&) = delete;
+  Transfers& operator=(const Transfers&) = delete;
+
+  // One request per target, all at once, until each has finished (or
+  // timed out) or `stopping` is set.
+  void Run(const std::atomic<bool>& stopping) {
+    for (Transfer& t : transfers_) {
+      t.too_large = t.done = false;
+      t.result = CURLE_OK;
+      curl_multi_add_handle(multi_, t.easy);
+    }
+    int running = 1;
+    while (running > 0 && !stopping.load(std::memory_order_relaxed)) {
+      curl_multi_perform(multi_, &running);
+      int left = 0;
+      while (CURLMsg* m = curl_multi_info_read(multi_, &left)) {
+        if (m->msg != CURLMSG_DONE) continue;
+        char* priv = nullptr;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
+        auto* t = reinterpret_cast<Transfer*>(priv);
+        t->done = true;
+        t->result = m->data.result;
+      }
+      if (running > 0) curl_multi_poll(multi_, nullptr, 0, 100, nullptr);
+    }
+    for (Transfer& t : transfers_) curl_multi_remove_handle(multi_, t.easy);
+  }
+
+  // What target i's request of the last Run yields: its body's reading or
+  // why there is none. Its body is freed.
+  absl::StatusOr<EngineLoad> Outcome(size_t i,
+                                     absl::Span<const LabelPair> labels) {
+    Transfer& t = transfers_[i];
+    absl::StatusOr<EngineLoad> out = Read(t, labels);
+    std::string().swap(t.body);
+    return out;
+  }
+
+ private:
+  static absl::StatusOr<EngineLoad> Read(const Transfer& t,
+                                         absl::Span<const LabelPair> labels) {
+    if (t.too_large) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the response is larger than ", t.max_body, " bytes"));
+    }
+    if (!t.done || t.result != CURLE_OK) {
+      return absl::UnavailableError(
+          curl_easy_strerror(t.done ? t.result : CURLE_OPERATION_TIMEDOUT));
+    }
+    long status = 0;
+    curl_easy_getinfo(t.easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status != 200) {
+      return absl::UnavailableError(absl::StrCat("HTTP status ", status));
+    }
+    return ReadEngineMetrics(t.body, labels);
+  }
+
+  CURLM* const multi_;
+  curl_slist* const headers_;
+  std::vector<Transfer> transfers_;  // never resized: libcurl holds &t
+};
 
 EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads)
     : options_(std::move(options)),
       loads_(loads),
       last_error_(options_.targets.size()),
       ok_(new std::atomic<uint64_t>[options_.targets.size()]()),
-      failed_(new std::atomic<uint64_t>[options_.targets.size()]()) {}
+      failed_(new std::atomic<uint64_t>[options_.targets.size()]()),
+      transfers_(std::make_unique<Transfers>(options_)) {}
+
+EngineScraper::~EngineScraper() { Stop(); }
 
 std::vector<EngineScraper::Counts> EngineScraper::counts() const {
   std::vector<Counts> out;
@@ -110,41 +174,12 @@ void EngineScraper::Stop() {
 }
 
 void EngineScraper::Round() {
-  CURLM* multi = curl_multi_init();
-  curl_slist* headers =
-      curl_slist_append(nullptr, "Accept: text/plain;version=0.0.4");
-  std::vector<Transfer> transfers(options_.targets.size());
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    transfers[i].easy = curl_easy_init();
-    transfers[i].max_body = options_.max_body_bytes;
-    Configure(&transfers[i], options_.targets[i].url, options_.timeout,
-              headers);
-    curl_multi_add_handle(multi, transfers[i].easy);
-  }
-  int running = 1;
-  while (running > 0 && !stopping_.load(std::memory_order_relaxed)) {
-    curl_multi_perform(multi, &running);
-    int left = 0;
-    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
-      if (m->msg != CURLMSG_DONE) continue;
-      char* priv = nullptr;
-      curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, &priv);
-      auto* t = reinterpret_cast<Transfer*>(priv);
-      t->done = true;
-      t->result = m->data.result;
-    }
-    if (running > 0) curl_multi_poll(multi, nullptr, 0, 100, nullptr);
-  }
+  transfers_->Run(stopping_);
+  if (stopping_.load(std::memory_order_relaxed)) return;
   const absl::Time at = absl::Now();
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    if (!stopping_.load(std::memory_order_relaxed)) {
-      File(i, Outcome(transfers[i], options_.targets[i]), at);
-    }
-    curl_multi_remove_handle(multi, transfers[i].easy);
-    curl_easy_cleanup(transfers[i].easy);
+  for (size_t i = 0; i < options_.targets.size(); ++i) {
+    File(i, transfers_->Outcome(i, options_.targets[i].labels), at);
   }
-  curl_slist_free_all(headers);
-  curl_multi_cleanup(multi);
 }
 
 void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,

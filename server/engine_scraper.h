@@ -1,6 +1,7 @@
 // EngineScraper: reads each configured engine's own Prometheus endpoint
 // (index.pick.engine_metrics; docs/index.md, "Load from the engines'
-// metrics") every interval, all engines at once over libcurl, and files
+// metrics") every interval, all engines at once over libcurl (one handle
+// per engine, kept, so kept-alive connections are reused), and files
 // each reading (index/engine_metrics.h) in EngineLoads for Pick. A failed
 // scrape (connection, HTTP status, timeout, a body that does not parse or
 // holds no load gauge) leaves the last reading to age out; the first
@@ -48,7 +49,7 @@ class EngineScraper {
   // scraper.
   static absl::StatusOr<std::unique_ptr<EngineScraper>> Start(
       EngineScrapeOptions options, EngineLoads* loads);
-  ~EngineScraper() { Stop(); }
+  ~EngineScraper();
   EngineScraper(const EngineScraper&) = delete;
   EngineScraper& operator=(const EngineScraper&) = delete;
 
@@ -68,7 +69,7 @@ class EngineScraper {
   // One scrape of every target, at once.
   void Round();
   // The outcome of target i's scrape: its reading filed, or its error
-  // logged when it is the first of a run.
+  // logged when it is a run's first or a new reason.
   void File(size_t i, const absl::StatusOr<EngineLoad>& reading, absl::Time at);
 
   const EngineScrapeOptions options_;
@@ -80,6 +81,8 @@ class EngineScraper {
   std::unique_ptr<std::atomic<uint64_t>[]> ok_;
   std::unique_ptr<std::atomic<uint64_t>[]> failed_;
   std::atomic<bool> stopping_{false};
+  class Transfers;  // the libcurl handles (engine_scraper.cc)
+  std::unique_ptr<Transfers> transfers_;    // used by the scraping thread
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first
 };
 

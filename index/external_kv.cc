@@ -121,15 +121,24 @@ std::vector<HashUpdate> HashUpdatesOf(
 ExternalKv::ExternalKv(KvIndex* index, Options options)
     : index_(index), options_(options) {}
 
-ExternalKv::Stream& ExternalKv::StreamOf(absl::string_view worker_id) {
+ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
+                                         absl::string_view address) {
   auto it = streams_.find(worker_id);
-  if (it != streams_.end()) return it->second;
+  if (it != streams_.end()) {
+    if (index_->SetAddress(it->second.id, address)) return it->second;
+    streams_.erase(it);  // retired since
+  }
+  Stream& s = NewStream(worker_id);
+  index_->SetAddress(s.id, address);
+  return s;
+}
+
+ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id) {
   Stream s;
   // A worker the index already follows keeps its labels; only the address
-  // is ours to set.
+  // is ours to set. Stats lists no retired worker.
   for (const WorkerStatus& w : index_->Stats().workers) {
     if (w.worker == worker_id) {
-      s.labels = w.labels;
       s.id = index_->AddWorker(worker_id, w.endpoint);
       return streams_.emplace(std::string(worker_id), std::move(s))
           .first->second;
@@ -138,12 +147,6 @@ ExternalKv::Stream& ExternalKv::StreamOf(absl::string_view worker_id) {
   s.owned = true;
   s.id = index_->AddWorker(worker_id, kEndpoint);
   return streams_.emplace(std::string(worker_id), std::move(s)).first->second;
-}
-
-void ExternalKv::SetAddress(Stream& s, absl::string_view address) {
-  if (s.labels.address == address) return;
-  s.labels.address = std::string(address);
-  index_->SetLabels(s.id, s.labels);
 }
 
 void ExternalKv::SetSpec(Stream& s, const std::optional<CacheSpec>& spec,
@@ -208,8 +211,7 @@ absl::Status ExternalKv::CheckStream(Stream& s, const ExternalBatch& batch,
 
 absl::StatusOr<ApplyOutcome> ExternalKv::Apply(const ExternalBatch& batch) {
   MutexLock lock(&mu_);
-  Stream& s = StreamOf(batch.worker_id);
-  SetAddress(s, batch.address);
+  Stream& s = StreamAt(batch.worker_id, batch.address);
   ApplyOutcome out;
   RETURN_IF_ERROR(CheckStream(s, batch, &out.duplicate));
   if (out.duplicate) {
@@ -227,8 +229,7 @@ absl::StatusOr<ApplyOutcome> ExternalKv::Apply(const ExternalBatch& batch) {
 
 uint64_t ExternalKv::ReplaceSnapshot(const ExternalSnapshot& snapshot) {
   MutexLock lock(&mu_);
-  Stream& s = StreamOf(snapshot.worker_id);
-  SetAddress(s, snapshot.address);
+  Stream& s = StreamAt(snapshot.worker_id, snapshot.address);
   SetSpec(s, snapshot.spec, snapshot.tiers);
   std::vector<HashUpdate> updates;
   for (int tier : {kTierHbm, kTierDram, kTierSsd}) {
@@ -250,8 +251,7 @@ ExpectedCounts ExternalKv::ConfigureExpected(
   absl::flat_hash_set<absl::string_view> wanted;
   for (const ExpectedWorker& w : workers) {
     wanted.insert(w.worker_id);
-    Stream& s = StreamOf(w.worker_id);
-    SetAddress(s, w.address);
+    Stream& s = StreamAt(w.worker_id, w.address);
     SetSpec(s, w.spec, {});
   }
   for (auto it = streams_.begin(); it != streams_.end();) {

@@ -15,7 +15,9 @@
 // Workers: a worker_id the index does not know is created here and is
 // *owned* by this class (ConfigureExpected removes it when left out); a
 // worker_id the index already follows (a ZeroMQ source) is only given an
-// address and, with a spec, group rules, and is never removed here.
+// address and, with a spec, group rules, and is never removed here; its
+// labels stay its registration's. When that source goes (the worker is
+// retired), the worker's next batch here adds it back as owned.
 //
 // Components map to KV-cache groups: FULL -> group 0 (full attention),
 // SWA -> group 1 (sliding window), MAMBA -> group 2 (state). Tiers map to
@@ -198,7 +200,6 @@ class ExternalKv {
   struct Stream {
     WorkerId id = 0;
     bool owned = false;  // created here; ConfigureExpected may remove it
-    WorkerLabels labels;
     std::string epoch;
     bool has_seq = false;  // a snapshot or batch set applied_seq
     uint64_t applied_seq = 0;
@@ -208,9 +209,12 @@ class ExternalKv {
     uint32_t page_tokens = 0;  // learned from block_sizes; 0: not yet
   };
 
-  Stream& StreamOf(absl::string_view worker_id)
+  // The worker's stream, its address set to `address`: a new stream when
+  // the worker is new to this class or was retired since (its source
+  // removed), which starts over as this class's.
+  Stream& StreamAt(absl::string_view worker_id, absl::string_view address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetAddress(Stream& s, absl::string_view address)
+  Stream& NewStream(absl::string_view worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the worker's group rules when its spec or page size changed.
   void SetSpec(Stream& s, const std::optional<CacheSpec>& spec,

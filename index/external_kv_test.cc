@@ -223,6 +223,59 @@ TEST_F(ExternalKvTest, ConfigureRemovesOnlyWorkersItCreated) {
   EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("zmq-0", 2)));
 }
 
+// A worker ZeroMQ ingestion follows and the bridge also reports: when its
+// source goes (/unregister retires it), the bridge's next batch starts the
+// worker again as the bridge's own, visible, holding what that batch says.
+TEST_F(ExternalKvTest, AWorkerRetiredElsewhereStartsAFreshStream) {
+  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+  const std::vector<EngineHash> zh = {1, 2};
+  index_.ApplyHashes(z, {HashUpdate{HashUpdate::Op::kReport, "GPU", 1, zh}});
+  ASSERT_TRUE(
+      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("zmq-0", 2)));
+
+  index_.RetireWorker(z);  // its source removed
+  EXPECT_TRUE(Prefix({1, 2}).empty());
+  ASSERT_TRUE(
+      Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  EXPECT_THAT(Prefix({5, 6}), ElementsAre(Pair("zmq-0", 2)));
+  EXPECT_TRUE(Prefix({1, 2}).empty());  // retiring cleared the old holds
+  // Now the bridge's own: left out of the expected workers, it goes.
+  kv_.ConfigureExpected({});
+  EXPECT_TRUE(Prefix({5, 6}).empty());
+}
+
+// The bridge sets only the address of a worker ZeroMQ ingestion follows:
+// labels its registration changes later are not put back.
+TEST_F(ExternalKvTest, AddressLeavesTheRegistrationsLabels) {
+  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+  WorkerLabels first;
+  first.tenant = "t1";
+  index_.SetLabels(z, first);
+  const std::vector<EngineHash> zh = {1, 2};
+  index_.ApplyHashes(z, {HashUpdate{HashUpdate::Op::kReport, "GPU", 1, zh}});
+  ASSERT_TRUE(
+      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+
+  WorkerLabels second;  // re-registered: another tenant, no address
+  second.tenant = "t2";
+  index_.SetLabels(z, second);
+  ASSERT_TRUE(
+      Send("zmq-0", 2, {}, HashUpdate::Op::kReport, kTierHbm, "z:2").ok());
+  WorkerFilter t2;
+  t2.tenant = "t2";
+  const PrefixAnswer r = kv_.MatchPrefix({1, 2}, t2);
+  ASSERT_EQ(r.matches.size(), 1u);
+  EXPECT_EQ(r.matches[0].address, "z:2");
+  // The registration's labels lose their address again: the next batch
+  // gives it back, even one naming the same address as before.
+  index_.SetLabels(z, second);
+  EXPECT_TRUE(kv_.MatchPrefix({1, 2}, t2).matches.empty());
+  ASSERT_TRUE(
+      Send("zmq-0", 3, {}, HashUpdate::Op::kReport, kTierHbm, "z:2").ok());
+  EXPECT_EQ(kv_.MatchPrefix({1, 2}, t2).matches.size(), 1u);
+}
+
 TEST_F(ExternalKvTest, MatchByTierAndBoundedHitCounts) {
   ASSERT_TRUE(Send("a", 1, {1, 2}).ok());
   ASSERT_TRUE(Send("a", 2, {2}, HashUpdate::Op::kReport, kTierSsd).ok());

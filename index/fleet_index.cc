@@ -193,6 +193,20 @@ void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
   Run(tree_.BeginKeyLookup());
 }
 
+bool FleetIndex::SetAddress(WorkerId id, absl::string_view address) {
+  {
+    ReaderMutexLock lock(&mu_);
+    const WorkerRecord& w = workers_.Get(id);
+    if (w.retired) return false;
+    if (w.labels.address == address) return true;
+  }
+  Writer lock(this);
+  WorkerRecord& w = workers_.Get(id);
+  if (w.retired) return false;
+  w.labels.address = std::string(address);
+  return true;
+}
+
 void FleetIndex::SetGroupRules(WorkerId id,
                                const std::array<GroupRule, kMaxGroups>& rules) {
   Writer lock(this);
@@ -648,11 +662,6 @@ IndexStats FleetIndex::Stats() const {
   stats.engine_hashes = sizes.engine_hashes;
   stats.dropped = workers_.dropped();
   return stats;
-}
-
-uint64_t FleetIndex::entries() const {
-  ReaderMutexLock lock(&mu_);
-  return tree_.entries();
 }
 
 absl::Status FleetIndex::CheckInvariants() const {

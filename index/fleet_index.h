@@ -56,6 +56,7 @@ class FleetIndex final : public KvIndex {
                    absl::string_view detail) override;
   void SetLastSeq(WorkerId worker, int64_t seq) override;
   void SetLabels(WorkerId worker, const WorkerLabels& labels) override;
+  bool SetAddress(WorkerId worker, absl::string_view address) override;
   void ApplyHashes(WorkerId worker,
                    absl::Span<const HashUpdate> updates) override;
   void SetGroupRules(WorkerId worker,
@@ -67,7 +68,6 @@ class FleetIndex final : public KvIndex {
       absl::Span<const EngineHash> hashes) const override;
   IndexStats Stats() const override;
 
-  uint64_t entries() const;
   // The first broken invariant of the tree, if any.
   absl::Status CheckInvariants() const;
 

@@ -116,7 +116,7 @@ TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   r = index_.Route(q);
   ASSERT_EQ(r.workers.size(), 2u);
   EXPECT_EQ(r.workers[1].state, WorkerState::kConnecting);
-  EXPECT_EQ(index_.entries(), 3u);
+  EXPECT_EQ(index_.Stats().entries, 3u);
 }
 
 // An answer lists the workers with a matched block, sorted; all_workers
@@ -169,7 +169,7 @@ TEST_F(FleetIndexTest, SharedPrefixListsEveryHolder) {
   EXPECT_EQ(Route({1, 2, 5, 6}),
             (std::map<std::string, uint64_t>{{"w0", 2}, {"w1", 3}}));
   // Blocks 1 and 2 have two holders each: 6 entries over 4 blocks.
-  EXPECT_EQ(index_.entries(), 6u);
+  EXPECT_EQ(index_.Stats().entries, 6u);
   EXPECT_EQ(index_.Stats().blocks, 4u);
 }
 
@@ -206,7 +206,7 @@ TEST_F(FleetIndexTest, RemovalDropsTheHolderAndPrunesEmptyLeaves) {
   EXPECT_EQ(Route({1, 2})["w1"], 2u);
   Apply(w1_, {Removed({{1, 2}, {1}})});
   Apply(w0_, {Removed({{1}})});
-  EXPECT_EQ(index_.entries(), 0u);
+  EXPECT_EQ(index_.Stats().entries, 0u);
   EXPECT_EQ(index_.Stats().blocks, 0u);
   EXPECT_EQ(index_.Stats().nodes, 0u);
 }
@@ -244,9 +244,9 @@ TEST_F(FleetIndexTest, MediumsAreHoldersOfTheirOwn) {
   EXPECT_EQ(r.workers[0].mediums[0].medium, "CPU");
   EXPECT_EQ(r.workers[0].mediums[0].blocks, 2u);
   // Storing a block again in the same medium changes nothing.
-  const uint64_t before = index_.entries();
+  const uint64_t before = index_.Stats().entries;
   Apply(w0_, {Stored({}, {1, 2}, "CPU")});
-  EXPECT_EQ(index_.entries(), before);
+  EXPECT_EQ(index_.Stats().entries, before);
 }
 
 TEST_F(FleetIndexTest, NamespacesNeverMeet) {
@@ -353,7 +353,7 @@ TEST_F(FleetIndexTest, RetiredWorkerLeavesRouteAndComesBack) {
   Apply(w1_, {Stored({}, {1})});
   index_.RetireWorker(w1_);
   EXPECT_EQ(Route({1}).count("w1"), 0u);
-  EXPECT_EQ(index_.entries(), 0u);
+  EXPECT_EQ(index_.Stats().entries, 0u);
   EXPECT_EQ(index_.AddWorker("w1", "tcp://b:1"), w1_);
   EXPECT_EQ(Route({1})["w1"], 0u);
 }
@@ -595,7 +595,7 @@ TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   q.filter.all_workers = true;
   EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
   apply(Stored({}, {9, 10, 11}));  // 11 entries > 10
-  EXPECT_LE(index.entries(), 10u);
+  EXPECT_LE(index.Stats().entries, 10u);
   EXPECT_EQ(index.Route(q).workers[0].matched_blocks, 4u);
   std::vector<Token> second = Prompt({5, 6, 7, 8});
   q.tokens = second;
@@ -707,7 +707,7 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
   // Nothing leaks: clearing everyone empties the index.
   for (int w = 0; w < kWorkers; ++w)
     index.ClearWorker(ids[w], ClearReason::kRestart, "");
-  EXPECT_EQ(index.entries(), 0u);
+  EXPECT_EQ(index.Stats().entries, 0u);
   EXPECT_EQ(index.Stats().blocks, 0u);
 }
 
@@ -918,7 +918,7 @@ TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   Apply(chain_);
   EXPECT_GE(slices_, per_pass);
   EXPECT_EQ(HeldByW(), kChain);
-  EXPECT_EQ(index_.entries(), kChain + 2);
+  EXPECT_EQ(index_.Stats().entries, kChain + 2);
   EXPECT_EQ(Matched(), std::make_pair(uint64_t{64}, uint64_t{2}));
 
   // Removed from the leaf up, in one event.
@@ -928,14 +928,14 @@ TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   Apply(reverse);
   EXPECT_GE(slices_, per_pass);
   EXPECT_EQ(HeldByW(), 0u);
-  EXPECT_EQ(index_.entries(), 2u);
+  EXPECT_EQ(index_.Stats().entries, 2u);
 
   Apply(chain_);
   slices_ = 0;
   Apply(AllBlocksClearedEvent{});
   EXPECT_GE(slices_, per_pass);
   EXPECT_EQ(HeldByW(), 0u);
-  EXPECT_EQ(index_.entries(), 2u);
+  EXPECT_EQ(index_.Stats().entries, 2u);
   EXPECT_EQ(Matched(), std::make_pair(uint64_t{0}, uint64_t{2}));
   EXPECT_EQ(index_.Stats().blocks, 2u);
   EXPECT_GT(index_.hold_stats().yields, 0u);
@@ -977,7 +977,7 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
     index.Apply(w, split, seq++, absl::Now());
     EXPECT_EQ(index.hold_stats().grown_in_place, 0u) << key_lookup;
     ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
-    EXPECT_EQ(index.entries(), 40001u);
+    EXPECT_EQ(index.Stats().entries, 40001u);
     RouteQuery q;
     const std::vector<Token> prompt = Prompt({100007});
     q.tokens = prompt;
@@ -1009,7 +1009,7 @@ TEST(FleetIndexGrowthTest, DetachedHashesGrowTheirRootsSetAside) {
   report(HashUpdate::Op::kReport, 100001, 40000);
   EXPECT_EQ(index.hold_stats().grown_in_place, 0u);
   ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
-  EXPECT_EQ(index.entries(), 40000u);
+  EXPECT_EQ(index.Stats().entries, 40000u);
   const EngineHash probe[] = {100007};
   const RouteResult r = index.RouteEngineHashes(probe, WorkerFilter());
   ASSERT_EQ(r.workers.size(), 1u);
@@ -1026,11 +1026,11 @@ TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
   // Trimmed to 99% of the bound, the least recent leaf first: the chain's
   // tail (the Routes between slices keep the other worker's blocks
   // recent).
-  EXPECT_EQ(index_.entries(), 49500u);
-  EXPECT_EQ(HeldByW() + 2, index_.entries());
+  EXPECT_EQ(index_.Stats().entries, 49500u);
+  EXPECT_EQ(HeldByW() + 2, index_.Stats().entries);
   const uint64_t dropped =
       index_.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)];
-  EXPECT_EQ(dropped, kChain + 2 - index_.entries());
+  EXPECT_EQ(dropped, kChain + 2 - index_.Stats().entries);
   EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
 }
 
@@ -1060,7 +1060,7 @@ class FleetIndexTrimScanTest : public FleetIndexSlicesTest {
 TEST_F(FleetIndexTrimScanTest, TheScanForLeavesLetsRoutesIn) {
   std::vector<EngineHash> hashes = ChainHashes();
   ApplyHashes(HashUpdate::Op::kReport, hashes);
-  ASSERT_EQ(index_.entries(), kChain + 2);
+  ASSERT_EQ(index_.Stats().entries, kChain + 2);
   slices_ = 0;
   const EngineHash one_more = 7;
   ApplyHashes(HashUpdate::Op::kReport, {&one_more, 1});

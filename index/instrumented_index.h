@@ -52,6 +52,9 @@ class InstrumentedIndex final : public KvIndex {
   void SetLabels(WorkerId worker, const WorkerLabels& labels) override {
     index_->SetLabels(worker, labels);
   }
+  bool SetAddress(WorkerId worker, absl::string_view address) override {
+    return index_->SetAddress(worker, address);
+  }
   void ApplyHashes(WorkerId worker,
                    absl::Span<const HashUpdate> updates) override {
     index_->ApplyHashes(worker, updates);

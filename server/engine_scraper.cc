@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <utility>
@@ -131,10 +132,13 @@ class EngineScraper::Transfers {
   std::vector<Transfer> transfers_;  // never resized: libcurl holds &t
 };
 
-EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads)
+EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads,
+                             WorkerNames workers)
     : options_(std::move(options)),
       loads_(loads),
+      workers_(std::move(workers)),
       last_error_(options_.targets.size()),
+      unlisted_(options_.targets.size()),
       ok_(new std::atomic<uint64_t>[options_.targets.size()]()),
       failed_(new std::atomic<uint64_t>[options_.targets.size()]()),
       transfers_(std::make_unique<Transfers>(options_)) {}
@@ -152,7 +156,7 @@ std::vector<EngineScraper::Counts> EngineScraper::counts() const {
 }
 
 absl::StatusOr<std::unique_ptr<EngineScraper>> EngineScraper::Start(
-    EngineScrapeOptions options, EngineLoads* loads) {
+    EngineScrapeOptions options, EngineLoads* loads, WorkerNames workers) {
   static std::once_flag once;
   static CURLcode init = CURLE_OK;
   std::call_once(once, [] { init = curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -161,7 +165,7 @@ absl::StatusOr<std::unique_ptr<EngineScraper>> EngineScraper::Start(
         absl::StrCat("libcurl did not initialise: ", curl_easy_strerror(init)));
   }
   std::unique_ptr<EngineScraper> s(
-      new EngineScraper(std::move(options), loads));
+      new EngineScraper(std::move(options), loads, std::move(workers)));
   s->thread_ = std::make_unique<PeriodicThread>(s->options_.interval,
                                                 [p = s.get()] { p->Round(); });
   s->thread_->Wake();  // the first round now, not an interval on
@@ -177,9 +181,27 @@ void EngineScraper::Round() {
   transfers_->Run(stopping_);
   if (stopping_.load(std::memory_order_relaxed)) return;
   const absl::Time at = absl::Now();
+  const std::vector<std::string> names =
+      workers_ ? workers_() : std::vector<std::string>();
   for (size_t i = 0; i < options_.targets.size(); ++i) {
     File(i, transfers_->Outcome(i, options_.targets[i].labels), at);
+    if (workers_ && last_error_[i].empty()) CheckListed(i, names);
   }
+}
+
+void EngineScraper::CheckListed(size_t i,
+                                const std::vector<std::string>& names) {
+  const EngineMetricsTarget& t = options_.targets[i];
+  const bool unlisted =
+      !std::binary_search(names.begin(), names.end(), t.worker);
+  if (unlisted && !unlisted_[i]) {
+    std::fprintf(stderr,
+                 "prefixd: engine metrics of %s (%s) read, but the index has "
+                 "no worker %s (ListWorkers names them): Pick charges its "
+                 "readings once a source or registration adds it\n",
+                 t.worker.c_str(), t.url.c_str(), t.worker.c_str());
+  }
+  unlisted_[i] = unlisted;
 }
 
 void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,

@@ -6,7 +6,8 @@
 // scrape (connection, HTTP status, timeout, a body that does not parse or
 // holds no load gauge) leaves the last reading to age out; the first
 // failure of a run of failures, each change of its reason, and the
-// recovery after it are logged.
+// recovery after it are logged, and so is a reading of a worker the index
+// does not list (Pick charges it only once the index has that worker).
 //
 // Thread safety: the scraping runs on the scraper's own thread; Stop may
 // be called from any thread.
@@ -15,6 +16,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,10 +47,16 @@ struct EngineScrapeOptions {
 
 class EngineScraper {
  public:
+  // The index's worker names, sorted (called once a round, on the
+  // scraping thread).
+  using WorkerNames = std::function<std::vector<std::string>()>;
+
   // Starts scraping `options.targets` into `loads`, which must outlive the
-  // scraper.
+  // scraper; `workers` (may be empty) tells which targets' workers the
+  // index lists.
   static absl::StatusOr<std::unique_ptr<EngineScraper>> Start(
-      EngineScrapeOptions options, EngineLoads* loads);
+      EngineScrapeOptions options, EngineLoads* loads,
+      WorkerNames workers = {});
   ~EngineScraper();
   EngineScraper(const EngineScraper&) = delete;
   EngineScraper& operator=(const EngineScraper&) = delete;
@@ -65,18 +73,25 @@ class EngineScraper {
   std::vector<Counts> counts() const;
 
  private:
-  EngineScraper(EngineScrapeOptions options, EngineLoads* loads);
+  EngineScraper(EngineScrapeOptions options, EngineLoads* loads,
+                WorkerNames workers);
   // One scrape of every target, at once.
   void Round();
   // The outcome of target i's scrape: its reading filed, or its error
   // logged when it is a run's first or a new reason.
   void File(size_t i, const absl::StatusOr<EngineLoad>& reading, absl::Time at);
+  // Logs target i's reading when its worker is not among `names` (sorted),
+  // once per run of such readings.
+  void CheckListed(size_t i, const std::vector<std::string>& names);
 
   const EngineScrapeOptions options_;
   EngineLoads* const loads_;
-  // Per target, its last scrape's error ("" when it succeeded); touched
-  // only by the scraping thread.
+  const WorkerNames workers_;
+  // Per target, its last scrape's error ("" when it succeeded), and
+  // whether its last reading was of a worker the index did not list;
+  // touched only by the scraping thread.
   std::vector<std::string> last_error_;
+  std::vector<bool> unlisted_;
   // Per target, its scrapes that succeeded and failed (relaxed: counts).
   std::unique_ptr<std::atomic<uint64_t>[]> ok_;
   std::unique_ptr<std::atomic<uint64_t>[]> failed_;

@@ -28,6 +28,13 @@ constexpr char kServiceName[] = "prefixd.v1.PrefixCache";
 constexpr char kIndexServiceName[] = "prefixd.v1.PrefixIndex";
 constexpr char kKvIndexerServiceName[] = "kv_indexer.v1.KVIndexer";
 
+// The index's worker names, sorted (Stats lists them by name).
+std::vector<std::string> WorkerNames(const KvIndex& index) {
+  std::vector<std::string> names;
+  for (const WorkerStatus& w : index.Stats().workers) names.push_back(w.worker);
+  return names;
+}
+
 uint64_t NewEpoch() {
   absl::BitGen gen;
   uint64_t epoch = 0;
@@ -211,7 +218,9 @@ absl::Status Server::StartBackground() {
     }
     if (engine_loads_ != nullptr) {
       absl::StatusOr<std::unique_ptr<EngineScraper>> scraper =
-          EngineScraper::Start(config_.engine_scrape, engine_loads_.get());
+          EngineScraper::Start(
+              config_.engine_scrape, engine_loads_.get(),
+              [index = index_.get()] { return WorkerNames(*index); });
       if (!scraper.ok()) {
         Shutdown();
         return scraper.status();

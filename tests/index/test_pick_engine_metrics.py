@@ -18,6 +18,8 @@ Checks, each against the figures served:
     its last reading is max_age old, and the daemon logs the first failure
     of each run with the reason (and each new reason), and the recovery; the daemon's /metrics
     counts each worker's scrapes by result;
+  - an entry for a worker no source names (e9) is read and counted, never
+    a candidate, and logged once;
   - loads the router passes win over the engine's;
   - prefixctl pick shows "engine" as the load's source;
   - a bad engine_metrics entry stops the daemon at start with the field
@@ -142,9 +144,11 @@ class EngineMetricsTest(unittest.TestCase):
                   '    engine_metrics { worker: "e0" url: "%s" labels { key: "engine" value: "1" } }\n'
                   '    engine_metrics { worker: "e1" url: "%s" }\n'
                   '    engine_metrics { worker: "e2" url: "%s" }\n'
+                  '    engine_metrics { worker: "e9" url: "%s" }\n'
                   '    engine_metrics_interval: "%gs" engine_metrics_max_age: "%gs"\n  }\n}\n'
                   % (BS, sources, REQUEST_TOKENS, KV_TOKENS, cls.web.url("/vllm"),
-                     cls.web.url("/sglang"), cls.web.url("/down"), INTERVAL_S, MAX_AGE_S))
+                     cls.web.url("/sglang"), cls.web.url("/down"), cls.web.url("/sglang"),
+                     INTERVAL_S, MAX_AGE_S))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
 
@@ -227,6 +231,20 @@ class EngineMetricsTest(unittest.TestCase):
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
             out[(labels["worker"], labels["result"])] = float(m.group(2))
         return out
+
+    def test_1b_a_worker_the_index_lacks_is_logged_once(self):
+        """e9 is read, but no source names it: logged once, never a candidate."""
+        line = ("engine metrics of e9 (%s) read, but the index has no worker e9"
+                % self.web.url("/sglang"))
+        self.until_logged(line)
+        deadline = time.monotonic() + DEADLINE_S
+        while self.scrapes()[("e9", "ok")] < 5 and time.monotonic() < deadline:
+            time.sleep(INTERVAL_S)
+        self.assertGreaterEqual(self.scrapes()[("e9", "ok")], 5)
+        self.assertEqual(self.daemon.logs().count(line), 1, self.daemon.logs())
+        self.assertNotIn("e9", self.dry_pick())
+        self.assertNotIn("engine metrics of e0 (%s) read, but" % self.web.url("/vllm"),
+                         self.daemon.logs())
 
     def test_2_new_figures_reach_pick(self):
         self.web.set("/vllm", vllm_metrics(7, 4, 0.875))

@@ -512,13 +512,16 @@ class PickModel:
 
     def pick(self, ids, now_ms, candidates, matched, loads=None):
         ranked = self.costs(ids, now_ms, candidates, matched, loads)
-        best = ranked[0]
-        k = self.index[best.worker]
-        self.predicted.add(k, ids, now_ms)
-        self.window[k].append((now_ms, best.prefill_tokens))
-        self.churn[k].append((now_ms, best.prefill_tokens))
-        self.churn_tokens[k] += best.prefill_tokens
+        self.record(ranked[0], ids, now_ms)
         return ranked
+
+    def record(self, chosen, ids, now_ms):
+        """The decision to send the prompt to chosen.worker (a Cost)."""
+        k = self.index[chosen.worker]
+        self.predicted.add(k, ids, now_ms)
+        self.window[k].append((now_ms, chosen.prefill_tokens))
+        self.churn[k].append((now_ms, chosen.prefill_tokens))
+        self.churn_tokens[k] += chosen.prefill_tokens
 
 
 class PickPy(Policy):
@@ -602,6 +605,39 @@ class PickWindow(Pick):
     pass_load = False
 
 
+class PickModelCheck(Pick):
+    """pick-model: pick, with PickModel asked the same first, on the same
+    state: the index as Route saw it just before (the daemon reads its own
+    a moment later), the same loads, and the model's windows and predicted
+    blocks holding the daemon's choices. Counts the requests where the
+    two chose differently, and of those the ones where the model's cost of
+    the daemon's choice equals its own best (a tie broken another way:
+    pickpy hashes with BLAKE2b, the daemon with XXH3)."""
+    uses_index = True
+
+    def __init__(self, names, seed, args):
+        super().__init__(names, seed, args)
+        self.differed = []  # (request, tie)
+
+    def choose(self, req, view):
+        candidates, loads = self.inputs(view)
+        matched = dict(zip(self.names, view.route))
+        mine = self.model.costs(req.ids, req.now_ms, candidates, matched, loads)
+        k = super().choose(req, view)
+        chosen = next(c for c in mine if c.worker == self.names[k])
+        if chosen.worker != mine[0].worker:
+            self.differed.append((req.i, abs(chosen.cost - mine[0].cost) < 1e-9))
+        self.model.record(chosen, req.ids, req.now_ms)
+        return k
+
+    def notes(self):
+        ties = sum(1 for _, tie in self.differed if tie)
+        others = [i for i, tie in self.differed if not tie]
+        return ("the model chose otherwise on %d requests: %d exact ties, %d not%s"
+                % (len(self.differed), ties, len(others),
+                   " (requests %s)" % ", ".join(map(str, others[:10])) if others else ""))
+
+
 def make(name, names, seed, args, n_requests):
     """The policy called `name`: fleet_sim.COMPARE's, pickpy-window, a +drop
     variant, oracle~K, or pickpy@knob=value@... (pickpy with those knobs
@@ -615,5 +651,5 @@ def make(name, names, seed, args, n_requests):
     cls = {"rr": RoundRobin, "ll": LeastLoaded, "session": Session, "prefixd": TodaysRule,
            "oracle": Oracle, "dynamo": Dynamo, "llmd": LlmD, "sglang": SGLang,
            "pickpy": PickPy, "pickpy-window": PickPyWindow, "pick": Pick,
-           "pick-window": PickWindow}[base]
+           "pick-window": PickWindow, "pick-model": PickModelCheck}[base]
     return cls(names, seed, args)

@@ -104,6 +104,11 @@ comes from):
   pickpy   (--compare) fleet_policies.PickModel, the same cost model in
            Python over Route's answers (knobs: --pick; pickpy-window:
            without the router's load), for tuning knobs without a build;
+  pick-model (only when asked for, --policies) pick, with pickpy's model
+           asked the same before each Pick on the same state (Route's
+           view; the daemon's choice is then recorded in the model too):
+           counts the requests where the two chose differently, and how
+           many of those the model saw as an exact tie;
   prefixd+drop (--full only) prefixd again with 1% of the event batches
            dropped in transit (kv_publisher.drop_next at random, seeded;
            the daemon sees the gap and replays it from the ROUTER), run
@@ -152,7 +157,8 @@ Usage:
   fleet_sim.py --prefixd PATH --full               # the whole matrix
   fleet_sim.py --prefixd PATH --full --compare     # every policy, both regimes
 Flags: --requests (per trace; short default 2000, full default all),
---load_slack, --drop_rate (of --full's drop run), --seed, --speedup
+--load_slack, --drop_rate (of --full's drop run), --seed, --engine_names
+(the engines' names' prefix, "e"), --speedup
 (light: arrivals N times faster than the trace), --heavy_rate, --pick
 (pickpy's knobs; a policy named pickpy@knob=value@... runs a variant beside
 it), --pick_config (the daemon's index.pick settings, for pick and
@@ -542,7 +548,7 @@ class Fleet:
         self.n = n
         self.binary = binary
         self.args = args
-        self.names = ["e%d" % k for k in range(n)]
+        self.names = ["%s%d" % (args.engine_names, k) for k in range(n)]
         self.procs, self.conns = [], []
         self.daemon = None
         self.client = None
@@ -726,6 +732,8 @@ class Fleet:
             dropped=sum(s["dropped_batches"] for s in stats),
             forgone=st["forgone"], forgone_blocks=st["forgone_blocks"],
             wall=wall)
+        if hasattr(pol, "notes"):
+            out["notes"] = pol.notes()
         if uses_index:
             lat = st["lat"]
             out.update(p50=1000 * percentile(lat, 50), p99=1000 * percentile(lat, 99),
@@ -838,6 +846,8 @@ def print_tables(results, policies):
                       "picks left %d cached blocks unused elsewhere; %.1f s"
                       % (p, r["per_engine"], r["evicted"], r["refused"], r["forgone"],
                          r["forgone_blocks"], r["wall"]))
+                if "notes" in r:
+                    print("    %-13s %s" % ("", r["notes"]))
                 if "stale" in r:
                     print("    %-13s %d Routes: %d behind an engine's last batch, %d stale (%d "
                           "changed the pick), %d worker entries not LIVE (skipping them "
@@ -968,6 +978,9 @@ def main():
                         help="runs per row of the +drop policies and oracle~K (seeds seed, "
                         "seed+1, ...); the median run counts")
         ap.add_argument("--seed", type=int, default=1)
+        ap.add_argument("--engine_names", default="e",
+                        help="the engines are named this followed by 0 ... N-1; the names "
+                        "feed the hashes that break ties (Pick's rendezvous, the peers' by name)")
         ap.add_argument("--speedup", type=float, default=1.0,
                         help="light regime: arrivals this many times faster than the trace's")
         ap.add_argument("--heavy_rate", type=float, default=None,

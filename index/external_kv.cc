@@ -12,6 +12,14 @@ namespace {
 
 constexpr absl::string_view kEndpoint = "kv_indexer";
 
+// The worker of that name in `stats` (which lists them by name), or null.
+const WorkerStatus* Listed(const IndexStats& stats, absl::string_view name) {
+  auto it = std::lower_bound(
+      stats.workers.begin(), stats.workers.end(), name,
+      [](const WorkerStatus& w, absl::string_view n) { return w.worker < n; });
+  return it != stats.workers.end() && it->worker == name ? &*it : nullptr;
+}
+
 // Legacy reports (no mask, or mask 0) hold the whole block: FULL.
 uint32_t GroupsOfMask(uint32_t mask) {
   return mask == 0 ? kComponentFull : mask & kAllComponents;
@@ -137,15 +145,10 @@ ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id) {
   Stream s;
   // A worker the index already follows keeps its labels; only the address
   // is ours to set. Stats lists no retired worker.
-  for (const WorkerStatus& w : index_->Stats().workers) {
-    if (w.worker == worker_id) {
-      s.id = index_->AddWorker(worker_id, w.endpoint);
-      return streams_.emplace(std::string(worker_id), std::move(s))
-          .first->second;
-    }
-  }
-  s.owned = true;
-  s.id = index_->AddWorker(worker_id, kEndpoint);
+  const IndexStats stats = index_->Stats();
+  const WorkerStatus* listed = Listed(stats, worker_id);
+  s.owned = listed == nullptr;
+  s.id = index_->AddWorker(worker_id, s.owned ? kEndpoint : listed->endpoint);
   return streams_.emplace(std::string(worker_id), std::move(s)).first->second;
 }
 
@@ -254,27 +257,31 @@ ExpectedCounts ExternalKv::ConfigureExpected(
     Stream& s = StreamAt(w.worker_id, w.address);
     SetSpec(s, w.spec, {});
   }
+  const IndexStats stats = index_->Stats();
   for (auto it = streams_.begin(); it != streams_.end();) {
     auto next = std::next(it);
-    if (!wanted.contains(it->first) && it->second.owned) {
-      index_->RetireWorker(it->second.id);
-      streams_.erase(it);
+    Stream& s = it->second;
+    if (!wanted.contains(it->first) && s.owned) {
+      // A source that follows it now (a registration after its retirement)
+      // keeps it; else it goes.
+      const WorkerStatus* listed = Listed(stats, it->first);
+      if (listed != nullptr && listed->endpoint != kEndpoint) {
+        s.owned = false;
+      } else {
+        index_->RetireWorker(s.id);
+        streams_.erase(it);
+      }
     }
     it = next;
   }
   ExpectedCounts counts;
   counts.total = static_cast<uint32_t>(workers.size());
-  const IndexStats stats = index_->Stats();
   for (const ExpectedWorker& w : workers) {
     const Stream& s = streams_.find(w.worker_id)->second;
     if (s.owned) {
       counts.ready += s.has_seq && !s.needs_snapshot ? 1 : 0;
-      continue;
-    }
-    for (const WorkerStatus& ws : stats.workers) {
-      if (ws.worker == w.worker_id && ws.state == WorkerState::kLive) {
-        ++counts.ready;
-      }
+    } else if (const WorkerStatus* ws = Listed(stats, w.worker_id)) {
+      counts.ready += ws->state == WorkerState::kLive ? 1 : 0;
     }
   }
   return counts;

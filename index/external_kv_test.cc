@@ -245,6 +245,21 @@ TEST_F(ExternalKvTest, AWorkerRetiredElsewhereStartsAFreshStream) {
   EXPECT_TRUE(Prefix({5, 6}).empty());
 }
 
+// Re-adopted after a retirement, then followed by a source again (a new
+// registration): the expected workers leaving it out no longer remove it.
+TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainIsNotRemoved) {
+  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+  ASSERT_TRUE(
+      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  index_.RetireWorker(z);
+  ASSERT_TRUE(
+      Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  EXPECT_EQ(index_.AddWorker("zmq-0", "tcp://engine:5558"), z);
+  kv_.ConfigureExpected({});
+  EXPECT_THAT(Prefix({5, 6}), ElementsAre(Pair("zmq-0", 2)));
+  EXPECT_EQ(kv_.ConfigureExpected({{"zmq-0", "z:1", std::nullopt}}).ready, 1u);
+}
+
 // The bridge sets only the address of a worker ZeroMQ ingestion follows:
 // labels its registration changes later are not put back.
 TEST_F(ExternalKvTest, AddressLeavesTheRegistrationsLabels) {

@@ -580,6 +580,17 @@ void HolderTree::Prune(Node* node) {
 
 const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
                                                    WorkerId* hint) const {
+  if (const Slot* s = FindHeldEngineHash(hash, hint); s != nullptr) return s;
+  const Tree* detached = FindTree(std::string(kDetachedNamespace));
+  if (detached == nullptr) return nullptr;
+  std::array<Token, kKeyTokens> key;
+  StoreKey(hash, key.data());
+  const Node* node = detached->root.FindChild(key);
+  return node == nullptr ? nullptr : &slots_[node->block_ids()[0]];
+}
+
+const HolderTree::Slot* HolderTree::FindHeldEngineHash(EngineHash hash,
+                                                       WorkerId* hint) const {
   auto lookup = [&](WorkerId w) -> const Slot* {
     const auto& blocks = holdings_[w].blocks;
     auto it = blocks.find(hash);
@@ -595,24 +606,19 @@ const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
       return s;
     }
   }
-  const Tree* detached = FindTree(std::string(kDetachedNamespace));
-  if (detached == nullptr) return nullptr;
-  std::array<Token, kKeyTokens> key;
-  StoreKey(hash, key.data());
-  const Node* node = detached->root.FindChild(key);
-  return node == nullptr ? nullptr : &slots_[node->block_ids()[0]];
+  return nullptr;
 }
 
-uint32_t HolderTree::DetachedSlot(EngineHash hash, uint64_t stamp) {
-  Tree* tree = GetOrCreateTree(std::string(kDetachedNamespace));
+uint32_t HolderTree::DetachedSlot(Tree* detached, EngineHash hash,
+                                  uint64_t stamp) {
   std::array<Token, kKeyTokens> key;
   StoreKey(hash, key.data());
-  if (Node* node = tree->root.FindChild(key); node != nullptr) {
+  if (Node* node = detached->root.FindChild(key); node != nullptr) {
     node->stamp = stamp;
     return static_cast<uint32_t>(node->block_ids()[0]);
   }
   const BlockId id = NewSlot();
-  AttachNew(&tree->root, key, absl::MakeConstSpan(&hash, 1),
+  AttachNew(&detached->root, key, absl::MakeConstSpan(&hash, 1),
             absl::MakeConstSpan(&id, 1), stamp);
   return static_cast<uint32_t>(id);
 }
@@ -623,12 +629,17 @@ void HolderTree::StoreHashes(WorkerId worker,
   assert(group >= 0 && group < kMaxGroups);
   const uint32_t holder = PackHolder(worker, group, MediumId(medium));
   WorkerId hint = worker;
+  Tree* detached = nullptr;  // looked up once, for the first hash no one holds
   for (EngineHash hash : hashes) {
-    const Slot* found = FindEngineHash(hash, &hint);
-    const uint32_t slot =
-        found != nullptr
-            ? static_cast<uint32_t>(found->node->block_ids()[found->pos])
-            : DetachedSlot(hash, stamp);
+    const Slot* found = FindHeldEngineHash(hash, &hint);
+    uint32_t slot;
+    if (found != nullptr) {
+      slot = static_cast<uint32_t>(found->node->block_ids()[found->pos]);
+    } else {
+      if (detached == nullptr)
+        detached = GetOrCreateTree(std::string(kDetachedNamespace));
+      slot = DetachedSlot(detached, hash, stamp);
+    }
     Hold(worker, holder, slot, hash);
   }
 }

@@ -304,7 +304,11 @@ class HolderTree {
   // The slot an engine hash names in some worker's holdings (the worker
   // *hint first), or a detached block's; null if none.
   const Slot* FindEngineHash(EngineHash hash, WorkerId* hint) const;
-  uint32_t DetachedSlot(EngineHash hash, uint64_t stamp);
+  // The same in the workers' holdings only.
+  const Slot* FindHeldEngineHash(EngineHash hash, WorkerId* hint) const;
+  // The detached block of `hash` in `detached` (the detached blocks'
+  // tree), made if new.
+  uint32_t DetachedSlot(Tree* detached, EngineHash hash, uint64_t stamp);
   // Drops trailing blocks without holders from childless nodes, from `node`
   // up towards the root.
   void Prune(Node* node);

@@ -6,9 +6,12 @@
 // hashes (128 of them); both answers are checked (16 workers, the best
 // holding all 128 blocks) before timing. Each kind runs --seconds with
 // --threads closed-loop blocking callers, alternately, --rounds times;
-// the report is calls/s per kind (best round) and the ratio.
+// the report is calls/s per kind (best round) and the ratio. Then one
+// ConfigureExpectedWorkers of --configure_workers new workers, timed, and
+// the same call again.
 //
 //   build/bench/kv_indexer_bench [--threads=2] [--seconds=3] [--rounds=3]
+//                                [--configure_workers=4096]
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -34,6 +37,9 @@
 ABSL_FLAG(int, threads, 2, "closed-loop callers per kind");
 ABSL_FLAG(double, seconds, 3, "seconds per kind and round");
 ABSL_FLAG(int, rounds, 3, "rounds (each kind once per round)");
+ABSL_FLAG(int, configure_workers, 4096,
+          "workers of the timed ConfigureExpectedWorkers (4,096: the most "
+          "one call may list)");
 
 namespace prefixd {
 namespace {
@@ -141,6 +147,27 @@ double Run(int kind, const Requests& r, const std::string& target) {
   return static_cast<double>(calls) / absl::ToDoubleSeconds(length);
 }
 
+// Milliseconds of one ConfigureExpectedWorkers listing `workers` workers
+// the index does not follow (each becomes one of the API's own).
+double Configure(::kv_indexer::v1::KVIndexer::Stub& kvi, int workers) {
+  ::kv_indexer::v1::ConfigureExpectedWorkersRequest req;
+  for (int w = 0; w < workers; ++w) {
+    ::kv_indexer::v1::ExpectedWorker* e = req.add_workers();
+    e->set_worker_id(absl::StrCat("bridge-", w));
+    e->set_worker_address(
+        absl::StrCat("http://10.1.", w / 256, ".", w % 256, ":30000"));
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(600)));
+  ::kv_indexer::v1::ConfigureExpectedWorkersResponse resp;
+  const absl::Time start = absl::Now();
+  const grpc::Status s = kvi.ConfigureExpectedWorkers(&ctx, req, &resp);
+  const double ms = absl::ToDoubleMilliseconds(absl::Now() - start);
+  if (!s.ok() || resp.total_workers() != static_cast<uint32_t>(workers))
+    Fail("ConfigureExpectedWorkers: " + s.error_message());
+  return ms;
+}
+
 int Main() {
   std::unique_ptr<Server> server = StartServer();
   const std::string target = server->addresses()[0];
@@ -171,6 +198,17 @@ int Main() {
       "MatchExternalKvPrefix (128 hashes)       %10.0f calls/s\n"
       "ratio MatchExternalKvPrefix / Route      %10.2f (target >= 0.8)\n",
       best[0], best[1], best[1] / best[0]);
+  const int workers = absl::GetFlag(FLAGS_configure_workers);
+  if (workers > 0) {
+    auto kvi = ::kv_indexer::v1::KVIndexer::NewStub(
+        grpc::CreateChannel(target, grpc::InsecureChannelCredentials()));
+    const double first = Configure(*kvi, workers);
+    const double again = Configure(*kvi, workers);
+    std::printf(
+        "ConfigureExpectedWorkers, %d new workers  %10.1f ms (again: %.1f "
+        "ms)\n",
+        workers, first, again);
+  }
   server->Shutdown();
   return 0;
 }

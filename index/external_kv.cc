@@ -130,23 +130,25 @@ ExternalKv::ExternalKv(KvIndex* index, Options options)
     : index_(index), options_(options) {}
 
 ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
-                                         absl::string_view address) {
+                                         absl::string_view address,
+                                         const IndexStats* listing) {
   auto it = streams_.find(worker_id);
   if (it != streams_.end()) {
     if (index_->SetAddress(it->second.id, address)) return it->second;
     streams_.erase(it);  // retired since
   }
-  Stream& s = NewStream(worker_id);
+  Stream& s = listing != nullptr ? NewStream(worker_id, *listing)
+                                 : NewStream(worker_id, index_->Stats());
   index_->SetAddress(s.id, address);
   return s;
 }
 
-ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id) {
+ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id,
+                                          const IndexStats& listing) {
   Stream s;
   // A worker the index already follows keeps its labels; only the address
   // is ours to set. Stats lists no retired worker.
-  const IndexStats stats = index_->Stats();
-  const WorkerStatus* listed = Listed(stats, worker_id);
+  const WorkerStatus* listed = Listed(listing, worker_id);
   s.owned = listed == nullptr;
   s.id = index_->AddWorker(worker_id, s.owned ? kEndpoint : listed->endpoint);
   return streams_.emplace(std::string(worker_id), std::move(s)).first->second;
@@ -251,13 +253,16 @@ uint64_t ExternalKv::ReplaceSnapshot(const ExternalSnapshot& snapshot) {
 ExpectedCounts ExternalKv::ConfigureExpected(
     absl::Span<const ExpectedWorker> workers) {
   MutexLock lock(&mu_);
+  // One listing for the whole call (not one per new worker: thousands of
+  // them made this quadratic). What it says of each worker holds to the
+  // end: the loop below changes no other worker, nor any worker's state.
+  const IndexStats stats = index_->Stats();
   absl::flat_hash_set<absl::string_view> wanted;
   for (const ExpectedWorker& w : workers) {
     wanted.insert(w.worker_id);
-    Stream& s = StreamAt(w.worker_id, w.address);
+    Stream& s = StreamAt(w.worker_id, w.address, &stats);
     SetSpec(s, w.spec, {});
   }
-  const IndexStats stats = index_->Stats();
   for (auto it = streams_.begin(); it != streams_.end();) {
     auto next = std::next(it);
     Stream& s = it->second;

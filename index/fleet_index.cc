@@ -547,9 +547,9 @@ std::vector<HashHolding> FleetIndex::HashHoldings(
 }
 
 // The workers asked for (by default those with a matched block), most
-// matched blocks first, then by name: sorted as
-// (blocks, worker) pairs, then written out in order, which is cheaper than
-// sorting the answers themselves.
+// matched blocks first, then by name: sorted by one integer each (blocks,
+// then the name's rank in the registry), then written out in order, which
+// is cheaper than sorting the answers or comparing names.
 bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
   if (w.retired) return false;
   if (!f.workers.empty() && std::find(f.workers.begin(), f.workers.end(),
@@ -566,6 +566,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
                                  const RouteScores& scores,
                                  absl::Time now) const {
   struct Scored {
+    uint64_t order;  // fewer blocks, then a later name: larger
     uint32_t blocks;
     const WorkerRecord* worker;
   };
@@ -577,12 +578,11 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
     if (!Passes(filter, w)) continue;
-    order.push_back({blocks, &w});
+    order.push_back(
+        {(uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank, blocks, &w});
   }
-  std::sort(order.begin(), order.end(), [](const Scored& a, const Scored& b) {
-    if (a.blocks != b.blocks) return a.blocks > b.blocks;
-    return a.worker->name < b.worker->name;
-  });
+  std::sort(order.begin(), order.end(),
+            [](const Scored& a, const Scored& b) { return a.order < b.order; });
   RouteResult result;
   result.prompt_blocks = scores.prompt_blocks;
   result.workers.resize(order.size());

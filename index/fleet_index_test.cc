@@ -100,6 +100,34 @@ class FleetIndexTest : public ::testing::Test {
   std::map<WorkerId, int64_t> seq_;
 };
 
+// Route lists the most matched blocks first, then by name, whatever order
+// the workers were added in (a name added between others shifts their
+// places) and whether they are retired and back.
+TEST_F(FleetIndexTest, AnswersTieByName) {
+  std::vector<WorkerId> ids = {w0_, w1_};
+  for (const char* name : {"b", "w10", "a", "w05", "c"})
+    ids.push_back(index_.AddWorker(name, "tcp://c:1"));
+  for (WorkerId id : ids) Apply(id, {Stored({}, {1, 2})});
+  Apply(ids[4], {Stored({1, 2}, {3})});  // "a" holds one more
+  index_.RetireWorker(ids[2]);           // "b" leaves and comes back
+  Apply(index_.AddWorker("b", "tcp://c:1"), {Stored({}, {1})});
+  const WorkerId late = index_.AddWorker("a0", "tcp://c:1");
+  std::vector<Token> tokens = Prompt({1, 2, 3});
+  RouteQuery q;
+  q.tokens = tokens;
+  q.filter.all_workers = true;
+  std::vector<std::string> order;
+  std::vector<uint64_t> blocks;
+  for (const WorkerMatch& m : index_.Route(q).workers) {
+    order.emplace_back(m.worker);
+    blocks.push_back(m.matched_blocks);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"a", "c", "w0", "w05", "w1", "w10",
+                                             "b", "a0"}));
+  EXPECT_EQ(blocks, (std::vector<uint64_t>{3, 2, 2, 2, 2, 2, 1, 0}));
+  EXPECT_NE(late, ids[2]);
+}
+
 TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   EXPECT_EQ(Route({1, 2, 3, 4}),

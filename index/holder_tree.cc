@@ -235,12 +235,15 @@ void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
   WorkerHoldings& held = holdings_[worker];
   {
     Slot& s = slots_[slot];
-    if (std::find(s.holders.begin(), s.holders.end(), holder) ==
-        s.holders.end()) {
+    // Sorted, so that blocks with the same holders list them alike (a
+    // Score passes over a run of them at once; index/prefix_scorer.h).
+    const auto at =
+        std::lower_bound(s.holders.begin(), s.holders.end(), holder);
+    if (at == s.holders.end() || *at != holder) {
       const bool new_in_medium = std::none_of(
           s.holders.begin(), s.holders.end(),
           [&](uint32_t h) { return SameWorkerAndMedium(h, holder); });
-      s.holders.push_back(holder);
+      s.holders.insert(at, holder);
       ++entries_;
       if (new_in_medium) ++held.medium_blocks[HolderMedium(holder)];
     }
@@ -280,8 +283,8 @@ void HolderTree::MarkIfStale(WorkerId worker, WorkerHoldings& held) {
 
 bool HolderTree::Unhold(uint32_t holder, uint32_t slot) {
   Slot& s = slots_[slot];
-  auto it = std::find(s.holders.begin(), s.holders.end(), holder);
-  if (it != s.holders.end()) {
+  const auto it = std::lower_bound(s.holders.begin(), s.holders.end(), holder);
+  if (it != s.holders.end() && *it == holder) {
     s.holders.erase(it);
     --entries_;
     if (std::none_of(s.holders.begin(), s.holders.end(), [&](uint32_t h) {

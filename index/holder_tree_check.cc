@@ -56,6 +56,13 @@ absl::Status HolderTree::CheckNode(const Node& n, Tally* tally) const {
       ++tally->looked_up;
     }
     tally->live_slots.insert(static_cast<uint32_t>(ids[k]));
+    if (!std::is_sorted(s.holders.begin(), s.holders.end()) ||
+        std::adjacent_find(s.holders.begin(), s.holders.end()) !=
+            s.holders.end()) {
+      return absl::InternalError(
+          absl::StrCat("tree ", n.tree->ns, ": slot ", ids[k],
+                       "'s holders are not sorted and distinct"));
+    }
     tally->entries += s.holders.size();
     for (size_t i = 0; i < s.holders.size(); ++i) {
       const uint32_t h = s.holders[i];

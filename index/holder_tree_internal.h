@@ -23,7 +23,7 @@ struct HolderTree::Slot {
   uint64_t key = 0;
   uint32_t gen = 0;
   uint16_t pos = 0;                          // < kMaxEdgeBlocks
-  absl::InlinedVector<uint32_t, 2> holders;  // PackHolder values
+  absl::InlinedVector<uint32_t, 2> holders;  // PackHolder values, sorted
 };
 static_assert(HolderTree::kMaxEdgeBlocks <= UINT16_MAX + 1,
               "a slot's place in its edge is 16 bits");

@@ -39,18 +39,52 @@ bool PrefixScorer::Block(uint32_t b, absl::Span<const uint32_t> holders) {
 }
 
 // Block when no worker is hybrid (the usual fleet): each holder only
-// extends its worker's runs.
+// extends its worker's runs. A run reads b after block b - 1 only if b - 1
+// advanced it, so block b with b - 1's holders advances exactly the runs
+// that b - 1 did: counted in repeats_ until the holders change.
 bool PrefixScorer::PlainBlock(uint32_t b, absl::Span<const uint32_t> holders) {
+  if (last_advanced_ && holders == last_holders_) {
+    ++repeats_;
+    return true;
+  }
+  FlushRepeats();
+  last_holders_ = holders;
+  full_b_ = b;
   bool advanced = false;
   for (uint32_t h : holders) {
     const WorkerId w = HolderWorker(h);
     if (w < out_->num_workers) advanced |= Advance(w, HolderMedium(h), b);
   }
+  last_advanced_ = advanced;
   return advanced;
 }
 
+// The runs block full_b_ advanced are those of its holders that read
+// full_b_ + 1; each is set (not added to: a worker may be listed once per
+// group) to where the repeats took it.
+void PrefixScorer::FlushRepeats() {
+  if (repeats_ == 0) return;
+  const uint32_t from = full_b_ + 1;
+  const uint32_t to = from + repeats_;
+  uint32_t* run = out_->run.data();
+  for (uint32_t h : last_holders_) {
+    const WorkerId w = HolderWorker(h);
+    if (w >= out_->num_workers) continue;
+    if (run[w] == from) run[w] = to;
+    if (HolderMedium(h) < out_->num_mediums) {
+      uint32_t& m =
+          run[out_->num_workers + w * out_->num_mediums + HolderMedium(h)];
+      if (m == from) m = to;
+    }
+  }
+  repeats_ = 0;
+}
+
 void PrefixScorer::Finish() {
-  if (hybrid_.empty()) return;
+  if (hybrid_.empty()) {
+    FlushRepeats();
+    return;
+  }
   out_->full.assign(out_->run.begin(),
                     out_->run.begin() + static_cast<long>(out_->num_workers));
   for (WorkerId w = 0; w < out_->num_workers; ++w) {

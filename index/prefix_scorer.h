@@ -3,7 +3,11 @@
 // holds, and what Route answers"). Fed block by block by whatever found the
 // blocks (a walk of the tree by token keys, or engine hashes resolved one by
 // one), it costs one visit per (block, holder), whatever the number of
-// workers.
+// workers, except along a run of blocks with the same holders (the tree
+// keeps each block's holders sorted): when no worker is hybrid, a block
+// whose holders equal the block's before it advances the same runs as that
+// block did, so such blocks are only counted, and the runs moved on by
+// their number when the holders change or at Finish.
 //
 // A plain worker's run advances at block b only if it was b, so it ends as
 // the worker's longest run from the start (likewise per medium). A worker
@@ -62,6 +66,9 @@ class PrefixScorer {
 
  private:
   bool PlainBlock(uint32_t b, absl::Span<const uint32_t> holders);
+  // Moves the runs that the last plain block advanced on by the blocks
+  // repeated since.
+  void FlushRepeats();
   bool Advance(WorkerId w, uint8_t medium, uint32_t b);
   void HybridHolder(int32_t hw, uint32_t holder, uint32_t b);
   void Boundary(int32_t hw, uint32_t n);
@@ -73,6 +80,12 @@ class PrefixScorer {
   std::vector<uint32_t> usable_;     // by hybrid worker
   std::vector<uint32_t> seen_at_;    // the last block that touched it
   absl::InlinedVector<int32_t, 8> touched_;
+  // Plain blocks: the last one passed over the holders (block full_b_),
+  // whether it advanced a run, and how many blocks since had its holders.
+  absl::Span<const uint32_t> last_holders_;
+  uint32_t full_b_ = 0;
+  bool last_advanced_ = false;
+  uint32_t repeats_ = 0;
 };
 
 }  // namespace prefixd

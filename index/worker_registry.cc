@@ -29,6 +29,15 @@ WorkerRecord& WorkerRegistry::Add(absl::string_view name,
   w->name = std::string(name);
   w->endpoint = std::string(endpoint);
   ids_[w->name] = w->id;
+  // A name between others moves theirs up by one: O(workers) integers,
+  // and O(log workers) name comparisons.
+  const auto at =
+      std::lower_bound(sorted_names_.begin(), sorted_names_.end(), w->name);
+  w->name_rank = static_cast<uint32_t>(at - sorted_names_.begin());
+  sorted_names_.insert(at, w->name);
+  for (const auto& other : workers_) {
+    if (other->name_rank >= w->name_rank) ++other->name_rank;
+  }
   workers_.push_back(std::move(w));
   return *workers_.back();
 }

@@ -26,6 +26,9 @@ namespace prefixd {
 struct WorkerRecord {
   WorkerId id = 0;
   std::string name;
+  // Its place among every worker's name in order (retired ones included):
+  // answers listing workers by name sort by it, not by comparing names.
+  uint32_t name_rank = 0;
   std::string endpoint;
   WorkerLabels labels;
   bool retired = false;
@@ -74,6 +77,7 @@ class WorkerRegistry {
  private:
   std::vector<std::unique_ptr<WorkerRecord>> workers_;
   absl::flat_hash_map<std::string, WorkerId> ids_;
+  std::vector<absl::string_view> sorted_names_;  // the records' names
   DropCounts dropped_ = {};
 };
 

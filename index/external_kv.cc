@@ -134,7 +134,12 @@ ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
                                          const IndexStats* listing) {
   auto it = streams_.find(worker_id);
   if (it != streams_.end()) {
-    if (index_->SetAddress(it->second.id, address)) return it->second;
+    if (const auto endpoint = index_->SetAddress(it->second.id, address)) {
+      // A source that follows it now (a registration after a retirement)
+      // makes it the source's.
+      if (*endpoint != kEndpoint) it->second.owned = false;
+      return it->second;
+    }
     streams_.erase(it);  // retired since
   }
   Stream& s = listing != nullptr ? NewStream(worker_id, *listing)

@@ -17,7 +17,9 @@
 // worker_id the index already follows (a ZeroMQ source) is only given an
 // address and, with a spec, group rules, and is never removed here; its
 // labels stay its registration's. When that source goes (the worker is
-// retired), the worker's next batch here adds it back as owned.
+// retired), the worker's next batch here adds it back as owned, until a
+// source follows it again (its next batch or ConfigureExpected sees the
+// source's endpoint and gives it back).
 //
 // Components map to KV-cache groups: FULL -> group 0 (full attention),
 // SWA -> group 1 (sliding window), MAMBA -> group 2 (state). Tiers map to

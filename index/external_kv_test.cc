@@ -260,6 +260,33 @@ TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainIsNotRemoved) {
   EXPECT_EQ(kv_.ConfigureExpected({{"zmq-0", "z:1", std::nullopt}}).ready, 1u);
 }
 
+// The same worker's batches after the source follows it again treat it as
+// the source's: a page size they carry does not set its group rules (its
+// events do), without waiting for a ConfigureExpected.
+TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainKeepsItsGroupRules) {
+  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+  ASSERT_TRUE(
+      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  index_.RetireWorker(z);
+  ASSERT_TRUE(
+      Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+  EXPECT_EQ(index_.AddWorker("zmq-0", "tcp://engine:5558"), z);
+  ExternalBatch b;
+  b.worker_id = "zmq-0";
+  b.seq = 3;
+  b.address = "z:1";
+  const std::vector<EngineHash> hashes = {7};
+  const std::vector<uint32_t> masks = {kComponentFull};
+  const std::vector<uint32_t> sizes = {8};
+  b.actions.push_back(
+      {HashUpdate::Op::kReport, kTierHbm, hashes, masks, sizes});
+  ASSERT_TRUE(kv_.Apply(b).ok());
+  const IndexStats stats = index_.Stats();
+  ASSERT_EQ(stats.workers.size(), 1u);
+  EXPECT_EQ(stats.workers[0].endpoint, "tcp://engine:5558");
+  EXPECT_TRUE(stats.workers[0].groups.empty());
+}
+
 // The bridge sets only the address of a worker ZeroMQ ingestion follows:
 // labels its registration changes later are not put back.
 TEST_F(ExternalKvTest, AddressLeavesTheRegistrationsLabels) {

@@ -193,18 +193,19 @@ void FleetIndex::SetLabels(WorkerId id, const WorkerLabels& labels) {
   Run(tree_.BeginKeyLookup());
 }
 
-bool FleetIndex::SetAddress(WorkerId id, absl::string_view address) {
+std::optional<std::string> FleetIndex::SetAddress(WorkerId id,
+                                                  absl::string_view address) {
   {
     ReaderMutexLock lock(&mu_);
     const WorkerRecord& w = workers_.Get(id);
-    if (w.retired) return false;
-    if (w.labels.address == address) return true;
+    if (w.retired) return std::nullopt;
+    if (w.labels.address == address) return w.endpoint;
   }
   Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
-  if (w.retired) return false;
+  if (w.retired) return std::nullopt;
   w.labels.address = std::string(address);
-  return true;
+  return w.endpoint;
 }
 
 void FleetIndex::SetGroupRules(WorkerId id,

@@ -26,6 +26,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -56,7 +58,8 @@ class FleetIndex final : public KvIndex {
                    absl::string_view detail) override;
   void SetLastSeq(WorkerId worker, int64_t seq) override;
   void SetLabels(WorkerId worker, const WorkerLabels& labels) override;
-  bool SetAddress(WorkerId worker, absl::string_view address) override;
+  std::optional<std::string> SetAddress(WorkerId worker,
+                                        absl::string_view address) override;
   void ApplyHashes(WorkerId worker,
                    absl::Span<const HashUpdate> updates) override;
   void SetGroupRules(WorkerId worker,

@@ -16,6 +16,8 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "base/mutex.h"
@@ -52,7 +54,8 @@ class InstrumentedIndex final : public KvIndex {
   void SetLabels(WorkerId worker, const WorkerLabels& labels) override {
     index_->SetLabels(worker, labels);
   }
-  bool SetAddress(WorkerId worker, absl::string_view address) override {
+  std::optional<std::string> SetAddress(WorkerId worker,
+                                        absl::string_view address) override {
     return index_->SetAddress(worker, address);
   }
   void ApplyHashes(WorkerId worker,

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -266,9 +267,12 @@ class KvIndex {
 
   // Replaces what the worker's registration says of it.
   virtual void SetLabels(WorkerId worker, const WorkerLabels& labels) = 0;
-  // Sets only the address of its labels, unless RetireWorker retired the
-  // worker since AddWorker last added it: then false, and nothing changes.
-  virtual bool SetAddress(WorkerId worker, absl::string_view address) = 0;
+  // Sets only the address of its labels and returns the endpoint the
+  // worker is followed at (AddWorker's last), unless RetireWorker retired
+  // the worker since AddWorker last added it: then nullopt, and nothing
+  // changes.
+  virtual std::optional<std::string> SetAddress(WorkerId worker,
+                                                absl::string_view address) = 0;
   // Hash-only reports of a worker (SGLang's KV indexer API), applied in
   // order; a report of a hash some worker stored with tokens holds that
   // block, Route sees it.

@@ -50,6 +50,20 @@ class ExternalKvTest : public ::testing::Test {
     return out;
   }
 
+  // "zmq-0", followed by a source and reported by the bridge, is retired
+  // (its source removed), re-adopted by the bridge's next batch (holding 5
+  // and 6), then followed by a source again (a new registration).
+  void ReadoptThenFollowAgain() {
+    const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+    ASSERT_TRUE(
+        Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
+    index_.RetireWorker(z);
+    ASSERT_TRUE(
+        Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1")
+            .ok());
+    EXPECT_EQ(index_.AddWorker("zmq-0", "tcp://engine:5558"), z);
+  }
+
   FleetIndex index_;
   ExternalKv kv_;
   std::string epoch_;
@@ -248,13 +262,7 @@ TEST_F(ExternalKvTest, AWorkerRetiredElsewhereStartsAFreshStream) {
 // Re-adopted after a retirement, then followed by a source again (a new
 // registration): the expected workers leaving it out no longer remove it.
 TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainIsNotRemoved) {
-  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
-  ASSERT_TRUE(
-      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
-  index_.RetireWorker(z);
-  ASSERT_TRUE(
-      Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
-  EXPECT_EQ(index_.AddWorker("zmq-0", "tcp://engine:5558"), z);
+  ASSERT_NO_FATAL_FAILURE(ReadoptThenFollowAgain());
   kv_.ConfigureExpected({});
   EXPECT_THAT(Prefix({5, 6}), ElementsAre(Pair("zmq-0", 2)));
   EXPECT_EQ(kv_.ConfigureExpected({{"zmq-0", "z:1", std::nullopt}}).ready, 1u);
@@ -264,13 +272,7 @@ TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainIsNotRemoved) {
 // the source's: a page size they carry does not set its group rules (its
 // events do), without waiting for a ConfigureExpected.
 TEST_F(ExternalKvTest, AWorkerASourceFollowsAgainKeepsItsGroupRules) {
-  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
-  ASSERT_TRUE(
-      Send("zmq-0", 1, {}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
-  index_.RetireWorker(z);
-  ASSERT_TRUE(
-      Send("zmq-0", 2, {5, 6}, HashUpdate::Op::kReport, kTierHbm, "z:1").ok());
-  EXPECT_EQ(index_.AddWorker("zmq-0", "tcp://engine:5558"), z);
+  ASSERT_NO_FATAL_FAILURE(ReadoptThenFollowAgain());
   ExternalBatch b;
   b.worker_id = "zmq-0";
   b.seq = 3;

@@ -584,6 +584,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
   }
   std::sort(order.begin(), order.end(),
             [](const Scored& a, const Scored& b) { return a.order < b.order; });
+  const int64_t now_ns = absl::ToUnixNanos(now);
   RouteResult result;
   result.prompt_blocks = scores.prompt_blocks;
   result.workers.resize(order.size());
@@ -599,7 +600,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     }
     m.state = w.state;
     m.last_seq = w.last_seq;
-    m.lag_ms = w.LagMs(now);
+    m.lag_ms = w.LagMs(now_ns);
     m.labels = &w.labels;
   }
   for (const WorkerMatch& m : result.workers) {
@@ -634,7 +635,7 @@ WorkerStatus FleetIndex::StatusOf(const WorkerRecord& w, absl::Time now) const {
   s.clears = w.clears;
   s.last_seq = w.last_seq;
   s.last_event_unix_ms = w.last_event_unix_ms;
-  s.lag_ms = w.LagMs(now);
+  s.lag_ms = w.LagMs(absl::ToUnixNanos(now));
   s.event_version = w.event_version;
   for (int g = 0; g < kMaxGroups; ++g) {
     if (w.groups[static_cast<size_t>(g)].kind != GroupKind::kNone)

@@ -128,6 +128,38 @@ TEST_F(FleetIndexTest, AnswersTieByName) {
   EXPECT_NE(late, ids[2]);
 }
 
+// lag_ms: now less the engine's timestamp of the last batch applied,
+// whole milliseconds, never negative; 0 before any batch.
+TEST_F(FleetIndexTest, LagIsNowLessTheLastBatchsTimestamp) {
+  const double now_s = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  KvEventBatch batch;
+  batch.ts = now_s - 2.5;
+  batch.events.push_back(Stored({}, {1}));
+  index_.Apply(w0_, batch, 1, absl::Now());
+  KvEventBatch ahead;  // a clock ahead of ours
+  ahead.ts = now_s + 60;
+  ahead.events.push_back(Stored({}, {1}));
+  index_.Apply(w1_, ahead, 1, absl::Now());
+  const WorkerId idle = index_.AddWorker("idle", "tcp://c:1");
+  EXPECT_NE(idle, w0_);
+  std::vector<Token> tokens = Prompt({1});
+  RouteQuery q;
+  q.tokens = tokens;
+  q.filter.all_workers = true;
+  std::map<std::string, int64_t> lag;
+  for (const WorkerMatch& m : index_.Route(q).workers)
+    lag[std::string(m.worker)] = m.lag_ms;
+  EXPECT_GE(lag["w0"], 2500);
+  EXPECT_LT(lag["w0"], 2500 + 60000);  // however slow the machine
+  EXPECT_EQ(lag["w1"], 0);
+  EXPECT_EQ(lag["idle"], 0);
+  for (const WorkerStatus& s : index_.Stats().workers) {
+    if (s.worker == "w0") {
+      EXPECT_GE(s.lag_ms, lag["w0"]);
+    }
+  }
+}
+
 TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   EXPECT_EQ(Route({1, 2, 3, 4}),

@@ -4,11 +4,11 @@
 
 namespace prefixd {
 
-int64_t WorkerRecord::LagMs(absl::Time now) const {
+int64_t WorkerRecord::LagMs(int64_t now_unix_ns) const {
   if (last_seq < 0) return 0;
+  // Truncated toward zero, as absl::ToInt64Milliseconds of the difference.
   return std::max<int64_t>(
-      0, absl::ToInt64Milliseconds(
-             now - absl::FromUnixNanos(static_cast<int64_t>(last_ts * 1e9))));
+      0, (now_unix_ns - static_cast<int64_t>(last_ts * 1e9)) / 1000000);
 }
 
 WorkerRecord& WorkerRegistry::Add(absl::string_view name,

@@ -51,7 +51,9 @@ struct WorkerRecord {
   std::array<GroupRule, kMaxGroups> groups = {};
 
   // now - the last applied batch's engine timestamp (0 before any).
-  int64_t LagMs(absl::Time now) const;
+  // `now_unix_ns` is absl::ToUnixNanos(now): a Route answer computes it once
+  // for all the workers it lists.
+  int64_t LagMs(int64_t now_unix_ns) const;
 };
 
 class WorkerRegistry {

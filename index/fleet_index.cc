@@ -547,10 +547,6 @@ std::vector<HashHolding> FleetIndex::HashHoldings(
   return out;
 }
 
-// The workers asked for (by default those with a matched block), most
-// matched blocks first, then by name: sorted by one integer each (blocks,
-// then the name's rank in the registry), then written out in order, which
-// is cheaper than sorting the answers or comparing names.
 bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
   if (w.retired) return false;
   if (!f.workers.empty() && std::find(f.workers.begin(), f.workers.end(),
@@ -563,12 +559,15 @@ bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
   return f.instance.empty() || w.labels.Instance(w.name) == f.instance;
 }
 
+// The workers asked for (by default those with a matched block), most
+// matched blocks first, then by name: sorted by one integer each (blocks,
+// then the name's rank in the registry), then written out in order, which
+// is cheaper than sorting the answers or comparing names.
 RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
                                  const RouteScores& scores,
                                  absl::Time now) const {
   struct Scored {
     uint64_t order;  // fewer blocks, then a later name: larger
-    uint32_t blocks;
     const WorkerRecord* worker;
   };
   absl::InlinedVector<Scored, 32> order;
@@ -579,8 +578,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
     if (!Passes(filter, w)) continue;
-    order.push_back(
-        {(uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank, blocks, &w});
+    order.push_back({(uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank, &w});
   }
   std::sort(order.begin(), order.end(),
             [](const Scored& a, const Scored& b) { return a.order < b.order; });
@@ -592,7 +590,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     const WorkerRecord& w = *order[i].worker;
     WorkerMatch& m = result.workers[i];
     m.worker = w.name;
-    m.matched_blocks = order[i].blocks;
+    m.matched_blocks = scores.Usable(w.id);
     m.full_attention_blocks = scores.FullAttention(w.id);
     for (size_t k = 0; k < scores.num_mediums; ++k) {
       const uint32_t held = scores.InMedium(w.id, k);

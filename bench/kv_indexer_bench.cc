@@ -8,7 +8,10 @@
 // --threads closed-loop blocking callers, alternately, --rounds times;
 // the report is calls/s per kind (best round) and the ratio. Then one
 // ConfigureExpectedWorkers of --configure_workers new workers, timed, and
-// the same call again.
+// the same call again; then the first ApplyExternalKvBatch of as many
+// other new workers, one after another, as a bridge that never calls
+// ConfigureExpectedWorkers starts (timed together), and each one's next
+// batch (the same hash again).
 //
 //   build/bench/kv_indexer_bench [--threads=2] [--seconds=3] [--rounds=3]
 //                                [--configure_workers=4096]
@@ -168,6 +171,30 @@ double Configure(::kv_indexer::v1::KVIndexer::Stub& kvi, int workers) {
   return ms;
 }
 
+// Milliseconds of one ApplyExternalKvBatch of each of `workers` workers
+// (named first-0, first-1, ...), one call after another: their first
+// batches when the index does not follow them yet.
+double Batches(::kv_indexer::v1::KVIndexer::Stub& kvi, int workers, int seq) {
+  const absl::Time start = absl::Now();
+  for (int w = 0; w < workers; ++w) {
+    ::kv_indexer::v1::ApplyExternalKvBatchRequest req;
+    req.set_worker_id(absl::StrCat("first-", w));
+    req.set_seq(seq);
+    req.set_worker_address(
+        absl::StrCat("http://10.2.", w / 256, ".", w % 256, ":30000"));
+    ::kv_indexer::v1::ExternalKvAction* a = req.add_actions();
+    a->set_type(::kv_indexer::v1::ACTION_REPORT);
+    a->set_tier(::kv_indexer::v1::TIER_HBM);
+    a->add_hashes(w + 1);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    ::kv_indexer::v1::ApplyExternalKvBatchResponse resp;
+    const grpc::Status s = kvi.ApplyExternalKvBatch(&ctx, req, &resp);
+    if (!s.ok()) Fail("ApplyExternalKvBatch: " + s.error_message());
+  }
+  return absl::ToDoubleMilliseconds(absl::Now() - start);
+}
+
 int Main() {
   std::unique_ptr<Server> server = StartServer();
   const std::string target = server->addresses()[0];
@@ -208,6 +235,13 @@ int Main() {
         "ConfigureExpectedWorkers, %d new workers  %10.1f ms (again: %.1f "
         "ms)\n",
         workers, first, again);
+    const double first_batches = Batches(*kvi, workers, 0);
+    const double next_batches = Batches(*kvi, workers, 1);
+    std::printf(
+        "first ApplyExternalKvBatch, %d new workers %9.1f ms (%.1f us each; "
+        "their next: %.1f us each)\n",
+        workers, first_batches, 1000 * first_batches / workers,
+        1000 * next_batches / workers);
   }
   server->Shutdown();
   return 0;

@@ -130,8 +130,7 @@ ExternalKv::ExternalKv(KvIndex* index, Options options)
     : index_(index), options_(options) {}
 
 ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
-                                         absl::string_view address,
-                                         const IndexStats* listing) {
+                                         absl::string_view address) {
   auto it = streams_.find(worker_id);
   if (it != streams_.end()) {
     if (const auto endpoint = index_->SetAddress(it->second.id, address)) {
@@ -142,20 +141,18 @@ ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
     }
     streams_.erase(it);  // retired since
   }
-  Stream& s = listing != nullptr ? NewStream(worker_id, *listing)
-                                 : NewStream(worker_id, index_->Stats());
+  Stream& s = NewStream(worker_id);
   index_->SetAddress(s.id, address);
   return s;
 }
 
-ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id,
-                                          const IndexStats& listing) {
+ExternalKv::Stream& ExternalKv::NewStream(absl::string_view worker_id) {
   Stream s;
   // A worker the index already follows keeps its labels; only the address
-  // is ours to set. Stats lists no retired worker.
-  const WorkerStatus* listed = Listed(listing, worker_id);
-  s.owned = listed == nullptr;
-  s.id = index_->AddWorker(worker_id, s.owned ? kEndpoint : listed->endpoint);
+  // is ours to set.
+  const std::optional<std::string> endpoint = index_->EndpointOf(worker_id);
+  s.owned = !endpoint.has_value();
+  s.id = index_->AddWorker(worker_id, s.owned ? kEndpoint : *endpoint);
   return streams_.emplace(std::string(worker_id), std::move(s)).first->second;
 }
 
@@ -258,14 +255,10 @@ uint64_t ExternalKv::ReplaceSnapshot(const ExternalSnapshot& snapshot) {
 ExpectedCounts ExternalKv::ConfigureExpected(
     absl::Span<const ExpectedWorker> workers) {
   MutexLock lock(&mu_);
-  // One listing for the whole call (not one per new worker: thousands of
-  // them made this quadratic). What it says of each worker holds to the
-  // end: the loop below changes no other worker, nor any worker's state.
-  const IndexStats stats = index_->Stats();
   absl::flat_hash_set<absl::string_view> wanted;
   for (const ExpectedWorker& w : workers) {
     wanted.insert(w.worker_id);
-    Stream& s = StreamAt(w.worker_id, w.address, &stats);
+    Stream& s = StreamAt(w.worker_id, w.address);
     SetSpec(s, w.spec, {});
   }
   for (auto it = streams_.begin(); it != streams_.end();) {
@@ -274,8 +267,8 @@ ExpectedCounts ExternalKv::ConfigureExpected(
     if (!wanted.contains(it->first) && s.owned) {
       // A source that follows it now (a registration after its retirement)
       // keeps it; else it goes.
-      const WorkerStatus* listed = Listed(stats, it->first);
-      if (listed != nullptr && listed->endpoint != kEndpoint) {
+      const std::optional<std::string> endpoint = index_->EndpointOf(it->first);
+      if (endpoint.has_value() && *endpoint != kEndpoint) {
         s.owned = false;
       } else {
         index_->RetireWorker(s.id);
@@ -286,11 +279,17 @@ ExpectedCounts ExternalKv::ConfigureExpected(
   }
   ExpectedCounts counts;
   counts.total = static_cast<uint32_t>(workers.size());
+  // A worker a source follows is ready when the index has it LIVE: one
+  // listing for all of them, taken only if there is one.
+  std::optional<IndexStats> stats;
   for (const ExpectedWorker& w : workers) {
     const Stream& s = streams_.find(w.worker_id)->second;
     if (s.owned) {
       counts.ready += s.has_seq && !s.needs_snapshot ? 1 : 0;
-    } else if (const WorkerStatus* ws = Listed(stats, w.worker_id)) {
+      continue;
+    }
+    if (!stats.has_value()) stats = index_->Stats();
+    if (const WorkerStatus* ws = Listed(*stats, w.worker_id)) {
       counts.ready += ws->state == WorkerState::kLive ? 1 : 0;
     }
   }

@@ -213,12 +213,10 @@ class ExternalKv {
 
   // The worker's stream, its address set to `address`: a new stream when
   // the worker is new to this class or was retired since (its source
-  // removed), which starts over as this class's. `listing`: the index's
-  // Stats to tell a worker a source follows by (null: taken if needed).
-  Stream& StreamAt(absl::string_view worker_id, absl::string_view address,
-                   const IndexStats* listing = nullptr)
+  // removed), which starts over as this class's.
+  Stream& StreamAt(absl::string_view worker_id, absl::string_view address)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Stream& NewStream(absl::string_view worker_id, const IndexStats& listing)
+  Stream& NewStream(absl::string_view worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets the worker's group rules when its spec or page size changed.
   void SetSpec(Stream& s, const std::optional<CacheSpec>& spec,

@@ -208,6 +208,14 @@ std::optional<std::string> FleetIndex::SetAddress(WorkerId id,
   return w.endpoint;
 }
 
+std::optional<std::string> FleetIndex::EndpointOf(
+    absl::string_view name) const {
+  ReaderMutexLock lock(&mu_);
+  const WorkerRecord* w = workers_.Find(name);
+  if (w == nullptr || w->retired) return std::nullopt;
+  return w->endpoint;
+}
+
 void FleetIndex::SetGroupRules(WorkerId id,
                                const std::array<GroupRule, kMaxGroups>& rules) {
   Writer lock(this);

@@ -58,6 +58,7 @@ class FleetIndex final : public KvIndex {
                    absl::string_view detail) override;
   void SetLastSeq(WorkerId worker, int64_t seq) override;
   void SetLabels(WorkerId worker, const WorkerLabels& labels) override;
+  std::optional<std::string> EndpointOf(absl::string_view name) const override;
   std::optional<std::string> SetAddress(WorkerId worker,
                                         absl::string_view address) override;
   void ApplyHashes(WorkerId worker,
@@ -77,8 +78,8 @@ class FleetIndex final : public KvIndex {
   // The block operations (a block stored, removed, cleared or trimmed) one
   // hold of mu_ may do before the change lets readers in.
   static constexpr size_t kSliceBlocks = 4096;
-  // For tests: the most block operations one hold of mu_ did, and how many
-  // times a change released mu_ between slices.
+  // The most block operations one hold of mu_ did, and how many times a
+  // change released mu_ between slices (for tests: FleetIndexTestPeer).
   struct HoldStats {
     uint64_t max_blocks = 0;
     uint64_t yields = 0;
@@ -87,12 +88,14 @@ class FleetIndex final : public KvIndex {
     uint64_t grown_aside = 0;
     uint64_t grown_in_place = 0;
   };
-  HoldStats hold_stats() const;
-  // For tests: called between slices, with mu_ released (it may Route,
-  // Stats or CheckInvariants, not change anything). Set before any change.
-  void SetBetweenSlicesForTest(std::function<void()> hook);
 
  private:
+  // Tests read the hold statistics and set the hook between slices.
+  friend class FleetIndexTestPeer;
+  HoldStats hold_stats() const;
+  // Called between slices, with mu_ released (it may Route, Stats or
+  // CheckInvariants, not change anything). Set before any change.
+  void SetBetweenSlicesForTest(std::function<void()> hook);
   class Writer;
   class Reader;
   // The batch's stores of another block size, if any: nothing of it can be

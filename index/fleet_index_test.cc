@@ -2,9 +2,11 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/hash/hash.h"
@@ -14,6 +16,18 @@
 #include "index/keys.h"
 
 namespace prefixd {
+
+// What tests read and set of a FleetIndex that its users do not.
+class FleetIndexTestPeer {
+ public:
+  static FleetIndex::HoldStats HoldStatsOf(const FleetIndex& index) {
+    return index.hold_stats();
+  }
+  static void SetBetweenSlices(FleetIndex& index, std::function<void()> hook) {
+    index.SetBetweenSlicesForTest(std::move(hook));
+  }
+};
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -126,6 +140,21 @@ TEST_F(FleetIndexTest, AnswersTieByName) {
                                              "b", "a0"}));
   EXPECT_EQ(blocks, (std::vector<uint64_t>{3, 2, 2, 2, 2, 2, 1, 0}));
   EXPECT_NE(late, ids[2]);
+}
+
+// EndpointOf: AddWorker's last endpoint while the worker is followed;
+// nothing for a name never added or a retired worker.
+TEST_F(FleetIndexTest, EndpointOfIsTheLastAddWhileFollowed) {
+  EXPECT_EQ(index_.EndpointOf("nobody"), std::nullopt);
+  const WorkerId w = index_.AddWorker("e", "tcp://first:1");
+  EXPECT_EQ(index_.EndpointOf("e"), "tcp://first:1");
+  index_.AddWorker("e", "tcp://second:2");
+  EXPECT_EQ(index_.EndpointOf("e"), "tcp://second:2");
+  index_.RetireWorker(w);
+  EXPECT_EQ(index_.EndpointOf("e"), std::nullopt);
+  EXPECT_EQ(index_.AddWorker("e", "kv_indexer"), w);
+  EXPECT_EQ(index_.EndpointOf("e"), "kv_indexer");
+  EXPECT_EQ(index_.EndpointOf("E"), std::nullopt);  // names are exact
 }
 
 // lag_ms: now less the engine's timestamp of the last batch applied,
@@ -851,7 +880,7 @@ class FleetIndexSlicesTest : public ::testing::Test {
       chain_.block_hashes.push_back(1000 + b);
       for (int t = 0; t < kBs; ++t) chain_.token_ids.push_back(7);
     }
-    index_.SetBetweenSlicesForTest([this] { BetweenSlices(); });
+    FleetIndexTestPeer::SetBetweenSlices(index_, [this] { BetweenSlices(); });
   }
 
   // matched_blocks of the chain's worker for the first 64 blocks, and of
@@ -892,7 +921,8 @@ class FleetIndexSlicesTest : public ::testing::Test {
     u.hashes = hashes;
     index_.ApplyHashes(w_, {u});
     ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
-    EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+    EXPECT_LE(FleetIndexTestPeer::HoldStatsOf(index_).max_blocks,
+              FleetIndex::kSliceBlocks);
   }
 
   void Apply(KvEvent e) {
@@ -900,7 +930,8 @@ class FleetIndexSlicesTest : public ::testing::Test {
     batch.events.push_back(std::move(e));
     index_.Apply(w_, batch, seq_++, absl::Now());
     ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
-    EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+    EXPECT_LE(FleetIndexTestPeer::HoldStatsOf(index_).max_blocks,
+              FleetIndex::kSliceBlocks);
   }
 
   uint64_t HeldByW(absl::string_view medium = "GPU") {
@@ -968,7 +999,8 @@ TEST_F(FleetIndexSlicesTest, BuildingTheKeyLookupLetsRoutesIn) {
   labels.hashes_are_keys = true;
   index_.SetLabels(w_, labels);
   EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
-  EXPECT_LE(index_.hold_stats().max_blocks, FleetIndex::kSliceBlocks);
+  EXPECT_LE(FleetIndexTestPeer::HoldStatsOf(index_).max_blocks,
+            FleetIndex::kSliceBlocks);
   ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
   EXPECT_EQ(by_keys(), 64u);
 }
@@ -998,7 +1030,7 @@ TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   EXPECT_EQ(index_.Stats().entries, 2u);
   EXPECT_EQ(Matched(), std::make_pair(uint64_t{0}, uint64_t{2}));
   EXPECT_EQ(index_.Stats().blocks, 2u);
-  EXPECT_GT(index_.hold_stats().yields, 0u);
+  EXPECT_GT(FleetIndexTestPeer::HoldStatsOf(index_).yields, 0u);
 }
 
 TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
@@ -1020,7 +1052,8 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
       }
     };
     store(1, 40000);
-    EXPECT_GT(index.hold_stats().grown_aside, 0u) << key_lookup;
+    EXPECT_GT(FleetIndexTestPeer::HoldStatsOf(index).grown_aside, 0u)
+        << key_lookup;
     // Every block removed (the tables keep their tombstones), then as many
     // new ones stored: cleaned aside too.
     KvEventBatch removal;
@@ -1035,7 +1068,8 @@ TEST(FleetIndexGrowthTest, StoresGrowTheirHashTablesAsideNotInsideTheirHold) {
     KvEventBatch split;
     split.events.push_back(Stored({}, {100001, 5}));
     index.Apply(w, split, seq++, absl::Now());
-    EXPECT_EQ(index.hold_stats().grown_in_place, 0u) << key_lookup;
+    EXPECT_EQ(FleetIndexTestPeer::HoldStatsOf(index).grown_in_place, 0u)
+        << key_lookup;
     ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
     EXPECT_EQ(index.Stats().entries, 40001u);
     RouteQuery q;
@@ -1064,10 +1098,10 @@ TEST(FleetIndexGrowthTest, DetachedHashesGrowTheirRootsSetAside) {
     }
   };
   report(HashUpdate::Op::kReport, 1, 40000);
-  EXPECT_GT(index.hold_stats().grown_aside, 0u);
+  EXPECT_GT(FleetIndexTestPeer::HoldStatsOf(index).grown_aside, 0u);
   report(HashUpdate::Op::kRevoke, 1, 40000);
   report(HashUpdate::Op::kReport, 100001, 40000);
-  EXPECT_EQ(index.hold_stats().grown_in_place, 0u);
+  EXPECT_EQ(FleetIndexTestPeer::HoldStatsOf(index).grown_in_place, 0u);
   ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
   EXPECT_EQ(index.Stats().entries, 40000u);
   const EngineHash probe[] = {100007};

@@ -58,6 +58,9 @@ class InstrumentedIndex final : public KvIndex {
                                         absl::string_view address) override {
     return index_->SetAddress(worker, address);
   }
+  std::optional<std::string> EndpointOf(absl::string_view name) const override {
+    return index_->EndpointOf(name);
+  }
   void ApplyHashes(WorkerId worker,
                    absl::Span<const HashUpdate> updates) override {
     index_->ApplyHashes(worker, updates);

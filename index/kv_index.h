@@ -273,6 +273,11 @@ class KvIndex {
   // changes.
   virtual std::optional<std::string> SetAddress(WorkerId worker,
                                                 absl::string_view address) = 0;
+  // The endpoint the worker named `name` is followed at (AddWorker's
+  // last), or nullopt when no worker of that name is followed: never
+  // added, or retired since.
+  virtual std::optional<std::string> EndpointOf(
+      absl::string_view name) const = 0;
   // Hash-only reports of a worker (SGLang's KV indexer API), applied in
   // order; a report of a hash some worker stored with tokens holds that
   // block, Route sees it.

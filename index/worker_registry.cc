@@ -11,6 +11,11 @@ int64_t WorkerRecord::LagMs(int64_t now_unix_ns) const {
       0, (now_unix_ns - static_cast<int64_t>(last_ts * 1e9)) / 1000000);
 }
 
+const WorkerRecord* WorkerRegistry::Find(absl::string_view name) const {
+  auto it = ids_.find(name);
+  return it != ids_.end() ? workers_[it->second].get() : nullptr;
+}
+
 WorkerRecord& WorkerRegistry::Add(absl::string_view name,
                                   absl::string_view endpoint) {
   auto it = ids_.find(name);

@@ -63,6 +63,8 @@ class WorkerRegistry {
   WorkerRecord& Add(absl::string_view name, absl::string_view endpoint);
   WorkerRecord& Get(WorkerId id) { return *workers_[id]; }
   const WorkerRecord& Get(WorkerId id) const { return *workers_[id]; }
+  // The worker named `name`, retired or not; null if never added.
+  const WorkerRecord* Find(absl::string_view name) const;
   // Ids run from 0 to size() - 1, retired ones included.
   size_t size() const { return workers_.size(); }
 

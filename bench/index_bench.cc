@@ -34,7 +34,13 @@
 // Prints a table and PASS/FAIL per target; exits 0 either way (it is a
 // benchmark), 1 only if the workload could not be built or applied.
 //
-//   index_bench [--trace=PATH] [--phases=memory,ingest,route,stall,pick]
+//   reports (not run by default): SGLang KV-indexer reports (hashes without
+//      tokens, ApplyHashes in batches of 64) in fleets of 16 and 128
+//      workers that each hold 5,000 hashes: a hash no worker holds yet, and
+//      one another worker holds (ReportsPhase).
+//
+//   index_bench [--trace=PATH]
+//   [--phases=memory,ingest,route,stall,pick,reports]
 #include <malloc.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -84,7 +90,8 @@ ABSL_FLAG(std::string, trace,
           "Mooncake trace (JSON lines with \"hash_ids\")");
 ABSL_FLAG(
     std::string, phases, "memory,ingest,route",
-    "which measurements, in this order: memory, ingest, route, stall, pick "
+    "which measurements, in this order: memory, ingest, route, stall, pick, "
+    "reports "
     "(ingest_only: the ingest passes without their baselines, for "
     "profilers)");
 ABSL_FLAG(int, workers, 8, "engines (workers) the trace is spread over");
@@ -954,6 +961,61 @@ void StallPhase() {
   }
 }
 
+// A distinct engine hash per (worker, i): splitmix64 of both.
+EngineHash ReportedHash(uint64_t worker, uint64_t i) {
+  uint64_t z = (worker << 32 | i) + 0x9e3779b97f4a7c15;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+  return z ^ (z >> 31);
+}
+
+// Each worker reports hashes [from, to) of worker (w + owner_shift) % n, in
+// batches of 64; returns the wall seconds.
+double Report(FleetIndex& index, const std::vector<WorkerId>& ids,
+              size_t owner_shift, uint64_t from, uint64_t to) {
+  constexpr uint64_t kBatch = 64;
+  std::vector<EngineHash> batch;
+  const absl::Time start = absl::Now();
+  for (size_t w = 0; w < ids.size(); ++w) {
+    const uint64_t owner = (w + owner_shift) % ids.size();
+    for (uint64_t i = from; i < to; i += kBatch) {
+      batch.clear();
+      for (uint64_t k = i; k < std::min(to, i + kBatch); ++k)
+        batch.push_back(ReportedHash(owner, k));
+      HashUpdate u;
+      u.op = HashUpdate::Op::kReport;
+      u.medium = "GPU";
+      u.hashes = batch;
+      index.ApplyHashes(ids[w], {u});
+    }
+  }
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void ReportsPhase() {
+  constexpr uint64_t kHeld = 5000;
+  constexpr uint64_t kTimed = 1000;
+  std::printf(
+      "\nReported hashes (SGLang's KV indexer, batches of 64; every worker "
+      "holding %llu):\n  %-8s %16s %22s\n",
+      static_cast<unsigned long long>(kHeld), "workers", "new hash, ns",
+      "another's hash, ns");
+  for (int workers : {16, 128}) {
+    IndexOptions o;
+    o.block_size = kBlockSize;
+    FleetIndex index(o);
+    std::vector<WorkerId> ids;
+    for (int w = 0; w < workers; ++w)
+      ids.push_back(index.AddWorker(absl::StrCat("bridge-", w), "bench"));
+    Report(index, ids, 0, 0, kHeld);
+    const double hashes = static_cast<double>(workers * kTimed);
+    const double fresh = Report(index, ids, 0, kHeld, kHeld + kTimed);
+    const double shared = Report(index, ids, 1, 0, kTimed);
+    std::printf("  %-8d %16.0f %22.0f\n", workers, 1e9 * fresh / hashes,
+                1e9 * shared / hashes);
+  }
+}
+
 int Run() {
   const std::string path = absl::GetFlag(FLAGS_trace);
   const Trace t = LoadTrace(path);
@@ -994,9 +1056,12 @@ int Run() {
       StallPhase();
     } else if (phase == "pick") {
       PickPhase();
+    } else if (phase == "reports") {
+      ReportsPhase();
     } else {
-      Die(absl::StrCat("unknown phase \"", phase,
-                       "\" (memory, ingest, ingest_only, route, stall, pick)"));
+      Die(absl::StrCat(
+          "unknown phase \"", phase,
+          "\" (memory, ingest, ingest_only, route, stall, pick, reports)"));
     }
   }
   std::printf("\ntargets (docs/performance.md, \"Fleet index\"):\n");

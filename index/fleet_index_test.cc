@@ -142,6 +142,35 @@ TEST_F(FleetIndexTest, AnswersTieByName) {
   EXPECT_NE(late, ids[2]);
 }
 
+// A hash report joins the block a worker stored with tokens, so Route by
+// tokens sees the reporter, and it still does for a second reporter after
+// the storer and the first reporter let it go (the report finds the block
+// in whichever worker still holds it).
+TEST_F(FleetIndexTest, HashReportsJoinATokenedBlockWhoeverStillHoldsIt) {
+  const WorkerId a = index_.AddWorker("a", "kv_indexer");
+  const WorkerId b = index_.AddWorker("b", "kv_indexer");
+  const WorkerId c = index_.AddWorker("c", "kv_indexer");
+  Apply(w0_, {Stored({}, {1, 2})});
+  const std::vector<EngineHash> hashes = {ChainHash({1}), ChainHash({1, 2})};
+  auto report = [&](WorkerId w, HashUpdate::Op op) {
+    HashUpdate u;
+    u.op = op;
+    u.medium = "GPU";
+    u.hashes = hashes;
+    index_.ApplyHashes(w, {u});
+    const absl::Status invariants = index_.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << invariants;
+  };
+  report(a, HashUpdate::Op::kReport);
+  Apply(w0_, {Removed({{1, 2}, {1}})});
+  report(b, HashUpdate::Op::kReport);
+  report(a, HashUpdate::Op::kRevoke);
+  report(c, HashUpdate::Op::kReport);
+  EXPECT_EQ(Route({1, 2}),
+            (std::map<std::string, uint64_t>{
+                {"a", 0}, {"b", 2}, {"c", 2}, {"w0", 0}, {"w1", 0}}));
+}
+
 // EndpointOf: AddWorker's last endpoint while the worker is followed;
 // nothing for a name never added or a retired worker.
 TEST_F(FleetIndexTest, EndpointOfIsTheLastAddWhileFollowed) {
@@ -796,6 +825,59 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
   // Nothing leaks: clearing everyone empties the index.
   for (int w = 0; w < kWorkers; ++w)
     index.ClearWorker(ids[w], ClearReason::kRestart, "");
+  EXPECT_EQ(index.Stats().entries, 0u);
+  EXPECT_EQ(index.Stats().blocks, 0u);
+}
+
+// Random stores and removals by 2 workers with tokens beside hash reports
+// and revocations of the same paths' hashes by 3 workers without, in
+// either order: after every step the invariants hold (among them, every
+// holder of a block with tokens is listed as tokened, which the reports'
+// search relies on), and clearing everyone empties the index.
+TEST(FleetIndexRandom, ReportsBesideStoresKeepTheInvariants) {
+  std::mt19937 rng(2027);
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  std::vector<WorkerId> ids;
+  for (const char* name : {"z0", "z1", "r0", "r1", "r2"})
+    ids.push_back(index.AddWorker(name, ""));
+  std::vector<std::vector<Token>> prompts;
+  for (int i = 0; i < 30; ++i) {
+    std::vector<Token> p;
+    const int len = 1 + static_cast<int>(rng() % 5);
+    for (int k = 0; k < len; ++k) p.push_back(1 + rng() % 3);
+    prompts.push_back(p);
+  }
+  std::vector<int64_t> seq(ids.size(), 0);
+  for (int step = 0; step < 3000; ++step) {
+    const size_t w = rng() % ids.size();
+    const std::vector<Token>& p = prompts[rng() % prompts.size()];
+    const bool add = rng() % 100 < 60;
+    if (w < 2) {  // an engine with tokens: the whole prompt from the root
+      KvEventBatch batch;
+      if (add) {
+        batch.events.push_back(Stored({}, p));
+      } else {
+        std::vector<std::vector<Token>> paths;
+        for (size_t k = p.size(); k > 0; --k)
+          paths.emplace_back(p.begin(), p.begin() + k);
+        batch.events.push_back(Removed(paths));
+      }
+      index.Apply(ids[w], batch, seq[w]++, absl::Now());
+    } else {  // a bridge: the prompt's hashes, reported or revoked
+      std::vector<EngineHash> hashes;
+      for (size_t k = 1; k <= p.size(); ++k)
+        hashes.push_back(
+            ChainHash(std::vector<Token>(p.begin(), p.begin() + k)));
+      HashUpdate u;
+      u.op = add ? HashUpdate::Op::kReport : HashUpdate::Op::kRevoke;
+      u.medium = "GPU";
+      u.hashes = hashes;
+      index.ApplyHashes(ids[w], {u});
+    }
+    const absl::Status invariants = index.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << "step " << step << ": " << invariants;
+  }
+  for (WorkerId id : ids) index.ClearWorker(id, ClearReason::kRestart, "");
   EXPECT_EQ(index.Stats().entries, 0u);
   EXPECT_EQ(index.Stats().blocks, 0u);
 }

@@ -416,6 +416,7 @@ void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
                             uint64_t stamp) {
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
+  MarkTokened(worker);
   const absl::Span<const Token> fingerprints(fingerprint_scratch_);
   for (size_t i = 0; i < chain; ++i) {
     const absl::Span<const Token> block =
@@ -473,6 +474,7 @@ void HolderTree::StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
   }
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
+  MarkTokened(worker);
   for (EngineHash key : ev.block_hashes) {
     const int64_t id = key_lookup_->Find(tree, key);
     if (id < 0) {
@@ -584,12 +586,32 @@ void HolderTree::Prune(Node* node) {
 const HolderTree::Slot* HolderTree::FindEngineHash(EngineHash hash,
                                                    WorkerId* hint) const {
   if (const Slot* s = FindHeldEngineHash(hash, hint); s != nullptr) return s;
-  const Tree* detached = FindTree(std::string(kDetachedNamespace));
+  return FindDetached(FindTree(std::string(kDetachedNamespace)), hash, hint);
+}
+
+const HolderTree::Slot* HolderTree::FindDetached(const Tree* detached,
+                                                 EngineHash hash,
+                                                 WorkerId* hint) const {
   if (detached == nullptr) return nullptr;
   std::array<Token, kKeyTokens> key;
   StoreKey(hash, key.data());
   const Node* node = detached->root.FindChild(key);
-  return node == nullptr ? nullptr : &slots_[node->block_ids()[0]];
+  if (node == nullptr) return nullptr;
+  const Slot& s = slots_[node->block_ids()[0]];
+  // The next hash is likely held by the same worker (a run of its pages).
+  if (!s.holders.empty()) *hint = HolderWorker(s.holders.front());
+  return &s;
+}
+
+bool HolderTree::IsDetached(const Tree& tree) {
+  return tree.ns == kDetachedNamespace;
+}
+
+void HolderTree::MarkTokened(WorkerId worker) {
+  WorkerHoldings& held = holdings_[worker];
+  if (held.tokened) return;
+  held.tokened = true;
+  tokened_workers_.push_back(worker);
 }
 
 const HolderTree::Slot* HolderTree::FindHeldEngineHash(EngineHash hash,
@@ -602,7 +624,7 @@ const HolderTree::Slot* HolderTree::FindHeldEngineHash(EngineHash hash,
   if (*hint < holdings_.size()) {
     if (const Slot* s = lookup(*hint); s != nullptr) return s;
   }
-  for (WorkerId w = 0; w < holdings_.size(); ++w) {
+  for (WorkerId w : tokened_workers_) {
     if (w == *hint) continue;
     if (const Slot* s = lookup(w); s != nullptr) {
       *hint = w;
@@ -632,12 +654,14 @@ void HolderTree::StoreHashes(WorkerId worker,
   assert(group >= 0 && group < kMaxGroups);
   const uint32_t holder = PackHolder(worker, group, MediumId(medium));
   WorkerId hint = worker;
-  Tree* detached = nullptr;  // looked up once, for the first hash no one holds
+  Tree* detached = FindTree(std::string(kDetachedNamespace));  // null: none yet
   for (EngineHash hash : hashes) {
     const Slot* found = FindHeldEngineHash(hash, &hint);
+    if (found == nullptr) found = FindDetached(detached, hash, &hint);
     uint32_t slot;
     if (found != nullptr) {
       slot = static_cast<uint32_t>(found->node->block_ids()[found->pos]);
+      if (found->node->tree != detached) MarkTokened(worker);
     } else {
       if (detached == nullptr)
         detached = GetOrCreateTree(std::string(kDetachedNamespace));

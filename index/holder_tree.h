@@ -243,6 +243,9 @@ class HolderTree {
     // Erasures from `blocks` since it was made: at most its tombstones.
     uint64_t erased = 0;
     bool sweep_due = false;  // listed in sweeps_due_
+    // Has held a block of a token tree (listed in tokened_workers_): only
+    // such a worker can hold a hash outside the detached blocks' tree.
+    bool tokened = false;
   };
   class KeyLookup;
   // The jobs (holder_tree_jobs.cc).
@@ -304,8 +307,18 @@ class HolderTree {
   // The slot an engine hash names in some worker's holdings (the worker
   // *hint first), or a detached block's; null if none.
   const Slot* FindEngineHash(EngineHash hash, WorkerId* hint) const;
-  // The same in the workers' holdings only.
+  // The same in the holdings of the worker *hint and of tokened_workers_
+  // only: a worker never tokened holds a hash in its detached block, which
+  // FindDetached finds.
   const Slot* FindHeldEngineHash(EngineHash hash, WorkerId* hint) const;
+  // The detached block of `hash` in `detached` (may be null), or null;
+  // *hint becomes a worker that holds it.
+  const Slot* FindDetached(const Tree* detached, EngineHash hash,
+                           WorkerId* hint) const;
+  // Lists the worker in tokened_workers_ once.
+  void MarkTokened(WorkerId worker);
+  // Whether `tree` is the detached blocks' tree.
+  static bool IsDetached(const Tree& tree);
   // The detached block of `hash` in `detached` (the detached blocks'
   // tree), made if new.
   uint32_t DetachedSlot(Tree* detached, EngineHash hash, uint64_t stamp);
@@ -333,8 +346,11 @@ class HolderTree {
   std::vector<Token> fingerprint_scratch_;  // Store's fingerprints
   std::vector<uint64_t> key_scratch_;       // and rolling keys
   uint64_t entries_ = 0;
-  uint64_t grown_in_place_ = 0;            // see Sizes
-  std::vector<WorkerId> sweeps_due_;       // see BeginSweep
+  uint64_t grown_in_place_ = 0;       // see Sizes
+  std::vector<WorkerId> sweeps_due_;  // see BeginSweep
+  // Workers that have held a block of a token tree, in the order they
+  // first did (never unlisted: a listed worker is only searched in vain).
+  std::vector<WorkerId> tokened_workers_;
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
   WideChildSets wide_;                     // see GrowthFor
   // While the lookup is built (BeginKeyLookup): the first slot not added to

@@ -66,6 +66,13 @@ absl::Status HolderTree::CheckNode(const Node& n, Tally* tally) const {
     tally->entries += s.holders.size();
     for (size_t i = 0; i < s.holders.size(); ++i) {
       const uint32_t h = s.holders[i];
+      // FindHeldEngineHash searches only listed workers outside the
+      // detached tree.
+      if (!holdings_[HolderWorker(h)].tokened && !IsDetached(*n.tree)) {
+        return absl::InternalError(absl::StrCat(
+            "tree ", n.tree->ns, ": slot ", ids[k], " is held by worker ",
+            HolderWorker(h), ", which is not listed as tokened"));
+      }
       // Blocks per medium: a block the worker holds in several groups
       // counts once.
       if (std::none_of(s.holders.begin(), s.holders.begin() + i,
@@ -118,6 +125,19 @@ absl::Status HolderTree::CheckCounts(const Tally& tally) const {
             holdings_[w].medium_blocks[m], " but holds ", tally.held[w][m]));
       }
     }
+  }
+  // tokened_workers_ lists each tokened worker once.
+  const size_t tokened =
+      std::count_if(holdings_.begin(), holdings_.end(),
+                    [](const WorkerHoldings& h) { return h.tokened; });
+  absl::flat_hash_set<WorkerId> listed(tokened_workers_.begin(),
+                                       tokened_workers_.end());
+  if (listed.size() != tokened_workers_.size() || tokened != listed.size() ||
+      std::any_of(listed.begin(), listed.end(),
+                  [&](WorkerId w) { return !holdings_[w].tokened; })) {
+    return absl::InternalError(absl::StrCat(
+        tokened, " workers are tokened, tokened_workers_ lists ",
+        tokened_workers_.size(), " (", listed.size(), " distinct)"));
   }
   return absl::OkStatus();
 }

@@ -726,6 +726,20 @@ TEST(FleetIndexLimits, MaxEntriesDropsTheLeastRecentLeaves) {
   EXPECT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
 }
 
+// `n` prompts of 1 to `most` blocks over a small alphabet (blocks 1 to 3),
+// so that paths collide a lot.
+std::vector<std::vector<Token>> RandomPrompts(std::mt19937& rng, int n,
+                                              int most) {
+  std::vector<std::vector<Token>> prompts;
+  for (int i = 0; i < n; ++i) {
+    std::vector<Token> p;
+    const int len = 1 + static_cast<int>(rng() % most);
+    for (int k = 0; k < len; ++k) p.push_back(1 + rng() % 3);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
 // Random stores, removals and clears on 3 workers x 2 mediums, against a
 // model that keeps, per worker and medium, the set of block paths it holds.
 // After every batch the invariants hold and Route agrees with the model
@@ -741,14 +755,7 @@ TEST(FleetIndexRandom, AgreesWithAModelOfHeldPaths) {
   // model[w][m]: paths held.
   std::vector<std::vector<std::set<std::vector<Token>>>> model(
       kWorkers, std::vector<std::set<std::vector<Token>>>(2));
-  // Prompts over a small alphabet so that paths collide a lot.
-  std::vector<std::vector<Token>> prompts;
-  for (int i = 0; i < 40; ++i) {
-    std::vector<Token> p;
-    const int len = 1 + static_cast<int>(rng() % 6);
-    for (int k = 0; k < len; ++k) p.push_back(1 + rng() % 3);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<Token>> prompts = RandomPrompts(rng, 40, 6);
   auto held_any = [&](int w, const std::vector<Token>& path) {
     return model[w][0].count(path) > 0 || model[w][1].count(path) > 0;
   };
@@ -840,13 +847,7 @@ TEST(FleetIndexRandom, ReportsBesideStoresKeepTheInvariants) {
   std::vector<WorkerId> ids;
   for (const char* name : {"z0", "z1", "r0", "r1", "r2"})
     ids.push_back(index.AddWorker(name, ""));
-  std::vector<std::vector<Token>> prompts;
-  for (int i = 0; i < 30; ++i) {
-    std::vector<Token> p;
-    const int len = 1 + static_cast<int>(rng() % 5);
-    for (int k = 0; k < len; ++k) p.push_back(1 + rng() % 3);
-    prompts.push_back(p);
-  }
+  const std::vector<std::vector<Token>> prompts = RandomPrompts(rng, 30, 5);
   std::vector<int64_t> seq(ids.size(), 0);
   for (int step = 0; step < 3000; ++step) {
     const size_t w = rng() % ids.size();

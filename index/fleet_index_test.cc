@@ -218,6 +218,44 @@ TEST_F(FleetIndexTest, LagIsNowLessTheLastBatchsTimestamp) {
   }
 }
 
+// An engine that names every block of a new chain by one hash (a broken
+// publisher, or folded hashes that collide): the hash names the chain's last
+// block, the blocks before it lose the worker, and the index stays whole.
+// Before every new block was held ahead of its hash, moving the hash off
+// the first block pruned the blocks after it that were not held yet, and
+// the index counted entries no block had.
+TEST_F(FleetIndexTest, AChainThatRepeatsAHashHoldsItsLastBlock) {
+  BlockStoredEvent ev = Stored({}, {1, 2, 3, 4});
+  ev.block_hashes.assign(4, 77);
+  Apply(w0_, {ev});
+  EXPECT_EQ(index_.Stats().entries, 1u);
+  EXPECT_EQ(index_.Stats().blocks, 4u);
+  EXPECT_EQ(Route({1, 2, 3, 4})["w0"], 0u);  // its first blocks are nobody's
+  BlockRemovedEvent gone;
+  gone.block_hashes = {77};
+  Apply(w0_, {gone});
+  EXPECT_EQ(index_.Stats().entries, 0u);
+  EXPECT_EQ(index_.Stats().blocks, 0u);
+}
+
+// A store whose parent the worker reported by its hash alone (a detached
+// block: no tokens say what it holds) cannot be placed: its blocks are
+// dropped as of an unknown parent, and the detached block stays one that
+// its hash finds. Before, the chain was hung below the detached block.
+TEST_F(FleetIndexTest, AStoreBelowAReportedHashIsOfAnUnknownParent) {
+  const EngineHash reported = 4242;
+  HashUpdate u;
+  u.hashes = absl::MakeConstSpan(&reported, 1);
+  index_.ApplyHashes(w0_, {u});
+  BlockStoredEvent ev = Stored({}, {1, 2});
+  ev.parent_block_hash = reported;
+  Apply(w0_, {ev});
+  const IndexStats st = index_.Stats();
+  EXPECT_EQ(st.dropped[static_cast<int>(DropReason::kUnknownParent)], 2u);
+  EXPECT_EQ(st.entries, 1u);
+  EXPECT_EQ(Route({1, 2})["w0"], 0u);
+}
+
 TEST_F(FleetIndexTest, StoredChainMatchesItsWorkerOnly) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   EXPECT_EQ(Route({1, 2, 3, 4}),
@@ -527,6 +565,33 @@ TEST(FleetIndexBounds, EngineHashesStayNearMaxEntriesWhileTrimming) {
   removal.events.push_back(Removed({{20000}}));
   index.Apply(w, removal, 20001, absl::Now());
   EXPECT_EQ(index.Stats().entries, stats.entries - 1);
+}
+
+// max_entries trims the least recent leaves; a node they leave childless
+// may end in a block that lost its holders while it had children, which
+// goes too, so that no leaf ends in a block nobody holds. Here [1 2] keeps
+// block 2 only as the path to 3 and 4: trimming them leaves [1]. Before,
+// [1 2] was left a leaf ending in block 2 (CheckInvariants failed), found
+// by fleet_index_fuzzer.
+TEST(FleetIndexBounds, TrimmingLeavesNoLeafEndingInAnUnheldBlock) {
+  FleetIndex index(IndexOptions{kBs, 6});
+  const WorkerId a = index.AddWorker("a", ""), b = index.AddWorker("b", ""),
+                 c = index.AddWorker("c", "");
+  int64_t seq = 0;
+  const auto apply = [&](WorkerId w, KvEvent e) {
+    KvEventBatch batch;
+    batch.events.push_back(std::move(e));
+    index.Apply(w, batch, seq++, absl::Now());
+    const absl::Status invariants = index.CheckInvariants();
+    ASSERT_TRUE(invariants.ok()) << invariants;
+  };
+  apply(a, Stored({}, {1, 2, 3}));
+  apply(b, Stored({}, {1, 2, 4}));
+  apply(a, Removed({{1, 2}}));
+  apply(b, Removed({{1, 2}}));         // [1 2] holds 2 for nobody
+  apply(c, Stored({}, {5, 6, 7, 8}));  // 8 entries: 3 and 4 go
+  EXPECT_EQ(index.Stats().entries, 6u);
+  EXPECT_EQ(index.Stats().blocks, 5u);  // 1, and 5 to 8
 }
 
 TEST_F(FleetIndexTest, BestWorkerIsALiveWorker) {

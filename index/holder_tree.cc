@@ -232,22 +232,26 @@ uint8_t HolderTree::TierId(absl::string_view medium, absl::string_view locality,
 
 void HolderTree::Hold(WorkerId worker, uint32_t holder, uint32_t slot,
                       EngineHash hash) {
+  AddHolder(worker, holder, slot);
+  MapHash(worker, slot, hash);
+}
+
+void HolderTree::AddHolder(WorkerId worker, uint32_t holder, uint32_t slot) {
+  Slot& s = slots_[slot];
+  // Sorted, so that blocks with the same holders list them alike (a Score
+  // passes over a run of them at once; index/prefix_scorer.h).
+  const auto at = std::lower_bound(s.holders.begin(), s.holders.end(), holder);
+  if (at != s.holders.end() && *at == holder) return;
+  const bool new_in_medium =
+      std::none_of(s.holders.begin(), s.holders.end(),
+                   [&](uint32_t h) { return SameWorkerAndMedium(h, holder); });
+  s.holders.insert(at, holder);
+  ++entries_;
+  if (new_in_medium) ++holdings_[worker].medium_blocks[HolderMedium(holder)];
+}
+
+void HolderTree::MapHash(WorkerId worker, uint32_t slot, EngineHash hash) {
   WorkerHoldings& held = holdings_[worker];
-  {
-    Slot& s = slots_[slot];
-    // Sorted, so that blocks with the same holders list them alike (a
-    // Score passes over a run of them at once; index/prefix_scorer.h).
-    const auto at =
-        std::lower_bound(s.holders.begin(), s.holders.end(), holder);
-    if (at == s.holders.end() || *at != holder) {
-      const bool new_in_medium = std::none_of(
-          s.holders.begin(), s.holders.end(),
-          [&](uint32_t h) { return SameWorkerAndMedium(h, holder); });
-      s.holders.insert(at, holder);
-      ++entries_;
-      if (new_in_medium) ++held.medium_blocks[HolderMedium(holder)];
-    }
-  }
   const SlotRef ref{slot, slots_[slot].gen};
   const size_t capacity = held.blocks.capacity();
   auto [it, inserted] = held.blocks.try_emplace(hash, ref);
@@ -361,7 +365,9 @@ Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
       if (id >= 0) parent = &slots_[static_cast<uint32_t>(id)];
     }
   }
-  if (parent == nullptr) return nullptr;
+  // A block reported by its hash alone has no tokens a chain could hang
+  // below: its children's parent is as unknown as a missing one.
+  if (parent == nullptr || IsDetached(*parent->node->tree)) return nullptr;
   *used = size_t{parent->pos} + 1;
   return parent->node;
 }
@@ -448,10 +454,13 @@ void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
     for (BlockId& id : ids) id = NewSlot();
     AttachNew(node, fingerprints.subspan(i * kKeyTokens),
               absl::MakeConstSpan(key_scratch_).subspan(i), ids, stamp);
-    for (size_t k = 0; k < ids.size(); ++k) {
-      Hold(worker, holder, static_cast<uint32_t>(ids[k]),
-           ev.block_hashes[i + k]);
-    }
+    // Every new block is held before any hash names it: a hash the chain
+    // repeats (an engine reusing one) takes the worker off its earlier
+    // block, and the prune that follows must not reach new blocks after
+    // it that nobody holds yet.
+    for (BlockId id : ids) AddHolder(worker, holder, static_cast<uint32_t>(id));
+    for (size_t k = 0; k < ids.size(); ++k)
+      MapHash(worker, static_cast<uint32_t>(ids[k]), ev.block_hashes[i + k]);
     return;
   }
 }
@@ -556,6 +565,13 @@ void HolderTree::Remove(WorkerId worker, const BlockRemovedEvent& ev) {
 // Each node loses all its trailing blocks without holders at once: one
 // edit of the edge, not one per block.
 void HolderTree::Prune(Node* node) {
+  node = PruneEmptyTail(node);
+  if (node->is_root() && node->children.empty()) {
+    DropTree(node->tree->ns);  // frees `node`
+  }
+}
+
+Node* HolderTree::PruneEmptyTail(Node* node) {
   while (!node->is_root() && node->children.empty()) {
     Tree* tree = node->tree;
     const auto ids = node->block_ids();
@@ -564,21 +580,19 @@ void HolderTree::Prune(Node* node) {
            slots_[ids[ids.size() - 1 - empty]].holders.empty()) {
       ++empty;
     }
-    if (empty == 0) return;
+    if (empty == 0) return node;
     for (size_t k = ids.size() - empty; k < ids.size(); ++k)
       FreeSlot(static_cast<uint32_t>(ids[k]));
     tree->blocks -= empty;
     if (empty < ids.size()) {
       node->DropBack(empty);
-      return;
+      return node;
     }
     Node* parent = node->parent;
     Unlink(node);
     node = parent;
   }
-  if (node->is_root() && node->children.empty()) {
-    DropTree(node->tree->ns);  // frees `node`
-  }
+  return node;
 }
 
 // --- Engine hashes without tokens ------------------------------------------

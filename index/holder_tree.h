@@ -297,7 +297,12 @@ class HolderTree {
   void DropTree(const std::string& ns);
   // Re-points the slots of `node`'s edge from block `from` on.
   void PlaceSlots(Node* node, size_t from);
+  // The worker holds the slot as `holder` (AddHolder), and its `hash`
+  // names the slot (MapHash): a block the hash named before loses the
+  // worker, and is pruned if nobody else holds it.
   void Hold(WorkerId worker, uint32_t holder, uint32_t slot, EngineHash hash);
+  void AddHolder(WorkerId worker, uint32_t holder, uint32_t slot);
+  void MapHash(WorkerId worker, uint32_t slot, EngineHash hash);
   // Removes one holder from the slot; true if its worker holds the slot in
   // no group and no medium any more.
   bool Unhold(uint32_t holder, uint32_t slot);
@@ -323,8 +328,11 @@ class HolderTree {
   // tree), made if new.
   uint32_t DetachedSlot(Tree* detached, EngineHash hash, uint64_t stamp);
   // Drops trailing blocks without holders from childless nodes, from `node`
-  // up towards the root.
+  // up towards the root, and the namespace's tree if that leaves it empty.
   void Prune(Node* node);
+  // The same without dropping the tree; returns the node it stopped at (a
+  // node with children, one whose last block has a holder, or the root).
+  Node* PruneEmptyTail(Node* node);
   // Drops the last `blocks` blocks of a leaf (every holder of them),
   // removing the node when it has no block left; returns its parent then.
   Node* DropTail(Node* leaf, size_t blocks, Trimmed* trimmed);

@@ -217,6 +217,10 @@ class HolderTree::TrimJob : public HolderTree::Job {
         if (tree_->entries_ > target_) leaves_.push(leaf);  // what is left
         continue;
       }
+      // A node left childless may end in blocks that lost their holders
+      // while it had children: they go now, so that no leaf ends in one
+      // (not counted: they held no entry).
+      parent = tree_->PruneEmptyTail(parent);
       if (!parent->is_root() && parent->children.empty()) {
         leaves_.push({parent->stamp, parent});
       } else if (parent->is_root() && parent->children.empty()) {

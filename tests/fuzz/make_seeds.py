@@ -5,8 +5,9 @@
 
 rpc_fuzzer seeds are short engine sessions (records as rpc_fuzzer.cc
 describes: selector, length, request bytes) built with the generated Python
-stubs; core_ops_fuzzer seeds are fixed pseudo-random byte strings, which its
-decoder turns into operation sequences. The output is deterministic, so
+stubs; core_ops_fuzzer and fleet_index_fuzzer seeds are fixed pseudo-random
+byte strings, which the targets turn into operation sequences, plus the
+inputs of fleet_index_fuzzer's findings. The output is deterministic, so
 rerunning the script changes nothing unless the script changed.
 """
 
@@ -110,6 +111,17 @@ def core_seeds():
             for i, n in enumerate([16, 64, 256, 512, 1024, 2048])}
 
 
+def fleet_index_seeds():
+    rng = random.Random(11)
+    seeds = {"random_%d" % i: bytes(rng.randrange(256) for _ in range(n))
+             for i, n in enumerate([32, 128, 512, 2048])}
+    # One store whose four blocks carry one hash: before the fix, moving the
+    # hash off a block pruned the chain's blocks not yet held.
+    seeds["regression-repeated-hash"] = bytes.fromhex(
+        "2f4a3b000000000000000000000000000760001543a5000a000a")
+    return seeds
+
+
 def write(target, seeds):
     out = os.path.join(HERE, "corpus", target)
     os.makedirs(out, exist_ok=True)
@@ -125,6 +137,7 @@ def main():
         from prefixd.v1 import prefix_cache_pb2 as pb
         write("rpc_fuzzer", rpc_seeds(pb))
     write("core_ops_fuzzer", core_seeds())
+    write("fleet_index_fuzzer", fleet_index_seeds())
 
 
 if __name__ == "__main__":

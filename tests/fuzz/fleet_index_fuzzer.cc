@@ -1,0 +1,336 @@
+// libFuzzer: one FleetIndex fed from every side a daemon's index is fed
+// from, in any order: engine batches as the decoder hands them over (stores
+// with tokens, stores of keys alone, removals, AllBlocksCleared, a wrong
+// block size, LoRA, salts, mediums, KV-cache groups), hash reports of
+// SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
+// hashes that are the index's own keys), streams cleared and workers retired
+// and added back. Hashes and tokens come from small sets, and some hashes
+// are a prompt's rolling keys, so that stores, reports and lookups meet on
+// the same blocks.
+//
+// Input (FuzzedDataProvider): steps until the input ends, each a selector
+// and its operands (see Step).
+//
+// Checked after every step: FleetIndex::CheckInvariants. Every Route answer
+// lists a worker at most once, sorted by matched blocks, none past the
+// prompt, best_worker the first LIVE one with a match; a Route by the
+// prompt's rolling keys answers as the Route by its tokens; every
+// RouteEngineHashes answer is sorted and within the hashes. At the end,
+// clearing every worker leaves no entry, block or engine hash.
+//
+// `make fuzz` runs it on tests/fuzz/corpus/fleet_index_fuzzer.
+//
+// Trimming drops leaves of equal age in the order of their addresses, so a
+// finding that involves max_entries may not replay in another process.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "fuzzer/FuzzedDataProvider.h"
+#include "index/events.h"
+#include "index/fleet_index.h"
+#include "index/keys.h"
+
+namespace prefixd {
+namespace {
+
+constexpr int kBlockSize = 2;
+constexpr int kWorkers = 4;
+constexpr int kMaxBlocks = 6;
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "fleet_index_fuzzer: %s\n", what.c_str());
+  std::abort();
+}
+
+class Driver {
+ public:
+  Driver() : index_(Options()), scheme_(Options().hash_profile, 0) {
+    for (int w = 0; w < kWorkers; ++w) Add(w);
+  }
+
+  void Step(FuzzedDataProvider& in) {
+    const int w = in.ConsumeIntegralInRange<int>(0, kWorkers - 1);
+    switch (in.ConsumeIntegralInRange<int>(0, 7)) {
+      case 0:
+      case 1:
+      case 2:
+        return ApplyBatch(w, in);
+      case 3:
+      case 4:
+        return ApplyHashes(w, in);
+      case 5:
+        return Restart(w, in);
+      case 6:
+        return Label(w, in);
+      default:
+        return Lookup(in);
+    }
+  }
+
+  void Check(const char* after) {
+    const absl::Status s = index_.CheckInvariants();
+    if (!s.ok()) Fail(absl::StrCat("after ", after, ": ", s.ToString()));
+  }
+
+  void ClearAll() {
+    for (int w = 0; w < kWorkers; ++w)
+      index_.ClearWorker(ids_[w], ClearReason::kRestart, "");
+    Check("clearing every worker");
+    const IndexStats st = index_.Stats();
+    if (st.entries != 0 || st.blocks != 0 || st.engine_hashes != 0)
+      Fail(absl::StrCat("cleared index holds ", st.entries, " entries, ",
+                        st.blocks, " blocks, ", st.engine_hashes,
+                        " engine hashes"));
+  }
+
+ private:
+  static IndexOptions Options() {
+    IndexOptions o;
+    o.block_size = kBlockSize;
+    o.max_entries = 64;  // small, so that trimming runs too
+    o.key_lookup = true;
+    return o;
+  }
+
+  void Add(int w) {
+    ids_[w] =
+        index_.AddWorker(absl::StrCat("w", w), absl::StrCat("tcp://w", w));
+    seq_[w] = 0;
+  }
+
+  // A prompt of 1..kMaxBlocks blocks over the tokens 1..3.
+  static std::vector<Token> Prompt(FuzzedDataProvider& in) {
+    const int blocks = in.ConsumeIntegralInRange<int>(1, kMaxBlocks);
+    std::vector<Token> t(static_cast<size_t>(blocks) * kBlockSize);
+    for (Token& x : t) x = in.ConsumeIntegralInRange<Token>(1, 3);
+    return t;
+  }
+
+  std::vector<uint64_t> Keys(const std::vector<Token>& tokens,
+                             absl::string_view salt) const {
+    std::vector<uint64_t> keys(tokens.size() / kBlockSize);
+    scheme_.Chain(scheme_.Root(salt), true, tokens, kBlockSize, keys.size(),
+                  nullptr, keys.data());
+    return keys;
+  }
+
+  // `n` engine hashes: small numbers, or the rolling keys of a prompt.
+  std::vector<EngineHash> Hashes(FuzzedDataProvider& in, size_t n) {
+    std::vector<EngineHash> h;
+    if (in.ConsumeBool()) {
+      const std::vector<uint64_t> keys = Keys(Prompt(in), "");
+      h.assign(keys.begin(), keys.begin() + std::min(n, keys.size()));
+    }
+    while (h.size() < n)
+      h.push_back(in.ConsumeIntegralInRange<EngineHash>(1, 24));
+    return h;
+  }
+
+  static std::string Medium(FuzzedDataProvider& in) {
+    static const char* const kMediums[] = {"GPU", "CPU", "DISK", "CPU/LMCACHE"};
+    return kMediums[in.ConsumeIntegralInRange<int>(0, 3)];
+  }
+
+  BlockStoredEvent Store(FuzzedDataProvider& in) {
+    BlockStoredEvent e;
+    const bool root = in.ConsumeBool();
+    if (!root) e.parent_block_hash = Hashes(in, 1)[0];
+    const bool tokens = in.ConsumeIntegralInRange<int>(0, 3) != 0;
+    std::vector<Token> prompt = Prompt(in);
+    const size_t blocks = prompt.size() / kBlockSize;
+    if (root && in.ConsumeBool()) e.cache_salt = "s";
+    if (in.ConsumeBool()) e.lora_name = "a";
+    // Hashes as a vLLM engine sends them (anything), or as the index's
+    // own rolling keys, as an RFC #1527 publisher does.
+    if (root && in.ConsumeBool()) {
+      const std::vector<uint64_t> keys = Keys(prompt, e.cache_salt);
+      e.block_hashes.assign(keys.begin(), keys.end());
+    } else {
+      e.block_hashes = Hashes(in, blocks);
+    }
+    if (tokens) {
+      e.token_ids = std::move(prompt);
+      e.block_size = in.ConsumeIntegralInRange<int>(0, 15) == 0
+                         ? kBlockSize + 1  // a wrong block size: ERROR
+                         : kBlockSize;
+      if (e.block_size != kBlockSize)
+        e.token_ids.resize(blocks * e.block_size, 1);
+    } else {
+      e.block_size = in.ConsumeBool() ? kBlockSize : 0;
+    }
+    e.medium = Medium(in);
+    e.chain_blocks = in.ConsumeIntegralInRange<size_t>(0, 7) == 0
+                         ? in.ConsumeIntegralInRange<size_t>(0, blocks)
+                         : blocks;
+    e.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
+    if (e.group_idx == 1 || in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+      e.kv_cache_spec_kind =
+          in.ConsumeBool() ? "full_attention" : "sliding_window";
+      if (e.kv_cache_spec_kind == "sliding_window")
+        e.kv_cache_spec_sliding_window = in.ConsumeIntegralInRange<int>(0, 5);
+    }
+    return e;
+  }
+
+  void ApplyBatch(int w, FuzzedDataProvider& in) {
+    KvEventBatch batch;
+    batch.ts = static_cast<double>(clock_s_);
+    const int events = in.ConsumeIntegralInRange<int>(1, 3);
+    for (int i = 0; i < events; ++i) {
+      const int kind = in.ConsumeIntegralInRange<int>(0, 9);
+      if (kind < 6) {
+        batch.events.emplace_back(Store(in));
+      } else if (kind < 9) {
+        BlockRemovedEvent r;
+        r.block_hashes = Hashes(in, in.ConsumeIntegralInRange<size_t>(1, 4));
+        r.medium = Medium(in);
+        r.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
+        batch.events.emplace_back(std::move(r));
+      } else {
+        batch.events.emplace_back(AllBlocksClearedEvent{});
+      }
+    }
+    ++clock_s_;
+    index_.Apply(ids_[w], batch, seq_[w]++, Now());
+    Check("a batch");
+  }
+
+  void ApplyHashes(int w, FuzzedDataProvider& in) {
+    const int n = in.ConsumeIntegralInRange<int>(1, 3);
+    std::vector<std::vector<EngineHash>> lists(n);
+    std::vector<HashUpdate> updates(n);
+    for (int i = 0; i < n; ++i) {
+      lists[i] = Hashes(in, in.ConsumeIntegralInRange<size_t>(0, kMaxBlocks));
+      HashUpdate& u = updates[i];
+      const int op = in.ConsumeIntegralInRange<int>(0, 9);
+      u.op = op < 6   ? HashUpdate::Op::kReport
+             : op < 9 ? HashUpdate::Op::kRevoke
+                      : HashUpdate::Op::kClearTier;
+      u.medium = Medium(in);
+      u.groups = in.ConsumeIntegralInRange<uint32_t>(1, 3);
+      u.hashes = lists[i];
+    }
+    index_.ApplyHashes(ids_[w], updates);
+    Check("hash updates");
+  }
+
+  void Restart(int w, FuzzedDataProvider& in) {
+    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0:
+        index_.ClearWorker(ids_[w], ClearReason::kReplayFailed, "gap");
+        seq_[w] = 0;
+        break;
+      case 1:
+        index_.RetireWorker(ids_[w]);
+        Check("retiring a worker");
+        Add(w);
+        break;
+      case 2:
+        index_.SetState(ids_[w], WorkerState::kReplaying, "replaying");
+        break;
+      default:
+        index_.SetLastSeq(ids_[w], seq_[w]++);
+        break;
+    }
+    Check("restarting a stream");
+  }
+
+  void Label(int w, FuzzedDataProvider& in) {
+    WorkerLabels l;
+    l.hashes_are_keys = in.ConsumeBool();
+    if (in.ConsumeBool()) l.lora_name = "a";
+    if (in.ConsumeBool()) l.salt = "s";
+    if (in.ConsumeBool()) l.address = absl::StrCat("http://w", w);
+    index_.SetLabels(ids_[w], l);
+    Check("labels");
+  }
+
+  void Lookup(FuzzedDataProvider& in) {
+    const std::vector<Token> tokens = Prompt(in);
+    const bool salted = in.ConsumeBool();
+    const bool lora = in.ConsumeBool();
+    RouteQuery q;
+    q.tokens = tokens;
+    if (salted) q.cache_salt = "s";
+    if (lora) q.lora_name = "a";
+    q.filter.all_workers = in.ConsumeBool();
+    const RouteResult by_tokens = index_.Route(q);
+    CheckRoute(by_tokens, tokens.size() / kBlockSize, "Route");
+    // The same prompt by its rolling keys, as a router that hashes sends
+    // it: the same answer (keys carry no LoRA, so only without one).
+    if (!lora) {
+      const std::vector<uint64_t> keys = Keys(tokens, q.cache_salt);
+      RouteQuery k;
+      k.keys = keys;
+      k.cache_salt = q.cache_salt;
+      k.filter.all_workers = q.filter.all_workers;
+      const RouteResult by_keys = index_.Route(k);
+      CheckRoute(by_keys, keys.size(), "Route by keys");
+      if (Matched(by_keys) != Matched(by_tokens))
+        Fail("Route by keys answers otherwise than Route by tokens");
+    }
+    const std::vector<EngineHash> hashes =
+        Hashes(in, in.ConsumeIntegralInRange<size_t>(1, kMaxBlocks));
+    CheckRoute(index_.RouteEngineHashes(hashes, WorkerFilter{}), hashes.size(),
+               "RouteEngineHashes");
+    for (const HashHolding& h : index_.HashHoldings(hashes)) {
+      if (std::find(hashes.begin(), hashes.end(), h.hash) == hashes.end())
+        Fail("HashHoldings answered a hash not asked");
+    }
+  }
+
+  static std::map<std::string, uint64_t> Matched(const RouteResult& r) {
+    std::map<std::string, uint64_t> m;
+    for (const WorkerMatch& w : r.workers)
+      m[std::string(w.worker)] = w.matched_blocks;
+    return m;
+  }
+
+  static void CheckRoute(const RouteResult& r, size_t blocks,
+                         const char* what) {
+    std::set<absl::string_view> seen;
+    uint64_t last = UINT64_MAX;
+    absl::string_view best;
+    for (const WorkerMatch& m : r.workers) {
+      if (!seen.insert(m.worker).second)
+        Fail(absl::StrCat(what, " lists ", m.worker, " twice"));
+      if (m.matched_blocks > last) Fail(absl::StrCat(what, " not sorted"));
+      if (m.matched_blocks > blocks)
+        Fail(absl::StrCat(what, ": ", m.worker, " matches ", m.matched_blocks,
+                          " of ", blocks, " blocks"));
+      if (best.empty() && m.state == WorkerState::kLive && m.matched_blocks > 0)
+        best = m.worker;
+      last = m.matched_blocks;
+    }
+    if (r.best_worker != best)
+      Fail(absl::StrCat(what, ": best_worker ", r.best_worker, ", not ", best));
+  }
+
+  absl::Time Now() const { return absl::FromUnixSeconds(clock_s_); }
+
+  FleetIndex index_;
+  KeyScheme scheme_;
+  WorkerId ids_[kWorkers] = {};
+  int64_t seq_[kWorkers] = {};
+  int64_t clock_s_ = 1700000000;
+};
+
+}  // namespace
+}  // namespace prefixd
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzedDataProvider in(data, size);
+  prefixd::Driver d;
+  while (in.remaining_bytes() > 0) d.Step(in);
+  d.ClearAll();
+  return 0;
+}

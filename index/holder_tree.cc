@@ -628,6 +628,16 @@ void HolderTree::MarkTokened(WorkerId worker) {
   tokened_workers_.push_back(worker);
 }
 
+void HolderTree::Untokened(WorkerId worker) {
+  WorkerHoldings& held = holdings_[worker];
+  if (!held.tokened) return;
+  held.tokened = false;
+  const auto it =
+      std::find(tokened_workers_.begin(), tokened_workers_.end(), worker);
+  *it = tokened_workers_.back();
+  tokened_workers_.pop_back();
+}
+
 const HolderTree::Slot* HolderTree::FindHeldEngineHash(EngineHash hash,
                                                        WorkerId* hint) const {
   auto lookup = [&](WorkerId w) -> const Slot* {

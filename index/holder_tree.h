@@ -243,8 +243,9 @@ class HolderTree {
     // Erasures from `blocks` since it was made: at most its tombstones.
     uint64_t erased = 0;
     bool sweep_due = false;  // listed in sweeps_due_
-    // Has held a block of a token tree (listed in tokened_workers_): only
-    // such a worker can hold a hash outside the detached blocks' tree.
+    // Has held a block of a token tree since it was last cleared (listed in
+    // tokened_workers_): only such a worker can hold a hash outside the
+    // detached blocks' tree.
     bool tokened = false;
   };
   class KeyLookup;
@@ -320,8 +321,10 @@ class HolderTree {
   // *hint becomes a worker that holds it.
   const Slot* FindDetached(const Tree* detached, EngineHash hash,
                            WorkerId* hint) const;
-  // Lists the worker in tokened_workers_ once.
+  // Lists the worker in tokened_workers_ once; Untokened takes it off (it
+  // holds nothing: cleared).
   void MarkTokened(WorkerId worker);
+  void Untokened(WorkerId worker);
   // Whether `tree` is the detached blocks' tree.
   static bool IsDetached(const Tree& tree);
   // The detached block of `hash` in `detached` (the detached blocks'
@@ -356,8 +359,8 @@ class HolderTree {
   uint64_t entries_ = 0;
   uint64_t grown_in_place_ = 0;       // see Sizes
   std::vector<WorkerId> sweeps_due_;  // see BeginSweep
-  // Workers that have held a block of a token tree, in the order they
-  // first did (never unlisted: a listed worker is only searched in vain).
+  // Workers that have held a block of a token tree since they were last
+  // cleared (a cleared or retired worker is unlisted), in no order.
   std::vector<WorkerId> tokened_workers_;
   std::unique_ptr<KeyLookup> key_lookup_;  // null until enabled
   WideChildSets wide_;                     // see GrowthFor

@@ -57,6 +57,8 @@ class HolderTree::ClearJob : public HolderTree::Job {
       assert(std::all_of(held.medium_blocks.begin(), held.medium_blocks.end(),
                          [](uint64_t k) { return k == 0; }));
       (void)held;
+      // Holding nothing, it need not be searched for reported hashes.
+      tree_->Untokened(worker_);
     }
     return n;
   }

@@ -163,7 +163,20 @@ class HolderTree::TrimJob : public HolderTree::Job {
   }
 
  private:
-  using Leaf = std::pair<uint64_t, Node*>;  // its stamp when scanned
+  // A leaf, by its stamp when scanned, then by its first block's slot
+  // (not its address, so that the order of leaves of one age, and so what
+  // is dropped, is the same in every process).
+  struct Leaf {
+    uint64_t stamp;
+    BlockId first;
+    Node* node;
+    friend bool operator>(const Leaf& a, const Leaf& b) {
+      return a.stamp != b.stamp ? a.stamp > b.stamp : a.first > b.first;
+    }
+  };
+  static Leaf LeafOf(Node* node) {
+    return {node->stamp, node->block_ids()[0], node};
+  }
 
   // Room for a leaf per node, taken at once: growing by doubling would copy
   // (and fault in) the whole heap inside one step; reserved, each step
@@ -194,7 +207,7 @@ class HolderTree::TrimJob : public HolderTree::Job {
       }
       Node* node = (next++)->get();
       if (node->children.empty()) {
-        leaves_.push({node->stamp, node});
+        leaves_.push(LeafOf(node));
       } else {
         path_.emplace_back(node->children.begin(), node->children.end());
       }
@@ -211,10 +224,10 @@ class HolderTree::TrimJob : public HolderTree::Job {
     while (tree_->entries_ > target_ && !leaves_.empty() && dropped < max_ops) {
       const Leaf leaf = leaves_.top();
       leaves_.pop();
-      const auto [counted, tail] = TailOf(*leaf.second, max_ops - dropped);
+      const auto [counted, tail] = TailOf(*leaf.node, max_ops - dropped);
       dropped += counted;
-      Tree* tree = leaf.second->tree;
-      Node* parent = tree_->DropTail(leaf.second, tail, trimmed_);
+      Tree* tree = leaf.node->tree;
+      Node* parent = tree_->DropTail(leaf.node, tail, trimmed_);
       if (parent == nullptr) {
         if (tree_->entries_ > target_) leaves_.push(leaf);  // what is left
         continue;
@@ -224,7 +237,7 @@ class HolderTree::TrimJob : public HolderTree::Job {
       // (not counted: they held no entry).
       parent = tree_->PruneEmptyTail(parent);
       if (!parent->is_root() && parent->children.empty()) {
-        leaves_.push({parent->stamp, parent});
+        leaves_.push(LeafOf(parent));
       } else if (parent->is_root() && parent->children.empty()) {
         empty_trees.push_back(tree->ns);
       }

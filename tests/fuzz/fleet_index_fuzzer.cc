@@ -3,10 +3,10 @@
 // with tokens, stores of keys alone, removals, AllBlocksCleared, a wrong
 // block size, LoRA, salts, mediums, KV-cache groups), hash reports of
 // SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
-// hashes that are the index's own keys), streams cleared and workers retired
-// and added back. Hashes and tokens come from small sets, and some hashes
-// are a prompt's rolling keys, so that stores, reports and lookups meet on
-// the same blocks.
+// hashes that are the index's own keys, KV-cache group rules), streams
+// cleared and workers retired and added back. Hashes and tokens come from
+// small sets, and some hashes are a prompt's rolling keys, so that stores,
+// reports and lookups meet on the same blocks.
 //
 // Input (FuzzedDataProvider): steps until the input ends, each a selector
 // and its operands (see Step).
@@ -20,9 +20,11 @@
 //
 // `make fuzz` runs it on tests/fuzz/corpus/fleet_index_fuzzer.
 //
-// Trimming drops leaves of equal age in the order of their addresses, so a
-// finding that involves max_entries may not replay in another process.
+// A finding may not replay in another process when it involves a trim
+// after a clear: clears free slots in the order of a hash map that absl
+// seeds per process, and trims order leaves of one age by their slots.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +39,7 @@
 #include "fuzzer/FuzzedDataProvider.h"
 #include "index/events.h"
 #include "index/fleet_index.h"
+#include "index/group_rules.h"
 #include "index/keys.h"
 
 namespace prefixd {
@@ -252,6 +255,17 @@ class Driver {
     if (in.ConsumeBool()) l.address = absl::StrCat("http://w", w);
     index_.SetLabels(ids_[w], l);
     Check("labels");
+    if (in.ConsumeBool()) {  // group rules its registration declares
+      std::array<GroupRule, kMaxGroups> rules;
+      for (int g = 0; g < 3; ++g) {
+        rules[g].kind =
+            static_cast<GroupKind>(in.ConsumeIntegralInRange<int>(0, 4));
+        if (rules[g].kind == GroupKind::kSlidingWindow)
+          rules[g].window_blocks = in.ConsumeIntegralInRange<uint32_t>(1, 3);
+      }
+      index_.SetGroupRules(ids_[w], rules);
+      Check("group rules");
+    }
   }
 
   void Lookup(FuzzedDataProvider& in) {

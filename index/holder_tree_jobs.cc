@@ -163,9 +163,9 @@ class HolderTree::TrimJob : public HolderTree::Job {
   }
 
  private:
-  // A leaf, by its stamp when scanned, then by its first block's slot
-  // (not its address, so that the order of leaves of one age, and so what
-  // is dropped, is the same in every process).
+  // A leaf, by its stamp when scanned, then by its first block's slot (not
+  // its address, which the allocator picks: slots follow the index's own
+  // operations).
   struct Leaf {
     uint64_t stamp;
     BlockId first;

@@ -238,6 +238,30 @@ TEST_F(FleetIndexTest, AChainThatRepeatsAHashHoldsItsLastBlock) {
   EXPECT_EQ(index_.Stats().blocks, 0u);
 }
 
+// A store longer than a slice goes in slices, each chained to the last
+// block of the one before by that block's hash. When that hash repeats an
+// earlier block's, it names the later block (the last one mapped), so the
+// next slice still hangs below it.
+TEST_F(FleetIndexTest, ASliceBoundaryOnARepeatedHashKeepsTheChain) {
+  const size_t n = FleetIndex::kSliceBlocks + 8;
+  BlockStoredEvent ev;
+  for (size_t b = 0; b < n; ++b) {
+    ev.block_hashes.push_back(1000 + b);
+    for (Token t : BlockTokens(static_cast<Token>(b + 1)))
+      ev.token_ids.push_back(t);
+  }
+  ev.block_hashes[FleetIndex::kSliceBlocks - 1] = 1007;  // block 7's too
+  ev.block_size = kBs;
+  ev.chain_blocks = n;
+  Apply(w0_, {ev});
+  EXPECT_GE(FleetIndexTestPeer::HoldStatsOf(index_).yields, 1u);  // sliced
+  // Every block but block 7, which lost the worker to its hash's repeat.
+  EXPECT_EQ(index_.Stats().entries, n - 1);
+  EXPECT_EQ(index_.Stats().blocks, n);
+  EXPECT_EQ(
+      index_.Stats().dropped[static_cast<int>(DropReason::kUnknownParent)], 0u);
+}
+
 // A store whose parent the worker reported by its hash alone (a detached
 // block: no tokens say what it holds) cannot be placed: its blocks are
 // dropped as of an unknown parent, and the detached block stays one that

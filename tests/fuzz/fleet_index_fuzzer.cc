@@ -8,8 +8,9 @@
 // small sets, and some hashes are a prompt's rolling keys, so that stores,
 // reports and lookups meet on the same blocks.
 //
-// Input (FuzzedDataProvider): steps until the input ends, each a selector
-// and its operands (see Step).
+// Input (FuzzedDataProvider): whether max_entries is small enough for
+// trims, then steps until the input ends, each a selector and its operands
+// (see Step).
 //
 // Checked after every step: FleetIndex::CheckInvariants. Every Route answer
 // lists a worker at most once, sorted by matched blocks, none past the
@@ -56,7 +57,10 @@ constexpr int kMaxBlocks = 6;
 
 class Driver {
  public:
-  Driver() : index_(Options()), scheme_(Options().hash_profile, 0) {
+  // max_entries small (trims run all the time) or out of reach (the trees
+  // grow).
+  explicit Driver(bool trims)
+      : index_(Options(trims)), scheme_(Options(trims).hash_profile, 0) {
     for (int w = 0; w < kWorkers; ++w) Add(w);
   }
 
@@ -96,10 +100,10 @@ class Driver {
   }
 
  private:
-  static IndexOptions Options() {
+  static IndexOptions Options(bool trims) {
     IndexOptions o;
     o.block_size = kBlockSize;
-    o.max_entries = 64;  // small, so that trimming runs too
+    o.max_entries = trims ? 64 : 1 << 20;
     o.key_lookup = true;
     return o;
   }
@@ -343,7 +347,7 @@ class Driver {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  prefixd::Driver d;
+  prefixd::Driver d(in.ConsumeBool());
   while (in.remaining_bytes() > 0) d.Step(in);
   d.ClearAll();
   return 0;

@@ -116,9 +116,10 @@ def fleet_index_seeds():
     seeds = {"random_%d" % i: bytes(rng.randrange(256) for _ in range(n))
              for i, n in enumerate([32, 128, 512, 2048])}
     # One store whose four blocks carry one hash: before the fix, moving the
-    # hash off a block pruned the chain's blocks not yet held.
+    # hash off a block pruned the chain's blocks not yet held. (The last
+    # byte, read first, asks for a small max_entries.)
     seeds["regression-repeated-hash"] = bytes.fromhex(
-        "2f4a3b000000000000000000000000000760001543a5000a000a")
+        "2f4a3b000000000000000000000000000760001543a5000a000a01")
     return seeds
 
 

@@ -262,6 +262,30 @@ TEST_F(FleetIndexTest, ASliceBoundaryOnARepeatedHashKeepsTheChain) {
       index_.Stats().dropped[static_cast<int>(DropReason::kUnknownParent)], 0u);
 }
 
+// A report whose hashes another worker stored with tokens moves the
+// reporter's hold of them off its detached blocks; when that empties the
+// detached blocks' tree, the tree goes, and a later hash of the same report
+// that nobody holds must start a new one. Before, the report kept using
+// the freed tree (a heap-use-after-free under ASan; found by
+// fleet_index_fuzzer).
+TEST_F(FleetIndexTest, AReportThatEmptiesTheDetachedTreeStartsANewOne) {
+  const std::vector<Token> path = {1, 2};
+  const EngineHash x = ChainHash({1}), y = ChainHash({1, 2}), z = 99;
+  HashUpdate u;
+  u.hashes = absl::MakeConstSpan(&y, 1);
+  index_.ApplyHashes(w0_, {u});    // w0: y, detached
+  Apply(w1_, {Stored({}, path)});  // w1: x and y, with tokens
+  const std::vector<EngineHash> report = {x, y, z};
+  u.hashes = report;
+  index_.ApplyHashes(w0_, {u});
+  const absl::Status invariants = index_.CheckInvariants();
+  ASSERT_TRUE(invariants.ok()) << invariants;
+  EXPECT_EQ(Route(path)["w0"], 2u);  // x and y where w1 holds them
+  const std::vector<HashHolding> held = index_.HashHoldings({z});
+  ASSERT_EQ(held.size(), 1u);  // z, detached
+  EXPECT_EQ(held[0].worker, "w0");
+}
+
 // A store whose parent the worker reported by its hash alone (a detached
 // block: no tokens say what it holds) cannot be placed: its blocks are
 // dropped as of an unknown parent, and the detached block stays one that

@@ -678,17 +678,22 @@ void HolderTree::StoreHashes(WorkerId worker,
   assert(group >= 0 && group < kMaxGroups);
   const uint32_t holder = PackHolder(worker, group, MediumId(medium));
   WorkerId hint = worker;
-  Tree* detached = FindTree(std::string(kDetachedNamespace));  // null: none yet
+  const std::string detached_ns(kDetachedNamespace);
   for (EngineHash hash : hashes) {
     const Slot* found = FindHeldEngineHash(hash, &hint);
-    if (found == nullptr) found = FindDetached(detached, hash, &hint);
+    // Looked up per hash, not once: a Hold can move the worker's hold of a
+    // hash off its detached block and so drop the detached blocks' tree.
+    Tree* detached = nullptr;
+    if (found == nullptr) {
+      detached = FindTree(detached_ns);  // null: none yet
+      found = FindDetached(detached, hash, &hint);
+    }
     uint32_t slot;
     if (found != nullptr) {
       slot = static_cast<uint32_t>(found->node->block_ids()[found->pos]);
-      if (found->node->tree != detached) MarkTokened(worker);
+      if (!IsDetached(*found->node->tree)) MarkTokened(worker);
     } else {
-      if (detached == nullptr)
-        detached = GetOrCreateTree(std::string(kDetachedNamespace));
+      if (detached == nullptr) detached = GetOrCreateTree(detached_ns);
       slot = DetachedSlot(detached, hash, stamp);
     }
     Hold(worker, holder, slot, hash);

@@ -104,8 +104,11 @@ ABSL_FLAG(std::string, route_by, "tokens",
           "the prompt's rolling keys, untimed, as Dynamo's issuer hands its "
           "lookup block hashes; the index keeps its lookup by key)");
 ABSL_FLAG(int, event_threads, 1,
-          "threads applying event batches (FleetIndex::Apply serializes "
-          "them; more than 1 only adds contention)");
+          "threads decoding and applying event batches, each its own "
+          "contiguous group of workers, as prefixd's ingest has a thread "
+          "per source: decoding runs in parallel, FleetIndex::Apply one "
+          "at a time (on 2 cores, 2 threads reach about 1.4x the block "
+          "ops/s of 1)");
 ABSL_FLAG(bool, sequential_check, true,
           "before the timed run, replay the schedule in order on one thread "
           "and check Route answers and payloads (see --check_every)");

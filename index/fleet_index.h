@@ -76,8 +76,10 @@ class FleetIndex final : public KvIndex {
   absl::Status CheckInvariants() const;
 
   // The block operations (a block stored, removed, cleared or trimmed) one
-  // hold of mu_ may do before the change lets readers in.
-  static constexpr size_t kSliceBlocks = 4096;
+  // hold of mu_ may do before the change lets readers in: tens of
+  // microseconds, so that a Route waits for a slice, not for a batch of a
+  // few hundred blocks (docs/performance.md, "Slices of 64").
+  static constexpr size_t kSliceBlocks = 64;
   // The most block operations one hold of mu_ did, and how many times a
   // change released mu_ between slices (for tests: FleetIndexTestPeer).
   struct HoldStats {

@@ -996,11 +996,6 @@ TEST(FleetIndexRandom, ReportsBesideStoresKeepTheInvariants) {
   EXPECT_EQ(index.Stats().blocks, 0u);
 }
 
-// A chain of 200k identical blocks stored, removed in reverse, trimmed by
-// max_entries and cleared: no hold of the lock does more than
-// kSliceBlocks blocks' worth, and between slices a Route runs, sees the
-// chain's worker between before and after, the other worker untouched,
-// and the tree passes its invariants; the counts end exact.
 // Route by rolling keys looks up the block that starts each edge of the
 // match and then compares the edge's slots' keys (HolderTree::ScoreKeys):
 // whatever the tree's shape (edges split by later stores, blocks removed
@@ -1059,9 +1054,22 @@ TEST(FleetIndexKeysTest, RouteByKeysAgreesWithRouteByTokens) {
   EXPECT_GT(deep, 100);  // the prompts do match across edges
 }
 
+// A chain of 200 slices' worth of identical blocks stored, removed in
+// reverse, trimmed by max_entries and cleared: no hold of the lock does
+// more than kSliceBlocks blocks' worth, and between slices a Route runs,
+// sees the chain's worker between before and after, the other worker
+// untouched, and the tree passes its invariants; the counts end exact.
 class FleetIndexSlicesTest : public ::testing::Test {
  protected:
-  static constexpr size_t kChain = 200000;
+  static constexpr size_t kChain = 200 * FleetIndex::kSliceBlocks;
+  // A max_entries bound the chain passes, and what a trim leaves of it
+  // (99 % of the bound).
+  static constexpr size_t kBound = kChain / 4;
+  static constexpr size_t kTrimmed = kBound - kBound / 100;
+  // The releases of the lock between the full slices of a pass over the
+  // chain.
+  static constexpr int kReleases =
+      static_cast<int>(kChain / FleetIndex::kSliceBlocks) - 1;
 
   explicit FleetIndexSlicesTest(uint64_t max_entries = 10000000)
       : index_(IndexOptions{kBs, max_entries}) {
@@ -1159,7 +1167,7 @@ TEST_F(FleetIndexSlicesTest, ATiersClearLetsRoutesIn) {
   ASSERT_EQ(HeldByW("CPU"), kChain);
   slices_ = 0;
   ApplyHashes(HashUpdate::Op::kClearTier, {}, "GPU");
-  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_GE(slices_, kReleases);
   // As one pass over the worker's map leaves it: the blocks held in CPU
   // only, every hash still naming one.
   EXPECT_EQ(HeldByW("GPU"), 0u);
@@ -1194,7 +1202,7 @@ TEST_F(FleetIndexSlicesTest, BuildingTheKeyLookupLetsRoutesIn) {
   WorkerLabels labels;
   labels.hashes_are_keys = true;
   index_.SetLabels(w_, labels);
-  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_GE(slices_, kReleases);
   EXPECT_LE(FleetIndexTestPeer::HoldStatsOf(index_).max_blocks,
             FleetIndex::kSliceBlocks);
   ASSERT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
@@ -1202,9 +1210,8 @@ TEST_F(FleetIndexSlicesTest, BuildingTheKeyLookupLetsRoutesIn) {
 }
 
 TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
-  const int per_pass = static_cast<int>(kChain / FleetIndex::kSliceBlocks);
   Apply(chain_);
-  EXPECT_GE(slices_, per_pass);
+  EXPECT_GE(slices_, kReleases);
   EXPECT_EQ(HeldByW(), kChain);
   EXPECT_EQ(index_.Stats().entries, kChain + 2);
   EXPECT_EQ(Matched(), std::make_pair(uint64_t{64}, uint64_t{2}));
@@ -1214,14 +1221,14 @@ TEST_F(FleetIndexSlicesTest, StoreRemoveAndClearOfALongChainLetRoutesIn) {
   for (size_t b = kChain; b-- > 0;) reverse.block_hashes.push_back(1000 + b);
   slices_ = 0;
   Apply(reverse);
-  EXPECT_GE(slices_, per_pass);
+  EXPECT_GE(slices_, kReleases);
   EXPECT_EQ(HeldByW(), 0u);
   EXPECT_EQ(index_.Stats().entries, 2u);
 
   Apply(chain_);
   slices_ = 0;
   Apply(AllBlocksClearedEvent{});
-  EXPECT_GE(slices_, per_pass);
+  EXPECT_GE(slices_, kReleases);
   EXPECT_EQ(HeldByW(), 0u);
   EXPECT_EQ(index_.Stats().entries, 2u);
   EXPECT_EQ(Matched(), std::make_pair(uint64_t{0}, uint64_t{2}));
@@ -1308,7 +1315,7 @@ TEST(FleetIndexGrowthTest, DetachedHashesGrowTheirRootsSetAside) {
 
 class FleetIndexTrimSlicesTest : public FleetIndexSlicesTest {
  protected:
-  FleetIndexTrimSlicesTest() : FleetIndexSlicesTest(50000) {}
+  FleetIndexTrimSlicesTest() : FleetIndexSlicesTest(kBound) {}
 };
 
 TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
@@ -1316,31 +1323,31 @@ TEST_F(FleetIndexTrimSlicesTest, MaxEntriesTrimsALongChainInSlices) {
   // Trimmed to 99% of the bound, the least recent leaf first: the chain's
   // tail (the Routes between slices keep the other worker's blocks
   // recent).
-  EXPECT_EQ(index_.Stats().entries, 49500u);
+  EXPECT_EQ(index_.Stats().entries, kTrimmed);
   EXPECT_EQ(HeldByW() + 2, index_.Stats().entries);
   const uint64_t dropped =
       index_.Stats().dropped[static_cast<int>(DropReason::kMaxEntries)];
   EXPECT_EQ(dropped, kChain + 2 - index_.Stats().entries);
-  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_GE(slices_, kReleases);
 }
 
 TEST_F(FleetIndexTrimSlicesTest, SweepingAStaleMapLetsRoutesIn) {
-  // max_entries leaves 49,498 of the worker's 200k blocks: its map names
-  // 200k, and its next new hash has the map swept.
+  // max_entries leaves kTrimmed - 2 of the worker's kChain blocks: its map
+  // names kChain, and its next new hash has the map swept.
   Apply(chain_);
   ASSERT_EQ(index_.Stats().engine_hashes, kChain + 2);
   slices_ = 0;
   Apply(Stored({}, {5}));
-  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_GE(slices_, kReleases);
   // As one sweep leaves it: a hash per block held, nothing else.
   const IndexStats stats = index_.Stats();
-  EXPECT_EQ(stats.entries, 49501u);
+  EXPECT_EQ(stats.entries, kTrimmed + 1);
   EXPECT_EQ(stats.engine_hashes, stats.entries);
   EXPECT_EQ(HeldByW() + 2, stats.entries);
 }
 
 // Reported hashes nobody stored with tokens are blocks of their own, each
-// a leaf: 200k of them fill the index to its bound, and one more starts a
+// a leaf: kChain of them fill the index to its bound, and one more starts a
 // trim whose scan visits them all.
 class FleetIndexTrimScanTest : public FleetIndexSlicesTest {
  protected:
@@ -1354,7 +1361,7 @@ TEST_F(FleetIndexTrimScanTest, TheScanForLeavesLetsRoutesIn) {
   slices_ = 0;
   const EngineHash one_more = 7;
   ApplyHashes(HashUpdate::Op::kReport, {&one_more, 1});
-  EXPECT_GE(slices_, static_cast<int>(kChain / FleetIndex::kSliceBlocks));
+  EXPECT_GE(slices_, kReleases);
   // Trimmed to 99% of the bound, the least recent leaves first: the
   // reported blocks (the Routes between slices keep the other worker's
   // recent), and not the newest one.

@@ -1066,6 +1066,10 @@ class FleetIndexSlicesTest : public ::testing::Test {
   // (99 % of the bound).
   static constexpr size_t kBound = kChain / 4;
   static constexpr size_t kTrimmed = kBound - kBound / 100;
+  // SweepingAStaleMapLetsRoutesIn needs a map HolderTree sweeps: 4,096
+  // hashes or more, over twice the blocks held after the trim.
+  static_assert(kChain >= 4096 && kChain > 2 * kBound,
+                "a chain too short for the sweep");
   // The releases of the lock between the full slices of a pass over the
   // chain.
   static constexpr int kReleases =

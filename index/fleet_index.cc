@@ -583,12 +583,15 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
   };
   absl::InlinedVector<Scored, 32> order;
   const bool unmatched = filter.all_workers || !filter.workers.empty();
+  // With nothing named, Passes is only the retired test.
+  const bool narrowed = !filter.workers.empty() || !filter.tenant.empty() ||
+                        !filter.model.empty() || !filter.instance.empty();
   const size_t num_workers = workers_.size();
   for (WorkerId id = 0; id < num_workers; ++id) {
     const uint32_t blocks = scores.Usable(id);
     if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
-    if (!Passes(filter, w)) continue;
+    if (narrowed ? !Passes(filter, w) : w.retired) continue;
     order.push_back({(uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank, &w});
   }
   std::sort(order.begin(), order.end(),

@@ -1054,6 +1054,48 @@ TEST(FleetIndexKeysTest, RouteByKeysAgreesWithRouteByTokens) {
   EXPECT_GT(deep, 100);  // the prompts do match across edges
 }
 
+// A rolling key hangs on the salt, not on the LoRA adapter, so the same
+// tokens under two adapters have the same keys in two trees: the lookup by
+// key hashes the key alone, and must still find each namespace's own.
+TEST(FleetIndexKeysTest, EqualKeysInTwoNamespacesFindEachTheirOwn) {
+  IndexOptions o{kBs, 1000000};
+  o.key_lookup = true;
+  FleetIndex index(o);
+  const WorkerId a = index.AddWorker("a", "tcp://a:1");
+  const WorkerId b = index.AddWorker("b", "tcp://b:1");
+  const auto store = [&](WorkerId w, const char* lora,
+                         const std::vector<Token>& blocks) {
+    KvEventBatch batch;
+    BlockStoredEvent ev = Stored({}, blocks);
+    ev.lora_name = lora;
+    batch.events.push_back(ev);
+    index.Apply(w, batch, static_cast<int64_t>(w) + 1, absl::Now());
+  };
+  store(a, "x", {1, 2, 3});
+  store(b, "y", {1, 2});
+  ASSERT_TRUE(index.CheckInvariants().ok()) << index.CheckInvariants();
+  const KeyScheme scheme(o.hash_profile, o.hash_seed);
+  const std::vector<Token> tokens = Prompt({1, 2, 3});
+  std::vector<uint64_t> keys(3);
+  scheme.Chain(scheme.Root(""), true, tokens, kBs, keys.size(), nullptr,
+               keys.data());
+  const auto matched = [&](const char* lora) {
+    RouteQuery q;
+    q.keys = keys;
+    q.lora_name = lora;
+    q.filter.all_workers = true;
+    std::map<std::string, uint64_t> out;
+    for (const WorkerMatch& m : index.Route(q).workers)
+      out[std::string(m.worker)] = m.matched_blocks;
+    return out;
+  };
+  EXPECT_EQ(matched("x"),
+            (std::map<std::string, uint64_t>{{"a", 3}, {"b", 0}}));
+  EXPECT_EQ(matched("y"),
+            (std::map<std::string, uint64_t>{{"a", 0}, {"b", 2}}));
+  EXPECT_EQ(matched(""), (std::map<std::string, uint64_t>{{"a", 0}, {"b", 0}}));
+}
+
 // A chain of 200 slices' worth of identical blocks stored, removed in
 // reverse, trimmed by max_entries and cleared: no hold of the lock does
 // more than kSliceBlocks blocks' worth, and between slices a Route runs,

@@ -115,7 +115,12 @@ void HolderTree::Growth::Build() {
   if (keys_to_ > 0) {
     keys_ = std::make_unique<KeyLookup>(tree_);
     keys_->Reserve(keys_to_);
-    keys_->InsertAll(*tree_->key_lookup_);
+    // Once the lookup's build job is over it holds every slot in a tree.
+    if (tree_->key_lookup_next_ == SIZE_MAX) {
+      keys_->InsertLive();
+    } else {
+      keys_->InsertAll(*tree_->key_lookup_);
+    }
   }
   for (const std::unique_ptr<ChildCopy>& copy : children_) {
     copy->set.reserve(copy->reserve);
@@ -204,8 +209,6 @@ const HolderTree::Slot* HolderTree::Resolve(SlotRef ref) const {
   const Slot& s = slots_[ref.slot];
   return s.node != nullptr && s.gen == ref.gen ? &s : nullptr;
 }
-
-uint64_t HolderTree::KeyOf(const Slot& s) const { return s.key; }
 
 uint8_t HolderTree::MediumId(absl::string_view medium) {
   const int known = FindMedium(medium);

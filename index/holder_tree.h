@@ -268,7 +268,6 @@ class HolderTree {
   // The slot `ref` names if it is still the block the worker stored.
   Slot* Resolve(SlotRef ref);
   const Slot* Resolve(SlotRef ref) const;
-  uint64_t KeyOf(const Slot& s) const;
   Tree* GetOrCreateTree(const std::string& key);
   Tree* FindTree(const std::string& key) const;
   // Where a store starts: after `*used` blocks of the returned node, or

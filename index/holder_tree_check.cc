@@ -49,7 +49,7 @@ absl::Status HolderTree::CheckNode(const Node& n, Tally* tally) const {
                                               ids[k], " names another place"));
     }
     if (key_lookup_ != nullptr && ids[k] < key_lookup_next_) {
-      if (key_lookup_->Find(n.tree, KeyOf(s)) != static_cast<int64_t>(ids[k]))
+      if (key_lookup_->Find(n.tree, s.key) != static_cast<int64_t>(ids[k]))
         return absl::InternalError(absl::StrCat("tree ", n.tree->ns, ": slot ",
                                                 ids[k],
                                                 " is not found by its key"));

@@ -29,7 +29,12 @@ static_assert(HolderTree::kMaxEdgeBlocks <= UINT16_MAX + 1,
               "a slot's place in its edge is 16 bits");
 
 // The live slots, found by (tree, key): a set of slot ids whose hash and
-// equality read the key from the slot, so an entry costs 4 bytes.
+// equality read the key from the slot, so an entry costs 4 bytes. The hash
+// is of the key alone (a rolling key is itself a hash of its prefix), so
+// that hashing an entry reads one slot, not its node too: a rehash, or the
+// copy a Growth makes, costs one read per entry rather than two dependent
+// ones. Equal keys in two namespaces' trees share a hash and are told apart
+// by equality, which compares the key before the node's tree.
 class HolderTree::KeyLookup {
  public:
   struct Probe {
@@ -40,12 +45,9 @@ class HolderTree::KeyLookup {
     using is_transparent = void;
     const HolderTree* owner;
     size_t operator()(uint32_t slot) const {
-      const Slot& s = owner->slots_[slot];
-      return absl::HashOf(s.node->tree, owner->KeyOf(s));
+      return absl::HashOf(owner->slots_[slot].key);
     }
-    size_t operator()(const Probe& p) const {
-      return absl::HashOf(p.tree, p.key);
-    }
+    size_t operator()(const Probe& p) const { return absl::HashOf(p.key); }
   };
   struct Eq {
     using is_transparent = void;
@@ -53,7 +55,7 @@ class HolderTree::KeyLookup {
     bool operator()(uint32_t a, uint32_t b) const { return a == b; }
     bool operator()(uint32_t slot, const Probe& p) const {
       const Slot& s = owner->slots_[slot];
-      return s.node->tree == p.tree && owner->KeyOf(s) == p.key;
+      return s.key == p.key && s.node->tree == p.tree;
     }
     bool operator()(const Probe& p, uint32_t slot) const {
       return (*this)(slot, p);
@@ -61,7 +63,7 @@ class HolderTree::KeyLookup {
   };
 
   explicit KeyLookup(const HolderTree* owner)
-      : slots_(0, Hash{owner}, Eq{owner}) {}
+      : owner_(owner), slots_(0, Hash{owner}, Eq{owner}) {}
   void Reserve(size_t slots) { slots_.reserve(slots); }
   // True if the set rehashed to make room.
   bool Insert(uint32_t slot) {
@@ -74,6 +76,14 @@ class HolderTree::KeyLookup {
   void InsertAll(const KeyLookup& from) {
     slots_.insert(from.slots_.begin(), from.slots_.end());
   }
+  // Adds every slot in a tree, read in slot order: what a complete lookup
+  // holds, without visiting its entries in their scattered order.
+  void InsertLive() {
+    for (size_t id = 0; id < owner_->slots_.size(); ++id) {
+      if (owner_->slots_[id].node != nullptr)
+        slots_.insert(static_cast<uint32_t>(id));
+    }
+  }
   // The slot of `key` in `tree`, or -1.
   int64_t Find(const Tree* tree, uint64_t key) const {
     auto it = slots_.find(Probe{tree, key});
@@ -85,6 +95,7 @@ class HolderTree::KeyLookup {
   uint64_t erased() const { return erased_; }
 
  private:
+  const HolderTree* const owner_;
   absl::flat_hash_set<uint32_t, Hash, Eq> slots_;
   uint64_t erased_ = 0;
 };

@@ -113,24 +113,23 @@ void HolderTree::ScoreKeys(absl::Span<const uint64_t> keys,
                            PrefixScorer* scorer) const {
   const Tree* tree = FindTree(ns);
   if (tree == nullptr || key_lookup_ == nullptr) return;
-  const Node* node = nullptr;
-  size_t pos = 0;  // block b - 1's place in node's edge
+  absl::Span<const BlockId> edge;  // the blocks of the edge matched into
+  size_t pos = 0;                  // block b - 1's place in it
   for (uint32_t b = 0; b < keys.size(); ++b) {
     const Slot* s;
-    if (node != nullptr && pos + 1 < node->num_blocks()) {
-      s = &slots_[node->block_ids()[++pos]];
-      if (KeyOf(*s) != keys[b]) return;
+    if (pos + 1 < edge.size()) {
+      s = &slots_[edge[++pos]];
+      if (s->key != keys[b]) return;
     } else {
       const int64_t id = key_lookup_->Find(tree, keys[b]);
       if (id < 0) return;
       s = &slots_[static_cast<uint32_t>(id)];
-      node = s->node;
       pos = s->pos;
-      Stamp(node, stamp);
-      const auto ids = node->block_ids();
-      const size_t ahead = std::min(ids.size() - pos, keys.size() - b);
+      Stamp(s->node, stamp);
+      edge = s->node->block_ids();
+      const size_t ahead = std::min(edge.size() - pos, keys.size() - b);
       for (size_t k = 1; k < ahead; ++k)
-        __builtin_prefetch(&slots_[ids[pos + k]]);
+        __builtin_prefetch(&slots_[edge[pos + k]]);
     }
     if (!scorer->Block(b, s->holders)) return;
   }

@@ -18,7 +18,7 @@ PrefixScorer::PrefixScorer(size_t workers, size_t mediums,
   }
 }
 
-bool PrefixScorer::Block(uint32_t b, absl::Span<const uint32_t> holders) {
+bool PrefixScorer::Changed(uint32_t b, absl::Span<const uint32_t> holders) {
   if (hybrid_.empty()) return PlainBlock(b, holders);
   bool advanced = false;
   for (uint32_t h : holders) {
@@ -41,12 +41,8 @@ bool PrefixScorer::Block(uint32_t b, absl::Span<const uint32_t> holders) {
 // Block when no worker is hybrid (the usual fleet): each holder only
 // extends its worker's runs. A run reads b after block b - 1 only if b - 1
 // advanced it, so block b with b - 1's holders advances exactly the runs
-// that b - 1 did: counted in repeats_ until the holders change.
+// that b - 1 did: counted in repeats_ (by Block) until the holders change.
 bool PrefixScorer::PlainBlock(uint32_t b, absl::Span<const uint32_t> holders) {
-  if (last_advanced_ && holders == last_holders_) {
-    ++repeats_;
-    return true;
-  }
   FlushRepeats();
   last_holders_ = holders;
   full_b_ = b;

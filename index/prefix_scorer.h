@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -59,12 +60,23 @@ class PrefixScorer {
                RouteScores* out);
 
   // Block b's holders (b = 0, 1, ... in order). False once no worker can
-  // gain from a later block.
-  bool Block(uint32_t b, absl::Span<const uint32_t> holders);
+  // gain from a later block. Inline for the usual block: the one before's
+  // holders again, which is only counted.
+  bool Block(uint32_t b, absl::Span<const uint32_t> holders) {
+    if (last_advanced_ && holders.size() == last_holders_.size() &&
+        std::memcmp(holders.data(), last_holders_.data(),
+                    holders.size() * sizeof(uint32_t)) == 0) {
+      ++repeats_;
+      return true;
+    }
+    return Changed(b, holders);
+  }
   // After the last block.
   void Finish();
 
  private:
+  // Block when its holders are not the last plain block's.
+  bool Changed(uint32_t b, absl::Span<const uint32_t> holders);
   bool PlainBlock(uint32_t b, absl::Span<const uint32_t> holders);
   // Moves the runs that the last plain block advanced on by the blocks
   // repeated since.
@@ -81,7 +93,8 @@ class PrefixScorer {
   std::vector<uint32_t> seen_at_;    // the last block that touched it
   absl::InlinedVector<int32_t, 8> touched_;
   // Plain blocks: the last one passed over the holders (block full_b_),
-  // whether it advanced a run, and how many blocks since had its holders.
+  // whether it advanced a run (never set when a worker is hybrid), and how
+  // many blocks since had its holders.
   absl::Span<const uint32_t> last_holders_;
   uint32_t full_b_ = 0;
   bool last_advanced_ = false;

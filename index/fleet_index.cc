@@ -571,17 +571,15 @@ bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
 }
 
 // The workers asked for (by default those with a matched block), most
-// matched blocks first, then by name: sorted by one integer each (blocks,
-// then the name's rank in the registry), then written out in order, which
-// is cheaper than sorting the answers or comparing names.
+// matched blocks first, then by name: sorted as one integer each (blocks,
+// then the name's rank in the registry, which names the worker), then
+// written out in order, which is cheaper than sorting the answers or
+// comparing names.
 RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
                                  const RouteScores& scores,
                                  absl::Time now) const {
-  struct Scored {
-    uint64_t order;  // fewer blocks, then a later name: larger
-    const WorkerRecord* worker;
-  };
-  absl::InlinedVector<Scored, 32> order;
+  // Per worker: fewer blocks, then a later name, is larger.
+  absl::InlinedVector<uint64_t, 32> order;
   const bool unmatched = filter.all_workers || !filter.workers.empty();
   // With nothing named, Passes is only the retired test.
   const bool narrowed = !filter.workers.empty() || !filter.tenant.empty() ||
@@ -592,16 +590,15 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     if (blocks == 0 && !unmatched) continue;
     const WorkerRecord& w = workers_.Get(id);
     if (narrowed ? !Passes(filter, w) : w.retired) continue;
-    order.push_back({(uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank, &w});
+    order.push_back((uint64_t{UINT32_MAX - blocks} << 32) | w.name_rank);
   }
-  std::sort(order.begin(), order.end(),
-            [](const Scored& a, const Scored& b) { return a.order < b.order; });
+  std::sort(order.begin(), order.end());
   const int64_t now_ns = absl::ToUnixNanos(now);
   RouteResult result;
   result.prompt_blocks = scores.prompt_blocks;
   result.workers.resize(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
-    const WorkerRecord& w = *order[i].worker;
+    const WorkerRecord& w = workers_.ByRank(static_cast<uint32_t>(order[i]));
     WorkerMatch& m = result.workers[i];
     m.worker = w.name;
     m.matched_blocks = scores.Usable(w.id);

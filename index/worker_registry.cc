@@ -36,10 +36,11 @@ WorkerRecord& WorkerRegistry::Add(absl::string_view name,
   ids_[w->name] = w->id;
   // A name between others moves theirs up by one: O(workers) integers,
   // and O(log workers) name comparisons.
-  const auto at =
-      std::lower_bound(sorted_names_.begin(), sorted_names_.end(), w->name);
-  w->name_rank = static_cast<uint32_t>(at - sorted_names_.begin());
-  sorted_names_.insert(at, w->name);
+  const auto at = std::lower_bound(
+      by_name_.begin(), by_name_.end(), w->name,
+      [](const WorkerRecord* r, const std::string& n) { return r->name < n; });
+  w->name_rank = static_cast<uint32_t>(at - by_name_.begin());
+  by_name_.insert(at, w.get());
   for (const auto& other : workers_) {
     if (other->name_rank >= w->name_rank) ++other->name_rank;
   }

@@ -63,6 +63,8 @@ class WorkerRegistry {
   WorkerRecord& Add(absl::string_view name, absl::string_view endpoint);
   WorkerRecord& Get(WorkerId id) { return *workers_[id]; }
   const WorkerRecord& Get(WorkerId id) const { return *workers_[id]; }
+  // The worker whose name is `rank`-th in order (WorkerRecord::name_rank).
+  const WorkerRecord& ByRank(uint32_t rank) const { return *by_name_[rank]; }
   // The worker named `name`, retired or not; null if never added.
   const WorkerRecord* Find(absl::string_view name) const;
   // Ids run from 0 to size() - 1, retired ones included.
@@ -81,7 +83,7 @@ class WorkerRegistry {
  private:
   std::vector<std::unique_ptr<WorkerRecord>> workers_;
   absl::flat_hash_map<std::string, WorkerId> ids_;
-  std::vector<absl::string_view> sorted_names_;  // the records' names
+  std::vector<const WorkerRecord*> by_name_;  // the records, in name order
   DropCounts dropped_ = {};
 };
 

@@ -1056,7 +1056,7 @@ TEST(FleetIndexKeysTest, RouteByKeysAgreesWithRouteByTokens) {
 
 // A rolling key hangs on the salt, not on the LoRA adapter, so the same
 // tokens under two adapters have the same keys in two trees: the lookup by
-// key hashes the key alone, and must still find each namespace's own.
+// key must find each namespace's own.
 TEST(FleetIndexKeysTest, EqualKeysInTwoNamespacesFindEachTheirOwn) {
   IndexOptions o{kBs, 1000000};
   o.key_lookup = true;

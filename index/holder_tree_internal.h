@@ -30,11 +30,10 @@ static_assert(HolderTree::kMaxEdgeBlocks <= UINT16_MAX + 1,
 
 // The live slots, found by (tree, key): a set of slot ids whose hash and
 // equality read the key from the slot, so an entry costs 4 bytes. The hash
-// is of the key alone (a rolling key is itself a hash of its prefix), so
-// that hashing an entry reads one slot, not its node too: a rehash, or the
-// copy a Growth makes, costs one read per entry rather than two dependent
-// ones. Equal keys in two namespaces' trees share a hash and are told apart
-// by equality, which compares the key before the node's tree.
+// is of the tree and the key: the same tokens under many LoRA adapters have
+// the same rolling keys (a key depends on the salt, not on the adapter), and
+// hashed alone they would pile up behind one hash. Equality compares the
+// key, which it reads from the slot it hashed, before the node's tree.
 class HolderTree::KeyLookup {
  public:
   struct Probe {
@@ -45,9 +44,12 @@ class HolderTree::KeyLookup {
     using is_transparent = void;
     const HolderTree* owner;
     size_t operator()(uint32_t slot) const {
-      return absl::HashOf(owner->slots_[slot].key);
+      const Slot& s = owner->slots_[slot];
+      return absl::HashOf(s.node->tree, s.key);
     }
-    size_t operator()(const Probe& p) const { return absl::HashOf(p.key); }
+    size_t operator()(const Probe& p) const {
+      return absl::HashOf(p.tree, p.key);
+    }
   };
   struct Eq {
     using is_transparent = void;
@@ -77,7 +79,8 @@ class HolderTree::KeyLookup {
     slots_.insert(from.slots_.begin(), from.slots_.end());
   }
   // Adds every slot in a tree, read in slot order: what a complete lookup
-  // holds, without visiting its entries in their scattered order.
+  // holds, without visiting its entries in their scattered order (the
+  // slots are read in sequence, and only their nodes at random).
   void InsertLive() {
     for (size_t id = 0; id < owner_->slots_.size(); ++id) {
       if (owner_->slots_[id].node != nullptr)

@@ -581,9 +581,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
   // Per worker: fewer blocks, then a later name, is larger.
   absl::InlinedVector<uint64_t, 32> order;
   const bool unmatched = filter.all_workers || !filter.workers.empty();
-  // With nothing named, Passes is only the retired test.
-  const bool narrowed = !filter.workers.empty() || !filter.tenant.empty() ||
-                        !filter.model.empty() || !filter.instance.empty();
+  const bool narrowed = !filter.NamesNothing();
   const size_t num_workers = workers_.size();
   for (WorkerId id = 0; id < num_workers; ++id) {
     const uint32_t blocks = scores.Usable(id);

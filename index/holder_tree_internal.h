@@ -65,7 +65,7 @@ class HolderTree::KeyLookup {
   };
 
   explicit KeyLookup(const HolderTree* owner)
-      : owner_(owner), slots_(0, Hash{owner}, Eq{owner}) {}
+      : slots_(0, Hash{owner}, Eq{owner}) {}
   void Reserve(size_t slots) { slots_.reserve(slots); }
   // True if the set rehashed to make room.
   bool Insert(uint32_t slot) {
@@ -82,8 +82,9 @@ class HolderTree::KeyLookup {
   // holds, without visiting its entries in their scattered order (the
   // slots are read in sequence, and only their nodes at random).
   void InsertLive() {
-    for (size_t id = 0; id < owner_->slots_.size(); ++id) {
-      if (owner_->slots_[id].node != nullptr)
+    const HolderTree* owner = slots_.hash_function().owner;
+    for (size_t id = 0; id < owner->slots_.size(); ++id) {
+      if (owner->slots_[id].node != nullptr)
         slots_.insert(static_cast<uint32_t>(id));
     }
   }
@@ -98,7 +99,6 @@ class HolderTree::KeyLookup {
   uint64_t erased() const { return erased_; }
 
  private:
-  const HolderTree* const owner_;
   absl::flat_hash_set<uint32_t, Hash, Eq> slots_;
   uint64_t erased_ = 0;
 };

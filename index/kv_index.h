@@ -103,6 +103,12 @@ struct WorkerFilter {
   absl::string_view model;           // by label; a worker without one matches
   absl::string_view instance;        // by label (or name)
   bool all_workers = false;          // list those with no matched block too
+
+  // True if it names no worker and no label: only retired workers fail it.
+  bool NamesNothing() const {
+    return workers.empty() && tenant.empty() && model.empty() &&
+           instance.empty();
+  }
 };
 
 struct RouteQuery {

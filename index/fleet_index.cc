@@ -120,6 +120,8 @@ void FleetIndex::GrowAside(WorkerId id, size_t inserts) {
   mu_.Lock();
   growth->Adopt();
   ++hold_stats_.grown_aside;
+  hold_stats_.largest_key_copy = std::max<uint64_t>(
+      hold_stats_.largest_key_copy, growth->largest_key_copy());
   // The tables replaced are out of every Route's reach: freed unlocked.
   mu_.Unlock();
   growth.reset();

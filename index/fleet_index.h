@@ -89,6 +89,9 @@ class FleetIndex final : public KvIndex {
     // inside one all the same (HolderTree::Sizes::grown_in_place).
     uint64_t grown_aside = 0;
     uint64_t grown_in_place = 0;
+    // The most entries one growth copied into a set of the lookup by key
+    // (HolderTree::KeyLookup: a set, not the whole lookup).
+    uint64_t largest_key_copy = 0;
   };
 
  private:

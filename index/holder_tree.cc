@@ -57,24 +57,32 @@ std::unique_ptr<HolderTree::Growth> HolderTree::GrowthFor(WorkerId worker,
                                                           size_t inserts) {
   const WorkerHoldings& held = holdings_[worker];
   size_t blocks_to = 0;
-  size_t keys_to = 0;
   if (MayRehash(held.blocks.size(), held.blocks.capacity(), held.erased,
                 inserts)) {
     blocks_to = 2 * held.blocks.size() + inserts;
   }
-  if (key_lookup_ != nullptr &&
-      MayRehash(key_lookup_->size(), key_lookup_->capacity(),
-                key_lookup_->erased(), inserts)) {
-    keys_to = 2 * key_lookup_->size() + inserts;
+  std::vector<std::unique_ptr<Growth::KeyCopy>> keys;
+  if (key_lookup_ != nullptr) {
+    for (const KeyLookup::Due& due : key_lookup_->DueFor(inserts))
+      keys.push_back(std::make_unique<Growth::KeyCopy>(due));
   }
   // A store adds at most one child per block to a node, and one more where
   // it splits an edge (the head replaces the edge in its parent's set).
   std::vector<WideChildSets::Due> children;
   if (!wide_.empty()) children = wide_.DueFor(inserts + 1);
-  if (blocks_to == 0 && keys_to == 0 && children.empty()) return nullptr;
-  return std::unique_ptr<Growth>(
-      new Growth(this, worker, blocks_to, keys_to, std::move(children)));
+  if (blocks_to == 0 && keys.empty() && children.empty()) return nullptr;
+  return std::unique_ptr<Growth>(new Growth(
+      this, worker, blocks_to, std::move(keys), std::move(children)));
 }
+
+// A set of the lookup by key and its copy: until Adopt the copy, after it
+// the set it replaced.
+struct HolderTree::Growth::KeyCopy {
+  explicit KeyCopy(KeyLookup::Due due) : due(due) {}
+
+  const KeyLookup::Due due;
+  KeyLookup::Set set;
+};
 
 // A copy of a node's child set that owns nothing: until Adopt its pointers
 // alias the node's children, after it they are the set it replaced, whose
@@ -97,9 +105,12 @@ struct HolderTree::Growth::ChildCopy {
 };
 
 HolderTree::Growth::Growth(HolderTree* tree, WorkerId worker, size_t blocks_to,
-                           size_t keys_to,
+                           std::vector<std::unique_ptr<KeyCopy>> keys,
                            std::vector<WideChildSets::Due> children)
-    : tree_(tree), worker_(worker), blocks_to_(blocks_to), keys_to_(keys_to) {
+    : tree_(tree),
+      worker_(worker),
+      blocks_to_(blocks_to),
+      keys_(std::move(keys)) {
   for (const WideChildSets::Due& due : children)
     children_.push_back(std::make_unique<ChildCopy>(due));
 }
@@ -112,16 +123,8 @@ void HolderTree::Growth::Build() {
     blocks_.reserve(blocks_to_);
     blocks_.insert(blocks.begin(), blocks.end());
   }
-  if (keys_to_ > 0) {
-    keys_ = std::make_unique<KeyLookup>(tree_);
-    keys_->Reserve(keys_to_);
-    // Once the lookup's build job is over it holds every slot in a tree.
-    if (tree_->key_lookup_next_ == SIZE_MAX) {
-      keys_->InsertLive();
-    } else {
-      keys_->InsertAll(*tree_->key_lookup_);
-    }
-  }
+  for (const std::unique_ptr<KeyCopy>& copy : keys_)
+    copy->set = tree_->key_lookup_->CopyOf(copy->due);
   for (const std::unique_ptr<ChildCopy>& copy : children_) {
     copy->set.reserve(copy->reserve);
     for (const std::unique_ptr<Node>& child : copy->node->children)
@@ -135,11 +138,19 @@ void HolderTree::Growth::Adopt() {
     held.blocks.swap(blocks_);
     held.erased = 0;
   }
-  if (keys_to_ > 0) tree_->key_lookup_.swap(keys_);
+  for (const std::unique_ptr<KeyCopy>& copy : keys_)
+    tree_->key_lookup_->Replace(copy->due.shard, &copy->set);
   for (const std::unique_ptr<ChildCopy>& copy : children_) {
     copy->node->children.swap(copy->set);
     tree_->wide_.Rebuilt(copy->node);
   }
+}
+
+size_t HolderTree::Growth::largest_key_copy() const {
+  size_t most = 0;
+  for (const std::unique_ptr<KeyCopy>& copy : keys_)
+    most = std::max(most, copy->set.size());
+  return most;
 }
 
 // --- Structural edits ------------------------------------------------------
@@ -530,10 +541,8 @@ void HolderTree::AttachNew(Node* node, absl::Span<const Token> fingerprints,
       slots_[static_cast<uint32_t>(ids[k])].key = keys[k];
     if (key_lookup_ != nullptr) {
       for (size_t k = done; k < done + take; ++k) {
-        if (key_lookup_->Insert(static_cast<uint32_t>(ids[k])) &&
-            key_lookup_->size() > kGrowAsideFrom) {
+        if (key_lookup_->Insert(static_cast<uint32_t>(ids[k])))
           ++grown_in_place_;
-        }
       }
     }
     done += take;

@@ -380,19 +380,22 @@ class HolderTree::Growth {
   void Build();
   // Puts the copies in the tables' place. REQUIRES: Build.
   void Adopt();
+  // The most entries Build copied into one set of the lookup by key.
+  size_t largest_key_copy() const;
 
  private:
   friend class HolderTree;
+  struct KeyCopy;
   struct ChildCopy;
-  Growth(HolderTree* tree, WorkerId worker, size_t blocks_to, size_t keys_to,
+  Growth(HolderTree* tree, WorkerId worker, size_t blocks_to,
+         std::vector<std::unique_ptr<KeyCopy>> keys,
          std::vector<WideChildSets::Due> children);
 
   HolderTree* const tree_;
   const WorkerId worker_;
   const size_t blocks_to_;  // the engine-hash map's new size; 0: kept
-  const size_t keys_to_;    // the key lookup's
   absl::flat_hash_map<EngineHash, SlotRef> blocks_;
-  std::unique_ptr<KeyLookup> keys_;
+  std::vector<std::unique_ptr<KeyCopy>> keys_;  // the lookup's sets due
   std::vector<std::unique_ptr<ChildCopy>> children_;
 };
 

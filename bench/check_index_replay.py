@@ -37,7 +37,7 @@ def expect(cond, what, proc=None):
 def check_passing_run(binary):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "r.json")
-        p = run(binary, SMALL + ["--json=" + path])
+        p = run(binary, SMALL + ["--json=" + path, "--decode_floor_every=1"])
         expect(p.returncode == 0, "the small replay exits 0", p)
         expect("exactness: PASS" in p.stdout, "the small replay passes", p)
         with open(path) as f:
@@ -60,6 +60,21 @@ def check_passing_run(binary):
            r["final_check"]["mismatches"] == 0, "JSON: 100 final Routes")
     expect(r["achieved_block_ops_per_sec"] > 0 and
            r["query_service"]["p50_ns"] > 0, "JSON: rates and latencies")
+    # The decode floor, of every batch: each batch's stored and removed
+    # blocks counted once, a time per block for both parses, the ceiling
+    # the corpus's block ops over the parse's time on the machine's cores.
+    f = r["decode_floor"]
+    expect(f["batches"] == t["batches"] and
+           f["blocks"] == t["stored_blocks"] + t["removed_blocks"],
+           "JSON: the decode floor parsed every batch's blocks")
+    expect(f["parse_ns_per_block"] > 0 and f["decode_ns_per_block"] > 0,
+           "JSON: the decode floor timed both parses")
+    ceiling = t["block_ops"] / (f["blocks"] * f["parse_ns_per_block"] * 1e-9
+                                / f["cores"])
+    expect(abs(f["parse_ceiling_block_ops_per_sec"] - ceiling) <= 1e-6 * ceiling,
+           "JSON: the ceiling is block ops / (blocks x parse ns / cores)")
+    expect("msgpack::parse, a visitor that keeps nothing" in p.stdout,
+           "the decode floor is printed", p)
 
 
 def check_failing_run(binary):
@@ -85,7 +100,8 @@ def check_flags(binary):
                "%s: exit 2 naming %r" % (" ".join(args), message), p)
     p = run(binary, ["--help"])
     for flag in ("--window_ms", "--duplication", "--length_factor",
-                 "--workers", "--json", "--trace_dir"):
+                 "--workers", "--json", "--trace_dir",
+                 "--decode_floor_every"):
         expect(flag in p.stdout + p.stderr, "--help lists " + flag, p)
 
 

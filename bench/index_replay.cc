@@ -34,6 +34,9 @@
 //     compared with the workers' caches at that point, and every
 //     --check_every-th payload with EncodeEventBatch's bytes.
 //
+// --decode_floor_every=N also measures, before the replay, how much of the
+// event thread's decoding is msgpack-cxx's parse itself (bench/decode_floor.h).
+//
 //   index_replay [--trace=conversation] [--window_ms=60000] [--json=FILE]
 #include <malloc.h>
 #include <time.h>
@@ -44,6 +47,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +68,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "bench/bench_util.h"
+#include "bench/decode_floor.h"
 #include "bench/fleet_checks.h"
 #include "bench/fleet_workload.h"
 #include "bench/trace.h"
@@ -115,6 +120,11 @@ ABSL_FLAG(bool, sequential_check, true,
 ABSL_FLAG(uint64_t, check_every, 1,
           "the sequential check compares every Nth Route answer and every "
           "Nth payload");
+ABSL_FLAG(uint64_t, decode_floor_every, 0,
+          "before the replay, parse every N-th batch's payload with msgpack "
+          "alone (a visitor that keeps nothing) and with DecodeEventBatch, "
+          "and report both per block and the block ops/s the parse alone "
+          "would allow on this machine's cores; 0: not measured");
 ABSL_FLAG(uint64_t, final_checks, 2000,
           "Routes checked against the engines' final caches after the drain");
 ABSL_FLAG(std::string, json, "",
@@ -585,6 +595,7 @@ struct Config {
   bool sequential = true;
   uint64_t check_every = 1;
   uint64_t final_checks = 0;
+  uint64_t decode_floor_every = 0;  // 0: not measured
   std::string json;
   int64_t drop_batch = -1;
   bool route_by_keys = false;
@@ -636,6 +647,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.check_every = absl::GetFlag(FLAGS_check_every);
   if (c.check_every < 1) return Bad("check_every", "0", "must be >= 1");
   c.final_checks = absl::GetFlag(FLAGS_final_checks);
+  c.decode_floor_every = absl::GetFlag(FLAGS_decode_floor_every);
   c.json = absl::GetFlag(FLAGS_json);
   c.drop_batch = absl::GetFlag(FLAGS_drop_batch);
   const std::string route_by = absl::GetFlag(FLAGS_route_by);
@@ -812,6 +824,42 @@ nlohmann::json ResultJson(const Config& c, const FleetWorkload& w,
   return j;
 }
 
+void PrintDecodeFloor(const WorkloadTotals& t, const DecodeFloor& f,
+                      uint64_t every) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  std::printf(
+      "\ndecode floor: 1 batch in %llu, %llu batches, %llu stored and "
+      "removed blocks, %.1f payload bytes per block (thread CPU)\n",
+      (unsigned long long)every, (unsigned long long)f.batches,
+      (unsigned long long)f.blocks,
+      f.blocks == 0 ? 0.0
+                    : static_cast<double>(f.payload_bytes) /
+                          static_cast<double>(f.blocks));
+  std::printf(
+      "  msgpack::parse, a visitor that keeps nothing  %.0f ns per block\n",
+      f.ParseNsPerBlock());
+  std::printf(
+      "  DecodeEventBatch                              %.0f ns per block\n",
+      f.DecodeNsPerBlock());
+  std::printf(
+      "  the parse alone on %u core(s), doing nothing else, allows at most "
+      "%s block ops/s of this corpus\n",
+      cores, Millions(f.CeilingBlockOps(t, cores)).c_str());
+}
+
+nlohmann::json DecodeFloorJson(const WorkloadTotals& t, const DecodeFloor& f,
+                               uint64_t every) {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return {{"every", every},
+          {"batches", f.batches},
+          {"blocks", f.blocks},
+          {"payload_bytes", f.payload_bytes},
+          {"parse_ns_per_block", f.ParseNsPerBlock()},
+          {"decode_ns_per_block", f.DecodeNsPerBlock()},
+          {"cores", cores},
+          {"parse_ceiling_block_ops_per_sec", f.CeilingBlockOps(t, cores)}};
+}
+
 void WriteJson(const std::string& path, const nlohmann::json& j) {
   const std::string text = j.dump(2) + "\n";
   if (path == "-") {
@@ -864,6 +912,12 @@ int Run() {
   std::vector<std::string> failures;
   const std::unique_ptr<SequentialCheckResult> seq =
       SequentialCheck(c, w, schedule, &failures);
+  std::optional<DecodeFloor> floor;
+  if (c.decode_floor_every > 0) {
+    Progress("measuring the decode floor");
+    floor = MeasureDecodeFloor(w, c.decode_floor_every);
+    if (!floor->all_decoded) failures.push_back("a payload did not decode");
+  }
 
   Progress("timed replay");
   malloc_trim(0);  // as Dynamo: the preparation's free pages go back first
@@ -879,13 +933,19 @@ int Run() {
   Summary s = Summarize(schedule, replay, c.window_ns);
   s.process_cpu = cpu;
   PrintSummary(c, w.totals(), s, final_check);
+  if (floor) PrintDecodeFloor(w.totals(), *floor, c.decode_floor_every);
   std::printf("\nexactness: %s\n",
               failures.empty() ? "PASS (IDs, per-worker FIFO, index state, "
                                  "Route answers)"
                                : "FAIL");
   for (const std::string& f : failures) std::printf("  %s\n", f.c_str());
   if (!c.json.empty()) {
-    WriteJson(c.json, ResultJson(c, w, s, final_check, seq.get(), failures));
+    nlohmann::json j = ResultJson(c, w, s, final_check, seq.get(), failures);
+    if (floor) {
+      j["decode_floor"] =
+          DecodeFloorJson(w.totals(), *floor, c.decode_floor_every);
+    }
+    WriteJson(c.json, j);
   }
   return failures.empty() ? 0 : 1;
 }

@@ -556,8 +556,21 @@ void HolderTree::Remove(WorkerId worker, const BlockRemovedEvent& ev) {
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
   WorkerHoldings& held = holdings_[worker];
-  for (EngineHash hash : ev.block_hashes) {
-    auto it = held.blocks.find(hash);
+  // The map's entry is asked for kMapAhead hashes ahead and the slot it
+  // names kSlotAhead ahead (by then the entry has arrived), so that the
+  // misses overlap.
+  const absl::Span<const EngineHash> hashes = ev.block_hashes;
+  for (size_t i = 0; i < std::min(kMapAhead, hashes.size()); ++i)
+    held.blocks.prefetch(hashes[i]);
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (i + kMapAhead < hashes.size())
+      held.blocks.prefetch(hashes[i + kMapAhead]);
+    if (i + kSlotAhead < hashes.size()) {
+      auto ahead = held.blocks.find(hashes[i + kSlotAhead]);
+      if (ahead != held.blocks.end())
+        __builtin_prefetch(&slots_[ahead->second.slot]);
+    }
+    auto it = held.blocks.find(hashes[i]);
     if (it == held.blocks.end()) continue;
     const SlotRef ref = it->second;
     Slot* s = Resolve(ref);

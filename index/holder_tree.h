@@ -227,6 +227,11 @@ class HolderTree {
   absl::Status CheckInvariants() const;
 
  private:
+  // How far ahead a removal asks for the worker's map entries of its
+  // hashes, and for the slots they name: the map and the slots are far
+  // larger than the caches, and read at random (Remove).
+  static constexpr size_t kMapAhead = 8;
+  static constexpr size_t kSlotAhead = 4;
   struct Slot;
   struct Tally;
   // A block of a worker's holdings: its slot, while the slot's generation

@@ -45,6 +45,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(ServerConfig config) {
   std::unique_ptr<Daemon> daemon(new Daemon());
   ServerDeps deps;
   deps.observer = daemon->metrics_.get();
+  // SERVING once the HTTP listeners are up too (StartHttp).
+  deps.serve_later = true;
   absl::Status s = daemon->Restore(config, deps);
   if (s.ok()) s = daemon->StartServer(std::move(config), std::move(deps));
   if (!s.ok()) return Prefixed("cannot start", s);
@@ -64,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(ServerConfig config) {
   if (daemon->restored_) {
     DiscardConsumedSnapshot(daemon->server_->config().snapshot_path);
   }
+  daemon->server_->Serve();
   return daemon;
 }
 

@@ -110,7 +110,8 @@ Server::Server(ServerConfig config, ServerDeps deps, uint64_t epoch)
       cache_(std::move(deps.cache)),
       authorizer_(std::move(deps.authorizer)),
       observer_(deps.observer),
-      extra_services_(std::move(deps.extra_services)) {}
+      extra_services_(std::move(deps.extra_services)),
+      serve_later_(deps.serve_later) {}
 
 absl::Status Server::ReloadPrincipals(const v1::Config& config) {
   RETURN_IF_ERROR(authorizer_->Reload(config));
@@ -193,6 +194,9 @@ absl::Status Server::StartGrpc() {
         "could not listen on every address of [", absl::StrJoin(uris, ", "),
         "]: one is in use or not bindable (gRPC logged which above)"));
   }
+  // gRPC's health service starts with the server as a whole ("") SERVING:
+  // not until Serve.
+  grpc_server_->GetHealthCheckService()->SetServingStatus("", false);
   for (size_t i = 0; i < config_.listen.size(); ++i) {
     const ListenAddress& a = config_.listen[i];
     if (a.kind == ListenAddress::Kind::kUnix) {
@@ -208,8 +212,8 @@ absl::Status Server::StartGrpc() {
   return absl::OkStatus();
 }
 
-// Once the listeners serve: the index's ingestion, health SERVING, lease
-// expiry.
+// Once the listeners serve: the index's ingestion, lease expiry, and
+// health SERVING unless the owner says when (serve_later).
 absl::Status Server::StartBackground() {
   if (index_ != nullptr) {
     if (absl::Status s = StartIngest(); !s.ok()) {
@@ -227,16 +231,23 @@ absl::Status Server::StartBackground() {
       }
       engine_scraper_ = *std::move(scraper);
     }
-    grpc_server_->GetHealthCheckService()->SetServingStatus(kIndexServiceName,
-                                                            true);
-    grpc_server_->GetHealthCheckService()->SetServingStatus(
-        kKvIndexerServiceName, true);
   }
-  grpc_server_->GetHealthCheckService()->SetServingStatus(kServiceName, true);
   lease_expirer_ = std::make_unique<PeriodicThread>(
       config_.expire_interval,
       [cache = cache_.get()] { cache->ExpireLeases(); });
+  if (!serve_later_) Serve();
   return absl::OkStatus();
+}
+
+void Server::Serve() {
+  grpc::HealthCheckServiceInterface* health =
+      grpc_server_->GetHealthCheckService();
+  if (index_ != nullptr) {
+    health->SetServingStatus(kIndexServiceName, true);
+    health->SetServingStatus(kKvIndexerServiceName, true);
+  }
+  health->SetServingStatus(kServiceName, true);
+  health->SetServingStatus("", true);
 }
 
 absl::Status Server::StartIngest() {

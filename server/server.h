@@ -56,15 +56,22 @@ struct ServerDeps {
   // More services on the same listeners and threads: the benchmarks' bare
   // baseline RPC (bench/load). Not owned; must outlive the Server.
   std::vector<grpc::Service*> extra_services;
+  // Health stays NOT_SERVING until the owner calls Server::Serve: for an
+  // owner with more listeners to start first (Daemon's HTTP ones), so that
+  // a probe that sees SERVING finds every front door open.
+  bool serve_later = false;
 };
 
 // Thread safety: every method may be called from any thread.
 class Server {
  public:
   // Binds every listen address and starts serving; health is SERVING when
-  // this returns. Errors name the address or setting at fault.
+  // this returns (unless deps.serve_later). Errors name the address or
+  // setting at fault.
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerConfig config,
                                                        ServerDeps deps = {});
+  // Health SERVING, for the services this server runs.
+  void Serve();
   // Shuts down if that has not happened yet.
   ~Server();
   Server(const Server&) = delete;
@@ -128,6 +135,7 @@ class Server {
   std::unique_ptr<Authorizer> authorizer_;
   RpcObserver* const observer_;
   const std::vector<grpc::Service*> extra_services_;
+  const bool serve_later_;  // ServerDeps::serve_later
   std::unique_ptr<EventWatchers> watchers_;
   std::unique_ptr<PrefixCacheService> service_;
   std::unique_ptr<FleetIndex> fleet_index_;

@@ -820,6 +820,27 @@ TEST(ServerTest, SecondServerOnALiveUnixSocketFails) {
   std::filesystem::remove_all(dir);
 }
 
+// A server started with serve_later (as Daemon starts it, its HTTP
+// listeners still to open) answers NOT_SERVING until Serve.
+TEST(ServerTest, ServeLaterHoldsHealthUntilServe) {
+  CommandLine flags;
+  flags.listen = {"127.0.0.1:0"};
+  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+  ASSERT_TRUE(config.ok()) << config.status();
+  ServerDeps deps;
+  deps.serve_later = true;
+  absl::StatusOr<std::unique_ptr<Server>> server =
+      Server::Start(*config, std::move(deps));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<Client> client = Client::FromChannel(grpc::CreateChannel(
+      (*server)->addresses()[0], grpc::InsecureChannelCredentials()));
+  EXPECT_EQ(client->Health().value_or(HealthStatus::kUnknown),
+            HealthStatus::kNotServing);
+  (*server)->Serve();
+  EXPECT_EQ(client->Health().value_or(HealthStatus::kUnknown),
+            HealthStatus::kServing);
+}
+
 TEST(ServerTest, SecondServerOnABoundTcpPortFails) {
   CommandLine flags;
   flags.listen = {"127.0.0.1:0"};

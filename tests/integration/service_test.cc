@@ -820,12 +820,17 @@ TEST(ServerTest, SecondServerOnALiveUnixSocketFails) {
   std::filesystem::remove_all(dir);
 }
 
+// A config that serves on a loopback TCP port the system picks.
+absl::StatusOr<ServerConfig> LoopbackConfig() {
+  CommandLine flags;
+  flags.listen = {"127.0.0.1:0"};
+  return LoadServerConfig(flags);
+}
+
 // A server started with serve_later (as Daemon starts it, its HTTP
 // listeners still to open) answers NOT_SERVING until Serve.
 TEST(ServerTest, ServeLaterHoldsHealthUntilServe) {
-  CommandLine flags;
-  flags.listen = {"127.0.0.1:0"};
-  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+  absl::StatusOr<ServerConfig> config = LoopbackConfig();
   ASSERT_TRUE(config.ok()) << config.status();
   ServerDeps deps;
   deps.serve_later = true;
@@ -858,9 +863,7 @@ TEST(ServerTest, SecondServerOnABoundTcpPortFails) {
 }
 
 TEST(ServerTest, EpochIsRandomUnlessRestored) {
-  CommandLine flags;
-  flags.listen = {"127.0.0.1:0"};
-  absl::StatusOr<ServerConfig> config = LoadServerConfig(flags);
+  absl::StatusOr<ServerConfig> config = LoopbackConfig();
   ASSERT_TRUE(config.ok()) << config.status();
   ServerDeps deps;
   deps.epoch = 0x1234;

@@ -303,18 +303,11 @@ int64_t Picker::ClockMs(const PickQuery& query, absl::Time now) const {
   return std::max(query.replay_time_ms, replay_ms_);
 }
 
-void Picker::Record(const PickCandidate& chosen, uint64_t blocks,
-                    int64_t now_ms, PromptKeys& keys) {
-  const uint64_t held = std::min<uint64_t>(chosen.matched_blocks, blocks);
+void Picker::Record(const PickCandidate& chosen, int64_t now_ms,
+                    PromptKeys& keys) {
   const uint64_t tag = WorkerTag(chosen.worker);
-  // What its events report needs no prediction (and what was predicted of
-  // it is confirmed); the rest of the prompt is predicted from there.
-  if (held > 0 && predicted_.size() > 0)
-    predicted_.Confirm(tag, absl::MakeConstSpan(keys.Get()).subspan(0, held));
-  if (held < blocks) {
-    predicted_.Add(tag, absl::MakeConstSpan(keys.Get()).subspan(held),
-                   now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));
-  }
+  predicted_.Add(tag, keys.Get(),
+                 now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));
   window_.Add(chosen.worker, now_ms, chosen.prefill_tokens);
 }
 
@@ -362,7 +355,7 @@ absl::StatusOr<PickResult> Picker::Pick(const PickQuery& query,
   result.worker = result.ranked.front().worker;
   if (query.dry_run) return result;
   result.decision_id = next_decision_.fetch_add(1, std::memory_order_relaxed);
-  Record(result.ranked.front(), blocks, now_ms, keys);
+  Record(result.ranked.front(), now_ms, keys);
   if (options_.replay_clock) replay_ms_ = now_ms;
   return result;
 }

@@ -24,9 +24,6 @@ TEST(PredictedHoldsTest, RunsAreLeadingAndPerWorker) {
   EXPECT_EQ(holds.Run(1, keys, 1, 500), 2u);
   EXPECT_EQ(holds.Run(2, keys, 0, 500), 0u);   // another worker holds none
   EXPECT_EQ(holds.Run(1, keys, 0, 1000), 0u);  // lapsed at its expiry
-  holds.Confirm(1, absl::MakeConstSpan(keys).subspan(0, 1));
-  EXPECT_EQ(holds.Run(1, keys, 0, 500), 0u);
-  EXPECT_EQ(holds.Run(1, keys, 1, 500), 2u);
 }
 
 TEST(PredictedHoldsTest, ExtendedEntriesOutliveTheirFirstExpiry) {

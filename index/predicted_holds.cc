@@ -33,13 +33,6 @@ size_t PredictedHolds::Run(uint64_t worker, absl::Span<const uint64_t> keys,
   return i - from;
 }
 
-void PredictedHolds::Confirm(uint64_t worker, absl::Span<const uint64_t> keys) {
-  if (expiry_.empty()) return;
-  // Their queue entries stay until they lapse or are popped; they find
-  // nothing then.
-  for (uint64_t key : keys) expiry_.erase(Slot(worker, key));
-}
-
 void PredictedHolds::Expire(int64_t now_ms) {
   while (!order_.empty() && order_.front().expiry_ms <= now_ms) PopFront();
 }

@@ -34,8 +34,6 @@ class PredictedHolds {
   // predicted to hold at now_ms.
   size_t Run(uint64_t worker, absl::Span<const uint64_t> keys, size_t from,
              int64_t now_ms) const;
-  // Forgets `worker`'s entries for `keys`: its events report them now.
-  void Confirm(uint64_t worker, absl::Span<const uint64_t> keys);
   // Drops the entries that lapsed by now_ms.
   void Expire(int64_t now_ms);
 

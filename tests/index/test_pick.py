@@ -20,7 +20,8 @@ Checks: ties (fewer in flight, then the affinity winner, then the name),
 a cold prompt (no candidate holds anything: the affinity winner, stable
 whatever the candidates' order, kept when another candidate leaves), tier
 credits, predicted blocks (seen by a sibling, never by Route, extended,
-confirmed by the engine's events, lapsing after the TTL), the window load
+confirmed by the engine's events, kept when the engine evicts them before
+it runs the prompt, lapsing after the TTL), the window load
 (counted per pick, lapsing), the churn term (each pick's prefill tokens
 within the churn window), loads from the request, PickBatch (each item
 sees the ones before it; a bad item fails alone), a worker leaving
@@ -86,6 +87,7 @@ class Engine:
         self.next_hash += blocks
         self.pub.publish([kvp.block_stored(hashes, None, tokens[:blocks * BS], BS,
                                            medium=medium)])
+        return hashes
 
 
 class Test(common.Checker):
@@ -277,6 +279,24 @@ class Test(common.Checker):
                          what="after the TTL only the confirmed blocks count")
         return eng
 
+    def evicted(self):
+        # e2 holds 3 of the prompt's 6 blocks when Pick sends it there, then
+        # evicts them before it runs the prompt: it computes them again, so
+        # a sibling still sees all 6 predicted on e2 (not 0: were the 3 the
+        # events reported dropped from the prediction, none would lead).
+        p = prompt(1100, 6)
+        eng = self.engines[2]
+        hashes = eng.store(p, 3)
+        self.wait_live("e2's store of 3 blocks is applied")
+        r = self.pick(p, candidates=["e2"])
+        self.check(r.worker == "e2" and r.ranked[0].matched_blocks == 3,
+                   "a pick sends the prompt to e2, which holds 3 of its blocks", r.ranked)
+        eng.pub.publish([kvp.block_removed(hashes)])
+        self.wait_live("e2's removal of the 3 blocks is applied")
+        r = self.pick(p, dry_run=True)
+        self.costs_agree(r, p, {}, {"e2": 6},
+                         what="blocks evicted before the prompt runs stay predicted")
+
     def tiers(self):
         # e1 holds 4 blocks on CPU then 2 more on GPU? No: a CPU run of 4
         # and a GPU run of 2 (the first 2 on both): GPU 2 x 1 + CPU 2 x 0.5.
@@ -453,6 +473,7 @@ class Test(common.Checker):
         self.ties()
         p, winner = self.cold()
         self.predicted(p, winner)
+        self.evicted()
         self.tiers()
         self.loads()
         self.batch()

@@ -1,10 +1,12 @@
-// PredictedHolds: blocks a Pick sent to a worker that its events have not
-// reported yet (docs/index.md, "Pick"). A prompt picked for a worker is
-// computed there within a few hundred milliseconds, but its BlockStored
-// events arrive later; until they do, a sibling prompt would not see the
-// worker holds its prefix and could be sent elsewhere. Each entry says
-// "worker W holds the block with rolling key K until time T"; Route never
-// reports them, only Pick counts them.
+// PredictedHolds: the blocks of the prompts Pick sent to a worker
+// (docs/index.md, "Pick"). A prompt picked for a worker is computed there
+// within a few hundred milliseconds, but its BlockStored events arrive
+// later; until they do, a sibling prompt would not see the worker holds its
+// prefix and could be sent elsewhere. Each entry says "worker W holds the
+// block with rolling key K until time T", for every block of the prompt,
+// those the worker's events report too (it may evict one before it runs
+// the prompt, and then computes it again). Route never reports them; Pick
+// counts them beyond the blocks the events report.
 //
 // Memory: at most max_entries entries (about 40 bytes each with the
 // expiry queue); past it the oldest go first.

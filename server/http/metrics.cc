@@ -415,8 +415,8 @@ std::vector<MetricFamily> PickMetricFamilies(const Picker::Counts& counts) {
            "runs do not).",
            MetricType::Counter, static_cast<double>(counts.picks));
   AddGauge(&out, "prefixd_index_pick_predicted_blocks",
-           "(worker, block) pairs Pick predicts a worker holds until its "
-           "events say so or index.pick.predicted_ttl lapses.",
+           "(worker, block) pairs Pick predicts a worker holds, each until "
+           "index.pick.predicted_ttl lapses.",
            MetricType::Gauge, static_cast<double>(counts.predicted));
   AddGauge(&out, "prefixd_index_pick_window_picks",
            "Picks within index.pick.load_window, the load Pick charges "

@@ -5,8 +5,8 @@
 // prefix and could be sent elsewhere. Each entry says "worker W holds the
 // block with rolling key K until time T", for every block of the prompt,
 // those the worker's events report too (it may evict one before it runs
-// the prompt, and then computes it again). Route never reports them; Pick
-// counts them beyond the blocks the events report.
+// the prompt, and then computes it again), unless they report them all. Route
+// never reports them; Pick counts them beyond the blocks the events report.
 //
 // Memory: at most max_entries entries (about 40 bytes each with the
 // expiry queue); past it the oldest go first.

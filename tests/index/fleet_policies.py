@@ -400,7 +400,7 @@ PICK_DEFAULTS = collections.OrderedDict((
 ))
 
 Load = collections.namedtuple("Load", "requests_in_flight queued_prefill_tokens kv_usage")
-Cost = collections.namedtuple("Cost", "worker prefill_tokens load churn affinity cost credit")
+Cost = collections.namedtuple("Cost", "worker prefill_tokens load churn affinity cost credit matched")
 
 
 def pick_knobs(spec):
@@ -456,7 +456,8 @@ class PickModel:
     the first block's key when affinity is off), then the name. The
     matched blocks come from the caller (here Route's answer; the daemon
     reads its own index); pick() records the decision: predicted entries
-    for every block of the prompt on the winner, and the window."""
+    for every block of the prompt on the winner (none when the index
+    reports the winner holds them all), and the window."""
 
     def __init__(self, names, knobs):
         self.names = names
@@ -507,7 +508,7 @@ class PickModel:
             affinity = -kn["affinity_tokens"] if affinity_on and w == winner else 0.0
             cost = kn["prefill_weight"] * prefill + load + churn + affinity
             out.append((cost, ld.requests_in_flight, w != winner, w,
-                        Cost(w, prefill, load, churn, affinity, cost, credit)))
+                        Cost(w, prefill, load, churn, affinity, cost, credit, m)))
         return [x[-1] for x in sorted(out)]
 
     def pick(self, ids, now_ms, candidates, matched, loads=None):
@@ -516,9 +517,11 @@ class PickModel:
         return ranked
 
     def record(self, chosen, ids, now_ms):
-        """The decision to send the prompt to chosen.worker (a Cost)."""
+        """The decision to send the prompt to chosen.worker (a Cost): every
+        block predicted there, unless the index reports it holds them all."""
         k = self.index[chosen.worker]
-        self.predicted.add(k, ids, now_ms)
+        if chosen.matched < len(ids):
+            self.predicted.add(k, ids, now_ms)
         self.window[k].append((now_ms, chosen.prefill_tokens))
         self.churn[k].append((now_ms, chosen.prefill_tokens))
         self.churn_tokens[k] += chosen.prefill_tokens

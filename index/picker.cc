@@ -309,7 +309,7 @@ void Picker::Record(const PickCandidate& chosen, uint64_t blocks,
   // before it runs the prompt, and then computes them again. Except when
   // the events report the whole prompt: the usual Pick of a hot prompt,
   // which would otherwise hash the prompt and add an entry per block (in
-  // process, about 3x Route's cost instead of 1.2x).
+  // process, about 3x Route's cost instead of 1.2-1.5x).
   if (chosen.matched_blocks < blocks) {
     predicted_.Add(WorkerTag(chosen.worker), keys.Get(),
                    now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));

@@ -157,6 +157,59 @@ TEST_F(PickerTest, PredictedBlocksFollowThePromptKeys) {
   EXPECT_EQ(picker_.counts().predicted, 4u);
 }
 
+// Every block of a picked prompt is predicted on the chosen worker, those
+// its events report too (it may evict them before it runs the prompt),
+// unless its events report the whole prompt.
+TEST_F(PickerTest, PredictsEveryBlockUnlessTheEventsReportThemAll) {
+  const auto tokens = [](Token first, size_t blocks) {
+    std::vector<Token> out(blocks * 4);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = first + static_cast<Token>(i);
+    return out;
+  };
+  // "a" holds the first 2 blocks of `part` and all 2 of `whole`.
+  const std::vector<Token> part = tokens(0, 4), whole = tokens(100, 2);
+  const auto stored = [](const std::vector<Token>& t, size_t blocks,
+                         EngineHash first_hash) {
+    BlockStoredEvent ev;
+    for (size_t b = 0; b < blocks; ++b)
+      ev.block_hashes.push_back(first_hash + b);
+    ev.token_ids.assign(t.begin(), t.begin() + static_cast<long>(blocks * 4));
+    ev.block_size = 4;
+    ev.chain_blocks = blocks;
+    return ev;
+  };
+  KvEventBatch batch;
+  batch.events = {stored(part, 2, 11), stored(whole, 2, 21)};
+  index_.Apply(a_, batch, 1, absl::FromUnixSeconds(99));
+  PickQuery q;
+  q.prompt.tokens = part;
+  absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->worker, "a");
+  EXPECT_EQ(picker_.counts().predicted, 4u);  // the 2 it holds too
+  q.prompt.tokens = whole;
+  r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->worker, "a");
+  EXPECT_EQ(picker_.counts().predicted, 4u);  // nothing for `whole`
+
+  // "a" evicts part's 2 blocks: all 4 are still predicted there.
+  KvEventBatch evicted;
+  BlockRemovedEvent removed;
+  removed.block_hashes = {11, 12};
+  evicted.events = {removed};
+  index_.Apply(a_, evicted, 2, absl::FromUnixSeconds(101));
+  q.prompt.tokens = part;
+  q.dry_run = true;
+  r = picker_.Pick(q, absl::FromUnixSeconds(101));
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (const PickCandidate& c : r->ranked) {
+    EXPECT_EQ(c.matched_blocks, 0u) << c.worker;
+    EXPECT_EQ(c.predicted_blocks, c.worker == "a" ? 4u : 0u) << c.worker;
+  }
+}
+
 TEST_F(PickerTest, RejectedQueriesChangeNothing) {
   std::vector<Token> tokens(8, 1);
   const WorkerLoadInput bad[] = {{"a", -1, 0, 0}};

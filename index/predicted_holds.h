@@ -3,10 +3,8 @@
 // within a few hundred milliseconds, but its BlockStored events arrive
 // later; until they do, a sibling prompt would not see the worker holds its
 // prefix and could be sent elsewhere. Each entry says "worker W holds the
-// block with rolling key K until time T", for every block of the prompt,
-// those the worker's events report too (it may evict one before it runs
-// the prompt, and then computes it again), unless they report them all. Route
-// never reports them; Pick counts them beyond the blocks the events report.
+// block with rolling key K until time T"; which blocks get entries is the
+// caller's rule (Picker::Record). Route never reports them.
 //
 // Memory: at most max_entries entries (about 40 bytes each with the
 // expiry queue); past it the oldest go first.

@@ -31,6 +31,12 @@ uint64_t AffinityScore(uint64_t key, absl::string_view worker) {
   return XXH3_64bits_withSeed(worker.data(), worker.size(), key);
 }
 
+// The prompt's leading blocks that Pick takes a worker's events' word for:
+// none for a worker that is not LIVE (it may be behind).
+uint64_t VouchedBlocks(WorkerState state, uint64_t matched, uint64_t blocks) {
+  return state == WorkerState::kLive ? std::min(matched, blocks) : 0;
+}
+
 std::string Quoted(absl::string_view s) {
   return absl::StrCat("\"", absl::CHexEscape(s.substr(0, 256)),
                       s.size() > 256 ? "...\"" : "\"");
@@ -235,7 +241,7 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
   c.worker = m.worker;
   c.state = m.state;
   c.matched_blocks = m.matched_blocks;
-  const uint64_t held = std::min<uint64_t>(m.matched_blocks, blocks);
+  const uint64_t held = VouchedBlocks(m.state, m.matched_blocks, blocks);
   if (predicted_.size() > 0 && held < blocks) {
     c.predicted_blocks =
         predicted_.Run(WorkerTag(m.worker), keys.Get(), held, now_ms);
@@ -309,8 +315,9 @@ void Picker::Record(const PickCandidate& chosen, uint64_t blocks,
   // before it runs the prompt, and then computes them again. Except when
   // the events report the whole prompt: the usual Pick of a hot prompt,
   // which would otherwise hash the prompt and add an entry per block (in
-  // process, about 3x Route's cost instead of 1.2-1.5x).
-  if (chosen.matched_blocks < blocks) {
+  // process, about 3x Route's cost instead of 1.2-1.5x). The events of a
+  // worker that is not LIVE vouch for nothing.
+  if (VouchedBlocks(chosen.state, chosen.matched_blocks, blocks) < blocks) {
     predicted_.Add(WorkerTag(chosen.worker), keys.Get(),
                    now_ms + absl::ToInt64Milliseconds(options_.predicted_ttl));
   }

@@ -28,8 +28,8 @@
 // first block when affinity_blocks is 0, so that cold prompts of an idle
 // fleet spread by their first block, not all to the first name), then the
 // name. The chosen worker is then predicted to hold the prompt's blocks
-// beyond what its events report, until predicted_ttl, and charged the
-// pick in its window, unless the query is a dry run.
+// (Record says which) until predicted_ttl, and charged the pick in its
+// window, unless the query is a dry run.
 //
 // Thread safety: Pick may be called from any thread. mu_ guards the
 // predicted holds and the window; the index is asked (Route), and the
@@ -194,7 +194,7 @@ class Picker {
                      int64_t now_ms, PromptKeys& keys) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The chosen worker's predicted blocks (every block of the prompt unless
-  // its events report them all: the worker holds them all once it runs
+  // its events, LIVE, report them all: the worker holds them all once it runs
   // it, whatever its events report now) and window pick.
   void Record(const PickCandidate& chosen, uint64_t blocks, int64_t now_ms,
               PromptKeys& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

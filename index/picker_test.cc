@@ -210,6 +210,49 @@ TEST_F(PickerTest, PredictsEveryBlockUnlessTheEventsReportThemAll) {
   }
 }
 
+// A worker whose state is not LIVE is credited none of the blocks its
+// events report, so the blocks Pick sent it count from the prompt's first,
+// and a prompt it holds whole is still predicted when it is picked.
+TEST_F(PickerTest, AWorkerNotLiveIsCreditedItsPredictionsFromTheStart) {
+  std::vector<Token> tokens(16);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<Token>(i);
+  BlockStoredEvent ev;
+  ev.block_hashes = {11, 12};
+  ev.token_ids.assign(tokens.begin(), tokens.begin() + 8);
+  ev.block_size = 4;
+  ev.chain_blocks = 2;
+  KvEventBatch batch;
+  batch.events = {ev};
+  index_.Apply(a_, batch, 1, absl::FromUnixSeconds(99));
+  // "a", holding 2 of the 4 blocks, is picked, then falls behind.
+  PickQuery q;
+  q.prompt.tokens = tokens;
+  q.candidates = {"a"};
+  absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  ASSERT_TRUE(r.ok()) << r.status();
+  index_.SetState(a_, WorkerState::kReplaying, "a gap");
+  q.dry_run = true;
+  r = picker_.Pick(q, absl::FromUnixSeconds(101));
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->ranked.size(), 1u);
+  EXPECT_EQ(r->ranked[0].matched_blocks, 2u);
+  EXPECT_EQ(r->ranked[0].predicted_blocks, 4u);
+  EXPECT_EQ(r->ranked[0].credited_blocks, 4.0);
+
+  // A prompt the replaying worker's events report whole: picked, it is
+  // predicted all the same.
+  const std::vector<Token> whole(tokens.begin(), tokens.begin() + 8);
+  q.prompt.tokens = whole;
+  q.dry_run = false;
+  r = picker_.Pick(q, absl::FromUnixSeconds(102));
+  ASSERT_TRUE(r.ok()) << r.status();
+  q.dry_run = true;
+  r = picker_.Pick(q, absl::FromUnixSeconds(103));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ranked[0].matched_blocks, 2u);
+  EXPECT_EQ(r->ranked[0].predicted_blocks, 2u);
+}
+
 TEST_F(PickerTest, RejectedQueriesChangeNothing) {
   std::vector<Token> tokens(8, 1);
   const WorkerLoadInput bad[] = {{"a", -1, 0, 0}};

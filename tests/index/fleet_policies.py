@@ -400,6 +400,8 @@ PICK_DEFAULTS = collections.OrderedDict((
 ))
 
 Load = collections.namedtuple("Load", "requests_in_flight queued_prefill_tokens kv_usage")
+# matched: the blocks the index reports that Pick takes its word for (0 for
+# a worker that is not LIVE)
 Cost = collections.namedtuple("Cost", "worker prefill_tokens load churn affinity cost credit matched")
 
 
@@ -457,7 +459,7 @@ class PickModel:
     matched blocks come from the caller (here Route's answer; the daemon
     reads its own index); pick() records the decision: predicted entries
     for every block of the prompt on the winner (none when the index
-    reports the winner holds them all), and the window."""
+    reports the winner, LIVE, holds them all), and the window."""
 
     def __init__(self, names, knobs):
         self.names = names
@@ -508,7 +510,7 @@ class PickModel:
             affinity = -kn["affinity_tokens"] if affinity_on and w == winner else 0.0
             cost = kn["prefill_weight"] * prefill + load + churn + affinity
             out.append((cost, ld.requests_in_flight, w != winner, w,
-                        Cost(w, prefill, load, churn, affinity, cost, credit, m)))
+                        Cost(w, prefill, load, churn, affinity, cost, credit, c)))
         return [x[-1] for x in sorted(out)]
 
     def pick(self, ids, now_ms, candidates, matched, loads=None):
@@ -518,7 +520,8 @@ class PickModel:
 
     def record(self, chosen, ids, now_ms):
         """The decision to send the prompt to chosen.worker (a Cost): every
-        block predicted there, unless the index reports it holds them all."""
+        block predicted there, unless the index reports it holds them all
+        and it is LIVE."""
         k = self.index[chosen.worker]
         if chosen.matched < len(ids):
             self.predicted.add(k, ids, now_ms)

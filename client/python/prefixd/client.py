@@ -774,8 +774,8 @@ class Client:
         cheapest chosen. `loads`: worker name -> WorkerLoad as the router sees
         it; a candidate without one is charged the index's own count of its
         recent picks. Unless `dry_run`, the chosen worker is then predicted
-        to hold the whole prompt until the TTL lapses (unless its events
-        report the whole prompt already).
+        to hold the whole prompt until the TTL lapses (unless it is LIVE and
+        its events report the whole prompt already).
         `replay_time_ms`: the decision's time when replaying a trace (the
         daemon runs with index.pick.replay_clock; docs/index.md)."""
         r = self._call("Pick", _pick_request(tokens, candidates, loads, lora_name, lora_id,

@@ -41,6 +41,12 @@ def engine(worker, running, waiting, kv_byte):
     return record(131 + 4 * worker, bytes([running, waiting, kv_byte]))
 
 
+def state(worker, which):
+    """Selector 3 + 4 x worker + 192: worker's stream state becomes LIVE,
+    REPLAYING, ERROR or CONNECTING (which = 0 .. 3)."""
+    return record(195 + 4 * worker, bytes([which]))
+
+
 def main():
     gen = tempfile.mkdtemp()
     try:
@@ -70,6 +76,9 @@ def main():
             "engines": engine(0, 3, 2, 128) + engine(1, 0, 0, 255) + pick(a)
             + pick(a, candidates=["w0", "w1"], loads=[pb.WorkerLoad(worker="w1")])
             + clock(30) + pick(a, dry_run=True),
+            "not_live": store(0, a[:8]) + pick(a, candidates=["w0"]) + state(0, 1)
+            + pick(a, dry_run=True) + pick(a[:8], candidates=["w0"]) + pick(a[:8], dry_run=True)
+            + state(0, 0) + pick(a, dry_run=True),
         }
         if os.path.isdir(OUT):
             shutil.rmtree(OUT)

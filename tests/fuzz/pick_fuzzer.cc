@@ -7,10 +7,14 @@
 //   u8   selector   op = selector % 4: 0, 1 a Pick; 2 worker selector / 4 % 3
 //                   stores the record's bytes as tokens (whole blocks, GPU
 //                   or, for odd selectors / 4, CPU); 3 below 128: the clock
-//                   moves on by the record's first byte x 100 ms; 3 from 128:
-//                   worker selector / 4 % 3's engine reports its load now
-//                   (running, waiting: the first two bytes; KV usage: the
-//                   third / 255), fresh for 2 s (index.pick.engine_metrics)
+//                   moves on by the record's first byte x 100 ms; 3 from 128
+//                   to 191: worker selector / 4 % 3's engine reports its
+//                   load now (running, waiting: the first two bytes; KV
+//                   usage: the third / 255), fresh for 2 s
+//                   (index.pick.engine_metrics); 3 from 192: worker
+//                   selector / 4 % 3's stream state becomes LIVE,
+//                   REPLAYING, ERROR or CONNECTING (the first byte % 4), as
+//                   the ingest sets it (a later store makes it LIVE)
 //   u8   len
 //   len  bytes      the PickRequest (fewer if the input ends)
 //
@@ -18,7 +22,8 @@
 // FAILED_PRECONDITION and changes nothing (decisions, predicted blocks,
 // window); an answer ranks each candidate once, cheapest first, every cost
 // finite and equal to its terms, prefill within the prompt, predicted
-// blocks within the prompt's blocks past the matched ones, the chosen the
+// blocks within the prompt's blocks past the matched ones (all of them for
+// a worker not LIVE, which is credited only its predicted ones), the chosen the
 // first, a churn term that is churn_weight x a tally of no more than the
 // window's picks' prompts, a load from at most one source (the request, or
 // the engine's reading, which is then the one reported, KV usage in
@@ -115,9 +120,15 @@ void CheckAnswer(const PickResult& r, const PickQuery& q,
     } else if (!c.load_from_request && c.kv_usage != 0) {
       Fail("a window load with a KV usage");
     }
-    const uint64_t held = std::min(c.matched_blocks, r.prompt_blocks);
+    const bool live = c.state == WorkerState::kLive;
+    const uint64_t held =
+        live ? std::min(c.matched_blocks, r.prompt_blocks) : 0;
     if (c.predicted_blocks > r.prompt_blocks - held)
       Fail("predicted blocks past the prompt");
+    if (!live &&
+        c.credited_blocks !=
+            o.predicted_credit * static_cast<double>(c.predicted_blocks))
+      Fail("a worker not LIVE credited more than its predicted blocks");
   }
   if (!q.candidates.empty() && r.ranked.size() != q.candidates.size())
     Fail("not every candidate ranked");
@@ -210,6 +221,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       default:
         if (selector < 128) {
           now += absl::Milliseconds(100) * (len > 0 ? bytes[0] : 1);
+        } else if (selector >= 192) {
+          constexpr WorkerState kStates[] = {
+              WorkerState::kLive, WorkerState::kReplaying, WorkerState::kError,
+              WorkerState::kConnecting};
+          index.SetState(workers[(selector / 4) % 3],
+                         kStates[(len > 0 ? bytes[0] : 0) % 4], "fuzzed");
         } else {
           const auto byte = [&](size_t k) { return k < len ? bytes[k] : 0; };
           engines.Set(absl::StrCat("w", (selector / 4) % 3),

@@ -785,10 +785,10 @@ run) and the chosen worker. Then one row per candidate, cheapest first: COST
 in tokens = PREFILL (the prompt's tokens less CREDITED blocks x block_size)
 + LOAD + CHURN + AFFINITY (negative for the prompt's affinity worker); MATCHED the
 leading blocks its events report, PREDICTED the further blocks earlier picks
-sent it (from the first when its STATE is not LIVE), IN_FLIGHT, QUEUED and KV the load charged, from --loads ("router"),
-the engine's own metrics endpoint with the index's queued tokens ("engine",
-index.pick.engine_metrics) or the index's recent picks ("window"), and the
-STATE of its event stream.
+sent it (from the first when its STATE is not LIVE), IN_FLIGHT, QUEUED and
+KV the load charged, from --loads ("router"), the engine's own metrics
+endpoint with the index's queued tokens ("engine", index.pick.engine_metrics)
+or the index's recent picks ("window"), and the STATE of its event stream.
 Unless --dry_run, the chosen worker is then predicted to hold the prompt
 (docs/index.md, "Pick"). Needs a daemon that runs the fleet index.
 )";

@@ -194,8 +194,8 @@ class Picker {
                      int64_t now_ms, PromptKeys& keys) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The chosen worker's predicted blocks (every block of the prompt unless
-  // its events, LIVE, report them all: the worker holds them all once it runs
-  // it, whatever its events report now) and window pick.
+  // it is LIVE and its events report them all: the worker holds them all
+  // once it runs it, whatever its events report now) and window pick.
   void Record(const PickCandidate& chosen, uint64_t blocks, int64_t now_ms,
               PromptKeys& keys) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The decision's time: `now`, or the replay's clock (never backwards).

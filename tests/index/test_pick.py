@@ -297,6 +297,37 @@ class Test(common.Checker):
         self.costs_agree(r, p, {}, {"e2": 6},
                          what="blocks evicted before the prompt runs stay predicted")
 
+    def behind(self):
+        # e0 holds the first 2 blocks of a 4-block prompt, then its socket
+        # drops: CONNECTING, its blocks kept but not vouched for. Pick
+        # credits it none of them, so the blocks it sends e0 count from the
+        # prompt's first: 2 predicted for the 2-block prefix it holds whole
+        # (not 0: no prediction when the events report the whole prompt),
+        # then 4 for the prompt (not 2: a run after the reported blocks).
+        # Last: e0 stays disconnected.
+        p = prompt(1300, 4)
+        eng = self.engines[0]
+        eng.store(p, 2)
+        self.wait_live("e0's store of 2 blocks is applied")
+        eng.pub.close()
+        deadline = time.monotonic() + DEADLINE_S
+        while self.workers()["e0"].state != prefixd.WorkerState.CONNECTING:
+            if time.monotonic() > deadline:
+                return self.check(False, "e0 is CONNECTING once its socket drops",
+                                  self.workers()["e0"])
+            time.sleep(0.02)
+        for blocks in (2, 4):
+            q = p[:blocks * BS]
+            r = self.pick(q, candidates=["e0"])
+            c = r.ranked[0]
+            self.check(c.state == prefixd.WorkerState.CONNECTING and c.matched_blocks == 2,
+                       "a disconnected e0 keeps its 2 blocks, picked for a %d-block prompt"
+                       % blocks, c)
+            r = self.pick(q, candidates=["e0"], dry_run=True)
+            self.costs_agree(r, q, {}, {"e0": blocks},
+                             what="a worker not LIVE is credited the %d blocks Pick sent it, "
+                             "from the first" % blocks)
+
     def tiers(self):
         # e1 holds 4 blocks on CPU then 2 more on GPU? No: a CPU run of 4
         # and a GPU run of 2 (the first 2 on both): GPU 2 x 1 + CPU 2 x 0.5.
@@ -481,6 +512,7 @@ class Test(common.Checker):
         self.bad_input()
         self.leaving()
         self.prefixctl()
+        self.behind()
 
     def close(self):
         for e in self.engines:

@@ -7,6 +7,7 @@ the pick config below and what the engines published:
 
   credited  = tier-weighted leading blocks held (GPU 1, CPU 0.5; not LIVE: 0)
               + the further leading blocks earlier picks sent the worker
+              (from the first for a worker not LIVE)
   prefill   = max(len(prompt) - credited x BS, 0)
   load      = queued x 1 + in_flight x REQUEST_TOKENS + kv_usage x KV_TOKENS
               (the request's loads, else the daemon's window of picks)
@@ -25,8 +26,10 @@ it runs the prompt, lapsing after the TTL), the window load
 (counted per pick, lapsing), the churn term (each pick's prefill tokens
 within the churn window), loads from the request, PickBatch (each item
 sees the ones before it; a bad item fails alone), a worker leaving
-(/unregister), dry runs changing nothing, an index with no worker, and bad
-input (INVALID_ARGUMENT naming the field, changing nothing).
+(/unregister), a worker whose socket dropped (CONNECTING, its blocks kept:
+credited only what Pick sent it), dry runs changing nothing, an index with
+no worker, and bad input (INVALID_ARGUMENT naming the field, changing
+nothing).
 
 Usage: test_pick.py --prefixd PATH [--prefixctl PATH] [--stubs DIR]
 """

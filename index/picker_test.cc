@@ -124,6 +124,19 @@ class PickerTest : public ::testing::Test {
     o.block_size = 4;
     return o;
   }
+  // The first `blocks` blocks of `tokens` as one chain, hashed from
+  // first_hash on.
+  static BlockStoredEvent Stored(const std::vector<Token>& tokens,
+                                 size_t blocks, EngineHash first_hash) {
+    BlockStoredEvent ev;
+    for (size_t b = 0; b < blocks; ++b)
+      ev.block_hashes.push_back(first_hash + b);
+    ev.token_ids.assign(tokens.begin(),
+                        tokens.begin() + static_cast<long>(blocks * 4));
+    ev.block_size = 4;
+    ev.chain_blocks = blocks;
+    return ev;
+  }
   FleetIndex index_;
   Picker picker_;
   WorkerId a_ = 0, b_ = 0;
@@ -169,18 +182,8 @@ TEST_F(PickerTest, PredictsEveryBlockUnlessTheEventsReportThemAll) {
   };
   // "a" holds the first 2 blocks of `part` and all 2 of `whole`.
   const std::vector<Token> part = tokens(0, 4), whole = tokens(100, 2);
-  const auto stored = [](const std::vector<Token>& t, size_t blocks,
-                         EngineHash first_hash) {
-    BlockStoredEvent ev;
-    for (size_t b = 0; b < blocks; ++b)
-      ev.block_hashes.push_back(first_hash + b);
-    ev.token_ids.assign(t.begin(), t.begin() + static_cast<long>(blocks * 4));
-    ev.block_size = 4;
-    ev.chain_blocks = blocks;
-    return ev;
-  };
   KvEventBatch batch;
-  batch.events = {stored(part, 2, 11), stored(whole, 2, 21)};
+  batch.events = {Stored(part, 2, 11), Stored(whole, 2, 21)};
   index_.Apply(a_, batch, 1, absl::FromUnixSeconds(99));
   PickQuery q;
   q.prompt.tokens = part;
@@ -216,13 +219,8 @@ TEST_F(PickerTest, PredictsEveryBlockUnlessTheEventsReportThemAll) {
 TEST_F(PickerTest, AWorkerNotLiveIsCreditedItsPredictionsFromTheStart) {
   std::vector<Token> tokens(16);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<Token>(i);
-  BlockStoredEvent ev;
-  ev.block_hashes = {11, 12};
-  ev.token_ids.assign(tokens.begin(), tokens.begin() + 8);
-  ev.block_size = 4;
-  ev.chain_blocks = 2;
   KvEventBatch batch;
-  batch.events = {ev};
+  batch.events = {Stored(tokens, 2, 11)};
   index_.Apply(a_, batch, 1, absl::FromUnixSeconds(99));
   // "a", holding 2 of the 4 blocks, is picked, then falls behind.
   PickQuery q;

@@ -120,15 +120,21 @@ class Test(common.Checker):
     def workers(self):
         return {w.worker: w for w in self.client.list_workers(timeout=TIMEOUT).workers}
 
-    def wait_live(self, what):
+    def wait_until(self, holds, what):
+        """Checks that holds(ListWorkers' workers by name) comes true within
+        DEADLINE_S."""
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
-            ws = self.workers()
-            if all(e.name in ws and ws[e.name].state == prefixd.WorkerState.LIVE
-                   and ws[e.name].last_seq == e.pub.last_seq for e in self.engines):
+            if holds(self.workers()):
                 return self.check(True, what)
             time.sleep(0.02)
         return self.check(False, what, self.workers())
+
+    def wait_live(self, what):
+        return self.wait_until(
+            lambda ws: all(e.name in ws and ws[e.name].state == prefixd.WorkerState.LIVE
+                           and ws[e.name].last_seq == e.pub.last_seq for e in self.engines),
+            what)
 
     def pick(self, tokens, **kw):
         r = self.client.pick(tokens, timeout=TIMEOUT, **kw)
@@ -313,12 +319,9 @@ class Test(common.Checker):
         eng.store(p, 2)
         self.wait_live("e0's store of 2 blocks is applied")
         eng.pub.close()
-        deadline = time.monotonic() + DEADLINE_S
-        while self.workers()["e0"].state != prefixd.WorkerState.CONNECTING:
-            if time.monotonic() > deadline:
-                return self.check(False, "e0 is CONNECTING once its socket drops",
-                                  self.workers()["e0"])
-            time.sleep(0.02)
+        if not self.wait_until(lambda ws: ws["e0"].state == prefixd.WorkerState.CONNECTING,
+                               "e0 is CONNECTING once its socket drops"):
+            return
         for blocks in (2, 4):
             q = p[:blocks * BS]
             r = self.pick(q, candidates=["e0"])

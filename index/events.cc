@@ -111,6 +111,8 @@ enum Field : int {
   kEventVersion,
   // RFC #1527's names (map form only): the namespace salt of its stores.
   kAdditionalSalt,
+  // vLLM's, map form only: per removed hash, the copies of it left.
+  kRemainingCopyCounts,
   kNumFields,
 };
 
@@ -131,6 +133,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "session_id",
     "event_version",
     "additional_salt",
+    "remaining_copy_counts",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -155,6 +158,7 @@ constexpr FieldAlias kAliases[] = {
 
 // Map form only (they have no place in the array form).
 constexpr Field kStoredMapFields[] = {kAdditionalSalt};
+constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts};
 
 constexpr Field kStoredFields[] = {
     kBlockHashes,
@@ -191,6 +195,17 @@ absl::Span<const Field> FieldsOf(Kind kind) {
       return kStoredFields;
     case Kind::kRemoved:
       return kRemovedFields;
+    default:
+      return {};
+  }
+}
+
+absl::Span<const Field> MapOnlyFieldsOf(Kind kind) {
+  switch (kind) {
+    case Kind::kStored:
+      return kStoredMapFields;
+    case Kind::kRemoved:
+      return kRemovedMapFields;
     default:
       return {};
   }
@@ -424,10 +439,8 @@ class EventDecoder {
     for (Field f : known) {
       if (kFieldNames[f] == name) return f;
     }
-    if (kind == Kind::kStored) {
-      for (Field f : kStoredMapFields) {
-        if (kFieldNames[f] == name) return f;
-      }
+    for (Field f : MapOnlyFieldsOf(kind)) {
+      if (kFieldNames[f] == name) return f;
     }
     for (const FieldAlias& a : kAliases) {
       if (a.name != name) continue;
@@ -549,7 +562,44 @@ class EventDecoder {
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
     RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
-    return IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version);
+    RETURN_IF_ERROR(
+        IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
+    return DropCopiesLeft(fields[kRemainingCopyCounts], ev);
+  }
+
+  // remaining_copy_counts (vLLM): one count per hash of block_hashes, the
+  // engine's copies of that block left after this removal. A block with a
+  // copy left is still held, so its hash leaves the event. Nil: no count,
+  // every hash is removed.
+  absl::Status DropCopiesLeft(const Value& counts, BlockRemovedEvent* ev) {
+    const object* o = counts.get();
+    if (IsNull(o)) return absl::OkStatus();
+    if (o->type != mtype::ARRAY) {
+      return WrongType(kRemainingCopyCounts, *o, "an array or nil");
+    }
+    std::vector<EngineHash>& hashes = ev->block_hashes;
+    if (o->via.array.size != hashes.size()) {
+      return Error(absl::StrCat("remaining_copy_counts has ", o->via.array.size,
+                                " counts for ", hashes.size(),
+                                " block_hashes, want one per hash"));
+    }
+    size_t pos = counts.pos;
+    reader_.Enter(&pos);
+    size_t kept = 0;
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      const Value c = reader_.Read(&pos);
+      if (c.head.type == mtype::NEGATIVE_INTEGER) {
+        return Error(absl::StrCat("remaining_copy_counts[", i, "] ",
+                                  c.head.via.i64, " is negative"));
+      }
+      if (c.head.type != mtype::POSITIVE_INTEGER) {
+        return Error(absl::StrCat("remaining_copy_counts[", i, "] is a ",
+                                  TypeName(c.head), ", want an int >= 0"));
+      }
+      if (c.head.via.u64 == 0) hashes[kept++] = hashes[i];
+    }
+    hashes.resize(kept);
+    return absl::OkStatus();
   }
 
   // block_hashes, read into the event by ReadField.

@@ -14,6 +14,9 @@
 //   BlockRemoved block_hashes, medium, group_idx, locality, ownership,
 //                event_version
 //
+// and, by name only, BlockRemoved's remaining_copy_counts (newer vLLM,
+// whose events are maps).
+//
 // Trailing fields an encoder omitted are null; unknown fields and unknown
 // event types are skipped and counted, never fatal. Anything else
 // malformed is an error: the caller cannot know what a broken batch
@@ -128,6 +131,10 @@ struct BlockStoredEvent {
 };
 
 struct BlockRemovedEvent {
+  // The blocks the worker no longer holds in this tier and group: the
+  // event's hashes but those its remaining_copy_counts gives a copy left
+  // (vLLM keeps one block's hash in several copies, and removes them one
+  // at a time).
   std::vector<EngineHash> block_hashes;
   std::string medium = "GPU";
   int64_t group_idx = 0;

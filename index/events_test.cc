@@ -741,6 +741,48 @@ TEST(DecodeEventBatchTest, NewestFieldsAreReadInBothForms) {
               HasSubstr("kv_cache_spec_sliding_window -1 is negative"));
 }
 
+// vLLM's removal of one copy of a block whose hash other copies share:
+// remaining_copy_counts (map events) gives each hash's copies left.
+TEST(DecodeEventBatchTest, AHashWithACopyLeftIsNotRemoved) {
+  const auto removed = [](V counts) {
+    return Map({{"type", "BlockRemoved"},
+                {"block_hashes", Arr({11, 12, 13, 14})},
+                {"medium", "GPU"},
+                {"group_idx", kNil},
+                {"remaining_copy_counts", counts}});
+  };
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({removed(Arr({1, 0, 2, 0})),
+                                 removed(Arr({3, 1, 1, 1})), removed(kNil)}),
+                     &b)
+                  .ok());
+  ASSERT_EQ(b.events.size(), 3u);
+  EXPECT_THAT(Removed(b, 0)->block_hashes, ElementsAre(12u, 14u));
+  EXPECT_THAT(Removed(b, 1)->block_hashes, ElementsAre());
+  EXPECT_THAT(Removed(b, 2)->block_hashes, ElementsAre(11u, 12u, 13u, 14u));
+  EXPECT_EQ(b.unknown_fields, 0u);
+
+  // In the array form it has no position: an element past the known ones.
+  ASSERT_TRUE(Decode(ArrayBatch({Arr({"BlockRemoved", Arr({11}), "GPU", kNil,
+                                      kNil, kNil, kNil, Arr({1})})}),
+                     &b)
+                  .ok());
+  EXPECT_THAT(Removed(b, 0)->block_hashes, ElementsAre(11u));
+  EXPECT_EQ(b.unknown_fields, 1u);
+
+  // Counts that do not name each hash's copies are errors naming them.
+  EXPECT_THAT(DecodeError(ArrayBatch({removed(Arr({0, 0, 1}))})).message(),
+              HasSubstr("event 0 (BlockRemoved): remaining_copy_counts has 3 "
+                        "counts for 4 block_hashes, want one per hash"));
+  EXPECT_THAT(DecodeError(ArrayBatch({removed(Arr({0, -1, 0, 0}))})).message(),
+              HasSubstr("remaining_copy_counts[1] -1 is negative"));
+  EXPECT_THAT(DecodeError(ArrayBatch({removed(Arr({0, 0, "1", 0}))})).message(),
+              HasSubstr("remaining_copy_counts[2] is a str, want an int >= 0"));
+  EXPECT_THAT(
+      DecodeError(ArrayBatch({removed(5)})).message(),
+      HasSubstr("remaining_copy_counts is a int, want an array or nil"));
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(

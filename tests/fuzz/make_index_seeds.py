@@ -116,6 +116,16 @@ def seeds():
          "token_ids": None, "medium": "cpu"},
         {"event_type": "removed", "seq_hashes": [18], "medium": "cpu"},
     ]})
+    # Newer vLLM's removal of one copy of a recomputed block: the hash is
+    # stored twice, then each copy's removal says how many copies are left.
+    s["vllm_map_copies_left"] = pack({"ts": TS, "events": [
+        stored_map([51, 52], None, 4),
+        stored_map([52], 51, 4, first_token=4),
+        {"type": "BlockRemoved", "block_hashes": [52, 51], "medium": "GPU",
+         "remaining_copy_counts": [1, 0]},
+        {"type": "BlockRemoved", "block_hashes": [52], "medium": "GPU",
+         "remaining_copy_counts": [0]},
+    ]})
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

@@ -10,11 +10,12 @@ Engines (one --index_source each; the engine's PUB binds, the daemon connects):
   e0  array encoding (SGLang, older vLLM), signed 64-bit hashes, medium null
   e1  array encoding, unsigned 64-bit hashes, dp rank 0, replay buffer of 8
       batches, evictions coalesced into one BlockRemoved
-  e2  map encoding (newer vLLM), unsigned 64-bit hashes, dp rank 0, an extra
-      field the decoder does not know (kv_cache_spec_kind), vLLM's
-      last-block recompute (a hash stored twice, then removed twice)
+  e2  map encoding (newer vLLM), unsigned 64-bit hashes, dp rank 0,
+      kv_cache_spec_kind, vLLM's last-block recompute (a hash stored twice,
+      then removed twice), each removal with remaining_copy_counts (the
+      copies of the hash left)
   e3  map encoding, 32-byte sha256 hashes, two steps per batch, last-block
-      recompute
+      recompute without remaining_copy_counts (older vLLM)
   e4  array encoding, publishes a block_size 32 event (the index's is 16)
 
 Scenarios, in order, each with exact numbers: exactness after the first
@@ -25,7 +26,8 @@ dropped batch (gap, replay, exact again); a replay buffer that rolled over
 restart (seq back to 0: cleared, exact again); AllBlocksCleared; a garbage
 payload (cleared once, goes on; a block stored under a forgotten parent is
 not indexed); unknown event types (skipped); a hash stored twice and
-removed once (dropped: holders are a set); cache_salt and LoRA isolation; a block size
+removed once (kept while remaining_copy_counts says a copy is left; without
+it dropped: holders are a set); cache_salt and LoRA isolation; a block size
 mismatch (ERROR naming both sizes).
 
 The daemon behaviour this test assumes (beyond the .proto's comments):
@@ -49,11 +51,12 @@ The daemon behaviour this test assumes (beyond the .proto's comments):
   LoRA name is set aside). A BlockStored whose parent_block_hash the worker
   never stored (or the index forgot) is not indexed (dropped_blocks).
 - A worker's holders are a set: storing a hash it already holds changes
-  nothing and one BlockRemoved ends it (vLLM stores a hash twice when it
-  recomputes a fully cached prompt's last block and removes it once per
-  copy: the index then misses that block until it is stored again, which
-  is allowed; a false hit is not). A BlockRemoved of a hash the worker does
-  not hold is ignored.
+  nothing and one BlockRemoved ends it, unless its remaining_copy_counts
+  gives the hash a copy left (vLLM stores a hash twice when it recomputes a
+  fully cached prompt's last block and removes it once per copy: without
+  the counts the index then misses that block until it is stored again,
+  which is allowed; a false hit is not). A BlockRemoved of a hash the
+  worker does not hold is ignored.
 - AllBlocksCleared forgets the worker's blocks (clears += 1).
 - Unknown event types and unknown fields are skipped; nothing else changes.
 - A BlockStored with block_size != --index_block_size puts the worker in
@@ -142,7 +145,8 @@ class Fleet(common.Checker):
             Engine("e1", dict(encoding="array", hash_kind="int", data_parallel_rank=0,
                               buffer_steps=8), dict(coalesce_removed=True)),
             Engine("e2", dict(encoding="map", hash_kind="int", data_parallel_rank=0),
-                   dict(spec_kind="full_attention", recompute_last_block=True)),
+                   dict(spec_kind="full_attention", recompute_last_block=True,
+                        copy_counts=True)),
             Engine("e3", dict(encoding="map", hash_kind="bytes"),
                    dict(steps_per_batch=2, recompute_last_block=True)),
         ]
@@ -542,31 +546,41 @@ class Fleet(common.Checker):
         self.check_exact("exact after batches with unknown events")
 
     def stage_recompute(self):
-        """vLLM's last-block recompute on e2: a fully cached prompt stores its
-        last block's hash again in a second block; evicting the first copy
-        publishes BlockRemoved for the hash while the second stays cached."""
-        e = self.by_name["e2"]
-        D = self.fresh_tokens(4)
-        e.pool.submit(D)
-        e.pool.step()
-        e.pool.submit(D)
-        e.pool.step()
-        e.pool.drain()
-        last = e.pool.block_hashes(D)[-1]
-        first, second = e.pool.cached[last]
-        ahead = list(e.pool.free).index(second)  # the first copy is among these
-        e.pool.submit(self.fresh_tokens(ahead))
-        e.pool.drain()
-        ws = self.quiesce()
-        got = self.matched(self.stub.Route(self.request(D), timeout=RPC_TIMEOUT)).get("e2", 0)
-        # Holders are a set (docs/index.md): the second store of a hash
-        # changes nothing and the first removal ends it, so the index
-        # under-reports the recomputed copy's block, never the reverse.
-        self.check(ws is not None and e.pool.cached[last] == [second]
-                   and e.pool.cached_prefix_blocks(D) == 4 and got == 3,
-                   "a hash stored twice on e2, its first copy evicted: the index drops "
-                   "the block (3 of the engine's 4: a miss, never a false hit)",
-                   "Route %d, engine %d" % (got, e.pool.cached_prefix_blocks(D)))
+        """vLLM's last-block recompute on e2 and e3: a fully cached prompt
+        stores its last block's hash again in a second block; evicting the
+        first copy publishes BlockRemoved for the hash while the second
+        stays cached. e2's removal says so (remaining_copy_counts [1]), e3's
+        cannot."""
+        got = {}
+        for e in (self.by_name["e2"], self.by_name["e3"]):
+            D = self.fresh_tokens(4)
+            e.pool.submit(D)
+            e.pool.step()
+            e.pool.submit(D)
+            e.pool.step()
+            e.pool.drain()
+            last = e.pool.block_hashes(D)[-1]
+            first, second = e.pool.cached[last]
+            ahead = list(e.pool.free).index(second)  # the first copy is among these
+            e.pool.submit(self.fresh_tokens(ahead))
+            e.pool.drain()
+            ws = self.quiesce()
+            route = self.stub.Route(self.request(D), timeout=RPC_TIMEOUT)
+            got[e.name] = (ws is not None and e.pool.cached[last] == [second],
+                           self.matched(route).get(e.name, 0),
+                           e.pool.cached_prefix_blocks(D))
+        self.check(got["e2"] == (True, 4, 4),
+                   "a hash stored twice on e2, its first copy evicted with "
+                   "remaining_copy_counts [1]: the index keeps the block (4 of 4)",
+                   "(second copy left, Route, engine) %s" % (got["e2"],))
+        # Holders are a set (docs/index.md): without the counts the second
+        # store of a hash changes nothing and the first removal ends it, so
+        # the index under-reports the recomputed copy's block, never the
+        # reverse.
+        self.check(got["e3"] == (True, 3, 4),
+                   "the same on e3, whose removal has no counts: the index drops the "
+                   "block (3 of the engine's 4: a miss, never a false hit)",
+                   "(second copy left, Route, engine) %s" % (got["e3"],))
 
     def stage_isolation(self):
         e0, e2, e3 = self.by_name["e0"], self.by_name["e2"], self.by_name["e3"]

@@ -514,6 +514,34 @@ class EnginePoolTest(unittest.TestCase):
         self.assertEqual(p.counts["duplicate_stores"], 1)
         p.check()
 
+    def test_copy_counts_name_the_copies_left(self):
+        p = self.pool(5, recompute_last_block=True, copy_counts=True)
+        P = toks(1, 2)
+        h = p.block_hashes(P)
+        p.submit(P)
+        p.step()
+        p.submit(P)
+        p.step()  # p2 in blocks 1 and 2
+        self.batch(p)
+        p.submit(toks(7, 8, 9))
+        p.step()  # pops 3, 4, 1: block 1's copy of p2 goes, one is left
+        removed = self.batch(p)[0]
+        self.assertEqual((removed.get("block_hashes"), removed.get("remaining_copy_counts")),
+                         ([h[1]], [1]))
+        p.submit(toks(10))
+        p.step()  # pops 2: the last copy
+        removed = self.batch(p)[0]
+        self.assertEqual((removed.get("block_hashes"), removed.get("remaining_copy_counts")),
+                         ([h[1]], [0]))
+        q = self.pool(3, coalesce_removed=True, copy_counts=True)
+        q.submit(toks(1, 2, 3))
+        q.step()
+        q.submit(toks(4, 5))
+        q.step()  # evicts two blocks of one copy each, in one event
+        removed = self.batch(q)[0]
+        self.assertEqual((len(removed.get("block_hashes")),
+                          removed.get("remaining_copy_counts")), (2, [0, 0]))
+
     def test_no_duplicates_without_the_cap(self):
         p = self.pool(5)
         p.submit(toks(1, 2))

@@ -38,8 +38,11 @@ The pool has C blocks (numbered 0..C-1; vLLM's null block is left out).
   block with the same hash and publishes BlockStored for it again; the pool
   then holds two blocks with one hash (the first one serves hits), and
   evicting either publishes BlockRemoved for the hash while the other stays
-  cached. An exact index must count a worker's stores of a hash. Off by
-  default (then the pool never holds two blocks with one hash).
+  cached. An exact index must count a worker's stores of a hash, or read
+  remaining_copy_counts: with copy_counts=True every BlockRemoved of the
+  pool carries it (newer vLLM, map form), each hash's copies left after the
+  removal. Off by default (then the pool never holds two blocks with one
+  hash).
 - Events accumulate in the pool and go to the publisher as one batch at the
   end of every `steps_per_batch`-th step that produced any (vLLM publishes
   one batch per scheduler step that has events).
@@ -223,7 +226,8 @@ class EnginePool:
     def __init__(self, num_blocks, block_size=16, publisher=None, steps_per_batch=1,
                  hash_seed=b"", medium=kp.MEDIUM_GPU, coalesce_removed=False, spec_kind=None,
                  recompute_last_block=False, name="engine", keys_form="raw", store_fields=None,
-                 remove_fields=None, tier=None, sliding_window=None, window_blocks=None):
+                 remove_fields=None, tier=None, sliding_window=None, window_blocks=None,
+                 copy_counts=False):
         """publisher: a kv_publisher.Publisher, or None (events are kept in
         .published as (seq, events) instead). coalesce_removed: the
         BlockRemoved hashes of one allocation in one event (vLLM emits one
@@ -233,7 +237,8 @@ class EnginePool:
         (typed events carry event_version 1). store_fields / remove_fields:
         more fields for every BlockStored / BlockRemoved (session_id,
         locality, ...; names no decoder knows go after the known ones).
-        tier, sliding_window, window_blocks: see the module docstring."""
+        tier, sliding_window, window_blocks, copy_counts: see the module
+        docstring."""
         if keys_form not in ("raw", "typed"):
             raise ValueError("keys_form must be raw or typed")
         if tier is not None and sliding_window is not None:
@@ -247,6 +252,7 @@ class EnginePool:
         self.coalesce_removed = coalesce_removed
         self.spec_kind = "full_attention" if sliding_window and not spec_kind else spec_kind
         self.recompute_last_block = recompute_last_block
+        self.copy_counts = copy_counts
         self.name = name
         self.keys_form = keys_form
         self.store_fields = dict(store_fields or {})
@@ -440,7 +446,11 @@ class EnginePool:
             lora_id=r.lora_id, medium=self.medium, lora_name=r.lora,
             extra_keys=extra if any(e is not None for e in extra) else None, **fields)
 
-    def _removed_event(self, hashes, **fields):
+    def _removed_event(self, hashes, left=None, **fields):
+        """BlockRemoved of the pool's hashes; left: each one's copies left
+        (sent as remaining_copy_counts with copy_counts; default none)."""
+        if self.copy_counts:
+            fields["remaining_copy_counts"] = list(left or [0] * len(hashes))
         return kp.block_removed(hashes, medium=self.medium, **dict(self.remove_fields, **fields))
 
     def _admit(self, r):
@@ -464,7 +474,7 @@ class EnginePool:
             if self.ref[b] == 0:
                 del self.free[b]
             self.ref[b] += 1
-        removed = []
+        removed, left = [], []
         new_blocks = []
         for _ in range(need):
             b, _ = self.free.popitem(last=False)
@@ -481,15 +491,17 @@ class EnginePool:
                     self.opaque.discard(h)
                 self.block_hash[b] = None
                 removed.append(h)
+                left.append(len(self.cached.get(h, ())))
                 self.counts["evicted"] += 1
             self.ref[b] = 1
             new_blocks.append(b)
         group = {"group_idx": 0} if self.window_tokens else {}
         if removed:
             if self.coalesce_removed:
-                self.pending.append(self._removed_event(removed, **group))
+                self.pending.append(self._removed_event(removed, left, **group))
             else:
-                self.pending += [self._removed_event([h], **group) for h in removed]
+                self.pending += [self._removed_event([h], [n], **group)
+                                 for h, n in zip(removed, left)]
         r.blocks = hit_blocks + new_blocks
         r.hit = hit
         # Prefill done: the new full blocks enter the cache.

@@ -513,7 +513,13 @@ class EventDecoder {
     const object* f[kNumFields];
     Heads(fields, f);
     RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
-    if (IsNull(f[kTokenIds])) {
+    ev->placeholder = IsEmptyArray(f[kTokenIds]);
+    if (ev->placeholder) {
+      // vLLM's offloading placeholder: token_ids [], block_size 0 (older
+      // vLLM: the offloaded block's size).
+      ev->token_ids.clear();
+      RETURN_IF_ERROR(PlaceholderBlockSize(f[kBlockSize], &ev->block_size));
+    } else if (IsNull(f[kTokenIds])) {
       // A store of hashes alone (RFC #1527's storage daemons): placed by
       // its keys, if its worker's hashes are the index's keys.
       ev->token_ids.clear();
@@ -612,6 +618,23 @@ class EventDecoder {
       return Error(absl::StrCat("block_hashes[", bad_hash_.index, "] is a ",
                                 TypeName(bad_hash_.head),
                                 ", want an int or bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  static bool IsEmptyArray(const object* o) {
+    return o != nullptr && o->type == mtype::ARRAY && o->via.array.size == 0;
+  }
+
+  // A placeholder's block_size: nil, 0 or the offloaded block's size.
+  absl::Status PlaceholderBlockSize(const object* size, int64_t* out) {
+    *out = 0;
+    if (IsNull(size)) return absl::OkStatus();
+    if (!IsInt(*size)) return WrongType(kBlockSize, *size, "an int >= 0");
+    if (!ToInt64(*size, out) || *out < 0) {
+      return Error(absl::StrCat("block_size ", IntText(*size),
+                                " is not an int >= 0 (token_ids is empty: "
+                                "want 0 or the offloaded block's size)"));
     }
     return absl::OkStatus();
   }

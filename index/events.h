@@ -100,9 +100,13 @@ struct BlockStoredEvent {
   std::optional<EngineHash> parent_block_hash;  // nullopt: starts at the root
   // block_hashes * block_size tokens (block_size > 0), or none: a store of
   // keys alone (RFC #1527's storage daemons send token_ids nil), whose
-  // block_size is 0 if the publisher sent none.
+  // block_size is 0 if the publisher sent none, or a placeholder (below).
   std::vector<Token> token_ids;
   int64_t block_size = 0;
+  // token_ids an empty array: vLLM's offloading placeholder, a copy in this
+  // tier of blocks the worker stored before, named by their engine hashes
+  // alone (its block_size 0, or the offloaded block's size).
+  bool placeholder = false;
   std::optional<int64_t> lora_id;
   std::string medium = "GPU";  // upper-cased; "GPU" when null
   std::optional<std::string> lora_name;

@@ -783,6 +783,55 @@ TEST(DecodeEventBatchTest, AHashWithACopyLeftIsNotRemoved) {
       HasSubstr("remaining_copy_counts is a int, want an array or nil"));
 }
 
+// vLLM's OffloadingConnector announces what it copied to the CPU as
+// placeholders: the offloaded block's hash, token_ids [], no parent, and
+// block_size 0 (older vLLM: the offloaded block's size).
+TEST(DecodeEventBatchTest, OffloadingPlaceholdersDecode) {
+  const V newer = Map({{"type", "BlockStored"},
+                       {"block_hashes", Arr({Bin(std::string(32, 'a'))})},
+                       {"parent_block_hash", kNil},
+                       {"token_ids", Arr({})},
+                       {"block_size", 0},
+                       {"lora_id", kNil},
+                       {"medium", "CPU"},
+                       {"lora_name", kNil},
+                       {"group_idx", 1},
+                       {"locality", "LOCAL"}});
+  const V older = StoredArray(Arr({21}), kNil, Arr({}), 256, kNil, "CPU");
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch(
+                 {newer, older, StoredArray(Arr({22}), kNil, Tokens(0, 2), 2)}),
+             &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->placeholder);
+  EXPECT_THAT(s->block_hashes,
+              ElementsAre(FoldHashBytes(std::string(32, 'a'))));
+  EXPECT_TRUE(s->token_ids.empty());
+  EXPECT_EQ(s->block_size, 0);
+  EXPECT_EQ(s->medium, "CPU");
+  EXPECT_EQ(s->group_idx, 1);
+  EXPECT_FALSE(s->parent_block_hash.has_value());
+  s = Stored(b, 1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->placeholder);
+  EXPECT_EQ(s->block_size, 256);
+  // A slot reused for a store with tokens is no placeholder.
+  s = Stored(b, 2);
+  ASSERT_NE(s, nullptr);
+  EXPECT_FALSE(s->placeholder);
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({22}), kNil, Tokens(0, 2), 2)}), &b)
+          .ok());
+  EXPECT_FALSE(Stored(b, 0)->placeholder);
+  // token_ids nil stays a store of keys alone (RFC #1527), not a placeholder.
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({22}), kNil, kNil, kNil)}), &b).ok());
+  EXPECT_FALSE(Stored(b, 0)->placeholder);
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(
@@ -893,11 +942,11 @@ TEST(DecodeEventBatchTest, TokenCountMismatchNamesBothNumbers) {
 }
 
 TEST(DecodeEventBatchTest, HugeBlockSizeDoesNotWrapTheTokenCount) {
-  // 4 * 2^62 wraps to 0 in 64 bits, which an empty token list would match.
-  const absl::Status s = DecodeError(ArrayBatch(
-      {StoredArray(Arr({1, 2, 3, 4}), kNil, Arr({}), int64_t{1} << 62)}));
+  // 4 * (2^62 + 1) wraps to 4 in 64 bits, which 4 token ids would match.
+  const absl::Status s = DecodeError(ArrayBatch({StoredArray(
+      Arr({1, 2, 3, 4}), kNil, Tokens(0, 4), (int64_t{1} << 62) + 1)}));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("token_ids has 0 tokens"));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids has 4 tokens"));
 }
 
 TEST(DecodeEventBatchTest, TokenIdOutOfRangeIsAnErrorNamingTheValue) {
@@ -1039,11 +1088,15 @@ TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {
       {Arr({"BlockRemoved", Arr({1}), "GPU", "0"}), "group_idx is a str"},
       {Arr({"BlockStored", Arr({1}), kNil, Tokens(0, 2)}),
        "block_size is missing"},
-      {StoredArray(Arr({1}), kNil, Arr({}), 0), "block_size 0 is not positive"},
-      {StoredArray(Arr({1}), kNil, Arr({}), -4),
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), 0),
+       "block_size 0 is not positive"},
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), -4),
        "block_size -4 is not positive"},
-      {StoredArray(Arr({1}), kNil, Arr({}), Uint(UINT64_MAX)),
+      {StoredArray(Arr({1}), kNil, Tokens(0, 2), Uint(UINT64_MAX)),
        "block_size 18446744073709551615 is not positive"},
+      {StoredArray(Arr({1}), kNil, Arr({}), -4),
+       "block_size -4 is not an int >= 0 (token_ids is empty"},
+      {StoredArray(Arr({1}), kNil, Arr({}), "16"), "block_size is a str"},
       {StoredArray(Arr({1}), kNil, "ab", 2), "token_ids is a str"},
       {StoredArray(Arr({1}), Float(0.5), Tokens(0, 2), 2),
        "parent_block_hash is a float"},

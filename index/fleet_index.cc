@@ -291,7 +291,9 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
     const auto* st = std::get_if<BlockStoredEvent>(&e);
     if (st == nullptr) continue;
     blocks += st->block_hashes.size();
-    if (wrong == nullptr && st->group_idx == 0 &&
+    // A placeholder names blocks stored before: its size is the offload
+    // tier's, never the index's to check.
+    if (wrong == nullptr && st->group_idx == 0 && !st->placeholder &&
         st->block_size != options_.block_size) {
       wrong = st;
     }
@@ -373,7 +375,8 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
 // groups has it). Older engines send group_idx without a kind: their
 // other groups are skipped, and routing follows group 0 alone.
 void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
-  if (ev.kv_cache_spec_kind.empty()) return;
+  // A placeholder's block size is its offload tier's, not the group's.
+  if (ev.kv_cache_spec_kind.empty() || ev.placeholder) return;
   GroupRule rule =
       RuleForSpec(ev.kv_cache_spec_kind, ev.kv_cache_spec_sliding_window,
                   options_.block_size);
@@ -459,6 +462,7 @@ void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
   BlockStoredEvent part;
   part.parent_block_hash = ev.parent_block_hash;
   part.block_size = ev.block_size;
+  part.placeholder = ev.placeholder;
   part.lora_id = ev.lora_id;
   part.medium = ev.medium;
   part.lora_name = ev.lora_name;

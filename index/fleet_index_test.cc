@@ -453,6 +453,57 @@ TEST_F(FleetIndexTest, MediumsAreHoldersOfTheirOwn) {
   EXPECT_EQ(index_.Stats().entries, before);
 }
 
+// vLLM's offloading connector announces a block it copied to the CPU as a
+// placeholder: the block's engine hash, no tokens, no parent. The index
+// gives the CPU tier the block the worker's GPU store named by that hash.
+TEST_F(FleetIndexTest, APlaceholderStoreIsTheHashsBlockInAnotherTier) {
+  Apply(w0_, {Stored({}, {1, 2, 3})});
+  const auto placeholder = [](std::vector<std::vector<Token>> paths) {
+    BlockStoredEvent ev;
+    for (const auto& p : paths) ev.block_hashes.push_back(ChainHash(p));
+    ev.placeholder = true;
+    ev.medium = "CPU";
+    ev.chain_blocks = ev.block_hashes.size();
+    return ev;
+  };
+  // Block 2 alone: the CPU run from the prompt's start is still 0.
+  Apply(w0_, {placeholder({{1, 2}})});
+  RouteQuery q;
+  std::vector<Token> tokens = Prompt({1, 2, 3});
+  q.tokens = tokens;
+  RouteResult r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_EQ(r.workers[0].matched_blocks, 3u);
+  ASSERT_EQ(r.workers[0].mediums.size(), 1u);  // GPU only
+  // Block 1 too, and a hash the worker never stored (dropped).
+  Apply(w0_, {placeholder({{1}, {7}})});
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kUnknownHash)],
+            1u);
+  // The GPU copies go: the CPU ones keep the first two blocks.
+  Apply(w0_, {Removed({{1}, {1, 2}, {1, 2, 3}}, "GPU")});
+  r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_EQ(r.workers[0].matched_blocks, 2u);
+  ASSERT_EQ(r.workers[0].mediums.size(), 1u);
+  EXPECT_EQ(r.workers[0].mediums[0].medium, "CPU");
+  EXPECT_EQ(r.workers[0].mediums[0].blocks, 2u);
+  ASSERT_TRUE(index_.CheckInvariants().ok());
+  // The CPU's own removals reach them by the same hashes.
+  Apply(w0_, {Removed({{1}, {1, 2}}, "CPU")});
+  EXPECT_TRUE(index_.Route(q).workers.empty());
+  EXPECT_EQ(index_.Stats().entries, 0u);
+  // A placeholder is not a block of another size (a GPU store of 16 tokens
+  // per block beside the offloaded 256): nothing to reject.
+  Apply(w0_, {Stored({}, {1})});
+  BlockStoredEvent sized = placeholder({{1}});
+  sized.block_size = 256;
+  Apply(w0_, {sized});
+  r = index_.Route(q);
+  ASSERT_EQ(r.workers.size(), 1u);
+  EXPECT_EQ(r.workers[0].state, WorkerState::kLive);
+  EXPECT_EQ(r.workers[0].mediums.size(), 2u);
+}
+
 TEST_F(FleetIndexTest, NamespacesNeverMeet) {
   BlockStoredEvent salted = Stored({}, {1, 2});
   salted.cache_salt = "A";

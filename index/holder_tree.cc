@@ -395,6 +395,10 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
                        const StoreDefaults& defaults, uint64_t stamp,
                        DropCounts* drops) {
   assert(ev.group_idx >= 0 && ev.group_idx < kMaxGroups);
+  if (ev.placeholder) {
+    StoreByEngineHash(worker, ev, drops);
+    return;
+  }
   if (ev.token_ids.empty() && !ev.block_hashes.empty()) {
     StoreByKeys(worker, ev, defaults, drops);
     return;
@@ -505,6 +509,25 @@ void HolderTree::StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
       continue;
     }
     Hold(worker, holder, static_cast<uint32_t>(id), key);
+  }
+}
+
+// vLLM's offloading placeholders: each hash names a block the worker stored
+// before with its tokens (in another tier), which it now holds in this
+// tier too. A hash the worker does not hold cannot be placed.
+void HolderTree::StoreByEngineHash(WorkerId worker, const BlockStoredEvent& ev,
+                                   DropCounts* drops) {
+  uint64_t& unknown = (*drops)[static_cast<int>(DropReason::kUnknownHash)];
+  const uint32_t holder = PackHolder(
+      worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
+  const WorkerHoldings& held = holdings_[worker];
+  for (EngineHash hash : ev.block_hashes) {
+    auto it = held.blocks.find(hash);
+    if (it == held.blocks.end() || Resolve(it->second) == nullptr) {
+      ++unknown;
+      continue;
+    }
+    AddHolder(worker, holder, it->second.slot);
   }
 }
 

@@ -283,6 +283,8 @@ class HolderTree {
                   Node* node, size_t used, uint64_t stamp);
   void StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
                    const StoreDefaults& defaults, DropCounts* drops);
+  void StoreByEngineHash(WorkerId worker, const BlockStoredEvent& ev,
+                         DropCounts* drops);
   // Hangs `ids` (new slots) with their fingerprints and rolling keys below
   // `node` (after its last block): appended to a childless edge, else as
   // new children, no edge longer than kMaxEdgeBlocks.

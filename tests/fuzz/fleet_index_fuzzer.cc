@@ -1,6 +1,7 @@
 // libFuzzer: one FleetIndex fed from every side a daemon's index is fed
 // from, in any order: engine batches as the decoder hands them over (stores
-// with tokens, stores of keys alone, removals, AllBlocksCleared, a wrong
+// with tokens, stores of keys alone, vLLM's offloading placeholders
+// (blocks named by engine hash), removals, AllBlocksCleared, a wrong
 // block size, LoRA, salts, mediums, KV-cache groups), hash reports of
 // SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
 // hashes that are the index's own keys, KV-cache group rules), streams
@@ -172,7 +173,12 @@ class Driver {
       if (e.block_size != kBlockSize)
         e.token_ids.resize(blocks * e.block_size, 1);
     } else {
-      e.block_size = in.ConsumeBool() ? kBlockSize : 0;
+      // Keys alone, or vLLM's offloading placeholder (block size 0 or the
+      // offloaded block's).
+      e.placeholder = in.ConsumeBool();
+      e.block_size = in.ConsumeBool()                    ? kBlockSize
+                     : e.placeholder && in.ConsumeBool() ? 256
+                                                         : 0;
     }
     e.medium = Medium(in);
     e.chain_blocks = in.ConsumeIntegralInRange<size_t>(0, 7) == 0

@@ -126,6 +126,17 @@ def seeds():
         {"type": "BlockRemoved", "block_hashes": [52], "medium": "GPU",
          "remaining_copy_counts": [0]},
     ]})
+    # vLLM's OffloadingConnector: what it copied to the CPU by hash alone
+    # (token_ids [], block_size 0; older vLLM the offloaded block's size),
+    # then the CPU's removal.
+    s["vllm_map_offload_placeholder"] = pack({"ts": TS, "events": [
+        stored_map([61, 62], None, 4),
+        {"type": "BlockStored", "block_hashes": [62], "parent_block_hash": None,
+         "token_ids": [], "block_size": 0, "lora_id": None, "medium": "CPU",
+         "lora_name": None, "group_idx": 0},
+        ["BlockStored", [61], None, [], 256, None, "CPU"],
+        {"type": "BlockRemoved", "block_hashes": [61, 62], "medium": "CPU", "group_idx": 0},
+    ]})
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

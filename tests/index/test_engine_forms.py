@@ -34,6 +34,10 @@ Scenarios (one daemon each; --scenarios=a,b picks some):
           0-2 on port + r; SGLang array form, ranks 0-1):
           history before the daemon starts, no worker that no stream feeds,
           <name>/dp<r> LIVE once caught up, a gap counted once.
+  offload vLLM's OffloadingConnector placeholders (map form, int and bytes
+          hashes): a block copied to the CPU named by its hash alone, no
+          tokens, no parent, block_size 0; the index holds the block it
+          stored on the GPU in tier CPU too, until the CPU evicts it.
   hybrid  a hybrid model (group 0 full attention, group 1 a sliding window
           of 48 tokens, its own pool) beside a plain engine fed the same
           prompts: matched_blocks is the usable prefix, full_attention_blocks
@@ -103,7 +107,9 @@ class DropReference:
     """What the index drops of the batches it applies: a store whose parent
     the worker does not hold (in any tier or group) is dropped whole
     (unknown_parent); blocks from the first whose keys no decoder knows
-    are dropped (extra_keys). clear() empties the worker."""
+    are dropped (extra_keys); a placeholder (token_ids []) of a hash the
+    worker does not hold is dropped (unknown_hash). clear() empties the
+    worker."""
 
     def __init__(self):
         self.held = collections.defaultdict(set)  # hash -> {(tier, group)}
@@ -144,6 +150,12 @@ class DropReference:
                     self.held[h].discard(tier)
                     if not self.held[h]:
                         del self.held[h]
+            elif ev.type == "BlockStored" and ev.get("token_ids") == []:
+                for h in ev.get("block_hashes"):
+                    if h in self.held:
+                        self.held[h].add(self._tier(ev))
+                    else:
+                        self.drops["unknown_hash"] += 1
             elif ev.type == "BlockStored":
                 hashes = ev.get("block_hashes")
                 keys = ev.get("extra_keys") or []
@@ -745,6 +757,29 @@ class EngineForms(unittest.TestCase):
         self.checkpoint("newest fields; tiers CPU/lmcache and CPU/REMOTE")
         self.feed(40 * SCALE)
         self.checkpoint("more traffic")
+
+    def test_offload(self):
+        # vLLM's OffloadingConnector by default: a block copied to the CPU is
+        # announced by its hash alone (token_ids [], block_size 0, no parent);
+        # map form as vLLM sends it, int and bytes hashes.
+        engines = []
+        for name, kind in (("offload", "int"), ("offload-bytes", "bytes")):
+            e = Engine(name, ep.EnginePool(96, BS, name=name, hash_seed=name.encode(),
+                                           tier=dict(medium="CPU", blocks=128,
+                                                     placeholder=True)),
+                       kp.Publisher(LOCAL, LOCAL, encoding="map", hash_kind=kind))
+            e.pool.publisher = e.pub
+            e.exp["replays_ok"] = 1
+            engines.append(e)
+        self.engines = engines
+        self.wl = Workload(5, 500000)
+        self.start()
+        self.form = "offload"
+        self.caught_up()
+        self.feed(80 * SCALE)
+        self.checkpoint("CPU placeholders: the GPU's blocks by hash, in tier CPU")
+        self.feed(40 * SCALE)
+        self.checkpoint("more traffic, CPU evictions")
 
     def test_sglang(self):
         pubs = bind_consecutive(2, encoding="array", hash_kind="int64")

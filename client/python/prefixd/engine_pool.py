@@ -71,7 +71,10 @@ route_extra_keys() gives Route's block_extra_keys for a prompt.
 Tiers: with tier=dict(medium=, blocks=, locality=, ownership=) a block the
 GPU evicts moves to a second tier of `blocks` blocks with its own LRU (a
 BlockStored there, then the GPU's BlockRemoved), as an offloading connector
-does; the tier's own evictions are its BlockRemoved.
+does; the tier's own evictions are its BlockRemoved. The tier's BlockStored
+carries the block's tokens and parent (vLLM's self-describing offloading
+events), or with placeholder=True only its hash: vLLM's OffloadingConnector
+by default (parent_block_hash None, token_ids [], block_size 0).
 
 Hybrid models: with sliding_window=W (tokens) the engine has two KV-cache
 groups: group 0 is this pool (full attention, its events carry group_idx 0
@@ -542,10 +545,15 @@ class EnginePool:
         if self.spec_kind:
             fields.setdefault("kv_cache_spec_kind", self.spec_kind)
         entry = self.event_keys(i, r.salt, r.lora, **r.keys)
-        self.pending.append(kp.block_stored(
-            [h], self.parent.get(h), r.tokens[i * self.bs:(i + 1) * self.bs], self.bs,
-            lora_id=r.lora_id, medium=t["medium"], lora_name=r.lora,
-            extra_keys=None if entry is None else [entry], **fields))
+        if t.get("placeholder"):
+            self.pending.append(kp.block_stored(
+                [h], None, [], 0, medium=t["medium"], group_idx=0,
+                **{k: v for k, v in where.items() if k == "locality"}))
+        else:
+            self.pending.append(kp.block_stored(
+                [h], self.parent.get(h), r.tokens[i * self.bs:(i + 1) * self.bs], self.bs,
+                lora_id=r.lora_id, medium=t["medium"], lora_name=r.lora,
+                extra_keys=None if entry is None else [entry], **fields))
         self.tier_lru[h] = None
         self.counts["offloaded"] += 1
         while len(self.tier_lru) > t["blocks"]:

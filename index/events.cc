@@ -189,23 +189,19 @@ Kind KindOf(absl::string_view type) {
   return Kind::kUnknown;
 }
 
-absl::Span<const Field> FieldsOf(Kind kind) {
-  switch (kind) {
-    case Kind::kStored:
-      return kStoredFields;
-    case Kind::kRemoved:
-      return kRemovedFields;
-    default:
-      return {};
-  }
-}
+// An event type's fields: those of the array form, in their order, and
+// those read by name only.
+struct EventFields {
+  absl::Span<const Field> positional;
+  absl::Span<const Field> map_only;
+};
 
-absl::Span<const Field> MapOnlyFieldsOf(Kind kind) {
+EventFields FieldsOf(Kind kind) {
   switch (kind) {
     case Kind::kStored:
-      return kStoredMapFields;
+      return {kStoredFields, kStoredMapFields};
     case Kind::kRemoved:
-      return kRemovedMapFields;
+      return {kRemovedFields, kRemovedMapFields};
     default:
       return {};
   }
@@ -373,7 +369,7 @@ class EventDecoder {
       return absl::OkStatus();
     }
     if (!NewEvent(kind)) return TooDense();
-    const absl::Span<const Field> known = FieldsOf(kind);
+    const absl::Span<const Field> known = FieldsOf(kind).positional;
     Value fields[kNumFields];
     uint32_t j = 1;
     for (; j < size && j - 1 < known.size(); ++j) {
@@ -412,7 +408,7 @@ class EventDecoder {
       return absl::OkStatus();
     }
     if (!NewEvent(kind)) return TooDense();
-    const absl::Span<const Field> known = FieldsOf(kind);
+    const absl::Span<const Field> known = FieldsOf(kind).positional;
     Value fields[kNumFields];
     for (uint32_t j = 0; j < ev.head.via.map.size; ++j) {
       const Value key = reader_.Read(pos);
@@ -439,7 +435,7 @@ class EventDecoder {
     for (Field f : known) {
       if (kFieldNames[f] == name) return f;
     }
-    for (Field f : MapOnlyFieldsOf(kind)) {
+    for (Field f : FieldsOf(kind).map_only) {
       if (kFieldNames[f] == name) return f;
     }
     for (const FieldAlias& a : kAliases) {

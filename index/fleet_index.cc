@@ -316,13 +316,19 @@ void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
                        absl::Time now) {
   Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
+  w.events_by_type[3] += batch.unknown_events;
+  w.unknown_fields += batch.unknown_fields;
+  if (!RejectBlockSize(w, batch)) ApplyEvents(w, batch);
+  // Recorded once the batch is applied in full: a long one releases mu_
+  // between slices, and a reader then must not take the worker for caught
+  // up through it.
   w.last_seq = seq;
   w.last_event_unix_ms = absl::ToUnixMillis(now);
   w.last_ts = batch.ts;
-  w.events_by_type[3] += batch.unknown_events;
-  w.unknown_fields += batch.unknown_fields;
-  if (RejectBlockSize(w, batch)) return;
+}
 
+void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
+  const WorkerId id = w.id;
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   DropCounts drops = {};
   for (const KvEvent& e : batch.events) {

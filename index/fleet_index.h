@@ -107,6 +107,9 @@ class FleetIndex final : public KvIndex {
   // trusted to line up with the index's blocks.
   bool RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The batch's events, in order (a long one in slices, see Budget).
+  void ApplyEvents(WorkerRecord& w, const KvEventBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores the event, or counts why not (a group without a rule).
   void StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev, uint64_t stamp,
                    DropCounts* drops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

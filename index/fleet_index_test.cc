@@ -1257,6 +1257,30 @@ class FleetIndexSlicesTest : public ::testing::Test {
   std::function<void()> also_between_;  // more checks between slices
 };
 
+// A reader between a long batch's slices sees the worker's sequence of
+// the batch before: it must not take the index for caught up through a
+// batch that is half applied.
+TEST_F(FleetIndexSlicesTest, ABatchsSequenceIsRecordedOnceItIsApplied) {
+  auto seq_of_w = [&] {
+    for (const WorkerStatus& s : index_.Stats().workers)
+      if (s.worker == "w") return s.last_seq;
+    return int64_t{-2};
+  };
+  std::vector<int64_t> seen;
+  also_between_ = [&] { seen.push_back(seq_of_w()); };
+  Apply(chain_);
+  ASSERT_GE(slices_, kReleases);
+  EXPECT_EQ(seq_of_w(), 0);
+  for (int64_t s : seen) EXPECT_EQ(s, -1);
+  seen.clear();
+  BlockRemovedEvent all;
+  all.block_hashes = chain_.block_hashes;
+  Apply(all);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seq_of_w(), 1);
+  for (int64_t s : seen) EXPECT_EQ(s, 0);
+}
+
 TEST_F(FleetIndexSlicesTest, ATiersClearLetsRoutesIn) {
   Apply(chain_);
   const std::vector<EngineHash> hashes = ChainHashes();

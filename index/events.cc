@@ -510,6 +510,7 @@ class EventDecoder {
     Heads(fields, f);
     RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
     ev->placeholder = IsEmptyArray(f[kTokenIds]);
+    ev->bigram = false;
     if (ev->placeholder) {
       // vLLM's offloading placeholder: token_ids [], block_size 0 (older
       // vLLM: the offloaded block's size).
@@ -525,7 +526,11 @@ class EventDecoder {
       }
     } else {
       RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
-      RETURN_IF_ERROR(TokenIds(f[kTokenIds], ev));
+      RETURN_IF_ERROR(TokenCount(f[kTokenIds], *ev));
+      ev->bigram = bad_token_.found && bad_token_.index == 0 &&
+                   bad_token_.head.type == mtype::ARRAY;
+      RETURN_IF_ERROR(ev->bigram ? BigramTokenIds(fields[kTokenIds], ev)
+                                 : TokenIds());
     }
     RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
     RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
@@ -541,6 +546,7 @@ class EventDecoder {
     if (!ReadExtraKeys(reader_, fields[kExtraKeys], allowance_, ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
+    if (ev->bigram) RETURN_IF_ERROR(AddNextTokens(ev));
     // The LoRA name and salt as the event or its extra keys gave them.
     if (ev->lora_name.has_value()) {
       RETURN_IF_ERROR(CheckName("lora_name", *ev->lora_name));
@@ -645,15 +651,14 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  // token_ids: block_hashes * block_size token ids (0 <= id < 2^32), read
-  // into the event by ReadField.
-  absl::Status TokenIds(const object* tokens, BlockStoredEvent* ev) {
+  // token_ids: an array of block_hashes * block_size elements.
+  absl::Status TokenCount(const object* tokens, const BlockStoredEvent& ev) {
     if (tokens->type != mtype::ARRAY) {
       return WrongType(kTokenIds, *tokens, "an array");
     }
-    const uint64_t blocks = ev->block_hashes.size();
+    const uint64_t blocks = ev.block_hashes.size();
     const uint64_t count = tokens->via.array.size;
-    const uint64_t bs = static_cast<uint64_t>(ev->block_size);
+    const uint64_t bs = static_cast<uint64_t>(ev.block_size);
     // A huge block_size must not wrap the product around to the count.
     const bool fits =
         blocks == 0 || bs <= std::numeric_limits<uint64_t>::max() / blocks;
@@ -662,6 +667,12 @@ class EventDecoder {
           "token_ids has ", count, " tokens, want block_hashes * block_size = ",
           blocks, " * ", bs, fits ? absl::StrCat(" = ", blocks * bs) : ""));
     }
+    return absl::OkStatus();
+  }
+
+  // token_ids' elements, token ids (0 <= id < 2^32), read into the event by
+  // ReadField.
+  absl::Status TokenIds() {
     if (bad_token_.found) {
       const object& t = bad_token_.head;
       const uint32_t i = bad_token_.index;
@@ -673,6 +684,73 @@ class EventDecoder {
                                 " is not a token id (0 <= id < 2^32)"));
     }
     return absl::OkStatus();
+  }
+
+  // token_ids of EAGLE's bigram pages (SGLang's radix cache under
+  // speculative decoding): pairs [t_i, t_i+1], each starting with the token
+  // the one before ends with. token_ids gets the pairs' first tokens and
+  // bigram_after_ the last pair's second, the token after the last block.
+  absl::Status BigramTokenIds(const Value& tokens, BlockStoredEvent* ev) {
+    size_t pos = tokens.pos;
+    reader_.Enter(&pos);
+    const size_t count = tokens.head.via.array.size;
+    if (ev->token_ids.size() != count) return TooDense();  // not sized
+    Token last = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const Value pair = reader_.Enter(&pos);
+      if (pair.head.type != mtype::ARRAY || pair.head.via.array.size != 2) {
+        const std::string what =
+            pair.head.type == mtype::ARRAY
+                ? absl::StrCat("an array of ", pair.head.via.array.size)
+                : absl::StrCat("a ", TypeName(pair.head));
+        return Error(absl::StrCat(
+            "token_ids[", i, "] is ", what,
+            ", want a pair [token, next token] as token_ids[0] is"));
+      }
+      const Value first = reader_.Read(&pos);
+      const Value second = reader_.Read(&pos);
+      for (const Value* t : {&first, &second}) {
+        if (!IsToken(t->head)) {
+          return Error(absl::StrCat("token_ids[", i, "][", t == &second,
+                                    "] is not a token id (0 <= id < 2^32)"));
+        }
+      }
+      const Token a = static_cast<Token>(first.head.via.u64);
+      if (i > 0 && a != last) {
+        return Error(absl::StrCat("token_ids[", i, "] starts with ", a,
+                                  " but token_ids[", i - 1, "] ends with ",
+                                  last, ": bigram pairs overlap by a token"));
+      }
+      ev->token_ids[i] = a;
+      last = static_cast<Token>(second.head.via.u64);
+    }
+    bigram_after_ = last;
+    return absl::OkStatus();
+  }
+
+  // A bigram store's chained blocks get the token after each as a content
+  // key: the next block's first token, or for the last, bigram_after_.
+  absl::Status AddNextTokens(BlockStoredEvent* ev) {
+    const size_t blocks = ev->block_hashes.size();
+    const size_t bs = static_cast<size_t>(ev->block_size);
+    const size_t chained = ev->chain_blocks;
+    if (!allowance_->Take(
+            DecodeAllowance::ArrayBytes(chained, sizeof(Token)) +
+            DecodeAllowance::ArrayBytes(chained, sizeof(ContentKey)) +
+            DecodeAllowance::ArrayBytes(chained + 1, sizeof(uint32_t)))) {
+      return TooDense();
+    }
+    std::vector<Token> next(chained);
+    for (size_t i = 0; i < chained; ++i) {
+      next[i] = i + 1 < blocks ? ev->token_ids[(i + 1) * bs] : bigram_after_;
+    }
+    ev->content = WithNextTokens(&ev->content, next);
+    return absl::OkStatus();
+  }
+
+  static bool IsToken(const object& o) {
+    return o.type == mtype::POSITIVE_INTEGER &&
+           o.via.u64 <= std::numeric_limits<Token>::max();
   }
 
   absl::Status Parent(const object* parent, std::optional<EngineHash>* out) {
@@ -799,6 +877,7 @@ class EventDecoder {
   std::vector<Token>* tokens_ = nullptr;
   BadElement bad_hash_;
   BadElement bad_token_;
+  Token bigram_after_ = 0;  // see BigramTokenIds
 };
 
 absl::Status BatchError(absl::string_view what) {

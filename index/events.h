@@ -53,13 +53,23 @@ using EngineHash = uint64_t;
 //   typed {"type":"mm","modality":..,"hash":H,"block_offset":k}  raw [H, k]
 //   typed {"type":"prompt_embeds","hash":D}                      raw D (bytes)
 //   typed {"type":"legacy","value":V}                            raw V
+//
+// A block of EAGLE's bigram pages (BlockStoredEvent::bigram) has one more,
+// the token after the block (kNextToken): the pages' hash covers it.
 struct ContentKey {
-  enum class Kind : uint8_t { kMultiModal = 1, kPromptEmbeds = 2, kLegacy = 3 };
+  enum class Kind : uint8_t {
+    kMultiModal = 1,
+    kPromptEmbeds = 2,
+    kLegacy = 3,
+    kNextToken = 4,  // last in a block's sorted keys
+  };
   Kind kind = Kind::kLegacy;
   // mm, prompt_embeds: the hash's bytes (str or bin alike); legacy: the
-  // value's msgpack encoding.
+  // value's msgpack encoding; next token: empty.
   std::string id;
-  int64_t offset = 0;  // mm: where the input starts, from the block's start
+  // mm: where the input starts, from the block's start; next token: the
+  // token id.
+  int64_t offset = 0;
 
   friend bool operator==(const ContentKey& a, const ContentKey& b) {
     return a.kind == b.kind && a.offset == b.offset && a.id == b.id;
@@ -107,6 +117,12 @@ struct BlockStoredEvent {
   // tier of blocks the worker stored before, named by their engine hashes
   // alone (its block_size 0, or the offloaded block's size).
   bool placeholder = false;
+  // token_ids pairs [token, next token]: SGLang's radix cache under EAGLE
+  // speculative decoding keys each position by the pair, and a page of
+  // block_size pairs spans block_size + 1 tokens. token_ids holds each
+  // pair's first token, and each block's content ends with a kNextToken
+  // key (the token after the block).
+  bool bigram = false;
   std::optional<int64_t> lora_id;
   std::string medium = "GPU";  // upper-cased; "GPU" when null
   std::optional<std::string> lora_name;

@@ -832,6 +832,50 @@ TEST(DecodeEventBatchTest, OffloadingPlaceholdersDecode) {
   EXPECT_FALSE(Stored(b, 0)->placeholder);
 }
 
+// SGLang's radix cache under EAGLE publishes each page's positions as pairs
+// [token, next token] (its bigram keys): block_size pairs per block, the
+// pairs overlapping by a token.
+TEST(DecodeEventBatchTest, EaglesBigramPagesDecode) {
+  const V pairs =
+      Arr({Arr({10, 11}), Arr({11, 12}), Arr({12, 13}), Arr({13, 14})});
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({1, 2}), kNil, pairs, 2, kNil,
+                                             "GPU")}),
+                     &b)
+                  .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->bigram);
+  EXPECT_THAT(s->token_ids, ElementsAre(10, 11, 12, 13));
+  // Each block's content ends with the token after it.
+  ASSERT_EQ(s->content.Of(0).size(), 1u);
+  EXPECT_EQ(s->content.Of(0)[0].kind, ContentKey::Kind::kNextToken);
+  EXPECT_EQ(s->content.Of(0)[0].offset, 12);
+  ASSERT_EQ(s->content.Of(1).size(), 1u);
+  EXPECT_EQ(s->content.Of(1)[0].offset, 14);
+  // A slot reused for plain tokens is no bigram store.
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({3}), kNil, Tokens(0, 2), 2)}), &b)
+          .ok());
+  EXPECT_FALSE(Stored(b, 0)->bigram);
+  EXPECT_TRUE(Stored(b, 0)->content.empty());
+
+  const std::pair<V, std::string> bad[] = {
+      {Arr({Arr({10, 11}), Arr({12, 13})}),
+       "token_ids[1] starts with 12 but token_ids[0] ends with 11"},
+      {Arr({Arr({10, 11}), 11}), "token_ids[1] is a int"},
+      {Arr({Arr({10, 11}), Arr({11, 12, 13})}),
+       "token_ids[1] is an array of 3"},
+      {Arr({Arr({10, 11}), Arr({11, -1})}),
+       "token_ids[1][1] is not a token id"},
+  };
+  for (const auto& [tokens, want] : bad) {
+    const absl::Status st =
+        Decode(ArrayBatch({StoredArray(Arr({1}), kNil, tokens, 2)}), &b);
+    EXPECT_THAT(st.message(), HasSubstr(want)) << st;
+  }
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(

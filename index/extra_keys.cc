@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -275,6 +276,26 @@ ContentKey LegacyStringContentKey(absl::string_view value) {
   k.kind = ContentKey::Kind::kLegacy;
   k.id.assign(buffer.data(), buffer.size());
   return k;
+}
+
+BlockContent WithNextTokens(const BlockContent* content,
+                            absl::Span<const Token> next) {
+  BlockContent out;
+  const size_t own = content == nullptr ? 0 : content->keys.size();
+  out.keys.reserve(own + next.size());
+  out.begin.reserve(next.size() + 1);
+  for (size_t i = 0; i < next.size(); ++i) {
+    out.begin.push_back(static_cast<uint32_t>(out.keys.size()));
+    if (content != nullptr) {
+      for (const ContentKey& k : content->Of(i)) out.keys.push_back(k);
+    }
+    ContentKey k;
+    k.kind = ContentKey::Kind::kNextToken;
+    k.offset = next[i];
+    out.keys.push_back(std::move(k));
+  }
+  out.begin.push_back(static_cast<uint32_t>(out.keys.size()));
+  return out;
 }
 
 bool ReadExtraKeys(const Reader& reader, const Value& extra_keys,

@@ -42,6 +42,13 @@ ContentKey PromptEmbedsContentKey(absl::string_view hash);
 // {"type":"legacy","value": <a string>}.
 ContentKey LegacyStringContentKey(absl::string_view value);
 
+// EAGLE's bigram blocks (BlockStoredEvent::bigram), as the decoder makes
+// them of an event and a Route of a prompt: block i's content keys for
+// i < next.size(), those of `content` (none if it is null or has none for
+// i), then next[i], the token after the block, as a kNextToken key.
+BlockContent WithNextTokens(const BlockContent* content,
+                            absl::Span<const Token> next);
+
 }  // namespace prefixd
 
 #endif  // PREFIXD_INDEX_EXTRA_KEYS_H_

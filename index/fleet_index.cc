@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "index/extra_keys.h"
 #include "index/keys.h"
 
 namespace prefixd {
@@ -354,6 +355,7 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
 
 void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
                              uint64_t stamp, DropCounts* drops) {
+  if (ev.bigram) bigram_blocks_ = true;
   w.event_version = std::max(w.event_version, ev.event_version);
   const int64_t g = ev.group_idx;
   DropReason reason;
@@ -469,6 +471,7 @@ void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
   part.parent_block_hash = ev.parent_block_hash;
   part.block_size = ev.block_size;
   part.placeholder = ev.placeholder;
+  part.bigram = ev.bigram;
   part.lora_id = ev.lora_id;
   part.medium = ev.medium;
   part.lora_name = ev.lora_name;
@@ -531,9 +534,29 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   prompt.keys = q.keys;
   RouteScores scores;
   Reader lock(this);
-  tree_.Score(prompt, ns, workers_.size(), hybrid_,
-              clock_.fetch_add(1, std::memory_order_relaxed) + 1, &scores);
+  const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &scores);
+  if (bigram_blocks_ && q.keys.empty()) ScoreBigrams(q, ns, stamp, &scores);
   return Assemble(q.filter, scores, now);
+}
+
+// A bigram block covers block_size tokens and the one after it, so a
+// prompt of n tokens has (n - 1) / block_size of them. A worker's blocks
+// are all of one kind or the other: its run is the longer of the walks.
+void FleetIndex::ScoreBigrams(const RouteQuery& q, const std::string& ns,
+                              uint64_t stamp, RouteScores* scores) const {
+  const size_t bs = static_cast<size_t>(options_.block_size);
+  const size_t blocks = q.tokens.empty() ? 0 : (q.tokens.size() - 1) / bs;
+  std::vector<Token> next(blocks);
+  for (size_t i = 0; i < blocks; ++i) next[i] = q.tokens[(i + 1) * bs];
+  const BlockContent content = WithNextTokens(q.content, next);
+  PromptKeys prompt;
+  prompt.tokens = absl::MakeConstSpan(q.tokens).first(blocks * bs);
+  prompt.content = &content;
+  prompt.salt = q.cache_salt;
+  RouteScores bigram;
+  tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &bigram);
+  scores->TakeLonger(bigram);
 }
 
 RouteResult FleetIndex::RouteEngineHashes(absl::Span<const EngineHash> hashes,

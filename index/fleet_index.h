@@ -145,6 +145,10 @@ class FleetIndex final : public KvIndex {
   void GrowAside(WorkerId id, size_t inserts)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prompt as EAGLE's bigram blocks (each with the token after it as a
+  // content key), scored into *scores where a worker's run is longer.
+  void ScoreBigrams(const RouteQuery& q, const std::string& ns, uint64_t stamp,
+                    RouteScores* scores) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
                        absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool Passes(const WorkerFilter& filter, const WorkerRecord& w) const
@@ -159,6 +163,9 @@ class FleetIndex final : public KvIndex {
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
   // The group rules of workers serving hybrid models, for Score.
   HybridRules hybrid_ ABSL_GUARDED_BY(mu_);
+  // Set once any worker has stored EAGLE's bigram blocks: a Route by tokens
+  // then also walks the prompt as such blocks (ScoreBigrams).
+  bool bigram_blocks_ ABSL_GUARDED_BY(mu_) = false;
   // Recency for max_entries: Apply and Route advance it; Route under the
   // shared lock, hence atomic.
   mutable std::atomic<uint64_t> clock_{0};

@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/extra_keys.h"
 #include "index/keys.h"
 
 namespace prefixd {
@@ -456,6 +457,41 @@ TEST_F(FleetIndexTest, MediumsAreHoldersOfTheirOwn) {
 // vLLM's offloading connector announces a block it copied to the CPU as a
 // placeholder: the block's engine hash, no tokens, no parent. The index
 // gives the CPU tier the block the worker's GPU store named by that hash.
+// EAGLE's bigram blocks (SGLang under speculative decoding) cover their
+// tokens and the one after them: a prompt matches one only with that token
+// too, and a plain worker holding the same tokens is matched as before.
+TEST_F(FleetIndexTest, EaglesBigramBlocksMatchWithTheTokenAfterThem) {
+  BlockStoredEvent eagle = Stored({}, {1, 2, 3});
+  eagle.bigram = true;
+  const std::vector<Token> next = {BlockTokens(2)[0], BlockTokens(3)[0],
+                                   BlockTokens(4)[0]};
+  eagle.content = WithNextTokens(nullptr, next);
+  Apply(w0_, {eagle});
+  Apply(w1_, {Stored({}, {1, 2, 3})});
+  const auto route = [&](std::vector<Token> tokens) {
+    RouteQuery q;
+    q.tokens = tokens;
+    q.filter.all_workers = true;
+    std::map<std::string, uint64_t> out;
+    for (const WorkerMatch& m : index_.Route(q).workers)
+      out[std::string(m.worker)] = m.matched_blocks;
+    return out;
+  };
+  using Matches = std::map<std::string, uint64_t>;
+  EXPECT_EQ(route(Prompt({1, 2, 3, 4})), (Matches{{"w0", 3}, {"w1", 3}}));
+  // Nothing after block 3, or another token: its bigram block is not
+  // the engine's.
+  EXPECT_EQ(route(Prompt({1, 2, 3})), (Matches{{"w0", 2}, {"w1", 3}}));
+  std::vector<Token> other = Prompt({1, 2, 3});
+  other.push_back(99);
+  EXPECT_EQ(route(other), (Matches{{"w0", 2}, {"w1", 3}}));
+  EXPECT_EQ(route(Prompt({1, 2, 5})), (Matches{{"w0", 1}, {"w1", 2}}));
+  // Removed by the engine's hash, as any block.
+  Apply(w0_, {Removed({{1, 2, 3}})});
+  EXPECT_EQ(route(Prompt({1, 2, 3, 4})), (Matches{{"w0", 2}, {"w1", 3}}));
+  EXPECT_EQ(index_.Stats().blocks, 5u);
+}
+
 TEST_F(FleetIndexTest, APlaceholderStoreIsTheHashsBlockInAnotherTier) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   const auto placeholder = [](std::vector<std::vector<Token>> paths) {

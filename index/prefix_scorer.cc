@@ -1,8 +1,21 @@
 #include "index/prefix_scorer.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace prefixd {
+
+void RouteScores::TakeLonger(const RouteScores& other) {
+  if (!full.empty() || !other.full.empty()) {
+    std::vector<uint32_t> longer(num_workers);
+    for (WorkerId w = 0; w < num_workers; ++w)
+      longer[w] = std::max(FullAttention(w), other.FullAttention(w));
+    full = std::move(longer);
+  }
+  for (size_t i = 0; i < run.size() && i < other.run.size(); ++i)
+    run[i] = std::max(run[i], other.run[i]);
+}
 
 PrefixScorer::PrefixScorer(size_t workers, size_t mediums,
                            const HybridRules& hybrid, RouteScores* out)

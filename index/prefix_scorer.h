@@ -51,6 +51,9 @@ struct RouteScores {
   uint32_t InMedium(WorkerId w, size_t m) const {
     return run[num_workers + w * num_mediums + m];
   }
+  // Folds in another walk's scores over the same workers and mediums: each
+  // run is the longer of the two (prompt_blocks stays this walk's).
+  void TakeLonger(const RouteScores& other);
 };
 
 class PrefixScorer {

@@ -1,7 +1,8 @@
 // libFuzzer: one FleetIndex fed from every side a daemon's index is fed
 // from, in any order: engine batches as the decoder hands them over (stores
-// with tokens, stores of keys alone, vLLM's offloading placeholders
-// (blocks named by engine hash), removals, AllBlocksCleared, a wrong
+// with tokens, EAGLE's bigram stores (the token after each block a content
+// key), stores of keys alone, vLLM's offloading placeholders (blocks named
+// by engine hash), removals, AllBlocksCleared, a wrong
 // block size, LoRA, salts, mediums, KV-cache groups), hash reports of
 // SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
 // hashes that are the index's own keys, KV-cache group rules), streams
@@ -16,7 +17,9 @@
 // Checked after every step: FleetIndex::CheckInvariants. Every Route answer
 // lists a worker at most once, sorted by matched blocks, none past the
 // prompt, best_worker the first LIVE one with a match; a Route by the
-// prompt's rolling keys answers as the Route by its tokens; every
+// prompt's rolling keys answers as the Route by its tokens (keys name no
+// bigram blocks: once some are stored, no worker's match by keys is
+// longer than by tokens); every
 // RouteEngineHashes answer is sorted and within the hashes. At the end,
 // clearing every worker leaves no entry, block or engine hash.
 //
@@ -40,6 +43,7 @@
 #include "absl/time/time.h"
 #include "fuzzer/FuzzedDataProvider.h"
 #include "index/events.h"
+#include "index/extra_keys.h"
 #include "index/fleet_index.h"
 #include "index/group_rules.h"
 #include "index/keys.h"
@@ -184,6 +188,19 @@ class Driver {
     e.chain_blocks = in.ConsumeIntegralInRange<size_t>(0, 7) == 0
                          ? in.ConsumeIntegralInRange<size_t>(0, blocks)
                          : blocks;
+    if (tokens && e.block_size == kBlockSize &&
+        in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+      // As the decoder makes EAGLE's pairs: each chained block's content
+      // is the token after it.
+      std::vector<Token> next(e.chain_blocks);
+      for (size_t i = 0; i < next.size(); ++i) {
+        next[i] = i + 1 < blocks ? e.token_ids[(i + 1) * kBlockSize]
+                                 : in.ConsumeIntegralInRange<Token>(1, 3);
+      }
+      e.bigram = true;
+      e.content = WithNextTokens(nullptr, next);
+      bigram_stored_ = true;
+    }
     e.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
     if (e.group_idx == 1 || in.ConsumeIntegralInRange<int>(0, 3) == 0) {
       e.kv_cache_spec_kind =
@@ -299,8 +316,15 @@ class Driver {
       k.filter.all_workers = q.filter.all_workers;
       const RouteResult by_keys = index_.Route(k);
       CheckRoute(by_keys, keys.size(), "Route by keys");
-      if (Matched(by_keys) != Matched(by_tokens))
+      const auto keyed = Matched(by_keys);
+      const auto tokened = Matched(by_tokens);
+      if (!bigram_stored_ && keyed != tokened)
         Fail("Route by keys answers otherwise than Route by tokens");
+      for (const auto& [worker, blocks] : keyed) {
+        const auto it = tokened.find(worker);
+        if (blocks > (it == tokened.end() ? 0 : it->second))
+          Fail("Route by keys matches more than Route by tokens");
+      }
     }
     const std::vector<EngineHash> hashes =
         Hashes(in, in.ConsumeIntegralInRange<size_t>(1, kMaxBlocks));
@@ -346,6 +370,7 @@ class Driver {
   WorkerId ids_[kWorkers] = {};
   int64_t seq_[kWorkers] = {};
   int64_t clock_s_ = 1700000000;
+  bool bigram_stored_ = false;  // some store was EAGLE's bigram blocks
 };
 
 }  // namespace

@@ -137,6 +137,13 @@ def seeds():
         ["BlockStored", [61], None, [], 256, None, "CPU"],
         {"type": "BlockRemoved", "block_hashes": [61, 62], "medium": "CPU", "group_idx": 0},
     ]})
+    # SGLang under EAGLE: token_ids as pairs [t, next t], one page per event
+    # chained by its parent, then the removal.
+    s["sglang_eagle_bigram"] = pack([TS, [
+        ["BlockStored", [71], None, [[1, 2], [2, 3], [3, 4], [4, 5]], 4, None, "GPU"],
+        ["BlockStored", [72], 71, [[5, 6], [6, 7], [7, 8], [8, 9]], 4, None, "GPU"],
+        ["BlockRemoved", [72], "GPU"],
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

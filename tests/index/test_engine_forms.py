@@ -30,6 +30,11 @@ Scenarios (one daemon each; --scenarios=a,b picks some):
           attn_dp_rank as the batch's third element, stores of up to 64
           pages per event, one BlockRemoved per evicted node, GPU ->
           CPU_PINNED moves, load-backs; rank 1 on port + 1; a gap.
+  eagle   SGLang under EAGLE speculative decoding: token_ids pairs
+          [t, next t], a page spanning its tokens and the one after; a plain
+          SGLang engine gets the same prompts (same tokens, other blocks);
+          every page boundary of recent prompts, with and without the token
+          after it.
   dp      data parallelism with one source per rank (vLLM map form, ranks
           0-2 on port + r; SGLang array form, ranks 0-1):
           history before the daemon starts, no worker that no stream feeds,
@@ -813,6 +818,34 @@ class EngineForms(unittest.TestCase):
         self.assertTrue(moved > 0 and back > 0 and splits > 0, "the traffic moved pages to the "
                         "host (%d), loaded some back (%d) and split nodes (%d)"
                         % (moved, back, splits))
+
+    def test_eagle(self):
+        # SGLang under EAGLE speculative decoding: token_ids are pairs [t, next t]
+        # and a page's hash covers the token after it. A plain SGLang engine
+        # gets the same prompts: the same tokens, other blocks.
+        self.engines = []
+        for name, eagle in (("sgl-eagle", True), ("sgl-plain", False)):
+            pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
+            e = Engine(name, ep.RadixPool(96, BS, pub, host_blocks=80, name=name,
+                                          hash_seed=name.encode(), eagle=eagle), pub)
+            e.exp["replays_ok"] = 1
+            self.engines.append(e)
+        self.wl = Workload(4, 700000)
+        self.start()
+        self.form = "eagle"
+        self.caught_up()
+        self.feed(60 * SCALE, same=True)
+        # Every page boundary of recent prompts, and one token past it: a
+        # bigram page is matched only with the token after it.
+        prefixes = [p._replace(tokens=p.tokens[:k * BS + extra])
+                    for p in self.wl.sent[-8:] for k in range(1, len(p.tokens) // BS)
+                    for extra in (0, 1)]
+        self.checkpoint("bigram pages beside plain ones of the same prompts",
+                        samples=self.wl.samples() + prefixes)
+        self.feed(40 * SCALE)
+        self.checkpoint("more traffic, HiCache moves and load-backs")
+        stored = self.engines[0].pool.counts["stored"]
+        self.assertTrue(stored > 0, "the EAGLE engine stored pages (%d)" % stored)
 
     def test_dp(self):
         vpubs = bind_consecutive(3, encoding="map", hash_kind="int", topic="kv@vllm@llama")

@@ -754,15 +754,31 @@ class RadixPool(EnginePool):
     - A match that reaches host-only nodes loads them back (BlockStored on
       the GPU again; the host keeps its copy).
     - SGLang's events name no LoRA and no salt: salt and lora are refused.
+    - eagle=True: SGLang under EAGLE speculative decoding keys position j
+      by the pair (token j, token j+1). A page of block_size pairs spans
+      block_size + 1 tokens, its hash covers them all, a prompt of n tokens
+      has (n - 1) // block_size pages, and a store's token_ids are the
+      pairs, [[t_j, t_j+1], ...].
     Events go out as in EnginePool (one batch per step with events).
     """
 
     def __init__(self, num_blocks, block_size=16, publisher=None, host_blocks=0,
-                 host_medium="CPU_PINNED", store_chunk=64, **kw):
+                 host_medium="CPU_PINNED", store_chunk=64, eagle=False, **kw):
         self.host_cap = host_blocks
         self.host_medium = host_medium
         self.store_chunk = store_chunk
+        self.eagle = eagle
+        self.tail = 1 if eagle else 0  # tokens a node keeps past its pages
         super().__init__(num_blocks, block_size, publisher, **kw)
+
+    def block_hashes(self, tokens, salt=None, lora=None, **keys):
+        if not self.eagle:
+            return super().block_hashes(tokens, salt, lora, **keys)
+        out, parent = [], self.seed
+        for i in range(max(len(tokens) - 1, 0) // self.bs):
+            parent = chain_hash(parent, tokens[i * self.bs:(i + 1) * self.bs + 1], None)
+            out.append(parent)
+        return out
 
     def _reset_state(self):
         super()._reset_state()
@@ -809,8 +825,8 @@ class RadixPool(EnginePool):
         return path, i
 
     def _split(self, node, k):
-        head = _Node(node.hashes[:k], node.tokens[:k * self.bs], node.parent, node.gpu, node.host,
-                     node.lock, node.stamp)
+        head = _Node(node.hashes[:k], node.tokens[:k * self.bs + self.tail], node.parent,
+                     node.gpu, node.host, node.lock, node.stamp)
         node.parent.children[head.hashes[0]] = head
         node.hashes, node.tokens, node.parent = node.hashes[k:], node.tokens[k * self.bs:], head
         head.children = {node.hashes[0]: node}
@@ -824,9 +840,11 @@ class RadixPool(EnginePool):
         parent = self._parent_hash(node)
         for a in range(0, len(node.hashes), self.store_chunk):
             hs = node.hashes[a:a + self.store_chunk]
+            tokens = node.tokens[a * self.bs:(a + len(hs)) * self.bs + self.tail]
+            if self.eagle:
+                tokens = [[tokens[j], tokens[j + 1]] for j in range(len(tokens) - 1)]
             self.pending.append(kp.block_stored(
-                hs, parent, node.tokens[a * self.bs:(a + len(hs)) * self.bs], self.bs,
-                medium=medium, **self.store_fields))
+                hs, parent, tokens, self.bs, medium=medium, **self.store_fields))
             parent = hs[-1]
 
     def _removed(self, node, medium):
@@ -914,7 +932,8 @@ class RadixPool(EnginePool):
             self.counts["loaded_back"] += len(n.hashes)
         node = path[-1] if path else self.root
         if hit < len(r.hashes):
-            leaf = _Node(r.hashes[hit:], r.tokens[hit * self.bs:len(r.hashes) * self.bs], node,
+            leaf = _Node(r.hashes[hit:],
+                         r.tokens[hit * self.bs:len(r.hashes) * self.bs + self.tail], node,
                          lock=1)
             node.children[leaf.hashes[0]] = leaf
             self.gpu_used += len(leaf.hashes)
@@ -1002,6 +1021,7 @@ class RadixPool(EnginePool):
             assert n.parent.children.get(n.hashes[0]) is n
             assert not n.gpu or n.parent is self.root or n.parent.gpu, "a GPU node under a host one"
             assert n.lock >= 0
+            assert len(n.tokens) == len(n.hashes) * self.bs + self.tail, "a node's tokens"
             gpu += len(n.hashes) if n.gpu else 0
             host += len(n.hashes) if n.host else 0
         assert gpu + sum(r.partial for r in self.running) == self.gpu_used <= self.C

@@ -509,6 +509,55 @@ class EventDecoder {
     const object* f[kNumFields];
     Heads(fields, f);
     RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
+    RETURN_IF_ERROR(StoredTokens(fields, f, ev));
+    RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
+    RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
+    RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
+    // SGLang's BlockStoredMetadata, a map holding the request's cache salt:
+    // right after medium, in the lora_name slot, in some releases; past
+    // ownership, in session_id's, in later ones.
+    std::string metadata_salt;
+    if (IsMap(f[kLoraName])) {
+      ev->lora_name.reset();
+      RETURN_IF_ERROR(Metadata(kLoraName, fields[kLoraName], &metadata_salt));
+    } else {
+      RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
+    }
+    RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
+    RETURN_IF_ERROR(GroupSpec(f, ev));
+    RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
+    RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
+    if (IsMap(f[kSessionId])) {
+      RETURN_IF_ERROR(Metadata(kSessionId, fields[kSessionId], &metadata_salt));
+    } else {
+      RETURN_IF_ERROR(Known(kSessionId, f[kSessionId]));
+    }
+    RETURN_IF_ERROR(
+        IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
+    if (!ReadExtraKeys(reader_, fields[kExtraKeys], allowance_, ev)) {
+      return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
+    }
+    if (ev->bigram) RETURN_IF_ERROR(AddNextTokens(ev));
+    RETURN_IF_ERROR(MetadataSalt(std::move(metadata_salt), ev));
+    // The LoRA name and salt as the event or its extra keys gave them.
+    if (ev->lora_name.has_value()) {
+      RETURN_IF_ERROR(CheckName("lora_name", *ev->lora_name));
+    }
+    RETURN_IF_ERROR(CheckName("cache_salt", ev->cache_salt));
+    // RFC #1527's additional_salt: the namespace's salt, unless the extra
+    // keys gave one.
+    std::string salt;
+    RETURN_IF_ERROR(Name(kAdditionalSalt, f[kAdditionalSalt], &salt));
+    if (ev->cache_salt.empty() && !ev->parent_block_hash.has_value()) {
+      ev->cache_salt = std::move(salt);  // checked by Name
+    }
+    return absl::OkStatus();
+  }
+
+  // token_ids and block_size: tokens, EAGLE's pairs, a placeholder's empty
+  // array, or nil.
+  absl::Status StoredTokens(const Value* fields, const object* const* f,
+                            BlockStoredEvent* ev) {
     ev->placeholder = IsEmptyArray(f[kTokenIds]);
     ev->bigram = false;
     if (ev->placeholder) {
@@ -532,32 +581,18 @@ class EventDecoder {
       RETURN_IF_ERROR(ev->bigram ? BigramTokenIds(fields[kTokenIds], ev)
                                  : TokenIds());
     }
-    RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
-    RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
-    RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
-    RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
-    RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
-    RETURN_IF_ERROR(GroupSpec(f, ev));
-    RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
-    RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
-    RETURN_IF_ERROR(Known(kSessionId, f[kSessionId]));
-    RETURN_IF_ERROR(
-        IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
-    if (!ReadExtraKeys(reader_, fields[kExtraKeys], allowance_, ev)) {
-      return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
-    }
-    if (ev->bigram) RETURN_IF_ERROR(AddNextTokens(ev));
-    // The LoRA name and salt as the event or its extra keys gave them.
-    if (ev->lora_name.has_value()) {
-      RETURN_IF_ERROR(CheckName("lora_name", *ev->lora_name));
-    }
-    RETURN_IF_ERROR(CheckName("cache_salt", ev->cache_salt));
-    // RFC #1527's additional_salt: the namespace's salt, unless the extra
-    // keys gave one.
-    std::string salt;
-    RETURN_IF_ERROR(Name(kAdditionalSalt, f[kAdditionalSalt], &salt));
-    if (ev->cache_salt.empty() && !ev->parent_block_hash.has_value()) {
-      ev->cache_salt = std::move(salt);  // checked by Name
+    return absl::OkStatus();
+  }
+
+  // The salt of SGLang's metadata, which must agree with extra_keys'.
+  absl::Status MetadataSalt(std::string salt, BlockStoredEvent* ev) {
+    if (salt.empty()) return absl::OkStatus();
+    if (ev->cache_salt.empty()) {
+      ev->cache_salt = std::move(salt);
+    } else if (ev->cache_salt != salt) {
+      return Error(absl::StrCat("metadata's cache_salt \"", salt,
+                                "\" is not extra_keys' \"", ev->cache_salt,
+                                "\""));
     }
     return absl::OkStatus();
   }
@@ -745,6 +780,27 @@ class EventDecoder {
       next[i] = i + 1 < blocks ? ev->token_ids[(i + 1) * bs] : bigram_after_;
     }
     ev->content = WithNextTokens(&ev->content, next);
+    return absl::OkStatus();
+  }
+
+  static bool IsMap(const object* o) {
+    return o != nullptr && o->type == mtype::MAP;
+  }
+
+  // SGLang's metadata map in field f's slot: its "cache_salt", if any.
+  absl::Status Metadata(Field f, const Value& map, std::string* salt) {
+    static constexpr absl::string_view kKeys[] = {"cache_salt"};
+    Value v[1];
+    reader_.MapValues(map, kKeys, v);
+    const object* s = v[0].get();
+    if (IsNull(s)) return absl::OkStatus();
+    if (s->type != mtype::STR) {
+      return Error(absl::StrCat(kFieldNames[f],
+                                " is SGLang's metadata, whose cache_salt is a ",
+                                TypeName(*s), ", want a str"));
+    }
+    if (!TakeString(s->via.str.size)) return TooDense();
+    salt->assign(s->via.str.ptr, s->via.str.size);
     return absl::OkStatus();
   }
 

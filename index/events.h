@@ -126,9 +126,12 @@ struct BlockStoredEvent {
   std::optional<int64_t> lora_id;
   std::string medium = "GPU";  // upper-cased; "GPU" when null
   std::optional<std::string> lora_name;
-  // From extra_keys: the cache salt of a root event's first block (raw: the
-  // last string left once the LoRA name is set aside; typed: its
-  // "cache_salt" key); empty if none.
+  // The cache salt: of a root event's first block, from extra_keys (raw:
+  // the last string left once the LoRA name is set aside; typed: its
+  // "cache_salt" key) or RFC #1527's additional_salt; of any event's first
+  // block, from a raw "dynamo-cache-salt:" key or SGLang's metadata map
+  // (HolderTree keeps a child's only in its parent's namespace). Empty if
+  // none.
   std::string cache_salt;
   // From extra_keys: each block's content keys (see ContentKey).
   BlockContent content;

@@ -876,6 +876,53 @@ TEST(DecodeEventBatchTest, EaglesBigramPagesDecode) {
   }
 }
 
+// SGLang's cache salt in the two layouts it shipped: its metadata map
+// {"cache_salt": S} right after medium (the lora_name slot), and later
+// extra_keys [["dynamo-cache-salt:S"]] with the map past ownership (the
+// session_id slot); in every store of a salted request, root or not.
+TEST(DecodeEventBatchTest, SglangsCacheSaltDecodes) {
+  const V meta = Map({{"cache_salt", "tenant-a"}});
+  const auto newer = [&](V extra_keys, V metadata) {
+    return Arr({"BlockStored", Arr({2, 3}), 1, Tokens(2, 4), 2, kNil, "GPU",
+                kNil, extra_keys, kNil, kNil, kNil, kNil, kNil, metadata});
+  };
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(
+          ArrayBatch({Arr({"BlockStored", Arr({1}), kNil, Tokens(0, 2), 2, kNil,
+                           "GPU", meta}),
+                      newer(Arr({Arr({"dynamo-cache-salt:tenant-a"})}), meta)}),
+          &b)
+          .ok());
+  const BlockStoredEvent* s = Stored(b, 0);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cache_salt, "tenant-a");
+  EXPECT_FALSE(s->lora_name.has_value());
+  s = Stored(b, 1);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cache_salt, "tenant-a");  // a child's too
+  EXPECT_EQ(s->chain_blocks, 2u);
+  EXPECT_TRUE(s->content.empty());
+  // The prefixed salt alone; in a later block it ends the chain there.
+  ASSERT_TRUE(Decode(ArrayBatch({newer(
+                         Arr({kNil, Arr({"dynamo-cache-salt:x"})}), kNil)}),
+                     &b)
+                  .ok());
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u);
+  EXPECT_EQ(Stored(b, 0)->cache_salt, "");
+
+  const std::pair<V, std::string> bad[] = {
+      {newer(Arr({Arr({"dynamo-cache-salt:tenant-b"})}), meta),
+       "metadata's cache_salt \"tenant-a\" is not extra_keys' \"tenant-b\""},
+      {newer(kNil, Map({{"cache_salt", 7}})),
+       "session_id is SGLang's metadata, whose cache_salt is a int"},
+  };
+  for (const auto& [event, want] : bad) {
+    const absl::Status st = Decode(ArrayBatch({event}), &b);
+    EXPECT_THAT(st.message(), HasSubstr(want)) << st;
+  }
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
+#include "absl/strings/match.h"
 
 namespace prefixd {
 namespace {
@@ -29,6 +30,10 @@ namespace mtype = msgpack::type;
 // little as one payload byte, so a longer entry ends the chain; what the
 // keys of all blocks take is counted against the decode's allowance.
 constexpr uint32_t kMaxKeysPerBlock = 32;
+
+// A raw key that is a salt wherever it is: SGLang writes its requests'
+// cache salt so, after Dynamo's routers.
+constexpr absl::string_view kPrefixedSalt = "dynamo-cache-salt:";
 
 // Sums the keys the first `entries` entries can give at most, so that
 // ev->content.keys is allocated once rather than grown (a growing vector
@@ -51,6 +56,7 @@ class BlockKeysReader {
       : reader_(reader),
         allowance_(allowance),
         ev_(ev),
+        first_block_(block == 0),
         salt_allowed_(block == 0 && !ev->parent_block_hash.has_value()) {}
 
   // False: the item cannot be understood (the chain ends at this block).
@@ -61,6 +67,8 @@ class BlockKeysReader {
         return Typed(item);
       case mtype::STR:
         if (IsLora(Str(head))) return true;
+        if (absl::StartsWith(Str(head), kPrefixedSalt))
+          return PrefixedSalt(head);
         strings_.push_back(item);
         return true;
       case mtype::BIN:
@@ -162,6 +170,17 @@ class BlockKeysReader {
     return *ev_->lora_name == Str(*name);
   }
 
+  // SGLang's salt as Dynamo's routers read it: in the first block of every
+  // store of a salted request, root or not (HolderTree checks that a
+  // child's is its parent's namespace's).
+  bool PrefixedSalt(const object& item) {
+    if (!first_block_ || typed_salt_) return false;
+    const absl::string_view salt = Str(item).substr(kPrefixedSalt.size());
+    ev_->cache_salt.assign(salt.data(), salt.size());
+    typed_salt_ = true;
+    return true;
+  }
+
   bool TypedSalt(const object* salt) {
     if (!salt_allowed_ || typed_salt_ || salt == nullptr ||
         salt->type != mtype::STR) {
@@ -207,6 +226,7 @@ class BlockKeysReader {
   const Reader& reader_;
   DecodeAllowance* const allowance_;
   BlockStoredEvent* const ev_;
+  const bool first_block_;
   const bool salt_allowed_;
   bool lora_seen_ = false;
   bool typed_salt_ = false;

@@ -492,6 +492,24 @@ TEST_F(FleetIndexTest, EaglesBigramBlocksMatchWithTheTokenAfterThem) {
   EXPECT_EQ(index_.Stats().blocks, 5u);
 }
 
+// SGLang names a salted request's salt in every store, the root's and its
+// children's: a child is kept only in its parent's namespace.
+TEST_F(FleetIndexTest, AChildStoreNamingASaltIsKeptInItsParentsNamespace) {
+  BlockStoredEvent root = Stored({}, {1});
+  root.cache_salt = "a";
+  BlockStoredEvent child = Stored({1}, {2});
+  child.cache_salt = "a";
+  BlockStoredEvent stray = Stored({1}, {3});
+  stray.cache_salt = "b";
+  Apply(w0_, {root, child, stray});
+  EXPECT_EQ(Route({1, 2}, "a")["w0"], 2u);
+  EXPECT_EQ(Route({1, 3}, "a")["w0"], 1u);
+  EXPECT_EQ(Route({1, 3}, "b")["w0"], 0u);
+  EXPECT_EQ(Route({1, 2})["w0"], 0u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kExtraKeys)],
+            1u);
+}
+
 TEST_F(FleetIndexTest, APlaceholderStoreIsTheHashsBlockInAnotherTier) {
   Apply(w0_, {Stored({}, {1, 2, 3})});
   const auto placeholder = [](std::vector<std::vector<Token>> paths) {

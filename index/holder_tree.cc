@@ -360,8 +360,10 @@ void HolderTree::PlaceSlots(Node* node, size_t from) {
 }
 
 Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
-                             const StoreDefaults& defaults, size_t* used) {
+                             const StoreDefaults& defaults, size_t* used,
+                             DropReason* why) {
   *used = 0;
+  *why = DropReason::kUnknownParent;
   const std::string ns =
       NamespaceKey(ev.lora_name.has_value() ? absl::string_view(*ev.lora_name)
                                             : defaults.lora_name,
@@ -382,6 +384,13 @@ Node* HolderTree::StoreStart(WorkerId worker, const BlockStoredEvent& ev,
   // A block reported by its hash alone has no tokens a chain could hang
   // below: its children's parent is as unknown as a missing one.
   if (parent == nullptr || IsDetached(*parent->node->tree)) return nullptr;
+  // A child store that names a salt (SGLang's name it in every store of a
+  // salted request) must be in its parent's namespace: nothing says what
+  // its hash covered otherwise.
+  if (!ev.cache_salt.empty() && parent->node->tree->ns != ns) {
+    *why = DropReason::kExtraKeys;
+    return nullptr;
+  }
   *used = size_t{parent->pos} + 1;
   return parent->node;
 }
@@ -409,9 +418,10 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     (*drops)[static_cast<int>(DropReason::kExtraKeys)] += n - chain;
   if (chain == 0) return;
   size_t used;
-  Node* node = StoreStart(worker, ev, defaults, &used);
+  DropReason why;
+  Node* node = StoreStart(worker, ev, defaults, &used, &why);
   if (node == nullptr) {
-    (*drops)[static_cast<int>(DropReason::kUnknownParent)] += chain;
+    (*drops)[static_cast<int>(why)] += chain;
     return;
   }
   // The rolling keys chain from the block before the first (or the

@@ -276,9 +276,11 @@ class HolderTree {
   Tree* GetOrCreateTree(const std::string& key);
   Tree* FindTree(const std::string& key) const;
   // Where a store starts: after `*used` blocks of the returned node, or
-  // null if the parent is unknown.
+  // null, with *why: the parent is unknown, or in another namespace than
+  // the one the store names by its salt.
   Node* StoreStart(WorkerId worker, const BlockStoredEvent& ev,
-                   const StoreDefaults& defaults, size_t* used);
+                   const StoreDefaults& defaults, size_t* used,
+                   DropReason* why);
   void StoreChain(WorkerId worker, const BlockStoredEvent& ev, size_t chain,
                   Node* node, size_t used, uint64_t stamp);
   void StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,

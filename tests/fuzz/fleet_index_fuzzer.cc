@@ -159,7 +159,9 @@ class Driver {
     const bool tokens = in.ConsumeIntegralInRange<int>(0, 3) != 0;
     std::vector<Token> prompt = Prompt(in);
     const size_t blocks = prompt.size() / kBlockSize;
-    if (root && in.ConsumeBool()) e.cache_salt = "s";
+    // A child may name a salt too (SGLang names it in every store of a
+    // salted request): kept only in its parent's namespace.
+    if (in.ConsumeBool() && (root || in.ConsumeBool())) e.cache_salt = "s";
     if (in.ConsumeBool()) e.lora_name = "a";
     // Hashes as a vLLM engine sends them (anything), or as the index's
     // own rolling keys, as an RFC #1527 publisher does.

@@ -84,8 +84,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     Check(s->chain_blocks <= s->block_hashes.size(),
           "BlockStored whose chain is longer than its blocks");
-    Check(s->cache_salt.empty() || !s->parent_block_hash.has_value(),
-          "a cache salt on an event that does not start at the root");
   }
   ApplyToAnIndex(*batch);
   return 0;

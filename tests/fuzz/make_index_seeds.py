@@ -144,6 +144,14 @@ def seeds():
         ["BlockStored", [72], 71, [[5, 6], [6, 7], [7, 8], [8, 9]], 4, None, "GPU"],
         ["BlockRemoved", [72], "GPU"],
     ], 0])
+    # SGLang's cache salt: its metadata map in lora_name's slot (some
+    # releases), then extra_keys' prefixed salt with the map past ownership.
+    meta = {"cache_salt": "tenant-a"}
+    s["sglang_salt_metadata"] = pack([TS, [
+        ["BlockStored", [81], None, [1, 2, 3, 4], 4, None, "GPU", meta],
+        ["BlockStored", [82], 81, [5, 6, 7, 8], 4, None, "GPU", None,
+         [["dynamo-cache-salt:tenant-a"]], None, None, None, None, None, meta],
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

@@ -35,6 +35,10 @@ Scenarios (one daemon each; --scenarios=a,b picks some):
           SGLang engine gets the same prompts (same tokens, other blocks);
           every page boundary of recent prompts, with and without the token
           after it.
+  sglang_salt
+          SGLang's cache salt in both layouts it shipped (its metadata map in
+          lora_name's slot; later extra_keys ["dynamo-cache-salt:S"] with the
+          map past ownership), in every store of a salted request.
   dp      data parallelism with one source per rank (vLLM map form, ranks
           0-2 on port + r; SGLang array form, ranks 0-1):
           history before the daemon starts, no worker that no stream feeds,
@@ -261,12 +265,13 @@ class Workload:
     """Prompts that share prefixes as chat traffic does: system prompts,
     conversations growing turn by turn, some with a partial last block.
     With variety, conversations get a LoRA, a salt, an image, prompt
-    embeddings or legacy keys."""
+    embeddings or legacy keys; with salts, a salt only."""
 
-    def __init__(self, seed, base, variety=False, systems=5):
+    def __init__(self, seed, base, variety=False, systems=5, salts=False):
         self.rng = random.Random(seed)
         self.next_id = base
         self.variety = variety
+        self.salts = salts
         self.systems = [self.fresh(self.rng.randint(2, 5)) for _ in range(systems)]
         self.convs = []
         self.sent = []
@@ -278,6 +283,8 @@ class Workload:
 
     def _namespace(self):
         rng = self.rng
+        if self.salts:
+            return rng.choice([None, None, "acme", "globex"]), None, {}
         if not self.variety:
             return None, None, {}
         salt = rng.choice([None, None, "acme", "globex"])
@@ -846,6 +853,30 @@ class EngineForms(unittest.TestCase):
         self.checkpoint("more traffic, HiCache moves and load-backs")
         stored = self.engines[0].pool.counts["stored"]
         self.assertTrue(stored > 0, "the EAGLE engine stored pages (%d)" % stored)
+
+    def test_sglang_salt(self):
+        # SGLang's cache salt in both layouts it shipped: its metadata map
+        # right after medium, and (later) extra_keys
+        # [["dynamo-cache-salt:S"]] with the map past ownership; in every
+        # store of a salted request, root or not.
+        self.engines = []
+        for name in ("metadata", "extra_keys"):
+            pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
+            worker = "sgl-salt-" + name.replace("_", "-")
+            e = Engine(worker, ep.RadixPool(96, BS, pub, host_blocks=80, name=worker,
+                                            hash_seed=worker.encode(), salt_layout=name), pub)
+            e.exp["replays_ok"] = 1
+            self.engines.append(e)
+        self.wl = Workload(6, 900000, salts=True)
+        self.start()
+        self.form = "sglang_salt"
+        self.caught_up()
+        self.feed(80 * SCALE, same=True)
+        self.checkpoint("salted and plain requests, the same on both layouts")
+        self.feed(40 * SCALE)
+        self.checkpoint("more traffic, HiCache moves and load-backs")
+        salted = [p for p in self.wl.sent if p.salt]
+        self.assertTrue(salted, "the workload sent salted requests")
 
     def test_dp(self):
         vpubs = bind_consecutive(3, encoding="map", hash_kind="int", topic="kv@vllm@llama")

@@ -719,9 +719,12 @@ class EnginePool:
 
 class _Node:
     """A radix node: a run of pages (blocks) and where they are."""
-    __slots__ = ("hashes", "tokens", "parent", "children", "gpu", "host", "lock", "stamp")
+    __slots__ = ("hashes", "tokens", "parent", "children", "gpu", "host", "lock", "stamp",
+                 "salt")
 
-    def __init__(self, hashes, tokens, parent, gpu=True, host=False, lock=0, stamp=0):
+    def __init__(self, hashes, tokens, parent, gpu=True, host=False, lock=0, stamp=0,
+                 salt=None):
+        self.salt = salt                # the request's cache salt (in every page's hash)
         self.hashes = hashes
         self.tokens = tokens            # the pages' tokens, flat
         self.parent = parent
@@ -753,7 +756,13 @@ class RadixPool(EnginePool):
       node that cannot get room goes with its host-only subtree.
     - A match that reaches host-only nodes loads them back (BlockStored on
       the GPU again; the host keeps its copy).
-    - SGLang's events name no LoRA and no salt: salt and lora are refused.
+    - SGLang's events name no LoRA: lora is refused. A cache salt (in
+      every page's hash: salted prompts share no page with others) goes on
+      the wire per `salt_layout`, in every store of the salted node:
+      "metadata" (some releases): SGLang's metadata map {"cache_salt": S}
+      right after medium; "extra_keys" (later ones): vLLM's positions up to
+      ownership, extra_keys [["dynamo-cache-salt:S"]] (the first block's
+      entry) and the metadata map after ownership. None refuses salts.
     - eagle=True: SGLang under EAGLE speculative decoding keys position j
       by the pair (token j, token j+1). A page of block_size pairs spans
       block_size + 1 tokens, its hash covers them all, a prompt of n tokens
@@ -763,7 +772,9 @@ class RadixPool(EnginePool):
     """
 
     def __init__(self, num_blocks, block_size=16, publisher=None, host_blocks=0,
-                 host_medium="CPU_PINNED", store_chunk=64, eagle=False, **kw):
+                 host_medium="CPU_PINNED", store_chunk=64, eagle=False, salt_layout=None,
+                 **kw):
+        self.salt_layout = salt_layout
         self.host_cap = host_blocks
         self.host_medium = host_medium
         self.store_chunk = store_chunk
@@ -776,7 +787,8 @@ class RadixPool(EnginePool):
             return super().block_hashes(tokens, salt, lora, **keys)
         out, parent = [], self.seed
         for i in range(max(len(tokens) - 1, 0) // self.bs):
-            parent = chain_hash(parent, tokens[i * self.bs:(i + 1) * self.bs + 1], None)
+            parent = chain_hash(parent, tokens[i * self.bs:(i + 1) * self.bs + 1],
+                                self.block_keys(i, salt, lora, **keys))
             out.append(parent)
         return out
 
@@ -788,9 +800,10 @@ class RadixPool(EnginePool):
         self.clock = 0
 
     def submit(self, tokens, salt=None, lora=None, hold_steps=1, **keys):
-        if salt or lora or keys:
-            raise ValueError("SGLang's events carry no salt, LoRA or extra keys")
-        return super().submit(tokens, hold_steps=hold_steps)
+        if lora or keys or (salt and not self.salt_layout):
+            raise ValueError("SGLang's events carry no LoRA or extra keys (nor a salt "
+                             "without salt_layout)")
+        return super().submit(tokens, salt, hold_steps=hold_steps)
 
     # ---- the tree ----
 
@@ -826,7 +839,7 @@ class RadixPool(EnginePool):
 
     def _split(self, node, k):
         head = _Node(node.hashes[:k], node.tokens[:k * self.bs + self.tail], node.parent,
-                     node.gpu, node.host, node.lock, node.stamp)
+                     node.gpu, node.host, node.lock, node.stamp, node.salt)
         node.parent.children[head.hashes[0]] = head
         node.hashes, node.tokens, node.parent = node.hashes[k:], node.tokens[k * self.bs:], head
         head.children = {node.hashes[0]: node}
@@ -843,9 +856,24 @@ class RadixPool(EnginePool):
             tokens = node.tokens[a * self.bs:(a + len(hs)) * self.bs + self.tail]
             if self.eagle:
                 tokens = [[tokens[j], tokens[j + 1]] for j in range(len(tokens) - 1)]
-            self.pending.append(kp.block_stored(
-                hs, parent, tokens, self.bs, medium=medium, **self.store_fields))
+            if node.salt is None:
+                self.pending.append(kp.block_stored(
+                    hs, parent, tokens, self.bs, medium=medium, **self.store_fields))
+            else:
+                self.pending.append(self._salted_stored(hs, parent, tokens, medium, node.salt))
             parent = hs[-1]
+
+    def _salted_stored(self, hashes, parent, tokens, medium, salt):
+        fields = [("block_hashes", list(hashes)), ("parent_block_hash", parent),
+                  ("token_ids", tokens), ("block_size", self.bs), ("lora_id", None),
+                  ("medium", medium)]
+        if self.salt_layout == "extra_keys":
+            fields += [("lora_name", None), ("extra_keys", [["dynamo-cache-salt:" + salt]]),
+                       ("group_idx", None), ("kv_cache_spec_kind", None),
+                       ("kv_cache_spec_sliding_window", None), ("locality", None),
+                       ("ownership", None)]
+        fields.append(("metadata", {"cache_salt": salt}))
+        return kp.Event("BlockStored", fields)
 
     def _removed(self, node, medium):
         self.pending.append(kp.block_removed(node.hashes, medium=medium, **self.remove_fields))
@@ -934,7 +962,7 @@ class RadixPool(EnginePool):
         if hit < len(r.hashes):
             leaf = _Node(r.hashes[hit:],
                          r.tokens[hit * self.bs:len(r.hashes) * self.bs + self.tail], node,
-                         lock=1)
+                         lock=1, salt=r.salt)
             node.children[leaf.hashes[0]] = leaf
             self.gpu_used += len(leaf.hashes)
             self._store(leaf, self.medium)
@@ -984,13 +1012,13 @@ class RadixPool(EnginePool):
         pass
 
     def cached_prefix_blocks(self, tokens, salt=None, lora=None, stored_since=None, **keys):
-        return self._match(self.block_hashes(tokens), split=False)[1]
+        return self._match(self.block_hashes(tokens, salt), split=False)[1]
 
     def cached_blocks(self):
         return sum(len(n.hashes) for n in self._nodes())
 
     def route_answer(self, tokens, salt=None, lora=None, since=None, **keys):
-        hashes = self.block_hashes(tokens)
+        hashes = self.block_hashes(tokens, salt)
         matched = self._match(hashes, split=False)[1]
         mediums = {}
         for tier, name in (("gpu", tier_name(self.medium)), ("host", tier_name(self.host_medium))):

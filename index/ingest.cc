@@ -94,8 +94,11 @@ absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
 constexpr size_t kKeepDecodeCapacityBytes = size_t{64} << 10;
 
 // The worker an engine names by its topic: `kv@<worker>@<model>` (llm-d's
-// convention); any other topic names the worker as it is.
+// convention); any other topic names the worker as it is. SGLang with a
+// snapshot endpoint appends, after a NUL, its publisher's epoch (and on a
+// snapshot's barrier batch the snapshot's id): not part of the name.
 std::string WorkerFromTopic(absl::string_view topic) {
+  topic = topic.substr(0, topic.find('\0'));
   std::vector<absl::string_view> parts = absl::StrSplit(topic, '@');
   if (parts.size() >= 3 && parts[0] == "kv" && !parts[1].empty())
     return std::string(parts[1]);

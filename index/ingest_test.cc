@@ -576,6 +576,21 @@ TEST(IngestListen, TopicsThatAreNoNamesGetAPrintableOneOfTheirOwn) {
   EXPECT_THAT(f.Names(), Contains(StartsWith(std::string(48, 'x') + "~")));
 }
 
+// SGLang with a snapshot endpoint appends "\0sgl-kv-epoch=<epoch>" to its
+// topic, and "\0sgl-kv-snapshot=<id>" on a snapshot's barrier batch: one
+// worker, named by the topic before them.
+TEST(IngestListen, SglangsEpochAndBarrierMarkersAreNotPartOfTheName) {
+  ListenFixture f{IngestOptions()};
+  const std::string live("sgl-0\0sgl-kv-epoch=9f2c", 23);
+  const std::string barrier = live + std::string("\0sgl-kv-snapshot=77", 19);
+  ASSERT_TRUE(
+      SendUntil(f.index, f.pub, {live, barrier}, [](const IndexStats& s) {
+        return s.workers.size() == 1 && s.workers[0].last_seq == 0;
+      }));
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_THAT(f.Names(), ElementsAre("sgl-0"));
+}
+
 TEST(IngestListen, NewTopicsPastTheLimitTakeOnlyAnIdleWorkersPlace) {
   IngestOptions o;
   o.max_listen_workers = 2;

@@ -98,7 +98,11 @@ class FleetIndexTest : public ::testing::Test {
   std::map<std::string, uint64_t> Route(const std::vector<Token>& blocks,
                                         absl::string_view salt = "",
                                         absl::string_view lora = "") {
-    std::vector<Token> tokens = Prompt(blocks);
+    return RouteTokens(Prompt(blocks), salt, lora);
+  }
+  std::map<std::string, uint64_t> RouteTokens(const std::vector<Token>& tokens,
+                                              absl::string_view salt = "",
+                                              absl::string_view lora = "") {
     RouteQuery q;
     q.tokens = tokens;
     q.cache_salt = salt;
@@ -468,27 +472,18 @@ TEST_F(FleetIndexTest, EaglesBigramBlocksMatchWithTheTokenAfterThem) {
   eagle.content = WithNextTokens(nullptr, next);
   Apply(w0_, {eagle});
   Apply(w1_, {Stored({}, {1, 2, 3})});
-  const auto route = [&](std::vector<Token> tokens) {
-    RouteQuery q;
-    q.tokens = tokens;
-    q.filter.all_workers = true;
-    std::map<std::string, uint64_t> out;
-    for (const WorkerMatch& m : index_.Route(q).workers)
-      out[std::string(m.worker)] = m.matched_blocks;
-    return out;
-  };
   using Matches = std::map<std::string, uint64_t>;
-  EXPECT_EQ(route(Prompt({1, 2, 3, 4})), (Matches{{"w0", 3}, {"w1", 3}}));
+  EXPECT_EQ(RouteTokens(Prompt({1, 2, 3, 4})), (Matches{{"w0", 3}, {"w1", 3}}));
   // Nothing after block 3, or another token: its bigram block is not
   // the engine's.
-  EXPECT_EQ(route(Prompt({1, 2, 3})), (Matches{{"w0", 2}, {"w1", 3}}));
+  EXPECT_EQ(RouteTokens(Prompt({1, 2, 3})), (Matches{{"w0", 2}, {"w1", 3}}));
   std::vector<Token> other = Prompt({1, 2, 3});
   other.push_back(99);
-  EXPECT_EQ(route(other), (Matches{{"w0", 2}, {"w1", 3}}));
-  EXPECT_EQ(route(Prompt({1, 2, 5})), (Matches{{"w0", 1}, {"w1", 2}}));
+  EXPECT_EQ(RouteTokens(other), (Matches{{"w0", 2}, {"w1", 3}}));
+  EXPECT_EQ(RouteTokens(Prompt({1, 2, 5})), (Matches{{"w0", 1}, {"w1", 2}}));
   // Removed by the engine's hash, as any block.
   Apply(w0_, {Removed({{1, 2, 3}})});
-  EXPECT_EQ(route(Prompt({1, 2, 3, 4})), (Matches{{"w0", 2}, {"w1", 3}}));
+  EXPECT_EQ(RouteTokens(Prompt({1, 2, 3, 4})), (Matches{{"w0", 2}, {"w1", 3}}));
   EXPECT_EQ(index_.Stats().blocks, 5u);
 }
 

@@ -32,9 +32,9 @@ Scenarios (one daemon each; --scenarios=a,b picks some):
           CPU_PINNED moves, load-backs; rank 1 on port + 1; a gap.
   eagle   SGLang under EAGLE speculative decoding: token_ids pairs
           [t, next t], a page spanning its tokens and the one after; a plain
-          SGLang engine gets the same prompts (same tokens, other blocks);
-          every page boundary of recent prompts, with and without the token
-          after it.
+          SGLang engine gets the same prompts (same tokens, other blocks),
+          some salted; every page boundary of recent prompts, with and
+          without the token after it.
   sglang_salt
           SGLang's cache salt in both layouts it shipped (its metadata map in
           lora_name's slot; later extra_keys ["dynamo-cache-salt:S"] with the
@@ -829,15 +829,17 @@ class EngineForms(unittest.TestCase):
     def test_eagle(self):
         # SGLang under EAGLE speculative decoding: token_ids are pairs [t, next t]
         # and a page's hash covers the token after it. A plain SGLang engine
-        # gets the same prompts: the same tokens, other blocks.
+        # gets the same prompts: the same tokens, other blocks. Some requests
+        # are salted (SGLang's later layout).
         self.engines = []
         for name, eagle in (("sgl-eagle", True), ("sgl-plain", False)):
             pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
             e = Engine(name, ep.RadixPool(96, BS, pub, host_blocks=80, name=name,
-                                          hash_seed=name.encode(), eagle=eagle), pub)
+                                          hash_seed=name.encode(), eagle=eagle,
+                                          salt_layout="extra_keys"), pub)
             e.exp["replays_ok"] = 1
             self.engines.append(e)
-        self.wl = Workload(4, 700000)
+        self.wl = Workload(4, 700000, salts=True)
         self.start()
         self.form = "eagle"
         self.caught_up()

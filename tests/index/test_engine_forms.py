@@ -620,6 +620,16 @@ class EngineForms(unittest.TestCase):
             e.pool.drain()
             e.pool.check()
 
+    @staticmethod
+    def sglang_engine(worker, **pool):
+        """An SGLang engine model (radix cache with HiCache, `pool` its
+        options) on a publisher of its own, caught up by a replay."""
+        pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
+        e = Engine(worker, ep.RadixPool(96, BS, pub, host_blocks=80, name=worker,
+                                        hash_seed=worker.encode(), **pool), pub)
+        e.exp["replays_ok"] = 1
+        return e
+
     # ---- the scenarios ----
 
     def test_replay(self):
@@ -831,14 +841,8 @@ class EngineForms(unittest.TestCase):
         # and a page's hash covers the token after it. A plain SGLang engine
         # gets the same prompts: the same tokens, other blocks. Some requests
         # are salted (SGLang's later layout).
-        self.engines = []
-        for name, eagle in (("sgl-eagle", True), ("sgl-plain", False)):
-            pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
-            e = Engine(name, ep.RadixPool(96, BS, pub, host_blocks=80, name=name,
-                                          hash_seed=name.encode(), eagle=eagle,
-                                          salt_layout="extra_keys"), pub)
-            e.exp["replays_ok"] = 1
-            self.engines.append(e)
+        self.engines = [self.sglang_engine(name, eagle=eagle, salt_layout="extra_keys")
+                        for name, eagle in (("sgl-eagle", True), ("sgl-plain", False))]
         self.wl = Workload(4, 700000, salts=True)
         self.start()
         self.form = "eagle"
@@ -861,14 +865,9 @@ class EngineForms(unittest.TestCase):
         # right after medium, and (later) extra_keys
         # [["dynamo-cache-salt:S"]] with the map past ownership; in every
         # store of a salted request, root or not.
-        self.engines = []
-        for name in ("metadata", "extra_keys"):
-            pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
-            worker = "sgl-salt-" + name.replace("_", "-")
-            e = Engine(worker, ep.RadixPool(96, BS, pub, host_blocks=80, name=worker,
-                                            hash_seed=worker.encode(), salt_layout=name), pub)
-            e.exp["replays_ok"] = 1
-            self.engines.append(e)
+        self.engines = [self.sglang_engine("sgl-salt-" + name.replace("_", "-"),
+                                           salt_layout=name)
+                        for name in ("metadata", "extra_keys")]
         self.wl = Workload(6, 900000, salts=True)
         self.start()
         self.form = "sglang_salt"

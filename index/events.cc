@@ -265,6 +265,11 @@ struct HashesSink {
   }
 };
 
+bool IsToken(const object& o) {
+  return o.type == mtype::POSITIVE_INTEGER &&
+         o.via.u64 <= std::numeric_limits<Token>::max();
+}
+
 // Reads token_ids (0 <= id < 2^32) into the event's vector.
 struct TokensSink {
   std::vector<Token>* out;
@@ -277,8 +282,7 @@ struct TokensSink {
     return data != nullptr;
   }
   void Element(uint32_t i, const object& o) {
-    if (o.type != mtype::POSITIVE_INTEGER ||
-        o.via.u64 > std::numeric_limits<Token>::max()) {
+    if (!IsToken(o)) {
       bad->Note(i, o);
       return;
     }
@@ -766,20 +770,15 @@ class EventDecoder {
   // A bigram store's chained blocks get the token after each as a content
   // key: the next block's first token, or for the last, bigram_after_.
   absl::Status AddNextTokens(BlockStoredEvent* ev) {
-    const size_t blocks = ev->block_hashes.size();
-    const size_t bs = static_cast<size_t>(ev->block_size);
     const size_t chained = ev->chain_blocks;
     if (!allowance_->Take(
-            DecodeAllowance::ArrayBytes(chained, sizeof(Token)) +
             DecodeAllowance::ArrayBytes(chained, sizeof(ContentKey)) +
             DecodeAllowance::ArrayBytes(chained + 1, sizeof(uint32_t)))) {
       return TooDense();
     }
-    std::vector<Token> next(chained);
-    for (size_t i = 0; i < chained; ++i) {
-      next[i] = i + 1 < blocks ? ev->token_ids[(i + 1) * bs] : bigram_after_;
-    }
-    ev->content = WithNextTokens(&ev->content, next);
+    ev->content = WithNextTokens(&ev->content, ev->token_ids,
+                                 static_cast<size_t>(ev->block_size), chained,
+                                 bigram_after_);
     return absl::OkStatus();
   }
 
@@ -802,11 +801,6 @@ class EventDecoder {
     if (!TakeString(s->via.str.size)) return TooDense();
     salt->assign(s->via.str.ptr, s->via.str.size);
     return absl::OkStatus();
-  }
-
-  static bool IsToken(const object& o) {
-    return o.type == mtype::POSITIVE_INTEGER &&
-           o.via.u64 <= std::numeric_limits<Token>::max();
   }
 
   absl::Status Parent(const object* parent, std::optional<EngineHash>* out) {

@@ -299,19 +299,21 @@ ContentKey LegacyStringContentKey(absl::string_view value) {
 }
 
 BlockContent WithNextTokens(const BlockContent* content,
-                            absl::Span<const Token> next) {
+                            absl::Span<const Token> tokens, size_t block_size,
+                            size_t blocks, Token after) {
   BlockContent out;
   const size_t own = content == nullptr ? 0 : content->keys.size();
-  out.keys.reserve(own + next.size());
-  out.begin.reserve(next.size() + 1);
-  for (size_t i = 0; i < next.size(); ++i) {
+  out.keys.reserve(own + blocks);
+  out.begin.reserve(blocks + 1);
+  for (size_t i = 0; i < blocks; ++i) {
+    const size_t next = (i + 1) * block_size;
     out.begin.push_back(static_cast<uint32_t>(out.keys.size()));
     if (content != nullptr) {
       for (const ContentKey& k : content->Of(i)) out.keys.push_back(k);
     }
     ContentKey k;
     k.kind = ContentKey::Kind::kNextToken;
-    k.offset = next[i];
+    k.offset = next < tokens.size() ? tokens[next] : after;
     out.keys.push_back(std::move(k));
   }
   out.begin.push_back(static_cast<uint32_t>(out.keys.size()));

@@ -43,11 +43,14 @@ ContentKey PromptEmbedsContentKey(absl::string_view hash);
 ContentKey LegacyStringContentKey(absl::string_view value);
 
 // EAGLE's bigram blocks (BlockStoredEvent::bigram), as the decoder makes
-// them of an event and a Route of a prompt: block i's content keys for
-// i < next.size(), those of `content` (none if it is null or has none for
-// i), then next[i], the token after the block, as a kNextToken key.
+// them of an event and a Route of a prompt: for each of the first `blocks`
+// blocks of `block_size` tokens of `tokens`, its content keys (those of
+// `content`; none if it is null or has none for the block), then the token
+// after it as a kNextToken key: the next block's first, or `after` past
+// the end of `tokens`.
 BlockContent WithNextTokens(const BlockContent* content,
-                            absl::Span<const Token> next);
+                            absl::Span<const Token> tokens, size_t block_size,
+                            size_t blocks, Token after);
 
 }  // namespace prefixd
 

@@ -547,9 +547,9 @@ void FleetIndex::ScoreBigrams(const RouteQuery& q, const std::string& ns,
                               uint64_t stamp, RouteScores* scores) const {
   const size_t bs = static_cast<size_t>(options_.block_size);
   const size_t blocks = q.tokens.empty() ? 0 : (q.tokens.size() - 1) / bs;
-  std::vector<Token> next(blocks);
-  for (size_t i = 0; i < blocks; ++i) next[i] = q.tokens[(i + 1) * bs];
-  const BlockContent content = WithNextTokens(q.content, next);
+  // Every block has a token after it within the prompt.
+  const BlockContent content =
+      WithNextTokens(q.content, q.tokens, bs, blocks, /*after=*/0);
   PromptKeys prompt;
   prompt.tokens = absl::MakeConstSpan(q.tokens).first(blocks * bs);
   prompt.content = &content;

@@ -467,9 +467,8 @@ TEST_F(FleetIndexTest, MediumsAreHoldersOfTheirOwn) {
 TEST_F(FleetIndexTest, EaglesBigramBlocksMatchWithTheTokenAfterThem) {
   BlockStoredEvent eagle = Stored({}, {1, 2, 3});
   eagle.bigram = true;
-  const std::vector<Token> next = {BlockTokens(2)[0], BlockTokens(3)[0],
-                                   BlockTokens(4)[0]};
-  eagle.content = WithNextTokens(nullptr, next);
+  eagle.content = WithNextTokens(nullptr, eagle.token_ids, kBs, 3,
+                                 /*after=*/BlockTokens(4)[0]);
   Apply(w0_, {eagle});
   Apply(w1_, {Stored({}, {1, 2, 3})});
   using Matches = std::map<std::string, uint64_t>;

@@ -194,13 +194,10 @@ class Driver {
         in.ConsumeIntegralInRange<int>(0, 3) == 0) {
       // As the decoder makes EAGLE's pairs: each chained block's content
       // is the token after it.
-      std::vector<Token> next(e.chain_blocks);
-      for (size_t i = 0; i < next.size(); ++i) {
-        next[i] = i + 1 < blocks ? e.token_ids[(i + 1) * kBlockSize]
-                                 : in.ConsumeIntegralInRange<Token>(1, 3);
-      }
       e.bigram = true;
-      e.content = WithNextTokens(nullptr, next);
+      e.content =
+          WithNextTokens(nullptr, e.token_ids, kBlockSize, e.chain_blocks,
+                         in.ConsumeIntegralInRange<Token>(1, 3));
       bigram_stored_ = true;
     }
     e.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;

@@ -122,17 +122,17 @@ double Picker::TierCreditOf(absl::string_view medium) const {
   return options_.other_tier_credit;
 }
 
-// Each block counts at the best credit of a medium whose run covers it:
-// the runs from the prompt's start, best credit first, each adding the
-// blocks past the ones before it.
-double Picker::EngineCredit(const WorkerMatch& m) const {
-  if (m.state != WorkerState::kLive || m.matched_blocks == 0) return 0;
+// The credit of the leading blocks Pick takes the events' word for
+// (VouchedBlocks): each counts at the best credit of a medium whose run
+// covers it, the runs from the prompt's start, best credit first, each
+// adding the blocks past the ones before it.
+double Picker::EngineCredit(const WorkerMatch& m, uint64_t vouched) const {
+  if (vouched == 0) return 0;
   absl::InlinedVector<std::pair<double, uint64_t>, 4> runs;
   for (const RouteMedium& r : m.mediums) {
-    runs.push_back(
-        {TierCreditOf(r.medium), std::min(r.blocks, m.matched_blocks)});
+    runs.push_back({TierCreditOf(r.medium), std::min(r.blocks, vouched)});
   }
-  if (runs.empty()) runs.push_back({1.0, m.matched_blocks});
+  if (runs.empty()) runs.push_back({1.0, vouched});
   std::sort(runs.begin(), runs.end(),
             [](const auto& a, const auto& b) { return a.first > b.first; });
   double credit = 0;
@@ -247,7 +247,7 @@ PickCandidate Picker::Cost(const WorkerMatch& m, const WorkerLoadInput* given,
         predicted_.Run(WorkerTag(m.worker), keys.Get(), held, now_ms);
   }
   c.credited_blocks =
-      EngineCredit(m) +
+      EngineCredit(m, held) +
       options_.predicted_credit * static_cast<double>(c.predicted_blocks);
   c.prefill_tokens = std::max(
       prompt_tokens - c.credited_blocks * index_->options().block_size, 0.0);

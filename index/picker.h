@@ -202,7 +202,7 @@ class Picker {
   int64_t ClockMs(const PickQuery& query, absl::Time now) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status CheckClock(const PickQuery& query) const;
-  double EngineCredit(const WorkerMatch& m) const;
+  double EngineCredit(const WorkerMatch& m, uint64_t vouched) const;
   double TierCreditOf(absl::string_view medium) const;
 
   // The engines' fresh readings for `found`'s workers, in its order (none

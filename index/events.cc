@@ -111,6 +111,9 @@ enum Field : int {
   kEventVersion,
   // RFC #1527's names (map form only): the namespace salt of its stores.
   kAdditionalSalt,
+  // SGLang's, map form only (its newest releases send tagged maps): the
+  // request's cache salt, in every store of a salted request.
+  kCacheSalt,
   // vLLM's, map form only: per removed hash, the copies of it left.
   kRemainingCopyCounts,
   kNumFields,
@@ -133,6 +136,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "session_id",
     "event_version",
     "additional_salt",
+    "cache_salt",
     "remaining_copy_counts",
 };
 
@@ -157,7 +161,7 @@ constexpr FieldAlias kAliases[] = {
 };
 
 // Map form only (they have no place in the array form).
-constexpr Field kStoredMapFields[] = {kAdditionalSalt};
+constexpr Field kStoredMapFields[] = {kAdditionalSalt, kCacheSalt};
 constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts};
 
 constexpr Field kStoredFields[] = {
@@ -542,7 +546,7 @@ class EventDecoder {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
     if (ev->bigram) RETURN_IF_ERROR(AddNextTokens(ev));
-    RETURN_IF_ERROR(MetadataSalt(std::move(metadata_salt), ev));
+    RETURN_IF_ERROR(RequestSalts(f, std::move(metadata_salt), ev));
     // The LoRA name and salt as the event or its extra keys gave them.
     if (ev->lora_name.has_value()) {
       RETURN_IF_ERROR(CheckName("lora_name", *ev->lora_name));
@@ -588,15 +592,30 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  // The salt of SGLang's metadata, which must agree with extra_keys'.
-  absl::Status MetadataSalt(std::string salt, BlockStoredEvent* ev) {
+  // The request's salt as SGLang names it, in its metadata map or as a
+  // field of its own: each must agree with the salt named before it (the
+  // extra keys' first).
+  absl::Status RequestSalts(const object* const* f, std::string metadata_salt,
+                            BlockStoredEvent* ev) {
+    std::string named;
+    RETURN_IF_ERROR(Name(kCacheSalt, f[kCacheSalt], &named));
+    absl::string_view from = "extra_keys'";
+    RETURN_IF_ERROR(AgreeingSalt("metadata's cache_salt",
+                                 std::move(metadata_salt), &from, ev));
+    return AgreeingSalt("cache_salt", std::move(named), &from, ev);
+  }
+
+  // `salt` (from `source`; empty: none) as the event's salt, which *from
+  // named before if any.
+  absl::Status AgreeingSalt(absl::string_view source, std::string salt,
+                            absl::string_view* from, BlockStoredEvent* ev) {
     if (salt.empty()) return absl::OkStatus();
     if (ev->cache_salt.empty()) {
       ev->cache_salt = std::move(salt);
+      *from = source;
     } else if (ev->cache_salt != salt) {
-      return Error(absl::StrCat("metadata's cache_salt \"", salt,
-                                "\" is not extra_keys' \"", ev->cache_salt,
-                                "\""));
+      return Error(absl::StrCat(source, " \"", salt, "\" is not ", *from, " \"",
+                                ev->cache_salt, "\""));
     }
     return absl::OkStatus();
   }

@@ -923,6 +923,60 @@ TEST(DecodeEventBatchTest, SglangsCacheSaltDecodes) {
   }
 }
 
+// SGLang's newest layout: a positional batch of tagged maps, the salt and
+// the session as named fields of any store.
+TEST(DecodeEventBatchTest, SglangsNamedCacheSaltDecodes) {
+  const auto stored = [](V parent,
+                         std::initializer_list<std::pair<V, V>> more) {
+    V m = Map({{"type", "BlockStored"},
+               {"block_hashes", Arr({7})},
+               {"parent_block_hash", parent},
+               {"token_ids", Tokens(0, 2)},
+               {"block_size", 2},
+               {"lora_id", kNil},
+               {"medium", "GPU"}});
+    for (const auto& [k, v] : more) {
+      m.items.push_back(k);
+      m.items.push_back(v);
+    }
+    return m;
+  };
+  KvEventBatch b;
+  // [ts, events, attn_dp_rank]
+  ASSERT_TRUE(Decode(Arr({Float(1.5),
+                          Arr({stored(kNil, {}),
+                               stored(kNil, {{"cache_salt", "tenant-a"}}),
+                               stored(6, {{"cache_salt", "tenant-a"},
+                                          {"session_id", "session-a"},
+                                          {"lora_name", "sql"}}),
+                               stored(kNil, {{"session_id", "session-a"}}),
+                               Map({{"type", "BlockRemoved"},
+                                    {"block_hashes", Arr({7})},
+                                    {"medium", "GPU"}})}),
+                          0}),
+                     &b)
+                  .ok());
+  ASSERT_EQ(b.events.size(), 5u);
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(Stored(b, 0)->cache_salt, "");
+  EXPECT_EQ(Stored(b, 1)->cache_salt, "tenant-a");
+  EXPECT_EQ(Stored(b, 2)->cache_salt, "tenant-a");  // a child's too
+  EXPECT_EQ(Stored(b, 2)->lora_name, "sql");
+  EXPECT_EQ(Stored(b, 3)->cache_salt, "");
+
+  const std::pair<V, std::string> bad[] = {
+      {stored(kNil, {{"cache_salt", 7}}), "cache_salt is a int"},
+      {stored(kNil,
+              {{"cache_salt", "tenant-a"},
+               {"extra_keys", Arr({Arr({"dynamo-cache-salt:tenant-b"})})}}),
+       "cache_salt \"tenant-a\" is not extra_keys' \"tenant-b\""},
+  };
+  for (const auto& [event, want] : bad) {
+    const absl::Status st = Decode(ArrayBatch({event}), &b);
+    EXPECT_THAT(st.message(), HasSubstr(want)) << st;
+  }
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(

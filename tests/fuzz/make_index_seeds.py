@@ -152,6 +152,18 @@ def seeds():
         ["BlockStored", [82], 81, [5, 6, 7, 8], 4, None, "GPU", None,
          [["dynamo-cache-salt:tenant-a"]], None, None, None, None, None, meta],
     ], 0])
+    # The newest SGLang: a positional batch of tagged maps, the salt and
+    # the session named fields of every store of the request.
+    s["sglang_named_salt"] = pack([TS, [
+        {"type": "BlockStored", "block_hashes": [91], "parent_block_hash": None,
+         "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None, "medium": "GPU",
+         "cache_salt": "tenant-a", "session_id": "session-a"},
+        {"type": "BlockStored", "block_hashes": [92], "parent_block_hash": 91,
+         "token_ids": [5, 6, 7, 8], "block_size": 4, "lora_id": None, "medium": "GPU",
+         "cache_salt": "tenant-a"},
+        {"type": "BlockRemoved", "block_hashes": [92], "medium": "GPU"},
+        {"type": "AllBlocksCleared"},
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

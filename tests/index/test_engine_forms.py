@@ -36,9 +36,11 @@ Scenarios (one daemon each; --scenarios=a,b picks some):
           some salted; every page boundary of recent prompts, with and
           without the token after it.
   sglang_salt
-          SGLang's cache salt in both layouts it shipped (its metadata map in
-          lora_name's slot; later extra_keys ["dynamo-cache-salt:S"] with the
-          map past ownership), in every store of a salted request.
+          SGLang's cache salt in the three layouts it shipped (its metadata
+          map in lora_name's slot; later extra_keys ["dynamo-cache-salt:S"]
+          with the map past ownership; newest, tagged-map events in the
+          positional batch with a named cache_salt), in every store of a
+          salted request.
   dp      data parallelism with one source per rank (vLLM map form, ranks
           0-2 on port + r; SGLang array form, ranks 0-1):
           history before the daemon starts, no worker that no stream feeds,
@@ -621,10 +623,10 @@ class EngineForms(unittest.TestCase):
             e.pool.check()
 
     @staticmethod
-    def sglang_engine(worker, **pool):
+    def sglang_engine(worker, encoding="array", **pool):
         """An SGLang engine model (radix cache with HiCache, `pool` its
         options) on a publisher of its own, caught up by a replay."""
-        pub = kp.Publisher(LOCAL, LOCAL, encoding="array", hash_kind="int64")
+        pub = kp.Publisher(LOCAL, LOCAL, encoding=encoding, hash_kind="int64")
         e = Engine(worker, ep.RadixPool(96, BS, pub, host_blocks=80, name=worker,
                                         hash_seed=worker.encode(), **pool), pub)
         e.exp["replays_ok"] = 1
@@ -861,13 +863,15 @@ class EngineForms(unittest.TestCase):
         self.assertTrue(stored > 0, "the EAGLE engine stored pages (%d)" % stored)
 
     def test_sglang_salt(self):
-        # SGLang's cache salt in both layouts it shipped: its metadata map
-        # right after medium, and (later) extra_keys
-        # [["dynamo-cache-salt:S"]] with the map past ownership; in every
-        # store of a salted request, root or not.
+        # SGLang's cache salt in the three layouts it shipped: its metadata
+        # map right after medium; (later) extra_keys
+        # [["dynamo-cache-salt:S"]] with the map past ownership; (newest)
+        # tagged-map events in the positional batch, the salt their named
+        # field cache_salt. In every store of a salted request, root or not.
         self.engines = [self.sglang_engine("sgl-salt-" + name.replace("_", "-"),
-                                           salt_layout=name)
-                        for name in ("metadata", "extra_keys")]
+                                           encoding=encoding, salt_layout=name)
+                        for name, encoding in (("metadata", "array"), ("extra_keys", "array"),
+                                               ("named", "array_of_maps"))]
         self.wl = Workload(6, 900000, salts=True)
         self.start()
         self.form = "sglang_salt"

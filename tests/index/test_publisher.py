@@ -162,9 +162,26 @@ class EncodingTest(ZmqTestCase):
         for kind, want in (("int", (1 << 64) - 1), ("int64", -1), ("bytes", h)):
             for enc in kp.ENCODINGS:
                 b = kp.decode_batch(kp.encode_batch([kp.block_removed([h])], enc, kind, ts=0))
-                ev = b[1][0] if enc == "array" else b["events"][0]
+                ev = b["events"][0] if enc == "map" else b[1][0]
                 got = ev[1][0] if enc == "array" else ev["block_hashes"][0]
                 self.assertEqual(got, want, (kind, enc))
+
+    def test_newest_sglang_form(self):
+        # The newest SGLang: a positional batch of tagged maps; a store's
+        # fields up to medium always, its salt and session by name when set.
+        plain = kp.sglang_block_stored([1], None, [1, 2], 2)
+        salted = kp.sglang_block_stored([2], 1, [3, 4], 2, cache_salt="tenant-a",
+                                        session_id="session-a")
+        b = kp.decode_batch(kp.encode_batch(
+            [plain, salted, kp.block_removed([2])], "array_of_maps", "int64", ts=1.5,
+            data_parallel_rank=0))
+        self.assertEqual((len(b), b[0], b[2]), (3, 1.5, 0))
+        self.assertEqual(set(b[1][0]), {"type", "block_hashes", "parent_block_hash",
+                                        "token_ids", "block_size", "lora_id", "medium"})
+        self.assertEqual((b[1][1]["cache_salt"], b[1][1]["session_id"]),
+                         ("tenant-a", "session-a"))
+        self.assertEqual(b[1][2], {"type": "BlockRemoved", "block_hashes": [2],
+                                   "medium": "GPU"})
 
     def test_unknown_event(self):
         for enc, want in (("array", ["BlockPromoted", [5], "CPU"]),

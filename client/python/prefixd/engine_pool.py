@@ -762,7 +762,10 @@ class RadixPool(EnginePool):
       "metadata" (some releases): SGLang's metadata map {"cache_salt": S}
       right after medium; "extra_keys" (later ones): vLLM's positions up to
       ownership, extra_keys [["dynamo-cache-salt:S"]] (the first block's
-      entry) and the metadata map after ownership. None refuses salts.
+      entry) and the metadata map after ownership; "named" (the newest):
+      every store a tagged map with SGLang's own fields, the salt its
+      cache_salt (kv_publisher.sglang_block_stored; the publisher's
+      encoding must be "array_of_maps"). None refuses salts.
     - eagle=True: SGLang under EAGLE speculative decoding keys position j
       by the pair (token j, token j+1). A page of block_size pairs spans
       block_size + 1 tokens, its hash covers them all, a prompt of n tokens
@@ -774,6 +777,9 @@ class RadixPool(EnginePool):
     def __init__(self, num_blocks, block_size=16, publisher=None, host_blocks=0,
                  host_medium="CPU_PINNED", store_chunk=64, eagle=False, salt_layout=None,
                  **kw):
+        if salt_layout == "named" and getattr(publisher, "encoding", None) != "array_of_maps":
+            raise ValueError('salt_layout "named" is the newest SGLang\'s: its publisher\'s '
+                             'encoding must be "array_of_maps"')
         self.salt_layout = salt_layout
         self.host_cap = host_blocks
         self.host_medium = host_medium
@@ -856,7 +862,10 @@ class RadixPool(EnginePool):
             tokens = node.tokens[a * self.bs:(a + len(hs)) * self.bs + self.tail]
             if self.eagle:
                 tokens = [[tokens[j], tokens[j + 1]] for j in range(len(tokens) - 1)]
-            if node.salt is None:
+            if self.salt_layout == "named":
+                self.pending.append(kp.sglang_block_stored(
+                    hs, parent, tokens, self.bs, medium=medium, cache_salt=node.salt))
+            elif node.salt is None:
                 self.pending.append(kp.block_stored(
                     hs, parent, tokens, self.bs, medium=medium, **self.store_fields))
             else:

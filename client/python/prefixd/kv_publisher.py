@@ -33,7 +33,9 @@ Wire (vllm/distributed/kv_events.py):
         data_parallel_rank omitted when None; events are maps with a "type"
         key first, then block_hashes, parent_block_hash, token_ids,
         block_size, lora_id, medium, lora_name (always present, None
-        included) and the later fields (only when set).
+        included) and the later fields (only when set);
+    "array_of_maps" (the newest SGLang): the batch as in "array", its
+        events maps as in "map" (SGLang's own stores: sglang_block_stored).
 - extra_keys: one entry per block, None or a list, in one of two forms
   (docs/index.md, "Namespaces and content keys"): raw tuples as older vLLM
   writes them (raw_extra_keys: the LoRA name, [mm_hash, offset] pairs, the
@@ -94,7 +96,7 @@ import time
 import msgpack
 import zmq
 
-ENCODINGS = ("array", "map")
+ENCODINGS = ("array", "map", "array_of_maps")
 HASH_KINDS = ("int", "int64", "bytes")
 REPLAY_FRAMINGS = ("seq", "topic")  # ["", seq, payload] / ["", topic, seq, payload]
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -148,6 +150,19 @@ def block_stored(block_hashes, parent_block_hash, token_ids, block_size, lora_id
               ("event_version", event_version)]
     fields += list(extra.items())
     return Event("BlockStored", fields, array_required=6, map_required=7)
+
+
+def sglang_block_stored(block_hashes, parent_block_hash, token_ids, block_size,
+                        medium=MEDIUM_GPU, lora_name=None, cache_salt=None, session_id=None):
+    """BlockStored as the newest SGLang declares it, for the map encodings:
+    block_hashes ... medium always written, then its named fields lora_name,
+    cache_salt (the request's salt, in every store of a salted request) and
+    session_id when set."""
+    fields = [("block_hashes", list(block_hashes)), ("parent_block_hash", parent_block_hash),
+              ("token_ids", list(token_ids)), ("block_size", block_size), ("lora_id", None),
+              ("medium", medium), ("lora_name", lora_name), ("cache_salt", cache_salt),
+              ("session_id", session_id)]
+    return Event("BlockStored", fields, array_required=6, map_required=6)
 
 
 def block_removed(block_hashes, medium=MEDIUM_GPU, group_idx=None, locality=None,
@@ -239,9 +254,10 @@ def encode_batch(events, encoding, hash_kind="int", ts=None, data_parallel_rank=
     if encoding not in ENCODINGS:
         raise ValueError("encoding must be one of %s" % (ENCODINGS,))
     ts = time.time() if ts is None else float(ts)
-    evs = [e if isinstance(e, (list, dict)) else encode_event(e, encoding, hash_kind)
+    form = "map" if encoding == "array_of_maps" else encoding
+    evs = [e if isinstance(e, (list, dict)) else encode_event(e, form, hash_kind)
            for e in events]
-    if encoding == "array":
+    if encoding != "map":
         obj = [ts, evs] if data_parallel_rank is None else [ts, evs, data_parallel_rank]
     else:
         obj = {"ts": ts, "events": evs}

@@ -1,10 +1,13 @@
-// EngineLoads: the latest load each engine's own metrics endpoint reported
-// (index/engine_metrics.h), for Pick (docs/index.md, "Load from the
-// engines' metrics"). The daemon's scraper (server/engine_scraper.h) files
+// EngineLoads: the latest load each engine reported, through its own
+// metrics endpoint (index/engine_metrics.h) or SGLang's load socket
+// (index/load_stat.h), for Pick (docs/index.md, "Load from the engines'
+// metrics", "Load pushed by SGLang"). The daemon's scraper
+// (server/engine_scraper.h) and load feed (server/engine_load_feed.h) file
 // each reading with its time; Pick reads a worker's reading while it is at
 // most max_age old, and the index's window of picks otherwise.
 //
-// Memory: one entry per configured engine (index.pick.engine_metrics).
+// Memory: one entry per configured engine (index.pick.engine_metrics,
+// engine_load_sockets).
 //
 // Thread safety: every method may be called from any thread; mu_ guards
 // the table.

@@ -77,16 +77,6 @@ std::vector<std::string> ResolveHost(const std::string& host) {
   return out;
 }
 
-absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
-  if (absl::StartsWith(ep, "ipc://") || absl::StartsWith(ep, "inproc://"))
-    return absl::OkStatus();
-  if (!SplitTcp(ep).has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " \"", ep, "\" is not tcp://HOST:PORT (or ipc://PATH)"));
-  }
-  return absl::OkStatus();
-}
-
 // A decoded batch's vectors are kept for the next only after a payload of
 // at most this size: what a runner keeps between batches, up to about 48
 // times it (index/decode_budget.h; the budget bounds what runners decode
@@ -217,6 +207,16 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
 }
 
 }  // namespace
+
+absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
+  if (absl::StartsWith(ep, "ipc://") || absl::StartsWith(ep, "inproc://"))
+    return absl::OkStatus();
+  if (!SplitTcp(ep).has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", ep, "\" is not tcp://HOST:PORT (or ipc://PATH)"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ValidateIndexSource(const IndexSource& s) {
   if (s.name.empty() || absl::StrContains(s.name, '/')) {

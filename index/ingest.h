@@ -93,6 +93,10 @@ struct IngestOptions {
 
 // Checks endpoints and names; the message names the offending value.
 absl::Status ValidateIngestOptions(const IngestOptions& options);
+// INVALID_ARGUMENT ("<what> \"<ep>\" is not tcp://HOST:PORT ...") unless
+// `ep` is a ZeroMQ endpoint the index may connect to or bind: tcp://HOST:PORT,
+// ipc://PATH or inproc://NAME.
+absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep);
 // The checks of one source alone (all but the uniqueness of its name).
 absl::Status ValidateIndexSource(const IndexSource& source);
 

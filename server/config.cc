@@ -550,14 +550,26 @@ absl::Status ReadTierCredits(const v1::IndexPickConfig& pc, PickerOptions* o) {
   return absl::OkStatus();
 }
 
+// A worker an engine's load is filed under (`field` names it), named once
+// among `seen`.
+absl::Status CheckLoadWorker(const std::string& worker,
+                             const std::string& field,
+                             absl::flat_hash_set<std::string>* seen) {
+  if (worker.empty() || worker.size() > 1024) {
+    return Invalid(field, absl::StrCat("is ", worker.size(),
+                                       " bytes: a worker name of 1 to 1,024 "
+                                       "bytes"));
+  }
+  if (!seen->insert(worker).second) {
+    return Invalid(field, absl::StrCat("\"", absl::CHexEscape(worker),
+                                       "\" is named by an earlier entry too"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadEngineMetricsTarget(const v1::EngineMetricsConfig& ec,
                                      const std::string& field,
                                      EngineMetricsTarget* t) {
-  if (ec.worker().empty() || ec.worker().size() > 1024) {
-    return Invalid(absl::StrCat(field, ".worker"),
-                   absl::StrCat("is ", ec.worker().size(),
-                                " bytes: a worker name of 1 to 1,024 bytes"));
-  }
   const std::string lower = absl::AsciiStrToLower(ec.url());
   const bool http =
       absl::StartsWith(lower, "http://") || absl::StartsWith(lower, "https://");
@@ -588,15 +600,42 @@ absl::Status ReadEngineMetricsTarget(const v1::EngineMetricsConfig& ec,
   return absl::OkStatus();
 }
 
-// The engines' metrics endpoints Pick's load reads (server/engine_scraper.h).
+// SGLang's load sockets (server/engine_load_feed.h).
+absl::Status ReadEngineLoadSockets(const v1::IndexPickConfig& pc,
+                                   std::vector<EngineLoadSocket>* out) {
+  absl::flat_hash_set<std::string> workers;
+  for (int i = 0; i < pc.engine_load_sockets_size(); ++i) {
+    const v1::EngineLoadSocketConfig& c = pc.engine_load_sockets(i);
+    const std::string field =
+        absl::StrCat("index.pick.engine_load_sockets[", i, "]");
+    RETURN_IF_ERROR(
+        CheckLoadWorker(c.worker(), absl::StrCat(field, ".worker"), &workers));
+    if (absl::Status st =
+            CheckEndpoint(absl::StrCat(field, ".endpoint"), c.endpoint());
+        !st.ok() || !absl::StartsWith(c.endpoint(), "tcp://")) {
+      return Invalid(absl::StrCat(field, ".endpoint"),
+                     absl::StrCat("\"", absl::CHexEscape(c.endpoint()),
+                                  "\" is not tcp://HOST:PORT"));
+    }
+    out->push_back({c.worker(), c.endpoint()});
+  }
+  return absl::OkStatus();
+}
+
+// The engines' metrics endpoints and load sockets Pick's load reads
+// (server/engine_scraper.h, server/engine_load_feed.h).
 absl::Status ResolveEngineMetrics(const v1::IndexPickConfig& pc,
-                                  EngineScrapeOptions* o) {
-  if (pc.engine_metrics().empty()) return absl::OkStatus();
+                                  EngineScrapeOptions* o,
+                                  std::vector<EngineLoadSocket>* sockets) {
+  if (pc.engine_metrics().empty() && pc.engine_load_sockets().empty()) {
+    return absl::OkStatus();
+  }
   if (pc.replay_clock()) {
-    return Invalid(
-        "index.pick.engine_metrics",
-        "is read on the daemon's clock, which index.pick.replay_clock "
-        "replaces with the requests'");
+    return Invalid(pc.engine_metrics().empty()
+                       ? "index.pick.engine_load_sockets"
+                       : "index.pick.engine_metrics",
+                   "is read on the daemon's clock, which "
+                   "index.pick.replay_clock replaces with the requests'");
   }
   absl::flat_hash_set<std::string> workers;
   for (int i = 0; i < pc.engine_metrics_size(); ++i) {
@@ -604,13 +643,11 @@ absl::Status ResolveEngineMetrics(const v1::IndexPickConfig& pc,
         absl::StrCat("index.pick.engine_metrics[", i, "]");
     EngineMetricsTarget t;
     RETURN_IF_ERROR(ReadEngineMetricsTarget(pc.engine_metrics(i), field, &t));
-    if (!workers.insert(t.worker).second) {
-      return Invalid(absl::StrCat(field, ".worker"),
-                     absl::StrCat("\"", absl::CHexEscape(t.worker),
-                                  "\" is named by an earlier entry too"));
-    }
+    RETURN_IF_ERROR(
+        CheckLoadWorker(t.worker, absl::StrCat(field, ".worker"), &workers));
     o->targets.push_back(std::move(t));
   }
+  RETURN_IF_ERROR(ReadEngineLoadSockets(pc, sockets));
   if (!pc.engine_metrics_interval().empty()) {
     ASSIGN_OR_RETURN(o->interval,
                      ParsePositiveDuration("index.pick.engine_metrics_interval",
@@ -635,8 +672,9 @@ absl::Status ResolveEngineMetrics(const v1::IndexPickConfig& pc,
 
 // Pick's cost model, predicted blocks and window (index/picker.h), and the
 // engines' metrics its load reads.
-absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o,
-                              EngineScrapeOptions* scrape) {
+absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc,
+                              ServerConfig* out) {
+  PickerOptions* o = &out->pick;
   RETURN_IF_ERROR(ReadPickWeights(pc, o));
   RETURN_IF_ERROR(ReadTierCredits(pc, o));
   if (!pc.predicted_ttl().empty()) {
@@ -667,7 +705,8 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc, PickerOptions* o,
   }
   if (pc.max_window_picks() > 0) o->max_window_picks = pc.max_window_picks();
   o->replay_clock = pc.replay_clock();
-  return ResolveEngineMetrics(pc, scrape);
+  return ResolveEngineMetrics(pc, &out->engine_scrape,
+                              &out->engine_load_sockets);
 }
 
 absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
@@ -696,7 +735,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   }
   out->index.hash_seed = ic.hash_seed();
   out->index.key_lookup = !ic.http_listen().empty();  // for /query_by_hash
-  RETURN_IF_ERROR(ResolveIndexPick(ic.pick(), &out->pick, &out->engine_scrape));
+  RETURN_IF_ERROR(ResolveIndexPick(ic.pick(), out));
   IngestOptions& in = out->ingest;
   in.listen = ic.listen();
   ASSIGN_OR_RETURN(

@@ -21,6 +21,7 @@
 #include "index/publisher.h"
 #include "model/kv_geometry.h"
 #include "prefixd/v1/config.pb.h"
+#include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
 #include "server/flags.h"
 #include "server/kv_event_sockets.h"
@@ -52,6 +53,9 @@ struct ServerConfig {
   PickerOptions pick;  // index.pick
   // index.pick.engine_metrics: the engines' endpoints Pick's load reads.
   EngineScrapeOptions engine_scrape;
+  // index.pick.engine_load_sockets: SGLang's load sockets, read as they
+  // send (their readings' max_age is engine_scrape's).
+  std::vector<EngineLoadSocket> engine_load_sockets;
   // The Mooncake Conductor API's "host:port" ("" = off) and the index's
   // state directory ("" = registrations not kept).
   std::string index_http_listen;

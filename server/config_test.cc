@@ -572,6 +572,60 @@ TEST(ConfigTest, IndexPickEngineMetrics) {
   }
 }
 
+// SGLang's load sockets: each a worker and a tcp:// endpoint, their
+// readings' max age engine_metrics_max_age's; each bad value named.
+TEST(ConfigTest, IndexPickEngineLoadSockets) {
+  absl::StatusOr<ServerConfig> c =
+      FromText(R"pb(index {
+                      listen: "tcp://127.0.0.1:0"
+                      pick {
+                        engine_load_sockets {
+                          worker: "sglang-0"
+                          endpoint: "tcp://10.0.0.3:5559"
+                        }
+                        engine_load_sockets {
+                          worker: "sglang-0/dp1"
+                          endpoint: "tcp://10.0.0.3:5560"
+                        }
+                        engine_metrics_max_age: "2s"
+                      }
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->engine_load_sockets.size(), 2u);
+  EXPECT_EQ(c->engine_load_sockets[1].worker, "sglang-0/dp1");
+  EXPECT_EQ(c->engine_load_sockets[1].endpoint, "tcp://10.0.0.3:5560");
+  EXPECT_TRUE(c->engine_scrape.targets.empty());
+  EXPECT_EQ(c->engine_scrape.max_age, absl::Seconds(2));
+
+  const struct {
+    const char* pick;
+    const char* error;
+  } bad[] = {
+      {R"pb(engine_load_sockets { endpoint: "tcp://h:1" })pb",
+       "index.pick.engine_load_sockets[0].worker: is 0 bytes"},
+      {R"pb(engine_load_sockets { worker: "a" endpoint: "http://h:1/" })pb",
+       "index.pick.engine_load_sockets[0].endpoint: \"http://h:1/\" is not "
+       "tcp://HOST:PORT"},
+      {R"pb(engine_load_sockets { worker: "a" endpoint: "tcp://h" })pb",
+       "index.pick.engine_load_sockets[0].endpoint: \"tcp://h\""},
+      {R"pb(engine_load_sockets { worker: "a" endpoint: "ipc:///tmp/l" })pb",
+       "index.pick.engine_load_sockets[0].endpoint"},
+      {R"pb(engine_load_sockets { worker: "a" endpoint: "tcp://h:1" }
+            engine_load_sockets { worker: "a" endpoint: "tcp://h:2" })pb",
+       "index.pick.engine_load_sockets[1].worker: \"a\" is named by an "
+       "earlier"},
+      {R"pb(engine_load_sockets { worker: "a" endpoint: "tcp://h:1" }
+            replay_clock: true)pb",
+       "index.pick.engine_load_sockets: is read on the daemon's clock"},
+  };
+  for (const auto& b : bad) {
+    c = FromText(absl::StrCat(
+        R"pb(index { listen: "tcp://127.0.0.1:0" pick {)pb", b.pick, " } }"));
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << b.pick;
+    EXPECT_THAT(c.status().message(), HasSubstr(b.error)) << b.pick;
+  }
+}
+
 // The Conductor API: on by http_listen alone (the index with it), loopback
 // only with auth off; sources carry a registration's labels.
 TEST(ConfigTest, IndexHttpListenAndSourceLabels) {

@@ -27,7 +27,8 @@ HttpSources SourcesOf(const Server& server) {
           {PREFIXD_VERSION, server.epoch(), c.model, c.model_description,
            c.fingerprint, c.bytes_per_token},
           server.picker(),
-          server.engine_scraper()};
+          server.engine_scraper(),
+          server.engine_load_feed()};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {

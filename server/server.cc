@@ -137,7 +137,8 @@ absl::Status Server::BuildServices() {
     index_ = std::make_unique<InstrumentedIndex>(fleet_index_.get());
     RouteLimits route_limits;
     route_limits.max_answer_bytes = config_.max_message_bytes;
-    if (!config_.engine_scrape.targets.empty()) {
+    if (!config_.engine_scrape.targets.empty() ||
+        !config_.engine_load_sockets.empty()) {
       engine_loads_ =
           std::make_unique<EngineLoads>(config_.engine_scrape.max_age);
     }
@@ -220,22 +221,33 @@ absl::Status Server::StartBackground() {
       Shutdown();
       return s;
     }
-    if (engine_loads_ != nullptr) {
-      absl::StatusOr<std::unique_ptr<EngineScraper>> scraper =
-          EngineScraper::Start(
-              config_.engine_scrape, engine_loads_.get(),
-              [index = index_.get()] { return WorkerNames(*index); });
-      if (!scraper.ok()) {
-        Shutdown();
-        return scraper.status();
-      }
-      engine_scraper_ = *std::move(scraper);
+    if (absl::Status s = StartEngineLoads(); !s.ok()) {
+      Shutdown();
+      return s;
     }
   }
   lease_expirer_ = std::make_unique<PeriodicThread>(
       config_.expire_interval,
       [cache = cache_.get()] { cache->ExpireLeases(); });
   if (!serve_later_) Serve();
+  return absl::OkStatus();
+}
+
+// The engines' own loads for Pick: their metrics endpoints, scraped, and
+// SGLang's load sockets, followed.
+absl::Status Server::StartEngineLoads() {
+  if (!config_.engine_scrape.targets.empty()) {
+    ASSIGN_OR_RETURN(
+        engine_scraper_,
+        EngineScraper::Start(
+            config_.engine_scrape, engine_loads_.get(),
+            [index = index_.get()] { return WorkerNames(*index); }));
+  }
+  if (!config_.engine_load_sockets.empty()) {
+    ASSIGN_OR_RETURN(engine_load_feed_,
+                     EngineLoadFeed::Start(config_.engine_load_sockets,
+                                           engine_loads_.get()));
+  }
   return absl::OkStatus();
 }
 
@@ -282,6 +294,7 @@ void Server::Shutdown() {
   grpc_server_->Wait();
   if (ingest_ != nullptr) ingest_->Stop();
   if (engine_scraper_ != nullptr) engine_scraper_->Stop();
+  if (engine_load_feed_ != nullptr) engine_load_feed_->Stop();
   if (events_publisher_ != nullptr) events_publisher_->Stop();
   if (lease_expirer_ != nullptr) lease_expirer_->Stop();
 }
@@ -312,6 +325,10 @@ std::string IndexBanner(const Server& server) {
   for (const EngineMetricsTarget& t : c.engine_scrape.targets) {
     absl::StrAppend(&out, "  index engine metrics ", t.worker, " ", t.url,
                     " every ", absl::FormatDuration(c.engine_scrape.interval),
+                    "\n");
+  }
+  for (const EngineLoadSocket& l : c.engine_load_sockets) {
+    absl::StrAppend(&out, "  index engine load ", l.worker, " ", l.endpoint,
                     "\n");
   }
   if (!in.listen.empty()) {

@@ -28,6 +28,7 @@
 #include "index/picker.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
 #include "server/events_publish.h"
 #include "server/index_service.h"
@@ -99,6 +100,11 @@ class Server {
   // The reader of the engines' metrics; nullptr without
   // index.pick.engine_metrics.
   const EngineScraper* engine_scraper() const { return engine_scraper_.get(); }
+  // The follower of SGLang's load sockets; nullptr without
+  // index.pick.engine_load_sockets.
+  const EngineLoadFeed* engine_load_feed() const {
+    return engine_load_feed_.get();
+  }
   // The bound index listen endpoint (a wildcard port resolved); "" if none.
   std::string index_listen_endpoint() const {
     return ingest_ == nullptr ? "" : ingest_->listen_endpoint();
@@ -128,6 +134,8 @@ class Server {
   // The ingestion of the index's sources, and the registrations kept in
   // index.state_dir.
   absl::Status StartIngest();
+  // The engines' load readings for Pick (engine_scrape, engine_load_sockets).
+  absl::Status StartEngineLoads();
 
   const ServerConfig config_;
   const uint64_t epoch_;
@@ -140,11 +148,13 @@ class Server {
   std::unique_ptr<PrefixCacheService> service_;
   std::unique_ptr<FleetIndex> fleet_index_;
   std::unique_ptr<InstrumentedIndex> index_;  // wraps fleet_index_
-  // The engines' own load readings and their scraper; nullptr without
-  // index.pick.engine_metrics.
+  // The engines' own load readings, their scraper and SGLang's load
+  // sockets' follower; nullptr without index.pick.engine_metrics and
+  // engine_load_sockets.
   std::unique_ptr<EngineLoads> engine_loads_;
   std::unique_ptr<Picker> picker_;  // asks index_ and engine_loads_
-  std::unique_ptr<EngineScraper> engine_scraper_;  // fills engine_loads_
+  std::unique_ptr<EngineScraper> engine_scraper_;     // fills engine_loads_
+  std::unique_ptr<EngineLoadFeed> engine_load_feed_;  // fills engine_loads_
   std::unique_ptr<Ingest> ingest_;
   std::unique_ptr<ConductorRegistry> conductor_registry_;  // uses ingest_
   std::unique_ptr<ConductorApi> conductor_api_;

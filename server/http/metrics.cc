@@ -444,6 +444,25 @@ std::vector<MetricFamily> EngineScrapeMetricFamilies(
   return out;
 }
 
+std::vector<MetricFamily> EngineLoadMetricFamilies(
+    const std::vector<EngineLoadFeed::Counts>& counts) {
+  MetricFamily messages =
+      NewFamily("prefixd_index_engine_load_messages_total",
+                "Messages of each SGLang engine's load socket for Pick's load "
+                "(index.pick.engine_load_sockets), by result (ok, failed).",
+                MetricType::Counter);
+  for (const EngineLoadFeed::Counts& c : counts) {
+    AddSample(&messages, {{"worker", std::string(c.worker)}, {"result", "ok"}},
+              static_cast<double>(c.ok));
+    AddSample(&messages,
+              {{"worker", std::string(c.worker)}, {"result", "failed"}},
+              static_cast<double>(c.failed));
+  }
+  std::vector<MetricFamily> out;
+  out.push_back(std::move(messages));
+  return out;
+}
+
 std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   std::vector<MetricFamily> out;
   AddIndexWorkerCounters(stats, &out);
@@ -640,6 +659,9 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
   }
   if (sources->engine_scraper != nullptr) {
     append(EngineScrapeMetricFamilies(sources->engine_scraper->counts()));
+  }
+  if (sources->engine_load_feed != nullptr) {
+    append(EngineLoadMetricFamilies(sources->engine_load_feed->counts()));
   }
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));

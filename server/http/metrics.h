@@ -41,6 +41,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
+#include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
 #include "server/events_publish.h"
 #include "server/http/conductor_listener.h"
@@ -92,6 +93,9 @@ std::vector<prometheus::MetricFamily> IndexMetricFamilies(
 // Reads of the engines' metrics endpoints (server/engine_scraper.h).
 std::vector<prometheus::MetricFamily> EngineScrapeMetricFamilies(
     const std::vector<EngineScraper::Counts>& counts);
+// Messages of SGLang's load sockets (server/engine_load_feed.h).
+std::vector<prometheus::MetricFamily> EngineLoadMetricFamilies(
+    const std::vector<EngineLoadFeed::Counts>& counts);
 
 // The prefixd_events_* families of events_publish (docs/index.md, "The
 // sidecar publishes too").

@@ -12,6 +12,7 @@
 #include "index/kv_index.h"
 #include "index/picker.h"
 #include "model/kv_geometry.h"
+#include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
 #include "server/events_publish.h"
 
@@ -36,6 +37,8 @@ struct HttpSources {
   const Picker* picker = nullptr;  // with the fleet index
   // With index.pick.engine_metrics.
   const EngineScraper* engine_scraper = nullptr;
+  // With index.pick.engine_load_sockets.
+  const EngineLoadFeed* engine_load_feed = nullptr;
 };
 
 }  // namespace prefixd

@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Writes the seed corpus of index_events_fuzzer (tests/fuzz/corpus/index_events_fuzzer/).
+"""Writes the seed corpora of index_events_fuzzer and load_stat_fuzzer
+(tests/fuzz/corpus/<target>/).
 
     /usr/bin/python3 tests/fuzz/make_index_seeds.py
 
-Each seed is one KV event payload as stock engines publish it: msgspec's
-msgpack of an EventBatch, in the array form (older vLLM, SGLang;
-array_like=True) or the map form (newer vLLM), with the event shapes
-index/events.h decodes. The output is deterministic, so rerunning the
-script changes nothing unless the script changed.
+Each index_events_fuzzer seed is one KV event payload as stock engines
+publish it: msgspec's msgpack of an EventBatch, in the array form (older
+vLLM, SGLang; array_like=True) or the map form (newer vLLM), with the event
+shapes index/events.h decodes. Each load_stat_fuzzer seed is one of
+SGLang's load messages (index/load_stat.h). The output is deterministic, so
+rerunning the script changes nothing unless the script changed.
 """
 
 import os
@@ -169,12 +171,24 @@ def seeds():
     return s
 
 
+def load_stat_seeds():
+    """SGLang's LoadStat: ["LoadStat", running, waiting, num_tokens,
+    max_total_num_tokens, attn_dp_rank], every field written."""
+    return {
+        "sglang_load_stat": pack(["LoadStat", 3, 5, 2500, 10000, 1]),
+        "capacity_unknown": pack(["LoadStat", 0, 0, 7, 0, None]),
+        "more_elements": pack(["LoadStat", 2, 1, 10, 100, 0, "later"]),
+    }
+
+
 def main():
-    out = os.path.join(HERE, "corpus", "index_events_fuzzer")
-    os.makedirs(out, exist_ok=True)
-    for name, data in seeds().items():
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(data)
+    for target, corpus in (("index_events_fuzzer", seeds()),
+                           ("load_stat_fuzzer", load_stat_seeds())):
+        out = os.path.join(HERE, "corpus", target)
+        os.makedirs(out, exist_ok=True)
+        for name, data in corpus.items():
+            with open(os.path.join(out, name), "wb") as f:
+                f.write(data)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,159 @@
+#include "server/engine_load_feed.h"
+
+#include <chrono>
+#include <cstdio>
+#include <iterator>
+#include <utility>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "index/load_stat.h"
+#include "index/zmq_wire.h"
+
+namespace prefixd {
+namespace {
+
+// A load message is a few dozen bytes; SGLang's own socket keeps 8.
+constexpr int64_t kMaxLoadMessageBytes = 64 << 10;
+constexpr int kLoadQueueMessages = 16;
+// How long the thread waits for a message before it checks for Stop.
+constexpr std::chrono::milliseconds kPollTimeout(100);
+
+absl::string_view View(const zmq::message_t& m) {
+  return absl::string_view(static_cast<const char*>(m.data()), m.size());
+}
+
+// One message's reading: [topic "load", seq, payload].
+absl::StatusOr<EngineLoad> ReadMessage(const std::vector<zmq::message_t>& m) {
+  if (m.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a message of ", m.size(),
+                     " frames; want 3 (topic, sequence number, payload)"));
+  }
+  if (View(m[0]) != kLoadTopic) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a message on topic \"", absl::CHexEscape(View(m[0]).substr(0, 64)),
+        "\"; want \"", kLoadTopic, "\""));
+  }
+  if (!ReadBe64(m[1]).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a sequence number of ", m[1].size(), " bytes; want 8"));
+  }
+  return DecodeLoadStat(View(m[2]));
+}
+
+}  // namespace
+
+class EngineLoadFeed::Subscribers {
+ public:
+  explicit Subscribers(const std::vector<EngineLoadSocket>& sockets) {
+    for (const EngineLoadSocket& s : sockets) {
+      subs_.emplace_back(ZmqContext(), zmq::socket_type::sub);
+      zmq::socket_t& sub = subs_.back();
+      sub.set(zmq::sockopt::linger, 0);
+      sub.set(zmq::sockopt::maxmsgsize, kMaxLoadMessageBytes);
+      sub.set(zmq::sockopt::rcvhwm, kLoadQueueMessages);
+      sub.set(zmq::sockopt::subscribe, std::string(kLoadTopic));
+      sub.connect(s.endpoint);
+    }
+  }
+
+  // Waits up to kPollTimeout, then takes every message waiting; fn(i, m)
+  // for each, i the socket's index.
+  template <typename Fn>
+  void Poll(Fn fn) {
+    std::vector<zmq::pollitem_t> items;
+    for (zmq::socket_t& s : subs_)
+      items.push_back({static_cast<void*>(s), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items, kPollTimeout);
+    for (size_t i = 0; i < subs_.size(); ++i) {
+      if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
+      std::vector<zmq::message_t> m;
+      while (zmq::recv_multipart(subs_[i], std::back_inserter(m),
+                                 zmq::recv_flags::dontwait)) {
+        fn(i, m);
+        m.clear();
+      }
+    }
+  }
+
+ private:
+  std::vector<zmq::socket_t> subs_;
+};
+
+EngineLoadFeed::EngineLoadFeed(std::vector<EngineLoadSocket> sockets,
+                               EngineLoads* loads)
+    : sockets_(std::move(sockets)),
+      loads_(loads),
+      last_error_(sockets_.size()),
+      ok_(new std::atomic<uint64_t>[sockets_.size()]()),
+      failed_(new std::atomic<uint64_t>[sockets_.size()]()) {}
+
+EngineLoadFeed::~EngineLoadFeed() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<EngineLoadFeed>> EngineLoadFeed::Start(
+    std::vector<EngineLoadSocket> sockets, EngineLoads* loads) {
+  std::unique_ptr<EngineLoadFeed> f(
+      new EngineLoadFeed(std::move(sockets), loads));
+  try {
+    f->subscribers_ = std::make_unique<Subscribers>(f->sockets_);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("index.pick.engine_load_sockets: ", e.what()));
+  }
+  f->thread_ = std::thread([p = f.get()] { p->Run(); });
+  return f;
+}
+
+void EngineLoadFeed::Stop() {
+  stopping_.store(true, std::memory_order_relaxed);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::vector<EngineLoadFeed::Counts> EngineLoadFeed::counts() const {
+  std::vector<Counts> out;
+  for (size_t i = 0; i < sockets_.size(); ++i) {
+    out.push_back({sockets_[i].worker, ok_[i].load(std::memory_order_relaxed),
+                   failed_[i].load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
+void EngineLoadFeed::Run() {
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    subscribers_->Poll([this](size_t i, const std::vector<zmq::message_t>& m) {
+      File(i, ReadMessage(m));
+    });
+  }
+}
+
+void EngineLoadFeed::File(size_t i, const absl::StatusOr<EngineLoad>& reading) {
+  const EngineLoadSocket& s = sockets_[i];
+  if (reading.ok()) {
+    ok_[i].fetch_add(1, std::memory_order_relaxed);
+    loads_->Set(s.worker, *reading, absl::Now());
+    if (!last_error_[i].empty()) {
+      std::fprintf(stderr, "prefixd: load of %s (%s) read again\n",
+                   s.worker.c_str(), s.endpoint.c_str());
+    }
+    last_error_[i].clear();
+    return;
+  }
+  failed_[i].fetch_add(1, std::memory_order_relaxed);
+  std::string error(reading.status().message());
+  if (error != last_error_[i]) {  // a run's first failure, or a new reason
+    std::fprintf(stderr,
+                 "prefixd: load of %s (%s) not read: %s; its load is the "
+                 "index's window once the last reading is %s old\n",
+                 s.worker.c_str(), s.endpoint.c_str(), error.c_str(),
+                 absl::FormatDuration(loads_->max_age()).c_str());
+  }
+  last_error_[i] = std::move(error);
+}
+
+}  // namespace prefixd

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -200,6 +201,17 @@ absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
   ConductorQuery q;
   ASSIGN_OR_RETURN(q.model, j.String("model", true));
   ASSIGN_OR_RETURN(q.lora_name, j.String("lora_name", false));
+  // The RFC keeps lora_id for compatibility, never beside lora_name: a LoRA
+  // the events name by ID only (vLLM's lora_id) is its namespace.
+  ASSIGN_OR_RETURN(const std::optional<int64_t> lora_id,
+                   j.OptionalInt("lora_id", 1, INT32_MAX));
+  if (lora_id.has_value() && !q.lora_name.empty()) {
+    return Invalid(
+        "lora_id",
+        absl::StrCat(*lora_id, " is given beside lora_name \"",
+                     absl::CHexEscape(q.lora_name), "\": name the LoRA once"));
+  }
+  q.lora_id = lora_id.value_or(0);
   ASSIGN_OR_RETURN(q.tenant, Tenant(j));
   ASSIGN_OR_RETURN(q.instance_id, InstanceId(j, false));
   ASSIGN_OR_RETURN(q.cache_salt, j.String("cache_salt", false));
@@ -281,6 +293,7 @@ absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
   route.tokens = q.tokens;
   route.keys = q.keys;
   route.lora_name = q.lora_name;
+  route.lora_id = q.lora_id;
   route.cache_salt = q.cache_salt;
   // Both views: a ternary of a literal and a std::string would make a
   // temporary string, and the filter would view it after it is gone.

@@ -65,7 +65,8 @@ struct ConductorLimits {
 struct ConductorQuery {
   std::string model;
   std::string lora_name;
-  std::string tenant;  // "" = not named
+  int64_t lora_id = 0;  // the RFC's deprecated form of lora_name; 0: none
+  std::string tenant;   // "" = not named
   std::string instance_id;
   std::string cache_salt;
   std::vector<Token> tokens;

@@ -145,6 +145,40 @@ TEST_F(ConductorApiTest, QueryByHashAgreesWithQuery) {
       by_tokens);
 }
 
+// The RFC's deprecated lora_id names the LoRA a worker's events name by ID
+// only; null is the base model, as an absent one is.
+TEST_F(ConductorApiTest, QueryByLoraIdFindsTheEventsLoraId) {
+  const WorkerId w = index_.AddWorker("l0", "tcp://127.0.0.1:1");
+  WorkerLabels labels;
+  labels.instance_id = "vllm-lora";
+  labels.model = "llama";
+  index_.SetLabels(w, labels);
+  BlockStoredEvent ev;
+  ev.block_hashes = {500, 501};
+  ev.token_ids = Prompt(2);
+  ev.block_size = kBs;
+  ev.lora_id = 7;
+  ev.chain_blocks = 2;
+  KvEventBatch batch;
+  batch.events.push_back(ev);
+  index_.Apply(w, batch, 0, absl::Now());
+  const Json lora = Query({{"model", "llama"},
+                           {"token_ids", Prompt(2)},
+                           {"lora_id", 7},
+                           {"instance_id", "vllm-lora"},
+                           {"block_size", kBs}});
+  EXPECT_EQ(lora["default"]["vllm-lora"]["longest_matched"], 8) << lora.dump();
+  for (const bool null_id : {true, false}) {
+    Json q = {{"model", "llama"},
+              {"token_ids", Prompt(2)},
+              {"instance_id", "vllm-lora"},
+              {"block_size", kBs}};
+    if (null_id) q["lora_id"] = nullptr;
+    EXPECT_EQ(Query(q)["default"]["vllm-lora"]["longest_matched"], 0)
+        << q.dump();
+  }
+}
+
 struct BadCase {
   const char* body;
   const char* field;  // what the message must name
@@ -175,6 +209,13 @@ TEST_F(ConductorApiTest, BadQueriesAre400NamingTheField) {
        "both given", true},
       {R"({"model": "m", "block_size": 4, "seq_hashes": [1.5]})",
        "seq_hashes: entry 0 (1.5)", true},
+      {R"({"model": "m", "token_ids": [1], "block_size": 4, "lora_id": 7,
+           "lora_name": "sql"})",
+       "lora_id: 7 is given beside lora_name \"sql\""},
+      {R"({"model": "m", "token_ids": [1], "block_size": 4, "lora_id": "7"})",
+       "lora_id: must be an integer, not string"},
+      {R"({"model": "m", "token_ids": [1], "block_size": 4, "lora_id": 0})",
+       "lora_id: 0 is outside 1..2147483647"},
   };
   for (const BadCase& c : cases) {
     const ConductorAnswer a = api_.Query(Engine(), c.body, c.by_hash);

@@ -208,6 +208,13 @@ absl::StatusOr<int64_t> FlatJson::Int(absl::string_view name, int64_t min,
   return v;
 }
 
+absl::StatusOr<std::optional<int64_t>> FlatJson::OptionalInt(
+    absl::string_view name, int64_t min, int64_t max) const {
+  const Field* f = Find(name);
+  if (f == nullptr || f->kind == Kind::kNull) return std::nullopt;
+  return Int(name, min, max);
+}
+
 absl::Status FlatJson::CheckList(absl::string_view name, const Field* f,
                                  size_t max_count, uint64_t max_value) const {
   if (f == nullptr)

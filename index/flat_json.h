@@ -71,6 +71,10 @@ class FlatJson {
   // A required integer member within [min, max].
   absl::StatusOr<int64_t> Int(absl::string_view name, int64_t min,
                               int64_t max) const;
+  // The same, optional: nullopt when absent or null.
+  absl::StatusOr<std::optional<int64_t>> OptionalInt(absl::string_view name,
+                                                     int64_t min,
+                                                     int64_t max) const;
   // A required array of at most `max_count` integers, each within
   // [0, max_value], appended to *out.
   template <typename T>

@@ -119,6 +119,9 @@ double Picker::TierCreditOf(absl::string_view medium) const {
   for (const TierCredit& t : options_.tier_credits) {
     if (absl::EqualsIgnoreCase(t.medium, base)) return t.credit;
   }
+  // SGLang's HiCache host tier, pinned host memory, is a CPU tier unless
+  // the credits name it.
+  if (absl::EqualsIgnoreCase(base, "CPU_PINNED")) return TierCreditOf("CPU");
   return options_.other_tier_credit;
 }
 

@@ -337,14 +337,17 @@ class Test(common.Checker):
     def tiers(self):
         # e1 holds 4 blocks on CPU then 2 more on GPU? No: a CPU run of 4
         # and a GPU run of 2 (the first 2 on both): GPU 2 x 1 + CPU 2 x 0.5.
+        # e2 holds 4 in SGLang's HiCache host tier, CPU_PINNED: a CPU tier.
         p = prompt(300, 6)
         e1 = self.engines[1]
         e1.store(p, 4, medium="CPU")
         e1.store(p, 2)
-        self.wait_live("e1's CPU and GPU stores are applied")
+        self.engines[2].store(p, 4, medium="CPU_PINNED")
+        self.wait_live("e1's CPU and GPU stores and e2's CPU_PINNED one are applied")
         r = self.pick(p, dry_run=True)
-        self.costs_agree(r, p, {"e1": 3.0}, {},
-                         what="tier credits: 2 GPU blocks x 1 + 2 CPU blocks x 0.5 = 3")
+        self.costs_agree(r, p, {"e1": 3.0, "e2": 2.0}, {},
+                         what="tier credits: 2 GPU blocks x 1 + 2 CPU blocks x 0.5 = 3; "
+                         "4 CPU_PINNED blocks x 0.5 = 2")
 
     def window(self):
         # Records picks; the window charges them per worker, then forgets.

@@ -7,11 +7,13 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "index/msgpack_view.h"
 
 namespace prefixd {
 namespace {
 
 using msgpack::type::object_type;
+using msgpack_view::TypeName;
 
 // The payload is a flat array of a few scalars: anything deeper or larger
 // is refused while it is unpacked.
@@ -21,31 +23,6 @@ constexpr size_t kMaxString = 256;
 constexpr absl::string_view kNames[] = {"type", "num_running_reqs",
                                         "num_waiting_reqs", "num_tokens",
                                         "max_total_num_tokens"};
-
-absl::string_view TypeName(object_type t) {
-  switch (t) {
-    case object_type::NIL:
-      return "nil";
-    case object_type::BOOLEAN:
-      return "bool";
-    case object_type::POSITIVE_INTEGER:
-    case object_type::NEGATIVE_INTEGER:
-      return "int";
-    case object_type::FLOAT32:
-    case object_type::FLOAT64:
-      return "float";
-    case object_type::STR:
-      return "str";
-    case object_type::BIN:
-      return "bin";
-    case object_type::ARRAY:
-      return "array";
-    case object_type::MAP:
-      return "map";
-    default:
-      return "ext";
-  }
-}
 
 absl::Status Bad(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("LoadStat: ", what));
@@ -57,8 +34,7 @@ absl::StatusOr<int64_t> Count(const msgpack::object& o, size_t i) {
     return Bad(absl::StrCat(kNames[i], " is ", o.via.i64, "; want >= 0"));
   }
   if (o.type != object_type::POSITIVE_INTEGER) {
-    return Bad(
-        absl::StrCat(kNames[i], " is a ", TypeName(o.type), "; want an int"));
+    return Bad(absl::StrCat(kNames[i], " is a ", TypeName(o), "; want an int"));
   }
   if (o.via.u64 > static_cast<uint64_t>(INT64_MAX)) {
     return Bad(absl::StrCat(kNames[i], " is ", o.via.u64, "; too large"));
@@ -68,8 +44,8 @@ absl::StatusOr<int64_t> Count(const msgpack::object& o, size_t i) {
 
 absl::StatusOr<EngineLoad> FromArray(const msgpack::object& root) {
   if (root.type != object_type::ARRAY) {
-    return Bad(absl::StrCat("the payload is a ", TypeName(root.type),
-                            "; want an array"));
+    return Bad(
+        absl::StrCat("the payload is a ", TypeName(root), "; want an array"));
   }
   const msgpack::object_array& a = root.via.array;
   if (a.size < 5) {
@@ -89,7 +65,7 @@ absl::StatusOr<EngineLoad> FromArray(const msgpack::object& root) {
   }
   if (a.size > 5 && a.ptr[5].type != object_type::NIL &&
       a.ptr[5].type != object_type::POSITIVE_INTEGER) {
-    return Bad(absl::StrCat("attn_dp_rank is a ", TypeName(a.ptr[5].type),
+    return Bad(absl::StrCat("attn_dp_rank is a ", TypeName(a.ptr[5]),
                             "; want an int >= 0 or nil"));
   }
   EngineLoad load;

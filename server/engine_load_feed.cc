@@ -47,6 +47,15 @@ absl::StatusOr<EngineLoad> ReadMessage(const std::vector<zmq::message_t>& m) {
   return DecodeLoadStat(View(m[2]));
 }
 
+// The filer's sources: each socket's worker and endpoint.
+std::vector<EngineLoadFiler::Source> Sources(
+    const std::vector<EngineLoadSocket>& sockets) {
+  std::vector<EngineLoadFiler::Source> out;
+  for (const EngineLoadSocket& s : sockets)
+    out.push_back({s.worker, s.endpoint});
+  return out;
+}
+
 }  // namespace
 
 class EngineLoadFeed::Subscribers {
@@ -88,11 +97,7 @@ class EngineLoadFeed::Subscribers {
 
 EngineLoadFeed::EngineLoadFeed(std::vector<EngineLoadSocket> sockets,
                                EngineLoads* loads)
-    : sockets_(std::move(sockets)),
-      loads_(loads),
-      last_error_(sockets_.size()),
-      ok_(new std::atomic<uint64_t>[sockets_.size()]()),
-      failed_(new std::atomic<uint64_t>[sockets_.size()]()) {}
+    : sockets_(std::move(sockets)), filer_(loads, "load", Sources(sockets_)) {}
 
 EngineLoadFeed::~EngineLoadFeed() { Stop(); }
 
@@ -115,45 +120,12 @@ void EngineLoadFeed::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::vector<EngineLoadFeed::Counts> EngineLoadFeed::counts() const {
-  std::vector<Counts> out;
-  for (size_t i = 0; i < sockets_.size(); ++i) {
-    out.push_back({sockets_[i].worker, ok_[i].load(std::memory_order_relaxed),
-                   failed_[i].load(std::memory_order_relaxed)});
-  }
-  return out;
-}
-
 void EngineLoadFeed::Run() {
   while (!stopping_.load(std::memory_order_relaxed)) {
     subscribers_->Poll([this](size_t i, const std::vector<zmq::message_t>& m) {
-      File(i, ReadMessage(m));
+      filer_.File(i, ReadMessage(m), absl::Now());
     });
   }
-}
-
-void EngineLoadFeed::File(size_t i, const absl::StatusOr<EngineLoad>& reading) {
-  const EngineLoadSocket& s = sockets_[i];
-  if (reading.ok()) {
-    ok_[i].fetch_add(1, std::memory_order_relaxed);
-    loads_->Set(s.worker, *reading, absl::Now());
-    if (!last_error_[i].empty()) {
-      std::fprintf(stderr, "prefixd: load of %s (%s) read again\n",
-                   s.worker.c_str(), s.endpoint.c_str());
-    }
-    last_error_[i].clear();
-    return;
-  }
-  failed_[i].fetch_add(1, std::memory_order_relaxed);
-  std::string error(reading.status().message());
-  if (error != last_error_[i]) {  // a run's first failure, or a new reason
-    std::fprintf(stderr,
-                 "prefixd: load of %s (%s) not read: %s; its load is the "
-                 "index's window once the last reading is %s old\n",
-                 s.worker.c_str(), s.endpoint.c_str(), error.c_str(),
-                 absl::FormatDuration(loads_->max_age()).c_str());
-  }
-  last_error_[i] = std::move(error);
 }
 
 }  // namespace prefixd

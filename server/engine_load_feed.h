@@ -1,12 +1,10 @@
 // EngineLoadFeed: follows each configured SGLang engine's load PUB socket
 // (index.pick.engine_load_sockets; docs/index.md, "Load pushed by SGLang")
-// and files each reading (index/load_stat.h) in EngineLoads for Pick,
+// and files each reading (index/load_stat.h) through an EngineLoadFiler,
 // stamped with its arrival. SGLang sends a changed reading at once and an
 // unchanged one every second, so a reading older than EngineLoads'
 // max_age means the engine (or its socket) has gone quiet, and Pick falls
-// back to the index's window. A message that does not decode is counted
-// and logged when it starts a run of such messages or gives a new reason,
-// and so is the first good one after them.
+// back to the index's window.
 //
 // Thread safety: the receiving runs on the feed's own thread, which owns
 // the sockets; Stop and counts may be called from any thread.
@@ -23,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "index/engine_loads.h"
+#include "server/engine_load_filer.h"
 
 namespace prefixd {
 
@@ -46,29 +45,18 @@ class EngineLoadFeed {
   void Stop();
 
   // Per socket, in the config's order: its messages so far.
-  struct Counts {
-    absl::string_view worker;
-    uint64_t ok = 0;
-    uint64_t failed = 0;
-  };
-  std::vector<Counts> counts() const;
+  std::vector<EngineLoadFiler::Counts> counts() const {
+    return filer_.counts();
+  }
 
  private:
   EngineLoadFeed(std::vector<EngineLoadSocket> sockets, EngineLoads* loads);
   void Run();
-  // The outcome of one message from socket i.
-  void File(size_t i, const absl::StatusOr<EngineLoad>& reading);
 
   const std::vector<EngineLoadSocket> sockets_;
-  EngineLoads* const loads_;
   class Subscribers;  // the ZeroMQ sockets (engine_load_feed.cc)
   std::unique_ptr<Subscribers> subscribers_;  // used by the feed's thread
-  // Per socket, its last message's error ("" when it decoded); touched
-  // only by the feed's thread.
-  std::vector<std::string> last_error_;
-  // Per socket, its messages that decoded and failed (relaxed: counts).
-  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
-  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
+  EngineLoadFiler filer_;  // files each message's reading (the thread's)
   std::atomic<bool> stopping_{false};
   std::thread thread_;  // last: joined first
 };

@@ -36,6 +36,14 @@ size_t Append(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
+// The filer's sources: each target's worker and URL.
+std::vector<EngineLoadFiler::Source> Sources(const EngineScrapeOptions& o) {
+  std::vector<EngineLoadFiler::Source> out;
+  for (const EngineMetricsTarget& t : o.targets)
+    out.push_back({t.worker, t.url});
+  return out;
+}
+
 }  // namespace
 
 // The libcurl handles of every target, made once and reused round after
@@ -135,25 +143,12 @@ class EngineScraper::Transfers {
 EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads,
                              WorkerNames workers)
     : options_(std::move(options)),
-      loads_(loads),
       workers_(std::move(workers)),
-      last_error_(options_.targets.size()),
+      filer_(loads, "engine metrics", Sources(options_)),
       unlisted_(options_.targets.size()),
-      ok_(new std::atomic<uint64_t>[options_.targets.size()]()),
-      failed_(new std::atomic<uint64_t>[options_.targets.size()]()),
       transfers_(std::make_unique<Transfers>(options_)) {}
 
 EngineScraper::~EngineScraper() { Stop(); }
-
-std::vector<EngineScraper::Counts> EngineScraper::counts() const {
-  std::vector<Counts> out;
-  for (size_t i = 0; i < options_.targets.size(); ++i) {
-    out.push_back({options_.targets[i].worker,
-                   ok_[i].load(std::memory_order_relaxed),
-                   failed_[i].load(std::memory_order_relaxed)});
-  }
-  return out;
-}
 
 absl::StatusOr<std::unique_ptr<EngineScraper>> EngineScraper::Start(
     EngineScrapeOptions options, EngineLoads* loads, WorkerNames workers) {
@@ -184,8 +179,8 @@ void EngineScraper::Round() {
   const std::vector<std::string> names =
       workers_ ? workers_() : std::vector<std::string>();
   for (size_t i = 0; i < options_.targets.size(); ++i) {
-    File(i, transfers_->Outcome(i, options_.targets[i].labels), at);
-    if (workers_ && last_error_[i].empty()) CheckListed(i, names);
+    filer_.File(i, transfers_->Outcome(i, options_.targets[i].labels), at);
+    if (workers_ && filer_.ok(i)) CheckListed(i, names);
   }
 }
 
@@ -202,31 +197,6 @@ void EngineScraper::CheckListed(size_t i,
                  t.worker.c_str(), t.url.c_str(), t.worker.c_str());
   }
   unlisted_[i] = unlisted;
-}
-
-void EngineScraper::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
-                         absl::Time at) {
-  const EngineMetricsTarget& t = options_.targets[i];
-  if (reading.ok()) {
-    ok_[i].fetch_add(1, std::memory_order_relaxed);
-    loads_->Set(t.worker, *reading, at);
-    if (!last_error_[i].empty()) {
-      std::fprintf(stderr, "prefixd: engine metrics of %s (%s) read again\n",
-                   t.worker.c_str(), t.url.c_str());
-    }
-    last_error_[i].clear();
-    return;
-  }
-  failed_[i].fetch_add(1, std::memory_order_relaxed);
-  std::string error(reading.status().message());
-  if (error != last_error_[i]) {  // a run's first failure, or a new reason
-    std::fprintf(stderr,
-                 "prefixd: engine metrics of %s (%s) not read: %s; its load "
-                 "is the index's window once the last reading is %s old\n",
-                 t.worker.c_str(), t.url.c_str(), error.c_str(),
-                 absl::FormatDuration(loads_->max_age()).c_str());
-  }
-  last_error_[i] = std::move(error);
 }
 
 }  // namespace prefixd

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "index/engine_loads.h"
 #include "index/engine_metrics.h"
+#include "server/engine_load_filer.h"
 #include "server/periodic.h"
 
 namespace prefixd {
@@ -65,36 +66,26 @@ class EngineScraper {
   void Stop();
 
   // Per target, in the config's order: its scrapes so far.
-  struct Counts {
-    absl::string_view worker;
-    uint64_t ok = 0;
-    uint64_t failed = 0;
-  };
-  std::vector<Counts> counts() const;
+  std::vector<EngineLoadFiler::Counts> counts() const {
+    return filer_.counts();
+  }
 
  private:
   EngineScraper(EngineScrapeOptions options, EngineLoads* loads,
                 WorkerNames workers);
   // One scrape of every target, at once.
   void Round();
-  // The outcome of target i's scrape: its reading filed, or its error
-  // logged when it is a run's first or a new reason.
-  void File(size_t i, const absl::StatusOr<EngineLoad>& reading, absl::Time at);
   // Logs target i's reading when its worker is not among `names` (sorted),
   // once per run of such readings.
   void CheckListed(size_t i, const std::vector<std::string>& names);
 
   const EngineScrapeOptions options_;
-  EngineLoads* const loads_;
   const WorkerNames workers_;
-  // Per target, its last scrape's error ("" when it succeeded), and
-  // whether its last reading was of a worker the index did not list;
-  // touched only by the scraping thread.
-  std::vector<std::string> last_error_;
+  // Files each target's reading (the scraping thread's).
+  EngineLoadFiler filer_;
+  // Per target, whether its last reading was of a worker the index did
+  // not list; touched only by the scraping thread.
   std::vector<bool> unlisted_;
-  // Per target, its scrapes that succeeded and failed (relaxed: counts).
-  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
-  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
   std::atomic<bool> stopping_{false};
   class Transfers;  // the libcurl handles (engine_scraper.cc)
   std::unique_ptr<Transfers> transfers_;    // used by the scraping thread

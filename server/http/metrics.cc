@@ -425,41 +425,19 @@ std::vector<MetricFamily> PickMetricFamilies(const Picker::Counts& counts) {
   return out;
 }
 
-std::vector<MetricFamily> EngineScrapeMetricFamilies(
-    const std::vector<EngineScraper::Counts>& counts) {
-  MetricFamily scrapes =
-      NewFamily("prefixd_index_engine_scrapes_total",
-                "Reads of each engine's own metrics endpoint for Pick's load "
-                "(index.pick.engine_metrics), by result (ok, failed).",
-                MetricType::Counter);
-  for (const EngineScraper::Counts& c : counts) {
-    AddSample(&scrapes, {{"worker", std::string(c.worker)}, {"result", "ok"}},
+std::vector<MetricFamily> EngineLoadReadingFamilies(
+    absl::string_view name, absl::string_view help,
+    const std::vector<EngineLoadFiler::Counts>& counts) {
+  MetricFamily f =
+      NewFamily(std::string(name), std::string(help), MetricType::Counter);
+  for (const EngineLoadFiler::Counts& c : counts) {
+    AddSample(&f, {{"worker", std::string(c.worker)}, {"result", "ok"}},
               static_cast<double>(c.ok));
-    AddSample(&scrapes,
-              {{"worker", std::string(c.worker)}, {"result", "failed"}},
+    AddSample(&f, {{"worker", std::string(c.worker)}, {"result", "failed"}},
               static_cast<double>(c.failed));
   }
   std::vector<MetricFamily> out;
-  out.push_back(std::move(scrapes));
-  return out;
-}
-
-std::vector<MetricFamily> EngineLoadMetricFamilies(
-    const std::vector<EngineLoadFeed::Counts>& counts) {
-  MetricFamily messages =
-      NewFamily("prefixd_index_engine_load_messages_total",
-                "Messages of each SGLang engine's load socket for Pick's load "
-                "(index.pick.engine_load_sockets), by result (ok, failed).",
-                MetricType::Counter);
-  for (const EngineLoadFeed::Counts& c : counts) {
-    AddSample(&messages, {{"worker", std::string(c.worker)}, {"result", "ok"}},
-              static_cast<double>(c.ok));
-    AddSample(&messages,
-              {{"worker", std::string(c.worker)}, {"result", "failed"}},
-              static_cast<double>(c.failed));
-  }
-  std::vector<MetricFamily> out;
-  out.push_back(std::move(messages));
+  out.push_back(std::move(f));
   return out;
 }
 
@@ -658,10 +636,18 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
     append(PickMetricFamilies(sources->picker->counts()));
   }
   if (sources->engine_scraper != nullptr) {
-    append(EngineScrapeMetricFamilies(sources->engine_scraper->counts()));
+    append(EngineLoadReadingFamilies(
+        "prefixd_index_engine_scrapes_total",
+        "Reads of each engine's own metrics endpoint for Pick's load "
+        "(index.pick.engine_metrics), by result (ok, failed).",
+        sources->engine_scraper->counts()));
   }
   if (sources->engine_load_feed != nullptr) {
-    append(EngineLoadMetricFamilies(sources->engine_load_feed->counts()));
+    append(EngineLoadReadingFamilies(
+        "prefixd_index_engine_load_messages_total",
+        "Messages of each SGLang engine's load socket for Pick's load "
+        "(index.pick.engine_load_sockets), by result (ok, failed).",
+        sources->engine_load_feed->counts()));
   }
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));

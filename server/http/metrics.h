@@ -90,12 +90,12 @@ std::vector<prometheus::MetricFamily> PickMetricFamilies(
     const Picker::Counts& counts);
 std::vector<prometheus::MetricFamily> IndexMetricFamilies(
     const IndexStats& stats);
-// Reads of the engines' metrics endpoints (server/engine_scraper.h).
-std::vector<prometheus::MetricFamily> EngineScrapeMetricFamilies(
-    const std::vector<EngineScraper::Counts>& counts);
-// Messages of SGLang's load sockets (server/engine_load_feed.h).
-std::vector<prometheus::MetricFamily> EngineLoadMetricFamilies(
-    const std::vector<EngineLoadFeed::Counts>& counts);
+// Readings of the engines' loads, per worker and result (ok, failed):
+// the metrics scraper's (server/engine_scraper.h) and the load sockets'
+// (server/engine_load_feed.h), in a counter family `name`.
+std::vector<prometheus::MetricFamily> EngineLoadReadingFamilies(
+    absl::string_view name, absl::string_view help,
+    const std::vector<EngineLoadFiler::Counts>& counts);
 
 // The prefixd_events_* families of events_publish (docs/index.md, "The
 // sidecar publishes too").

@@ -25,12 +25,10 @@ Usage: test_pick_engine_load_socket.py --prefixd PATH [--stubs DIR]
 """
 
 import os
-import re
 import sys
 import threading
 import time
 import unittest
-import urllib.request
 
 import msgpack
 import zmq
@@ -45,13 +43,11 @@ import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 
-BS = 16
-REQUEST_TOKENS = 10.0
-KV_TOKENS = 100.0
+import engine_load_case  # noqa: E402  (beside this file)
+from engine_load_case import BS, DEADLINE_S  # noqa: E402
+
 MAX_AGE_S = 1.0
 RESEND_S = 0.05
-TIMEOUT = 10
-DEADLINE_S = 10
 
 
 def load_stat(running, waiting, tokens, capacity, rank=0):
@@ -99,7 +95,9 @@ class LoadSocket:
         self.sock.close(linger=0)
 
 
-class EngineLoadSocketTest(unittest.TestCase):
+class EngineLoadSocketTest(engine_load_case.EngineLoadCase):
+    POLL_S = RESEND_S
+
     @classmethod
     def setUpClass(cls):
         if not ARGS.prefixd:
@@ -114,60 +112,19 @@ class EngineLoadSocketTest(unittest.TestCase):
                   '    queued_weight: 1 request_tokens: %g kv_tokens: %g churn_weight: 0\n'
                   '    engine_load_sockets { worker: "e0" endpoint: "%s" }\n'
                   '    engine_metrics_max_age: "%gs"\n  }\n}\n'
-                  % (BS, sources, REQUEST_TOKENS, KV_TOKENS, cls.load.endpoint, MAX_AGE_S))
+                  % (BS, sources, cls.REQUEST_TOKENS, cls.KV_TOKENS, cls.load.endpoint,
+                     MAX_AGE_S))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
 
     @classmethod
     def tearDownClass(cls):
-        if getattr(cls, "daemon", None) is not None:
-            cls.daemon.close()
-        for p in getattr(cls, "engines", {}).values():
-            p.close()
+        super().tearDownClass()
         if getattr(cls, "load", None) is not None:
             cls.load.close()
 
-    def dry_pick(self):
-        r = self.client.pick(list(range(1, 2 * BS + 1)), dry_run=True, timeout=TIMEOUT)
-        return {c.worker: c for c in r.ranked}
-
-    def until(self, what, cond):
-        """The first dry Pick whose candidates satisfy cond, within DEADLINE_S."""
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            got = self.dry_pick()
-            if cond(got):
-                return got
-            if time.monotonic() > deadline:
-                self.fail("%s: not seen within %ds; last: %s\nlogs:\n%s"
-                          % (what, DEADLINE_S, got, self.daemon.logs()))
-            time.sleep(RESEND_S)
-
-    def until_logged(self, text):
-        deadline = time.monotonic() + DEADLINE_S
-        while text not in self.daemon.logs():
-            if time.monotonic() > deadline:
-                self.fail("the daemon did not log %r:\n%s" % (text, self.daemon.logs()))
-            time.sleep(RESEND_S)
-
     def messages(self):
-        """prefixd_index_engine_load_messages_total: (worker, result) -> count."""
-        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
-                                    timeout=TIMEOUT) as r:
-            text = r.read().decode()
-        out = {}
-        for m in re.finditer(r'^prefixd_index_engine_load_messages_total\{([^}]*)\} (\S+)$',
-                             text, re.M):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            out[(labels["worker"], labels["result"])] = float(m.group(2))
-        return out
-
-    def assert_engine_load(self, c, running_waiting, kv):
-        self.assertTrue(c.load_from_engine, c)
-        self.assertEqual(c.requests_in_flight, running_waiting, c)
-        self.assertAlmostEqual(c.kv_usage, kv, places=9, msg=c)
-        self.assertAlmostEqual(c.load_term, c.queued_prefill_tokens
-                               + running_waiting * REQUEST_TOKENS + kv * KV_TOKENS, places=6)
+        return self.counter("prefixd_index_engine_load_messages_total")
 
     def test_1_pushed_figures_are_charged(self):
         got = self.until("e0 read", lambda g: g["e0"].load_from_engine)
@@ -216,17 +173,10 @@ class EngineLoadSocketTest(unittest.TestCase):
         self.assertEqual(got["e0"].kv_usage, 0)
 
     def test_5_bad_endpoint_stops_the_daemon(self):
-        bad = ('index { listen: "tcp://127.0.0.1:%d" pick { engine_load_sockets '
-               '{ worker: "e0" endpoint: "http://127.0.0.1:1/load" } } }'
-               % prefixd_fixture.free_port())
-        d = prefixd_fixture.Daemon(ARGS.prefixd, bad, snapshot=False)
-        try:
-            with self.assertRaises(prefixd_fixture.DaemonFailed) as e:
-                d.start()
-            self.assertIn('index.pick.engine_load_sockets[0].endpoint: '
-                          '"http://127.0.0.1:1/load" is not tcp://HOST:PORT', str(e.exception))
-        finally:
-            d.close()
+        self.assert_start_fails(
+            ARGS.prefixd, 'engine_load_sockets { worker: "e0" endpoint: "http://127.0.0.1:1/load" }',
+            'index.pick.engine_load_sockets[0].endpoint: "http://127.0.0.1:1/load" is not '
+            'tcp://HOST:PORT')
 
 
 if __name__ == "__main__":

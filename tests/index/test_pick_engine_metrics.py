@@ -30,13 +30,11 @@ Usage: test_pick_engine_metrics.py --prefixd PATH [--prefixctl PATH] [--stubs DI
 
 import http.server
 import os
-import re
 import subprocess
 import sys
 import threading
 import time
 import unittest
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -49,13 +47,11 @@ import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 
-BS = 16
-REQUEST_TOKENS = 10.0
-KV_TOKENS = 100.0
+import engine_load_case  # noqa: E402  (beside this file)
+from engine_load_case import BS, DEADLINE_S, TIMEOUT  # noqa: E402
+
 INTERVAL_S = 0.25
 MAX_AGE_S = 1.0
-TIMEOUT = 10
-DEADLINE_S = 10
 
 
 def vllm_metrics(rank1_running, rank1_waiting, rank1_kv):
@@ -126,7 +122,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class EngineMetricsTest(unittest.TestCase):
+class EngineMetricsTest(engine_load_case.EngineLoadCase):
+    POLL_S = INTERVAL_S / 2
+
     @classmethod
     def setUpClass(cls):
         if not ARGS.prefixd:
@@ -146,7 +144,7 @@ class EngineMetricsTest(unittest.TestCase):
                   '    engine_metrics { worker: "e2" url: "%s" }\n'
                   '    engine_metrics { worker: "e9" url: "%s" }\n'
                   '    engine_metrics_interval: "%gs" engine_metrics_max_age: "%gs"\n  }\n}\n'
-                  % (BS, sources, REQUEST_TOKENS, KV_TOKENS, cls.web.url("/vllm"),
+                  % (BS, sources, cls.REQUEST_TOKENS, cls.KV_TOKENS, cls.web.url("/vllm"),
                      cls.web.url("/sglang"), cls.web.url("/down"), cls.web.url("/sglang"),
                      INTERVAL_S, MAX_AGE_S))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
@@ -154,44 +152,9 @@ class EngineMetricsTest(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        if getattr(cls, "daemon", None) is not None:
-            cls.daemon.close()
-        for p in getattr(cls, "engines", {}).values():
-            p.close()
+        super().tearDownClass()
         if getattr(cls, "web", None) is not None:
             cls.web.shutdown()
-
-    def dry_pick(self, **kw):
-        r = self.client.pick(list(range(1, 2 * BS + 1)), dry_run=True, timeout=TIMEOUT, **kw)
-        return {c.worker: c for c in r.ranked}
-
-    def until(self, what, cond):
-        """The first dry Pick whose candidates satisfy cond, within DEADLINE_S."""
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            got = self.dry_pick()
-            if cond(got):
-                return got
-            if time.monotonic() > deadline:
-                self.fail("%s: not seen within %ds; last: %s\nlogs:\n%s"
-                          % (what, DEADLINE_S, got, self.daemon.logs()))
-            time.sleep(INTERVAL_S / 2)
-
-    def until_logged(self, text):
-        deadline = time.monotonic() + DEADLINE_S
-        while text not in self.daemon.logs():
-            if time.monotonic() > deadline:
-                self.fail("the daemon did not log %r:\n%s" % (text, self.daemon.logs()))
-            time.sleep(INTERVAL_S / 2)
-
-    def assert_engine_load(self, c, running_waiting, kv):
-        self.assertTrue(c.load_from_engine, c)
-        self.assertFalse(c.load_from_request, c)
-        self.assertEqual(c.requests_in_flight, running_waiting, c)
-        self.assertAlmostEqual(c.kv_usage, kv, places=9, msg=c)
-        self.assertAlmostEqual(c.load_term, c.queued_prefill_tokens
-                               + running_waiting * REQUEST_TOKENS + kv * KV_TOKENS, places=6)
-        self.assertAlmostEqual(c.cost, c.prefill_tokens + c.load_term, places=6)
 
     def test_1_engine_figures_are_charged(self):
         got = self.until("e0 and e1 read", lambda g: g["e0"].load_from_engine
@@ -220,17 +183,7 @@ class EngineMetricsTest(unittest.TestCase):
         self.assertGreater(scrapes[("e2", "failed")], 0, scrapes)
 
     def scrapes(self):
-        """prefixd_index_engine_scrapes_total from the daemon's /metrics:
-        (worker, result) -> count."""
-        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
-                                    timeout=TIMEOUT) as r:
-            text = r.read().decode()
-        out = {}
-        for m in re.finditer(r'^prefixd_index_engine_scrapes_total\{([^}]*)\} (\S+)$', text,
-                             re.M):
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            out[(labels["worker"], labels["result"])] = float(m.group(2))
-        return out
+        return self.counter("prefixd_index_engine_scrapes_total")
 
     def test_1b_a_worker_the_index_lacks_is_logged_once(self):
         """e9 is read, but no source names it: logged once, never a candidate."""
@@ -298,17 +251,10 @@ class EngineMetricsTest(unittest.TestCase):
         self.assertIn("window", rows["e2"], r.stdout)
 
     def test_6_bad_entry_stops_the_daemon(self):
-        bad = ('index { listen: "tcp://127.0.0.1:%d" pick { engine_metrics '
-               '{ worker: "e0" url: "tcp://127.0.0.1:1/metrics" } } }'
-               % prefixd_fixture.free_port())
-        d = prefixd_fixture.Daemon(ARGS.prefixd, bad, snapshot=False)
-        try:
-            with self.assertRaises(prefixd_fixture.DaemonFailed) as e:
-                d.start()
-            self.assertIn('index.pick.engine_metrics[0].url: "tcp://127.0.0.1:1/metrics" is not '
-                          'an http:// or https:// URL', str(e.exception))
-        finally:
-            d.close()
+        self.assert_start_fails(
+            ARGS.prefixd, 'engine_metrics { worker: "e0" url: "tcp://127.0.0.1:1/metrics" }',
+            'index.pick.engine_metrics[0].url: "tcp://127.0.0.1:1/metrics" is not '
+            'an http:// or https:// URL')
 
 
 if __name__ == "__main__":

@@ -267,13 +267,15 @@ class Workload:
     """Prompts that share prefixes as chat traffic does: system prompts,
     conversations growing turn by turn, some with a partial last block.
     With variety, conversations get a LoRA, a salt, an image, prompt
-    embeddings or legacy keys; with salts, a salt only."""
+    embeddings or legacy keys; with salts, a salt only (and a LoRA too with
+    loras)."""
 
-    def __init__(self, seed, base, variety=False, systems=5, salts=False):
+    def __init__(self, seed, base, variety=False, systems=5, salts=False, loras=False):
         self.rng = random.Random(seed)
         self.next_id = base
         self.variety = variety
         self.salts = salts
+        self.loras = loras
         self.systems = [self.fresh(self.rng.randint(2, 5)) for _ in range(systems)]
         self.convs = []
         self.sent = []
@@ -286,7 +288,8 @@ class Workload:
     def _namespace(self):
         rng = self.rng
         if self.salts:
-            return rng.choice([None, None, "acme", "globex"]), None, {}
+            lora = rng.choice([None, None, "sql-adapter"]) if self.loras else None
+            return rng.choice([None, None, "acme", "globex"]), lora, {}
         if not self.variety:
             return None, None, {}
         salt = rng.choice([None, None, "acme", "globex"])
@@ -614,7 +617,9 @@ class EngineForms(unittest.TestCase):
         for i in range(n):
             p = self.wl.request()
             for e in (engines if same else [engines[i % len(engines)]]):
-                e.pool.submit(p.tokens, p.salt, p.lora, hold_steps=1 + i % 3, **p.keys)
+                # An engine whose events cannot name a LoRA serves it as the base.
+                lora = p.lora if e.pool.takes_lora else None
+                e.pool.submit(p.tokens, p.salt, lora, hold_steps=1 + i % 3, **p.keys)
             if i % per_step == per_step - 1:
                 for e in engines:
                     e.pool.step()
@@ -868,11 +873,13 @@ class EngineForms(unittest.TestCase):
         # [["dynamo-cache-salt:S"]] with the map past ownership; (newest)
         # tagged-map events in the positional batch, the salt their named
         # field cache_salt. In every store of a salted request, root or not.
+        # Some requests name a LoRA, which only the newest names (lora_name):
+        # the others serve them as the base model.
         self.engines = [self.sglang_engine("sgl-salt-" + name.replace("_", "-"),
                                            encoding=encoding, salt_layout=name)
                         for name, encoding in (("metadata", "array"), ("extra_keys", "array"),
                                                ("named", "array_of_maps"))]
-        self.wl = Workload(6, 900000, salts=True)
+        self.wl = Workload(6, 900000, salts=True, loras=True)
         self.start()
         self.form = "sglang_salt"
         self.caught_up()
@@ -882,6 +889,11 @@ class EngineForms(unittest.TestCase):
         self.checkpoint("more traffic, HiCache moves and load-backs")
         salted = [p for p in self.wl.sent if p.salt]
         self.assertTrue(salted, "the workload sent salted requests")
+        named = self.engines[2].pool
+        held = [p for p in self.wl.samples()
+                if p.lora and named.route_answer(p.tokens, p.salt, p.lora)["matched"]]
+        self.assertTrue(held, "the newest layout's engine holds LoRA pages that samples "
+                        "route to")
 
     def test_dp(self):
         vpubs = bind_consecutive(3, encoding="map", hash_kind="int", topic="kv@vllm@llama")

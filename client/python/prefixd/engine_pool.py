@@ -226,6 +226,8 @@ class Request:
 
 
 class EnginePool:
+    takes_lora = True  # its events name a request's LoRA (RadixPool's may not)
+
     def __init__(self, num_blocks, block_size=16, publisher=None, steps_per_batch=1,
                  hash_seed=b"", medium=kp.MEDIUM_GPU, coalesce_removed=False, spec_kind=None,
                  recompute_last_block=False, name="engine", keys_form="raw", store_fields=None,
@@ -720,11 +722,12 @@ class EnginePool:
 class _Node:
     """A radix node: a run of pages (blocks) and where they are."""
     __slots__ = ("hashes", "tokens", "parent", "children", "gpu", "host", "lock", "stamp",
-                 "salt")
+                 "salt", "lora")
 
     def __init__(self, hashes, tokens, parent, gpu=True, host=False, lock=0, stamp=0,
-                 salt=None):
+                 salt=None, lora=None):
         self.salt = salt                # the request's cache salt (in every page's hash)
+        self.lora = lora                # its LoRA adapter's name (ditto)
         self.hashes = hashes
         self.tokens = tokens            # the pages' tokens, flat
         self.parent = parent
@@ -756,8 +759,11 @@ class RadixPool(EnginePool):
       node that cannot get room goes with its host-only subtree.
     - A match that reaches host-only nodes loads them back (BlockStored on
       the GPU again; the host keeps its copy).
-    - SGLang's events name no LoRA: lora is refused. A cache salt (in
-      every page's hash: salted prompts share no page with others) goes on
+    - SGLang's events name no LoRA (lora is refused) until its newest
+      releases (salt_layout "named"), whose stores name the request's
+      adapter in lora_name (a LoRA's pages share no hash with others'). A
+      cache salt (in every page's hash: salted prompts share no page with
+      others) goes on
       the wire per `salt_layout`, in every store of the salted node:
       "metadata" (some releases): SGLang's metadata map {"cache_salt": S}
       right after medium; "extra_keys" (later ones): vLLM's positions up to
@@ -805,11 +811,16 @@ class RadixPool(EnginePool):
         self.host_used = 0
         self.clock = 0
 
+    @property
+    def takes_lora(self):
+        """Whether this SGLang's events can name a request's LoRA."""
+        return self.salt_layout == "named"
+
     def submit(self, tokens, salt=None, lora=None, hold_steps=1, **keys):
-        if lora or keys or (salt and not self.salt_layout):
-            raise ValueError("SGLang's events carry no LoRA or extra keys (nor a salt "
-                             "without salt_layout)")
-        return super().submit(tokens, salt, hold_steps=hold_steps)
+        if keys or (lora and not self.takes_lora) or (salt and not self.salt_layout):
+            raise ValueError("SGLang's events carry no extra keys, a LoRA only with "
+                             "salt_layout \"named\", a salt only with a salt_layout")
+        return super().submit(tokens, salt, lora, hold_steps=hold_steps)
 
     # ---- the tree ----
 
@@ -845,7 +856,7 @@ class RadixPool(EnginePool):
 
     def _split(self, node, k):
         head = _Node(node.hashes[:k], node.tokens[:k * self.bs + self.tail], node.parent,
-                     node.gpu, node.host, node.lock, node.stamp, node.salt)
+                     node.gpu, node.host, node.lock, node.stamp, node.salt, node.lora)
         node.parent.children[head.hashes[0]] = head
         node.hashes, node.tokens, node.parent = node.hashes[k:], node.tokens[k * self.bs:], head
         head.children = {node.hashes[0]: node}
@@ -864,7 +875,8 @@ class RadixPool(EnginePool):
                 tokens = [[tokens[j], tokens[j + 1]] for j in range(len(tokens) - 1)]
             if self.salt_layout == "named":
                 self.pending.append(kp.sglang_block_stored(
-                    hs, parent, tokens, self.bs, medium=medium, cache_salt=node.salt))
+                    hs, parent, tokens, self.bs, medium=medium, cache_salt=node.salt,
+                    lora_name=node.lora))
             elif node.salt is None:
                 self.pending.append(kp.block_stored(
                     hs, parent, tokens, self.bs, medium=medium, **self.store_fields))
@@ -971,7 +983,7 @@ class RadixPool(EnginePool):
         if hit < len(r.hashes):
             leaf = _Node(r.hashes[hit:],
                          r.tokens[hit * self.bs:len(r.hashes) * self.bs + self.tail], node,
-                         lock=1, salt=r.salt)
+                         lock=1, salt=r.salt, lora=r.lora)
             node.children[leaf.hashes[0]] = leaf
             self.gpu_used += len(leaf.hashes)
             self._store(leaf, self.medium)
@@ -1021,13 +1033,13 @@ class RadixPool(EnginePool):
         pass
 
     def cached_prefix_blocks(self, tokens, salt=None, lora=None, stored_since=None, **keys):
-        return self._match(self.block_hashes(tokens, salt), split=False)[1]
+        return self._match(self.block_hashes(tokens, salt, lora), split=False)[1]
 
     def cached_blocks(self):
         return sum(len(n.hashes) for n in self._nodes())
 
     def route_answer(self, tokens, salt=None, lora=None, since=None, **keys):
-        hashes = self.block_hashes(tokens, salt)
+        hashes = self.block_hashes(tokens, salt, lora)
         matched = self._match(hashes, split=False)[1]
         mediums = {}
         for tier, name in (("gpu", tier_name(self.medium)), ("host", tier_name(self.host_medium))):

@@ -21,8 +21,11 @@ namespace {
 // A load message is a few dozen bytes; SGLang's own socket keeps 8.
 constexpr int64_t kMaxLoadMessageBytes = 64 << 10;
 constexpr int kLoadQueueMessages = 16;
-// How long the thread waits for a message before it checks for Stop.
+// How long the thread waits for a message before it checks for Stop, and
+// the most messages it takes from one socket per wake-up (so that a socket
+// that never stops sending cannot hold off the others, or Stop).
 constexpr std::chrono::milliseconds kPollTimeout(100);
+constexpr int kMaxMessagesPerWake = 64;
 
 absl::string_view View(const zmq::message_t& m) {
   return absl::string_view(static_cast<const char*>(m.data()), m.size());
@@ -72,8 +75,8 @@ class EngineLoadFeed::Subscribers {
     }
   }
 
-  // Waits up to kPollTimeout, then takes every message waiting; fn(i, m)
-  // for each, i the socket's index.
+  // Waits up to kPollTimeout, then takes the messages waiting (at most
+  // kMaxMessagesPerWake a socket); fn(i, m) for each, i the socket's index.
   template <typename Fn>
   void Poll(Fn fn) {
     std::vector<zmq::pollitem_t> items;
@@ -83,8 +86,11 @@ class EngineLoadFeed::Subscribers {
     for (size_t i = 0; i < subs_.size(); ++i) {
       if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
       std::vector<zmq::message_t> m;
-      while (zmq::recv_multipart(subs_[i], std::back_inserter(m),
+      for (int n = 0; n < kMaxMessagesPerWake; ++n) {
+        if (!zmq::recv_multipart(subs_[i], std::back_inserter(m),
                                  zmq::recv_flags::dontwait)) {
+          break;
+        }
         fn(i, m);
         m.clear();
       }

@@ -15,7 +15,9 @@
 //                event_version
 //
 // and, by name only, BlockRemoved's remaining_copy_counts (newer vLLM,
-// whose events are maps).
+// whose events are maps), BlockStored's cache_salt (the newest SGLang,
+// whose events are maps in an array batch) and additional_salt (RFC
+// #1527's stores).
 //
 // Trailing fields an encoder omitted are null; unknown fields and unknown
 // event types are skipped and counted, never fatal. Anything else
@@ -129,9 +131,9 @@ struct BlockStoredEvent {
   // The cache salt: of a root event's first block, from extra_keys (raw:
   // the last string left once the LoRA name is set aside; typed: its
   // "cache_salt" key) or RFC #1527's additional_salt; of any event's first
-  // block, from a raw "dynamo-cache-salt:" key or SGLang's metadata map
-  // (HolderTree keeps a child's only in its parent's namespace). Empty if
-  // none.
+  // block, from a raw "dynamo-cache-salt:" key, SGLang's metadata map or
+  // its named cache_salt field (HolderTree keeps a child's only in its
+  // parent's namespace). Empty if none.
   std::string cache_salt;
   // From extra_keys: each block's content keys (see ContentKey).
   BlockContent content;

@@ -610,9 +610,9 @@ absl::Status ReadEngineLoadSockets(const v1::IndexPickConfig& pc,
         absl::StrCat("index.pick.engine_load_sockets[", i, "]");
     RETURN_IF_ERROR(
         CheckLoadWorker(c.worker(), absl::StrCat(field, ".worker"), &workers));
-    if (absl::Status st =
-            CheckEndpoint(absl::StrCat(field, ".endpoint"), c.endpoint());
-        !st.ok() || !absl::StartsWith(c.endpoint(), "tcp://")) {
+    // tcp:// only: CheckEndpoint also admits ipc:// and inproc://.
+    if (!absl::StartsWith(c.endpoint(), "tcp://") ||
+        !CheckEndpoint(field, c.endpoint()).ok()) {
       return Invalid(absl::StrCat(field, ".endpoint"),
                      absl::StrCat("\"", absl::CHexEscape(c.endpoint()),
                                   "\" is not tcp://HOST:PORT"));

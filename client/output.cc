@@ -463,9 +463,10 @@ void PrintWorkers(const v1::ListWorkersResponse& workers, absl::Time now,
     for (const v1::KvCacheGroup& g : w.groups()) {
       t.AddNote(absl::StrCat(
           "  group ", g.group(), ": ", g.kind(),
-          g.window_blocks() > 0
+          g.kind() != "sliding_window" ? ""
+          : g.window_blocks() > 0
               ? absl::StrCat(", window ", g.window_blocks(), " blocks")
-              : ""));
+              : ", window unknown (every block)"));
     }
   }
   t.Print(out);

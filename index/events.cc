@@ -27,6 +27,7 @@
 #include "base/status_macros.h"
 #include "index/decode_budget.h"
 #include "index/extra_keys.h"
+#include "index/group_rules.h"
 #include "index/msgpack_view.h"
 #include "index/wire_names.h"
 
@@ -116,6 +117,9 @@ enum Field : int {
   kCacheSalt,
   // vLLM's, map form only: per removed hash, the copies of it left.
   kRemainingCopyCounts,
+  // SGLang's, by name in its map form; its array form's is a list in
+  // kLoraName's slot.
+  kComponentTypes,
   kNumFields,
 };
 
@@ -138,6 +142,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "additional_salt",
     "cache_salt",
     "remaining_copy_counts",
+    "component_types",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -161,7 +166,8 @@ constexpr FieldAlias kAliases[] = {
 };
 
 // Map form only (they have no place in the array form).
-constexpr Field kStoredMapFields[] = {kAdditionalSalt, kCacheSalt};
+constexpr Field kStoredMapFields[] = {kAdditionalSalt, kCacheSalt,
+                                      kComponentTypes};
 constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts};
 
 constexpr Field kStoredFields[] = {
@@ -524,13 +530,20 @@ class EventDecoder {
     // SGLang's BlockStoredMetadata, a map holding the request's cache salt:
     // right after medium, in the lora_name slot, in some releases; past
     // ownership, in session_id's, in later ones.
+    // SGLang's component_types, a list: in the lora_name slot in its array
+    // form (no LoRA name is a list), by name in its map form.
     std::string metadata_salt;
+    const Value* components = &fields[kComponentTypes];
     if (IsMap(f[kLoraName])) {
       ev->lora_name.reset();
       RETURN_IF_ERROR(Metadata(kLoraName, fields[kLoraName], &metadata_salt));
+    } else if (IsArray(f[kLoraName]) && !components->present()) {
+      ev->lora_name.reset();
+      components = &fields[kLoraName];
     } else {
       RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
     }
+    RETURN_IF_ERROR(Components(*components, &ev->components));
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(GroupSpec(f, ev));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
@@ -803,6 +816,31 @@ class EventDecoder {
 
   static bool IsMap(const object* o) {
     return o != nullptr && o->type == mtype::MAP;
+  }
+  static bool IsArray(const object* o) {
+    return o != nullptr && o->type == mtype::ARRAY;
+  }
+
+  // SGLang's component_types: nil, or a list of names, each a str; the
+  // names it does not have are left out, as its own indexer does.
+  absl::Status Components(const Value& list, uint32_t* out) {
+    *out = 0;
+    const object* o = list.get();
+    if (IsNull(o)) return absl::OkStatus();
+    if (o->type != mtype::ARRAY) {
+      return WrongType(kComponentTypes, *o, "an array or nil");
+    }
+    size_t pos = list.pos;
+    reader_.Enter(&pos);
+    for (uint32_t i = 0; i < o->via.array.size; ++i) {
+      const Value name = reader_.Read(&pos);
+      if (name.head.type != mtype::STR) {
+        return Error(absl::StrCat("component_types[", i, "] is a ",
+                                  TypeName(name.head), ", want a str"));
+      }
+      *out |= ComponentBit(Str(name.head));
+    }
+    return absl::OkStatus();
   }
 
   // SGLang's metadata map in field f's slot: its "cache_salt", if any.

@@ -15,9 +15,11 @@
 //                event_version
 //
 // and, by name only, BlockRemoved's remaining_copy_counts (newer vLLM,
-// whose events are maps), BlockStored's cache_salt (the newest SGLang,
-// whose events are maps in an array batch) and additional_salt (RFC
-// #1527's stores).
+// whose events are maps), BlockStored's cache_salt and component_types
+// (the newest SGLang, whose events are maps in an array batch) and
+// additional_salt (RFC #1527's stores). SGLang's array form puts its
+// component_types, a list, in the lora_name slot (its BlockStored has no
+// lora_name), and so does the decoder.
 //
 // Trailing fields an encoder omitted are null; unknown fields and unknown
 // event types are skipped and counted, never fatal. Anything else
@@ -144,6 +146,13 @@ struct BlockStoredEvent {
   // == block_hashes.size() normally.
   size_t chain_blocks = 0;
   int64_t group_idx = 0;  // the KV-cache group; 0 when null
+  // SGLang's component_types (--enable-kv-events-component-types): the
+  // parts of a hybrid model's KV cache the worker now holds of these
+  // blocks in this medium, replacing what it held of them, as group bits
+  // (kComponentFull, kComponentSwa, kComponentMamba in group_rules.h).
+  // 0: none given (nil, an empty list, or only names SGLang's indexer
+  // does not know either), a store of the whole block in group_idx.
+  uint32_t components = 0;
   // The group's kind as vLLM names it ("full_attention", "sliding_window",
   // "mamba", ...; empty when null) and its window in tokens (0 when null).
   std::string kv_cache_spec_kind;

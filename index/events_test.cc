@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/group_rules.h"
 
 // Debian's msgpack-cxx is header-only and needs Boost unless told not to.
 #ifndef MSGPACK_NO_BOOST
@@ -970,6 +971,57 @@ TEST(DecodeEventBatchTest, SglangsNamedCacheSaltDecodes) {
               {{"cache_salt", "tenant-a"},
                {"extra_keys", Arr({Arr({"dynamo-cache-salt:tenant-b"})})}}),
        "cache_salt \"tenant-a\" is not extra_keys' \"tenant-b\""},
+  };
+  for (const auto& [event, want] : bad) {
+    const absl::Status st = Decode(ArrayBatch({event}), &b);
+    EXPECT_THAT(st.message(), HasSubstr(want)) << st;
+  }
+}
+
+// SGLang's --enable-kv-events-component-types, as its own KV indexer
+// bridge reads it: a list of component names after medium in the array
+// form, the field component_types in the map form; nil (or no field) is a
+// store of the whole block, and names SGLang does not have are left out.
+TEST(DecodeEventBatchTest, SglangsComponentTypesDecode) {
+  const auto array_stored = [](V components) {
+    return Arr({"BlockStored", Arr({7}), kNil, Tokens(0, 2), 2, kNil, "GPU",
+                components});
+  };
+  const auto map_stored = [](V components) {
+    return Map({{"type", "BlockStored"},
+                {"block_hashes", Arr({7})},
+                {"parent_block_hash", kNil},
+                {"token_ids", Tokens(0, 2)},
+                {"block_size", 2},
+                {"lora_id", kNil},
+                {"medium", "GPU"},
+                {"component_types", components}});
+  };
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(Arr({Float(1.5),
+                  Arr({array_stored(Arr({"full", "swa"})), array_stored(kNil),
+                       array_stored(Arr({"mamba"})),
+                       map_stored(Arr({"full", "mamba"})), map_stored(kNil),
+                       map_stored(Arr({})), map_stored(Arr({"full", "mla"}))}),
+                  0}),
+             &b)
+          .ok());
+  ASSERT_EQ(b.events.size(), 7u);
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(Stored(b, 0)->components, kComponentFull | kComponentSwa);
+  EXPECT_FALSE(Stored(b, 0)->lora_name.has_value());
+  EXPECT_EQ(Stored(b, 1)->components, 0u);
+  EXPECT_EQ(Stored(b, 2)->components, kComponentMamba);
+  EXPECT_EQ(Stored(b, 3)->components, kComponentFull | kComponentMamba);
+  EXPECT_EQ(Stored(b, 4)->components, 0u);
+  EXPECT_EQ(Stored(b, 5)->components, 0u);
+  EXPECT_EQ(Stored(b, 6)->components, kComponentFull);
+
+  const std::pair<V, std::string> bad[] = {
+      {array_stored(Arr({"full", 3})), "component_types[1] is a int"},
+      {map_stored("full"), "component_types is a str, want an array or nil"},
+      {map_stored(Arr({Arr({"full"})})), "component_types[0] is a array"},
   };
   for (const auto& [event, want] : bad) {
     const absl::Status st = Decode(ArrayBatch({event}), &b);

@@ -57,12 +57,6 @@ absl::string_view TierMedium(int tier);
 // The tier of a medium name, or 0 for mediums no tier names.
 int MediumTier(absl::string_view medium);
 
-// WorkerCacheSpec's component bits.
-inline constexpr uint32_t kComponentFull = 1;
-inline constexpr uint32_t kComponentSwa = 2;
-inline constexpr uint32_t kComponentMamba = 4;
-inline constexpr uint32_t kAllComponents = 7;
-
 struct CacheSpec {
   uint32_t version = 0;
   uint32_t components = 0;

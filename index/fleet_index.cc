@@ -243,14 +243,7 @@ void FleetIndex::ApplyHashes(WorkerId id,
     for (int g = 0; g < kMaxGroups; ++g) {
       if ((u.groups >> g & 1) == 0) continue;
       if (u.op == HashUpdate::Op::kReport) {
-        for (size_t a = 0; a < u.hashes.size();) {
-          const size_t k = std::min(u.hashes.size() - a, Budget());
-          GrowAside(id, k);
-          tree_.StoreHashes(id, u.hashes.subspan(a, k), g, u.medium, stamp);
-          Spend(k);
-          a += k;
-        }
-        SweepStale();
+        StoreHashesSliced(id, u.hashes, g, u.medium, stamp);
       } else {
         BlockRemovedEvent ev;
         ev.block_hashes.assign(u.hashes.begin(), u.hashes.end());
@@ -339,7 +332,11 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
     } else if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
       ++w.events_by_type[1];
       w.event_version = std::max(w.event_version, rm->event_version);
-      RemoveSliced(id, *rm);
+      if (w.component_typed) {
+        RemoveComponents(id, *rm, kAllComponents);
+      } else {
+        RemoveSliced(id, *rm);
+      }
     } else {
       ++w.events_by_type[2];
       ClearLocked(w, ClearReason::kAllBlocksCleared);
@@ -359,7 +356,11 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
   w.event_version = std::max(w.event_version, ev.event_version);
   const int64_t g = ev.group_idx;
   DropReason reason;
-  if (g < 0 || g >= kMaxGroups) {
+  if (ev.components != 0 && g == 0) {
+    StoreComponents(w, ev, stamp, drops);
+    return;
+  }
+  if (g < 0 || g >= kMaxGroups || ev.components != 0) {
     reason = DropReason::kGroup;
   } else {
     LearnGroup(w, ev);
@@ -395,6 +396,75 @@ void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
   if (rule == known) return;
   known = rule;
   hybrid_.Set(w.id, w.groups);
+}
+
+// SGLang's component-typed store: the components it names replace those
+// the worker held of the blocks in the medium (SGLang restates a smaller
+// set when it evicts a component, and sends no removal). Full attention's
+// blocks are placed by their tokens, as any store's; the other
+// components' are found by the engine hashes.
+void FleetIndex::StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
+                                 uint64_t stamp, DropCounts* drops) {
+  w.component_typed = true;
+  LearnComponents(w, ev.components);
+  if ((ev.components & kComponentFull) != 0) {
+    if (ev.block_size != options_.block_size && !ev.token_ids.empty()) {
+      (*drops)[static_cast<int>(DropReason::kBlockSize)] +=
+          ev.block_hashes.size();
+      return;
+    }
+    const StoreDefaults defaults = {w.labels.lora_name, w.labels.salt,
+                                    w.labels.hashes_are_keys};
+    StoreSliced(w.id, ev, defaults, stamp, drops);
+    SweepStale();
+  }
+  for (int g = 1; (kAllComponents >> g) != 0; ++g) {
+    if ((ev.components >> g & 1) != 0) {
+      StoreHashesSliced(w.id, ev.block_hashes, g, ev.medium, stamp);
+    }
+  }
+  // Last, so that a block keeps its place while a component is stored.
+  BlockRemovedEvent gone;
+  gone.block_hashes = ev.block_hashes;
+  gone.medium = ev.medium;
+  RemoveComponents(w.id, gone, kAllComponents & ~ev.components);
+}
+
+// Components other than full attention declare their groups. A sliding
+// window's length is not on the wire: until a cache spec gives it
+// (ExternalKv::SetSpec), it is unknown (GroupRule::window_blocks).
+void FleetIndex::LearnComponents(WorkerRecord& w, uint32_t components) {
+  bool changed = false;
+  for (int g = 1; (kAllComponents >> g) != 0; ++g) {
+    GroupRule& known = w.groups[static_cast<size_t>(g)];
+    if ((components >> g & 1) == 0 || known.kind != GroupKind::kNone) continue;
+    known.kind = g == 1 ? GroupKind::kSlidingWindow : GroupKind::kState;
+    changed = true;
+  }
+  if (changed) hybrid_.Set(w.id, w.groups);
+}
+
+void FleetIndex::RemoveComponents(WorkerId id, const BlockRemovedEvent& ev,
+                                  uint32_t components) {
+  BlockRemovedEvent part = ev;
+  for (int g = 0; (components >> g) != 0; ++g) {
+    if ((components >> g & 1) == 0) continue;
+    part.group_idx = g;
+    RemoveSliced(id, part);
+  }
+}
+
+void FleetIndex::StoreHashesSliced(WorkerId id,
+                                   absl::Span<const EngineHash> hashes, int g,
+                                   absl::string_view medium, uint64_t stamp) {
+  for (size_t a = 0; a < hashes.size();) {
+    const size_t k = std::min(hashes.size() - a, Budget());
+    GrowAside(id, k);
+    tree_.StoreHashes(id, hashes.subspan(a, k), g, medium, stamp);
+    Spend(k);
+    a += k;
+  }
+  SweepStale();
 }
 
 void FleetIndex::Trim() {

@@ -117,6 +117,19 @@ class FleetIndex final : public KvIndex {
   // in range).
   void LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SGLang's component-typed store (BlockStoredEvent::components).
+  void StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
+                       uint64_t stamp, DropCounts* drops)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LearnComponents(WorkerRecord& w, uint32_t components)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The removal in each group of `components` (a set of group bits).
+  void RemoveComponents(WorkerId worker, const BlockRemovedEvent& ev,
+                        uint32_t components) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A store of engine hashes alone in group g, in slices.
+  void StoreHashesSliced(WorkerId worker, absl::Span<const EngineHash> hashes,
+                         int g, absl::string_view medium, uint64_t stamp)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A store or removal of more blocks than the hold has left, as slices.
   void StoreSliced(WorkerId worker, const BlockStoredEvent& ev,
                    const StoreDefaults& defaults, uint64_t stamp,

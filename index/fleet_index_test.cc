@@ -850,6 +850,49 @@ TEST_F(HybridIndexTest, GroupZeroCanBeTheWindow) {
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{0}));
 }
 
+// SGLang's component-typed stores (--enable-kv-events-component-types):
+// each names the components the worker now holds of its blocks, replacing
+// what it held; a removal takes every component.
+TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5};
+  const auto with = [&](const std::vector<Token>& parent,
+                        const std::vector<Token>& blocks, uint32_t components) {
+    BlockStoredEvent ev = Stored(parent, blocks);
+    ev.components = components;
+    return ev;
+  };
+  constexpr uint32_t kFull = kComponentFull;
+  constexpr uint32_t kFullSwa = kComponentFull | kComponentSwa;
+  Apply(w0_, {with({}, chain, kFullSwa)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
+  // The window's oldest blocks are evicted: restated with full attention
+  // alone. Without the window's length, the window needs every block.
+  Apply(w0_, {with({}, {1}, kFull), with({1}, {2}, kFull)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
+  const WorkerStatus st = index_.Stats().workers[0];
+  ASSERT_EQ(st.groups.size(), 1u);
+  EXPECT_EQ(st.groups[0].group, 1);
+  // A cache spec's window of 9 tokens (2 blocks): blocks 3 and 4 do.
+  std::array<GroupRule, kMaxGroups> rules{};
+  rules[0].kind = GroupKind::kFull;
+  rules[1] = {GroupKind::kSlidingWindow, 2};
+  index_.SetGroupRules(w0_, rules);
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
+  // The window lost block 2 as well: boundary 5 needs blocks 3 and 4 only,
+  // boundary 4 needs 2 and 3.
+  Apply(w0_, {with({1, 2}, {3}, kFull)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
+  EXPECT_EQ(Match({1, 2, 3, 4}, "w0"),
+            std::make_pair(uint64_t{0}, uint64_t{4}));
+  // A removal takes the last block out of both components: stored again
+  // with full attention alone, the window misses it.
+  Apply(w0_, {Removed({{1, 2, 3, 4, 5}})});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{4}));
+  Apply(w0_, {with({1, 2, 3, 4}, {5}, kFull)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
+  EXPECT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+}
+
 // Every rule against a brute-force model: a worker holds random sets of a
 // 10-block chain in a full, a window (3 blocks) and a state group; Route's
 // usable prefix is the largest n every group allows.

@@ -4,6 +4,13 @@
 
 namespace prefixd {
 
+uint32_t ComponentBit(absl::string_view name) {
+  if (name == "full") return kComponentFull;
+  if (name == "swa") return kComponentSwa;
+  if (name == "mamba") return kComponentMamba;
+  return 0;
+}
+
 absl::string_view GroupKindName(GroupKind kind) {
   switch (kind) {
     case GroupKind::kNone:
@@ -50,9 +57,12 @@ bool GroupAllowsBoundary(const GroupRule& rule, const GroupTally& tally,
       return true;
     case GroupKind::kFull:
       return tally.run >= n;
-    case GroupKind::kSlidingWindow:
-      return tally.last == n - 1 &&
-             n - tally.streak_start >= std::min(rule.window_blocks, n);
+    case GroupKind::kSlidingWindow: {
+      // An unknown window needs the whole prefix.
+      const uint32_t need =
+          rule.window_blocks == 0 ? n : std::min(rule.window_blocks, n);
+      return tally.last == n - 1 && n - tally.streak_start >= need;
+    }
     case GroupKind::kState:
       return tally.last == n - 1;
     case GroupKind::kUnsupported:

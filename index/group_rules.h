@@ -34,12 +34,28 @@ enum class GroupKind : uint8_t {
   kUnsupported = 4,    // declared, but no rule here: nothing is usable
 };
 
+// SGLang's components of a hybrid model's KV cache, each a group: FULL is
+// group 0 (full attention), SWA group 1 (sliding window), MAMBA group 2
+// (state). As bits (1 << group), a set of groups: its KV indexer's
+// component masks, and its events' component_types.
+inline constexpr uint32_t kComponentFull = 1;
+inline constexpr uint32_t kComponentSwa = 2;
+inline constexpr uint32_t kComponentMamba = 4;
+inline constexpr uint32_t kAllComponents = 7;
+
+// The bit of a component as SGLang's events name it ("full", "swa",
+// "mamba"), 0 for a name it does not have.
+uint32_t ComponentBit(absl::string_view name);
+
 // "full_attention", "sliding_window", "mamba", "unsupported" ("" for kNone).
 absl::string_view GroupKindName(GroupKind kind);
 
 struct GroupRule {
   GroupKind kind = GroupKind::kNone;
-  uint32_t window_blocks = 0;  // kSlidingWindow only
+  // kSlidingWindow only; 0: its length is unknown (SGLang's events do not
+  // give it), so it needs every block of the prefix, as full attention
+  // does: never more than the worker can reuse.
+  uint32_t window_blocks = 0;
 
   friend bool operator==(const GroupRule& a, const GroupRule& b) {
     return a.kind == b.kind && a.window_blocks == b.window_blocks;

@@ -49,6 +49,9 @@ struct WorkerRecord {
   // Its KV-cache groups' rules as its stores declared them (hybrid models,
   // index/group_rules.h); all kNone for a plain engine.
   std::array<GroupRule, kMaxGroups> groups = {};
+  // Its stores name SGLang's components (BlockStoredEvent::components): a
+  // removal takes the blocks out of every component.
+  bool component_typed = false;
 
   // now - the last applied batch's engine timestamp (0 before any).
   // `now_unix_ns` is absl::ToUnixNanos(now): a Route answer computes it once

@@ -207,6 +207,9 @@ class Driver {
       if (e.kv_cache_spec_kind == "sliding_window")
         e.kv_cache_spec_sliding_window = in.ConsumeIntegralInRange<int>(0, 5);
     }
+    // SGLang's component-typed stores (any set of full, swa, mamba).
+    if (in.ConsumeIntegralInRange<int>(0, 5) == 0)
+      e.components = in.ConsumeIntegralInRange<uint32_t>(0, 7);
     return e;
   }
 
@@ -287,7 +290,7 @@ class Driver {
         rules[g].kind =
             static_cast<GroupKind>(in.ConsumeIntegralInRange<int>(0, 4));
         if (rules[g].kind == GroupKind::kSlidingWindow)
-          rules[g].window_blocks = in.ConsumeIntegralInRange<uint32_t>(1, 3);
+          rules[g].window_blocks = in.ConsumeIntegralInRange<uint32_t>(0, 3);
       }
       index_.SetGroupRules(ids_[w], rules);
       Check("group rules");

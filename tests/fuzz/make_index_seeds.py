@@ -166,6 +166,18 @@ def seeds():
         {"type": "BlockRemoved", "block_hashes": [92], "medium": "GPU"},
         {"type": "AllBlocksCleared"},
     ], 0])
+    # SGLang with --enable-kv-events-component-types: the components after
+    # medium in its array form, a named field in its map form; a page
+    # restated with fewer components.
+    s["sglang_component_types"] = pack([TS, [
+        ["BlockStored", [93, 94], None, [1, 2, 3, 4, 5, 6, 7, 8], 4, None, "GPU",
+         ["full", "swa"]],
+        {"type": "BlockStored", "block_hashes": [93], "parent_block_hash": None,
+         "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None, "medium": "GPU",
+         "component_types": ["full"]},
+        ["BlockStored", [95], 94, [9, 10, 11, 12], 4, None, "GPU", ["full", "mamba"]],
+        ["BlockRemoved", [95], "GPU"],
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

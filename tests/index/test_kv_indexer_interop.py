@@ -55,7 +55,7 @@ HBM, DRAM, SSD = kv.TIER_HBM, kv.TIER_DRAM, kv.TIER_SSD
 REPORT, REVOKE, CLEAR = kv.ACTION_REPORT, kv.ACTION_REVOKE, kv.ACTION_CLEAR_ALL_AT_TIER
 
 
-def config(pub):
+def config(pub, pub_components):
     principals = "".join(
         'principals { name: "%s" role: %s tenants: "%s" token_sha256: "%s" }\n'
         % (name, role, tenant, hashlib.sha256(TOKENS[name].encode()).hexdigest())
@@ -64,8 +64,10 @@ def config(pub):
     return ('auth { mode: TOKEN }\ndynamic_tenants { enabled: true }\n' + principals +
             'limits { max_tokens_per_request: %d max_block_ids_per_request: %d }\n'
             % (MAX_TOKENS, MAX_BLOCK_IDS) +
-            'index { block_size: 16 sources { name: "sg" endpoint: "%s" replay_endpoint: "%s" } }\n'
-            % (pub.endpoint, pub.replay_endpoint))
+            'index { block_size: 16 sources { name: "sg" endpoint: "%s" replay_endpoint: "%s" }\n'
+            % (pub.endpoint, pub.replay_endpoint) +
+            '  sources { name: "sgc" endpoint: "%s" address: "http://sgc:30000" type: "SGLang" } }\n'
+            % pub_components.endpoint)
 
 
 def action(kind, tier, hashes=(), masks=(), sizes=()):
@@ -85,7 +87,10 @@ class KvIndexerInterop(unittest.TestCase):
         # answers framed [seq, payload].
         cls.pub = kp.Publisher(encoding="array", hash_kind="int64", replay_framing="seq",
                                name="sg")
-        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(cls.pub))
+        # An SGLang engine with --enable-kv-events-component-types: events
+        # are passed to it encoded, in either of SGLang's forms.
+        cls.pub_c = kp.Publisher(encoding="array", hash_kind="int64", name="sgc")
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(cls.pub, cls.pub_c))
         cls.daemon.start()
         cls.channel = grpc.insecure_channel(cls.daemon.tcp)
         cls.stub = kv_grpc.KVIndexerStub(cls.channel)
@@ -96,6 +101,7 @@ class KvIndexerInterop(unittest.TestCase):
         cls.daemon.stop()
         cls.daemon.close()
         cls.pub.close()
+        cls.pub_c.close()
 
     def call(self, method, request, who="engine"):
         md = [("authorization", "Bearer " + TOKENS[who])] if who else []
@@ -257,6 +263,65 @@ class KvIndexerInterop(unittest.TestCase):
         self.assertEqual((r.total_workers, r.ready_workers), (1, 0))
         got = [(w, n) for w, _, n in self.prefix(hashes)[0] if w.startswith(("sg", "cw"))]
         self.assertEqual(got, [("sg", 3)])
+
+    def masks_of(self, worker, hashes):
+        m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=hashes))
+        for n in m.matches:
+            if n.worker_id == worker:
+                held = {}
+                for t in n.hashes_by_tier:
+                    held.update(zip(t.hashes, t.component_masks))
+                return [held.get(h, 0) for h in hashes]
+        return [0] * len(hashes)
+
+    def wait_masks(self, worker, hashes, want):
+        deadline = time.monotonic() + TIMEOUT
+        got = self.masks_of(worker, hashes)
+        while got != want and time.monotonic() < deadline:
+            time.sleep(0.02)
+            got = self.masks_of(worker, hashes)
+        self.assertEqual(got, want)
+
+    def test_zmq_sglang_component_types(self):
+        # SGLang's stores with --enable-kv-events-component-types, as its own
+        # KV indexer bridge reads them: the components a page now holds,
+        # which replace what it held (an evicted component is restated
+        # away, never removed); a removal takes every component.
+        h = [-(1 << 60) - 11, 12, 13, 14, 15]  # 5 pages of 16 tokens
+        tokens = list(range(1000, 1080))
+        self.pub_c.wait_for_subscriber()
+        # The array form: the list after medium.
+        self.pub_c.publish([["BlockStored", h, None, tokens, 16, None, "GPU", ["full", "swa"]]])
+        self.wait_masks("sgc", h, [FULL | SWA] * 5)
+        self.assertEqual(self.prefix(h)[0], [("sgc", "http://sgc:30000", 5)])
+        # The map form (the newest SGLang): pages 0 and 1 lose the window.
+        restate = [kp.encode_event(kp.sglang_block_stored(
+            [h[i]], None if i == 0 else h[i - 1], tokens[16 * i:16 * i + 16], 16,
+            component_types=["full"]), "map", "int64") for i in (0, 1)]
+        self.pub_c.publish(restate)
+        self.wait_masks("sgc", h, [FULL, FULL] + [FULL | SWA] * 3)
+        # The window's length is not on the wire: until a spec gives it, the
+        # window needs every page, and none is usable.
+        self.assertEqual(self.prefix(h)[0], [])
+        # A spec (a window of 32 tokens: 2 pages) for the ZeroMQ-fed worker.
+        spec = kv.WorkerCacheSpec(version=1, components=FULL | SWA, swa_window_tokens=32)
+        self.apply("sgc", 1, [], "http://sgc:30000", cache_spec=spec)
+        self.assertEqual(self.prefix(h)[0], [("sgc", "http://sgc:30000", 5)])
+        # Page 4 removed (both components), then stored with full attention
+        # alone: boundary 5 lacks the window, boundary 4 has it.
+        self.pub_c.publish([["BlockRemoved", [h[4]], "GPU"],
+                            ["BlockStored", [h[4]], h[3], tokens[64:], 16, None, "GPU",
+                             ["full"]]])
+        self.wait_masks("sgc", h, [FULL, FULL, FULL | SWA, FULL | SWA, FULL])
+        self.assertEqual(self.prefix(h)[0], [("sgc", "http://sgc:30000", 4)])
+        # No batch was refused, no field left unknown.
+        text = urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                      timeout=TIMEOUT).read().decode()
+        sgc = [x for x in text.splitlines() if 'worker="sgc"' in x]
+        self.assertIn('prefixd_index_worker_state{state="LIVE",worker="sgc"} 1', sgc)
+        self.assertIn('prefixd_index_unknown_fields_total{worker="sgc"} 0', sgc)
+        self.assertFalse([x for x in sgc if x.startswith("prefixd_index_clears_total")
+                          and not x.endswith(" 0")], sgc)
 
     # ---- principals ----
 

@@ -153,15 +153,19 @@ def block_stored(block_hashes, parent_block_hash, token_ids, block_size, lora_id
 
 
 def sglang_block_stored(block_hashes, parent_block_hash, token_ids, block_size,
-                        medium=MEDIUM_GPU, lora_name=None, cache_salt=None, session_id=None):
+                        medium=MEDIUM_GPU, lora_name=None, cache_salt=None, session_id=None,
+                        component_types=None):
     """BlockStored as the newest SGLang declares it, for the map encodings:
     block_hashes ... medium always written, then its named fields lora_name,
-    cache_salt (the request's salt, in every store of a salted request) and
-    session_id when set."""
+    cache_salt (the request's salt, in every store of a salted request),
+    session_id and component_types (with --enable-kv-events-component-types:
+    the components, "full", "swa", "mamba", the engine now holds of these
+    blocks) when set."""
     fields = [("block_hashes", list(block_hashes)), ("parent_block_hash", parent_block_hash),
               ("token_ids", list(token_ids)), ("block_size", block_size), ("lora_id", None),
               ("medium", medium), ("lora_name", lora_name), ("cache_salt", cache_salt),
-              ("session_id", session_id)]
+              ("session_id", session_id),
+              ("component_types", None if component_types is None else list(component_types))]
     return Event("BlockStored", fields, array_required=6, map_required=6)
 
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
@@ -836,6 +837,50 @@ TEST(DecodeEventBatchTest, OffloadingPlaceholdersDecode) {
 // SGLang's radix cache under EAGLE publishes each page's positions as pairs
 // [token, next token] (its bigram keys): block_size pairs per block, the
 // pairs overlapping by a token.
+// Payloads msgspec encodes from SGLang's own KVEventBatch schema (the
+// newest: tagged maps in an array batch, None fields left out), the bytes
+// SGLang's KV indexer bridge checks its decoder against.
+TEST(DecodeEventBatchTest, SglangsMsgspecPayloadsDecode) {
+  const auto bytes = [](absl::string_view hex) {
+    return absl::HexStringToBytes(hex);
+  };
+  KvEventBatch b;
+  // EAGLE's bigram page: [1.5, [{BlockStored, [111], nil, [[10, 20],
+  // [20, 30]], 2, nil, "GPU"}], 3].
+  ASSERT_TRUE(
+      DecodeEventBatch(
+          bytes("93cb3ff80000000000009187a474797065ab426c6f636b53746f726564ac62"
+                "6c6f636b5f686173686573916fb1706172656e745f626c6f636b5f68617368"
+                "c0a9746f6b656e5f69647392920a1492141eaa626c6f636b5f73697a6502a7"
+                "6c6f72615f6964c0a66d656469756da347505503"),
+          &b)
+          .ok());
+  EXPECT_EQ(b.ts, 1.5);
+  EXPECT_EQ(b.data_parallel_rank, 3);
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_TRUE(Stored(b, 0)->bigram);
+  EXPECT_EQ(Stored(b, 0)->block_hashes, std::vector<EngineHash>({111}));
+  EXPECT_EQ(Stored(b, 0)->token_ids, std::vector<Token>({10, 20}));
+  EXPECT_EQ(b.unknown_fields, 0u);
+  // medium None, so left out of both events, and a nil rank: [0.0,
+  // [{BlockStored, [1], nil, [5, 6], 2, nil}, {BlockRemoved, [2]}], nil].
+  ASSERT_TRUE(
+      DecodeEventBatch(
+          bytes("93cb00000000000000009286a474797065ab426c6f636b53746f726564ac62"
+                "6c6f636b5f6861736865739101b1706172656e745f626c6f636b5f68617368"
+                "c0a9746f6b656e5f696473920506aa626c6f636b5f73697a6502a76c6f7261"
+                "5f6964c082a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68"
+                "61736865739102c0"),
+          &b)
+          .ok());
+  ASSERT_EQ(b.events.size(), 2u);
+  EXPECT_EQ(Stored(b, 0)->medium, "GPU");
+  EXPECT_EQ(Stored(b, 0)->token_ids, std::vector<Token>({5, 6}));
+  const auto& removed = std::get<BlockRemovedEvent>(b.events[1]);
+  EXPECT_EQ(removed.medium, "GPU");
+  EXPECT_EQ(removed.block_hashes, std::vector<EngineHash>({2}));
+}
+
 TEST(DecodeEventBatchTest, EaglesBigramPagesDecode) {
   const V pairs =
       Arr({Arr({10, 11}), Arr({11, 12}), Arr({12, 13}), Arr({13, 14})});

@@ -139,6 +139,9 @@ v1::ListWorkersResponse TwoWorkers() {
   g->set_group(1);
   g->set_kind("sliding_window");
   g->set_window_blocks(256);
+  g = w->add_groups();  // SGLang's component "swa": its length unknown
+  g->set_group(2);
+  g->set_kind("sliding_window");
   w = r.add_workers();
   w->set_worker("vllm-1");
   w->set_endpoint("tcp://10.0.0.6:5557");
@@ -481,6 +484,7 @@ TEST(IndexOutputTest, WorkersTableWithStateDetail) {
             "buffer of tcp://10.0.0.5:5558\n"
             "  group 0: full_attention\n"
             "  group 1: sliding_window, window 256 blocks\n"
+            "  group 2: sliding_window, window unknown (every block)\n"
             "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
             "0        2       3        -         never\n"
             "  state_detail: batch 88: BlockStored with block_size 32, not 16\n"
@@ -620,6 +624,7 @@ TEST_F(IndexClientTest, CtlWorkersTableAndJson) {
             "buffer of tcp://10.0.0.5:5558\n"
             "  group 0: full_attention\n"
             "  group 1: sliding_window, window 256 blocks\n"
+            "  group 2: sliding_window, window unknown (every block)\n"
             "vllm-1  ERROR  tcp://10.0.0.6:5557  -              0       0     "
             "0        2       3        -         never\n"
             "  state_detail: batch 88: BlockStored with block_size 32, not 16\n"

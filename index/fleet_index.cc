@@ -286,8 +286,11 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
     if (st == nullptr) continue;
     blocks += st->block_hashes.size();
     // A placeholder names blocks stored before: its size is the offload
-    // tier's, never the index's to check.
-    if (wrong == nullptr && st->group_idx == 0 && !st->placeholder &&
+    // tier's, never the index's to check; so does a store of SGLang's
+    // components without full attention.
+    const bool placed =
+        st->components == 0 || (st->components & kComponentFull) != 0;
+    if (wrong == nullptr && st->group_idx == 0 && !st->placeholder && placed &&
         st->block_size != options_.block_size) {
       wrong = st;
     }

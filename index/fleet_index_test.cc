@@ -891,6 +891,15 @@ TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
   Apply(w0_, {with({1, 2, 3, 4}, {5}, kFull)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
   EXPECT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+  // A store without full attention places nothing by its tokens: their
+  // count is not the index's to check (a Mamba checkpoint's window).
+  BlockStoredEvent state = with({1, 2, 3, 4}, {5}, kComponentMamba);
+  state.block_size = kBs / 2;
+  state.token_ids.resize(kBs / 2);
+  Apply(w0_, {state});
+  EXPECT_EQ(index_.Stats().workers[0].state, WorkerState::kLive);
+  // Block 4 lost full attention; the state is only on block 4.
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{4}));
 }
 
 // Every rule against a brute-force model: a worker holds random sets of a

@@ -393,7 +393,45 @@ class EventDecoder {
       out_->unknown_fields += size - j;
       Skip(ev, pos);
     }
+    RETURN_IF_ERROR(OneComponentLayout(kind, fields));
     return DecodeFields(kind, fields);
+  }
+
+  // SGLang's earlier component-typed events (--enable-kv-events-component-
+  // types), in the array form: a component's name where vLLM has medium,
+  // then component_id, snapshot_version and medium:
+  //
+  //   BlockStored  block_hashes, parent_block_hash, token_ids, block_size,
+  //                lora_id, component_type, component_id, snapshot_version,
+  //                medium
+  //   BlockRemoved block_hashes, component_type, component_id,
+  //                snapshot_version, medium
+  //
+  // No medium is named "full", "swa" or "mamba": such a name there is this
+  // layout, whose fields move to their places here (one_component_).
+  absl::Status OneComponentLayout(Kind kind, Value* fields) {
+    one_component_ = 0;
+    const object* name = fields[kMedium].get();
+    if (name == nullptr || name->type != mtype::STR) return absl::OkStatus();
+    const uint32_t bit = ComponentBit(Str(*name));
+    if (bit == 0) return absl::OkStatus();
+    // Where component_id, snapshot_version and medium were read.
+    const Field id = kind == Kind::kStored ? kLoraName : kGroupIdx;
+    const Field version = kind == Kind::kStored ? kExtraKeys : kLocality;
+    const Field medium = kind == Kind::kStored ? kGroupIdx : kOwnership;
+    for (const auto& [f, what] : {std::pair{id, "component_id"},
+                                  std::pair{version, "snapshot_version"}}) {
+      const object* o = fields[f].get();
+      if (!IsNull(o) && o->type != mtype::POSITIVE_INTEGER) {
+        return Error(absl::StrCat(what, " is a ", TypeName(*o),
+                                  ", want an int >= 0 or nil"));
+      }
+      fields[f] = Value();
+    }
+    fields[kMedium] = fields[medium];
+    fields[medium] = Value();
+    one_component_ = bit;
+    return absl::OkStatus();
   }
 
   // {"type": "BlockStored", name: field, ...} (vLLM), or RFC #1527's
@@ -544,6 +582,8 @@ class EventDecoder {
       RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
     }
     RETURN_IF_ERROR(Components(*components, &ev->components));
+    ev->one_component = one_component_ != 0;
+    if (ev->one_component) ev->components = one_component_;
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(GroupSpec(f, ev));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
@@ -643,6 +683,7 @@ class EventDecoder {
     RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
     RETURN_IF_ERROR(
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
+    ev->components = one_component_;
     return DropCopiesLeft(fields[kRemainingCopyCounts], ev);
   }
 
@@ -985,6 +1026,9 @@ class EventDecoder {
   BadElement bad_hash_;
   BadElement bad_token_;
   Token bigram_after_ = 0;  // see BigramTokenIds
+  // The component an event of SGLang's earlier layout names (its bit), or
+  // 0 (OneComponentLayout).
+  uint32_t one_component_ = 0;
 };
 
 absl::Status BatchError(absl::string_view what) {

@@ -19,7 +19,9 @@
 // (the newest SGLang, whose events are maps in an array batch) and
 // additional_salt (RFC #1527's stores). SGLang's array form puts its
 // component_types, a list, in the lora_name slot (its BlockStored has no
-// lora_name), and so does the decoder.
+// lora_name), and so does the decoder; its earlier component-typed events
+// put one component's name in medium's slot (events.cc,
+// OneComponentLayout).
 //
 // Trailing fields an encoder omitted are null; unknown fields and unknown
 // event types are skipped and counted, never fatal. Anything else
@@ -153,6 +155,9 @@ struct BlockStoredEvent {
   // 0: none given (nil, an empty list, or only names SGLang's indexer
   // does not know either), a store of the whole block in group_idx.
   uint32_t components = 0;
+  // SGLang's earlier layout names one component per event
+  // (component_type): the store adds it, and the worker keeps the others.
+  bool one_component = false;
   // The group's kind as vLLM names it ("full_attention", "sliding_window",
   // "mamba", ...; empty when null) and its window in tokens (0 when null).
   std::string kv_cache_spec_kind;
@@ -172,6 +177,10 @@ struct BlockRemovedEvent {
   std::vector<EngineHash> block_hashes;
   std::string medium = "GPU";
   int64_t group_idx = 0;
+  // SGLang's earlier layout's component_type, as its group bit: only that
+  // component is removed. 0: the group, or every component of a worker
+  // whose stores name them (BlockStoredEvent::components).
+  uint32_t components = 0;
   std::string locality;
   std::string ownership;
   int64_t event_version = 0;

@@ -1074,6 +1074,48 @@ TEST(DecodeEventBatchTest, SglangsComponentTypesDecode) {
   }
 }
 
+// SGLang's earlier component-typed events: one component's name where
+// vLLM has medium, then component_id, snapshot_version and medium.
+TEST(DecodeEventBatchTest, SglangsOneComponentLayoutDecodes) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({Arr({"BlockStored", Arr({7}), kNil, Tokens(0, 2), 2,
+                              kNil, "swa", kNil, 0, "CPU_PINNED"}),
+                         Arr({"BlockStored", Arr({8}), 7, Tokens(2, 2), 2, kNil,
+                              "full"}),
+                         Arr({"BlockRemoved", Arr({7}), "mamba", 3, 0, "GPU"}),
+                         Arr({"BlockRemoved", Arr({8}), "GPU", 1})}),
+             &b)
+          .ok());
+  ASSERT_EQ(b.events.size(), 4u);
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(Stored(b, 0)->components, kComponentSwa);
+  EXPECT_TRUE(Stored(b, 0)->one_component);
+  EXPECT_EQ(Stored(b, 0)->medium, "CPU_PINNED");
+  EXPECT_FALSE(Stored(b, 0)->lora_name.has_value());
+  EXPECT_EQ(Stored(b, 0)->group_idx, 0);
+  EXPECT_EQ(Stored(b, 1)->components, kComponentFull);
+  EXPECT_EQ(Stored(b, 1)->medium, "GPU");  // trailing defaults left out
+  const auto& removed = std::get<BlockRemovedEvent>(b.events[2]);
+  EXPECT_EQ(removed.components, kComponentMamba);
+  EXPECT_EQ(removed.medium, "GPU");
+  EXPECT_EQ(removed.group_idx, 0);
+  const auto& plain = std::get<BlockRemovedEvent>(b.events[3]);
+  EXPECT_EQ(plain.components, 0u);
+  EXPECT_EQ(plain.group_idx, 1);
+
+  const std::pair<V, std::string> bad[] = {
+      {Arr({"BlockStored", Arr({7}), kNil, Tokens(0, 2), 2, kNil, "full", "x"}),
+       "component_id is a str"},
+      {Arr({"BlockRemoved", Arr({7}), "swa", kNil, -1}),
+       "snapshot_version is a int"},
+  };
+  for (const auto& [event, want] : bad) {
+    const absl::Status st = Decode(ArrayBatch({event}), &b);
+    EXPECT_THAT(st.message(), HasSubstr(want)) << st;
+  }
+}
+
 TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   KvEventBatch b;
   ASSERT_TRUE(

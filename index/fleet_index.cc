@@ -335,7 +335,10 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
     } else if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
       ++w.events_by_type[1];
       w.event_version = std::max(w.event_version, rm->event_version);
-      if (w.component_typed) {
+      if (rm->components != 0) {
+        w.component_typed = true;
+        RemoveComponents(id, *rm, rm->components);
+      } else if (w.component_typed) {
         RemoveComponents(id, *rm, kAllComponents);
       } else {
         RemoveSliced(id, *rm);
@@ -403,9 +406,10 @@ void FleetIndex::LearnGroup(WorkerRecord& w, const BlockStoredEvent& ev) {
 
 // SGLang's component-typed store: the components it names replace those
 // the worker held of the blocks in the medium (SGLang restates a smaller
-// set when it evicts a component, and sends no removal). Full attention's
-// blocks are placed by their tokens, as any store's; the other
-// components' are found by the engine hashes.
+// set when it evicts a component, and sends no removal), or, in its
+// earlier layout, the one it names is added. Full attention's blocks are
+// placed by their tokens, as any store's; the other components' are found
+// by the engine hashes.
 void FleetIndex::StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
                                  uint64_t stamp, DropCounts* drops) {
   w.component_typed = true;
@@ -426,6 +430,7 @@ void FleetIndex::StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
       StoreHashesSliced(w.id, ev.block_hashes, g, ev.medium, stamp);
     }
   }
+  if (ev.one_component) return;
   // Last, so that a block keeps its place while a component is stored.
   BlockRemovedEvent gone;
   gone.block_hashes = ev.block_hashes;

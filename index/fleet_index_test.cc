@@ -902,6 +902,35 @@ TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{4}));
 }
 
+// SGLang's earlier layout: an event per component, a store adding it, a
+// removal taking it alone.
+TEST_F(HybridIndexTest, SglangsOneComponentEventsAddAndRemoveOne) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5};
+  const auto one = [&](const std::vector<Token>& parent,
+                       const std::vector<Token>& blocks, uint32_t component) {
+    BlockStoredEvent ev = Stored(parent, blocks);
+    ev.components = component;
+    ev.one_component = true;
+    return ev;
+  };
+  Apply(w0_, {one({}, chain, kComponentFull),
+              one({1, 2}, {3, 4, 5}, kComponentSwa)});
+  // The window's length unknown: it needs every block.
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
+  std::array<GroupRule, kMaxGroups> rules{};
+  rules[0].kind = GroupKind::kFull;
+  rules[1] = {GroupKind::kSlidingWindow, 2};
+  index_.SetGroupRules(w0_, rules);
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
+  // The window's block 4 removed: full attention keeps it, and the
+  // longest usable prefix ends at block 3.
+  BlockRemovedEvent rm = Removed({{1, 2, 3, 4, 5}});
+  rm.components = kComponentSwa;
+  Apply(w0_, {rm});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{4}, uint64_t{5}));
+  EXPECT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
+}
+
 // Every rule against a brute-force model: a worker holds random sets of a
 // 10-block chain in a full, a window (3 blocks) and a state group; Route's
 // usable prefix is the largest n every group allows.

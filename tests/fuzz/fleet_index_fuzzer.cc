@@ -208,8 +208,10 @@ class Driver {
         e.kv_cache_spec_sliding_window = in.ConsumeIntegralInRange<int>(0, 5);
     }
     // SGLang's component-typed stores (any set of full, swa, mamba).
-    if (in.ConsumeIntegralInRange<int>(0, 5) == 0)
+    if (in.ConsumeIntegralInRange<int>(0, 5) == 0) {
       e.components = in.ConsumeIntegralInRange<uint32_t>(0, 7);
+      e.one_component = in.ConsumeBool();
+    }
     return e;
   }
 
@@ -226,6 +228,8 @@ class Driver {
         r.block_hashes = Hashes(in, in.ConsumeIntegralInRange<size_t>(1, 4));
         r.medium = Medium(in);
         r.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
+        if (in.ConsumeIntegralInRange<int>(0, 5) == 0)
+          r.components = in.ConsumeIntegralInRange<uint32_t>(0, 7);
         batch.events.emplace_back(std::move(r));
       } else {
         batch.events.emplace_back(AllBlocksClearedEvent{});

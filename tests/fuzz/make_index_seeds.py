@@ -178,6 +178,13 @@ def seeds():
         ["BlockStored", [95], 94, [9, 10, 11, 12], 4, None, "GPU", ["full", "mamba"]],
         ["BlockRemoved", [95], "GPU"],
     ], 0])
+    # SGLang's earlier component-typed layout: a component's name where
+    # medium is, then component_id, snapshot_version and medium.
+    s["sglang_one_component"] = pack([TS, [
+        ["BlockStored", [96], None, [1, 2, 3, 4], 4, None, "full", None, 0, "GPU"],
+        ["BlockStored", [96], None, [1, 2, 3, 4], 4, None, "swa", None, 0, "GPU"],
+        ["BlockRemoved", [96], "swa", None, 0, "GPU"],
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

@@ -286,7 +286,8 @@ class KvIndexerInterop(unittest.TestCase):
         # SGLang's stores with --enable-kv-events-component-types, as its own
         # KV indexer bridge reads them: the components a page now holds,
         # which replace what it held (an evicted component is restated
-        # away, never removed); a removal takes every component.
+        # away, never removed); a removal takes every component. Then its
+        # earlier layout, an event per component.
         h = [-(1 << 60) - 11, 12, 13, 14, 15]  # 5 pages of 16 tokens
         tokens = list(range(1000, 1080))
         self.pub_c.wait_for_subscriber()
@@ -314,6 +315,19 @@ class KvIndexerInterop(unittest.TestCase):
                              ["full"]]])
         self.wait_masks("sgc", h, [FULL, FULL, FULL | SWA, FULL | SWA, FULL])
         self.assertEqual(self.prefix(h)[0], [("sgc", "http://sgc:30000", 4)])
+        # SGLang's earlier layout: one component per event, its name where
+        # medium is, then component_id, snapshot_version and medium; a store
+        # adds the component, a removal takes it alone.
+        g = [31, 32, 33, 34, 35]
+        more = list(range(2000, 2080))
+        self.pub_c.publish([
+            ["BlockStored", g, None, more, 16, None, "full", None, 0, "GPU"],
+            ["BlockStored", g[2:], g[1], more[32:], 16, None, "swa", None, 0, "GPU"]])
+        self.wait_masks("sgc", g, [FULL, FULL] + [FULL | SWA] * 3)
+        self.assertEqual(self.prefix(g)[0], [("sgc", "http://sgc:30000", 5)])
+        self.pub_c.publish([["BlockRemoved", [g[4]], "swa", None, 0, "GPU"]])
+        self.wait_masks("sgc", g, [FULL, FULL, FULL | SWA, FULL | SWA, FULL])
+        self.assertEqual(self.prefix(g)[0], [("sgc", "http://sgc:30000", 4)])
         # No batch was refused, no field left unknown.
         text = urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
                                       timeout=TIMEOUT).read().decode()

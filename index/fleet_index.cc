@@ -439,14 +439,21 @@ void FleetIndex::StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
 }
 
 // Components other than full attention declare their groups. A sliding
-// window's length is not on the wire: until a cache spec gives it
-// (ExternalKv::SetSpec), it is unknown (GroupRule::window_blocks).
+// window's length is not on the wire: it is the worker's registration's
+// (WorkerLabels::swa_window_tokens) until a cache spec gives one
+// (ExternalKv::SetSpec), else unknown (GroupRule::window_blocks).
 void FleetIndex::LearnComponents(WorkerRecord& w, uint32_t components) {
   bool changed = false;
   for (int g = 1; (kAllComponents >> g) != 0; ++g) {
     GroupRule& known = w.groups[static_cast<size_t>(g)];
     if ((components >> g & 1) == 0 || known.kind != GroupKind::kNone) continue;
-    known.kind = g == 1 ? GroupKind::kSlidingWindow : GroupKind::kState;
+    if (g == 1) {
+      const uint32_t bs = static_cast<uint32_t>(options_.block_size);
+      known = {GroupKind::kSlidingWindow,
+               (w.labels.swa_window_tokens + bs - 1) / bs};
+    } else {
+      known.kind = GroupKind::kState;
+    }
     changed = true;
   }
   if (changed) hybrid_.Set(w.id, w.groups);

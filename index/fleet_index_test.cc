@@ -902,6 +902,26 @@ TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{4}));
 }
 
+// The window's length from the worker's registration (a source's
+// swa_window_tokens): 2 blocks' worth of tokens.
+TEST_F(HybridIndexTest, ARegisteredWindowLengthAppliesToSglangsSwa) {
+  WorkerLabels labels;
+  labels.swa_window_tokens = 2 * kBs - 1;  // rounded up to 2 blocks
+  index_.SetLabels(w0_, labels);
+  const std::vector<Token> chain = {1, 2, 3, 4, 5};
+  BlockStoredEvent all = Stored({}, chain);
+  all.components = kComponentFull | kComponentSwa;
+  BlockStoredEvent first = Stored({}, {1, 2, 3});
+  first.components = kComponentFull;
+  Apply(w0_, {all, first});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
+  EXPECT_EQ(Match({1, 2, 3, 4}, "w0"),
+            std::make_pair(uint64_t{0}, uint64_t{4}));
+  const WorkerStatus st = index_.Stats().workers[0];
+  ASSERT_EQ(st.groups.size(), 1u);
+  EXPECT_EQ(st.groups[0].rule.window_blocks, 2u);
+}
+
 // SGLang's earlier layout: an event per component, a store adding it, a
 // removal taking it alone.
 TEST_F(HybridIndexTest, SglangsOneComponentEventsAddAndRemoveOne) {

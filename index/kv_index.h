@@ -52,6 +52,9 @@ struct WorkerLabels {
   // Its block hashes are the index's own rolling keys (Mooncake's RFC #1527
   // publishers): stores without tokens are placed by them.
   bool hashes_are_keys = false;
+  // SGLang's sliding-window component's length in tokens, which its events
+  // do not give (FleetIndex::LearnComponents); 0: unknown.
+  uint32_t swa_window_tokens = 0;
 
   absl::string_view Instance(absl::string_view name) const {
     return instance_id.empty() ? name : absl::string_view(instance_id);

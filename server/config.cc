@@ -437,6 +437,7 @@ absl::Status ReadSourceLabels(const v1::IndexSourceConfig& sc, IndexSource* s) {
   l.dp_rank = sc.dp_rank();
   l.lora_name = sc.lora_name();
   l.salt = sc.salt();
+  l.swa_window_tokens = sc.swa_window_tokens();
   s->pinned = !sc.instance_id().empty();
   if (absl::EqualsIgnoreCase(sc.type(), "Mooncake")) {
     l.hashes_are_keys = true;

@@ -670,6 +670,7 @@ TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
                         salt: "s"
                         address: "10.0.0.7:8000"
                         type: "mooncake"
+                        swa_window_tokens: 4096
                       }
                     })pb");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -683,6 +684,7 @@ TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
   EXPECT_EQ(s.labels.salt, "s");
   EXPECT_EQ(s.labels.address, "10.0.0.7:8000");
   EXPECT_TRUE(s.labels.hashes_are_keys);
+  EXPECT_EQ(s.labels.swa_window_tokens, 4096u);
 
   c = FromText(
       R"pb(index {

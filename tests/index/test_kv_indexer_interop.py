@@ -55,7 +55,7 @@ HBM, DRAM, SSD = kv.TIER_HBM, kv.TIER_DRAM, kv.TIER_SSD
 REPORT, REVOKE, CLEAR = kv.ACTION_REPORT, kv.ACTION_REVOKE, kv.ACTION_CLEAR_ALL_AT_TIER
 
 
-def config(pub, pub_components):
+def config(pub, pub_components, pub_window):
     principals = "".join(
         'principals { name: "%s" role: %s tenants: "%s" token_sha256: "%s" }\n'
         % (name, role, tenant, hashlib.sha256(TOKENS[name].encode()).hexdigest())
@@ -66,8 +66,10 @@ def config(pub, pub_components):
             % (MAX_TOKENS, MAX_BLOCK_IDS) +
             'index { block_size: 16 sources { name: "sg" endpoint: "%s" replay_endpoint: "%s" }\n'
             % (pub.endpoint, pub.replay_endpoint) +
-            '  sources { name: "sgc" endpoint: "%s" address: "http://sgc:30000" type: "SGLang" } }\n'
-            % pub_components.endpoint)
+            '  sources { name: "sgc" endpoint: "%s" address: "http://sgc:30000" type: "SGLang" }\n'
+            % pub_components.endpoint +
+            '  sources { name: "sgw" endpoint: "%s" address: "http://sgw:30000" type: "SGLang"\n'
+            '            swa_window_tokens: 32 } }\n' % pub_window.endpoint)
 
 
 def action(kind, tier, hashes=(), masks=(), sizes=()):
@@ -90,7 +92,10 @@ class KvIndexerInterop(unittest.TestCase):
         # An SGLang engine with --enable-kv-events-component-types: events
         # are passed to it encoded, in either of SGLang's forms.
         cls.pub_c = kp.Publisher(encoding="array", hash_kind="int64", name="sgc")
-        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config(cls.pub, cls.pub_c))
+        # Another, whose source gives its window's length (32 tokens).
+        cls.pub_w = kp.Publisher(encoding="array", hash_kind="int64", name="sgw")
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd,
+                                            config(cls.pub, cls.pub_c, cls.pub_w))
         cls.daemon.start()
         cls.channel = grpc.insecure_channel(cls.daemon.tcp)
         cls.stub = kv_grpc.KVIndexerStub(cls.channel)
@@ -102,6 +107,7 @@ class KvIndexerInterop(unittest.TestCase):
         cls.daemon.close()
         cls.pub.close()
         cls.pub_c.close()
+        cls.pub_w.close()
 
     def call(self, method, request, who="engine"):
         md = [("authorization", "Bearer " + TOKENS[who])] if who else []
@@ -336,6 +342,18 @@ class KvIndexerInterop(unittest.TestCase):
         self.assertIn('prefixd_index_unknown_fields_total{worker="sgc"} 0', sgc)
         self.assertFalse([x for x in sgc if x.startswith("prefixd_index_clears_total")
                           and not x.endswith(" 0")], sgc)
+
+    def test_zmq_sglang_window_from_the_source(self):
+        # index.sources' swa_window_tokens: 32 tokens, 2 pages of 16.
+        h = [41, 42, 43, 44, 45]
+        tokens = list(range(3000, 3080))
+        self.pub_w.wait_for_subscriber()
+        self.pub_w.publish([
+            ["BlockStored", h, None, tokens, 16, None, "GPU", ["full", "swa"]],
+            ["BlockStored", h[:3], None, tokens[:48], 16, None, "GPU", ["full"]]])
+        self.wait_masks("sgw", h, [FULL] * 3 + [FULL | SWA] * 2)
+        self.assertEqual(self.prefix(h)[0], [("sgw", "http://sgw:30000", 5)])
+        self.assertEqual(self.prefix(h[:4])[0], [])
 
     # ---- principals ----
 

@@ -781,6 +781,24 @@ class HybridIndexTest : public FleetIndexTest {
     ev.kv_cache_spec_sliding_window = window;
     return ev;
   }
+  // SGLang's component-typed store (BlockStoredEvent::components).
+  BlockStoredEvent WithComponents(const std::vector<Token>& parent,
+                                  const std::vector<Token>& blocks,
+                                  uint32_t components,
+                                  bool one_component = false) {
+    BlockStoredEvent ev = Stored(parent, blocks);
+    ev.components = components;
+    ev.one_component = one_component;
+    return ev;
+  }
+  // w0's rules as a cache spec of full attention and a window of `blocks`
+  // gives them.
+  void SetWindow(uint32_t blocks) {
+    std::array<GroupRule, kMaxGroups> rules{};
+    rules[0].kind = GroupKind::kFull;
+    rules[1] = {GroupKind::kSlidingWindow, blocks};
+    index_.SetGroupRules(w0_, rules);
+  }
   BlockRemovedEvent RemovedIn(const std::vector<std::vector<Token>>& paths,
                               int group) {
     BlockRemovedEvent ev = Removed(paths);
@@ -855,32 +873,23 @@ TEST_F(HybridIndexTest, GroupZeroCanBeTheWindow) {
 // what it held; a removal takes every component.
 TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
   const std::vector<Token> chain = {1, 2, 3, 4, 5};
-  const auto with = [&](const std::vector<Token>& parent,
-                        const std::vector<Token>& blocks, uint32_t components) {
-    BlockStoredEvent ev = Stored(parent, blocks);
-    ev.components = components;
-    return ev;
-  };
   constexpr uint32_t kFull = kComponentFull;
   constexpr uint32_t kFullSwa = kComponentFull | kComponentSwa;
-  Apply(w0_, {with({}, chain, kFullSwa)});
+  Apply(w0_, {WithComponents({}, chain, kFullSwa)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
   // The window's oldest blocks are evicted: restated with full attention
   // alone. Without the window's length, the window needs every block.
-  Apply(w0_, {with({}, {1}, kFull), with({1}, {2}, kFull)});
+  Apply(w0_, {WithComponents({}, {1}, kFull), WithComponents({1}, {2}, kFull)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
   const WorkerStatus st = index_.Stats().workers[0];
   ASSERT_EQ(st.groups.size(), 1u);
   EXPECT_EQ(st.groups[0].group, 1);
   // A cache spec's window of 9 tokens (2 blocks): blocks 3 and 4 do.
-  std::array<GroupRule, kMaxGroups> rules{};
-  rules[0].kind = GroupKind::kFull;
-  rules[1] = {GroupKind::kSlidingWindow, 2};
-  index_.SetGroupRules(w0_, rules);
+  SetWindow(2);
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
   // The window lost block 2 as well: boundary 5 needs blocks 3 and 4 only,
   // boundary 4 needs 2 and 3.
-  Apply(w0_, {with({1, 2}, {3}, kFull)});
+  Apply(w0_, {WithComponents({1, 2}, {3}, kFull)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
   EXPECT_EQ(Match({1, 2, 3, 4}, "w0"),
             std::make_pair(uint64_t{0}, uint64_t{4}));
@@ -888,12 +897,12 @@ TEST_F(HybridIndexTest, SglangsComponentsReplaceWhatABlockHeld) {
   // with full attention alone, the window misses it.
   Apply(w0_, {Removed({{1, 2, 3, 4, 5}})});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{4}));
-  Apply(w0_, {with({1, 2, 3, 4}, {5}, kFull)});
+  Apply(w0_, {WithComponents({1, 2, 3, 4}, {5}, kFull)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
   EXPECT_TRUE(index_.CheckInvariants().ok()) << index_.CheckInvariants();
   // A store without full attention places nothing by its tokens: their
   // count is not the index's to check (a Mamba checkpoint's window).
-  BlockStoredEvent state = with({1, 2, 3, 4}, {5}, kComponentMamba);
+  BlockStoredEvent state = WithComponents({1, 2, 3, 4}, {5}, kComponentMamba);
   state.block_size = kBs / 2;
   state.token_ids.resize(kBs / 2);
   Apply(w0_, {state});
@@ -909,11 +918,8 @@ TEST_F(HybridIndexTest, ARegisteredWindowLengthAppliesToSglangsSwa) {
   labels.swa_window_tokens = 2 * kBs - 1;  // rounded up to 2 blocks
   index_.SetLabels(w0_, labels);
   const std::vector<Token> chain = {1, 2, 3, 4, 5};
-  BlockStoredEvent all = Stored({}, chain);
-  all.components = kComponentFull | kComponentSwa;
-  BlockStoredEvent first = Stored({}, {1, 2, 3});
-  first.components = kComponentFull;
-  Apply(w0_, {all, first});
+  Apply(w0_, {WithComponents({}, chain, kComponentFull | kComponentSwa),
+              WithComponents({}, {1, 2, 3}, kComponentFull)});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
   EXPECT_EQ(Match({1, 2, 3, 4}, "w0"),
             std::make_pair(uint64_t{0}, uint64_t{4}));
@@ -926,21 +932,11 @@ TEST_F(HybridIndexTest, ARegisteredWindowLengthAppliesToSglangsSwa) {
 // removal taking it alone.
 TEST_F(HybridIndexTest, SglangsOneComponentEventsAddAndRemoveOne) {
   const std::vector<Token> chain = {1, 2, 3, 4, 5};
-  const auto one = [&](const std::vector<Token>& parent,
-                       const std::vector<Token>& blocks, uint32_t component) {
-    BlockStoredEvent ev = Stored(parent, blocks);
-    ev.components = component;
-    ev.one_component = true;
-    return ev;
-  };
-  Apply(w0_, {one({}, chain, kComponentFull),
-              one({1, 2}, {3, 4, 5}, kComponentSwa)});
+  Apply(w0_, {WithComponents({}, chain, kComponentFull, true),
+              WithComponents({1, 2}, {3, 4, 5}, kComponentSwa, true)});
   // The window's length unknown: it needs every block.
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{5}));
-  std::array<GroupRule, kMaxGroups> rules{};
-  rules[0].kind = GroupKind::kFull;
-  rules[1] = {GroupKind::kSlidingWindow, 2};
-  index_.SetGroupRules(w0_, rules);
+  SetWindow(2);
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{5}, uint64_t{5}));
   // The window's block 4 removed: full attention keeps it, and the
   // longest usable prefix ends at block 3.

@@ -448,9 +448,10 @@ void FleetIndex::LearnComponents(WorkerRecord& w, uint32_t components) {
     GroupRule& known = w.groups[static_cast<size_t>(g)];
     if ((components >> g & 1) == 0 || known.kind != GroupKind::kNone) continue;
     if (g == 1) {
-      const uint32_t bs = static_cast<uint32_t>(options_.block_size);
-      known = {GroupKind::kSlidingWindow,
-               (w.labels.swa_window_tokens + bs - 1) / bs};
+      const uint64_t bs = static_cast<uint64_t>(options_.block_size);
+      known = {
+          GroupKind::kSlidingWindow,
+          static_cast<uint32_t>((w.labels.swa_window_tokens + bs - 1) / bs)};
     } else {
       known.kind = GroupKind::kState;
     }

@@ -15,6 +15,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -120,6 +121,11 @@ enum Field : int {
   // SGLang's, by name in its map form; its array form's is a list in
   // kLoraName's slot.
   kComponentTypes,
+  // SGLang's earlier component-typed events': by name in the map form,
+  // moved here from their positions in the array form (OneComponentLayout).
+  kComponentType,
+  kComponentId,
+  kSnapshotVersion,
   kNumFields,
 };
 
@@ -143,6 +149,9 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "cache_salt",
     "remaining_copy_counts",
     "component_types",
+    "component_type",
+    "component_id",
+    "snapshot_version",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -167,8 +176,10 @@ constexpr FieldAlias kAliases[] = {
 
 // Map form only (they have no place in the array form).
 constexpr Field kStoredMapFields[] = {kAdditionalSalt, kCacheSalt,
-                                      kComponentTypes};
-constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts};
+                                      kComponentTypes, kComponentType,
+                                      kComponentId,    kSnapshotVersion};
+constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts, kComponentType,
+                                       kComponentId, kSnapshotVersion};
 
 constexpr Field kStoredFields[] = {
     kBlockHashes,
@@ -393,7 +404,7 @@ class EventDecoder {
       out_->unknown_fields += size - j;
       Skip(ev, pos);
     }
-    RETURN_IF_ERROR(OneComponentLayout(kind, fields));
+    OneComponentLayout(kind, fields);
     return DecodeFields(kind, fields);
   }
 
@@ -408,29 +419,41 @@ class EventDecoder {
   //                snapshot_version, medium
   //
   // No medium is named "full", "swa" or "mamba": such a name there is this
-  // layout, whose fields move to their places here (one_component_).
-  absl::Status OneComponentLayout(Kind kind, Value* fields) {
-    one_component_ = 0;
+  // layout, whose fields move to the places of their names. (In the map
+  // form they are read by name.)
+  static void OneComponentLayout(Kind kind, Value* fields) {
     const object* name = fields[kMedium].get();
-    if (name == nullptr || name->type != mtype::STR) return absl::OkStatus();
-    const uint32_t bit = ComponentBit(Str(*name));
-    if (bit == 0) return absl::OkStatus();
-    // Where component_id, snapshot_version and medium were read.
-    const Field id = kind == Kind::kStored ? kLoraName : kGroupIdx;
-    const Field version = kind == Kind::kStored ? kExtraKeys : kLocality;
-    const Field medium = kind == Kind::kStored ? kGroupIdx : kOwnership;
-    for (const auto& [f, what] : {std::pair{id, "component_id"},
-                                  std::pair{version, "snapshot_version"}}) {
-      const object* o = fields[f].get();
-      if (!IsNull(o) && o->type != mtype::POSITIVE_INTEGER) {
-        return Error(absl::StrCat(what, " is a ", TypeName(*o),
-                                  ", want an int >= 0 or nil"));
-      }
-      fields[f] = Value();
+    if (name == nullptr || name->type != mtype::STR ||
+        ComponentBit(Str(*name)) == 0) {
+      return;
     }
-    fields[kMedium] = fields[medium];
-    fields[medium] = Value();
-    one_component_ = bit;
+    // Where component_id, snapshot_version and medium were read.
+    const bool stored = kind == Kind::kStored;
+    const Field id = stored ? kLoraName : kGroupIdx;
+    const Field version = stored ? kExtraKeys : kLocality;
+    const Field medium = stored ? kGroupIdx : kOwnership;
+    fields[kComponentType] = fields[kMedium];
+    fields[kComponentId] = std::exchange(fields[id], Value());
+    fields[kSnapshotVersion] = std::exchange(fields[version], Value());
+    fields[kMedium] = std::exchange(fields[medium], Value());
+  }
+
+  // The component SGLang's earlier layout names (its bit; 0: none, or one
+  // the index has no group for), its component_id and snapshot_version
+  // checked and not used.
+  absl::Status OneComponent(const object* const* f, uint32_t* bit) {
+    *bit = 0;
+    for (const Field n : {kComponentId, kSnapshotVersion}) {
+      if (!IsNull(f[n]) && f[n]->type != mtype::POSITIVE_INTEGER) {
+        return WrongType(n, *f[n], "an int >= 0 or nil");
+      }
+    }
+    const object* name = f[kComponentType];
+    if (IsNull(name)) return absl::OkStatus();
+    if (name->type != mtype::STR) {
+      return WrongType(kComponentType, *name, "a str or nil");
+    }
+    *bit = ComponentBit(Str(*name));
     return absl::OkStatus();
   }
 
@@ -582,8 +605,10 @@ class EventDecoder {
       RETURN_IF_ERROR(LoraName(f[kLoraName], &ev->lora_name));
     }
     RETURN_IF_ERROR(Components(*components, &ev->components));
-    ev->one_component = one_component_ != 0;
-    if (ev->one_component) ev->components = one_component_;
+    uint32_t one = 0;
+    RETURN_IF_ERROR(OneComponent(f, &one));
+    ev->one_component = one != 0;
+    if (ev->one_component) ev->components = one;
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(GroupSpec(f, ev));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
@@ -683,7 +708,7 @@ class EventDecoder {
     RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
     RETURN_IF_ERROR(
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
-    ev->components = one_component_;
+    RETURN_IF_ERROR(OneComponent(f, &ev->components));
     return DropCopiesLeft(fields[kRemainingCopyCounts], ev);
   }
 
@@ -1026,9 +1051,6 @@ class EventDecoder {
   BadElement bad_hash_;
   BadElement bad_token_;
   Token bigram_after_ = 0;  // see BigramTokenIds
-  // The component an event of SGLang's earlier layout names (its bit), or
-  // 0 (OneComponentLayout).
-  uint32_t one_component_ = 0;
 };
 
 absl::Status BatchError(absl::string_view what) {

@@ -1104,6 +1104,28 @@ TEST(DecodeEventBatchTest, SglangsOneComponentLayoutDecodes) {
   EXPECT_EQ(plain.components, 0u);
   EXPECT_EQ(plain.group_idx, 1);
 
+  // The same fields by name, in the map form.
+  ASSERT_TRUE(Decode(ArrayBatch({Map({{"type", "BlockStored"},
+                                      {"block_hashes", Arr({7})},
+                                      {"parent_block_hash", kNil},
+                                      {"token_ids", Tokens(0, 2)},
+                                      {"block_size", 2},
+                                      {"lora_id", kNil},
+                                      {"component_type", "mamba"},
+                                      {"component_id", 2},
+                                      {"snapshot_version", 1},
+                                      {"medium", "GPU"}}),
+                                 Map({{"type", "BlockRemoved"},
+                                      {"block_hashes", Arr({7})},
+                                      {"component_type", "swa"},
+                                      {"medium", "GPU"}})}),
+                     &b)
+                  .ok());
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(Stored(b, 0)->components, kComponentMamba);
+  EXPECT_TRUE(Stored(b, 0)->one_component);
+  EXPECT_EQ(std::get<BlockRemovedEvent>(b.events[1]).components, kComponentSwa);
+
   const std::pair<V, std::string> bad[] = {
       {Arr({"BlockStored", Arr({7}), kNil, Tokens(0, 2), 2, kNil, "full", "x"}),
        "component_id is a str"},

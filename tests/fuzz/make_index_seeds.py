@@ -184,6 +184,10 @@ def seeds():
         ["BlockStored", [96], None, [1, 2, 3, 4], 4, None, "full", None, 0, "GPU"],
         ["BlockStored", [96], None, [1, 2, 3, 4], 4, None, "swa", None, 0, "GPU"],
         ["BlockRemoved", [96], "swa", None, 0, "GPU"],
+        {"type": "BlockStored", "block_hashes": [96], "parent_block_hash": None,
+         "token_ids": [1, 2, 3, 4], "block_size": 4, "lora_id": None,
+         "component_type": "mamba", "component_id": 2, "snapshot_version": 1,
+         "medium": "GPU"},
     ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])

@@ -25,15 +25,21 @@ uint32_t GroupsOfMask(uint32_t mask) {
   return mask == 0 ? kComponentFull : mask & kAllComponents;
 }
 
-void AddUpdate(HashUpdate::Op op, int tier, uint32_t groups,
+void AddUpdate(HashUpdate::Op op, absl::string_view medium, uint32_t groups,
                absl::Span<const EngineHash> hashes,
                std::vector<HashUpdate>* out) {
   HashUpdate u;
   u.op = op;
-  u.medium = std::string(TierMedium(tier));
+  u.medium = std::string(medium);
   u.groups = groups;
   u.hashes = hashes;
   out->push_back(std::move(u));
+}
+
+void AddUpdate(HashUpdate::Op op, int tier, uint32_t groups,
+               absl::Span<const EngineHash> hashes,
+               std::vector<HashUpdate>* out) {
+  AddUpdate(op, TierMedium(tier), groups, hashes, out);
 }
 
 // One REPORT with per-hash masks: each run of equal masks replaces what the
@@ -47,12 +53,8 @@ void AddMaskedReport(const ExternalAction& a, std::vector<HashUpdate>* out) {
            GroupsOfMask(a.component_masks[end]) == groups) {
       ++end;
     }
-    absl::Span<const EngineHash> run = a.hashes.subspan(start, end - start);
-    if ((kAllComponents & ~groups) != 0) {
-      AddUpdate(HashUpdate::Op::kRevoke, a.tier, kAllComponents & ~groups, run,
-                out);
-    }
-    AddUpdate(HashUpdate::Op::kReport, a.tier, groups, run, out);
+    AddComponentUpdates(TierMedium(a.tier), groups, kAllComponents & ~groups,
+                        a.hashes.subspan(start, end - start), out);
     start = end;
   }
 }
@@ -68,6 +70,17 @@ uint32_t PageTokensOf(absl::Span<const ExternalAction> actions) {
 }
 
 }  // namespace
+
+void AddComponentUpdates(absl::string_view medium, uint32_t report,
+                         uint32_t revoke, absl::Span<const EngineHash> hashes,
+                         std::vector<HashUpdate>* out) {
+  if (report != 0) {
+    AddUpdate(HashUpdate::Op::kReport, medium, report, hashes, out);
+  }
+  if (revoke != 0) {
+    AddUpdate(HashUpdate::Op::kRevoke, medium, revoke, hashes, out);
+  }
+}
 
 absl::string_view TierMedium(int tier) {
   switch (tier) {

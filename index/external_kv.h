@@ -232,9 +232,19 @@ class ExternalKv {
 };
 
 // The index updates of a list of actions, in order: a REPORT with
-// component masks becomes, per run of equal masks, a revoke of the
-// components it no longer holds and a report of those it holds.
+// component masks becomes, per run of equal masks, a report of the
+// components it holds and a revoke of those it no longer holds.
 std::vector<HashUpdate> HashUpdatesOf(absl::Span<const ExternalAction> actions);
+
+// SGLang's components (group bits) of `hashes` in `medium`, as index
+// updates: held now in the groups of `report`, no longer in those of
+// `revoke` (either may be 0). The report comes first, so that a block
+// keeps its place in the tree while its components change. Both of
+// SGLang's doors use it: this API's masked REPORTs and its component-typed
+// events (FleetIndex).
+void AddComponentUpdates(absl::string_view medium, uint32_t report,
+                         uint32_t revoke, absl::Span<const EngineHash> hashes,
+                         std::vector<HashUpdate>* out);
 
 }  // namespace prefixd
 

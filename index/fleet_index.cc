@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "index/external_kv.h"
 #include "index/extra_keys.h"
 #include "index/keys.h"
 
@@ -235,6 +236,16 @@ void FleetIndex::ApplyHashes(WorkerId id,
   Writer lock(this);
   WorkerRecord& w = workers_.Get(id);
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  ApplyUpdates(id, updates, stamp);
+  if (w.state != WorkerState::kLive) {
+    w.state = WorkerState::kLive;
+    w.detail.clear();
+  }
+  Trim();
+}
+
+void FleetIndex::ApplyUpdates(WorkerId id, absl::Span<const HashUpdate> updates,
+                              uint64_t stamp) {
   for (const HashUpdate& u : updates) {
     if (u.op == HashUpdate::Op::kClearTier) {
       Run(tree_.BeginClearTier(id, u.medium));
@@ -253,11 +264,6 @@ void FleetIndex::ApplyHashes(WorkerId id,
       }
     }
   }
-  if (w.state != WorkerState::kLive) {
-    w.state = WorkerState::kLive;
-    w.detail.clear();
-  }
-  Trim();
 }
 
 void FleetIndex::ClearWorker(WorkerId id, ClearReason reason,
@@ -425,17 +431,12 @@ void FleetIndex::StoreComponents(WorkerRecord& w, const BlockStoredEvent& ev,
     StoreSliced(w.id, ev, defaults, stamp, drops);
     SweepStale();
   }
-  for (int g = 1; (kAllComponents >> g) != 0; ++g) {
-    if ((ev.components >> g & 1) != 0) {
-      StoreHashesSliced(w.id, ev.block_hashes, g, ev.medium, stamp);
-    }
-  }
-  if (ev.one_component) return;
-  // Last, so that a block keeps its place while a component is stored.
-  BlockRemovedEvent gone;
-  gone.block_hashes = ev.block_hashes;
-  gone.medium = ev.medium;
-  RemoveComponents(w.id, gone, kAllComponents & ~ev.components);
+  // The other components by engine hash, as SGLang's KV indexer API's.
+  std::vector<HashUpdate> updates;
+  AddComponentUpdates(ev.medium, ev.components & ~kComponentFull,
+                      ev.one_component ? 0 : kAllComponents & ~ev.components,
+                      ev.block_hashes, &updates);
+  ApplyUpdates(w.id, updates, stamp);
 }
 
 // Components other than full attention declare their groups. A sliding

@@ -126,6 +126,9 @@ class FleetIndex final : public KvIndex {
   // The removal in each group of `components` (a set of group bits).
   void RemoveComponents(WorkerId worker, const BlockRemovedEvent& ev,
                         uint32_t components) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Index updates by engine hash (ApplyHashes' and SGLang's components').
+  void ApplyUpdates(WorkerId worker, absl::Span<const HashUpdate> updates,
+                    uint64_t stamp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A store of engine hashes alone in group g, in slices.
   void StoreHashesSliced(WorkerId worker, absl::Span<const EngineHash> hashes,
                          int g, absl::string_view medium, uint64_t stamp)

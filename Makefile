@@ -126,7 +126,7 @@ SANITIZE_SKIP = ^(e2e_test|python_.*|deploy_.*|metrics_.*_test|reliability_(stre
 TSAN_TESTS = core_concurrency_test core_cache_test core_differential_test core_snapshot_test
 FUZZ_TARGETS = core_ops_fuzzer rpc_fuzzer snapshot_fuzzer index_events_fuzzer \
   http_fuzzer conductor_api_fuzzer kv_indexer_fuzzer pick_fuzzer \
-  engine_metrics_fuzzer fleet_index_fuzzer load_stat_fuzzer
+  engine_metrics_fuzzer fleet_index_fuzzer load_stat_fuzzer sglang_server_info_fuzzer
 
 sanitize: deps
 	cmake -S . -B build-asan $(CLANG_CMAKE) -DPREFIXD_SANITIZE=address,undefined

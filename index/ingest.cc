@@ -218,11 +218,22 @@ absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
   return absl::OkStatus();
 }
 
+// Whether `s` is pinned to rank r > 0 and named as a source's rank r is,
+// <name>/dp<r> (the ranks of an SGLang worker followed by URL).
+bool NamedAsItsRank(const IndexSource& s) {
+  if (!s.pinned || s.labels.dp_rank <= 0) return false;
+  const std::string suffix = absl::StrCat("/dp", s.labels.dp_rank);
+  return absl::EndsWith(s.name, suffix) && s.name.size() > suffix.size() &&
+         s.name.find('/') == s.name.size() - suffix.size();
+}
+
 absl::Status ValidateIndexSource(const IndexSource& s) {
-  if (s.name.empty() || absl::StrContains(s.name, '/')) {
+  if (s.name.empty() ||
+      (absl::StrContains(s.name, '/') && !NamedAsItsRank(s))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "index source name \"", s.name,
-        "\" must be non-empty and contain no '/' (it names the worker)"));
+        "\" must be non-empty and contain no '/' (it names the worker; "
+        "a source pinned to rank r > 0 may be <name>/dp<r>)"));
   }
   RETURN_IF_ERROR(CheckEndpoint(
       absl::StrCat("index source ", s.name, " endpoint"), s.endpoint));

@@ -710,6 +710,87 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc,
                               &out->engine_load_sockets);
 }
 
+// A source with a server_info_url: an SGLang worker followed by URL
+// (server/sglang_discovery.h), checked as a source is.
+absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
+                                 ServerConfig* out) {
+  const std::string field = absl::StrCat("index.sources[", sc.name(), "]");
+  if (!sc.endpoint().empty() || !sc.replay_endpoint().empty()) {
+    return Invalid(absl::StrCat(field, ".server_info_url"),
+                   "is set with endpoint or replay_endpoint; the worker's "
+                   "/server_info names its sockets");
+  }
+  if (!sc.type().empty() && !absl::EqualsIgnoreCase(sc.type(), "SGLang")) {
+    return Invalid(absl::StrCat(field, ".type"),
+                   absl::StrCat("\"", absl::CEscape(sc.type()),
+                                "\" with a server_info_url; only SGLang "
+                                "serves /server_info"));
+  }
+  if (absl::StatusOr<std::string> host = WorkerHost(sc.server_info_url());
+      !host.ok()) {
+    return Invalid(absl::StrCat(field, ".server_info_url"),
+                   host.status().message());
+  }
+  SglangWorker w;
+  w.name = sc.name();
+  w.url = sc.server_info_url();
+  w.replay_port = static_cast<int>(sc.replay_port());
+  IndexSource labels;  // checked as the source of its rank 0 is
+  RETURN_IF_ERROR(ReadSourceLabels(sc, &labels));
+  w.labels = labels.labels;
+  labels.name = w.name;
+  labels.endpoint = "tcp://127.0.0.1:1";
+  labels.pinned = true;
+  RETURN_IF_ERROR(ValidateIndexSource(labels));
+  if (!sc.resolve_interval().empty()) {
+    ASSIGN_OR_RETURN(w.interval, ParsePositiveDuration(
+                                     absl::StrCat(field, ".resolve_interval"),
+                                     sc.resolve_interval()));
+  }
+  for (const SglangWorker& other : out->sglang_discovery.workers) {
+    if (other.name == w.name) {
+      return Invalid(field, "the name is used twice");
+    }
+  }
+  out->sglang_discovery.workers.push_back(std::move(w));
+  return absl::OkStatus();
+}
+
+// index.sources: engines' event streams, and SGLang workers by URL.
+absl::Status ResolveIndexSources(const v1::IndexConfig& ic, ServerConfig* out) {
+  IngestOptions& in = out->ingest;
+  out->sglang_discovery.block_size = out->index.block_size;
+  for (const v1::IndexSourceConfig& sc : ic.sources()) {
+    if (!sc.server_info_url().empty()) {
+      RETURN_IF_ERROR(ResolveSglangWorker(sc, out));
+      continue;
+    }
+    IndexSource s;
+    s.name = sc.name();
+    s.endpoint = sc.endpoint();
+    s.replay_endpoint = sc.replay_endpoint();
+    s.replay_port = static_cast<int>(sc.replay_port());
+    RETURN_IF_ERROR(ReadSourceLabels(sc, &s));
+    if (!sc.resolve_interval().empty()) {
+      ASSIGN_OR_RETURN(
+          s.resolve_interval,
+          ParsePositiveDuration(
+              absl::StrCat("index.sources[", sc.name(), "].resolve_interval"),
+              sc.resolve_interval()));
+    }
+    in.sources.push_back(std::move(s));
+  }
+  for (const SglangWorker& w : out->sglang_discovery.workers) {
+    for (const IndexSource& s : in.sources) {
+      if (s.name == w.name) {
+        return Invalid(absl::StrCat("index.sources[", w.name, "]"),
+                       "the name is used twice");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
   const v1::IndexConfig& ic = c.index();
   out->index_enabled = !ic.sources().empty() || !ic.listen().empty() ||
@@ -751,22 +832,7 @@ absl::Status ResolveIndex(const v1::Config& c, ServerConfig* out) {
         absl::StrCat(decode_budget, " bytes is not between 1 MiB and 1 PiB"));
   }
   in.decode_budget_bytes = static_cast<int64_t>(decode_budget);
-  for (const v1::IndexSourceConfig& sc : ic.sources()) {
-    IndexSource s;
-    s.name = sc.name();
-    s.endpoint = sc.endpoint();
-    s.replay_endpoint = sc.replay_endpoint();
-    s.replay_port = static_cast<int>(sc.replay_port());
-    RETURN_IF_ERROR(ReadSourceLabels(sc, &s));
-    if (!sc.resolve_interval().empty()) {
-      ASSIGN_OR_RETURN(
-          s.resolve_interval,
-          ParsePositiveDuration(
-              absl::StrCat("index.sources[", sc.name(), "].resolve_interval"),
-              sc.resolve_interval()));
-    }
-    in.sources.push_back(std::move(s));
-  }
+  RETURN_IF_ERROR(ResolveIndexSources(ic, out));
   RETURN_IF_ERROR(ValidateIngestOptions(in));
   return absl::OkStatus();
 }
@@ -870,6 +936,33 @@ absl::StatusOr<v1::Config> ReadConfigFiles(
   return config;
 }
 
+namespace {
+
+// --index_source: NAME=ENDPOINT[,REPLAY], or NAME=http(s)://... (an SGLang
+// worker's URL), replacing the config file's sources.
+void SetIndexSources(const CommandLine& flags, v1::Config* config) {
+  v1::IndexConfig* index = config->mutable_index();
+  index->clear_sources();
+  for (const std::string& flag : flags.index_sources) {
+    // NAME=ENDPOINT[,REPLAY] (ParseCommandLine checked the '=').
+    const size_t eq = flag.find('=');
+    v1::IndexSourceConfig* s = index->add_sources();
+    s->set_name(flag.substr(0, eq));
+    const std::string rest = flag.substr(eq + 1);
+    if (absl::StartsWith(rest, "http://") ||
+        absl::StartsWith(rest, "https://")) {
+      s->set_server_info_url(rest);  // an SGLang worker's URL
+      continue;
+    }
+    const size_t comma = rest.find(',');
+    s->set_endpoint(rest.substr(0, comma));
+    if (comma != std::string::npos)
+      s->set_replay_endpoint(rest.substr(comma + 1));
+  }
+}
+
+}  // namespace
+
 void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
   if (!flags.listen.empty()) {
     config->clear_listen();
@@ -889,21 +982,7 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
   if (flags.kv_budget) config->set_kv_budget(*flags.kv_budget);
   if (flags.lease_ttl) config->set_lease_ttl(*flags.lease_ttl);
   if (flags.snapshot_path) config->set_snapshot_path(*flags.snapshot_path);
-  if (!flags.index_sources.empty()) {
-    v1::IndexConfig* index = config->mutable_index();
-    index->clear_sources();
-    for (const std::string& flag : flags.index_sources) {
-      // NAME=ENDPOINT[,REPLAY] (ParseCommandLine checked the '=').
-      const size_t eq = flag.find('=');
-      v1::IndexSourceConfig* s = index->add_sources();
-      s->set_name(flag.substr(0, eq));
-      const std::string rest = flag.substr(eq + 1);
-      const size_t comma = rest.find(',');
-      s->set_endpoint(rest.substr(0, comma));
-      if (comma != std::string::npos)
-        s->set_replay_endpoint(rest.substr(comma + 1));
-    }
-  }
+  if (!flags.index_sources.empty()) SetIndexSources(flags, config);
   if (flags.index_listen)
     config->mutable_index()->set_listen(*flags.index_listen);
   if (flags.index_http_listen)

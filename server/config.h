@@ -23,6 +23,7 @@
 #include "prefixd/v1/config.pb.h"
 #include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
+#include "server/sglang_discovery.h"
 #include "server/flags.h"
 #include "server/kv_event_sockets.h"
 #include "server/listen_address.h"
@@ -50,6 +51,8 @@ struct ServerConfig {
   bool index_enabled = false;
   IndexOptions index;
   IngestOptions ingest;
+  // index.sources with a server_info_url: SGLang workers followed by URL.
+  SglangDiscoveryOptions sglang_discovery;
   PickerOptions pick;  // index.pick
   // index.pick.engine_metrics: the engines' endpoints Pick's load reads.
   EngineScrapeOptions engine_scrape;

@@ -628,6 +628,58 @@ TEST(ConfigTest, IndexPickEngineLoadSockets) {
 
 // The Conductor API: on by http_listen alone (the index with it), loopback
 // only with auth off; sources carry a registration's labels.
+// An SGLang worker named by URL (sources { server_info_url }, or
+// --index_source=NAME=http://...): a discovery entry with the source's
+// labels, not an ingest source; its name is checked against the others.
+TEST(ConfigTest, SglangWorkerByUrl) {
+  absl::StatusOr<ServerConfig> c = FromText(R"pb(
+    index {
+      block_size: 32
+      sources {
+        name: "sg"
+        server_info_url: "http://10.0.0.3:30000"
+        replay_port: 5657
+        resolve_interval: "3s"
+        model: "m"
+      }
+      sources { name: "v" endpoint: "tcp://10.0.0.4:5557" }
+    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->sglang_discovery.workers.size(), 1u);
+  const SglangWorker& w = c->sglang_discovery.workers[0];
+  EXPECT_EQ(w.name, "sg");
+  EXPECT_EQ(w.url, "http://10.0.0.3:30000");
+  EXPECT_EQ(w.replay_port, 5657);
+  EXPECT_EQ(w.interval, absl::Seconds(3));
+  EXPECT_EQ(w.labels.model, "m");
+  EXPECT_EQ(c->sglang_discovery.block_size, 32);
+  ASSERT_EQ(c->ingest.sources.size(), 1u);
+  EXPECT_EQ(c->ingest.sources[0].name, "v");
+
+  c = FromText(R"pb(index {
+                      sources { name: "v" server_info_url: "http://h:1" }
+                      sources { name: "v" endpoint: "tcp://h:2" }
+                    })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.sources[v]: the name is used twice"));
+  c = FromText(
+      R"pb(index { sources { name: "a/b" server_info_url: "http://h:1" } })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("must be non-empty and contain no '/'"));
+
+  CommandLine flags;
+  flags.index_sources = {"sg=http://10.0.0.3:30000", "v=tcp://h:1,tcp://h:2"};
+  v1::Config config;
+  ApplyCommandLine(flags, &config);
+  ASSERT_EQ(config.index().sources_size(), 2);
+  EXPECT_EQ(config.index().sources(0).server_info_url(),
+            "http://10.0.0.3:30000");
+  EXPECT_TRUE(config.index().sources(0).endpoint().empty());
+  EXPECT_EQ(config.index().sources(1).replay_endpoint(), "tcp://h:2");
+}
+
 TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
   absl::StatusOr<ServerConfig> c = FromText(
       R"pb(index { http_listen: "127.0.0.1:0" state_dir: "/var/lib/x" })pb");

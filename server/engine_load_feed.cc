@@ -50,75 +50,101 @@ absl::StatusOr<EngineLoad> ReadMessage(const std::vector<zmq::message_t>& m) {
   return DecodeLoadStat(View(m[2]));
 }
 
-// The filer's sources: each socket's worker and endpoint.
-std::vector<EngineLoadFiler::Source> Sources(
-    const std::vector<EngineLoadSocket>& sockets) {
-  std::vector<EngineLoadFiler::Source> out;
-  for (const EngineLoadSocket& s : sockets)
-    out.push_back({s.worker, s.endpoint});
-  return out;
-}
-
 }  // namespace
 
 class EngineLoadFeed::Subscribers {
  public:
-  explicit Subscribers(const std::vector<EngineLoadSocket>& sockets) {
+  // Subscribes to `sockets` for `owner` in place of owner's others, each
+  // filed under the filer's index of its worker. A malformed endpoint
+  // throws zmq::error_t, after the sockets before it are in place.
+  void Replace(const std::string& owner,
+               const std::vector<EngineLoadSocket>& sockets,
+               EngineLoadFiler* filer) {
+    for (size_t i = subs_.size(); i-- > 0;) {
+      if (subs_[i].owner == owner) subs_.erase(subs_.begin() + i);
+    }
     for (const EngineLoadSocket& s : sockets) {
-      subs_.emplace_back(ZmqContext(), zmq::socket_type::sub);
-      zmq::socket_t& sub = subs_.back();
-      sub.set(zmq::sockopt::linger, 0);
-      sub.set(zmq::sockopt::maxmsgsize, kMaxLoadMessageBytes);
-      sub.set(zmq::sockopt::rcvhwm, kLoadQueueMessages);
-      sub.set(zmq::sockopt::subscribe, std::string(kLoadTopic));
-      sub.connect(s.endpoint);
+      Sub sub{zmq::socket_t(ZmqContext(), zmq::socket_type::sub), owner,
+              filer->Add({s.worker, s.endpoint})};
+      sub.socket.set(zmq::sockopt::linger, 0);
+      sub.socket.set(zmq::sockopt::maxmsgsize, kMaxLoadMessageBytes);
+      sub.socket.set(zmq::sockopt::rcvhwm, kLoadQueueMessages);
+      sub.socket.set(zmq::sockopt::subscribe, std::string(kLoadTopic));
+      sub.socket.connect(s.endpoint);
+      subs_.push_back(std::move(sub));
     }
   }
 
   // Waits up to kPollTimeout, then takes the messages waiting (at most
-  // kMaxMessagesPerWake a socket); fn(i, m) for each, i the socket's index.
+  // kMaxMessagesPerWake a socket); fn(i, m) for each, i the filer's index
+  // of the socket's worker.
   template <typename Fn>
   void Poll(Fn fn) {
     std::vector<zmq::pollitem_t> items;
-    for (zmq::socket_t& s : subs_)
-      items.push_back({static_cast<void*>(s), 0, ZMQ_POLLIN, 0});
+    for (Sub& s : subs_)
+      items.push_back({static_cast<void*>(s.socket), 0, ZMQ_POLLIN, 0});
     zmq::poll(items, kPollTimeout);
     for (size_t i = 0; i < subs_.size(); ++i) {
       if ((items[i].revents & ZMQ_POLLIN) == 0) continue;
       std::vector<zmq::message_t> m;
       for (int n = 0; n < kMaxMessagesPerWake; ++n) {
-        if (!zmq::recv_multipart(subs_[i], std::back_inserter(m),
+        if (!zmq::recv_multipart(subs_[i].socket, std::back_inserter(m),
                                  zmq::recv_flags::dontwait)) {
           break;
         }
-        fn(i, m);
+        fn(subs_[i].filed_as, m);
         m.clear();
       }
     }
   }
 
  private:
-  std::vector<zmq::socket_t> subs_;
+  struct Sub {
+    zmq::socket_t socket;
+    std::string owner;
+    size_t filed_as;
+  };
+  std::vector<Sub> subs_;
 };
 
-EngineLoadFeed::EngineLoadFeed(std::vector<EngineLoadSocket> sockets,
-                               EngineLoads* loads)
-    : sockets_(std::move(sockets)), filer_(loads, "load", Sources(sockets_)) {}
+EngineLoadFeed::EngineLoadFeed(EngineLoads* loads)
+    : subscribers_(std::make_unique<Subscribers>()), filer_(loads, "load") {}
 
 EngineLoadFeed::~EngineLoadFeed() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<EngineLoadFeed>> EngineLoadFeed::Start(
     std::vector<EngineLoadSocket> sockets, EngineLoads* loads) {
-  std::unique_ptr<EngineLoadFeed> f(
-      new EngineLoadFeed(std::move(sockets), loads));
+  std::unique_ptr<EngineLoadFeed> f(new EngineLoadFeed(loads));
   try {
-    f->subscribers_ = std::make_unique<Subscribers>(f->sockets_);
+    f->subscribers_->Replace("", sockets, &f->filer_);
   } catch (const zmq::error_t& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("index.pick.engine_load_sockets: ", e.what()));
   }
   f->thread_ = std::thread([p = f.get()] { p->Run(); });
   return f;
+}
+
+void EngineLoadFeed::SetSockets(const std::string& owner,
+                                std::vector<EngineLoadSocket> sockets) {
+  MutexLock lock(&mu_);
+  changes_[owner] = std::move(sockets);
+}
+
+void EngineLoadFeed::TakeChanges() {
+  std::map<std::string, std::vector<EngineLoadSocket>> changes;
+  {
+    MutexLock lock(&mu_);
+    changes.swap(changes_);
+  }
+  for (const auto& [owner, sockets] : changes) {
+    try {
+      subscribers_->Replace(owner, sockets, &filer_);
+    } catch (const zmq::error_t& e) {
+      std::fprintf(stderr, "prefixd: load sockets of %s not all followed: %s\n",
+                   owner.c_str(), e.what());
+    }
+  }
 }
 
 void EngineLoadFeed::Stop() {
@@ -128,6 +154,7 @@ void EngineLoadFeed::Stop() {
 
 void EngineLoadFeed::Run() {
   while (!stopping_.load(std::memory_order_relaxed)) {
+    TakeChanges();
     subscribers_->Poll([this](size_t i, const std::vector<zmq::message_t>& m) {
       filer_.File(i, ReadMessage(m), absl::Now());
     });

@@ -6,30 +6,51 @@
 namespace prefixd {
 
 EngineLoadFiler::EngineLoadFiler(EngineLoads* loads, std::string what,
-                                 std::vector<Source> sources)
-    : loads_(loads),
-      what_(std::move(what)),
-      sources_(std::move(sources)),
-      last_error_(sources_.size()),
-      ok_(new std::atomic<uint64_t>[sources_.size()]()),
-      failed_(new std::atomic<uint64_t>[sources_.size()]()) {}
+                                 const std::vector<Source>& sources)
+    : loads_(loads), what_(std::move(what)) {
+  for (const Source& s : sources) Add(s);
+}
+
+size_t EngineLoadFiler::Add(const Source& source) {
+  MutexLock lock(&mu_);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (entries_[i].source.worker != source.worker) continue;
+    entries_[i].source.address = source.address;
+    return i;
+  }
+  entries_.emplace_back(source);
+  return entries_.size() - 1;
+}
+
+// Only the reader's thread adds, and a deque's elements stay where they
+// are as it grows, so the reader may use an entry without the lock.
+EngineLoadFiler::Entry& EngineLoadFiler::At(size_t i) {
+  MutexLock lock(&mu_);
+  return entries_[i];
+}
+
+bool EngineLoadFiler::ok(size_t i) const {
+  MutexLock lock(&mu_);
+  return entries_[i].last_error.empty();
+}
 
 void EngineLoadFiler::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
                            absl::Time at) {
-  const Source& s = sources_[i];
+  Entry& e = At(i);
+  const Source& s = e.source;
   if (reading.ok()) {
-    ok_[i].fetch_add(1, std::memory_order_relaxed);
+    e.ok.fetch_add(1, std::memory_order_relaxed);
     loads_->Set(s.worker, *reading, at);
-    if (!last_error_[i].empty()) {
+    if (!e.last_error.empty()) {
       std::fprintf(stderr, "prefixd: %s of %s (%s) read again\n", what_.c_str(),
                    s.worker.c_str(), s.address.c_str());
     }
-    last_error_[i].clear();
+    e.last_error.clear();
     return;
   }
-  failed_[i].fetch_add(1, std::memory_order_relaxed);
+  e.failed.fetch_add(1, std::memory_order_relaxed);
   std::string error(reading.status().message());
-  if (error != last_error_[i]) {  // a run's first failure, or a new reason
+  if (error != e.last_error) {  // a run's first failure, or a new reason
     std::fprintf(stderr,
                  "prefixd: %s of %s (%s) not read: %s; its load is the "
                  "index's window once the last reading is %s old\n",
@@ -37,14 +58,15 @@ void EngineLoadFiler::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
                  error.c_str(),
                  absl::FormatDuration(loads_->max_age()).c_str());
   }
-  last_error_[i] = std::move(error);
+  e.last_error = std::move(error);
 }
 
 std::vector<EngineLoadFiler::Counts> EngineLoadFiler::counts() const {
+  MutexLock lock(&mu_);
   std::vector<Counts> out;
-  for (size_t i = 0; i < sources_.size(); ++i) {
-    out.push_back({sources_[i].worker, ok_[i].load(std::memory_order_relaxed),
-                   failed_[i].load(std::memory_order_relaxed)});
+  for (const Entry& e : entries_) {
+    out.push_back({e.source.worker, e.ok.load(std::memory_order_relaxed),
+                   e.failed.load(std::memory_order_relaxed)});
   }
   return out;
 }

@@ -4,22 +4,26 @@
 // in EngineLoads for Pick and counted; a failed one is counted and logged
 // when it starts a run of failures or gives a new reason, and the first
 // good one after such a run is logged too. Each source is a worker and
-// the address it is read from.
+// the address it is read from; sources are added, never removed, so a
+// worker's counts go on when a source of the same worker comes back.
 //
-// Thread safety: File and ok are called by the reader's one thread;
-// counts may be called from any thread (relaxed atomics).
+// Thread safety: Add, File and ok are called by the reader's one thread;
+// counts may be called from any thread (mu_ guards the list, the counts
+// are relaxed atomics).
 #ifndef PREFIXD_SERVER_ENGINE_LOAD_FILER_H_
 #define PREFIXD_SERVER_ENGINE_LOAD_FILER_H_
 
 #include <atomic>
 #include <cstdint>
-#include <memory>
+#include <deque>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "index/engine_loads.h"
 #include "index/engine_metrics.h"
 
@@ -33,14 +37,17 @@ class EngineLoadFiler {
   };
   // `what` names the readings in the logs ("engine metrics", "load").
   EngineLoadFiler(EngineLoads* loads, std::string what,
-                  std::vector<Source> sources);
+                  const std::vector<Source>& sources = {});
   EngineLoadFiler(const EngineLoadFiler&) = delete;
   EngineLoadFiler& operator=(const EngineLoadFiler&) = delete;
 
+  // The index of `source`'s worker, added at the end if it is new (its
+  // address is then source's).
+  size_t Add(const Source& source);
   // Source i's reading (or why there is none), taken at `at`.
   void File(size_t i, const absl::StatusOr<EngineLoad>& reading, absl::Time at);
   // Whether source i's last reading was good.
-  bool ok(size_t i) const { return last_error_[i].empty(); }
+  bool ok(size_t i) const;
 
   // Per source, in order: its readings so far.
   struct Counts {
@@ -51,13 +58,20 @@ class EngineLoadFiler {
   std::vector<Counts> counts() const;
 
  private:
+  struct Entry {
+    explicit Entry(const Source& s) : source(s) {}
+    Source source;           // its worker never changes
+    std::string last_error;  // "" when its last reading was good
+    std::atomic<uint64_t> ok{0};
+    std::atomic<uint64_t> failed{0};
+  };
+  // The reader's thread's (it alone adds): entry i, stable in the deque.
+  Entry& At(size_t i);
+
   EngineLoads* const loads_;
   const std::string what_;
-  const std::vector<Source> sources_;
-  // Per source, its last reading's error ("" when it was good).
-  std::vector<std::string> last_error_;
-  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
-  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
+  mutable Mutex mu_;
+  std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace prefixd

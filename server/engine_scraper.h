@@ -1,7 +1,7 @@
 // EngineScraper: reads each configured engine's own Prometheus endpoint
 // (index.pick.engine_metrics; docs/index.md, "Load from the engines'
-// metrics") every interval, all engines at once over libcurl (one handle
-// per engine, kept, so kept-alive connections are reused), and files
+// metrics") every interval, all engines at once (server/http_fetches.h:
+// kept-alive connections are reused), and files
 // each reading (index/engine_metrics.h) in EngineLoads for Pick. A failed
 // scrape (connection, HTTP status, timeout, a body that does not parse or
 // holds no load gauge) leaves the last reading to age out; the first
@@ -27,6 +27,7 @@
 #include "index/engine_loads.h"
 #include "index/engine_metrics.h"
 #include "server/engine_load_filer.h"
+#include "server/http_fetches.h"
 #include "server/periodic.h"
 
 namespace prefixd {
@@ -75,6 +76,8 @@ class EngineScraper {
                 WorkerNames workers);
   // One scrape of every target, at once.
   void Round();
+  // Target i's reading from the round's response, or why there is none.
+  absl::StatusOr<EngineLoad> Reading(size_t i);
   // Logs target i's reading when its worker is not among `names` (sorted),
   // once per run of such readings.
   void CheckListed(size_t i, const std::vector<std::string>& names);
@@ -87,8 +90,7 @@ class EngineScraper {
   // not list; touched only by the scraping thread.
   std::vector<bool> unlisted_;
   std::atomic<bool> stopping_{false};
-  class Transfers;  // the libcurl handles (engine_scraper.cc)
-  std::unique_ptr<Transfers> transfers_;    // used by the scraping thread
+  std::unique_ptr<HttpFetches> fetches_;    // used by the scraping thread
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first
 };
 

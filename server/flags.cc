@@ -62,7 +62,9 @@ const std::vector<FlagSpec>& Flags() {
        "--kv-events-config), e.g. vllm-0=tcp://10.0.0.7:5557,"
        "tcp://10.0.0.7:5558 (the PUB endpoint, then the replay endpoint). "
        "A host name resolving to several addresses gives one worker per "
-       "address. Repeat for several engines; any --index_source replaces "
+       "address. NAME=http://HOST:PORT follows an SGLang worker by its URL "
+       "instead: its /server_info names every DP rank's sockets. "
+       "Repeat for several engines; any --index_source replaces "
        "the config file's sources. See docs/index.md.",
        "none"},
       {"index_listen", "ENDPOINT",

@@ -138,7 +138,7 @@ absl::Status Server::BuildServices() {
     RouteLimits route_limits;
     route_limits.max_answer_bytes = config_.max_message_bytes;
     if (!config_.engine_scrape.targets.empty() ||
-        !config_.engine_load_sockets.empty()) {
+        !config_.engine_load_sockets.empty() || FollowsSglangLoads()) {
       engine_loads_ =
           std::make_unique<EngineLoads>(config_.engine_scrape.max_age);
     }
@@ -234,7 +234,8 @@ absl::Status Server::StartBackground() {
 }
 
 // The engines' own loads for Pick: their metrics endpoints, scraped, and
-// SGLang's load sockets, followed.
+// SGLang's load sockets, followed; and the SGLang workers followed by URL,
+// whose sockets go to ingest_ and the load feed.
 absl::Status Server::StartEngineLoads() {
   if (!config_.engine_scrape.targets.empty()) {
     ASSIGN_OR_RETURN(
@@ -243,12 +244,25 @@ absl::Status Server::StartEngineLoads() {
             config_.engine_scrape, engine_loads_.get(),
             [index = index_.get()] { return WorkerNames(*index); }));
   }
-  if (!config_.engine_load_sockets.empty()) {
+  if (!config_.engine_load_sockets.empty() || FollowsSglangLoads()) {
     ASSIGN_OR_RETURN(engine_load_feed_,
                      EngineLoadFeed::Start(config_.engine_load_sockets,
                                            engine_loads_.get()));
   }
+  if (!config_.sglang_discovery.workers.empty()) {
+    ASSIGN_OR_RETURN(
+        sglang_discovery_,
+        SglangDiscovery::Start(config_.sglang_discovery, ingest_.get(),
+                               engine_load_feed_.get()));
+  }
   return absl::OkStatus();
+}
+
+// SGLang workers followed by URL have their load sockets followed too,
+// unless Pick runs on a replayed trace's clock.
+bool Server::FollowsSglangLoads() const {
+  return !config_.sglang_discovery.workers.empty() &&
+         !config_.pick.replay_clock;
 }
 
 void Server::Serve() {
@@ -292,6 +306,7 @@ void Server::Shutdown() {
   grpc_server_->Shutdown(
       absl::ToChronoTime(absl::Now() + config_.drain_timeout));
   grpc_server_->Wait();
+  if (sglang_discovery_ != nullptr) sglang_discovery_->Stop();
   if (ingest_ != nullptr) ingest_->Stop();
   if (engine_scraper_ != nullptr) engine_scraper_->Stop();
   if (engine_load_feed_ != nullptr) engine_load_feed_->Stop();
@@ -321,6 +336,10 @@ std::string IndexBanner(const Server& server) {
             : absl::StrCat(" replay ", src.replay_endpoint);
     absl::StrAppend(&out, "  index source ", src.name, " ", src.endpoint,
                     replay, "\n");
+  }
+  for (const SglangWorker& w : c.sglang_discovery.workers) {
+    absl::StrAppend(&out, "  index source ", w.name, " SGLang at ", w.url,
+                    " (its /server_info names the sockets)\n");
   }
   for (const EngineMetricsTarget& t : c.engine_scrape.targets) {
     absl::StrAppend(&out, "  index engine metrics ", t.worker, " ", t.url,

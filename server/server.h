@@ -35,6 +35,7 @@
 #include "server/kv_indexer_service.h"
 #include "server/periodic.h"
 #include "server/service.h"
+#include "server/sglang_discovery.h"
 #include "server/watch.h"
 
 namespace grpc {
@@ -136,6 +137,7 @@ class Server {
   absl::Status StartIngest();
   // The engines' load readings for Pick (engine_scrape, engine_load_sockets).
   absl::Status StartEngineLoads();
+  bool FollowsSglangLoads() const;
 
   const ServerConfig config_;
   const uint64_t epoch_;
@@ -156,6 +158,9 @@ class Server {
   std::unique_ptr<EngineScraper> engine_scraper_;     // fills engine_loads_
   std::unique_ptr<EngineLoadFeed> engine_load_feed_;  // fills engine_loads_
   std::unique_ptr<Ingest> ingest_;
+  // Adds and removes sources of ingest_ and load sockets of
+  // engine_load_feed_.
+  std::unique_ptr<SglangDiscovery> sglang_discovery_;
   std::unique_ptr<ConductorRegistry> conductor_registry_;  // uses ingest_
   std::unique_ptr<ConductorApi> conductor_api_;
   std::unique_ptr<PrefixIndexService> index_service_;

@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -153,11 +154,12 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
   const SglangWorker& w = options_.workers[i];
   State& st = states_[i];
   if (!body.ok()) {
-    Log(i,
-        absl::StrCat("/server_info not read: ", body.status().message(),
-                     st.followed ? "; still following what it said last"
-                                 : "; asking again every ",
-                     st.followed ? "" : absl::FormatDuration(options_.retry)));
+    const std::string then =
+        st.followed ? "still following what it said last"
+                    : absl::StrCat("asking again every ",
+                                   absl::FormatDuration(options_.retry));
+    Log(i, absl::StrCat("/server_info not read: ", body.status().message(),
+                        "; ", then));
     st.next = now + (st.followed ? w.interval : options_.retry);
     return;
   }
@@ -187,27 +189,45 @@ void SglangDiscovery::Follow(size_t i,
                              const std::optional<SglangEventSockets>& sockets) {
   State& st = states_[i];
   if (st.followed == sockets) return;
-  const SglangWorker& w = options_.workers[i];
-  for (const std::string& name : st.sources) {
-    ingest_->RemoveSource(name).IgnoreError();  // gone only if stopped
-  }
-  st.sources.clear();
   st.followed = sockets;
+  const SglangWorker& w = options_.workers[i];
+  std::vector<IndexSource> ranks;
   std::vector<EngineLoadSocket> load;
   if (sockets) {
-    for (int r = 0; r < sockets->dp_size; ++r) {
-      IndexSource src = RankSource(w, *sockets, r);
-      const std::string name = src.name;
-      if (absl::Status s = ingest_->AddSource(std::move(src)); !s.ok()) {
-        Log(i, absl::StrCat("rank ", r, " not followed: ", s.message()));
-        continue;
-      }
-      st.sources.push_back(name);
-    }
+    for (int r = 0; r < sockets->dp_size; ++r)
+      ranks.push_back(RankSource(w, *sockets, r));
     const std::vector<std::string> endpoints = sockets->LoadEndpoints();
-    for (size_t r = 0; r < endpoints.size(); ++r) {
+    for (size_t r = 0; r < endpoints.size(); ++r)
       load.push_back({RankName(w.name, static_cast<int>(r)), endpoints[r]});
+  }
+  // A rank whose sockets are the same stays followed, its worker intact.
+  const auto same = [](const IndexSource& a, const IndexSource& b) {
+    return a.name == b.name && a.endpoint == b.endpoint &&
+           a.replay_endpoint == b.replay_endpoint;
+  };
+  std::vector<IndexSource> kept;
+  for (IndexSource& old : st.sources) {
+    const bool stays =
+        std::any_of(ranks.begin(), ranks.end(),
+                    [&](const IndexSource& r) { return same(old, r); });
+    if (stays) {
+      kept.push_back(std::move(old));
+    } else {
+      ingest_->RemoveSource(old.name).IgnoreError();  // gone only if stopped
     }
+  }
+  st.sources = std::move(kept);
+  for (IndexSource& r : ranks) {
+    const bool followed =
+        std::any_of(st.sources.begin(), st.sources.end(),
+                    [&](const IndexSource& k) { return same(k, r); });
+    if (followed) continue;
+    if (absl::Status s = ingest_->AddSource(r); !s.ok()) {
+      Log(i, absl::StrCat("rank ", r.labels.dp_rank,
+                          " not followed: ", s.message()));
+      continue;
+    }
+    st.sources.push_back(std::move(r));
   }
   if (loads_ != nullptr) loads_->SetSockets(w.name, std::move(load));
 }

@@ -79,7 +79,7 @@ class SglangDiscovery {
   struct State {
     std::string host;  // WorkerHost(url)
     std::optional<SglangEventSockets> followed;
-    std::vector<std::string> sources;  // its sources in ingest_
+    std::vector<IndexSource> sources;  // its ranks in ingest_
     std::string last_outcome;          // the last logged
     absl::Time next;                   // when to ask again
   };

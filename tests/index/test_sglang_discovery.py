@@ -16,6 +16,8 @@ Checks:
     ranks 0 and 1 of instance `sg`;
   - a batch lost on rank 0 is replayed from replay_port;
   - rank 1's LoadStat reaches Pick as its engine's load;
+  - a /server_info that changes only the load sockets leaves the ranks'
+    workers and their blocks as they were;
   - a /server_info that says another block size unfollows both ranks
     (logged), and the right one follows them again;
   - bad config (a server_info_url beside an endpoint, a URL that is not
@@ -236,7 +238,25 @@ class SglangDiscoveryTest(unittest.TestCase):
         self.assertEqual(c.requests_in_flight, 7)
         self.assertAlmostEqual(c.kv_usage, 0.25)
 
-    def test_5_another_block_size_unfollows_and_back(self):
+    def test_5_ranks_whose_sockets_stay_keep_their_workers(self):
+        self.follow()
+        tokens = self.store(1, 5000)
+        self.until("rank 1's store", lambda: self.matched(tokens).get("sg/dp1") == 1)
+        # A worker followed anew would catch up by replay: a new time.
+        before = {n: (w.events, w.last_event_unix_ms) for n, w in self.workers().items()}
+        no_load = kv_events(self.base)
+        del no_load["load_endpoint_port_base"], no_load["load_topic"]
+        self.info.info = {"kv_events": no_load}
+        self.until("the new answer followed", lambda: (
+            "following 2 DP ranks: events at tcp://127.0.0.1:%d..%d\n"
+            % (self.base, self.base + 1)) in self.daemon.logs())
+        time.sleep(0.5)
+        self.assertEqual(self.matched(tokens).get("sg/dp1"), 1)
+        self.assertEqual({n: (w.events, w.last_event_unix_ms)
+                          for n, w in self.workers().items()}, before)
+        self.info.info = {"kv_events": kv_events(self.base)}
+
+    def test_6_another_block_size_unfollows_and_back(self):
         self.follow()
         self.info.info = {"kv_events": kv_events(self.base, block_size=64)}
         self.until("both ranks unfollowed", lambda: not set(self.workers()))
@@ -245,7 +265,7 @@ class SglangDiscoveryTest(unittest.TestCase):
         self.info.info = {"kv_events": kv_events(self.base)}
         self.follow()
 
-    def test_6_bad_config_stops_the_daemon(self):
+    def test_7_bad_config_stops_the_daemon(self):
         for source, error in (
                 ('name: "sg" server_info_url: "http://127.0.0.1:1" endpoint: "tcp://127.0.0.1:2"',
                  "index.sources[sg].server_info_url: is set with endpoint or replay_endpoint"),

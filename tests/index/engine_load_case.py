@@ -84,10 +84,6 @@ class EngineLoadCase(unittest.TestCase):
         """A daemon whose index.pick is `pick` stops at start, saying `error`."""
         config = ('index { listen: "tcp://127.0.0.1:%d" pick { %s } }'
                   % (prefixd_fixture.free_port(), pick))
-        d = prefixd_fixture.Daemon(prefixd, config, snapshot=False)
-        try:
-            with self.assertRaises(prefixd_fixture.DaemonFailed) as e:
-                d.start()
-            self.assertIn(error, str(e.exception))
-        finally:
-            d.close()
+        said = prefixd_fixture.start_error(prefixd, config)
+        self.assertIsNotNone(said, "the daemon started")
+        self.assertIn(error, said)

@@ -274,14 +274,10 @@ class SglangDiscoveryTest(unittest.TestCase):
                  'http(s)://HOST:PORT URL'),
                 ('name: "sg" server_info_url: "http://127.0.0.1:1" type: "vLLM"',
                  'index.sources[sg].type: "vLLM" with a server_info_url')):
-            d = prefixd_fixture.Daemon(ARGS.prefixd, "index { sources { %s } }" % source,
-                                       snapshot=False)
-            try:
-                with self.assertRaises(prefixd_fixture.DaemonFailed) as e:
-                    d.start()
-                self.assertIn(error, str(e.exception))
-            finally:
-                d.close()
+            said = prefixd_fixture.start_error(ARGS.prefixd,
+                                               "index { sources { %s } }" % source)
+            self.assertIsNotNone(said, source)
+            self.assertIn(error, said)
 
 
 if __name__ == "__main__":

@@ -153,3 +153,16 @@ class Daemon:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+def start_error(binary, config_text):
+    """What a daemon started with `config_text` says as it fails to start;
+    None if it serves (it is stopped either way)."""
+    d = Daemon(binary, config_text, snapshot=False)
+    try:
+        d.start()
+    except DaemonFailed as e:
+        return str(e)
+    finally:
+        d.close()
+    return None

@@ -67,6 +67,7 @@ class EngineLoadFeed::Subscribers {
       Sub sub{zmq::socket_t(ZmqContext(), zmq::socket_type::sub), owner,
               filer->Add({s.worker, s.endpoint})};
       sub.socket.set(zmq::sockopt::linger, 0);
+      sub.socket.set(zmq::sockopt::ipv6, 1);  // tcp://[::1]:5559 too
       sub.socket.set(zmq::sockopt::maxmsgsize, kMaxLoadMessageBytes);
       sub.socket.set(zmq::sockopt::rcvhwm, kLoadQueueMessages);
       sub.socket.set(zmq::sockopt::subscribe, std::string(kLoadTopic));

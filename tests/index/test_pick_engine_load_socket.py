@@ -18,6 +18,7 @@ Checks, each against the figures sent:
     run of them starts or its reason changes, and the next good one is
     logged as read again;
   - once the socket goes quiet, e0 is back on the window after max_age;
+  - a load socket on an IPv6 address is read too;
   - a load socket endpoint that is not tcp://HOST:PORT stops the daemon
     at start with the field named.
 
@@ -59,10 +60,11 @@ class LoadSocket:
     """SGLang's load PUB socket: sends the current frames every RESEND_S
     (SGLang re-sends an unchanged reading every second; faster here)."""
 
-    def __init__(self):
+    def __init__(self, host="127.0.0.1"):
         self.sock = zmq.Context.instance().socket(zmq.PUB)
-        port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.endpoint = "tcp://127.0.0.1:%d" % port
+        self.sock.setsockopt(zmq.IPV6, 1)
+        port = self.sock.bind_to_random_port("tcp://" + host)
+        self.endpoint = "tcp://%s:%d" % (host, port)
         self.lock = threading.Lock()
         self.frames = None
         self.seq = 0
@@ -172,7 +174,33 @@ class EngineLoadSocketTest(engine_load_case.EngineLoadCase):
         self.assertGreaterEqual(time.monotonic() - quiet, MAX_AGE_S * 0.9)
         self.assertEqual(got["e0"].kv_usage, 0)
 
-    def test_5_bad_endpoint_stops_the_daemon(self):
+    def test_5_an_ipv6_socket_is_read(self):
+        load = LoadSocket("[::1]")
+        engine = kvp.Publisher(encoding="array")
+        config = ('index {\n  block_size: %d\n'
+                  '  sources { name: "e6" endpoint: "%s" }\n'
+                  '  pick { engine_load_sockets { worker: "e6" endpoint: "%s" } }\n}\n'
+                  % (BS, engine.endpoint, load.endpoint))
+        daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False)
+        try:
+            load.send(load_stat(4, 1, 0, 0))
+            daemon.start()
+            client = prefixd.Client(daemon.tcp)
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                r = client.pick(list(range(1, 2 * BS + 1)), dry_run=True, timeout=DEADLINE_S)
+                c = {c.worker: c for c in r.ranked}.get("e6")
+                if c is not None and c.load_from_engine:
+                    break
+                self.assertLess(time.monotonic(), deadline, "%s\n%s" % (r, daemon.logs()))
+                time.sleep(RESEND_S)
+            self.assertEqual(c.requests_in_flight, 5)
+        finally:
+            daemon.close()
+            engine.close()
+            load.close()
+
+    def test_6_bad_endpoint_stops_the_daemon(self):
         self.assert_start_fails(
             ARGS.prefixd, 'engine_load_sockets { worker: "e0" endpoint: "http://127.0.0.1:1/load" }',
             'index.pick.engine_load_sockets[0].endpoint: "http://127.0.0.1:1/load" is not '

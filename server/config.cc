@@ -710,6 +710,25 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc,
                               &out->engine_load_sockets);
 }
 
+// The key in the file at `path`, surrounding white space left out.
+absl::StatusOr<std::string> ReadApiKey(absl::string_view field,
+                                       const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return Invalid(field, absl::StrCat("\"", path, "\" cannot be read"));
+  }
+  std::string key(absl::StripAsciiWhitespace(text.str()));
+  if (key.empty())
+    return Invalid(field, absl::StrCat("\"", path, "\" is empty"));
+  if (absl::StrContains(key, '\n') || absl::StrContains(key, '\r')) {
+    return Invalid(field,
+                   absl::StrCat("\"", path, "\" holds more than one line"));
+  }
+  return key;
+}
+
 // A source with a server_info_url: an SGLang worker followed by URL
 // (server/sglang_discovery.h), checked as a source is.
 absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
@@ -734,6 +753,11 @@ absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
   SglangWorker w;
   w.name = sc.name();
   w.url = sc.server_info_url();
+  if (!sc.server_info_api_key_file().empty()) {
+    ASSIGN_OR_RETURN(
+        w.api_key, ReadApiKey(absl::StrCat(field, ".server_info_api_key_file"),
+                              sc.server_info_api_key_file()));
+  }
   w.replay_port = static_cast<int>(sc.replay_port());
   IndexSource labels;  // checked as the source of its rank 0 is
   RETURN_IF_ERROR(ReadSourceLabels(sc, &labels));

@@ -669,6 +669,27 @@ TEST(ConfigTest, SglangWorkerByUrl) {
   EXPECT_THAT(c.status().message(),
               HasSubstr("must be non-empty and contain no '/'"));
 
+  // SGLang's --api-key from a file, white space around it left out.
+  const std::string key = WriteFile("sglang_key", "  sk-7\n");
+  c = FromText(absl::StrCat(
+      "index { sources { name: 'sg' server_info_url: 'http://h:1' ",
+      "server_info_api_key_file: '", key, "' } }"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sglang_discovery.workers[0].api_key, "sk-7");
+  for (const auto& [text, want] :
+       {std::pair<const char*, const char*>{" \n", "is empty"},
+        {"a\nb\n", "holds more than one line"}}) {
+    const std::string bad = WriteFile("sglang_bad_key", text);
+    c = FromText(absl::StrCat(
+        "index { sources { name: 'sg' server_info_url: 'http://h:1' ",
+        "server_info_api_key_file: '", bad, "' } }"));
+    ASSERT_FALSE(c.ok()) << text;
+    EXPECT_THAT(
+        c.status().message(),
+        HasSubstr(absl::StrCat("index.sources[sg].server_info_api_key_file: \"",
+                               bad, "\" ", want)));
+  }
+
   CommandLine flags;
   flags.index_sources = {"sg=http://10.0.0.3:30000", "v=tcp://h:1,tcp://h:2"};
   v1::Config config;

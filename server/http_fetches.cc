@@ -9,6 +9,7 @@ namespace prefixd {
 
 struct HttpFetches::Transfer {
   CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
   std::string body;
   size_t max_body = 0;
   bool too_large = false;
@@ -42,18 +43,19 @@ absl::Status HttpFetches::InitLibcurl() {
 }
 
 HttpFetches::HttpFetches(const std::vector<std::string>& urls,
-                         HttpFetchOptions options)
-    : multi_(curl_multi_init()),
-      headers_(
-          options.accept.empty()
-              ? nullptr
-              : curl_slist_append(
-                    nullptr, absl::StrCat("Accept: ", options.accept).c_str())),
-      transfers_(urls.size()) {
+                         HttpFetchOptions options,
+                         const std::vector<std::string>& headers)
+    : multi_(curl_multi_init()), transfers_(urls.size()) {
   for (size_t i = 0; i < transfers_.size(); ++i) {
     Transfer& t = transfers_[i];
     t.easy = curl_easy_init();
     t.max_body = options.max_body_bytes;
+    if (!options.accept.empty()) {
+      t.headers = curl_slist_append(
+          t.headers, absl::StrCat("Accept: ", options.accept).c_str());
+    }
+    if (i < headers.size() && !headers[i].empty())
+      t.headers = curl_slist_append(t.headers, headers[i].c_str());
     CURL* e = t.easy;
     curl_easy_setopt(e, CURLOPT_URL, urls[i].c_str());
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -61,7 +63,8 @@ HttpFetches::HttpFetches(const std::vector<std::string>& urls,
     curl_easy_setopt(
         e, CURLOPT_TIMEOUT_MS,
         static_cast<long>(absl::ToInt64Milliseconds(options.timeout)));
-    if (headers_ != nullptr) curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers_);
+    if (t.headers != nullptr)
+      curl_easy_setopt(e, CURLOPT_HTTPHEADER, t.headers);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, Append);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &t);
     curl_easy_setopt(e, CURLOPT_PRIVATE, &t);
@@ -70,8 +73,10 @@ HttpFetches::HttpFetches(const std::vector<std::string>& urls,
 }
 
 HttpFetches::~HttpFetches() {
-  for (Transfer& t : transfers_) curl_easy_cleanup(t.easy);
-  curl_slist_free_all(headers_);
+  for (Transfer& t : transfers_) {
+    curl_easy_cleanup(t.easy);
+    curl_slist_free_all(t.headers);
+  }
   curl_multi_cleanup(multi_);
 }
 

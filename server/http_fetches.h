@@ -37,7 +37,10 @@ class HttpFetches {
   // first one's outcome). INTERNAL when it fails.
   static absl::Status InitLibcurl();
 
-  HttpFetches(const std::vector<std::string>& urls, HttpFetchOptions options);
+  // `headers`, when given, holds one more header line per URL ("" for
+  // none), e.g. "Authorization: Bearer KEY".
+  HttpFetches(const std::vector<std::string>& urls, HttpFetchOptions options,
+              const std::vector<std::string>& headers = {});
   ~HttpFetches();
   HttpFetches(const HttpFetches&) = delete;
   HttpFetches& operator=(const HttpFetches&) = delete;
@@ -57,7 +60,6 @@ class HttpFetches {
 
  private:
   CURLM* const multi_;
-  curl_slist* const headers_;
   std::vector<Transfer> transfers_;  // never resized: libcurl holds &t
 };
 

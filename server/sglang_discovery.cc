@@ -55,6 +55,17 @@ std::string Described(const SglangEventSockets& s) {
   return out;
 }
 
+// Each worker's header line for its --api-key ("" without one).
+std::vector<std::string> ApiKeyHeaders(const SglangDiscoveryOptions& o) {
+  std::vector<std::string> out;
+  for (const SglangWorker& w : o.workers) {
+    out.push_back(w.api_key.empty()
+                      ? std::string()
+                      : absl::StrCat("Authorization: Bearer ", w.api_key));
+  }
+  return out;
+}
+
 std::vector<std::string> ServerInfoUrls(const SglangDiscoveryOptions& o) {
   std::vector<std::string> out;
   for (const SglangWorker& w : o.workers) {
@@ -101,7 +112,8 @@ SglangDiscovery::SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,
   f.timeout = options_.timeout;
   f.max_body_bytes = size_t{4} << 20;
   f.accept = "application/json";
-  fetches_ = std::make_unique<HttpFetches>(ServerInfoUrls(options_), f);
+  fetches_ = std::make_unique<HttpFetches>(ServerInfoUrls(options_), f,
+                                           ApiKeyHeaders(options_));
 }
 
 SglangDiscovery::~SglangDiscovery() { Stop(); }
@@ -158,7 +170,12 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
         st.followed ? "still following what it said last"
                     : absl::StrCat("asking again every ",
                                    absl::FormatDuration(options_.retry));
+    const bool refused = absl::EndsWith(body.status().message(), " 401");
     Log(i, absl::StrCat("/server_info not read: ", body.status().message(),
+                        refused && w.api_key.empty()
+                            ? " (a worker started with --api-key needs "
+                              "server_info_api_key_file)"
+                            : "",
                         "; ", then));
     st.next = now + (st.followed ? w.interval : options_.retry);
     return;

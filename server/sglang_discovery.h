@@ -46,6 +46,7 @@ struct SglangWorker {
   std::string url;      // its HTTP server: http(s)://HOST:PORT
   int replay_port = 0;  // rank 0's replay port on HOST; 0: no replay
   WorkerLabels labels;  // every rank's (dp_rank is set per rank)
+  std::string api_key;  // SGLang's --api-key, sent as a bearer token
   absl::Duration interval = absl::Seconds(10);
 };
 

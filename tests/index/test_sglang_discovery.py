@@ -20,8 +20,12 @@ Checks:
     workers and their blocks as they were;
   - a /server_info that says another block size unfollows both ranks
     (logged), and the right one follows them again;
+  - the worker requires its --api-key, which the daemon reads from
+    server_info_api_key_file and sends as a bearer token; without the file
+    the 401 is logged with what is missing;
   - bad config (a server_info_url beside an endpoint, a URL that is not
-    http(s)) stops the daemon at start, naming the field.
+    http(s), a key file that cannot be read) stops the daemon at start,
+    naming the field.
 
 Usage: test_sglang_discovery.py --prefixd PATH [--stubs DIR]
 """
@@ -29,7 +33,9 @@ Usage: test_sglang_discovery.py --prefixd PATH [--stubs DIR]
 import http.server
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -49,15 +55,19 @@ import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 
 BS = 16
+API_KEY = "sk-worker-7"
 DEADLINE_S = 15
 TIMEOUT = 10
 
 
 class ServerInfo(http.server.ThreadingHTTPServer):
-    """GET /server_info answers `self.status` with `self.info` as JSON."""
+    """GET /server_info answers `self.status` with `self.info` as JSON; as
+    SGLang started with --api-key, 401 without `Authorization: Bearer
+    <api_key>`."""
 
-    def __init__(self):
+    def __init__(self, api_key):
         super().__init__(("127.0.0.1", 0), _Handler)
+        self.api_key = api_key
         self.status = 200
         self.info = {}
         self.gets = 0
@@ -73,8 +83,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         srv = self.server
         srv.gets += 1
+        status = srv.status if self.path == "/server_info" else 404
         body = json.dumps(srv.info).encode()
-        self.send_response(srv.status if self.path == "/server_info" else 404)
+        if self.headers.get("Authorization") != "Bearer " + srv.api_key:
+            status, body = 401, b'{"error": "Unauthorized"}'
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -125,14 +138,18 @@ class SglangDiscoveryTest(unittest.TestCase):
         if not ARGS.prefixd:
             raise unittest.SkipTest("--prefixd not given")
         cls.pubs, cls.base, cls.replay, cls.loads = bind_ranks()
-        cls.info = ServerInfo()
+        cls.info = ServerInfo(API_KEY)
         cls.info.status = 503
+        cls.key_file = os.path.join(tempfile.mkdtemp(prefix="prefixd-sglang-"), "api_key")
+        with open(cls.key_file, "w") as f:
+            f.write(API_KEY + "\n")
         cls.info.info = {"model_path": "m", "page_size": BS, "kv_events": kv_events(cls.base)}
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "sg" server_info_url: "%s" replay_port: %d\n'
-                  '            resolve_interval: "1s" model: "m" }\n'
+                  '            resolve_interval: "1s" model: "m"\n'
+                  '            server_info_api_key_file: "%s" }\n'
                   '  pick { engine_metrics_max_age: "5s" }\n}\n'
-                  % (BS, cls.info.url, cls.replay))
+                  % (BS, cls.info.url, cls.replay, cls.key_file))
         cls.http_port = prefixd_fixture.free_port()  # the Conductor API
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False,
                                             args=["--index_http_listen=127.0.0.1:%d"
@@ -150,6 +167,8 @@ class SglangDiscoveryTest(unittest.TestCase):
             s.close()
         if getattr(cls, "info", None) is not None:
             cls.info.shutdown()
+        if getattr(cls, "key_file", None) is not None:
+            shutil.rmtree(os.path.dirname(cls.key_file), ignore_errors=True)
 
     # ---- helpers ----
 
@@ -273,11 +292,26 @@ class SglangDiscoveryTest(unittest.TestCase):
                  'index.sources[sg].server_info_url: "ftp://127.0.0.1:1" is not an '
                  'http(s)://HOST:PORT URL'),
                 ('name: "sg" server_info_url: "http://127.0.0.1:1" type: "vLLM"',
-                 'index.sources[sg].type: "vLLM" with a server_info_url')):
+                 'index.sources[sg].type: "vLLM" with a server_info_url'),
+                ('name: "sg" server_info_url: "http://127.0.0.1:1" '
+                 'server_info_api_key_file: "/nonexistent/key"',
+                 'index.sources[sg].server_info_api_key_file: "/nonexistent/key" cannot '
+                 'be read')):
             said = prefixd_fixture.start_error(ARGS.prefixd,
                                                "index { sources { %s } }" % source)
             self.assertIsNotNone(said, source)
             self.assertIn(error, said)
+
+    def test_8_a_missing_api_key_is_named(self):
+        config = ('index { sources { name: "nokey" server_info_url: "%s" } }' % self.info.url)
+        d = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
+        try:
+            log = ("prefixd: SGLang worker nokey (%s): /server_info not read: HTTP status 401 "
+                   "(a worker started with --api-key needs server_info_api_key_file)"
+                   % self.info.url)
+            self.until("the 401 logged", lambda: log in d.logs())
+        finally:
+            d.close()
 
 
 if __name__ == "__main__":

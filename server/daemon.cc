@@ -28,7 +28,8 @@ HttpSources SourcesOf(const Server& server) {
            c.fingerprint, c.bytes_per_token},
           server.picker(),
           server.engine_scraper(),
-          server.engine_load_feed()};
+          server.engine_load_feed(),
+          server.sglang_discovery()};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {

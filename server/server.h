@@ -101,6 +101,9 @@ class Server {
   // The reader of the engines' metrics; nullptr without
   // index.pick.engine_metrics.
   const EngineScraper* engine_scraper() const { return engine_scraper_.get(); }
+  const SglangDiscovery* sglang_discovery() const {
+    return sglang_discovery_.get();
+  }
   // The follower of SGLang's load sockets; nullptr without
   // index.pick.engine_load_sockets.
   const EngineLoadFeed* engine_load_feed() const {

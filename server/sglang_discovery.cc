@@ -107,7 +107,9 @@ SglangDiscovery::SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,
     : options_(std::move(options)),
       ingest_(ingest),
       loads_(loads),
-      states_(std::move(states)) {
+      states_(std::move(states)),
+      ok_(new std::atomic<uint64_t>[states_.size()]()),
+      failed_(new std::atomic<uint64_t>[states_.size()]()) {
   HttpFetchOptions f;
   f.timeout = options_.timeout;
   f.max_body_bytes = size_t{4} << 20;
@@ -144,6 +146,16 @@ void SglangDiscovery::Stop() {
   if (thread_ != nullptr) thread_->Stop();
 }
 
+std::vector<EngineLoadFiler::Counts> SglangDiscovery::counts() const {
+  std::vector<EngineLoadFiler::Counts> out;
+  for (size_t i = 0; i < options_.workers.size(); ++i) {
+    out.push_back({options_.workers[i].name,
+                   ok_[i].load(std::memory_order_relaxed),
+                   failed_[i].load(std::memory_order_relaxed)});
+  }
+  return out;
+}
+
 void SglangDiscovery::Round() {
   const absl::Time start = absl::Now();
   std::vector<bool> due(states_.size());
@@ -177,6 +189,7 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
                               "server_info_api_key_file)"
                             : "",
                         "; ", then));
+    failed_[i].fetch_add(1, std::memory_order_relaxed);
     st.next = now + (st.followed ? w.interval : options_.retry);
     return;
   }
@@ -198,6 +211,7 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
     follow = **found;
     Log(i, Described(*follow));
   }
+  (follow ? ok_ : failed_)[i].fetch_add(1, std::memory_order_relaxed);
   Follow(i, follow);
   st.next = now + (follow ? w.interval : options_.retry);
 }

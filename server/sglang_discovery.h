@@ -18,8 +18,8 @@
 // that answers without events, or with another block size than the
 // index's, is no longer followed. Each outcome is logged when it changes.
 //
-// Thread safety: the reading runs on its own thread; Stop may be called
-// from any thread.
+// Thread safety: the reading runs on its own thread; Stop and counts may
+// be called from any thread (the counts are relaxed atomics).
 #ifndef PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 #define PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 
@@ -75,6 +75,10 @@ class SglangDiscovery {
   // Ends the round in progress and joins; what is followed stays.
   void Stop();
 
+  // Per worker, in the config's order: its /server_info reads so far, ok
+  // (followed) or failed (not read, or not followable).
+  std::vector<EngineLoadFiler::Counts> counts() const;
+
  private:
   // What the thread knows of worker i.
   struct State {
@@ -99,6 +103,9 @@ class SglangDiscovery {
   Ingest* const ingest_;
   EngineLoadFeed* const loads_;
   std::vector<State> states_;  // the thread's
+  // Per worker: reads that were followed, and the others.
+  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
+  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<HttpFetches> fetches_;    // the thread's
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first

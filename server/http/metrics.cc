@@ -649,6 +649,13 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
         "(index.pick.engine_load_sockets), by result (ok, failed).",
         sources->engine_load_feed->counts()));
   }
+  if (sources->sglang_discovery != nullptr) {
+    append(EngineLoadReadingFamilies(
+        "prefixd_index_sglang_server_info_reads_total",
+        "Reads of each SGLang worker's /server_info (index.sources "
+        "server_info_url), by result (ok: followed, failed).",
+        sources->sglang_discovery->counts()));
+  }
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));
   }

@@ -92,7 +92,8 @@ std::vector<prometheus::MetricFamily> IndexMetricFamilies(
     const IndexStats& stats);
 // Readings of the engines' loads, per worker and result (ok, failed):
 // the metrics scraper's (server/engine_scraper.h) and the load sockets'
-// (server/engine_load_feed.h), in a counter family `name`.
+// (server/engine_load_feed.h), in a counter family `name`; also the SGLang
+// workers' /server_info reads (server/sglang_discovery.h).
 std::vector<prometheus::MetricFamily> EngineLoadReadingFamilies(
     absl::string_view name, absl::string_view help,
     const std::vector<EngineLoadFiler::Counts>& counts);

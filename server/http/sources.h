@@ -15,6 +15,7 @@
 #include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
 #include "server/events_publish.h"
+#include "server/sglang_discovery.h"
 
 namespace prefixd {
 
@@ -37,8 +38,10 @@ struct HttpSources {
   const Picker* picker = nullptr;  // with the fleet index
   // With index.pick.engine_metrics.
   const EngineScraper* engine_scraper = nullptr;
-  // With index.pick.engine_load_sockets.
+  // With index.pick.engine_load_sockets or SGLang workers by URL.
   const EngineLoadFeed* engine_load_feed = nullptr;
+  // With index.sources { server_info_url }.
+  const SglangDiscovery* sglang_discovery = nullptr;
 };
 
 }  // namespace prefixd

@@ -23,6 +23,8 @@ Checks:
   - the worker requires its --api-key, which the daemon reads from
     server_info_api_key_file and sends as a bearer token; without the file
     the 401 is logged with what is missing;
+  - prefixd_index_sglang_server_info_reads_total counts the reads, ok
+    and failed;
   - bad config (a server_info_url beside an endpoint, a URL that is not
     http(s), a key file that cannot be read) stops the daemon at start,
     naming the field.
@@ -33,6 +35,7 @@ Usage: test_sglang_discovery.py --prefixd PATH [--stubs DIR]
 import http.server
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -312,6 +315,18 @@ class SglangDiscoveryTest(unittest.TestCase):
             self.until("the 401 logged", lambda: log in d.logs())
         finally:
             d.close()
+
+    def test_9_reads_are_counted(self):
+        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                    timeout=TIMEOUT) as r:
+            text = r.read().decode()
+        family = "prefixd_index_sglang_server_info_reads_total"
+        got = {result: float(n) for result, n in re.findall(
+            r'^%s\{worker="sg",result="(\w+)"\} (\S+)$' % family, text, re.M)}
+        # The 503s of test 1 and the block size of test 6 failed; every
+        # other read was followed.
+        self.assertGreaterEqual(got.get("failed", 0), 3, text)
+        self.assertGreaterEqual(got.get("ok", 0), 3, text)
 
 
 if __name__ == "__main__":

@@ -126,11 +126,13 @@ def label_values_query(expr):
 
 INDEX_METRICS = "prefixd_index_"
 # Families a daemon has only when its config names their sources (the
-# engines' /metrics and SGLang's load sockets, index.pick.engine_metrics and
-# engine_load_sockets), which this test's daemon does not: a dashboard
+# engines' /metrics, SGLang's load sockets and workers by URL,
+# index.pick.engine_metrics, engine_load_sockets and sources with a
+# server_info_url), which this test's daemon does not: a dashboard
 # expression over them is only checked to parse.
 CONFIGURED_METRICS = ("prefixd_index_engine_scrapes_total",
-                      "prefixd_index_engine_load_messages_total")
+                      "prefixd_index_engine_load_messages_total",
+                      "prefixd_index_sglang_server_info_reads_total")
 
 
 # ---- the fleet index (docs/index.md) ----------------------------------------

@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
 

@@ -758,6 +758,10 @@ absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
         w.api_key, ReadApiKey(absl::StrCat(field, ".server_info_api_key_file"),
                               sc.server_info_api_key_file()));
   }
+  if (sc.replay_port() > 65535) {
+    return Invalid(absl::StrCat(field, ".replay_port"),
+                   absl::StrCat(sc.replay_port(), " is not a port (0-65535)"));
+  }
   w.replay_port = static_cast<int>(sc.replay_port());
   IndexSource labels;  // checked as the source of its rank 0 is
   RETURN_IF_ERROR(ReadSourceLabels(sc, &labels));

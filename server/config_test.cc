@@ -663,6 +663,16 @@ TEST(ConfigTest, SglangWorkerByUrl) {
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(),
               HasSubstr("index.sources[v]: the name is used twice"));
+  c = FromText(R"pb(index {
+                      sources {
+                        name: "sg"
+                        server_info_url: "http://h:1"
+                        replay_port: 70000
+                      }
+                    })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.sources[sg].replay_port: 70000 is not a port"));
   c = FromText(
       R"pb(index { sources { name: "a/b" server_info_url: "http://h:1" } })pb");
   ASSERT_FALSE(c.ok());

@@ -119,12 +119,6 @@ std::vector<std::string> SglangEventSockets::LoadEndpoints() const {
   return Endpoints(host, load_port_base, dp_size);
 }
 
-bool SglangEventSockets::operator==(const SglangEventSockets& o) const {
-  return host == o.host && port_base == o.port_base && topic == o.topic &&
-         block_size == o.block_size && dp_size == o.dp_size &&
-         load_port_base == o.load_port_base;
-}
-
 absl::StatusOr<std::optional<SglangEventSockets>> ParseSglangServerInfo(
     absl::string_view body, absl::string_view worker_host) {
   const Json info = Json::parse(body.begin(), body.end(), nullptr, false);

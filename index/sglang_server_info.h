@@ -42,7 +42,7 @@ struct SglangEventSockets {
   // none without load sockets).
   std::vector<std::string> EventEndpoints() const;
   std::vector<std::string> LoadEndpoints() const;
-  bool operator==(const SglangEventSockets& o) const;
+  bool operator==(const SglangEventSockets&) const = default;
 };
 
 // The sockets `body` (a /server_info answer) describes, dialled on

@@ -710,16 +710,33 @@ absl::Status ResolveIndexPick(const v1::IndexPickConfig& pc,
                               &out->engine_load_sockets);
 }
 
+// The whole file at `path`; NOT_FOUND with the system's reason ("No such
+// file or directory") when it cannot be opened.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(std::strerror(errno));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The config file at `path`, or NOT_FOUND naming it.
+absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (text.ok()) return text;
+  return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
+                                          ": ", text.status().message()));
+}
+
 // The key in the file at `path`, surrounding white space left out.
 absl::StatusOr<std::string> ReadApiKey(absl::string_view field,
                                        const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) {
-    return Invalid(field, absl::StrCat("\"", path, "\" cannot be read"));
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) {
+    return Invalid(field, absl::StrCat("\"", path, "\" cannot be read: ",
+                                       text.status().message()));
   }
-  std::string key(absl::StripAsciiWhitespace(text.str()));
+  std::string key(absl::StripAsciiWhitespace(*text));
   if (key.empty())
     return Invalid(field, absl::StrCat("\"", path, "\" is empty"));
   if (absl::StrContains(key, '\n') || absl::StrContains(key, '\r')) {
@@ -763,13 +780,14 @@ absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
                    absl::StrCat(sc.replay_port(), " is not a port (0-65535)"));
   }
   w.replay_port = static_cast<int>(sc.replay_port());
-  IndexSource labels;  // checked as the source of its rank 0 is
+  if (w.name.empty() || absl::StrContains(w.name, '/')) {
+    return Invalid(absl::StrCat(field, ".name"),
+                   "must be non-empty and contain no '/' (it names the "
+                   "worker of rank 0; rank r is <name>/dp<r>)");
+  }
+  IndexSource labels;
   RETURN_IF_ERROR(ReadSourceLabels(sc, &labels));
   w.labels = labels.labels;
-  labels.name = w.name;
-  labels.endpoint = "tcp://127.0.0.1:1";
-  labels.pinned = true;
-  RETURN_IF_ERROR(ValidateIndexSource(labels));
   if (!sc.resolve_interval().empty()) {
     ASSIGN_OR_RETURN(w.interval, ParsePositiveDuration(
                                      absl::StrCat(field, ".resolve_interval"),
@@ -900,16 +918,10 @@ absl::Status ResolveEventsPublish(const v1::Config& c, ServerConfig* out) {
 }  // namespace
 
 absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
-                                            ": ", std::strerror(errno)));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadConfigText(path));
   v1::Config config;
   if (absl::EndsWith(path, ".json")) {
-    auto s = google::protobuf::util::JsonStringToMessage(text.str(), &config);
+    auto s = google::protobuf::util::JsonStringToMessage(text, &config);
     if (!s.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("config file ", path, " (JSON): ", s.ToString()));
@@ -919,7 +931,7 @@ absl::StatusOr<v1::Config> ReadConfigFile(const std::string& path) {
   google::protobuf::TextFormat::Parser parser;
   FirstErrorCollector errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(text.str(), &config)) {
+  if (!parser.ParseFromString(text, &config)) {
     return absl::InvalidArgumentError(
         absl::StrCat("config file ", path, ":", errors.error()));
   }
@@ -940,15 +952,8 @@ absl::StatusOr<v1::Config> ReadConfigFiles(
                        "(",
                        absl::StrJoin(paths, ", "), ")"));
     }
-    std::ifstream in(path);
-    if (!in) {
-      return absl::NotFoundError(absl::StrCat("cannot read config file ", path,
-                                              ": ", std::strerror(errno)));
-    }
-    std::stringstream text;
-    text << in.rdbuf();
+    ASSIGN_OR_RETURN(std::string t, ReadConfigText(path));
     files.emplace_back(path, lines);
-    std::string t = text.str();
     if (!t.empty() && t.back() != '\n') t += '\n';
     lines += static_cast<int>(std::count(t.begin(), t.end(), '\n'));
     joined += t;

@@ -23,10 +23,10 @@
 #include "prefixd/v1/config.pb.h"
 #include "server/engine_load_feed.h"
 #include "server/engine_scraper.h"
-#include "server/sglang_discovery.h"
 #include "server/flags.h"
 #include "server/kv_event_sockets.h"
 #include "server/listen_address.h"
+#include "server/sglang_discovery.h"
 #include "server/watch.h"
 
 namespace prefixd {

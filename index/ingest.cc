@@ -1,8 +1,5 @@
 #include "index/ingest.h"
 
-#include <netdb.h>
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -25,6 +22,7 @@
 #include "index/listen_gate.h"
 #include "index/sequence.h"
 #include "index/wire_names.h"
+#include "index/zmq_dial.h"
 #include "index/zmq_wire.h"
 
 namespace prefixd {
@@ -54,27 +52,6 @@ std::optional<HostPort> SplitTcp(absl::string_view endpoint) {
 std::string JoinHostPort(absl::string_view host, absl::string_view port) {
   return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
                                       : absl::StrCat(host, ":", port);
-}
-
-// Numeric addresses HOST resolves to (TCP), sorted; empty on failure.
-std::vector<std::string> ResolveHost(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::vector<std::string> out;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
-  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
-    char buf[NI_MAXHOST];
-    if (getnameinfo(a->ai_addr, a->ai_addrlen, buf, sizeof(buf), nullptr, 0,
-                    NI_NUMERICHOST) == 0) {
-      out.emplace_back(buf);
-    }
-  }
-  freeaddrinfo(res);
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
 }
 
 // A decoded batch's vectors are kept for the next only after a payload of
@@ -159,7 +136,7 @@ absl::StatusOr<ReplayFrames> FetchReplay(const std::string& endpoint,
   const absl::Duration timeout = options.replay_timeout;
   zmq::socket_t dealer(ZmqContext(), zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
-  dealer.set(zmq::sockopt::ipv6, 1);
+  dealer.set(zmq::sockopt::ipv6, DialsIpv6(endpoint));
   dealer.set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
   dealer.set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
   dealer.connect(endpoint);
@@ -431,7 +408,7 @@ class Ingest::Runner {
       s->sub =
           std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::sub);
       s->sub->set(zmq::sockopt::linger, 0);
-      s->sub->set(zmq::sockopt::ipv6, 1);  // pools resolve to v6 too
+      s->sub->set(zmq::sockopt::ipv6, DialsIpv6(s->endpoint));
       s->sub->set(zmq::sockopt::rcvhwm, kReceiveQueueMessages);
       s->sub->set(zmq::sockopt::maxmsgsize, kMaxKvMessageBytes);
       s->sub->set(zmq::sockopt::subscribe, "");

@@ -13,6 +13,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "index/load_stat.h"
+#include "index/zmq_dial.h"
 #include "index/zmq_wire.h"
 
 namespace prefixd {
@@ -67,7 +68,7 @@ class EngineLoadFeed::Subscribers {
       Sub sub{zmq::socket_t(ZmqContext(), zmq::socket_type::sub), owner,
               filer->Add({s.worker, s.endpoint})};
       sub.socket.set(zmq::sockopt::linger, 0);
-      sub.socket.set(zmq::sockopt::ipv6, 1);  // tcp://[::1]:5559 too
+      sub.socket.set(zmq::sockopt::ipv6, DialsIpv6(s.endpoint));
       sub.socket.set(zmq::sockopt::maxmsgsize, kMaxLoadMessageBytes);
       sub.socket.set(zmq::sockopt::rcvhwm, kLoadQueueMessages);
       sub.socket.set(zmq::sockopt::subscribe, std::string(kLoadTopic));

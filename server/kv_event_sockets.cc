@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/mutex.h"
 #include "base/status_macros.h"
+#include "index/zmq_dial.h"
 #include "index/zmq_wire.h"
 #include "server/kv_batcher.h"
 #include "server/replay_buffer.h"
@@ -42,10 +43,6 @@ bool BindsPub(absl::string_view endpoint) {
          absl::StrContains(endpoint, "::") ||
          absl::StartsWith(endpoint, "ipc://") ||
          absl::StartsWith(endpoint, "inproc://");
-}
-
-void SetIpv6IfLiteral(zmq::socket_t& s, absl::string_view endpoint) {
-  if (absl::StrContains(endpoint, '[')) s.set(zmq::sockopt::ipv6, 1);
 }
 
 // The bounds every peer's queue gets: a high-water mark in batches, and
@@ -110,7 +107,7 @@ class KvEventSockets::Impl {
     MutexLock lock(&mu_);
     pub_ = std::make_unique<zmq::socket_t>(ZmqContext(), zmq::socket_type::pub);
     Bound(*pub_, hwm_, limits_.stall_timeout);
-    SetIpv6IfLiteral(*pub_, options_.endpoint);
+    pub_->set(zmq::sockopt::ipv6, DialsIpv6(options_.endpoint));
     const bool bind = BindsPub(options_.endpoint);
     try {
       if (bind) {
@@ -133,7 +130,7 @@ class KvEventSockets::Impl {
     // instead of silently dropping the rest of its replay.
     router_->set(zmq::sockopt::router_mandatory, true);
     router_->set(zmq::sockopt::sndtimeo, kReplaySendTimeoutMs);
-    SetIpv6IfLiteral(*router_, options_.replay_endpoint);
+    router_->set(zmq::sockopt::ipv6, DialsIpv6(options_.replay_endpoint));
     try {
       router_->bind(options_.replay_endpoint);
     } catch (const zmq::error_t& e) {

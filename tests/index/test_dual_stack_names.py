@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Engines named by a host name of both families, over real sockets
-(docs/index.md, "Sources"): the real daemon and a vLLM-shaped publisher
+(docs/index.md, "Configuration"): the real daemon and a vLLM-shaped publisher
 bound to tcp://0.0.0.0:PORT (IPv4 only, as vLLM's tcp://*:PORT binds),
 named tcp://localhost:PORT where localhost is both ::1 and 127.0.0.1, as
 Debian's stock /etc/hosts has it.
@@ -22,9 +22,7 @@ Usage: test_dual_stack_names.py --prefixd PATH [--stubs DIR]
 
 import os
 import socket
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import unittest
@@ -39,12 +37,12 @@ import common  # noqa: E402  (tests/python/common.py)
 ARGS = common.setup(__doc__)
 
 import prefixd  # noqa: E402
+import hosts_namespace  # noqa: E402  (tests/python/hosts_namespace.py)
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
 
 BS = 16
 DEADLINE_S = 10
-INSIDE = "PREFIXD_TEST_DUAL_STACK_NAMESPACE"
 HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
 
 
@@ -52,26 +50,7 @@ def port_of(endpoint):
     return int(endpoint.rsplit(":", 1)[1])
 
 
-def in_own_namespace():
-    """Runs this script again under unshare -m and exits with its code;
-    SKIP when mount namespaces are not allowed here."""
-    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True)
-    if probe.returncode != 0:
-        print("SKIP: no mount namespace here (unshare -m: %s)"
-              % probe.stderr.decode().strip())
-        sys.exit(common.SKIP)
-    env = dict(os.environ, **{INSIDE: "1"})
-    argv = [sys.executable, os.path.abspath(__file__), "--prefixd", ARGS.prefixd,
-            "--stubs", ARGS.stubs] + sys.argv[1:]
-    sys.exit(subprocess.run(["unshare", "-m", "--propagation", "private"] + argv,
-                            env=env).returncode)
-
-
-def mount_dual_stack_hosts():
-    hosts = os.path.join(tempfile.mkdtemp(prefix="prefixd-hosts-"), "hosts")
-    with open(hosts, "w") as f:
-        f.write(HOSTS)
-    subprocess.run(["mount", "--bind", hosts, "/etc/hosts"], check=True)
+def check_both_families():
     families = {a[0] for a in socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)}
     if families != {socket.AF_INET, socket.AF_INET6}:
         sys.exit("localhost did not resolve to both families: %s" % families)
@@ -172,7 +151,7 @@ if __name__ == "__main__":
     if not ARGS.prefixd:
         print("SKIP: --prefixd not given")
         sys.exit(common.SKIP)
-    if os.environ.get(INSIDE) != "1":
-        in_own_namespace()
-    mount_dual_stack_hosts()
+    hosts_namespace.enter(ARGS)
+    hosts_namespace.mount(HOSTS)
+    check_both_families()
     common.unittest_main()

@@ -195,22 +195,31 @@ absl::Status CheckEndpoint(absl::string_view what, absl::string_view ep) {
   return absl::OkStatus();
 }
 
-// Whether `s` is pinned to rank r > 0 and named as a source's rank r is,
-// <name>/dp<r> (the ranks of an SGLang worker followed by URL).
-bool NamedAsItsRank(const IndexSource& s) {
-  if (!s.pinned || s.labels.dp_rank <= 0) return false;
-  const std::string suffix = absl::StrCat("/dp", s.labels.dp_rank);
-  return absl::EndsWith(s.name, suffix) && s.name.size() > suffix.size() &&
-         s.name.find('/') == s.name.size() - suffix.size();
+// Whether `s` is pinned and named as the index names the sources of an
+// SGLang worker followed by URL: <name>/dp<r> for its rank r > 0, and
+// <name>/<host>:<port> (rank 0) or <name>/<host>:<port>/dp<r> for a worker
+// of a pool.
+bool NamedAsSglangRank(const IndexSource& s) {
+  if (!s.pinned) return false;
+  absl::string_view rest = s.name;
+  const size_t slash = rest.find('/');
+  if (slash == 0 || slash == absl::string_view::npos) return false;
+  rest.remove_prefix(slash + 1);
+  const std::string rank = absl::StrCat("dp", s.labels.dp_rank);
+  if (s.labels.dp_rank > 0 && !absl::ConsumeSuffix(&rest, rank)) return false;
+  if (s.labels.dp_rank > 0 && rest.empty()) return true;  // <name>/dp<r>
+  if (s.labels.dp_rank > 0 && !absl::ConsumeSuffix(&rest, "/")) return false;
+  return !rest.empty() && absl::StrContains(rest, ':') &&
+         !absl::StrContains(rest, '/');
 }
 
 absl::Status ValidateIndexSource(const IndexSource& s) {
   if (s.name.empty() ||
-      (absl::StrContains(s.name, '/') && !NamedAsItsRank(s))) {
+      (absl::StrContains(s.name, '/') && !NamedAsSglangRank(s))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "index source name \"", s.name,
         "\" must be non-empty and contain no '/' (it names the worker; "
-        "a source pinned to rank r > 0 may be <name>/dp<r>)"));
+        "only the index names sources <name>/dp<r> and <name>/<host>:<port>)"));
   }
   RETURN_IF_ERROR(CheckEndpoint(
       absl::StrCat("index source ", s.name, " endpoint"), s.endpoint));

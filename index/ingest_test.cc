@@ -492,6 +492,33 @@ TEST(IngestPool, OneWorkerPerAddressTheHostResolvesTo) {
   }
 }
 
+// Only the index names sources with a '/': an SGLang worker's rank r > 0
+// (<name>/dp<r>) and a pool's workers (<name>/<host>:<port>[/dp<r>]), each
+// pinned to its rank. A configured name with a '/' would collide with them.
+TEST(IngestSources, OnlyTheIndexNamesSourcesWithASlash) {
+  const auto valid = [](const std::string& name, int rank, bool pinned) {
+    IndexSource s;
+    s.name = name;
+    s.endpoint = "tcp://10.0.0.1:5557";
+    s.labels.dp_rank = rank;
+    s.pinned = pinned;
+    return ValidateIndexSource(s).ok();
+  };
+  EXPECT_TRUE(valid("sg", 0, false));
+  EXPECT_TRUE(valid("sg/dp1", 1, true));
+  EXPECT_TRUE(valid("sg/10.0.0.1:30000", 0, true));
+  EXPECT_TRUE(valid("sg/10.0.0.1:30000/dp2", 2, true));
+  EXPECT_TRUE(valid("sg/[fd00::1]:30000/dp1", 1, true));
+  EXPECT_FALSE(valid("sg/dp1", 1, false));  // not pinned
+  EXPECT_FALSE(valid("sg/dp1", 2, true));   // another rank
+  EXPECT_FALSE(valid("sg/10.0.0.1:30000/dp1", 2, true));
+  EXPECT_FALSE(valid("sg/10.0.0.1:30000", 1, true));  // rank 1 without /dp1
+  EXPECT_FALSE(valid("sg/pods", 0, true));            // no host:port
+  EXPECT_FALSE(valid("/10.0.0.1:30000", 0, true));    // no name
+  EXPECT_FALSE(valid("sg/a/10.0.0.1:30000", 0, true));
+  EXPECT_FALSE(valid("sg/10.0.0.1:30000dp1", 1, true));
+}
+
 TEST(IngestListen, EnginesConnectAndNameThemselvesByTopic) {
   FleetIndex index(IndexOptions{kBs, 1000000});
   IngestOptions o;

@@ -746,6 +746,23 @@ absl::StatusOr<std::string> ReadApiKey(absl::string_view field,
   return key;
 }
 
+// A pool's workers are each their own instance at their own address:
+// neither may be configured for all of them.
+absl::Status CheckPoolLabels(const std::string& field, const SglangWorker& w) {
+  for (const auto& [name, value] :
+       {std::pair{"instance_id", &w.labels.instance_id},
+        std::pair{"address", &w.labels.address}}) {
+    if (w.pool && !value->empty()) {
+      return Invalid(absl::StrCat(field, ".", name),
+                     absl::StrCat("\"", *value,
+                                  "\" names one worker; each worker of a "
+                                  "server_info_pool is its own, named "
+                                  "<name>/<address>:<port>"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // A source with a server_info_url: an SGLang worker followed by URL
 // (server/sglang_discovery.h), checked as a source is.
 absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
@@ -788,6 +805,8 @@ absl::Status ResolveSglangWorker(const v1::IndexSourceConfig& sc,
   IndexSource labels;
   RETURN_IF_ERROR(ReadSourceLabels(sc, &labels));
   w.labels = labels.labels;
+  w.pool = sc.server_info_pool();
+  RETURN_IF_ERROR(CheckPoolLabels(field, w));
   if (!sc.resolve_interval().empty()) {
     ASSIGN_OR_RETURN(w.interval, ParsePositiveDuration(
                                      absl::StrCat(field, ".resolve_interval"),

@@ -679,6 +679,27 @@ TEST(ConfigTest, SglangWorkerByUrl) {
   EXPECT_THAT(c.status().message(),
               HasSubstr("must be non-empty and contain no '/'"));
 
+  // A pool: a worker per address, each its own instance and address, so
+  // neither may be configured.
+  c = FromText(R"pb(index {
+                      sources {
+                        name: "sg"
+                        server_info_url: "http://sglang.svc:30000"
+                        server_info_pool: true
+                      }
+                    })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->sglang_discovery.workers[0].pool);
+  for (const char* field : {"instance_id", "address"}) {
+    c = FromText(absl::StrCat(
+        "index { sources { name: 'sg' server_info_url: 'http://h:1' ",
+        "server_info_pool: true ", field, ": 'x' } }"));
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_THAT(c.status().message(),
+                HasSubstr(absl::StrCat("index.sources[sg].", field,
+                                       ": \"x\" names one worker")));
+  }
+
   // SGLang's --api-key from a file, white space around it left out.
   const std::string key = WriteFile("sglang_key", "  sk-7\n");
   c = FromText(absl::StrCat(

@@ -9,32 +9,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "index/zmq_dial.h"
 
 namespace prefixd {
 namespace {
 
 std::string RankName(const std::string& name, int rank) {
   return rank == 0 ? name : absl::StrCat(name, "/dp", rank);
-}
-
-// Rank r's index source.
-IndexSource RankSource(const SglangWorker& w, const SglangEventSockets& s,
-                       int rank) {
-  IndexSource src;
-  src.name = RankName(w.name, rank);
-  src.endpoint = s.EventEndpoints()[rank];
-  if (w.replay_port != 0) {
-    src.replay_endpoint =
-        absl::StrCat("tcp://", s.host, ":", w.replay_port + rank);
-  }
-  src.labels = w.labels;
-  src.labels.dp_rank = rank;
-  if (src.labels.instance_id.empty()) src.labels.instance_id = w.name;
-  if (src.labels.address.empty()) src.labels.address = w.url;
-  src.pinned = true;
-  return src;
 }
 
 std::string Range(const std::vector<std::string>& endpoints) {
@@ -54,24 +39,50 @@ std::string Described(const SglangEventSockets& s) {
   return out;
 }
 
-// Each worker's header line for its --api-key ("" without one).
-std::vector<std::string> ApiKeyHeaders(const SglangDiscoveryOptions& o) {
-  std::vector<std::string> out;
-  for (const SglangWorker& w : o.workers) {
-    out.push_back(w.api_key.empty()
-                      ? std::string()
-                      : absl::StrCat("Authorization: Bearer ", w.api_key));
-  }
-  return out;
+// What `url` reads /server_info at.
+std::string ServerInfoUrl(std::string url) {
+  while (absl::EndsWith(url, "/")) url.pop_back();
+  return absl::StrCat(url, "/server_info");
 }
 
-std::vector<std::string> ServerInfoUrls(const SglangDiscoveryOptions& o) {
-  std::vector<std::string> out;
-  for (const SglangWorker& w : o.workers) {
-    std::string base = w.url;
-    while (absl::EndsWith(base, "/")) base.pop_back();
-    out.push_back(absl::StrCat(base, "/server_info"));
+// `url` with its host replaced by `address` (a pool's member).
+absl::StatusOr<std::string> AtAddress(const std::string& url,
+                                      const std::string& address) {
+  CURLU* u = curl_url();
+  if (u == nullptr) return absl::ResourceExhaustedError("curl_url failed");
+  const std::string host = absl::StrContains(address, ':')
+                               ? absl::StrCat("[", address, "]")
+                               : address;
+  char* out = nullptr;
+  CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
+  if (rc == CURLUE_OK) rc = curl_url_set(u, CURLUPART_HOST, host.c_str(), 0);
+  if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_URL, &out, 0);
+  std::string result;
+  if (rc == CURLUE_OK) {
+    result = out;
+    curl_free(out);
   }
+  curl_url_cleanup(u);
+  if (rc != CURLUE_OK) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", url, "\" at ", address, ": ", curl_url_strerror(rc)));
+  }
+  return result;
+}
+
+// The URL's port as a pool member's name gives it (the scheme's own when
+// the URL has none).
+std::string UrlPort(const std::string& url) {
+  CURLU* u = curl_url();
+  if (u == nullptr) return "";
+  char* port = nullptr;
+  std::string out;
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
+      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+    out = port;
+    curl_free(port);
+  }
+  curl_url_cleanup(u);
   return out;
 }
 
@@ -101,39 +112,32 @@ absl::StatusOr<std::string> WorkerHost(const std::string& url) {
 }
 
 SglangDiscovery::SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,
-                                 EngineLoadFeed* loads,
-                                 std::vector<State> states)
-    : options_(std::move(options)),
-      ingest_(ingest),
-      loads_(loads),
-      states_(std::move(states)),
-      ok_(new std::atomic<uint64_t>[states_.size()]()),
-      failed_(new std::atomic<uint64_t>[states_.size()]()) {
-  HttpFetchOptions f;
-  f.timeout = options_.timeout;
-  f.max_body_bytes = size_t{4} << 20;
-  f.accept = "application/json";
-  fetches_ = std::make_unique<HttpFetches>(ServerInfoUrls(options_), f,
-                                           ApiKeyHeaders(options_));
-}
+                                 EngineLoadFeed* loads)
+    : options_(std::move(options)), ingest_(ingest), loads_(loads) {}
 
 SglangDiscovery::~SglangDiscovery() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<SglangDiscovery>> SglangDiscovery::Start(
     SglangDiscoveryOptions options, Ingest* ingest, EngineLoadFeed* loads) {
   RETURN_IF_ERROR(HttpFetches::InitLibcurl());
-  std::vector<State> states(options.workers.size());
-  for (size_t i = 0; i < states.size(); ++i) {
-    absl::StatusOr<std::string> host = WorkerHost(options.workers[i].url);
+  std::unique_ptr<SglangDiscovery> d(
+      new SglangDiscovery(std::move(options), ingest, loads));
+  for (size_t i = 0; i < d->options_.workers.size(); ++i) {
+    const SglangWorker& w = d->options_.workers[i];
+    absl::StatusOr<std::string> host = WorkerHost(w.url);
     if (!host.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("index source ", options.workers[i].name,
-                       " server_info_url ", host.status().message()));
+      return absl::InvalidArgumentError(absl::StrCat("index source ", w.name,
+                                                     " server_info_url ",
+                                                     host.status().message()));
     }
-    states[i].host = *std::move(host);
+    const std::string name(absl::StripSuffix(absl::StripPrefix(*host, "["),
+                                             "]"));  // as the resolver takes it
+    if (w.pool || ResolveHost(name).size() > 1) {
+      d->pools_.push_back({i, name, {}, absl::InfinitePast()});
+    } else {
+      d->AddMember(i, "", w.name, w.url, *std::move(host));
+    }
   }
-  std::unique_ptr<SglangDiscovery> d(new SglangDiscovery(
-      std::move(options), ingest, loads, std::move(states)));
   d->thread_ = std::make_unique<PeriodicThread>(d->options_.retry,
                                                 [p = d.get()] { p->Round(); });
   d->thread_->Wake();  // the first round now
@@ -146,89 +150,194 @@ void SglangDiscovery::Stop() {
 }
 
 std::vector<EngineLoadFiler::Counts> SglangDiscovery::counts() const {
-  std::vector<EngineLoadFiler::Counts> out;
-  for (size_t i = 0; i < options_.workers.size(); ++i) {
-    out.push_back({options_.workers[i].name,
-                   ok_[i].load(std::memory_order_relaxed),
-                   failed_[i].load(std::memory_order_relaxed)});
+  MutexLock lock(&counts_mu_);
+  return counts_;
+}
+
+void SglangDiscovery::Count(const Member& m, bool ok) {
+  MutexLock lock(&counts_mu_);
+  ++(ok ? counts_[m.counter].ok : counts_[m.counter].failed);
+}
+
+void SglangDiscovery::AddMember(size_t entry, std::string address,
+                                std::string name, std::string url,
+                                std::string host) {
+  Member m;
+  m.entry = entry;
+  m.address = std::move(address);
+  m.name = std::move(name);
+  m.url = std::move(url);
+  m.host = std::move(host);
+  m.next = absl::InfinitePast();
+  MutexLock lock(&counts_mu_);
+  const auto known = std::find_if(
+      counts_.begin(), counts_.end(),
+      [&](const EngineLoadFiler::Counts& c) { return c.worker == m.name; });
+  m.counter = static_cast<size_t>(known - counts_.begin());
+  if (known == counts_.end()) {
+    counted_names_.push_back(m.name);  // never moves: counts_ views it
+    counts_.push_back({counted_names_.back(), 0, 0});
   }
-  return out;
+  members_.push_back(std::move(m));
+}
+
+void SglangDiscovery::MakeFetches() {
+  std::vector<std::string> urls;
+  std::vector<std::string> headers;
+  for (const Member& m : members_) {
+    urls.push_back(ServerInfoUrl(m.url));
+    const std::string& key = options_.workers[m.entry].api_key;
+    headers.push_back(key.empty()
+                          ? std::string()
+                          : absl::StrCat("Authorization: Bearer ", key));
+  }
+  HttpFetchOptions f;
+  f.timeout = options_.timeout;
+  f.max_body_bytes = size_t{4} << 20;
+  f.accept = "application/json";
+  fetches_ = std::make_unique<HttpFetches>(urls, f, headers);
+}
+
+bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {
+  const SglangWorker& w = options_.workers[p.entry];
+  p.next = now + w.interval;
+  std::vector<std::string> addresses = ResolveHost(p.host);
+  if (addresses == p.addresses) return false;
+  std::fprintf(
+      stderr,
+      "prefixd: SGLang pool %s (%s): %s resolves to %zu address%s%s%s\n",
+      w.name.c_str(), w.url.c_str(), p.host.c_str(), addresses.size(),
+      addresses.size() == 1 ? "" : "es", addresses.empty() ? "" : ": ",
+      absl::StrJoin(addresses, ", ").c_str());
+  for (size_t i = members_.size(); i-- > 0;) {
+    const Member& m = members_[i];
+    if (m.entry != p.entry || std::find(addresses.begin(), addresses.end(),
+                                        m.address) != addresses.end()) {
+      continue;
+    }
+    Follow(i, std::nullopt);
+    members_.erase(members_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  const std::string port = UrlPort(w.url);
+  for (const std::string& a : addresses) {
+    if (std::find(p.addresses.begin(), p.addresses.end(), a) !=
+        p.addresses.end()) {
+      continue;
+    }
+    absl::StatusOr<std::string> url = AtAddress(w.url, a);
+    if (!url.ok()) {
+      std::fprintf(stderr, "prefixd: SGLang pool %s: %s not followed: %s\n",
+                   w.name.c_str(), a.c_str(),
+                   std::string(url.status().message()).c_str());
+      continue;
+    }
+    const std::string hostport = absl::StrContains(a, ':')
+                                     ? absl::StrCat("[", a, "]:", port)
+                                     : absl::StrCat(a, ":", port);
+    AddMember(p.entry, a, absl::StrCat(w.name, "/", hostport), *std::move(url),
+              absl::StrContains(a, ':') ? absl::StrCat("[", a, "]") : a);
+  }
+  p.addresses = std::move(addresses);
+  return true;
 }
 
 void SglangDiscovery::Round() {
   const absl::Time start = absl::Now();
-  std::vector<bool> due(states_.size());
+  bool changed = fetches_ == nullptr;
+  for (Pool& p : pools_) {
+    if (p.next <= start) changed = Resolve(p, start) || changed;
+  }
+  if (changed) MakeFetches();
+  std::vector<bool> due(members_.size());
   bool any = false;
-  for (size_t i = 0; i < states_.size(); ++i) {
-    due[i] = states_[i].next <= start;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    due[i] = members_[i].next <= start;
     any = any || due[i];
   }
   if (!any) return;
   fetches_->Run(stopping_, due);
   if (stopping_.load(std::memory_order_relaxed)) return;
   const absl::Time now = absl::Now();
-  for (size_t i = 0; i < states_.size(); ++i) {
+  for (size_t i = 0; i < members_.size(); ++i) {
     if (due[i]) Apply(i, fetches_->Take(i), now);
   }
 }
 
 void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
                             absl::Time now) {
-  const SglangWorker& w = options_.workers[i];
-  State& st = states_[i];
+  Member& m = members_[i];
+  const SglangWorker& w = options_.workers[m.entry];
   if (!body.ok()) {
     const std::string then =
-        st.followed ? "still following what it said last"
-                    : absl::StrCat("asking again every ",
-                                   absl::FormatDuration(options_.retry));
+        m.followed ? "still following what it said last"
+                   : absl::StrCat("asking again every ",
+                                  absl::FormatDuration(options_.retry));
     const bool refused = absl::EndsWith(body.status().message(), " 401");
-    Log(i, absl::StrCat("/server_info not read: ", body.status().message(),
+    Log(m, absl::StrCat("/server_info not read: ", body.status().message(),
                         refused && w.api_key.empty()
                             ? " (a worker started with --api-key needs "
                               "server_info_api_key_file)"
                             : "",
                         "; ", then));
-    failed_[i].fetch_add(1, std::memory_order_relaxed);
-    st.next = now + (st.followed ? w.interval : options_.retry);
+    Count(m, false);
+    m.next = now + (m.followed ? w.interval : options_.retry);
     return;
   }
   absl::StatusOr<std::optional<SglangEventSockets>> found =
-      ParseSglangServerInfo(*body, st.host);
+      ParseSglangServerInfo(*body, m.host);
   std::optional<SglangEventSockets> follow;
   if (!found.ok()) {
-    Log(i, absl::StrCat(found.status().message(), "; not followed"));
+    Log(m, absl::StrCat(found.status().message(), "; not followed"));
   } else if (!found->has_value()) {
-    Log(i,
+    Log(m,
         "/server_info has no kv_events (start it with --kv-events-config "
         "and a zmq publisher); not followed");
   } else if ((*found)->block_size != options_.block_size) {
-    Log(i, absl::StrCat("its blocks are of ", (*found)->block_size,
+    Log(m, absl::StrCat("its blocks are of ", (*found)->block_size,
                         " tokens, the index's of ", options_.block_size,
                         " (index.block_size; SGLang's --page-size); not "
                         "followed"));
   } else {
     follow = **found;
-    Log(i, Described(*follow));
+    Log(m, Described(*follow));
   }
-  (follow ? ok_ : failed_)[i].fetch_add(1, std::memory_order_relaxed);
+  Count(m, follow.has_value());
   Follow(i, follow);
-  st.next = now + (follow ? w.interval : options_.retry);
+  m.next = now + (follow ? w.interval : options_.retry);
+}
+
+IndexSource SglangDiscovery::RankSource(const Member& m,
+                                        const SglangEventSockets& s,
+                                        int rank) const {
+  const SglangWorker& w = options_.workers[m.entry];
+  IndexSource src;
+  src.name = RankName(m.name, rank);
+  src.endpoint = s.EventEndpoints()[static_cast<size_t>(rank)];
+  if (w.replay_port != 0) {
+    src.replay_endpoint =
+        absl::StrCat("tcp://", s.host, ":", w.replay_port + rank);
+  }
+  src.labels = w.labels;
+  src.labels.dp_rank = rank;
+  if (src.labels.instance_id.empty()) src.labels.instance_id = m.name;
+  if (src.labels.address.empty()) src.labels.address = m.url;
+  src.pinned = true;
+  return src;
 }
 
 void SglangDiscovery::Follow(size_t i,
                              const std::optional<SglangEventSockets>& sockets) {
-  State& st = states_[i];
-  if (st.followed == sockets) return;
-  st.followed = sockets;
-  const SglangWorker& w = options_.workers[i];
+  Member& m = members_[i];
+  if (m.followed == sockets) return;
+  m.followed = sockets;
   std::vector<IndexSource> ranks;
   std::vector<EngineLoadSocket> load;
   if (sockets) {
     for (int r = 0; r < sockets->dp_size; ++r)
-      ranks.push_back(RankSource(w, *sockets, r));
+      ranks.push_back(RankSource(m, *sockets, r));
     const std::vector<std::string> endpoints = sockets->LoadEndpoints();
     for (size_t r = 0; r < endpoints.size(); ++r)
-      load.push_back({RankName(w.name, static_cast<int>(r)), endpoints[r]});
+      load.push_back({RankName(m.name, static_cast<int>(r)), endpoints[r]});
   }
   // A rank whose sockets are the same stays followed, its worker intact.
   const auto same = [](const IndexSource& a, const IndexSource& b) {
@@ -236,7 +345,7 @@ void SglangDiscovery::Follow(size_t i,
            a.replay_endpoint == b.replay_endpoint;
   };
   std::vector<IndexSource> kept;
-  for (IndexSource& old : st.sources) {
+  for (IndexSource& old : m.sources) {
     const bool stays =
         std::any_of(ranks.begin(), ranks.end(),
                     [&](const IndexSource& r) { return same(old, r); });
@@ -246,29 +355,27 @@ void SglangDiscovery::Follow(size_t i,
       ingest_->RemoveSource(old.name).IgnoreError();  // gone only if stopped
     }
   }
-  st.sources = std::move(kept);
+  m.sources = std::move(kept);
   for (IndexSource& r : ranks) {
     const bool followed =
-        std::any_of(st.sources.begin(), st.sources.end(),
+        std::any_of(m.sources.begin(), m.sources.end(),
                     [&](const IndexSource& k) { return same(k, r); });
     if (followed) continue;
     if (absl::Status s = ingest_->AddSource(r); !s.ok()) {
-      Log(i, absl::StrCat("rank ", r.labels.dp_rank,
+      Log(m, absl::StrCat("rank ", r.labels.dp_rank,
                           " not followed: ", s.message()));
       continue;
     }
-    st.sources.push_back(std::move(r));
+    m.sources.push_back(std::move(r));
   }
-  if (loads_ != nullptr) loads_->SetSockets(w.name, std::move(load));
+  if (loads_ != nullptr) loads_->SetSockets(m.name, std::move(load));
 }
 
-void SglangDiscovery::Log(size_t i, const std::string& outcome) {
-  State& st = states_[i];
-  if (outcome == st.last_outcome) return;
-  st.last_outcome = outcome;
-  const SglangWorker& w = options_.workers[i];
-  std::fprintf(stderr, "prefixd: SGLang worker %s (%s): %s\n", w.name.c_str(),
-               w.url.c_str(), outcome.c_str());
+void SglangDiscovery::Log(Member& m, const std::string& outcome) {
+  if (outcome == m.last_outcome) return;
+  m.last_outcome = outcome;
+  std::fprintf(stderr, "prefixd: SGLang worker %s (%s): %s\n", m.name.c_str(),
+               m.url.c_str(), outcome.c_str());
 }
 
 }  // namespace prefixd

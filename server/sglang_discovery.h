@@ -11,6 +11,14 @@
 // given; rank r replays at replay_port + r on the worker's host when
 // replay_port is set (/server_info does not say where SGLang replays).
 //
+// A pool (a URL whose host names a Kubernetes headless Service) is one
+// such worker per address the host resolves to (index/zmq_dial.h), named
+// `name/<address>:<port>`, read at http(s)://<address>:<port> and labelled
+// with that name as its instance and that URL as its address. The host is
+// resolved again every `interval`: a new address is followed from the next
+// round, and the worker of one that is gone stops being followed (its
+// ranks retired, its load sockets closed).
+//
 // A worker whose /server_info cannot be read is asked again every
 // `retry`; once followed, every `interval`, and the sockets change when
 // its answer does (a restart with another --dp-size or ports). A worker
@@ -19,18 +27,22 @@
 // index's, is no longer followed. Each outcome is logged when it changes.
 //
 // Thread safety: the reading runs on its own thread; Stop and counts may
-// be called from any thread (the counts are relaxed atomics).
+// be called from any thread (counts_mu_ guards the counts, the thread's
+// state is its own).
 #ifndef PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 #define PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "base/mutex.h"
 #include "index/ingest.h"
 #include "index/kv_index.h"
 #include "index/sglang_server_info.h"
@@ -48,6 +60,9 @@ struct SglangWorker {
   WorkerLabels labels;  // every rank's (dp_rank is set per rank)
   std::string api_key;  // SGLang's --api-key, sent as a bearer token
   absl::Duration interval = absl::Seconds(10);
+  // The URL's host names a pool: a worker per address (also when it
+  // resolves to several addresses without this).
+  bool pool = false;
 };
 
 struct SglangDiscoveryOptions {
@@ -75,39 +90,66 @@ class SglangDiscovery {
   // Ends the round in progress and joins; what is followed stays.
   void Stop();
 
-  // Per worker, in the config's order: its /server_info reads so far, ok
+  // Per worker (a pool's, each address's, also after it went), in the
+  // order they were first followed: its /server_info reads so far, ok
   // (followed) or failed (not read, or not followable).
   std::vector<EngineLoadFiler::Counts> counts() const;
 
  private:
-  // What the thread knows of worker i.
-  struct State {
-    std::string host;  // WorkerHost(url)
+  // One /server_info the thread reads: a configured worker, or one
+  // address of a pool.
+  struct Member {
+    size_t entry = 0;     // in options_.workers
+    std::string address;  // of the pool's host; "" for a configured worker
+    std::string name;     // the worker of rank 0
+    std::string url;      // its HTTP server, read at url/server_info
+    std::string host;     // the URL's host, as ZeroMQ dials it
+    size_t counter = 0;   // in counts_
     std::optional<SglangEventSockets> followed;
     std::vector<IndexSource> sources;  // its ranks in ingest_
     std::string last_outcome;          // the last logged
     absl::Time next;                   // when to ask again
   };
+  // A pool entry: the addresses its host resolved to last.
+  struct Pool {
+    size_t entry = 0;
+    std::string host;  // the name resolved
+    std::vector<std::string> addresses;
+    absl::Time next;  // when to resolve again
+  };
 
   SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,
-                  EngineLoadFeed* loads, std::vector<State> states);
+                  EngineLoadFeed* loads);
   void Round();
-  // Worker i's answer (or why there is none) at `now`.
+  // Resolves pool p's host; true when its addresses changed (the members
+  // were added or dropped).
+  bool Resolve(Pool& p, absl::Time now);
+  void AddMember(size_t entry, std::string address, std::string name,
+                 std::string url, std::string host);
+  void MakeFetches();
+  // Member i's answer (or why there is none) at `now`.
   void Apply(size_t i, const absl::StatusOr<std::string>& body, absl::Time now);
-  // Follows `sockets` (nullopt: nothing) for worker i in place of what
+  // Follows `sockets` (nullopt: nothing) for member i in place of what
   // it followed.
   void Follow(size_t i, const std::optional<SglangEventSockets>& sockets);
-  void Log(size_t i, const std::string& outcome);
+  // Rank r's index source when member m follows `s`.
+  IndexSource RankSource(const Member& m, const SglangEventSockets& s,
+                         int rank) const;
+  void Log(Member& m, const std::string& outcome);
+  void Count(const Member& m, bool ok);
 
   const SglangDiscoveryOptions options_;
   Ingest* const ingest_;
   EngineLoadFeed* const loads_;
-  std::vector<State> states_;  // the thread's
-  // Per worker: reads that were followed, and the others.
-  std::unique_ptr<std::atomic<uint64_t>[]> ok_;
-  std::unique_ptr<std::atomic<uint64_t>[]> failed_;
+  std::vector<Member> members_;  // the thread's
+  std::vector<Pool> pools_;      // the thread's
+  mutable Mutex counts_mu_;
+  // Each worker ever followed: its name (appended only, so that the views
+  // of counts_ stay valid) and its reads.
+  std::deque<std::string> counted_names_ ABSL_GUARDED_BY(counts_mu_);
+  std::vector<EngineLoadFiler::Counts> counts_ ABSL_GUARDED_BY(counts_mu_);
   std::atomic<bool> stopping_{false};
-  std::unique_ptr<HttpFetches> fetches_;    // the thread's
+  std::unique_ptr<HttpFetches> fetches_;    // the thread's; one per member
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first
 };
 

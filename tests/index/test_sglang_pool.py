@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""A pool of SGLang workers behind one host name (docs/index.md, "A pool of
+SGLang workers"), over real sockets: the real daemon follows
+`server_info_url: "http://sglang-pool:PORT"` with `server_info_pool`, where
+sglang-pool is, in the test's own /etc/hosts (tests/python/
+hosts_namespace.py), first 127.0.0.1, then 127.0.0.1 and 127.0.0.2, then
+127.0.0.2 alone, as a Kubernetes headless Service's name is while pods
+come and go. One HTTP server here answers GET /server_info on both
+addresses, each as its own SGLang worker does (a wildcard event host, its
+own event ports): pod A on 127.0.0.1 with one DP rank, pod B on 127.0.0.2
+with two, each rank a ZeroMQ publisher bound to its pod's address.
+
+Checks:
+  - pod A is the worker sg/127.0.0.1:PORT, its store routed to it, its
+    address label its own URL;
+  - when the name resolves to pod B too, pod B's ranks are the workers
+    sg/127.0.0.2:PORT and sg/127.0.0.2:PORT/dp1, each fed by its own
+    socket, and pod A's worker is left as it was;
+  - when pod A's address is gone, its worker leaves the index and pod B's
+    stay, their blocks intact; the resolutions are logged;
+  - prefixd_index_sglang_server_info_reads_total counts each pod's reads,
+    pod A's still after it left;
+  - a server_info_pool with an instance_id stops the daemon at start,
+    naming the field.
+
+Usage: test_sglang_pool.py --prefixd PATH [--stubs DIR]
+"""
+
+import http.server
+import json
+import os
+import re
+import sys
+import threading
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = common.setup(__doc__)
+
+import prefixd  # noqa: E402
+import hosts_namespace  # noqa: E402  (tests/python/hosts_namespace.py)
+import prefixd_fixture  # noqa: E402
+from prefixd import kv_publisher as kvp  # noqa: E402
+
+BS = 16
+DEADLINE_S = 15
+POD_A, POD_B = "127.0.0.1", "127.0.0.2"
+
+
+def hosts(*pods):
+    return "127.0.0.1 localhost\n" + "".join("%s sglang-pool\n" % p for p in pods)
+
+
+class Pod:
+    """One SGLang worker's event publishers: DP ranks on consecutive ports
+    of its own address."""
+
+    def __init__(self, address, dp_size):
+        self.address = address
+        for _ in range(50):
+            base = prefixd_fixture.free_port()
+            pubs = []
+            try:
+                for r in range(dp_size):
+                    pubs.append(kvp.Publisher(
+                        endpoint="tcp://%s:%d" % (address, base + r), replay_endpoint=None,
+                        data_parallel_rank=r, bind=True))
+                self.base, self.ranks = base, pubs
+                return
+            except Exception:  # zmq.ZMQError: a port of the block was taken
+                for p in pubs:
+                    p.close()
+        raise RuntimeError("no free block of ports on %s" % address)
+
+    def kv_events(self):
+        return {"publisher": "zmq", "endpoint_host": "*", "endpoint_port_base": self.base,
+                "topic": "", "block_size": BS, "dp_size": len(self.ranks)}
+
+    def close(self):
+        for p in self.ranks:
+            p.close()
+
+
+class ServerInfo(http.server.ThreadingHTTPServer):
+    """GET /server_info on every local address, answered as the pod at the
+    address the request reached."""
+
+    def __init__(self, pods):
+        super().__init__(("0.0.0.0", 0), _Handler)
+        self.pods = {p.address: p for p in pods}
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        pod = self.server.pods.get(self.connection.getsockname()[0])
+        status = 200 if self.path == "/server_info" and pod else 404
+        body = json.dumps({"kv_events": pod.kv_events() if pod else None}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class SglangPoolTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.hosts = hosts_namespace.mount(hosts(POD_A))
+        cls.pod_a, cls.pod_b = Pod(POD_A, 1), Pod(POD_B, 2)
+        cls.http = ServerInfo([cls.pod_a, cls.pod_b])
+        cls.port = cls.http.server_address[1]
+        cls.a = "sg/%s:%d" % (POD_A, cls.port)
+        cls.b = "sg/%s:%d" % (POD_B, cls.port)
+        config = ('index {\n  block_size: %d\n'
+                  '  sources { name: "sg" server_info_url: "http://sglang-pool:%d"\n'
+                  '            server_info_pool: true resolve_interval: "1s" }\n}\n'
+                  % (BS, cls.port))
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
+        cls.client = prefixd.Client(cls.daemon.tcp)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.daemon.close()
+        cls.http.shutdown()
+        cls.http.server_close()
+        cls.pod_a.close()
+        cls.pod_b.close()
+
+    def until(self, what, cond, get):
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            got = get()
+            if cond(got):
+                return got
+            self.assertLess(time.monotonic(), deadline,
+                            "%s: %s\n%s" % (what, got, self.daemon.logs()))
+            time.sleep(0.1)
+
+    def workers(self):
+        return {w.worker: w for w in self.client.list_workers().workers}
+
+    def store(self, publisher, first_token):
+        """Publishes one block on a rank until its worker holds it (the
+        first may go before the daemon's subscription is up)."""
+        tokens = list(range(first_token, first_token + BS))
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            publisher.publish([kvp.block_stored([first_token], None, tokens, BS)])
+            time.sleep(0.2)
+            route = self.client.route(tokens)
+            held = {w.worker: w.matched_blocks for w in route.workers}
+            if held:
+                return held
+            self.assertLess(time.monotonic(), deadline, self.daemon.logs())
+
+    def reads(self):
+        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics, timeout=5) as r:
+            text = r.read().decode()
+        return {(m.group(1), m.group(2)): float(m.group(3)) for m in re.finditer(
+            r'^prefixd_index_sglang_server_info_reads_total\{worker="([^"]*)",'
+            r'result="([^"]*)"\} (\S+)$', text, re.M)}
+
+    def test_1_the_one_address_is_a_worker(self):
+        self.until("pod A followed", lambda ws: self.a in ws, self.workers)
+        self.assertEqual(self.store(self.pod_a.ranks[0], 1000), {self.a: 1})
+        ws = self.client.list_workers().workers
+        self.assertEqual([w.worker for w in ws], [self.a])
+
+    def test_2_a_new_address_is_followed(self):
+        self.until("pod A followed", lambda ws: self.a in ws, self.workers)
+        before = self.workers()[self.a]
+        hosts_namespace.rewrite(self.hosts, hosts(POD_A, POD_B))
+        ws = self.until("pod B's ranks followed",
+                        lambda ws: {self.b, self.b + "/dp1"} <= set(ws), self.workers)
+        self.assertEqual(self.store(self.pod_b.ranks[0], 2000), {self.b: 1})
+        self.assertEqual(self.store(self.pod_b.ranks[1], 3000), {self.b + "/dp1": 1})
+        ws = self.workers()
+        self.assertEqual(sorted(ws), sorted([self.a, self.b, self.b + "/dp1"]))
+        self.assertEqual((ws[self.a].events, ws[self.a].last_seq),
+                         (before.events, before.last_seq))  # pod A left as it was
+
+    def test_3_a_gone_address_leaves(self):
+        self.until("pod B followed", lambda ws: self.b + "/dp1" in ws, self.workers)
+        b_before = self.workers()[self.b]
+        hosts_namespace.rewrite(self.hosts, hosts(POD_B))
+        ws = self.until("pod A gone", lambda ws: self.a not in ws, self.workers)
+        self.assertEqual(sorted(ws), sorted([self.b, self.b + "/dp1"]))
+        self.assertEqual((ws[self.b].events, ws[self.b].last_seq),
+                         (b_before.events, b_before.last_seq))
+        self.assertEqual({w.worker for w in self.client.route(list(range(2000, 2000 + BS)))
+                          .workers}, {self.b})
+        logs = self.daemon.logs()
+        self.assertIn("SGLang pool sg (http://sglang-pool:%d): sglang-pool resolves to 2 "
+                      "addresses: %s, %s" % (self.port, POD_A, POD_B), logs)
+        self.assertIn("sglang-pool resolves to 1 address: %s" % POD_B, logs)
+
+    def test_4_reads_are_counted_per_address(self):
+        self.until("pod B followed", lambda ws: self.b in ws, self.workers)
+        reads = self.reads()
+        self.assertGreaterEqual(reads.get((self.a, "ok"), 0), 1, reads)
+        self.assertGreaterEqual(reads.get((self.b, "ok"), 0), 1, reads)
+
+    def test_5_an_instance_id_is_refused(self):
+        err = prefixd_fixture.start_error(
+            ARGS.prefixd, 'index { sources { name: "sg" server_info_url: '
+            '"http://sglang-pool:1" server_info_pool: true instance_id: "i" } }')
+        self.assertIn('index.sources[sg].instance_id: "i" names one worker', err)
+
+
+if __name__ == "__main__":
+    if not ARGS.prefixd:
+        print("SKIP: --prefixd not given")
+        sys.exit(common.SKIP)
+    hosts_namespace.enter(ARGS)
+    common.unittest_main()

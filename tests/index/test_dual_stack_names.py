@@ -24,7 +24,6 @@ import os
 import socket
 import sys
 import threading
-import time
 import unittest
 
 import msgpack
@@ -105,17 +104,10 @@ class DualStackNameTest(unittest.TestCase):
         cls.engine.close()
 
     def until(self, what, cond, get):
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            got = get()
-            if cond(got):
-                return got
-            self.assertLess(time.monotonic(), deadline,
-                            "%s: %s\n%s" % (what, got, self.daemon.logs()))
-            time.sleep(0.05)
+        return prefixd_fixture.wait_for(what, cond, get, self.daemon, DEADLINE_S)
 
     def workers(self):
-        return {w.worker: w for w in self.client.list_workers().workers}
+        return prefixd_fixture.workers_by_name(self.client)
 
     def test_1_one_worker_caught_up_by_replay(self):
         got = self.until("vllm-0 LIVE with its first block",

@@ -138,17 +138,10 @@ class SglangPoolTest(unittest.TestCase):
         cls.pod_b.close()
 
     def until(self, what, cond, get):
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            got = get()
-            if cond(got):
-                return got
-            self.assertLess(time.monotonic(), deadline,
-                            "%s: %s\n%s" % (what, got, self.daemon.logs()))
-            time.sleep(0.1)
+        return prefixd_fixture.wait_for(what, cond, get, self.daemon, DEADLINE_S, poll=0.1)
 
     def workers(self):
-        return {w.worker: w for w in self.client.list_workers().workers}
+        return prefixd_fixture.workers_by_name(self.client)
 
     def store(self, publisher, first_token):
         """Publishes one block on a rank until its worker holds it (the

@@ -166,3 +166,23 @@ def start_error(binary, config_text):
     finally:
         d.close()
     return None
+
+
+def wait_for(what, cond, get, daemon, timeout=10.0, poll=0.05):
+    """Calls get() until cond(its value) holds and returns that value;
+    AssertionError naming `what`, the last value and the daemon's logs
+    once `timeout` seconds have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = get()
+        if cond(got):
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: not within %gs: %s\n%s"
+                                 % (what, timeout, got, daemon.logs()))
+        time.sleep(poll)
+
+
+def workers_by_name(client):
+    """ListWorkers' workers, by name (a prefixd.Client)."""
+    return {w.worker: w for w in client.list_workers().workers}

@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<SglangDiscovery>> SglangDiscovery::Start(
     const std::string name(absl::StripSuffix(absl::StripPrefix(*host, "["),
                                              "]"));  // as the resolver takes it
     if (w.pool || ResolveHost(name).size() > 1) {
-      d->pools_.push_back({i, name, {}, absl::InfinitePast()});
+      d->pools_.push_back({i, name, {}, false, absl::InfinitePast()});
     } else {
       d->AddMember(i, "", w.name, w.url, *std::move(host));
     }
@@ -202,7 +202,8 @@ bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {
   const SglangWorker& w = options_.workers[p.entry];
   p.next = now + w.interval;
   std::vector<std::string> addresses = ResolveHost(p.host);
-  if (addresses == p.addresses) return false;
+  if (p.resolved && addresses == p.addresses) return false;
+  p.resolved = true;  // the first resolution is logged, even of nothing
   std::fprintf(
       stderr,
       "prefixd: SGLang pool %s (%s): %s resolves to %zu address%s%s%s\n",

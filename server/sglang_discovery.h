@@ -115,7 +115,8 @@ class SglangDiscovery {
     size_t entry = 0;
     std::string host;  // the name resolved
     std::vector<std::string> addresses;
-    absl::Time next;  // when to resolve again
+    bool resolved = false;  // addresses is a resolution's
+    absl::Time next;        // when to resolve again
   };
 
   SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,

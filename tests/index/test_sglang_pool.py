@@ -20,6 +20,7 @@ Checks:
     stay, their blocks intact; the resolutions are logged;
   - prefixd_index_sglang_server_info_reads_total counts each pod's reads,
     pod A's still after it left;
+  - a pool whose name resolves to nothing is logged so, and has no worker;
   - a server_info_pool with an instance_id stops the daemon at start,
     naming the field.
 
@@ -123,7 +124,9 @@ class SglangPoolTest(unittest.TestCase):
         cls.b = "sg/%s:%d" % (POD_B, cls.port)
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "sg" server_info_url: "http://sglang-pool:%d"\n'
-                  '            server_info_pool: true resolve_interval: "1s" }\n}\n'
+                  '            server_info_pool: true resolve_interval: "1s" }\n'
+                  '  sources { name: "ghost" server_info_url: "http://ghost-pool:1"\n'
+                  '            server_info_pool: true }\n}\n'
                   % (BS, cls.port))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
@@ -204,7 +207,13 @@ class SglangPoolTest(unittest.TestCase):
         self.assertGreaterEqual(reads.get((self.a, "ok"), 0), 1, reads)
         self.assertGreaterEqual(reads.get((self.b, "ok"), 0), 1, reads)
 
-    def test_5_an_instance_id_is_refused(self):
+    def test_5_a_name_that_resolves_to_nothing_is_logged(self):
+        self.until("ghost's resolution logged",
+                   lambda logs: "SGLang pool ghost (http://ghost-pool:1): ghost-pool resolves "
+                   "to 0 addresses" in logs, self.daemon.logs)
+        self.assertNotIn("ghost", "".join(self.workers()))
+
+    def test_6_an_instance_id_is_refused(self):
         err = prefixd_fixture.start_error(
             ARGS.prefixd, 'index { sources { name: "sg" server_info_url: '
             '"http://sglang-pool:1" server_info_pool: true instance_id: "i" } }')

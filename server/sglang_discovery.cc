@@ -45,45 +45,55 @@ std::string ServerInfoUrl(std::string url) {
   return absl::StrCat(url, "/server_info");
 }
 
+// One URL through libcurl's URL API; the first failing call's code is
+// kept, and later calls do nothing.
+class CurlUrl {
+ public:
+  explicit CurlUrl(const std::string& url) : u_(curl_url()) {
+    Set(CURLUPART_URL, url);
+  }
+  ~CurlUrl() { curl_url_cleanup(u_); }
+  CurlUrl(const CurlUrl&) = delete;
+  CurlUrl& operator=(const CurlUrl&) = delete;
+
+  void Set(CURLUPart part, const std::string& value) {
+    if (rc_ == CURLUE_OK) rc_ = curl_url_set(u_, part, value.c_str(), 0);
+  }
+  // The part, or "" when it is not there (or an earlier call failed).
+  std::string Get(CURLUPart part, unsigned int flags = 0) {
+    char* out = nullptr;
+    if (rc_ != CURLUE_OK || curl_url_get(u_, part, &out, flags) != CURLUE_OK)
+      return "";
+    std::string value = out;
+    curl_free(out);
+    return value;
+  }
+  CURLUcode rc() const { return rc_; }
+
+ private:
+  CURLU* const u_;
+  CURLUcode rc_ = u_ == nullptr ? CURLUE_OUT_OF_MEMORY : CURLUE_OK;
+};
+
 // `url` with its host replaced by `address` (a pool's member).
 absl::StatusOr<std::string> AtAddress(const std::string& url,
                                       const std::string& address) {
-  CURLU* u = curl_url();
-  if (u == nullptr) return absl::ResourceExhaustedError("curl_url failed");
-  const std::string host = absl::StrContains(address, ':')
-                               ? absl::StrCat("[", address, "]")
-                               : address;
-  char* out = nullptr;
-  CURLUcode rc = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
-  if (rc == CURLUE_OK) rc = curl_url_set(u, CURLUPART_HOST, host.c_str(), 0);
-  if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_URL, &out, 0);
-  std::string result;
-  if (rc == CURLUE_OK) {
-    result = out;
-    curl_free(out);
-  }
-  curl_url_cleanup(u);
-  if (rc != CURLUE_OK) {
+  CurlUrl u(url);
+  u.Set(CURLUPART_HOST, absl::StrContains(address, ':')
+                            ? absl::StrCat("[", address, "]")
+                            : address);
+  std::string out = u.Get(CURLUPART_URL);
+  if (u.rc() != CURLUE_OK) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "\"", url, "\" at ", address, ": ", curl_url_strerror(rc)));
+        "\"", url, "\" at ", address, ": ", curl_url_strerror(u.rc())));
   }
-  return result;
+  return out;
 }
 
 // The URL's port as a pool member's name gives it (the scheme's own when
 // the URL has none).
 std::string UrlPort(const std::string& url) {
-  CURLU* u = curl_url();
-  if (u == nullptr) return "";
-  char* port = nullptr;
-  std::string out;
-  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
-    out = port;
-    curl_free(port);
-  }
-  curl_url_cleanup(u);
-  return out;
+  return CurlUrl(url).Get(CURLUPART_PORT, CURLU_DEFAULT_PORT);
 }
 
 }  // namespace
@@ -95,18 +105,9 @@ absl::StatusOr<std::string> WorkerHost(const std::string& url) {
   };
   if (!absl::StartsWith(url, "http://") && !absl::StartsWith(url, "https://"))
     return bad("its scheme is not http or https");
-  CURLU* u = curl_url();
-  if (u == nullptr) return absl::ResourceExhaustedError("curl_url failed");
-  std::string host;
-  char* part = nullptr;
-  const CURLUcode set = curl_url_set(u, CURLUPART_URL, url.c_str(), 0);
-  if (set == CURLUE_OK &&
-      curl_url_get(u, CURLUPART_HOST, &part, 0) == CURLUE_OK) {
-    host = part;
-    curl_free(part);
-  }
-  curl_url_cleanup(u);
-  if (set != CURLUE_OK) return bad(curl_url_strerror(set));
+  CurlUrl u(url);
+  const std::string host = u.Get(CURLUPART_HOST);
+  if (u.rc() != CURLUE_OK) return bad(curl_url_strerror(u.rc()));
   if (host.empty()) return bad("it has no host");
   return host;
 }

@@ -125,7 +125,7 @@ class SglangPoolTest(unittest.TestCase):
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "sg" server_info_url: "http://sglang-pool:%d"\n'
                   '            server_info_pool: true resolve_interval: "1s" }\n'
-                  '  sources { name: "ghost" server_info_url: "http://ghost-pool:1"\n'
+                  '  sources { name: "ghost" server_info_url: "http://ghost-pool.invalid:1"\n'
                   '            server_info_pool: true }\n}\n'
                   % (BS, cls.port))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
@@ -208,9 +208,9 @@ class SglangPoolTest(unittest.TestCase):
         self.assertGreaterEqual(reads.get((self.b, "ok"), 0), 1, reads)
 
     def test_5_a_name_that_resolves_to_nothing_is_logged(self):
-        self.until("ghost's resolution logged",
-                   lambda logs: "SGLang pool ghost (http://ghost-pool:1): ghost-pool resolves "
-                   "to 0 addresses" in logs, self.daemon.logs)
+        logged = ("SGLang pool ghost (http://ghost-pool.invalid:1): ghost-pool.invalid "
+                  "resolves to 0 addresses")
+        self.until("ghost's resolution logged", lambda logs: logged in logs, self.daemon.logs)
         self.assertNotIn("ghost", "".join(self.workers()))
 
     def test_6_an_instance_id_is_refused(self):

@@ -83,6 +83,9 @@ absl::StatusOr<std::string> AtAddress(const std::string& url,
                             ? absl::StrCat("[", address, "]")
                             : address);
   std::string out = u.Get(CURLUPART_URL);
+  // libcurl writes an empty path as "/"; the address label is compared
+  // byte for byte with a router's URL for the worker, which has none.
+  if (!absl::EndsWith(url, "/") && absl::EndsWith(out, "/")) out.pop_back();
   if (u.rc() != CURLUE_OK) {
     return absl::InvalidArgumentError(absl::StrCat(
         "\"", url, "\" at ", address, ": ", curl_url_strerror(u.rc())));
@@ -321,8 +324,12 @@ IndexSource SglangDiscovery::RankSource(const Member& m,
   }
   src.labels = w.labels;
   src.labels.dp_rank = rank;
-  if (src.labels.instance_id.empty()) src.labels.instance_id = m.name;
-  if (src.labels.address.empty()) src.labels.address = m.url;
+  // A pool's worker is its own instance at its own URL, whatever the
+  // entry says (a host found to be a pool at start may name one).
+  const bool of_pool = !m.address.empty();
+  if (of_pool || src.labels.instance_id.empty())
+    src.labels.instance_id = m.name;
+  if (of_pool || src.labels.address.empty()) src.labels.address = m.url;
   src.pinned = true;
   return src;
 }

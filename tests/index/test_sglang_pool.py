@@ -21,6 +21,9 @@ Checks:
   - prefixd_index_sglang_server_info_reads_total counts each pod's reads,
     pod A's still after it left;
   - a pool whose name resolves to nothing is logged so, and has no worker;
+  - a URL whose host resolves to several addresses is a pool without
+    server_info_pool (each address read on its own), even with an
+    instance_id, which its workers then do not take;
   - a server_info_pool with an instance_id stops the daemon at start,
     naming the field.
 
@@ -37,6 +40,8 @@ import time
 import unittest
 import urllib.request
 
+import grpc
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import common  # noqa: E402  (tests/python/common.py)
@@ -47,6 +52,8 @@ import prefixd  # noqa: E402
 import hosts_namespace  # noqa: E402  (tests/python/hosts_namespace.py)
 import prefixd_fixture  # noqa: E402
 from prefixd import kv_publisher as kvp  # noqa: E402
+from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
+from prefixd.v1 import prefix_index_pb2_grpc as pb_grpc  # noqa: E402
 
 BS = 16
 DEADLINE_S = 15
@@ -54,7 +61,9 @@ POD_A, POD_B = "127.0.0.1", "127.0.0.2"
 
 
 def hosts(*pods):
-    return "127.0.0.1 localhost\n" + "".join("%s sglang-pool\n" % p for p in pods)
+    """sglang-pool at `pods`; sglang-auto always at both addresses."""
+    return ("127.0.0.1 localhost\n%s sglang-auto\n%s sglang-auto\n" % (POD_A, POD_B)
+            + "".join("%s sglang-pool\n" % p for p in pods))
 
 
 class Pod:
@@ -119,6 +128,7 @@ class SglangPoolTest(unittest.TestCase):
         cls.hosts = hosts_namespace.mount(hosts(POD_A))
         cls.pod_a, cls.pod_b = Pod(POD_A, 1), Pod(POD_B, 2)
         cls.http = ServerInfo([cls.pod_a, cls.pod_b])
+        cls.auto_http = ServerInfo([])  # no pod: every read fails, and is logged
         cls.port = cls.http.server_address[1]
         cls.a = "sg/%s:%d" % (POD_A, cls.port)
         cls.b = "sg/%s:%d" % (POD_B, cls.port)
@@ -126,8 +136,10 @@ class SglangPoolTest(unittest.TestCase):
                   '  sources { name: "sg" server_info_url: "http://sglang-pool:%d"\n'
                   '            server_info_pool: true resolve_interval: "1s" }\n'
                   '  sources { name: "ghost" server_info_url: "http://ghost-pool.invalid:1"\n'
-                  '            server_info_pool: true }\n}\n'
-                  % (BS, cls.port))
+                  '            server_info_pool: true }\n'
+                  '  sources { name: "auto" server_info_url: "http://sglang-auto:%d"\n'
+                  '            instance_id: "one" }\n}\n'
+                  % (BS, cls.port, cls.auto_http.server_address[1]))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
 
@@ -135,8 +147,9 @@ class SglangPoolTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
         cls.daemon.close()
-        cls.http.shutdown()
-        cls.http.server_close()
+        for srv in (cls.http, cls.auto_http):
+            srv.shutdown()
+            srv.server_close()
         cls.pod_a.close()
         cls.pod_b.close()
 
@@ -172,6 +185,12 @@ class SglangPoolTest(unittest.TestCase):
         self.assertEqual(self.store(self.pod_a.ranks[0], 1000), {self.a: 1})
         ws = self.client.list_workers().workers
         self.assertEqual([w.worker for w in ws], [self.a])
+        with grpc.insecure_channel(self.daemon.tcp) as channel:
+            raw = pb_grpc.PrefixIndexStub(channel).ListWorkers(pb.ListWorkersRequest(),
+                                                               timeout=DEADLINE_S)
+        labels = {w.worker: w.labels for w in raw.workers}[self.a]
+        self.assertEqual((labels.instance_id, labels.address),
+                         (self.a, "http://%s:%d" % (POD_A, self.port)))
 
     def test_2_a_new_address_is_followed(self):
         self.until("pod A followed", lambda ws: self.a in ws, self.workers)
@@ -213,7 +232,15 @@ class SglangPoolTest(unittest.TestCase):
         self.until("ghost's resolution logged", lambda logs: logged in logs, self.daemon.logs)
         self.assertNotIn("ghost", "".join(self.workers()))
 
-    def test_6_an_instance_id_is_refused(self):
+    def test_6_a_name_of_several_addresses_is_a_pool(self):
+        port = self.auto_http.server_address[1]
+        for pod in (POD_A, POD_B):
+            logged = ("SGLang worker auto/%s:%d (http://%s:%d): /server_info not read"
+                      % (pod, port, pod, port))
+            self.until("auto's member at %s" % pod, lambda logs: logged in logs,
+                       self.daemon.logs)
+
+    def test_7_an_instance_id_is_refused(self):
         err = prefixd_fixture.start_error(
             ARGS.prefixd, 'index { sources { name: "sg" server_info_url: '
             '"http://sglang-pool:1" server_info_pool: true instance_id: "i" } }')

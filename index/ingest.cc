@@ -49,11 +49,6 @@ std::optional<HostPort> SplitTcp(absl::string_view endpoint) {
   return HostPort{std::string(host), std::string(port)};
 }
 
-std::string JoinHostPort(absl::string_view host, absl::string_view port) {
-  return absl::StrContains(host, ':') ? absl::StrCat("[", host, "]:", port)
-                                      : absl::StrCat(host, ":", port);
-}
-
 // A decoded batch's vectors are kept for the next only after a payload of
 // at most this size: what a runner keeps between batches, up to about 48
 // times it (index/decode_budget.h; the budget bounds what runners decode

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
 namespace prefixd {
@@ -44,6 +45,15 @@ std::vector<std::string> ResolveHost(const std::string& host) {
   }
   freeaddrinfo(res);
   return HostAddresses(std::move(out));
+}
+
+std::string BracketedHost(absl::string_view address) {
+  return IsIpv6(address) ? absl::StrCat("[", address, "]")
+                         : std::string(address);
+}
+
+std::string JoinHostPort(absl::string_view host, absl::string_view port) {
+  return absl::StrCat(BracketedHost(host), ":", port);
 }
 
 bool DialsIpv6(absl::string_view endpoint) {

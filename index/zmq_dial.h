@@ -29,6 +29,12 @@ std::vector<std::string> HostAddresses(std::vector<std::string> resolved);
 // empty when it does not resolve.
 std::vector<std::string> ResolveHost(const std::string& host);
 
+// A numeric address as it stands in an endpoint or a URL: IPv6 in
+// brackets ("[fd00::1]"), IPv4 as it is.
+std::string BracketedHost(absl::string_view address);
+// BracketedHost(host):port ("[fd00::1]:5557").
+std::string JoinHostPort(absl::string_view host, absl::string_view port);
+
 // Whether a socket dialling `endpoint` needs ZMQ_IPV6: a tcp:// endpoint
 // whose host is an IPv6 literal, or a name with IPv6 addresses only.
 bool DialsIpv6(absl::string_view endpoint);

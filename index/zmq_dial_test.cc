@@ -32,6 +32,13 @@ TEST(ResolveHost, LiteralsAndNames) {
   EXPECT_THAT(ResolveHost("no-such-host.invalid"), ElementsAre());
 }
 
+TEST(JoinHostPort, IPv6InBrackets) {
+  EXPECT_EQ(JoinHostPort("10.0.0.1", "5557"), "10.0.0.1:5557");
+  EXPECT_EQ(JoinHostPort("fd00::1", "5557"), "[fd00::1]:5557");
+  EXPECT_EQ(BracketedHost("fd00::1"), "[fd00::1]");
+  EXPECT_EQ(BracketedHost("10.0.0.1"), "10.0.0.1");
+}
+
 // With ZMQ_IPV6 on, ZeroMQ resolves a name to its IPv6 addresses alone:
 // localhost was dialled at ::1, and an engine bound to tcp://*:PORT was
 // never reached. Only IPv6 literals (and names with nothing else) take it.

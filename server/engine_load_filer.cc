@@ -12,14 +12,14 @@ EngineLoadFiler::EngineLoadFiler(EngineLoads* loads, std::string what,
 }
 
 size_t EngineLoadFiler::Add(const Source& source) {
+  const size_t i = reads_.Add(source.worker);
   MutexLock lock(&mu_);
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    if (entries_[i].source.worker != source.worker) continue;
+  if (i < entries_.size()) {
     entries_[i].source.address = source.address;
-    return i;
+  } else {
+    entries_.emplace_back(source);
   }
-  entries_.emplace_back(source);
-  return entries_.size() - 1;
+  return i;
 }
 
 // Only the reader's thread adds, and a deque's elements stay where they
@@ -38,8 +38,8 @@ void EngineLoadFiler::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
                            absl::Time at) {
   Entry& e = At(i);
   const Source& s = e.source;
+  reads_.Count(i, reading.ok());
   if (reading.ok()) {
-    e.ok.fetch_add(1, std::memory_order_relaxed);
     loads_->Set(s.worker, *reading, at);
     if (!e.last_error.empty()) {
       std::fprintf(stderr, "prefixd: %s of %s (%s) read again\n", what_.c_str(),
@@ -48,7 +48,6 @@ void EngineLoadFiler::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
     e.last_error.clear();
     return;
   }
-  e.failed.fetch_add(1, std::memory_order_relaxed);
   std::string error(reading.status().message());
   if (error != e.last_error) {  // a run's first failure, or a new reason
     std::fprintf(stderr,
@@ -59,16 +58,6 @@ void EngineLoadFiler::File(size_t i, const absl::StatusOr<EngineLoad>& reading,
                  absl::FormatDuration(loads_->max_age()).c_str());
   }
   e.last_error = std::move(error);
-}
-
-std::vector<EngineLoadFiler::Counts> EngineLoadFiler::counts() const {
-  MutexLock lock(&mu_);
-  std::vector<Counts> out;
-  for (const Entry& e : entries_) {
-    out.push_back({e.source.worker, e.ok.load(std::memory_order_relaxed),
-                   e.failed.load(std::memory_order_relaxed)});
-  }
-  return out;
 }
 
 }  // namespace prefixd

@@ -8,12 +8,11 @@
 // worker's counts go on when a source of the same worker comes back.
 //
 // Thread safety: Add, File and ok are called by the reader's one thread;
-// counts may be called from any thread (mu_ guards the list, the counts
-// are relaxed atomics).
+// counts may be called from any thread (mu_ guards the list, reads_ its
+// own counts).
 #ifndef PREFIXD_SERVER_ENGINE_LOAD_FILER_H_
 #define PREFIXD_SERVER_ENGINE_LOAD_FILER_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <string>
@@ -26,6 +25,7 @@
 #include "base/mutex.h"
 #include "index/engine_loads.h"
 #include "index/engine_metrics.h"
+#include "server/read_counts.h"
 
 namespace prefixd {
 
@@ -50,20 +50,14 @@ class EngineLoadFiler {
   bool ok(size_t i) const;
 
   // Per source, in order: its readings so far.
-  struct Counts {
-    absl::string_view worker;
-    uint64_t ok = 0;
-    uint64_t failed = 0;
-  };
-  std::vector<Counts> counts() const;
+  using Counts = ReadCounts::Counts;
+  std::vector<Counts> counts() const { return reads_.counts(); }
 
  private:
   struct Entry {
     explicit Entry(const Source& s) : source(s) {}
     Source source;           // its worker never changes
     std::string last_error;  // "" when its last reading was good
-    std::atomic<uint64_t> ok{0};
-    std::atomic<uint64_t> failed{0};
   };
   // The reader's thread's (it alone adds): entry i, stable in the deque.
   Entry& At(size_t i);
@@ -71,7 +65,8 @@ class EngineLoadFiler {
   EngineLoads* const loads_;
   const std::string what_;
   mutable Mutex mu_;
-  std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<Entry> entries_ ABSL_GUARDED_BY(mu_);  // as in reads_
+  ReadCounts reads_;
 };
 
 }  // namespace prefixd

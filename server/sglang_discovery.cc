@@ -79,9 +79,7 @@ class CurlUrl {
 absl::StatusOr<std::string> AtAddress(const std::string& url,
                                       const std::string& address) {
   CurlUrl u(url);
-  u.Set(CURLUPART_HOST, absl::StrContains(address, ':')
-                            ? absl::StrCat("[", address, "]")
-                            : address);
+  u.Set(CURLUPART_HOST, BracketedHost(address));
   std::string out = u.Get(CURLUPART_URL);
   // libcurl writes an empty path as "/"; the address label is compared
   // byte for byte with a router's URL for the worker, which has none.
@@ -154,13 +152,7 @@ void SglangDiscovery::Stop() {
 }
 
 std::vector<EngineLoadFiler::Counts> SglangDiscovery::counts() const {
-  MutexLock lock(&counts_mu_);
-  return counts_;
-}
-
-void SglangDiscovery::Count(const Member& m, bool ok) {
-  MutexLock lock(&counts_mu_);
-  ++(ok ? counts_[m.counter].ok : counts_[m.counter].failed);
+  return reads_.counts();
 }
 
 void SglangDiscovery::AddMember(size_t entry, std::string address,
@@ -173,15 +165,7 @@ void SglangDiscovery::AddMember(size_t entry, std::string address,
   m.url = std::move(url);
   m.host = std::move(host);
   m.next = absl::InfinitePast();
-  MutexLock lock(&counts_mu_);
-  const auto known = std::find_if(
-      counts_.begin(), counts_.end(),
-      [&](const EngineLoadFiler::Counts& c) { return c.worker == m.name; });
-  m.counter = static_cast<size_t>(known - counts_.begin());
-  if (known == counts_.end()) {
-    counted_names_.push_back(m.name);  // never moves: counts_ views it
-    counts_.push_back({counted_names_.back(), 0, 0});
-  }
+  m.counter = reads_.Add(m.name);
   members_.push_back(std::move(m));
 }
 
@@ -236,11 +220,8 @@ bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {
                    std::string(url.status().message()).c_str());
       continue;
     }
-    const std::string hostport = absl::StrContains(a, ':')
-                                     ? absl::StrCat("[", a, "]:", port)
-                                     : absl::StrCat(a, ":", port);
-    AddMember(p.entry, a, absl::StrCat(w.name, "/", hostport), *std::move(url),
-              absl::StrContains(a, ':') ? absl::StrCat("[", a, "]") : a);
+    AddMember(p.entry, a, absl::StrCat(w.name, "/", JoinHostPort(a, port)),
+              *std::move(url), BracketedHost(a));
   }
   p.addresses = std::move(addresses);
   return true;
@@ -284,7 +265,7 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
                               "server_info_api_key_file)"
                             : "",
                         "; ", then));
-    Count(m, false);
+    reads_.Count(m.counter, false);
     m.next = now + (m.followed ? w.interval : options_.retry);
     return;
   }
@@ -306,7 +287,7 @@ void SglangDiscovery::Apply(size_t i, const absl::StatusOr<std::string>& body,
     follow = **found;
     Log(m, Described(*follow));
   }
-  Count(m, follow.has_value());
+  reads_.Count(m.counter, follow.has_value());
   Follow(i, follow);
   m.next = now + (follow ? w.interval : options_.retry);
 }

@@ -27,28 +27,26 @@
 // index's, is no longer followed. Each outcome is logged when it changes.
 //
 // Thread safety: the reading runs on its own thread; Stop and counts may
-// be called from any thread (counts_mu_ guards the counts, the thread's
-// state is its own).
+// be called from any thread (reads_ guards its counts; the rest is the
+// thread's own).
 #ifndef PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 #define PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 
 #include <atomic>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "base/mutex.h"
 #include "index/ingest.h"
 #include "index/kv_index.h"
 #include "index/sglang_server_info.h"
 #include "server/engine_load_feed.h"
 #include "server/http_fetches.h"
 #include "server/periodic.h"
+#include "server/read_counts.h"
 
 namespace prefixd {
 
@@ -104,7 +102,7 @@ class SglangDiscovery {
     std::string name;     // the worker of rank 0
     std::string url;      // its HTTP server, read at url/server_info
     std::string host;     // the URL's host, as ZeroMQ dials it
-    size_t counter = 0;   // in counts_
+    size_t counter = 0;   // in reads_
     std::optional<SglangEventSockets> followed;
     std::vector<IndexSource> sources;  // its ranks in ingest_
     std::string last_outcome;          // the last logged
@@ -137,18 +135,13 @@ class SglangDiscovery {
   IndexSource RankSource(const Member& m, const SglangEventSockets& s,
                          int rank) const;
   void Log(Member& m, const std::string& outcome);
-  void Count(const Member& m, bool ok);
 
   const SglangDiscoveryOptions options_;
   Ingest* const ingest_;
   EngineLoadFeed* const loads_;
   std::vector<Member> members_;  // the thread's
   std::vector<Pool> pools_;      // the thread's
-  mutable Mutex counts_mu_;
-  // Each worker ever followed: its name (appended only, so that the views
-  // of counts_ stay valid) and its reads.
-  std::deque<std::string> counted_names_ ABSL_GUARDED_BY(counts_mu_);
-  std::vector<EngineLoadFiler::Counts> counts_ ABSL_GUARDED_BY(counts_mu_);
+  ReadCounts reads_;             // per worker ever followed
   std::atomic<bool> stopping_{false};
   std::unique_ptr<HttpFetches> fetches_;    // the thread's; one per member
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first

@@ -38,8 +38,9 @@ PACKAGES=(
   python3-venv python3-setuptools python3-wheel
   # .ci/clean_clone.sh: the README's commands in a fresh clone
   git
-  # engine-event publishers in the index tests
-  python3-zmq python3-msgpack
+  # engine-event publishers in the index tests; a DNS server of a test's own
+  # (tests/python/dns_server.py)
+  python3-zmq python3-msgpack python3-dnspython
   # the status page and KV calculator in a real browser (tests/python/test_web_ui.py)
   chromium chromium-driver python3-selenium
   # deploy checks: Prometheus rules (promtool), manifests (kubectl and YAML),

@@ -20,6 +20,7 @@
 #include "base/status_macros.h"
 #include "index/events.h"
 #include "index/listen_gate.h"
+#include "index/pool_resolver.h"
 #include "index/sequence.h"
 #include "index/wire_names.h"
 #include "index/zmq_dial.h"
@@ -338,8 +339,7 @@ class Ingest::Runner {
     const std::optional<HostPort> hp = SplitTcp(source_.endpoint);
     pool_ = source_.replay_port != 0 ||
             source_.resolve_interval > absl::ZeroDuration();
-    if (!pool_ && hp.has_value() && ResolveHost(hp->host).size() > 1)
-      pool_ = true;
+    if (!pool_ && hp.has_value() && ResolvesToSeveral(hp->host)) pool_ = true;
     if (!pool_) {
       AddStream(source_.name, source_.endpoint, source_.replay_endpoint);
       return;
@@ -347,14 +347,20 @@ class Ingest::Runner {
     resolve_interval_ = source_.resolve_interval > absl::ZeroDuration()
                             ? source_.resolve_interval
                             : options_.default_resolve_interval;
+    resolver_.emplace(
+        absl::StrCat("pool ", source_.name, " (", source_.endpoint, ")"),
+        hp->host);
     Resolve();
   }
 
-  // Pools: one stream per address; addresses that went away retire.
+  // Pools: one stream per address; addresses that went away retire. A
+  // lookup that was not answered changes nothing (index/pool_resolver.h).
   void Resolve() {
     next_resolve_ = absl::Now() + resolve_interval_;
     const HostPort hp = *SplitTcp(source_.endpoint);
-    std::vector<std::string> now = ResolveHost(hp.host);
+    std::optional<std::vector<std::string>> answer = resolver_->Next();
+    if (!answer.has_value()) return;
+    const std::vector<std::string> now = *std::move(answer);
     absl::flat_hash_map<std::string, bool> keep;
     for (const std::string& addr : now) {
       const std::string key = JoinHostPort(addr, hp.port);
@@ -706,6 +712,7 @@ class Ingest::Runner {
   IndexSource source_;
   std::unique_ptr<ListenGate> listen_;
   bool pool_ = false;
+  std::optional<PoolResolver> resolver_;  // pools
   absl::Duration resolve_interval_;
   absl::Time next_resolve_ = absl::InfiniteFuture();
   std::map<std::string, std::unique_ptr<Stream>> streams_;

@@ -29,13 +29,20 @@ std::vector<std::string> HostAddresses(std::vector<std::string> resolved) {
   return resolved;
 }
 
-std::vector<std::string> ResolveHost(const std::string& host) {
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
   std::vector<std::string> out;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc == EAI_NONAME || rc == EAI_NODATA || rc == EAI_ADDRFAMILY) {
+    return out;  // the resolver's answer: no addresses
+  }
+  if (rc != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("resolving \"", host, "\": ", gai_strerror(rc)));
+  }
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
     char buf[NI_MAXHOST];
     if (getnameinfo(a->ai_addr, a->ai_addrlen, buf, sizeof(buf), nullptr, 0,
@@ -45,6 +52,11 @@ std::vector<std::string> ResolveHost(const std::string& host) {
   }
   freeaddrinfo(res);
   return HostAddresses(std::move(out));
+}
+
+bool ResolvesToSeveral(const std::string& host) {
+  const absl::StatusOr<std::vector<std::string>> addresses = ResolveHost(host);
+  return addresses.ok() && addresses->size() > 1;
 }
 
 std::string BracketedHost(absl::string_view address) {
@@ -62,8 +74,9 @@ bool DialsIpv6(absl::string_view endpoint) {
   absl::string_view host = endpoint.substr(0, colon);
   if (absl::StartsWith(host, "[") || IsIpv6(host)) return true;
   if (host.empty() || host == "*") return false;
-  const std::vector<std::string> addresses = ResolveHost(std::string(host));
-  return !addresses.empty() && IsIpv6(addresses.front());
+  const absl::StatusOr<std::vector<std::string>> addresses =
+      ResolveHost(std::string(host));
+  return addresses.ok() && !addresses->empty() && IsIpv6(addresses->front());
 }
 
 }  // namespace prefixd

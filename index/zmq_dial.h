@@ -10,13 +10,15 @@
 // IPv6 addresses alone. IPv6 literals and names with IPv6 addresses only
 // are dialled over IPv6.
 //
-// Thread safety: free functions; ResolveHost blocks on the resolver.
+// Thread safety: free functions; ResolveHost, ResolvesToSeveral and
+// DialsIpv6 block on the resolver.
 #ifndef PREFIXD_INDEX_ZMQ_DIAL_H_
 #define PREFIXD_INDEX_ZMQ_DIAL_H_
 
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace prefixd {
@@ -25,9 +27,16 @@ namespace prefixd {
 // and of one family, the IPv4 ones when there are any.
 std::vector<std::string> HostAddresses(std::vector<std::string> resolved);
 
-// The addresses `host` resolves to for TCP, as HostAddresses keeps them;
-// empty when it does not resolve.
-std::vector<std::string> ResolveHost(const std::string& host);
+// The addresses `host` resolves to for TCP, as HostAddresses keeps them:
+// empty when the resolver answers that the name has none (NXDOMAIN, no
+// address records). UNAVAILABLE, naming the host and the resolver's
+// reason, when it could not answer (no DNS server reachable, a timeout,
+// SERVFAIL): that says nothing of the name's addresses.
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host);
+
+// Whether `host` resolves to several addresses now (a source found to be a
+// pool at start); false when it does not resolve.
+bool ResolvesToSeveral(const std::string& host);
 
 // A numeric address as it stands in an endpoint or a URL: IPv6 in
 // brackets ("[fd00::1]"), IPv4 as it is.

@@ -9,7 +9,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
@@ -134,8 +133,13 @@ absl::StatusOr<std::unique_ptr<SglangDiscovery>> SglangDiscovery::Start(
     }
     const std::string name(absl::StripSuffix(absl::StripPrefix(*host, "["),
                                              "]"));  // as the resolver takes it
-    if (w.pool || ResolveHost(name).size() > 1) {
-      d->pools_.push_back({i, name, {}, false, absl::InfinitePast()});
+    if (w.pool || ResolvesToSeveral(name)) {
+      d->pools_.push_back(
+          {i,
+           PoolResolver(absl::StrCat("SGLang pool ", w.name, " (", w.url, ")"),
+                        name),
+           {},
+           absl::InfinitePast()});
     } else {
       d->AddMember(i, "", w.name, w.url, *std::move(host));
     }
@@ -189,15 +193,9 @@ void SglangDiscovery::MakeFetches() {
 bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {
   const SglangWorker& w = options_.workers[p.entry];
   p.next = now + w.interval;
-  std::vector<std::string> addresses = ResolveHost(p.host);
-  if (p.resolved && addresses == p.addresses) return false;
-  p.resolved = true;  // the first resolution is logged, even of nothing
-  std::fprintf(
-      stderr,
-      "prefixd: SGLang pool %s (%s): %s resolves to %zu address%s%s%s\n",
-      w.name.c_str(), w.url.c_str(), p.host.c_str(), addresses.size(),
-      addresses.size() == 1 ? "" : "es", addresses.empty() ? "" : ": ",
-      absl::StrJoin(addresses, ", ").c_str());
+  std::optional<std::vector<std::string>> answer = p.resolver.Next();
+  if (!answer.has_value()) return false;
+  std::vector<std::string> addresses = *std::move(answer);
   for (size_t i = members_.size(); i-- > 0;) {
     const Member& m = members_[i];
     if (m.entry != p.entry || std::find(addresses.begin(), addresses.end(),

@@ -42,6 +42,7 @@
 #include "absl/time/time.h"
 #include "index/ingest.h"
 #include "index/kv_index.h"
+#include "index/pool_resolver.h"
 #include "index/sglang_server_info.h"
 #include "server/engine_load_feed.h"
 #include "server/http_fetches.h"
@@ -108,20 +109,20 @@ class SglangDiscovery {
     std::string last_outcome;          // the last logged
     absl::Time next;                   // when to ask again
   };
-  // A pool entry: the addresses its host resolved to last.
+  // A pool entry: its host's resolutions, and the addresses its members
+  // follow.
   struct Pool {
     size_t entry = 0;
-    std::string host;  // the name resolved
+    PoolResolver resolver;
     std::vector<std::string> addresses;
-    bool resolved = false;  // addresses is a resolution's
-    absl::Time next;        // when to resolve again
+    absl::Time next = absl::InfinitePast();  // when to resolve again
   };
 
   SglangDiscovery(SglangDiscoveryOptions options, Ingest* ingest,
                   EngineLoadFeed* loads);
   void Round();
   // Resolves pool p's host; true when its addresses changed (the members
-  // were added or dropped).
+  // were added or dropped). A lookup that was not answered changes nothing.
   bool Resolve(Pool& p, absl::Time now);
   void AddMember(size_t entry, std::string address, std::string name,
                  std::string url, std::string host);

@@ -20,7 +20,9 @@ Checks:
     stay, their blocks intact; the resolutions are logged;
   - prefixd_index_sglang_server_info_reads_total counts each pod's reads,
     pod A's still after it left;
-  - a pool whose name resolves to nothing is logged so, and has no worker;
+  - a pool whose name resolves to nothing (NXDOMAIN from the test's own
+    DNS server, tests/python/dns_server.py) is logged so, and has no
+    worker;
   - a URL whose host resolves to several addresses is a pool without
     server_info_pool (each address read on its own), even with an
     instance_id, which its workers then do not take;
@@ -30,12 +32,9 @@ Checks:
 Usage: test_sglang_pool.py --prefixd PATH [--stubs DIR]
 """
 
-import http.server
-import json
 import os
 import re
 import sys
-import threading
 import time
 import unittest
 import urllib.request
@@ -49,8 +48,10 @@ import common  # noqa: E402  (tests/python/common.py)
 ARGS = common.setup(__doc__)
 
 import prefixd  # noqa: E402
+import dns_server  # noqa: E402  (tests/python/dns_server.py)
 import hosts_namespace  # noqa: E402  (tests/python/hosts_namespace.py)
 import prefixd_fixture  # noqa: E402
+from sglang_pods import Pod, ServerInfo  # noqa: E402  (tests/python/sglang_pods.py)
 from prefixd import kv_publisher as kvp  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
 from prefixd.v1 import prefix_index_pb2_grpc as pb_grpc  # noqa: E402
@@ -66,67 +67,11 @@ def hosts(*pods):
             + "".join("%s sglang-pool\n" % p for p in pods))
 
 
-class Pod:
-    """One SGLang worker's event publishers: DP ranks on consecutive ports
-    of its own address."""
-
-    def __init__(self, address, dp_size):
-        self.address = address
-        for _ in range(50):
-            base = prefixd_fixture.free_port()
-            pubs = []
-            try:
-                for r in range(dp_size):
-                    pubs.append(kvp.Publisher(
-                        endpoint="tcp://%s:%d" % (address, base + r), replay_endpoint=None,
-                        data_parallel_rank=r, bind=True))
-                self.base, self.ranks = base, pubs
-                return
-            except Exception:  # zmq.ZMQError: a port of the block was taken
-                for p in pubs:
-                    p.close()
-        raise RuntimeError("no free block of ports on %s" % address)
-
-    def kv_events(self):
-        return {"publisher": "zmq", "endpoint_host": "*", "endpoint_port_base": self.base,
-                "topic": "", "block_size": BS, "dp_size": len(self.ranks)}
-
-    def close(self):
-        for p in self.ranks:
-            p.close()
-
-
-class ServerInfo(http.server.ThreadingHTTPServer):
-    """GET /server_info on every local address, answered as the pod at the
-    address the request reached."""
-
-    def __init__(self, pods):
-        super().__init__(("0.0.0.0", 0), _Handler)
-        self.pods = {p.address: p for p in pods}
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
-        self.thread.start()
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server's name)
-        pod = self.server.pods.get(self.connection.getsockname()[0])
-        status = 200 if self.path == "/server_info" and pod else 404
-        body = json.dumps({"kv_events": pod.kv_events() if pod else None}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 class SglangPoolTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.hosts = hosts_namespace.mount(hosts(POD_A))
-        cls.pod_a, cls.pod_b = Pod(POD_A, 1), Pod(POD_B, 2)
+        cls.pod_a, cls.pod_b = Pod(POD_A, 1, BS), Pod(POD_B, 2, BS)
         cls.http = ServerInfo([cls.pod_a, cls.pod_b])
         cls.auto_http = ServerInfo([])  # no pod: every read fails, and is logged
         cls.port = cls.http.server_address[1]
@@ -158,6 +103,7 @@ class SglangPoolTest(unittest.TestCase):
 
     def workers(self):
         return prefixd_fixture.workers_by_name(self.client)
+
 
     def store(self, publisher, first_token):
         """Publishes one block on a rank until its worker holds it (the
@@ -252,4 +198,7 @@ if __name__ == "__main__":
         print("SKIP: --prefixd not given")
         sys.exit(common.SKIP)
     hosts_namespace.enter(ARGS)
+    # Names not in the hosts file (ghost-pool.invalid) are NXDOMAIN here,
+    # with or without a network.
+    dns_server.start({})
     common.unittest_main()

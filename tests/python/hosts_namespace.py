@@ -42,12 +42,14 @@ def enter(args):
                             env=env).returncode)
 
 
-def mount(text):
-    """Mounts a file holding `text` over /etc/hosts; returns its path."""
-    path = os.path.join(tempfile.mkdtemp(prefix="prefixd-hosts-"), "hosts")
+def mount(text, target="/etc/hosts"):
+    """Mounts a file holding `text` over `target` (/etc/hosts, or
+    /etc/resolv.conf for tests/python/dns_server.py); returns its path."""
+    path = os.path.join(tempfile.mkdtemp(prefix="prefixd-hosts-"),
+                        os.path.basename(target))
     with open(path, "w") as f:
         f.write(text)
-    subprocess.run(["mount", "--bind", path, "/etc/hosts"], check=True)
+    subprocess.run(["mount", "--bind", path, target], check=True)
     return path
 
 

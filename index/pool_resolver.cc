@@ -1,0 +1,58 @@
+#include "index/pool_resolver.h"
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "index/zmq_dial.h"
+
+namespace prefixd {
+namespace {
+
+std::string Addresses(const std::vector<std::string>& addresses) {
+  return absl::StrCat(
+      addresses.size(), addresses.size() == 1 ? " address" : " addresses",
+      addresses.empty() ? "" : ": ", absl::StrJoin(addresses, ", "));
+}
+
+}  // namespace
+
+PoolResolver::PoolResolver(std::string pool, std::string host, Resolve resolve)
+    : pool_(std::move(pool)),
+      host_(std::move(host)),
+      resolve_(resolve ? std::move(resolve) : Resolve(ResolveHost)) {}
+
+std::optional<std::vector<std::string>> PoolResolver::Next() {
+  absl::StatusOr<std::vector<std::string>> now = resolve_(host_);
+  if (!now.ok()) {
+    if (!failing_) {
+      Log(absl::StrCat(
+          now.status().message(), "; ",
+          answered_ ? absl::StrCat("its last answer (", Addresses(addresses_),
+                                   ") stands until it resolves")
+                    : "no address is followed until it resolves"));
+    }
+    failing_ = true;
+    return std::nullopt;
+  }
+  const bool recovered = failing_;
+  failing_ = false;
+  if (answered_ && *now == addresses_) {
+    if (recovered) {
+      Log(absl::StrCat(host_, " resolves again, to ", Addresses(addresses_)));
+    }
+    return std::nullopt;
+  }
+  answered_ = true;
+  addresses_ = *std::move(now);
+  Log(absl::StrCat(host_, recovered ? " resolves again, to " : " resolves to ",
+                   Addresses(addresses_)));
+  return addresses_;
+}
+
+void PoolResolver::Log(const std::string& what) const {
+  std::fprintf(stderr, "prefixd: %s: %s\n", pool_.c_str(), what.c_str());
+}
+
+}  // namespace prefixd

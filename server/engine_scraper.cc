@@ -20,9 +20,13 @@ std::vector<EngineLoadFiler::Source> Sources(const EngineScrapeOptions& o) {
   return out;
 }
 
-std::vector<std::string> Urls(const EngineScrapeOptions& o) {
-  std::vector<std::string> out;
-  for (const EngineMetricsTarget& t : o.targets) out.push_back(t.url);
+std::vector<HttpTarget> Urls(const EngineScrapeOptions& o) {
+  std::vector<HttpTarget> out;
+  for (const EngineMetricsTarget& t : o.targets) {
+    HttpTarget target;
+    target.url = t.url;
+    out.push_back(std::move(target));
+  }
   return out;
 }
 

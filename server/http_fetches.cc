@@ -10,6 +10,7 @@ namespace prefixd {
 struct HttpFetches::Transfer {
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
+  curl_slist* connect_to = nullptr;
   std::string body;
   size_t max_body = 0;
   bool too_large = false;
@@ -42,10 +43,9 @@ absl::Status HttpFetches::InitLibcurl() {
       absl::StrCat("libcurl did not initialise: ", curl_easy_strerror(init)));
 }
 
-HttpFetches::HttpFetches(const std::vector<std::string>& urls,
-                         HttpFetchOptions options,
-                         const std::vector<std::string>& headers)
-    : multi_(curl_multi_init()), transfers_(urls.size()) {
+HttpFetches::HttpFetches(const std::vector<HttpTarget>& targets,
+                         HttpFetchOptions options)
+    : multi_(curl_multi_init()), transfers_(targets.size()) {
   for (size_t i = 0; i < transfers_.size(); ++i) {
     Transfer& t = transfers_[i];
     t.easy = curl_easy_init();
@@ -54,10 +54,15 @@ HttpFetches::HttpFetches(const std::vector<std::string>& urls,
       t.headers = curl_slist_append(
           t.headers, absl::StrCat("Accept: ", options.accept).c_str());
     }
-    if (i < headers.size() && !headers[i].empty())
-      t.headers = curl_slist_append(t.headers, headers[i].c_str());
+    const HttpTarget& target = targets[i];
+    if (!target.header.empty())
+      t.headers = curl_slist_append(t.headers, target.header.c_str());
     CURL* e = t.easy;
-    curl_easy_setopt(e, CURLOPT_URL, urls[i].c_str());
+    curl_easy_setopt(e, CURLOPT_URL, target.url.c_str());
+    if (!target.connect_to.empty()) {
+      t.connect_to = curl_slist_append(nullptr, target.connect_to.c_str());
+      curl_easy_setopt(e, CURLOPT_CONNECT_TO, t.connect_to);
+    }
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(
@@ -76,6 +81,7 @@ HttpFetches::~HttpFetches() {
   for (Transfer& t : transfers_) {
     curl_easy_cleanup(t.easy);
     curl_slist_free_all(t.headers);
+    curl_slist_free_all(t.connect_to);
   }
   curl_multi_cleanup(multi_);
 }

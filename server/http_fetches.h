@@ -4,7 +4,7 @@
 // HTTP reads of the engines use it: their metrics (server/engine_scraper.h)
 // and SGLang's /server_info (server/sglang_discovery.h).
 //
-//   HttpFetches f({"http://10.0.0.3:30000/server_info"}, {});
+//   HttpFetches f({{"http://10.0.0.3:30000/server_info"}}, {});
 //   f.Run(stopping);
 //   absl::StatusOr<std::string> body = f.Take(0);
 //
@@ -31,16 +31,24 @@ struct HttpFetchOptions {
   std::string accept;  // the Accept header; "" leaves libcurl's
 };
 
+// One URL to read, and what its request carries beyond it.
+struct HttpTarget {
+  std::string url;
+  // One more header line ("Authorization: Bearer KEY"); "" for none.
+  std::string header;
+  // The address to connect to instead of the one the URL's host resolves
+  // to, as libcurl's CURLOPT_CONNECT_TO takes it ("::10.1.2.3:30000", IPv6
+  // in brackets); TLS and the Host header keep the URL's name. "" for none.
+  std::string connect_to;
+};
+
 class HttpFetches {
  public:
   // libcurl's global set-up, once per process (later calls return the
   // first one's outcome). INTERNAL when it fails.
   static absl::Status InitLibcurl();
 
-  // `headers`, when given, holds one more header line per URL ("" for
-  // none), e.g. "Authorization: Bearer KEY".
-  HttpFetches(const std::vector<std::string>& urls, HttpFetchOptions options,
-              const std::vector<std::string>& headers = {});
+  HttpFetches(const std::vector<HttpTarget>& targets, HttpFetchOptions options);
   ~HttpFetches();
   HttpFetches(const HttpFetches&) = delete;
   HttpFetches& operator=(const HttpFetches&) = delete;

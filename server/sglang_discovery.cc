@@ -174,20 +174,29 @@ void SglangDiscovery::AddMember(size_t entry, std::string address,
 }
 
 void SglangDiscovery::MakeFetches() {
-  std::vector<std::string> urls;
-  std::vector<std::string> headers;
+  std::vector<HttpTarget> targets;
   for (const Member& m : members_) {
-    urls.push_back(ServerInfoUrl(m.url));
-    const std::string& key = options_.workers[m.entry].api_key;
-    headers.push_back(key.empty()
-                          ? std::string()
-                          : absl::StrCat("Authorization: Bearer ", key));
+    const SglangWorker& w = options_.workers[m.entry];
+    HttpTarget t;
+    if (m.address.empty()) {
+      t.url = ServerInfoUrl(m.url);
+    } else {
+      // A pod is read under the pool's name, connected to its address: an
+      // https:// certificate names the Service, seldom each pod's address.
+      t.url = ServerInfoUrl(w.url);
+      t.connect_to =
+          absl::StrCat("::", JoinHostPort(m.address, UrlPort(w.url)));
+    }
+    if (!w.api_key.empty()) {
+      t.header = absl::StrCat("Authorization: Bearer ", w.api_key);
+    }
+    targets.push_back(std::move(t));
   }
   HttpFetchOptions f;
   f.timeout = options_.timeout;
   f.max_body_bytes = size_t{4} << 20;
   f.accept = "application/json";
-  fetches_ = std::make_unique<HttpFetches>(urls, f, headers);
+  fetches_ = std::make_unique<HttpFetches>(targets, f);
 }
 
 bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {

@@ -101,9 +101,11 @@ class SglangDiscovery {
     size_t entry = 0;     // in options_.workers
     std::string address;  // of the pool's host; "" for a configured worker
     std::string name;     // the worker of rank 0
-    std::string url;      // its HTTP server, read at url/server_info
-    std::string host;     // the URL's host, as ZeroMQ dials it
-    size_t counter = 0;   // in reads_
+    // Its HTTP server, read at url/server_info; a pool's member at the
+    // pool's URL, connected to `address` (its url names the address).
+    std::string url;
+    std::string host;    // the URL's host, as ZeroMQ dials it
+    size_t counter = 0;  // in reads_
     std::optional<SglangEventSockets> followed;
     std::vector<IndexSource> sources;  // its ranks in ingest_
     std::string last_outcome;          // the last logged

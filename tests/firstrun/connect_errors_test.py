@@ -31,35 +31,12 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "python"))
 import common  # noqa: E402  (tests/python/common.py)
+from pki import make_pki  # noqa: E402  (tests/python/pki.py)
 
 ARGS = None
 TOKEN = "connect-errors-test-token"
 TOKEN_SHA256 = hashlib.sha256(TOKEN.encode()).hexdigest()
 START_TIMEOUT_S = 30
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl"] + list(args), cwd=cwd, check=True, capture_output=True)
-
-
-def make_pki(d):
-    """ca.pem; server.pem/key for 127.0.0.1; client.pem/key (CN=engine-0)."""
-    ec = ["-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
-    openssl("genpkey", *ec, "-out", "ca.key", cwd=d)
-    openssl("req", "-new", "-x509", "-days", "2", "-key", "ca.key", "-out", "ca.pem",
-            "-subj", "/CN=test CA", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign", cwd=d)
-    for name, ext in (("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth"),
-                      ("client", "extendedKeyUsage=clientAuth")):
-        with open(os.path.join(d, name + ".ext"), "w") as f:
-            f.write(ext + "\n")
-        openssl("genpkey", *ec, "-out", name + ".key", cwd=d)
-        openssl("req", "-new", "-key", name + ".key", "-subj",
-                "/CN=%s" % ("prefixd" if name == "server" else "engine-0"),
-                "-out", name + ".csr", cwd=d)
-        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                "-set_serial", "1" if name == "server" else "2", "-days", "2",
-                "-extfile", name + ".ext", "-out", name + ".pem", cwd=d)
 
 
 class Daemon:

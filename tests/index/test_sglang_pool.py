@@ -27,7 +27,9 @@ Checks:
     server_info_pool (each address read on its own), even with an
     instance_id, which its workers then do not take;
   - a server_info_pool with an instance_id stops the daemon at start,
-    naming the field.
+    naming the field;
+  - pods over https whose certificate names the pool's host alone (no
+    address) are read under that name, each connected to its address.
 
 Usage: test_sglang_pool.py --prefixd PATH [--stubs DIR]
 """
@@ -35,6 +37,7 @@ Usage: test_sglang_pool.py --prefixd PATH [--stubs DIR]
 import os
 import re
 import sys
+import tempfile
 import time
 import unittest
 import urllib.request
@@ -51,6 +54,7 @@ import prefixd  # noqa: E402
 import dns_server  # noqa: E402  (tests/python/dns_server.py)
 import hosts_namespace  # noqa: E402  (tests/python/hosts_namespace.py)
 import prefixd_fixture  # noqa: E402
+from pki import make_pki  # noqa: E402  (tests/python/pki.py)
 from sglang_pods import Pod, ServerInfo  # noqa: E402  (tests/python/sglang_pods.py)
 from prefixd import kv_publisher as kvp  # noqa: E402
 from prefixd.v1 import prefix_index_pb2 as pb  # noqa: E402
@@ -62,8 +66,10 @@ POD_A, POD_B = "127.0.0.1", "127.0.0.2"
 
 
 def hosts(*pods):
-    """sglang-pool at `pods`; sglang-auto always at both addresses."""
-    return ("127.0.0.1 localhost\n%s sglang-auto\n%s sglang-auto\n" % (POD_A, POD_B)
+    """sglang-pool at `pods`; sglang-auto and sglang-tls always at both
+    addresses."""
+    return ("127.0.0.1 localhost\n"
+            + "".join("%s sglang-auto sglang-tls\n" % p for p in (POD_A, POD_B))
             + "".join("%s sglang-pool\n" % p for p in pods))
 
 
@@ -74,6 +80,16 @@ class SglangPoolTest(unittest.TestCase):
         cls.pod_a, cls.pod_b = Pod(POD_A, 1, BS), Pod(POD_B, 2, BS)
         cls.http = ServerInfo([cls.pod_a, cls.pod_b])
         cls.auto_http = ServerInfo([])  # no pod: every read fails, and is logged
+        # Pods over https whose certificate names the Service alone, as a
+        # cluster's certificates do: no pod address is in it. The CA is
+        # the namespace's only trusted one.
+        pki = tempfile.mkdtemp(prefix="prefixd-sglang-tls-")
+        make_pki(pki, server_names="DNS:sglang-tls")
+        hosts_namespace.mount(open(os.path.join(pki, "ca.pem")).read(),
+                              "/etc/ssl/certs/ca-certificates.crt")
+        cls.tls_pods = [Pod(POD_A, 1, BS), Pod(POD_B, 1, BS)]
+        cls.tls_http = ServerInfo(cls.tls_pods, tls=(os.path.join(pki, "server.pem"),
+                                                     os.path.join(pki, "server.key")))
         cls.port = cls.http.server_address[1]
         cls.a = "sg/%s:%d" % (POD_A, cls.port)
         cls.b = "sg/%s:%d" % (POD_B, cls.port)
@@ -83,8 +99,11 @@ class SglangPoolTest(unittest.TestCase):
                   '  sources { name: "ghost" server_info_url: "http://ghost-pool.invalid:1"\n'
                   '            server_info_pool: true }\n'
                   '  sources { name: "auto" server_info_url: "http://sglang-auto:%d"\n'
-                  '            instance_id: "one" }\n}\n'
-                  % (BS, cls.port, cls.auto_http.server_address[1]))
+                  '            instance_id: "one" }\n'
+                  '  sources { name: "tls" server_info_url: "https://sglang-tls:%d"\n'
+                  '            server_info_pool: true }\n}\n'
+                  % (BS, cls.port, cls.auto_http.server_address[1],
+                     cls.tls_http.server_address[1]))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
 
@@ -92,11 +111,11 @@ class SglangPoolTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.client.close()
         cls.daemon.close()
-        for srv in (cls.http, cls.auto_http):
+        for srv in (cls.http, cls.auto_http, cls.tls_http):
             srv.shutdown()
             srv.server_close()
-        cls.pod_a.close()
-        cls.pod_b.close()
+        for pod in [cls.pod_a, cls.pod_b] + cls.tls_pods:
+            pod.close()
 
     def until(self, what, cond, get):
         return prefixd_fixture.wait_for(what, cond, get, self.daemon, DEADLINE_S, poll=0.1)
@@ -104,6 +123,9 @@ class SglangPoolTest(unittest.TestCase):
     def workers(self):
         return prefixd_fixture.workers_by_name(self.client)
 
+    def sg_workers(self, ws):
+        """The names of pool sg's workers in `ws`."""
+        return sorted(w for w in ws if w.startswith("sg/"))
 
     def store(self, publisher, first_token):
         """Publishes one block on a rank until its worker holds it (the
@@ -130,7 +152,7 @@ class SglangPoolTest(unittest.TestCase):
         self.until("pod A followed", lambda ws: self.a in ws, self.workers)
         self.assertEqual(self.store(self.pod_a.ranks[0], 1000), {self.a: 1})
         ws = self.client.list_workers().workers
-        self.assertEqual([w.worker for w in ws], [self.a])
+        self.assertEqual(self.sg_workers(w.worker for w in ws), [self.a])
         with grpc.insecure_channel(self.daemon.tcp) as channel:
             raw = pb_grpc.PrefixIndexStub(channel).ListWorkers(pb.ListWorkersRequest(),
                                                                timeout=DEADLINE_S)
@@ -147,7 +169,7 @@ class SglangPoolTest(unittest.TestCase):
         self.assertEqual(self.store(self.pod_b.ranks[0], 2000), {self.b: 1})
         self.assertEqual(self.store(self.pod_b.ranks[1], 3000), {self.b + "/dp1": 1})
         ws = self.workers()
-        self.assertEqual(sorted(ws), sorted([self.a, self.b, self.b + "/dp1"]))
+        self.assertEqual(self.sg_workers(ws), sorted([self.a, self.b, self.b + "/dp1"]))
         self.assertEqual((ws[self.a].events, ws[self.a].last_seq),
                          (before.events, before.last_seq))  # pod A left as it was
 
@@ -156,7 +178,7 @@ class SglangPoolTest(unittest.TestCase):
         b_before = self.workers()[self.b]
         hosts_namespace.rewrite(self.hosts, hosts(POD_B))
         ws = self.until("pod A gone", lambda ws: self.a not in ws, self.workers)
-        self.assertEqual(sorted(ws), sorted([self.b, self.b + "/dp1"]))
+        self.assertEqual(self.sg_workers(ws), sorted([self.b, self.b + "/dp1"]))
         self.assertEqual((ws[self.b].events, ws[self.b].last_seq),
                          (b_before.events, b_before.last_seq))
         self.assertEqual({w.worker for w in self.client.route(list(range(2000, 2000 + BS)))
@@ -191,6 +213,16 @@ class SglangPoolTest(unittest.TestCase):
             ARGS.prefixd, 'index { sources { name: "sg" server_info_url: '
             '"http://sglang-pool:1" server_info_pool: true instance_id: "i" } }')
         self.assertIn('index.sources[sg].instance_id: "i" names one worker', err)
+
+    def test_8_https_pods_are_read_under_the_pools_name(self):
+        port = self.tls_http.server_address[1]
+        names = ["tls/%s:%d" % (pod, port) for pod in (POD_A, POD_B)]
+        self.until("both https pods followed", lambda ws: set(names) <= set(ws), self.workers)
+        for i, (name, pod) in enumerate(zip(names, self.tls_pods)):
+            self.assertEqual(self.store(pod.ranks[0], 4000 + 1000 * i), {name: 1})
+        reads = self.reads()
+        for name in names:
+            self.assertGreaterEqual(reads.get((name, "ok"), 0), 1, reads)
 
 
 if __name__ == "__main__":

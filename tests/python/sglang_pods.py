@@ -9,6 +9,7 @@ Import after common.setup (it needs the generated client package).
 
 import http.server
 import json
+import ssl
 import threading
 
 import prefixd_fixture
@@ -48,10 +49,15 @@ class Pod:
 
 class ServerInfo(http.server.ThreadingHTTPServer):
     """GET /server_info on every local address, answered as the pod at the
-    address the request reached."""
+    address the request reached; over TLS with `tls` = (certificate file,
+    key file)."""
 
-    def __init__(self, pods):
+    def __init__(self, pods, tls=None):
         super().__init__(("0.0.0.0", 0), _Handler)
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self.socket = context.wrap_socket(self.socket, server_side=True)
         self.pods = {p.address: p for p in pods}
         self.thread = threading.Thread(target=self.serve_forever, daemon=True)
         self.thread.start()

@@ -312,6 +312,11 @@ class Ingest::Runner {
       for (const auto& [rank, w] : s->workers) index_->RetireWorker(w);
   }
   const IndexSource& source() const { return source_; }
+  // A pool's resolver (set before the thread starts, never replaced); null
+  // for a single source.
+  const PoolResolver* resolver() const {
+    return resolver_.has_value() ? &*resolver_ : nullptr;
+  }
   // The listen socket's gate; null for a source.
   const ListenGate* listen_gate() const { return listen_.get(); }
 
@@ -348,6 +353,7 @@ class Ingest::Runner {
                             ? source_.resolve_interval
                             : options_.default_resolve_interval;
     resolver_.emplace(
+        source_.name,
         absl::StrCat("pool ", source_.name, " (", source_.endpoint, ")"),
         hp->host);
     Resolve();
@@ -712,7 +718,7 @@ class Ingest::Runner {
   IndexSource source_;
   std::unique_ptr<ListenGate> listen_;
   bool pool_ = false;
-  std::optional<PoolResolver> resolver_;  // pools
+  std::optional<PoolResolver> resolver_;  // pools; set in Setup
   absl::Duration resolve_interval_;
   absl::Time next_resolve_ = absl::InfiniteFuture();
   std::map<std::string, std::unique_ptr<Stream>> streams_;
@@ -797,6 +803,15 @@ std::vector<IndexSource> Ingest::Sources() const {
   MutexLock lock(&mu_);
   std::vector<IndexSource> out;
   for (const auto& [name, r] : runners_) out.push_back(r->source());
+  return out;
+}
+
+std::vector<PoolLookups> Ingest::pool_lookups() const {
+  MutexLock lock(&mu_);
+  std::vector<PoolLookups> out;
+  for (const auto& [name, r] : runners_) {
+    if (const PoolResolver* p = r->resolver()) out.push_back(p->lookups());
+  }
   return out;
 }
 

@@ -40,6 +40,7 @@
 #include "base/mutex.h"
 #include "index/decode_budget.h"
 #include "index/kv_index.h"
+#include "index/pool_resolver.h"
 
 namespace prefixd {
 
@@ -119,6 +120,8 @@ class Ingest {
   absl::Status RemoveSource(absl::string_view name);
   // The sources followed now (the config's and those added), by name.
   std::vector<IndexSource> Sources() const;
+  // Each pool source's lookups of its host name so far, by name.
+  std::vector<PoolLookups> pool_lookups() const;
 
   // Stops every thread and closes the sockets. Idempotent.
   void Stop();

@@ -18,14 +18,17 @@ std::string Addresses(const std::vector<std::string>& addresses) {
 
 }  // namespace
 
-PoolResolver::PoolResolver(std::string pool, std::string host, Resolve resolve)
-    : pool_(std::move(pool)),
+PoolResolver::PoolResolver(std::string source, std::string pool,
+                           std::string host, Resolve resolve)
+    : source_(std::move(source)),
+      pool_(std::move(pool)),
       host_(std::move(host)),
       resolve_(resolve ? std::move(resolve) : Resolve(ResolveHost)) {}
 
 std::optional<std::vector<std::string>> PoolResolver::Next() {
   absl::StatusOr<std::vector<std::string>> now = resolve_(host_);
   if (!now.ok()) {
+    failed_lookups_.fetch_add(1, std::memory_order_relaxed);
     if (!failing_) {
       Log(absl::StrCat(
           now.status().message(), "; ",
@@ -36,6 +39,7 @@ std::optional<std::vector<std::string>> PoolResolver::Next() {
     failing_ = true;
     return std::nullopt;
   }
+  answered_lookups_.fetch_add(1, std::memory_order_relaxed);
   const bool recovered = failing_;
   failing_ = false;
   if (answered_ && *now == addresses_) {
@@ -46,9 +50,19 @@ std::optional<std::vector<std::string>> PoolResolver::Next() {
   }
   answered_ = true;
   addresses_ = *std::move(now);
+  address_count_.store(addresses_.size(), std::memory_order_relaxed);
   Log(absl::StrCat(host_, recovered ? " resolves again, to " : " resolves to ",
                    Addresses(addresses_)));
   return addresses_;
+}
+
+PoolLookups PoolResolver::lookups() const {
+  PoolLookups out;
+  out.source = source_;
+  out.answered = answered_lookups_.load(std::memory_order_relaxed);
+  out.failed = failed_lookups_.load(std::memory_order_relaxed);
+  out.addresses = address_count_.load(std::memory_order_relaxed);
+  return out;
 }
 
 void PoolResolver::Log(const std::string& what) const {

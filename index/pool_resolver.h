@@ -12,10 +12,13 @@
 // Logged to stderr: the first answer (even of nothing), every change, the
 // first failure of a run of failures and the answer that ends the run.
 //
-// Thread safety: none; each pool is resolved on one thread.
+// Thread safety: Next on one thread (the pool's); lookups and names from
+// any (atomics).
 #ifndef PREFIXD_INDEX_POOL_RESOLVER_H_
 #define PREFIXD_INDEX_POOL_RESOLVER_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -25,14 +28,26 @@
 
 namespace prefixd {
 
+// What a pool's lookups came to, for /metrics.
+struct PoolLookups {
+  std::string source;      // the pool's source name
+  uint64_t answered = 0;   // lookups the resolver answered, even with none
+  uint64_t failed = 0;     // lookups it could not answer
+  uint64_t addresses = 0;  // in the last answer
+};
+
 class PoolResolver {
  public:
   using Resolve = std::function<absl::StatusOr<std::vector<std::string>>(
       const std::string& host)>;
 
-  // `pool` names the pool in the log ("SGLang pool sg (http://sg:30000)");
-  // `resolve` is index/zmq_dial.h's ResolveHost unless a test gives one.
-  PoolResolver(std::string pool, std::string host, Resolve resolve = {});
+  // `source` is the pool's source name, `pool` names the pool in the log
+  // ("SGLang pool sg (http://sg:30000)"); `resolve` is index/zmq_dial.h's
+  // ResolveHost unless a test gives one.
+  PoolResolver(std::string source, std::string pool, std::string host,
+               Resolve resolve = {});
+  PoolResolver(const PoolResolver&) = delete;
+  PoolResolver& operator=(const PoolResolver&) = delete;
 
   // Resolves the host again: its addresses when this is the first answer
   // or they differ from the last one, else nullopt (the same answer, or
@@ -40,16 +55,21 @@ class PoolResolver {
   std::optional<std::vector<std::string>> Next();
 
   const std::string& host() const { return host_; }
+  PoolLookups lookups() const;
 
  private:
   void Log(const std::string& what) const;
 
+  const std::string source_;
   const std::string pool_;
   const std::string host_;
   const Resolve resolve_;
   std::vector<std::string> addresses_;  // the last answer
   bool answered_ = false;
   bool failing_ = false;  // the last lookup was not answered
+  std::atomic<uint64_t> answered_lookups_{0};
+  std::atomic<uint64_t> failed_lookups_{0};
+  std::atomic<uint64_t> address_count_{0};  // addresses_.size()
 };
 
 }  // namespace prefixd

@@ -48,7 +48,8 @@ TEST(PoolResolver, AnAnswerIsTheAddressesEvenNone) {
   Script s({std::vector<std::string>{}, std::vector<std::string>{},
             std::vector<std::string>{"10.0.0.1"},
             std::vector<std::string>{"10.0.0.1"}, std::vector<std::string>{}});
-  PoolResolver r("pool p (tcp://pool.test:5557)", "pool.test", s.resolve());
+  PoolResolver r("p", "pool p (tcp://pool.test:5557)", "pool.test",
+                 s.resolve());
   testing::internal::CaptureStderr();
   EXPECT_THAT(r.Next(), Optional(ElementsAre()));  // the first, of nothing
   EXPECT_EQ(r.Next(), std::nullopt);               // the same
@@ -73,7 +74,7 @@ TEST(PoolResolver, AnUnansweredLookupLeavesTheLastAnswer) {
   const std::vector<std::string> two = {"10.0.0.1", "10.0.0.2"};
   Script s({two, Unanswered(), Unanswered(), two, Unanswered(),
             std::vector<std::string>{"10.0.0.2"}});
-  PoolResolver r("SGLang pool sg (http://pool.test:30000)", "pool.test",
+  PoolResolver r("sg", "SGLang pool sg (http://pool.test:30000)", "pool.test",
                  s.resolve());
   testing::internal::CaptureStderr();
   EXPECT_THAT(r.Next(), Optional(ElementsAre("10.0.0.1", "10.0.0.2")));
@@ -82,6 +83,11 @@ TEST(PoolResolver, AnUnansweredLookupLeavesTheLastAnswer) {
   EXPECT_EQ(r.Next(), std::nullopt);  // answered again, the same
   EXPECT_EQ(r.Next(), std::nullopt);
   EXPECT_THAT(r.Next(), Optional(ElementsAre("10.0.0.2")));
+  const PoolLookups n = r.lookups();
+  EXPECT_EQ(n.source, "sg");
+  EXPECT_EQ(n.answered, 3u);
+  EXPECT_EQ(n.failed, 3u);
+  EXPECT_EQ(n.addresses, 1u);
   const std::string log = testing::internal::GetCapturedStderr();
   const std::string pool = "prefixd: SGLang pool sg (http://pool.test:30000): ";
   EXPECT_EQ(log,
@@ -102,7 +108,8 @@ TEST(PoolResolver, AnUnansweredLookupLeavesTheLastAnswer) {
 
 TEST(PoolResolver, NoAnswerYetFollowsNothing) {
   Script s({Unanswered(), std::vector<std::string>{"10.0.0.1"}});
-  PoolResolver r("pool p (tcp://pool.test:5557)", "pool.test", s.resolve());
+  PoolResolver r("p", "pool p (tcp://pool.test:5557)", "pool.test",
+                 s.resolve());
   testing::internal::CaptureStderr();
   EXPECT_EQ(r.Next(), std::nullopt);
   EXPECT_THAT(r.Next(), Optional(ElementsAre("10.0.0.1")));

@@ -29,7 +29,8 @@ HttpSources SourcesOf(const Server& server) {
           server.picker(),
           server.engine_scraper(),
           server.engine_load_feed(),
-          server.sglang_discovery()};
+          server.sglang_discovery(),
+          server.ingest()};
 }
 
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {

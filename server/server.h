@@ -101,6 +101,7 @@ class Server {
   // The reader of the engines' metrics; nullptr without
   // index.pick.engine_metrics.
   const EngineScraper* engine_scraper() const { return engine_scraper_.get(); }
+  const Ingest* ingest() const { return ingest_.get(); }  // null: no index
   const SglangDiscovery* sglang_discovery() const {
     return sglang_discovery_.get();
   }

@@ -136,8 +136,9 @@ absl::StatusOr<std::unique_ptr<SglangDiscovery>> SglangDiscovery::Start(
     if (w.pool || ResolvesToSeveral(name)) {
       d->pools_.push_back(
           {i,
-           PoolResolver(absl::StrCat("SGLang pool ", w.name, " (", w.url, ")"),
-                        name),
+           std::make_unique<PoolResolver>(
+               w.name, absl::StrCat("SGLang pool ", w.name, " (", w.url, ")"),
+               name),
            {},
            absl::InfinitePast()});
     } else {
@@ -157,6 +158,12 @@ void SglangDiscovery::Stop() {
 
 std::vector<EngineLoadFiler::Counts> SglangDiscovery::counts() const {
   return reads_.counts();
+}
+
+std::vector<PoolLookups> SglangDiscovery::pool_lookups() const {
+  std::vector<PoolLookups> out;
+  for (const Pool& p : pools_) out.push_back(p.resolver->lookups());
+  return out;
 }
 
 void SglangDiscovery::AddMember(size_t entry, std::string address,
@@ -202,7 +209,7 @@ void SglangDiscovery::MakeFetches() {
 bool SglangDiscovery::Resolve(Pool& p, absl::Time now) {
   const SglangWorker& w = options_.workers[p.entry];
   p.next = now + w.interval;
-  std::optional<std::vector<std::string>> answer = p.resolver.Next();
+  std::optional<std::vector<std::string>> answer = p.resolver->Next();
   if (!answer.has_value()) return false;
   std::vector<std::string> addresses = *std::move(answer);
   for (size_t i = members_.size(); i-- > 0;) {

@@ -26,9 +26,9 @@
 // that answers without events, or with another block size than the
 // index's, is no longer followed. Each outcome is logged when it changes.
 //
-// Thread safety: the reading runs on its own thread; Stop and counts may
-// be called from any thread (reads_ guards its counts; the rest is the
-// thread's own).
+// Thread safety: the reading runs on its own thread; Stop, counts and
+// pool_lookups may be called from any thread (reads_ guards its counts,
+// each pool's resolver counts in atomics; the rest is the thread's own).
 #ifndef PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 #define PREFIXD_SERVER_SGLANG_DISCOVERY_H_
 
@@ -93,6 +93,8 @@ class SglangDiscovery {
   // order they were first followed: its /server_info reads so far, ok
   // (followed) or failed (not read, or not followable).
   std::vector<EngineLoadFiler::Counts> counts() const;
+  // Each pool's lookups of its host name so far; any thread.
+  std::vector<PoolLookups> pool_lookups() const;
 
  private:
   // One /server_info the thread reads: a configured worker, or one
@@ -115,7 +117,7 @@ class SglangDiscovery {
   // follow.
   struct Pool {
     size_t entry = 0;
-    PoolResolver resolver;
+    std::unique_ptr<PoolResolver> resolver;  // lookups() from any thread
     std::vector<std::string> addresses;
     absl::Time next = absl::InfinitePast();  // when to resolve again
   };
@@ -143,8 +145,9 @@ class SglangDiscovery {
   Ingest* const ingest_;
   EngineLoadFeed* const loads_;
   std::vector<Member> members_;  // the thread's
-  std::vector<Pool> pools_;      // the thread's
-  ReadCounts reads_;             // per worker ever followed
+  // Fixed at Start; the thread's, but for each resolver's lookups().
+  std::vector<Pool> pools_;
+  ReadCounts reads_;  // per worker ever followed
   std::atomic<bool> stopping_{false};
   std::unique_ptr<HttpFetches> fetches_;    // the thread's; one per member
   std::unique_ptr<PeriodicThread> thread_;  // last: stopped first

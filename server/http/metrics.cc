@@ -441,6 +441,35 @@ std::vector<MetricFamily> EngineLoadReadingFamilies(
   return out;
 }
 
+// The pools' lookups of their host names (index/pool_resolver.h): event
+// pools and SGLang pools alike, by source name.
+std::vector<MetricFamily> PoolLookupFamilies(
+    const std::vector<PoolLookups>& pools) {
+  MetricFamily lookups = NewFamily(
+      "prefixd_index_pool_lookups_total",
+      "Lookups of each pool source's host name, by result (answered: "
+      "addresses or none; failed: the resolver could not answer, and the "
+      "pool kept its workers).",
+      MetricType::Counter);
+  MetricFamily addresses =
+      NewFamily("prefixd_index_pool_addresses",
+                "Addresses in the last answer for each pool source's host "
+                "name (its workers, times DP ranks for SGLang pools).",
+                MetricType::Gauge);
+  for (const PoolLookups& p : pools) {
+    AddSample(&lookups, {{"source", p.source}, {"result", "answered"}},
+              static_cast<double>(p.answered));
+    AddSample(&lookups, {{"source", p.source}, {"result", "failed"}},
+              static_cast<double>(p.failed));
+    AddSample(&addresses, {{"source", p.source}},
+              static_cast<double>(p.addresses));
+  }
+  std::vector<MetricFamily> out;
+  out.push_back(std::move(lookups));
+  out.push_back(std::move(addresses));
+  return out;
+}
+
 std::vector<MetricFamily> IndexMetricFamilies(const IndexStats& stats) {
   std::vector<MetricFamily> out;
   AddIndexWorkerCounters(stats, &out);
@@ -656,6 +685,13 @@ std::string Metrics::ScrapeText(const HttpSources* sources) const {
         "server_info_url), by result (ok: followed, failed).",
         sources->sglang_discovery->counts()));
   }
+  std::vector<PoolLookups> pools;
+  if (sources->ingest != nullptr) pools = sources->ingest->pool_lookups();
+  if (sources->sglang_discovery != nullptr) {
+    std::vector<PoolLookups> more = sources->sglang_discovery->pool_lookups();
+    std::move(more.begin(), more.end(), std::back_inserter(pools));
+  }
+  if (!pools.empty()) append(PoolLookupFamilies(pools));
   if (sources->events_publisher != nullptr) {
     append(EventsPublishMetricFamilies(sources->events_publisher->stats()));
   }

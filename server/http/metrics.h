@@ -37,6 +37,7 @@
 #include "core/cache.h"
 #include "index/kv_index.h"
 #include "index/picker.h"
+#include "index/pool_resolver.h"
 #include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
@@ -97,6 +98,10 @@ std::vector<prometheus::MetricFamily> IndexMetricFamilies(
 std::vector<prometheus::MetricFamily> EngineLoadReadingFamilies(
     absl::string_view name, absl::string_view help,
     const std::vector<EngineLoadFiler::Counts>& counts);
+// prefixd_index_pool_lookups_total and prefixd_index_pool_addresses: the
+// pools' lookups of their host names (index/pool_resolver.h), by source.
+std::vector<prometheus::MetricFamily> PoolLookupFamilies(
+    const std::vector<PoolLookups>& pools);
 
 // The prefixd_events_* families of events_publish (docs/index.md, "The
 // sidecar publishes too").

@@ -171,6 +171,34 @@ TEST(CacheMetricFamiliesTest, NamesFollowPrometheusConventions) {
   }
 }
 
+TEST(PoolLookupFamiliesTest, EachPoolBySource) {
+  std::vector<PoolLookups> pools(2);
+  pools[0].source = "vllm";
+  pools[0].answered = 4;
+  pools[0].failed = 9;
+  pools[0].addresses = 3;
+  pools[1].source = "sg";
+  pools[1].answered = 13;
+  const std::vector<MetricFamily> f = PoolLookupFamilies(pools);
+  EXPECT_EQ(Value(f, "prefixd_index_pool_lookups_total",
+                  {{"source", "vllm"}, {"result", "answered"}}),
+            4);
+  EXPECT_EQ(Value(f, "prefixd_index_pool_lookups_total",
+                  {{"source", "vllm"}, {"result", "failed"}}),
+            9);
+  EXPECT_EQ(Value(f, "prefixd_index_pool_lookups_total",
+                  {{"source", "sg"}, {"result", "failed"}}),
+            0);
+  EXPECT_EQ(Value(f, "prefixd_index_pool_addresses", {{"source", "vllm"}}), 3);
+  EXPECT_EQ(Value(f, "prefixd_index_pool_addresses", {{"source", "sg"}}), 0);
+  for (const MetricFamily& family : f) {
+    EXPECT_EQ(family.type == MetricType::Counter,
+              absl::EndsWith(family.name, "_total"))
+        << family.name;
+    EXPECT_FALSE(family.help.empty()) << family.name;
+  }
+}
+
 TEST(EventsPublishMetricFamiliesTest, CountersComeFromStats) {
   EventsPublishStats st;
   st.wire.batches = 12;

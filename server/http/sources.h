@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/cache.h"
+#include "index/ingest.h"
 #include "index/kv_index.h"
 #include "index/picker.h"
 #include "model/kv_geometry.h"
@@ -42,6 +43,7 @@ struct HttpSources {
   const EngineLoadFeed* engine_load_feed = nullptr;
   // With index.sources { server_info_url }.
   const SglangDiscovery* sglang_discovery = nullptr;
+  const Ingest* ingest = nullptr;  // with the fleet index
 };
 
 }  // namespace prefixd

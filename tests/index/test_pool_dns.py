@@ -15,7 +15,9 @@ Checks:
   - when it answers again, the same workers go on, with no new catch-up,
     and that is logged;
   - when it answers NXDOMAIN (the name has no address: every pod gone),
-    both workers leave the index.
+    both workers leave the index;
+  - prefixd_index_pool_lookups_total counts each pool's failed and
+    answered lookups, prefixd_index_pool_addresses the last answer's size.
 
 Without the outage rule a failed lookup read as "no addresses": every
 worker of both pools was retired at the first failure.
@@ -24,9 +26,11 @@ Usage: test_pool_dns.py --prefixd PATH [--stubs DIR]
 """
 
 import os
+import re
 import sys
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -89,6 +93,17 @@ class PoolDnsTest(unittest.TestCase):
     def workers(self):
         return prefixd_fixture.workers_by_name(self.client)
 
+    def pool_metrics(self):
+        """{(family, source, result or None): value} of the pools' families
+        on /metrics."""
+        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics, timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for m in re.finditer(r'^prefixd_index_pool_(lookups_total|addresses)'
+                             r'\{source="([^"]*)"(?:,result="([^"]*)")?\} (\S+)$', text, re.M):
+            out[(m.group(1), m.group(2), m.group(3))] = float(m.group(4))
+        return out
+
     def held(self, tokens):
         return {w.worker: w.matched_blocks for w in self.client.route(tokens).workers}
 
@@ -140,6 +155,11 @@ class PoolDnsTest(unittest.TestCase):
             self.assertEqual(after[self.ev].replays, before[self.ev].replays)
             self.assertEqual(self.held(list(range(2 * BS))), {self.ev: 2})
             self.assertEqual(self.daemon.logs().count("Temporary failure"), 2)
+            m = self.pool_metrics()
+            for source in ("ev", "sg"):
+                self.assertGreaterEqual(m[("lookups_total", source, "failed")], 3, m)
+                self.assertGreaterEqual(m[("lookups_total", source, "answered")], 1, m)
+                self.assertEqual(m[("addresses", source, None)], 1, m)
         finally:
             DNS.failing = False
         for host in ("evpool.test", "sgpool.test"):
@@ -158,6 +178,9 @@ class PoolDnsTest(unittest.TestCase):
             self.until("both pools' workers gone", lambda ws: not ws, self.workers)
             for host in ("evpool.test", "sgpool.test"):
                 self.assertIn("%s resolves to 0 addresses" % host, self.daemon.logs())
+            m = self.pool_metrics()
+            self.assertEqual((m[("addresses", "ev", None)], m[("addresses", "sg", None)]),
+                             (0, 0), m)
             self.assertEqual(self.held(list(range(BS))), {})
         finally:
             DNS.records.update(RECORDS)

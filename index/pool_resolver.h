@@ -54,7 +54,6 @@ class PoolResolver {
   // none: the last one stands).
   std::optional<std::vector<std::string>> Next();
 
-  const std::string& host() const { return host_; }
   PoolLookups lookups() const;
 
  private:

@@ -20,7 +20,7 @@ std::vector<EngineLoadFiler::Source> Sources(const EngineScrapeOptions& o) {
   return out;
 }
 
-std::vector<HttpTarget> Urls(const EngineScrapeOptions& o) {
+std::vector<HttpTarget> Targets(const EngineScrapeOptions& o) {
   std::vector<HttpTarget> out;
   for (const EngineMetricsTarget& t : o.targets) {
     HttpTarget target;
@@ -46,7 +46,7 @@ EngineScraper::EngineScraper(EngineScrapeOptions options, EngineLoads* loads,
       workers_(std::move(workers)),
       filer_(loads, "engine metrics", Sources(options_)),
       unlisted_(options_.targets.size()),
-      fetches_(std::make_unique<HttpFetches>(Urls(options_),
+      fetches_(std::make_unique<HttpFetches>(Targets(options_),
                                              FetchOptions(options_))) {}
 
 EngineScraper::~EngineScraper() { Stop(); }

@@ -454,7 +454,7 @@ std::vector<MetricFamily> PoolLookupFamilies(
   MetricFamily addresses =
       NewFamily("prefixd_index_pool_addresses",
                 "Addresses in the last answer for each pool source's host "
-                "name (its workers, times DP ranks for SGLang pools).",
+                "name: one pod each.",
                 MetricType::Gauge);
   for (const PoolLookups& p : pools) {
     AddSample(&lookups, {{"source", p.source}, {"result", "answered"}},

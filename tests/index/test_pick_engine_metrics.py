@@ -111,12 +111,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with self.server.lock:
             status, body = self.server.pages.get(self.path, (404, "no such page\n"))
             self.server.accepts.setdefault(self.path, []).append(self.headers.get("Accept"))
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        prefixd_fixture.reply(self, status, body.encode(),
+                              "text/plain; version=0.0.4; charset=utf-8")
 
     def log_message(self, *args):
         pass

@@ -90,11 +90,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = json.dumps(srv.info).encode()
         if self.headers.get("Authorization") != "Bearer " + srv.api_key:
             status, body = 401, b'{"error": "Unauthorized"}'
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        prefixd_fixture.reply(self, status, body)
 
     def log_message(self, *args):
         pass

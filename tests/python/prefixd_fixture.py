@@ -186,3 +186,12 @@ def wait_for(what, cond, get, daemon, timeout=10.0, poll=0.05):
 def workers_by_name(client):
     """ListWorkers' workers, by name (a prefixd.Client)."""
     return {w.worker: w for w in client.list_workers().workers}
+
+
+def reply(handler, status, body, content_type="application/json"):
+    """Answers a request of an http.server handler with `body` (bytes)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)

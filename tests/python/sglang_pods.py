@@ -68,11 +68,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pod = self.server.pods.get(self.connection.getsockname()[0])
         status = 200 if self.path == "/server_info" and pod else 404
         body = json.dumps({"kv_events": pod.kv_events() if pod else None}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        prefixd_fixture.reply(self, status, body)
 
     def log_message(self, *args):
         pass

@@ -101,6 +101,28 @@ absl::StatusOr<SglangEventSockets> Read(const Json& kv,
   return s;
 }
 
+// /server_info's top-level `name` (a ServerArgs field) as a positive
+// integer; 0 when absent or anything else (top-level members are not ours
+// to check).
+int64_t TopLevelInt(const Json& info, const char* name) {
+  const auto it = info.find(name);
+  if (it == info.end() || !it->is_number_integer()) return 0;
+  const int64_t v = it->get<int64_t>();
+  return v > 0 && v <= (1 << 20) ? v : 0;
+}
+
+// Under decode context parallelism SGLang's radix tree pages, and its
+// events store blocks, at page_size x dcp_size tokens. Newer workers say
+// so in kv_events.block_size; earlier ones gave the page size there, with
+// page_size and dcp_size beside kv_events at the top level: their blocks
+// are widened here. A block size already equal to the product is left.
+void WidenForDcp(const Json& info, SglangEventSockets* s) {
+  const int64_t page = TopLevelInt(info, "page_size");
+  const int64_t dcp = TopLevelInt(info, "dcp_size");
+  if (dcp < 2 || page != s->block_size || page * dcp > (1 << 20)) return;
+  s->block_size = static_cast<int>(page * dcp);
+}
+
 std::vector<std::string> Endpoints(const std::string& host, int base, int n) {
   std::vector<std::string> out;
   if (base == 0) return out;
@@ -134,6 +156,7 @@ absl::StatusOr<std::optional<SglangEventSockets>> ParseSglangServerInfo(
         absl::StrCat("kv_events is a ", kv->type_name(), "; want an object"));
   }
   ASSIGN_OR_RETURN(SglangEventSockets s, Read(*kv, worker_host));
+  WidenForDcp(info, &s);
   return s;
 }
 

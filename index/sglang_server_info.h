@@ -13,9 +13,13 @@
 // load keys are present (--load-publish-endpoint), its load on
 // load_endpoint_port_base + r. endpoint_host may be a wildcard ("*",
 // "0.0.0.0", "::"): the worker bound every interface, and a subscriber
-// dials the host of the worker's own URL instead. The member is absent or
-// null when the worker publishes no events. Other members of /server_info
-// are skipped.
+// dials the host of the worker's own URL instead. block_size is the width
+// of the blocks its events store: under decode context parallelism
+// (--dcp-size N) page_size x N, which SGLang releases before that width
+// was advertised gave only as the top-level page_size and dcp_size. The member
+// is absent or null when the worker publishes no events. Other members of
+// /server_info are skipped, but for page_size and dcp_size (a block_size equal
+// to page_size with dcp_size N > 1 is widened to page_size x N).
 //
 // Thread safety: pure functions of their arguments.
 #ifndef PREFIXD_INDEX_SGLANG_SERVER_INFO_H_

@@ -68,6 +68,36 @@ TEST(SglangServerInfoTest, EveryWildcardAndANamedHost) {
   EXPECT_EQ((*named)->topic, "kv");
 }
 
+// With --dcp-size N SGLang's events store blocks of page_size x N tokens.
+// Releases that advertised page_size as kv_events.block_size (with
+// dcp_size beside it) were followed at the page size, and every batch was
+// refused for its block size; an index set to the real width refused the
+// worker.
+TEST(SglangServerInfoTest, DecodeContextParallelismWidensTheBlocks) {
+  const auto block_size = [](const std::string& top, int advertised) {
+    const std::string body =
+        R"({"model_path": "m", )" + top +
+        R"(, "kv_events": {"publisher": "zmq", "endpoint_host": "*",
+            "endpoint_port_base": 5557, "block_size": )" +
+        std::to_string(advertised) + "}}";
+    absl::StatusOr<std::optional<SglangEventSockets>> s =
+        ParseSglangServerInfo(body, "10.0.0.3");
+    EXPECT_TRUE(s.ok() && s->has_value()) << body << s.status();
+    return s.ok() && s->has_value() ? (*s)->block_size : -1;
+  };
+  // The page size advertised, as earlier releases did: widened.
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": 4)", 16), 64);
+  // The width advertised, as newer releases do: left as it is.
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": 4)", 64), 64);
+  // No DCP, or nothing to go by: the advertised size.
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": 1)", 16), 16);
+  EXPECT_EQ(block_size(R"("page_size": 16)", 16), 16);
+  EXPECT_EQ(block_size(R"("dcp_size": 4)", 16), 16);
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": "4")", 16), 16);
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": -4)", 16), 16);
+  EXPECT_EQ(block_size(R"("page_size": 16, "dcp_size": 1048576)", 16), 16);
+}
+
 TEST(SglangServerInfoTest, NoPublisherIsNoSockets) {
   for (const char* body : {R"({"model_path": "m"})",
                            R"({"model_path": "m", "kv_events": null})"}) {

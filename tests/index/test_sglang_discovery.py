@@ -20,6 +20,9 @@ Checks:
     workers and their blocks as they were;
   - a /server_info that says another block size unfollows both ranks
     (logged), and the right one follows them again;
+  - under decode context parallelism (top-level page_size x dcp_size) the
+    blocks are that wide, whether kv_events.block_size gives the page size
+    (earlier SGLang) or the width;
   - the worker requires its --api-key, which the daemon reads from
     server_info_api_key_file and sends as a bearer token; without the file
     the 401 is logged with what is missing;
@@ -282,6 +285,22 @@ class SglangDiscoveryTest(unittest.TestCase):
                       "index's of 16" % self.info.url, self.daemon.logs())
         self.info.info = {"kv_events": kv_events(self.base)}
         self.follow()
+
+    def test_6b_decode_context_parallelism_widens_the_blocks(self):
+        # --dcp-size 2 with pages of BS/2 tokens: the events store blocks
+        # of BS. An SGLang that advertised the page size is followed at BS
+        # all the same; one that advertises BS is too.
+        self.follow()
+        for advertised in (BS // 2, BS):
+            self.info.info = {"page_size": BS // 2, "dcp_size": 2,
+                              "kv_events": kv_events(self.base, block_size=advertised)}
+            time.sleep(2.5)  # two more reads (resolve_interval 1s)
+            self.assertEqual({"sg", "sg/dp1"} & set(self.workers()), {"sg", "sg/dp1"},
+                             self.daemon.logs())
+        self.assertNotIn("its blocks are of %d tokens" % (BS // 2), self.daemon.logs())
+        tokens = self.store(0, 9000)
+        self.until("a store of rank 0 routed", lambda: self.matched(tokens).get("sg") == 1)
+        self.info.info = {"kv_events": kv_events(self.base)}
 
     def test_7_bad_config_stops_the_daemon(self):
         for source, error in (

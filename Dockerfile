@@ -12,7 +12,7 @@
 #
 #   buildah bud --format docker -t prefixd .     (or docker build -t prefixd .)
 #   deploy/test-image.sh                         (make image-test) builds and checks it
-ARG BASE=docker.io/library/debian:bookworm
+ARG BASE=debian:bookworm
 
 FROM ${BASE} AS build
 COPY deploy/install-deps.sh /src/deploy/install-deps.sh

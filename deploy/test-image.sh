@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the prefixd container image with buildah and proves it works:
 #
-#   1. a base image: docker.io/library/debian:bookworm if it can be pulled,
-#      else one made with `debootstrap --variant=minbase bookworm` (kept as
-#      localhost/debian:bookworm-minbase for the next run);
+#   1. a base image: $BASE_IMAGE (default debian:bookworm, as the
+#      registries buildah is configured with resolve it) if it can be
+#      pulled, else one made with `debootstrap --variant=minbase bookworm`
+#      from $DEBIAN_MIRROR (default: the Debian archive this machine's apt
+#      uses), kept as localhost/debian:bookworm-minbase for the next run;
 #   2. `buildah bud --isolation=chroot --storage-driver=vfs` of the Dockerfile;
 #   3. the image's metadata: non-root user, exposed ports, entrypoint,
 #      health check, stop signal; no compiler in the runtime stage;
@@ -21,9 +23,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=localhost/prefixd:test
-PULL_BASE=docker.io/library/debian:bookworm
+PULL_BASE=${BASE_IMAGE:-debian:bookworm}
 LOCAL_BASE=localhost/debian:bookworm-minbase
-MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+# The Debian archive this machine's apt uses (deb822 or one-line sources).
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/debian.sources /etc/apt/sources.list.d/*.sources; do
+    [[ -r "$f" ]] || continue
+    awk '/^URIs:/ && $2 !~ /security/ {print $2; found=1; exit} END {exit !found}' "$f" && return
+  done
+  awk '$1 == "deb" && $2 !~ /security/ {print $2; found=1; exit} END {exit !found}' \
+    /etc/apt/sources.list 2>/dev/null
+}
+MIRROR=${DEBIAN_MIRROR:-$(apt_mirror || true)}
 KEEP=0
 [[ "${1:-}" == "--keep" ]] && KEEP=1
 
@@ -60,6 +73,7 @@ elif bah inspect --type image "$LOCAL_BASE" >/dev/null 2>&1; then
   base=$LOCAL_BASE
 else
   command -v debootstrap >/dev/null || fail "cannot pull $PULL_BASE and debootstrap is missing"
+  [[ -n "$MIRROR" ]] || fail "cannot pull $PULL_BASE and no Debian archive is known: set DEBIAN_MIRROR"
   log "cannot pull $PULL_BASE: making $LOCAL_BASE with debootstrap --variant=minbase"
   debootstrap --variant=minbase bookworm "$tmp/rootfs" "$MIRROR" >"$tmp/debootstrap.log" 2>&1 \
     || { tail -20 "$tmp/debootstrap.log"; fail "debootstrap"; }

@@ -364,9 +364,9 @@ class Ingest::Runner {
   void Resolve() {
     next_resolve_ = absl::Now() + resolve_interval_;
     const HostPort hp = *SplitTcp(source_.endpoint);
-    std::optional<std::vector<std::string>> answer = resolver_->Next();
+    const std::optional<std::vector<std::string>> answer = resolver_->Next();
     if (!answer.has_value()) return;
-    const std::vector<std::string> now = *std::move(answer);
+    const std::vector<std::string>& now = *answer;
     absl::flat_hash_map<std::string, bool> keep;
     for (const std::string& addr : now) {
       const std::string key = JoinHostPort(addr, hp.port);

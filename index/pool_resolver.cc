@@ -27,14 +27,16 @@ PoolResolver::PoolResolver(std::string source, std::string pool,
 
 std::optional<std::vector<std::string>> PoolResolver::Next() {
   absl::StatusOr<std::vector<std::string>> now = resolve_(host_);
+  // Only this thread adds to it; others read it for /metrics.
+  const bool answered = answered_lookups_.load(std::memory_order_relaxed) > 0;
   if (!now.ok()) {
     failed_lookups_.fetch_add(1, std::memory_order_relaxed);
     if (!failing_) {
       Log(absl::StrCat(
           now.status().message(), "; ",
-          answered_ ? absl::StrCat("its last answer (", Addresses(addresses_),
-                                   ") stands until it resolves")
-                    : "no address is followed until it resolves"));
+          answered ? absl::StrCat("its last answer (", Addresses(addresses_),
+                                  ") stands until it resolves")
+                   : "no address is followed until it resolves"));
     }
     failing_ = true;
     return std::nullopt;
@@ -42,13 +44,12 @@ std::optional<std::vector<std::string>> PoolResolver::Next() {
   answered_lookups_.fetch_add(1, std::memory_order_relaxed);
   const bool recovered = failing_;
   failing_ = false;
-  if (answered_ && *now == addresses_) {
+  if (answered && *now == addresses_) {
     if (recovered) {
       Log(absl::StrCat(host_, " resolves again, to ", Addresses(addresses_)));
     }
     return std::nullopt;
   }
-  answered_ = true;
   addresses_ = *std::move(now);
   address_count_.store(addresses_.size(), std::memory_order_relaxed);
   Log(absl::StrCat(host_, recovered ? " resolves again, to " : " resolves to ",

@@ -63,10 +63,9 @@ class PoolResolver {
   const std::string pool_;
   const std::string host_;
   const Resolve resolve_;
-  std::vector<std::string> addresses_;  // the last answer
-  bool answered_ = false;
-  bool failing_ = false;  // the last lookup was not answered
-  std::atomic<uint64_t> answered_lookups_{0};
+  std::vector<std::string> addresses_;  // the last answer, if any
+  bool failing_ = false;                // the last lookup was not answered
+  std::atomic<uint64_t> answered_lookups_{0};  // > 0: addresses_ is one
   std::atomic<uint64_t> failed_lookups_{0};
   std::atomic<uint64_t> address_count_{0};  // addresses_.size()
 };

@@ -45,10 +45,6 @@ DEADLINE_S = 10
 HOSTS = "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
 
 
-def port_of(endpoint):
-    return int(endpoint.rsplit(":", 1)[1])
-
-
 def check_both_families():
     families = {a[0] for a in socket.getaddrinfo("localhost", None, type=socket.SOCK_STREAM)}
     if families != {socket.AF_INET, socket.AF_INET6}:
@@ -91,7 +87,8 @@ class DualStackNameTest(unittest.TestCase):
                   '            replay_endpoint: "tcp://localhost:%d" }\n'
                   '  pick { engine_load_sockets { worker: "vllm-0"'
                   ' endpoint: "tcp://localhost:%d" } }\n}\n'
-                  % (BS, port_of(cls.engine.endpoint), port_of(cls.engine.replay_endpoint),
+                  % (BS, prefixd_fixture.port_of(cls.engine.endpoint),
+                     prefixd_fixture.port_of(cls.engine.replay_endpoint),
                      cls.load.port))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)

@@ -52,10 +52,6 @@ RECORDS = {"evpool.test": [POD], "sgpool.test": [POD]}
 DNS = None  # the server, started in the namespace before the tests
 
 
-def port_of(endpoint):
-    return int(endpoint.rsplit(":", 1)[1])
-
-
 class PoolDnsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -63,7 +59,7 @@ class PoolDnsTest(unittest.TestCase):
         cls.engine.publish([kvp.block_stored([1], None, list(range(BS)), BS)])
         cls.pod = Pod(POD, 1, BS)
         cls.http = ServerInfo([cls.pod])
-        port = port_of(cls.engine.endpoint)
+        port = prefixd_fixture.port_of(cls.engine.endpoint)
         cls.ev = "ev/%s:%d" % (POD, port)
         cls.sg = "sg/%s:%d" % (POD, cls.http.server_address[1])
         config = ('index {\n  block_size: %d\n'
@@ -71,7 +67,7 @@ class PoolDnsTest(unittest.TestCase):
                   '            replay_port: %d resolve_interval: "200ms" }\n'
                   '  sources { name: "sg" server_info_url: "http://sgpool.test:%d"\n'
                   '            server_info_pool: true resolve_interval: "200ms" }\n}\n'
-                  % (BS, port, port_of(cls.engine.replay_endpoint),
+                  % (BS, port, prefixd_fixture.port_of(cls.engine.replay_endpoint),
                      cls.http.server_address[1]))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
@@ -139,8 +135,8 @@ class PoolDnsTest(unittest.TestCase):
                        lambda n: all(n.get(h, 0) >= failed[h] + 6 for h in RECORDS),
                        lambda: dict(DNS.servfails))
             self.assertEqual(sorted(self.workers()), sorted(before))
-            for pool, host in (("pool ev (tcp://evpool.test:%d)" % port_of(self.engine.endpoint),
-                                "evpool.test"),
+            ev_port = prefixd_fixture.port_of(self.engine.endpoint)
+            for pool, host in (("pool ev (tcp://evpool.test:%d)" % ev_port, "evpool.test"),
                                ("SGLang pool sg (http://sgpool.test:%d)"
                                 % self.http.server_address[1], "sgpool.test")):
                 self.assertIn('prefixd: %s: resolving "%s": Temporary failure in name '

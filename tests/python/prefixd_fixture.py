@@ -183,6 +183,11 @@ def wait_for(what, cond, get, daemon, timeout=10.0, poll=0.05):
         time.sleep(poll)
 
 
+def port_of(endpoint):
+    """The port of "tcp://HOST:PORT"."""
+    return int(endpoint.rsplit(":", 1)[1])
+
+
 def workers_by_name(client):
     """ListWorkers' workers, by name (a prefixd.Client)."""
     return {w.worker: w for w in client.list_workers().workers}

@@ -646,6 +646,7 @@ class EventDecoder {
                             BlockStoredEvent* ev) {
     ev->placeholder = IsEmptyArray(f[kTokenIds]);
     ev->bigram = false;
+    ev->sparse = false;
     if (ev->placeholder) {
       // vLLM's offloading placeholder: token_ids [], block_size 0 (older
       // vLLM: the offloaded block's size).
@@ -661,9 +662,15 @@ class EventDecoder {
       }
     } else {
       RETURN_IF_ERROR(BlockSize(f[kBlockSize], &ev->block_size));
-      RETURN_IF_ERROR(TokenCount(f[kTokenIds], *ev));
+      RETURN_IF_ERROR(TokenCount(f[kTokenIds], ev));
       ev->bigram = bad_token_.found && bad_token_.index == 0 &&
                    bad_token_.head.type == mtype::ARRAY;
+      if (ev->bigram && ev->sparse) {
+        return Error(absl::StrCat(
+            "token_ids has ", f[kTokenIds]->via.array.size,
+            " pairs, want block_hashes * block_size = ",
+            ev->block_hashes.size() * static_cast<uint64_t>(ev->block_size)));
+      }
       RETURN_IF_ERROR(ev->bigram ? BigramTokenIds(fields[kTokenIds], ev)
                                  : TokenIds());
     }
@@ -788,21 +795,24 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
-  // token_ids: an array of block_hashes * block_size elements.
-  absl::Status TokenCount(const object* tokens, const BlockStoredEvent& ev) {
+  // token_ids: an array of block_hashes * block_size elements, or of more
+  // whole blocks than block_hashes names (BlockStoredEvent::sparse).
+  absl::Status TokenCount(const object* tokens, BlockStoredEvent* ev) {
     if (tokens->type != mtype::ARRAY) {
       return WrongType(kTokenIds, *tokens, "an array");
     }
-    const uint64_t blocks = ev.block_hashes.size();
+    const uint64_t blocks = ev->block_hashes.size();
     const uint64_t count = tokens->via.array.size;
-    const uint64_t bs = static_cast<uint64_t>(ev.block_size);
+    const uint64_t bs = static_cast<uint64_t>(ev->block_size);
     // A huge block_size must not wrap the product around to the count.
     const bool fits =
         blocks == 0 || bs <= std::numeric_limits<uint64_t>::max() / blocks;
-    if (!fits || count != blocks * bs) {
+    ev->sparse = fits && count > blocks * bs && count % bs == 0;
+    if (!fits || (count != blocks * bs && !ev->sparse)) {
       return Error(absl::StrCat(
           "token_ids has ", count, " tokens, want block_hashes * block_size = ",
-          blocks, " * ", bs, fits ? absl::StrCat(" = ", blocks * bs) : ""));
+          blocks, " * ", bs, fits ? absl::StrCat(" = ", blocks * bs) : "",
+          " or more whole blocks"));
     }
     return absl::OkStatus();
   }

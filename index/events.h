@@ -123,6 +123,13 @@ struct BlockStoredEvent {
   // tier of blocks the worker stored before, named by their engine hashes
   // alone (its block_size 0, or the offloaded block's size).
   bool placeholder = false;
+  // token_ids covers more whole blocks than block_hashes names: vLLM
+  // leaves a group's null blocks (a sliding window's, a Mamba group's in
+  // its align mode) out of the hashes but not out of the tokens, so the
+  // wire does not say which block a hash is. Each hash names a block the
+  // worker stored with its tokens in another group, as a placeholder's
+  // does.
+  bool sparse = false;
   // token_ids pairs [token, next token]: SGLang's radix cache under EAGLE
   // speculative decoding keys each position by the pair, and a page of
   // block_size pairs spans block_size + 1 tokens. token_ids holds each

@@ -1247,6 +1247,33 @@ TEST(DecodeEventBatchTest, TokenCountMismatchNamesBothNumbers) {
   EXPECT_THAT(s.message(), HasSubstr("= 32"));
 }
 
+// vLLM leaves a group's null blocks out of block_hashes but not out of
+// token_ids: more whole blocks of tokens than hashes is a sparse store.
+TEST(DecodeEventBatchTest, MoreWholeBlocksOfTokensThanHashesIsASparseStore) {
+  KvEventBatch b;
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({7}), kNil, Tokens(0, 48), 16)}), &b)
+          .ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_TRUE(Stored(b, 0)->sparse);
+  EXPECT_EQ(Stored(b, 0)->token_ids.size(), 48u);
+  // Every new block null: no hash at all.
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({}), kNil, Tokens(0, 16), 16)}), &b)
+          .ok());
+  EXPECT_TRUE(Stored(b, 0)->sparse);
+  ASSERT_TRUE(
+      Decode(ArrayBatch({StoredArray(Arr({7}), kNil, Tokens(0, 16), 16)}), &b)
+          .ok());
+  EXPECT_FALSE(Stored(b, 0)->sparse);
+  // Fewer tokens than the hashes' blocks, or a part of a block, is not.
+  absl::Status s = DecodeError(
+      ArrayBatch({StoredArray(Arr({1, 2}), kNil, Tokens(0, 16), 16)}));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids has 16 tokens"));
+  s = DecodeError(ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 40), 16)}));
+  EXPECT_THAT(s.message(), HasSubstr("token_ids has 40 tokens"));
+}
+
 TEST(DecodeEventBatchTest, HugeBlockSizeDoesNotWrapTheTokenCount) {
   // 4 * (2^62 + 1) wraps to 4 in 64 bits, which 4 token ids would match.
   const absl::Status s = DecodeError(ArrayBatch({StoredArray(

@@ -334,11 +334,23 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
   const WorkerId id = w.id;
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   DropCounts drops = {};
+  // A sparse store names its blocks by the hashes another group's store
+  // gives them, which vLLM may send after it in the same step (a hybrid
+  // model's Mamba groups come before its full attention): it waits for the
+  // stores after it, up to the next removal or clear.
+  std::vector<const BlockStoredEvent*> waiting;
   for (const KvEvent& e : batch.events) {
     if (const auto* st = std::get_if<BlockStoredEvent>(&e)) {
       ++w.events_by_type[0];
-      StoreLocked(w, *st, stamp, &drops);
-    } else if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
+      if (st->sparse) {
+        waiting.push_back(st);
+      } else {
+        StoreLocked(w, *st, stamp, &drops);
+      }
+      continue;
+    }
+    StoreWaiting(w, &waiting, stamp, &drops);
+    if (const auto* rm = std::get_if<BlockRemovedEvent>(&e)) {
       ++w.events_by_type[1];
       w.event_version = std::max(w.event_version, rm->event_version);
       if (rm->components != 0) {
@@ -354,12 +366,20 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
       ClearLocked(w, ClearReason::kAllBlocksCleared);
     }
   }
+  StoreWaiting(w, &waiting, stamp, &drops);
   workers_.CountDrops(id, drops);
   if (w.state != WorkerState::kLive) {
     w.state = WorkerState::kLive;
     w.detail.clear();
   }
   Trim();
+}
+
+void FleetIndex::StoreWaiting(WorkerRecord& w,
+                              std::vector<const BlockStoredEvent*>* waiting,
+                              uint64_t stamp, DropCounts* drops) {
+  for (const BlockStoredEvent* st : *waiting) StoreLocked(w, *st, stamp, drops);
+  waiting->clear();
 }
 
 void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
@@ -558,6 +578,7 @@ void FleetIndex::StoreSliced(WorkerId id, const BlockStoredEvent& ev,
   part.parent_block_hash = ev.parent_block_hash;
   part.block_size = ev.block_size;
   part.placeholder = ev.placeholder;
+  part.sparse = ev.sparse;
   part.bigram = ev.bigram;
   part.lora_id = ev.lora_id;
   part.medium = ev.medium;

@@ -28,6 +28,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -109,6 +110,12 @@ class FleetIndex final : public KvIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The batch's events, in order (a long one in slices, see Budget).
   void ApplyEvents(WorkerRecord& w, const KvEventBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The sparse stores (BlockStoredEvent::sparse) waiting in *waiting, in
+  // order; empties it.
+  void StoreWaiting(WorkerRecord& w,
+                    std::vector<const BlockStoredEvent*>* waiting,
+                    uint64_t stamp, DropCounts* drops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores the event, or counts why not (a group without a rule).
   void StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev, uint64_t stamp,

@@ -857,8 +857,61 @@ TEST_F(HybridIndexTest, AStateGroupNeedsTheBoundaryBlockOnly) {
 TEST_F(HybridIndexTest, AGroupOfAKindWithoutARuleMakesNothingUsable) {
   const std::vector<Token> chain = {1, 2, 3};
   Apply(w0_, {InGroup({}, chain, 0, "full_attention"),
-              InGroup({}, chain, 1, "chunked_local_attention")});
+              InGroup({}, chain, 1, "cross_attention")});
   EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{3}));
+}
+
+// vLLM names the groups of an MLA model (DeepSeek, Kimi) by kinds of their
+// own, whose rules are full attention's and the sliding window's. A chunked
+// local attention group needs every block: its chunk's length is not on the
+// wire.
+TEST_F(HybridIndexTest, MlaAndChunkedKindsHaveTheirAttentionsRules) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5, 6, 7};
+  Apply(w0_, {InGroup({}, chain, 0, "mla_attention")});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{7}, uint64_t{7}));
+  Apply(w0_, {InGroup({1, 2, 3, 4}, {5, 6, 7}, 1, "sliding_window_mla", 9)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{7}, uint64_t{7}));
+  EXPECT_EQ(Match({1, 2, 3, 4, 5}, "w0"),
+            std::make_pair(uint64_t{0}, uint64_t{5}));
+  Apply(w1_, {InGroup({}, chain, 0, "full_attention"),
+              InGroup({1, 2, 3}, {4, 5, 6, 7}, 1, "chunked_local_attention")});
+  // Its rule is full attention's, and so is its run.
+  EXPECT_EQ(Match(chain, "w1"), std::make_pair(uint64_t{0}, uint64_t{0}));
+  Apply(w1_, {InGroup({}, {1, 2, 3}, 1, "chunked_local_attention")});
+  EXPECT_EQ(Match(chain, "w1"), std::make_pair(uint64_t{7}, uint64_t{7}));
+}
+
+// vLLM leaves a group's null blocks out of a store's hashes but not out of
+// its tokens: a Mamba group in align mode stores the state of a prompt's
+// last block alone. The hash names a block full attention stores, and a
+// hybrid model's Mamba groups come first, so in the same step vLLM sends
+// that store after it.
+TEST_F(HybridIndexTest, ASparseStoreIsPlacedByTheHashesItNames) {
+  const std::vector<Token> chain = {1, 2, 3, 4, 5, 6};
+  BlockStoredEvent state = InGroup({}, chain, 0, "mamba");
+  state.block_hashes = {ChainHash(chain)};
+  state.chain_blocks = 1;
+  state.sparse = true;
+  Apply(w0_, {state, InGroup({}, chain, 1, "full_attention")});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{6}, uint64_t{6}));
+  EXPECT_EQ(Match({1, 2, 3, 4, 5}, "w0"),
+            std::make_pair(uint64_t{0}, uint64_t{5}));
+  Apply(w0_, {RemovedIn({chain}, 0)});
+  EXPECT_EQ(Match(chain, "w0"), std::make_pair(uint64_t{0}, uint64_t{6}));
+  // A removal between them: the sparse store is applied before it, and a
+  // hash no group of the worker stored is dropped; the worker goes on.
+  BlockStoredEvent stray = InGroup({}, {7, 8}, 0, "mamba");
+  stray.block_hashes = {ChainHash({7, 8})};
+  stray.chain_blocks = 1;
+  stray.sparse = true;
+  state.block_hashes = {ChainHash({1, 2, 3})};
+  Apply(w0_, {stray, state, RemovedIn({{1, 2, 3}}, 0),
+              InGroup({}, {7, 8}, 1, "full_attention")});
+  EXPECT_EQ(Match({1, 2, 3}, "w0"), std::make_pair(uint64_t{0}, uint64_t{3}));
+  EXPECT_EQ(Match({7, 8}, "w0"), std::make_pair(uint64_t{0}, uint64_t{2}));
+  const WorkerStatus st = index_.Stats().workers[0];
+  EXPECT_EQ(st.state, WorkerState::kLive);
+  EXPECT_EQ(st.dropped_blocks, 1u);
 }
 
 TEST_F(HybridIndexTest, GroupZeroCanBeTheWindow) {

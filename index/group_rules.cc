@@ -31,9 +31,15 @@ GroupRule RuleForSpec(absl::string_view kind, int64_t sliding_window,
                       int block_size) {
   GroupRule rule;
   if (kind.empty()) return rule;
-  if (kind == "full_attention" || kind == "sink_full_attention") {
+  // vLLM's KVCacheSpecKind values. MLA keeps one latent vector per token
+  // where other attention keeps K and V: its rules are full attention's and
+  // the sliding window's. A chunked local attention group needs the blocks
+  // from its chunk's start, but the events do not give the chunk's length:
+  // it needs every block here, a superset, so never a false hit.
+  if (kind == "full_attention" || kind == "sink_full_attention" ||
+      kind == "mla_attention" || kind == "chunked_local_attention") {
     rule.kind = GroupKind::kFull;
-  } else if (kind == "sliding_window") {
+  } else if (kind == "sliding_window" || kind == "sliding_window_mla") {
     if (sliding_window <= 1) {
       rule.kind = GroupKind::kFull;
     } else {

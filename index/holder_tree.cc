@@ -404,7 +404,7 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
                        const StoreDefaults& defaults, uint64_t stamp,
                        DropCounts* drops) {
   assert(ev.group_idx >= 0 && ev.group_idx < kMaxGroups);
-  if (ev.placeholder) {
+  if (ev.placeholder || ev.sparse) {
     StoreByEngineHash(worker, ev, drops);
     return;
   }
@@ -522,9 +522,10 @@ void HolderTree::StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
   }
 }
 
-// vLLM's offloading placeholders: each hash names a block the worker stored
-// before with its tokens (in another tier), which it now holds in this
-// tier too. A hash the worker does not hold cannot be placed.
+// vLLM's offloading placeholders and sparse stores: each hash names a block
+// the worker stored before with its tokens (in another tier or group),
+// which it now holds in this tier and group too. A hash the worker does
+// not hold cannot be placed.
 void HolderTree::StoreByEngineHash(WorkerId worker, const BlockStoredEvent& ev,
                                    DropCounts* drops) {
   uint64_t& unknown = (*drops)[static_cast<int>(DropReason::kUnknownHash)];

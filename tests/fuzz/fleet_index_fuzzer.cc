@@ -1,8 +1,8 @@
 // libFuzzer: one FleetIndex fed from every side a daemon's index is fed
 // from, in any order: engine batches as the decoder hands them over (stores
 // with tokens, EAGLE's bigram stores (the token after each block a content
-// key), stores of keys alone, vLLM's offloading placeholders (blocks named
-// by engine hash), removals, AllBlocksCleared, a wrong
+// key), stores of keys alone, vLLM's offloading placeholders and sparse
+// stores (blocks named by engine hash), removals, AllBlocksCleared, a wrong
 // block size, LoRA, salts, mediums, KV-cache groups), hash reports of
 // SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
 // hashes that are the index's own keys, KV-cache group rules), streams
@@ -200,10 +200,22 @@ class Driver {
                          in.ConsumeIntegralInRange<Token>(1, 3));
       bigram_stored_ = true;
     }
+    // vLLM's store of a group with null blocks: fewer hashes than blocks
+    // of tokens, the last ones kept (a Mamba group in align mode).
+    if (tokens && !e.bigram && !e.block_hashes.empty() &&
+        in.ConsumeIntegralInRange<int>(0, 5) == 0) {
+      const size_t keep =
+          in.ConsumeIntegralInRange<size_t>(0, e.block_hashes.size() - 1);
+      e.block_hashes.erase(e.block_hashes.begin(),
+                           e.block_hashes.end() - static_cast<long>(keep));
+      e.chain_blocks = std::min(e.chain_blocks, keep);
+      e.sparse = true;
+    }
     e.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
     if (e.group_idx == 1 || in.ConsumeIntegralInRange<int>(0, 3) == 0) {
-      e.kv_cache_spec_kind =
-          in.ConsumeBool() ? "full_attention" : "sliding_window";
+      static const char* const kKinds[] = {"full_attention", "sliding_window",
+                                           "mamba", "mla_attention"};
+      e.kv_cache_spec_kind = kKinds[in.ConsumeIntegralInRange<int>(0, 3)];
       if (e.kv_cache_spec_kind == "sliding_window")
         e.kv_cache_spec_sliding_window = in.ConsumeIntegralInRange<int>(0, 5);
     }

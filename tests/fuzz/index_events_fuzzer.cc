@@ -3,12 +3,12 @@
 // decoder, make it allocate without bound, or let through a batch the index
 // would trip over. A batch that decodes must keep the promises of
 // index/events.h: a BlockStored either carries block_size tokens per block
-// (block_size > 0) or no tokens at all (a store of keys alone, whose
-// block_size is 0 when the publisher sent none), and its indexable chain is
-// a prefix of its blocks. And the fleet index takes whatever decodes:
-// applied twice (the second time its blocks are held already), its
-// invariants hold, a Route of the stores' tokens answers, and clearing the
-// worker empties it.
+// (block_size > 0; a sparse one, more whole blocks) or no tokens at all (a
+// store of keys alone, whose block_size is 0 when the publisher sent none), and
+// its indexable chain is a prefix of its blocks. And the fleet index takes
+// whatever decodes: applied twice (the second time its blocks are held
+// already), its invariants hold, a Route of the stores' tokens answers, and
+// clearing the worker empties it.
 //
 // The seed corpus (real vLLM and SGLang payloads, both encodings) is
 // written by /usr/bin/python3 tests/fuzz/make_index_seeds.py.
@@ -78,9 +78,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Check(s->block_size >= 0, "BlockStored with a negative block_size");
     if (!s->token_ids.empty()) {
       Check(s->block_size > 0, "BlockStored with tokens and block_size 0");
-      Check(s->token_ids.size() ==
-                s->block_hashes.size() * static_cast<uint64_t>(s->block_size),
-            "BlockStored whose token count is not blocks * block_size");
+      const uint64_t want =
+          s->block_hashes.size() * static_cast<uint64_t>(s->block_size);
+      Check(s->sparse ? s->token_ids.size() > want &&
+                            s->token_ids.size() % s->block_size == 0
+                      : s->token_ids.size() == want,
+            "BlockStored whose token count is not blocks * block_size (a "
+            "sparse one's: more whole blocks)");
     }
     Check(s->chain_blocks <= s->block_hashes.size(),
           "BlockStored whose chain is longer than its blocks");

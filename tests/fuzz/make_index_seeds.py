@@ -90,6 +90,14 @@ def seeds():
                    extra_keys=[None, None, (("mm-9f86d081884c7d65", 2),),
                                (("mm-9f86d081884c7d65", -2), b"\x01" * 32)]),
     ], "data_parallel_rank": 0})
+    # A hybrid Mamba model in vLLM's align mode: its Mamba group (0) stores
+    # the state of the last block alone, token_ids covering every new block;
+    # an MLA group (1) stores them all.
+    mamba = stored_map([44], None, 4)
+    mamba.update(token_ids=tokens(0, 16), group_idx=0, kv_cache_spec_kind="mamba")
+    mla = stored_map([41, 42, 43, 44], None, 4)
+    mla.update(group_idx=1, kv_cache_spec_kind="mla_attention")
+    s["vllm_map_mamba_align"] = pack({"ts": TS, "events": [mamba, mla]})
     # Array events with every field, extra_keys, in an array batch.
     s["vllm_array_full"] = pack([TS, [
         stored_array([31, 32], None, 8, lora_id=3, lora_name="chat",

@@ -14,6 +14,7 @@ uses TLS.
 """
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -24,6 +25,11 @@ import time
 import grpc
 
 START_TIMEOUT_S = 30
+# How the daemon says a --listen or --metrics_listen port was taken
+# (server/listen_address.cc, server.cc, daemon.cc), and how often a start so
+# refused is retried on other ports.
+PORT_TAKEN = r"address already in use|in use or not bindable|cannot serve metrics"
+PORT_RACE_RETRIES = 3
 STOP_TIMEOUT_S = 20
 
 # grpc.health.v1 by hand: Debian's python3-grpcio ships no grpc_health module.
@@ -83,9 +89,28 @@ class Daemon:
     # ---- lifecycle ----
 
     def start(self, timeout=START_TIMEOUT_S):
+        """Starts the daemon on free ports and waits until it serves. A port
+        free_port() found can be taken before the daemon binds it (another
+        test's daemon or engine binding an ephemeral port, under ctest -j):
+        a start that fails only for that is retried on other ports."""
         config = os.path.join(self.tmp, "prefixd.textproto")
         with open(config, "w") as f:
             f.write(self.config_text)
+        if getattr(self, "_out", None) is None:  # a restart appends to the same logs
+            self._out = open(os.path.join(self.tmp, "prefixd.out"), "a+")
+            self._err = open(os.path.join(self.tmp, "prefixd.err"), "a+")
+        for attempt in range(PORT_RACE_RETRIES + 1):
+            failed = self._launch(config, timeout)
+            if failed is None:
+                return self
+            if attempt == PORT_RACE_RETRIES or not re.search(PORT_TAKEN, failed):
+                raise DaemonFailed("prefixd exited with %d before serving:\n%s"
+                                   % (self.proc.returncode, self.logs()))
+        raise AssertionError("not reached")
+
+    def _launch(self, config, timeout):
+        """None once the daemon serves; its logs of this launch if it exited
+        first. Raises DaemonFailed if it does not serve within `timeout`."""
         self.tcp = "127.0.0.1:%d" % free_port()
         self.metrics = "127.0.0.1:%d" % free_port()
         cmd = [self.binary, "--config=" + config, "--listen=" + self.tcp, "--listen=" + self.unix,
@@ -93,21 +118,18 @@ class Daemon:
         if self.snapshot:
             cmd.append("--snapshot_path=" + os.path.join(self.tmp, "snapshot.bin"))
         cmd += self.extra_args
-        if getattr(self, "_out", None) is None:  # a restart appends to the same logs
-            self._out = open(os.path.join(self.tmp, "prefixd.out"), "a+")
-            self._err = open(os.path.join(self.tmp, "prefixd.err"), "a+")
+        logged = len(self.logs())
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out,
                                      stderr=self._err)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise DaemonFailed("prefixd exited with %d before serving:\n%s"
-                                   % (self.proc.returncode, self.logs()))
+                return self.logs()[logged:]
             try:
                 # Blocks until the port accepts and answers, at most 1 s, so a
                 # daemon that died is noticed within a second.
                 if health_status(self.unix if self.tls else self.tcp, timeout=1.0) == 1:
-                    return self
+                    return None
             except grpc.RpcError:
                 pass
         self.kill()

@@ -30,6 +30,7 @@
 #include "index/extra_keys.h"
 #include "index/group_rules.h"
 #include "index/msgpack_view.h"
+#include "index/object_key.h"
 #include "index/wire_names.h"
 
 namespace prefixd {
@@ -126,6 +127,9 @@ enum Field : int {
   kComponentType,
   kComponentId,
   kSnapshotVersion,
+  // Mooncake's store master's, map form only: the stored object's key,
+  // which names the block's engine hash (index/object_key.h).
+  kObjectKey,
   kNumFields,
 };
 
@@ -152,6 +156,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "component_type",
     "component_id",
     "snapshot_version",
+    "object_key",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -172,14 +177,28 @@ constexpr FieldAlias kAliases[] = {
     {"model_name", -1},
     {"event_id", -1},
     {"timestamp", -1},
+    // Mooncake's object events: the Store call's group, and what earlier
+    // publishers parsed out of the object key themselves.
+    {"group_id", -1},
+    {"connector_block_hash", -1},
+    {"cache_prefix", -1},
+    {"tp_rank", -1},
+    {"head_or_tp_rank", -1},
+    {"pcp_rank", -1},
+    {"dcp_rank", -1},
+    {"pp_rank", -1},
+    {"layer_id", -1},
 };
 
 // Map form only (they have no place in the array form).
-constexpr Field kStoredMapFields[] = {kAdditionalSalt, kCacheSalt,
-                                      kComponentTypes, kComponentType,
-                                      kComponentId,    kSnapshotVersion};
-constexpr Field kRemovedMapFields[] = {kRemainingCopyCounts, kComponentType,
-                                       kComponentId, kSnapshotVersion};
+constexpr Field kStoredMapFields[] = {
+    kAdditionalSalt, kCacheSalt,       kComponentTypes, kComponentType,
+    kComponentId,    kSnapshotVersion, kObjectKey};
+// Mooncake's removals carry its every event's model, LoRA, block size and
+// salt too: known there, not used.
+constexpr Field kRemovedMapFields[] = {
+    kRemainingCopyCounts, kComponentType, kComponentId, kSnapshotVersion,
+    kObjectKey,           kLoraName,      kBlockSize,   kAdditionalSalt};
 
 constexpr Field kStoredFields[] = {
     kBlockHashes,
@@ -583,8 +602,7 @@ class EventDecoder {
   absl::Status DecodeStored(const Value* fields, BlockStoredEvent* ev) {
     const object* f[kNumFields];
     Heads(fields, f);
-    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
-    RETURN_IF_ERROR(StoredTokens(fields, f, ev));
+    RETURN_IF_ERROR(StoredBlocks(fields, f, ev));
     RETURN_IF_ERROR(Parent(f[kParentBlockHash], &ev->parent_block_hash));
     RETURN_IF_ERROR(OptionalInt(kLoraId, f[kLoraId], &ev->lora_id));
     RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
@@ -637,6 +655,22 @@ class EventDecoder {
     if (ev->cache_salt.empty() && !ev->parent_block_hash.has_value()) {
       ev->cache_salt = std::move(salt);  // checked by Name
     }
+    return absl::OkStatus();
+  }
+
+  // The store's blocks: block_hashes and token_ids, or the one engine hash
+  // a Mooncake object's key names.
+  absl::Status StoredBlocks(const Value* fields, const object* const* f,
+                            BlockStoredEvent* ev) {
+    RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
+    RETURN_IF_ERROR(
+        ObjectKey(f[kObjectKey], &ev->block_hashes, &ev->from_object_key));
+    if (!ev->from_object_key) return StoredTokens(fields, f, ev);
+    // Placed by its engine hash: its tokens and block size, if any, are not
+    // read (one object may hold a chunk of several blocks).
+    ev->token_ids.clear();
+    ev->placeholder = ev->bigram = ev->sparse = false;
+    ev->block_size = 0;
     return absl::OkStatus();
   }
 
@@ -709,6 +743,9 @@ class EventDecoder {
     const object* f[kNumFields];
     Heads(fields, f);
     RETURN_IF_ERROR(BlockHashes(f[kBlockHashes]));
+    bool from_object_key = false;
+    RETURN_IF_ERROR(
+        ObjectKey(f[kObjectKey], &ev->block_hashes, &from_object_key));
     RETURN_IF_ERROR(UpperName(kMedium, f[kMedium], "GPU", &ev->medium));
     RETURN_IF_ERROR(IntOrZero(kGroupIdx, f[kGroupIdx], &ev->group_idx));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
@@ -717,6 +754,24 @@ class EventDecoder {
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
     RETURN_IF_ERROR(OneComponent(f, &ev->components));
     return DropCopiesLeft(fields[kRemainingCopyCounts], ev);
+  }
+
+  // object_key (Mooncake's store master), nil or a str: when it names an
+  // engine hash (index/object_key.h), that hash is the event's one block,
+  // whatever seq_hashes says (its current publisher sends them empty).
+  absl::Status ObjectKey(const object* key, std::vector<EngineHash>* hashes,
+                         bool* named) {
+    *named = false;
+    if (IsNull(key)) return absl::OkStatus();
+    if (key->type != mtype::STR) {
+      return WrongType(kObjectKey, *key, "a str or nil");
+    }
+    const std::optional<EngineHash> h = EngineHashOfObjectKey(Str(*key));
+    if (!h.has_value()) return absl::OkStatus();
+    if (!allowance_->Take(sizeof(EngineHash))) return TooDense();
+    hashes->assign(1, *h);
+    *named = true;
+    return absl::OkStatus();
   }
 
   // remaining_copy_counts (vLLM): one count per hash of block_hashes, the
@@ -1073,7 +1128,11 @@ absl::Status Ts(const object* o, double* ts) {
   if (o == nullptr) return BatchError("ts is missing");
   switch (o->type) {
     case mtype::POSITIVE_INTEGER:
+      // Mooncake's store master stamps its batches in integer milliseconds
+      // (vLLM and SGLang in seconds): an integer past 2100 in seconds is
+      // milliseconds.
       *ts = static_cast<double>(o->via.u64);
+      if (*ts >= kMaxTs && *ts < kMaxTs * 1000) *ts /= 1000;
       break;
     case mtype::NEGATIVE_INTEGER:
       *ts = static_cast<double>(o->via.i64);

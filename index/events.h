@@ -130,6 +130,10 @@ struct BlockStoredEvent {
   // worker stored with its tokens in another group, as a placeholder's
   // does.
   bool sparse = false;
+  // block_hashes is the one engine hash a Mooncake store object's key names
+  // (index/object_key.h): a block some engine stored with its tokens, which
+  // the shared pool now holds too. Found among every worker's blocks.
+  bool from_object_key = false;
   // token_ids pairs [token, next token]: SGLang's radix cache under EAGLE
   // speculative decoding keys each position by the pair, and a page of
   // block_size pairs spans block_size + 1 tokens. token_ids holds each

@@ -1400,6 +1400,14 @@ TEST(DecodeEventBatchTest, TsOutsideTheCenturyIsAnErrorNamingIt) {
   ASSERT_TRUE(
       DecodeEventBatch(Bytes(Arr({Float(1.7e9 + 0.5), Arr({})})), &batch).ok());
   EXPECT_EQ(batch.ts, 1.7e9 + 0.5);
+  // An integer past 2100 in seconds is milliseconds (Mooncake's), up to
+  // 2100 in milliseconds.
+  ASSERT_TRUE(
+      DecodeEventBatch(Bytes(Arr({Uint(1700000000123), Arr({})})), &batch)
+          .ok());
+  EXPECT_EQ(batch.ts, 1700000000.123);
+  EXPECT_THAT(DecodeError(Arr({Uint(4102444800000), Arr({})})).message(),
+              HasSubstr("is not within [0, 4102444800)"));
 }
 
 TEST(DecodeEventBatchTest, MalformedEventsAreErrorsNamingTheEvent) {
@@ -1493,6 +1501,84 @@ TEST(DecodeEventBatchTest, Rfc1527EventsDecode) {
   EXPECT_THAT(r->block_hashes, ElementsAre(98765u));
   EXPECT_EQ(r->medium, "DISK");
   EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[2]));
+}
+
+// Its current store master names each object by its key, seq_hashes
+// empty: the key's engine hash (index/object_key.h) is the event's block.
+TEST(DecodeEventBatchTest, MooncakeObjectKeysNameTheirEngineHash) {
+  const std::string digest =
+      "0102030405060708aaaaaaaaaaaaaaaabbbbbbbbbbbbbbbb1122334455667788";
+  const auto object = [](const char* type, const std::string& key) {
+    if (absl::string_view(type) == "removed") {
+      return Map({{"event_id", 8},
+                  {"timestamp", Uint(1739145600000)},
+                  {"event_type", type},
+                  {"type", "BlockRemoved"},
+                  {"model_name", kNil},
+                  {"block_size", kNil},
+                  {"additional_salt", kNil},
+                  {"lora_name", kNil},
+                  {"tenant_id", "default"},
+                  {"backend_id", "store-0"},
+                  {"medium", "cpu"},
+                  {"dp_rank", 0},
+                  {"group_id", kNil},
+                  {"object_key", key.c_str()},
+                  {"seq_hashes", Arr({})},
+                  {"block_hashes", Arr({})},
+                  {"base_block_idx", kNil}});
+    }
+    return Map({{"event_id", 7},
+                {"timestamp", Uint(1739145600000)},
+                {"event_type", type},
+                {"type", "BlockStored"},
+                {"model_name", kNil},
+                {"block_size", kNil},
+                {"additional_salt", kNil},
+                {"lora_name", kNil},
+                {"tenant_id", "default"},
+                {"backend_id", "store-0"},
+                {"medium", "cpu"},
+                {"dp_rank", 0},
+                {"group_id", kNil},
+                {"object_key", key.c_str()},
+                {"seq_hashes", Arr({})},
+                {"block_hashes", Arr({})},
+                {"base_block_idx", kNil},
+                {"parent_hash", kNil},
+                {"token_ids", kNil}});
+  };
+  const std::string vllm =
+      "llama@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@" + digest;
+  KvEventBatch b;
+  const absl::Status decoded = Decode(
+      Arr({Uint(1739145600000),
+           Arr({object("stored", vllm), object("stored", digest + "_0_k"),
+                object("removed", vllm), object("stored", "no-hash-here")}),
+           0}),
+      &b);
+  ASSERT_TRUE(decoded.ok()) << decoded;
+  EXPECT_EQ(b.unknown_fields, 0u);
+  EXPECT_EQ(b.ts, 1739145600.0);  // integer milliseconds
+  ASSERT_EQ(b.events.size(), 4u);
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_THAT(Stored(b, 0)->block_hashes, ElementsAre(0x1122334455667788u));
+  EXPECT_TRUE(Stored(b, 0)->from_object_key);
+  EXPECT_EQ(Stored(b, 0)->medium, "CPU");
+  EXPECT_THAT(Stored(b, 1)->block_hashes, ElementsAre(0x0102030405060708u));
+  ASSERT_NE(Removed(b, 2), nullptr);
+  EXPECT_THAT(Removed(b, 2)->block_hashes, ElementsAre(0x1122334455667788u));
+  // A key of neither form names nothing.
+  EXPECT_TRUE(Stored(b, 3)->block_hashes.empty());
+  EXPECT_FALSE(Stored(b, 3)->from_object_key);
+  // Not a str: an error naming the field.
+  KvEventBatch bad;
+  const absl::Status s =
+      DecodeEventBatch(Bytes(Arr({1, Arr({Map({{"event_type", "stored"},
+                                               {"seq_hashes", Arr({})},
+                                               {"object_key", 5}})})})),
+                       &bad);
+  EXPECT_THAT(s.message(), HasSubstr("object_key"));
 }
 
 TEST(DecodeEventBatchTest, DeclaredSizesBeyondThePayloadAreRefusedCheaply) {

@@ -293,10 +293,11 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
     blocks += st->block_hashes.size();
     // A placeholder names blocks stored before: its size is the offload
     // tier's, never the index's to check; so does a store of SGLang's
-    // components without full attention.
+    // components without full attention, or of a Mooncake object's key.
     const bool placed =
-        st->components == 0 || (st->components & kComponentFull) != 0;
-    if (wrong == nullptr && st->group_idx == 0 && !st->placeholder && placed &&
+        (st->components == 0 || (st->components & kComponentFull) != 0) &&
+        !st->placeholder && !st->from_object_key;
+    if (wrong == nullptr && st->group_idx == 0 && placed &&
         st->block_size != options_.block_size) {
       wrong = st;
     }
@@ -390,6 +391,12 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
   DropReason reason;
   if (ev.components != 0 && g == 0) {
     StoreComponents(w, ev, stamp, drops);
+    return;
+  }
+  if (ev.from_object_key && g == 0) {
+    // A shared pool's copy of a block some engine stored: found among
+    // every worker's blocks by its engine hash, as the KV indexer API's.
+    StoreHashesSliced(w.id, ev.block_hashes, 0, ev.medium, stamp);
     return;
   }
   if (g < 0 || g >= kMaxGroups || ev.components != 0) {

@@ -1,14 +1,14 @@
 // libFuzzer: one FleetIndex fed from every side a daemon's index is fed
 // from, in any order: engine batches as the decoder hands them over (stores
 // with tokens, EAGLE's bigram stores (the token after each block a content
-// key), stores of keys alone, vLLM's offloading placeholders and sparse
-// stores (blocks named by engine hash), removals, AllBlocksCleared, a wrong
-// block size, LoRA, salts, mediums, KV-cache groups), hash reports of
-// SGLang's KV indexer (report, revoke, clear a tier), registrations (labels,
-// hashes that are the index's own keys, KV-cache group rules), streams
-// cleared and workers retired and added back. Hashes and tokens come from
-// small sets, and some hashes are a prompt's rolling keys, so that stores,
-// reports and lookups meet on the same blocks.
+// key), stores of keys alone, vLLM's offloading placeholders, sparse
+// stores and Mooncake objects (blocks named by engine hash), removals,
+// AllBlocksCleared, a wrong block size, LoRA, salts, mediums, KV-cache groups),
+// hash reports of SGLang's KV indexer (report, revoke, clear a tier),
+// registrations (labels, hashes that are the index's own keys, KV-cache group
+// rules), streams cleared and workers retired and added back. Hashes and tokens
+// come from small sets, and some hashes are a prompt's rolling keys, so that
+// stores, reports and lookups meet on the same blocks.
 //
 // Input (FuzzedDataProvider): whether max_entries is small enough for
 // trims, then steps until the input ends, each a selector and its operands
@@ -185,6 +185,12 @@ class Driver {
       e.block_size = in.ConsumeBool()                    ? kBlockSize
                      : e.placeholder && in.ConsumeBool() ? 256
                                                          : 0;
+      // A Mooncake object's key: one engine hash, any worker's block.
+      if (!e.placeholder && !e.block_hashes.empty() && in.ConsumeBool()) {
+        e.block_hashes.erase(e.block_hashes.begin() + 1, e.block_hashes.end());
+        e.block_size = 0;
+        e.from_object_key = true;
+      }
     }
     e.medium = Medium(in);
     e.chain_blocks = in.ConsumeIntegralInRange<size_t>(0, 7) == 0

@@ -98,6 +98,23 @@ def seeds():
     mla = stored_map([41, 42, 43, 44], None, 4)
     mla.update(group_idx=1, kv_cache_spec_kind="mla_attention")
     s["vllm_map_mamba_align"] = pack({"ts": TS, "events": [mamba, mla]})
+    # Mooncake's store master: objects by key (vLLM's, SGLang's), seq_hashes
+    # empty, the batch stamped in integer milliseconds.
+    digest = "0102030405060708" + "ab" * 16 + "1122334455667788"
+
+    def mooncake(event_type, key):
+        return {"event_id": 1, "timestamp": 1765000000000, "event_type": event_type,
+                "model_name": None, "block_size": None, "lora_name": None,
+                "tenant_id": "default", "backend_id": "store-0", "medium": "cpu",
+                "dp_rank": 0, "group_id": None, "object_key": key, "seq_hashes": []}
+
+    s["mooncake_object_keys"] = pack([1765000000000, [
+        mooncake("stored", "m@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@" + digest),
+        mooncake("stored", "m_" + digest + "_0_k"),
+        mooncake("removed", "m_" + digest + "_0_v"),
+        {"event_id": 2, "timestamp": 1765000000000, "event_type": "cleared",
+         "tenant_id": "default", "backend_id": "store-0"},
+    ], 0])
     # Array events with every field, extra_keys, in an array batch.
     s["vllm_array_full"] = pack([TS, [
         stored_array([31, 32], None, 8, lora_id=3, lora_name="chat",

@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Mooncake's store master as it publishes today, over real sockets to the
+real daemon (docs/index.md, "Mooncake's store"): three ZeroMQ frames (empty
+topic, 8-byte sequence, payload), the payload [timestamp_ms, [event maps],
+dp_rank] in integer milliseconds, each stored or removed object named by its
+`object_key` with `seq_hashes` empty, built here with msgpack field by field
+as Mooncake's publisher design documents them. The keys are those vLLM's
+Mooncake store connector and SGLang's HiCache Mooncake backend write: the
+block's sha256 digest in hex, whose low 64 bits (vLLM) or first 64 bits
+(SGLang) are the hash the engine's own GPU events carry.
+
+Checks:
+  - the store's batches are applied (its worker LIVE, never cleared);
+  - objects of a vLLM engine's blocks and of an SGLang engine's pages make
+    the store hold those blocks in its medium (CPU, DISK), found by Route
+    by the prompt's tokens;
+  - a removed object's block is no longer the store's, and a cleared
+    backend holds nothing.
+
+Usage: test_mooncake_object_keys.py --prefixd PATH [--stubs DIR]
+"""
+
+import hashlib
+import os
+import sys
+import unittest
+
+import msgpack
+import zmq
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = common.setup(__doc__)
+
+import prefixd  # noqa: E402
+import prefixd_fixture  # noqa: E402
+from prefixd import kv_publisher as kvp  # noqa: E402
+
+BS = 16
+DEADLINE_S = 10
+TS_MS = 1765000000000
+MODEL = "Qwen/Qwen3-8B"
+
+
+def digest(i):
+    return hashlib.sha256(b"block %d" % i).digest()
+
+
+def vllm_hash(i):
+    """vLLM's event hash of a sha256 block hash: its low 64 bits."""
+    return int.from_bytes(digest(i)[-8:], "big")
+
+
+def sglang_hash(i):
+    """SGLang's: the first 16 hex digits, as a signed int64."""
+    v = int(digest(i).hex()[:16], 16)
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def vllm_key(i):
+    return "%s@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@%s" % (MODEL, digest(i).hex())
+
+
+def sglang_key(i, part):
+    return "%s_%s_0_%s" % (MODEL.replace("/", "-"), digest(i).hex(), part)
+
+
+class MooncakeStore:
+    """Mooncake's store master's KV event PUB socket."""
+
+    def __init__(self):
+        self.sock = zmq.Context.instance().socket(zmq.XPUB)
+        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+        self.seq = 0
+        self.event_id = 0
+
+    def wait_for_subscriber(self):
+        if not self.sock.poll(DEADLINE_S * 1000):
+            raise AssertionError("the daemon did not subscribe to the store")
+        self.sock.recv()
+
+    def event(self, event_type, key=None, medium="cpu"):
+        self.event_id += 1
+        ev = {"event_id": self.event_id, "timestamp": TS_MS, "event_type": event_type,
+              "model_name": None, "block_size": None, "additional_salt": None,
+              "lora_name": None, "tenant_id": "default", "backend_id": "store-0",
+              "medium": None if event_type == "cleared" else medium, "dp_rank": 0}
+        if event_type != "cleared":
+            ev.update(group_id=None, object_key=key, seq_hashes=[], block_hashes=[],
+                      base_block_idx=None)
+        if event_type == "stored":
+            ev.update(parent_hash=None, token_ids=None, parent_block_hash=None)
+        ev["type"] = {"stored": "BlockStored", "removed": "BlockRemoved",
+                      "cleared": "AllBlocksCleared"}[event_type]
+        return ev
+
+    def publish(self, events):
+        self.seq += 1
+        self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"),
+                                  msgpack.packb([TS_MS, events, 0], use_bin_type=True)])
+        return self.seq  # the sequence the index records as last_seq
+
+    def close(self):
+        self.sock.close(linger=0)
+
+
+def tokens(first_block, n):
+    return list(range(first_block * BS, (first_block + n) * BS))
+
+
+class MooncakeObjectKeysTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.vllm = kvp.Publisher("tcp://127.0.0.1:*", None, encoding="map", hash_kind="int")
+        cls.sglang = kvp.Publisher("tcp://127.0.0.1:*", None, encoding="array",
+                                   hash_kind="int64")
+        cls.store = MooncakeStore()
+        config = ('index {\n  block_size: %d\n'
+                  '  sources { name: "vllm-0" endpoint: "%s" }\n'
+                  '  sources { name: "sglang-0" endpoint: "%s" type: "SGLang" }\n'
+                  '  sources { name: "store" endpoint: "tcp://127.0.0.1:%d" type: "Mooncake" }\n'
+                  '}\n' % (BS, cls.vllm.endpoint, cls.sglang.endpoint, cls.store.port))
+        cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
+        cls.client = prefixd.Client(cls.daemon.tcp)
+        for pub in (cls.vllm, cls.sglang):
+            if not pub.wait_for_subscriber(DEADLINE_S):
+                raise AssertionError("the daemon did not subscribe to %s" % pub.endpoint)
+        cls.store.wait_for_subscriber()
+        # The engines' own GPU stores: vLLM blocks 0..3, SGLang pages 10..12.
+        cls.vllm.publish([kvp.block_stored([vllm_hash(i) for i in range(4)], None,
+                                           tokens(0, 4), BS)])
+        cls.sglang.publish([kvp.block_stored([sglang_hash(i) for i in range(10, 13)], None,
+                                             tokens(10, 3), BS)])
+        cls.applied({"vllm-0": 0, "sglang-0": 0})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.daemon.close()
+        for s in (cls.vllm, cls.sglang, cls.store):
+            s.close()
+
+    @classmethod
+    def applied(cls, seqs):
+        return prefixd_fixture.wait_for(
+            "batches %s applied" % seqs,
+            lambda ws: all(n in ws and ws[n].last_seq == s for n, s in seqs.items()),
+            lambda: prefixd_fixture.workers_by_name(cls.client), cls.daemon, DEADLINE_S)
+
+    def held(self, toks):
+        """The store's (matched blocks, {medium: blocks})."""
+        for w in self.client.route(toks, workers=["store"]).workers:
+            if w.worker == "store":
+                return w.matched_blocks, dict(w.mediums)
+        return None
+
+    def test_1_objects_of_vllm_blocks(self):
+        seq = self.store.publish([self.store.event("stored", vllm_key(i)) for i in range(3)]
+                                 + [self.store.event("stored", vllm_key(3), medium="disk")])
+        w = self.applied({"store": seq})["store"]
+        self.assertEqual(w.state, prefixd.WorkerState.LIVE)
+        self.assertEqual(w.clears, 0)
+        # Block 3 on disk: the run in any medium, CPU's alone is 3.
+        self.assertEqual(self.held(tokens(0, 4)), (4, {"CPU": 3}))
+
+    def test_2_objects_of_sglang_pages(self):
+        # One object per page and part (K and V): the same block twice.
+        seq = self.store.publish([self.store.event("stored", sglang_key(i, part))
+                                  for i in range(10, 13) for part in ("k", "v")])
+        self.applied({"store": seq})
+        self.assertEqual(self.held(tokens(10, 3)), (3, {"CPU": 3}))
+
+    def test_3_removed_and_cleared(self):
+        seq = self.store.publish([self.store.event("stored", vllm_key(i)) for i in range(3)]
+                                 + [self.store.event("removed", vllm_key(1))])
+        self.applied({"store": seq})
+        self.assertEqual(self.held(tokens(0, 3))[0], 1)
+        seq = self.store.publish([self.store.event("cleared")])
+        w = self.applied({"store": seq})["store"]
+        self.assertEqual(self.held(tokens(0, 3)), (0, {}))
+        self.assertEqual(w.state, prefixd.WorkerState.LIVE)
+
+
+if __name__ == "__main__":
+    if not ARGS.prefixd:
+        print("SKIP: --prefixd not given")
+        sys.exit(common.SKIP)
+    common.unittest_main()

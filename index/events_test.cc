@@ -1509,44 +1509,31 @@ TEST(DecodeEventBatchTest, MooncakeObjectKeysNameTheirEngineHash) {
   const std::string digest =
       "0102030405060708aaaaaaaaaaaaaaaabbbbbbbbbbbbbbbb1122334455667788";
   const auto object = [](const char* type, const std::string& key) {
-    if (absl::string_view(type) == "removed") {
-      return Map({{"event_id", 8},
-                  {"timestamp", Uint(1739145600000)},
-                  {"event_type", type},
-                  {"type", "BlockRemoved"},
-                  {"model_name", kNil},
-                  {"block_size", kNil},
-                  {"additional_salt", kNil},
-                  {"lora_name", kNil},
-                  {"tenant_id", "default"},
-                  {"backend_id", "store-0"},
-                  {"medium", "cpu"},
-                  {"dp_rank", 0},
-                  {"group_id", kNil},
-                  {"object_key", key.c_str()},
-                  {"seq_hashes", Arr({})},
-                  {"block_hashes", Arr({})},
-                  {"base_block_idx", kNil}});
+    const bool stored = absl::string_view(type) == "stored";
+    V m = Map({{"event_id", 7},
+               {"timestamp", Uint(1739145600000)},
+               {"event_type", type},
+               {"type", stored ? "BlockStored" : "BlockRemoved"},
+               {"model_name", kNil},
+               {"block_size", kNil},
+               {"additional_salt", kNil},
+               {"lora_name", kNil},
+               {"tenant_id", "default"},
+               {"backend_id", "store-0"},
+               {"medium", "cpu"},
+               {"dp_rank", 0},
+               {"group_id", kNil},
+               {"object_key", key.c_str()},
+               {"seq_hashes", Arr({})},
+               {"block_hashes", Arr({})},
+               {"base_block_idx", kNil}});
+    if (stored) {  // a removal has no parent or tokens
+      for (const char* name : {"parent_hash", "token_ids"}) {
+        m.items.push_back(name);
+        m.items.push_back(kNil);
+      }
     }
-    return Map({{"event_id", 7},
-                {"timestamp", Uint(1739145600000)},
-                {"event_type", type},
-                {"type", "BlockStored"},
-                {"model_name", kNil},
-                {"block_size", kNil},
-                {"additional_salt", kNil},
-                {"lora_name", kNil},
-                {"tenant_id", "default"},
-                {"backend_id", "store-0"},
-                {"medium", "cpu"},
-                {"dp_rank", 0},
-                {"group_id", kNil},
-                {"object_key", key.c_str()},
-                {"seq_hashes", Arr({})},
-                {"block_hashes", Arr({})},
-                {"base_block_idx", kNil},
-                {"parent_hash", kNil},
-                {"token_ids", kNil}});
+    return m;
   };
   const std::string vllm =
       "llama@tp_rank:0@pcp0@dcp0@pp_rank:0@group:0@" + digest;

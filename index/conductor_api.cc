@@ -71,15 +71,21 @@ absl::StatusOr<std::string> InstanceId(const FlatJson& j, bool required) {
   return id;
 }
 
-// What /register and /unregister both name: the worker.
-absl::Status ReadKey(const FlatJson& j, int block_size, Registration* r) {
-  ASSIGN_OR_RETURN(r->type, PublisherType(j));
-  ASSIGN_OR_RETURN(r->model, j.String("modelname", true));
-  ASSIGN_OR_RETURN(r->lora_name, j.String("lora_name", false));
+// The worker's name: its tenant_id, instance_id and dp_rank.
+absl::Status ReadName(const FlatJson& j, Registration* r) {
   ASSIGN_OR_RETURN(r->tenant, Tenant(j));
   if (r->tenant.empty()) r->tenant = "default";
   ASSIGN_OR_RETURN(r->instance_id, InstanceId(j, true));
   ASSIGN_OR_RETURN(r->dp_rank, j.Int("dp_rank", 0, kMaxDpRank));
+  return absl::OkStatus();
+}
+
+// What /register names: the worker, its publisher and model.
+absl::Status ReadKey(const FlatJson& j, int block_size, Registration* r) {
+  ASSIGN_OR_RETURN(r->type, PublisherType(j));
+  ASSIGN_OR_RETURN(r->model, j.String("modelname", true));
+  ASSIGN_OR_RETURN(r->lora_name, j.String("lora_name", false));
+  RETURN_IF_ERROR(ReadName(j, r));
   return CheckBlockSize(j, block_size);
 }
 
@@ -186,11 +192,18 @@ absl::StatusOr<Registration> ParseRegister(absl::string_view body,
   return r;
 }
 
+// The RFC's /unregister restates the registration; Mooncake's current
+// Conductor takes its name alone (instance_id, dp_rank, tenant_id?). The
+// name is required, the rest checked when given.
 absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
                                             int block_size) {
   ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
   Registration r;
-  RETURN_IF_ERROR(ReadKey(j, block_size, &r));
+  if (j.Has("type")) RETURN_IF_ERROR(PublisherType(j).status());
+  if (j.Has("modelname")) RETURN_IF_ERROR(j.String("modelname", true).status());
+  RETURN_IF_ERROR(j.String("lora_name", false).status());
+  RETURN_IF_ERROR(ReadName(j, &r));
+  if (j.Has("block_size")) RETURN_IF_ERROR(CheckBlockSize(j, block_size));
   return r.Name();
 }
 

@@ -6,8 +6,10 @@
 //   POST /register       {endpoint, replay_endpoint?, type, modelname,
 //                         lora_name?, tenant_id?, instance_id, block_size,
 //                         dp_rank, additionalsalt?}
-//   POST /unregister     {type, modelname, lora_name?, tenant_id?,
-//                         instance_id, block_size, dp_rank}
+//   POST /unregister     {type?, modelname?, lora_name?, tenant_id?,
+//                         instance_id, block_size?, dp_rank} (the RFC's
+//                         form; Mooncake's current one names the
+//                         registration alone)
 //   POST /query          {model, lora_name?, token_ids, tenant_id?,
 //                         instance_id?, block_size, cache_salt?}
 //   POST /query_by_hash  the same with seq_hashes (or block_hash) instead of

@@ -347,6 +347,19 @@ TEST(ConductorRegistryTest, RegistrationsPersistAndBadOnesChangeNothing) {
     a = api.Unregister(Engine(), RegisterBody("b", 0).dump());
     EXPECT_EQ(a.status, 404);
     EXPECT_THAT(a.body, HasSubstr("b|acme|0"));
+    // Mooncake's current Conductor's form: the registration's name alone;
+    // what else is given is checked.
+    body = RegisterBody("c", 0);
+    body["block_size"] = 32;
+    EXPECT_THAT(api.Unregister(Engine(), body.dump()).body,
+                HasSubstr("block_size: 32 differs"));
+    ASSERT_EQ(api.Register(Engine(), RegisterBody("c", 0).dump()).status, 200);
+    const Json name = {
+        {"instance_id", "c"}, {"tenant_id", "acme"}, {"dp_rank", 0}};
+    a = api.Unregister(Engine(), name.dump());
+    EXPECT_EQ(a.status, 200) << a.body;
+    EXPECT_EQ(Json::parse(a.body)["removed_instances"],
+              Json::array({"c|acme|0"}));
   }
   auto ingest = Ingest::Start(&index, IngestOptions());
   ASSERT_TRUE(ingest.ok());

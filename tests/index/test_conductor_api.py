@@ -22,7 +22,8 @@ under block_hash; the instance and model filters; every error path (400
 naming the field for malformed JSON, a missing field, an unknown type, a
 wrong block_size, an oversized list and body; 401 without or with a bad
 token; 403 for a role or tenant or salt not owned; 404/405 for other paths
-and methods) changes nothing; /unregister; a restart of the daemon keeps the
+and methods) changes nothing; /unregister by the registration's name alone
+(Mooncake's current form); a restart of the daemon keeps the
 registrations (index.state_dir) and answers as before; the metrics count the
 requests by endpoint and code.
 
@@ -277,6 +278,10 @@ class Test(common.Checker):
             ("/unregister", {"type": "vLLM", "modelname": "deepseek", "block_size": BS,
                              "dp_rank": 0}, None, 400, "instance_id"),
             ("/unregister", dict(reg, instance_id="nobody"), None, 404, "nobody|default|0"),
+            ("/unregister", {"instance_id": "vllm-a", "dp_rank": 0, "block_size": 32}, None,
+             400, "block_size: 32 differs"),
+            ("/unregister", {"instance_id": "vllm-a", "dp_rank": 0, "type": "TensorRT"}, None,
+             400, "type"),
             ("/query", {k: v for k, v in q.items() if k != "model"}, None, 400, "model"),
             ("/query", dict(q, block_size=8), None, 400, "block_size: 8 differs"),
             ("/query", dict(q, token_ids=list(range(4097))), None, 400,
@@ -317,7 +322,8 @@ class Test(common.Checker):
                    (before, sorted(self.workers())))
 
     def unregister(self):
-        status, body = self.post("/unregister", self.register_body("a1", "vllm-a", 1))
+        # Mooncake's current Conductor's form: the registration's name alone.
+        status, body = self.post("/unregister", {"instance_id": "vllm-a", "dp_rank": 1})
         self.check(status == 200 and body == {"status": "unregistered successfully",
                                               "removed_instances": ["vllm-a|default|1"]},
                    "/unregister answers the removed instance", (status, body))

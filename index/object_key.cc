@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 
 namespace prefixd {
@@ -17,17 +18,10 @@ bool AllHex(absl::string_view s) {
   return true;
 }
 
-// 16 hex digits, big-endian.
-EngineHash Hex64(absl::string_view digits) {
+// The value of 16 hex digits, big-endian.
+std::optional<EngineHash> Hex64(absl::string_view digits) {
   uint64_t v = 0;
-  for (char c : digits) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    const uint64_t d =
-        absl::ascii_isdigit(u)
-            ? static_cast<uint64_t>(u - '0')
-            : static_cast<uint64_t>(absl::ascii_tolower(u) - 'a' + 10);
-    v = v << 4 | d;
-  }
+  if (!absl::SimpleHexAtoi(digits, &v)) return std::nullopt;
   return v;
 }
 

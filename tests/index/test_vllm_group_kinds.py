@@ -10,7 +10,9 @@ Checks:
   - an MLA model (DeepSeek, Kimi: every group `mla_attention`) is routed as
     full attention;
   - a model of `sliding_window_mla` and `mla_attention` groups (DeepSeek
-    V4's layout) follows the sliding window's rule;
+    V4's kinds, here with one block size: V4's own window group has a block
+    size of its own, which still makes nothing usable) follows the sliding
+    window's rule;
   - a hybrid Mamba model in align mode: its Mamba group (group 0, as vLLM
     orders a model whose first layer is a Mamba layer) stores only the state
     of a prompt's last block, its token_ids covering every new block while

@@ -144,10 +144,7 @@ class MooncakeObjectKeysTest(unittest.TestCase):
 
     @classmethod
     def applied(cls, seqs):
-        return prefixd_fixture.wait_for(
-            "batches %s applied" % seqs,
-            lambda ws: all(n in ws and ws[n].last_seq == s for n, s in seqs.items()),
-            lambda: prefixd_fixture.workers_by_name(cls.client), cls.daemon, DEADLINE_S)
+        return prefixd_fixture.applied(cls.client, cls.daemon, seqs, DEADLINE_S)
 
     def held(self, toks):
         """The store's (matched blocks, {medium: blocks})."""

@@ -70,10 +70,8 @@ class VllmGroupKindsTest(unittest.TestCase):
     def publish(self, name, events):
         pub = self.engines[name]
         pub.publish(events)
-        return prefixd_fixture.wait_for(
-            "%s's batch %d applied" % (name, pub.last_seq),
-            lambda ws: name in ws and ws[name].last_seq == pub.last_seq,
-            lambda: prefixd_fixture.workers_by_name(self.client), self.daemon, DEADLINE_S)[name]
+        return prefixd_fixture.applied(self.client, self.daemon, {name: pub.last_seq},
+                                       DEADLINE_S)[name]
 
     def route(self, name, toks):
         """(matched_blocks, full_attention_blocks) of worker `name`."""

@@ -222,3 +222,12 @@ def reply(handler, status, body, content_type="application/json"):
     handler.send_header("Content-Length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def applied(client, daemon, seqs, timeout=10.0):
+    """Waits until each worker named in `seqs` ({name: seq}) has applied its
+    batch of that sequence number (ListWorkers' last_seq); returns
+    workers_by_name then."""
+    return wait_for("batches %s applied" % seqs,
+                    lambda ws: all(n in ws and ws[n].last_seq == s for n, s in seqs.items()),
+                    lambda: workers_by_name(client), daemon, timeout)

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "index/conductor_answer.h"
 #include "index/flat_json.h"
 
 namespace prefixd {
@@ -21,6 +22,14 @@ using Json = nlohmann::json;
 // a client sent, a name from the config) become U+FFFD instead of throwing.
 std::string Dump(const Json& j) {
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// `j` in `format`.
+std::string Encode(const Json& j, BodyFormat format) {
+  if (format == BodyFormat::kJson) return Dump(j);
+  std::string out;
+  Json::to_msgpack(j, out);
+  return out;
 }
 
 // The most data-parallel ranks a registration may name (a bound on worker
@@ -80,6 +89,23 @@ absl::Status ReadName(const FlatJson& j, Registration* r) {
   return absl::OkStatus();
 }
 
+// Mooncake's current Conductor's /register fields, which prefixd does not
+// need: `hash_profile` names how that Conductor hashes a query's tokens
+// (prefixd reads the tokens its engines store), `cache_group` the one
+// KV-cache group it follows (prefixd follows every group, by its rules).
+absl::Status ReadCurrentFields(const FlatJson& j) {
+  RETURN_IF_ERROR(j.OptionalObject("hash_profile"));
+  ASSIGN_OR_RETURN(const std::optional<int64_t> group,
+                   j.OptionalInt("cache_group", 0, INT32_MAX));
+  if (group.value_or(0) != 0) {
+    return Invalid("cache_group",
+                   absl::StrCat(*group,
+                                " is not served: only 0 (prefixd follows "
+                                "every KV-cache group of the stream)"));
+  }
+  return absl::OkStatus();
+}
+
 // What /register names: the worker, its publisher and model.
 absl::Status ReadKey(const FlatJson& j, int block_size, Registration* r) {
   ASSIGN_OR_RETURN(r->type, PublisherType(j));
@@ -133,33 +159,6 @@ absl::Status MayRegister(const ConductorCaller& caller) {
                    "an ENGINE principal"));
 }
 
-// Route's answer in the Conductor's shape.
-Json AnswerOf(const RouteResult& result, int block_size) {
-  Json out = Json::object();
-  const uint64_t bs = static_cast<uint64_t>(block_size);
-  for (const WorkerMatch& m : result.workers) {
-    Json& e = out[std::string(m.labels->Tenant())]
-                 [std::string(m.labels->Instance(m.worker))];
-    if (e.is_null()) {
-      e = {{"longest_matched", 0},
-           {"GPU", 0},
-           {"CPU", 0},
-           {"DISK", 0},
-           {"DP", Json::object()}};
-    }
-    const uint64_t tokens = m.matched_blocks * bs;
-    Json& longest = e["longest_matched"];
-    longest = std::max(longest.get<uint64_t>(), tokens);
-    for (const RouteMedium& c : m.mediums) {
-      Json& held = e[absl::AsciiStrToUpper(c.medium)];
-      held = std::max(held.is_null() ? 0 : held.get<uint64_t>(), c.blocks * bs);
-    }
-    Json& dp = e["DP"][absl::StrCat(m.labels->dp_rank)];
-    dp = std::max(dp.is_null() ? 0 : dp.get<uint64_t>(), tokens);
-  }
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<Registration> RegistrationFromJson(const Json& j,
@@ -179,13 +178,14 @@ Json RegistrationToJson(const Registration& r, int block_size) {
 }
 
 absl::StatusOr<Registration> ParseRegister(absl::string_view body,
-                                           int block_size) {
-  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+                                           int block_size, BodyFormat format) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body, format));
   Registration r;
   RETURN_IF_ERROR(ReadKey(j, block_size, &r));
   ASSIGN_OR_RETURN(r.endpoint, j.String("endpoint", true));
   ASSIGN_OR_RETURN(r.replay_endpoint, j.String("replay_endpoint", false));
   ASSIGN_OR_RETURN(r.salt, j.String("additionalsalt", false));
+  RETURN_IF_ERROR(ReadCurrentFields(j));
   // The endpoints as a source checks them.
   if (absl::Status s = ValidateIndexSource(r.Source()); !s.ok())
     return Invalid("endpoint", s.message());
@@ -196,8 +196,8 @@ absl::StatusOr<Registration> ParseRegister(absl::string_view body,
 // Conductor takes its name alone (instance_id, dp_rank, tenant_id?). The
 // name is required, the rest checked when given.
 absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
-                                            int block_size) {
-  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+                                            int block_size, BodyFormat format) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body, format));
   Registration r;
   if (j.Has("type")) RETURN_IF_ERROR(PublisherType(j).status());
   if (j.Has("modelname")) RETURN_IF_ERROR(j.String("modelname", true).status());
@@ -209,8 +209,9 @@ absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
 
 absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
                                           int block_size, bool by_hash,
-                                          const ConductorLimits& limits) {
-  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body));
+                                          const ConductorLimits& limits,
+                                          BodyFormat format) {
+  ASSIGN_OR_RETURN(const FlatJson j, FlatJson::Parse(body, format));
   ConductorQuery q;
   ASSIGN_OR_RETURN(q.model, j.String("model", true));
   ASSIGN_OR_RETURN(q.lora_name, j.String("lora_name", false));
@@ -233,7 +234,7 @@ absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
   return q;
 }
 
-ConductorAnswer ErrorAnswer(const absl::Status& status) {
+ConductorAnswer ErrorAnswer(const absl::Status& status, BodyFormat format) {
   int code = 500;
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -256,7 +257,8 @@ ConductorAnswer ErrorAnswer(const absl::Status& status) {
     default:
       break;
   }
-  return {code, Dump(Json{{"error", std::string(status.message())}})};
+  return {code, Encode(Json{{"error", std::string(status.message())}}, format),
+          format};
 }
 
 ConductorApi::ConductorApi(const KvIndex* index, ConductorRegistry* registry,
@@ -264,26 +266,31 @@ ConductorApi::ConductorApi(const KvIndex* index, ConductorRegistry* registry,
     : index_(index), registry_(registry), limits_(limits) {}
 
 ConductorAnswer ConductorApi::Register(const ConductorCaller& caller,
-                                       absl::string_view body) const {
+                                       absl::string_view body,
+                                       BodyFormat format) const {
   absl::Status s = MayRegister(caller);
   absl::StatusOr<Registration> r =
-      s.ok() ? ParseRegister(body, index_->options().block_size) : s;
+      s.ok() ? ParseRegister(body, index_->options().block_size, format) : s;
   if (r.ok() && registry_ == nullptr) {
     r = absl::FailedPreconditionError("registrations are not served here");
   }
   if (r.ok()) {
     if (absl::Status added = registry_->Add(*r); !added.ok()) r = added;
   }
-  if (!r.ok()) return ErrorAnswer(r.status());
-  return {200, Dump(Json{{"status", "registered successfully"},
-                         {"instance_id", r->instance_id}})};
+  if (!r.ok()) return ErrorAnswer(r.status(), format);
+  return {200,
+          Encode(Json{{"status", "registered successfully"},
+                      {"instance_id", r->instance_id}},
+                 format),
+          format};
 }
 
 ConductorAnswer ConductorApi::Unregister(const ConductorCaller& caller,
-                                         absl::string_view body) const {
+                                         absl::string_view body,
+                                         BodyFormat format) const {
   absl::Status s = MayRegister(caller);
   absl::StatusOr<std::string> name =
-      s.ok() ? ParseUnregister(body, index_->options().block_size) : s;
+      s.ok() ? ParseUnregister(body, index_->options().block_size, format) : s;
   if (name.ok() && registry_ == nullptr) {
     name = absl::FailedPreconditionError("registrations are not served here");
   }
@@ -291,16 +298,20 @@ ConductorAnswer ConductorApi::Unregister(const ConductorCaller& caller,
     if (absl::Status removed = registry_->Remove(*name); !removed.ok())
       name = removed;
   }
-  if (!name.ok()) return ErrorAnswer(name.status());
-  return {200, Dump(Json{{"status", "unregistered successfully"},
-                         {"removed_instances", Json::array({*name})}})};
+  if (!name.ok()) return ErrorAnswer(name.status(), format);
+  return {200,
+          Encode(Json{{"status", "unregistered successfully"},
+                      {"removed_instances", Json::array({*name})}},
+                 format),
+          format};
 }
 
-absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
-                                                  absl::string_view body,
-                                                  bool by_hash) const {
+absl::StatusOr<Json> ConductorApi::DoQuery(const ConductorCaller& caller,
+                                           absl::string_view body, bool by_hash,
+                                           BodyFormat format) const {
   const int bs = index_->options().block_size;
-  ASSIGN_OR_RETURN(ConductorQuery q, ParseQuery(body, bs, by_hash, limits_));
+  ASSIGN_OR_RETURN(ConductorQuery q,
+                   ParseQuery(body, bs, by_hash, limits_, format));
   RETURN_IF_ERROR(MayQuery(caller, &q));
   RouteQuery route;
   route.tokens = q.tokens;
@@ -313,19 +324,23 @@ absl::StatusOr<std::string> ConductorApi::DoQuery(const ConductorCaller& caller,
   route.filter.tenant = q.tenant.empty() ? absl::string_view("default")
                                          : absl::string_view(q.tenant);
   route.filter.model = q.model;
-  route.filter.instance = q.instance_id;
   // The Conductor's answer lists every instance the filter lets through,
   // matched or not (docs/index.md).
   route.filter.all_workers = true;
-  return Dump(AnswerOf(index_->Route(route), bs));
+  if (format == BodyFormat::kJson) {
+    route.filter.instance = q.instance_id;
+    return AnswerByTenant(index_->Route(route), bs);
+  }
+  // By instance, the stores extend every engine: filtered after the route.
+  return AnswerByInstance(index_->Route(route), bs, q.instance_id);
 }
 
 ConductorAnswer ConductorApi::Query(const ConductorCaller& caller,
-                                    absl::string_view body,
-                                    bool by_hash) const {
-  absl::StatusOr<std::string> answer = DoQuery(caller, body, by_hash);
-  if (!answer.ok()) return ErrorAnswer(answer.status());
-  return {200, *std::move(answer)};
+                                    absl::string_view body, bool by_hash,
+                                    BodyFormat format) const {
+  absl::StatusOr<Json> answer = DoQuery(caller, body, by_hash, format);
+  if (!answer.ok()) return ErrorAnswer(answer.status(), format);
+  return {200, Encode(*answer, format), format};
 }
 
 }  // namespace prefixd

@@ -1,11 +1,12 @@
 // The Mooncake Conductor indexer API over the fleet index (docs/index.md,
-// "As a Mooncake Conductor"): JSON requests in, KvIndex and
-// ConductorRegistry calls, JSON answers out. The HTTP side
-// (server/http/conductor_listener.h) only routes a path here.
+// "As a Mooncake Conductor"): JSON or MessagePack requests in, KvIndex and
+// ConductorRegistry calls, answers out in the request's encoding. The HTTP
+// side (server/http/conductor_listener.h) only routes a path here.
 //
 //   POST /register       {endpoint, replay_endpoint?, type, modelname,
 //                         lora_name?, tenant_id?, instance_id, block_size,
-//                         dp_rank, additionalsalt?}
+//                         dp_rank, additionalsalt?, hash_profile?,
+//                         cache_group?}
 //   POST /unregister     {type?, modelname?, lora_name?, tenant_id?,
 //                         instance_id, block_size?, dp_rank} (the RFC's
 //                         form; Mooncake's current one names the
@@ -16,13 +17,12 @@
 //                        token_ids: the prompt's rolling keys
 //                        (index/keys.h)
 //
-// A query answers {<tenant>: {<instance_id>: {"longest_matched": tokens,
-// "GPU": tokens, "CPU": tokens, "DISK": tokens, "DP": {"<rank>": tokens}}}}:
-// matched prefix tokens (whole blocks) per medium (upper-cased; GPU, CPU
-// and DISK always present) and per data-parallel rank, and the longest over
-// all, for every instance the filter lets through.
+// A JSON query answers by tenant, {<tenant>: {<instance_id>: {...}}}, as
+// the RFC does; a MessagePack one by instance, {"instances":
+// {<instance_id>: {...}}}, as Mooncake's current Conductor does, the only
+// one that speaks MessagePack (index/conductor_answer.h).
 //
-// Errors answer {"error": "..."}: 400 for malformed JSON, a missing or
+// Errors answer {"error": "..."}: 400 for a malformed body, a missing or
 // mistyped field, an unknown `type`, a wrong `block_size` or a list over
 // the limits (the message names the field and the numbers); 403 for a
 // tenant or salt the caller does not own or a caller that may not
@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "core/types.h"
 #include "index/conductor_registry.h"
+#include "index/flat_json.h"
 #include "index/kv_index.h"
 
 namespace prefixd {
@@ -77,25 +78,29 @@ struct ConductorQuery {
 
 struct ConductorAnswer {
   int status = 200;
-  std::string body;  // JSON
+  std::string body;
+  BodyFormat format = BodyFormat::kJson;  // the body's encoding
 };
 
 // The request readers (each checks every field; INVALID_ARGUMENT names the
 // field and the numbers). `block_size` is the index's.
-absl::StatusOr<Registration> ParseRegister(absl::string_view body,
-                                           int block_size);
+absl::StatusOr<Registration> ParseRegister(
+    absl::string_view body, int block_size,
+    BodyFormat format = BodyFormat::kJson);
 absl::StatusOr<Registration> RegistrationFromJson(const nlohmann::json& j,
                                                   int block_size);
 nlohmann::json RegistrationToJson(const Registration& r, int block_size);
 // The name of the registration an /unregister removes.
-absl::StatusOr<std::string> ParseUnregister(absl::string_view body,
-                                            int block_size);
-absl::StatusOr<ConductorQuery> ParseQuery(absl::string_view body,
-                                          int block_size, bool by_hash,
-                                          const ConductorLimits& limits);
+absl::StatusOr<std::string> ParseUnregister(
+    absl::string_view body, int block_size,
+    BodyFormat format = BodyFormat::kJson);
+absl::StatusOr<ConductorQuery> ParseQuery(
+    absl::string_view body, int block_size, bool by_hash,
+    const ConductorLimits& limits, BodyFormat format = BodyFormat::kJson);
 
 // The HTTP status of an error, and its {"error": message} answer.
-ConductorAnswer ErrorAnswer(const absl::Status& status);
+ConductorAnswer ErrorAnswer(const absl::Status& status,
+                            BodyFormat format = BodyFormat::kJson);
 
 class ConductorApi {
  public:
@@ -104,16 +109,19 @@ class ConductorApi {
                ConductorLimits limits);
 
   ConductorAnswer Register(const ConductorCaller& caller,
-                           absl::string_view body) const;
+                           absl::string_view body,
+                           BodyFormat format = BodyFormat::kJson) const;
   ConductorAnswer Unregister(const ConductorCaller& caller,
-                             absl::string_view body) const;
+                             absl::string_view body,
+                             BodyFormat format = BodyFormat::kJson) const;
   ConductorAnswer Query(const ConductorCaller& caller, absl::string_view body,
-                        bool by_hash) const;
+                        bool by_hash,
+                        BodyFormat format = BodyFormat::kJson) const;
 
  private:
-  absl::StatusOr<std::string> DoQuery(const ConductorCaller& caller,
-                                      absl::string_view body,
-                                      bool by_hash) const;
+  absl::StatusOr<nlohmann::json> DoQuery(const ConductorCaller& caller,
+                                         absl::string_view body, bool by_hash,
+                                         BodyFormat format) const;
 
   const KvIndex* const index_;
   ConductorRegistry* const registry_;

@@ -28,16 +28,18 @@ using Json = nlohmann::json;
 constexpr int kBs = 4;
 
 // Worker `name` of instance `instance`, rank `dp`, tenant `tenant`, holding
-// blocks of tokens [1..4], [5..8], ... (`blocks` of them) in `medium`.
+// blocks of tokens [1..4], [5..8], ... (`blocks` of them) in `medium`; a
+// Mooncake store's (hashes_are_keys) when `store`.
 void AddHolder(FleetIndex* index, const std::string& name,
                const std::string& instance, int dp, const std::string& tenant,
-               int blocks, const std::string& medium) {
+               int blocks, const std::string& medium, bool store = false) {
   const WorkerId w = index->AddWorker(name, "tcp://127.0.0.1:1");
   WorkerLabels labels;
   labels.instance_id = instance;
   labels.tenant = tenant;
   labels.model = "llama";
   labels.dp_rank = dp;
+  labels.hashes_are_keys = store;
   index->SetLabels(w, labels);
   BlockStoredEvent ev;
   for (int b = 0; b < blocks; ++b) {
@@ -273,6 +275,127 @@ TEST_F(ConductorApiTest, PrincipalsRules) {
   EXPECT_THAT(a.body, HasSubstr("ENGINE"));
 }
 
+// A MessagePack body as Mooncake's current Conductor clients send one:
+// token_ids as one bin of little-endian int32.
+std::string Msgpack(Json body, const std::vector<int32_t>& tokens) {
+  std::vector<uint8_t> bin;
+  for (int32_t t : tokens) {
+    const uint32_t u = static_cast<uint32_t>(t);
+    for (int shift = 0; shift < 32; shift += 8)
+      bin.push_back(static_cast<uint8_t>(u >> shift));
+  }
+  body["token_ids"] = Json::binary(std::move(bin));
+  std::string out;
+  Json::to_msgpack(body, out);
+  return out;
+}
+
+std::vector<int32_t> Int32Prompt(int blocks) {
+  std::vector<int32_t> out;
+  for (Token t : Prompt(blocks)) out.push_back(static_cast<int32_t>(t));
+  return out;
+}
+
+// Mooncake's current Conductor: MessagePack in and out, the answer by
+// instance with cumulative tiers; a store is no instance, but its blocks
+// extend every engine's CPU and disk tiers.
+TEST(ConductorMsgpackTest, QueryAnswersByInstanceWithTheStoresTiers) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  AddHolder(&index, "a0", "vllm-a", 0, "", 3, "GPU");
+  AddHolder(&index, "a1", "vllm-a", 1, "", 1, "GPU");
+  AddHolder(&index, "b0", "vllm-b", 0, "", 2, "CPU");
+  AddHolder(&index, "store", "store-0", 0, "", 4, "cpu", true);
+  AddHolder(&index, "disk", "store-1", 0, "", 2, "DISK", true);
+  ConductorApi api(&index, nullptr, ConductorLimits());
+  const Json q = {{"model", "llama"},
+                  {"block_size", kBs},
+                  {"tenant_id", "default"},
+                  {"lora_name", ""}};
+  const ConductorAnswer a = api.Query(Engine(), Msgpack(q, Int32Prompt(5)),
+                                      false, BodyFormat::kMsgpack);
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(a.format, BodyFormat::kMsgpack);
+  const Json got = Json::from_msgpack(a.body);
+  const auto rank = [](int gpu, int cpu, int disk) {
+    return Json{{"gpu", gpu}, {"cpu", cpu}, {"disk", disk}};
+  };
+  const Json want = {
+      {"instances",
+       {{"vllm-a",
+         {{"longest_matched", 16},
+          {"gpu", 12},
+          {"cpu", 16},
+          {"disk", 16},
+          {"dp", {{"0", 12}, {"1", 4}}},
+          {"rank_matches", {{"0", rank(12, 16, 16)}, {"1", rank(4, 16, 16)}}}}},
+        {"vllm-b",
+         {{"longest_matched", 16},
+          {"gpu", 0},
+          {"cpu", 16},
+          {"disk", 16},
+          {"dp", {{"0", 0}}},
+          {"rank_matches", {{"0", rank(0, 16, 16)}}}}}}}};
+  EXPECT_EQ(got, want) << got.dump();
+  Json one = q;
+  one["instance_id"] = "vllm-b";
+  const Json b =
+      Json::from_msgpack(api.Query(Engine(), Msgpack(one, Int32Prompt(5)),
+                                   false, BodyFormat::kMsgpack)
+                             .body);
+  EXPECT_EQ(b, (Json{{"instances", {{"vllm-b", want["instances"]["vllm-b"]}}}}))
+      << b.dump();
+  // The same query in JSON answers by tenant, the stores as instances.
+  Json text = q;
+  text["token_ids"] = Prompt(5);
+  const Json by_tenant =
+      Json::parse(api.Query(Engine(), text.dump(), false).body);
+  EXPECT_EQ(by_tenant["default"]["store-0"]["CPU"], 16) << by_tenant.dump();
+  EXPECT_EQ(by_tenant["default"]["vllm-a"]["longest_matched"], 12);
+}
+
+// A bad MessagePack body is 400 naming what is wrong, answered in
+// MessagePack.
+TEST(ConductorMsgpackTest, BadBodiesAre400InMsgpack) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  ConductorApi api(&index, nullptr, ConductorLimits{64, 16});
+  const Json q = {{"model", "llama"}, {"block_size", kBs}};
+  std::string odd = Msgpack(q, {});
+  {
+    Json j = q;
+    j["token_ids"] = Json::binary({1, 0, 0, 0, 2, 0});
+    odd.clear();
+    Json::to_msgpack(j, odd);
+  }
+  std::string nested(200, '\x91');  // [[[[...
+  nested.insert(0, "\x81\xa1x");    // {"x": ...}
+  const std::pair<std::string, std::string> cases[] = {
+      {Msgpack(q, {1, -5}), "token_ids: entry 1 (-5) is not an integer"},
+      {odd, "token_ids: entry 1 (2 bytes past the last int32)"},
+      {Msgpack(q, std::vector<int32_t>(65, 1)),
+       "token_ids: 65 entries exceed the limit of 64"},
+      {std::string("\xc1", 1), "the body is not MessagePack"},
+      {std::string("\x92\x01\x02"), "must be a MessagePack object, not array"},
+      {nested, "the body nests deeper than 32 levels"},
+  };
+  for (const auto& [body, error] : cases) {
+    const ConductorAnswer a =
+        api.Query(Engine(), body, false, BodyFormat::kMsgpack);
+    EXPECT_EQ(a.status, 400);
+    EXPECT_THAT(Json::from_msgpack(a.body)["error"].get<std::string>(),
+                HasSubstr(error));
+  }
+  // A positive integer MessagePack sends as a signed type reads as any.
+  Json j = q;
+  j["token_ids"] = Json::array({1, 2, 3, 4});
+  std::string small;
+  Json::to_msgpack(j, small);
+  const size_t at = small.find(std::string("\xaa") + "block_size") + 11;
+  ASSERT_EQ(small[at], '\x04');
+  small.replace(at, 1, "\xd0\x04");  // int8 4
+  EXPECT_EQ(api.Query(Engine(), small, false, BodyFormat::kMsgpack).status,
+            200);
+}
+
 std::string TempDir() {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR") != nullptr
                                      ? std::getenv("TEST_TMPDIR")
@@ -338,6 +461,47 @@ TEST(ConductorRegistryTest, RegistrationsPersistAndBadOnesChangeNothing) {
     body = RegisterBody("c|d", 0);
     EXPECT_THAT(api.Register(Engine(), body.dump()).body,
                 HasSubstr("instance_id: must not contain"));
+    ASSERT_EQ((*ingest)->Sources().size(), 2u);
+    // Mooncake's current Conductor's registration, in MessagePack: a hash
+    // profile (not needed here) and cache group 0 (every group is followed).
+    body = RegisterBody("m", 0);
+    body.erase("replay_endpoint");
+    body["hash_profile"] = {{"strategy", "vllm_v1"},
+                            {"algorithm", "sha256_cbor"},
+                            {"python_hash_seed", "0"},
+                            {"index_projection", "low64_be"}};
+    body["cache_group"] = 1;
+    std::string packed;
+    Json::to_msgpack(body, packed);
+    a = api.Register(Engine(), packed, BodyFormat::kMsgpack);
+    EXPECT_EQ(a.status, 400);
+    EXPECT_THAT(Json::from_msgpack(a.body)["error"].get<std::string>(),
+                HasSubstr("cache_group: 1 is not served"));
+    body["cache_group"] = "x";
+    body["hash_profile"] = "vllm_v1";
+    packed.clear();
+    Json::to_msgpack(body, packed);
+    EXPECT_THAT(Json::from_msgpack(
+                    api.Register(Engine(), packed, BodyFormat::kMsgpack).body)
+                    .dump(),
+                HasSubstr("hash_profile: must be an object, not string"));
+    ASSERT_EQ((*ingest)->Sources().size(), 2u);
+    body["hash_profile"] = {{"strategy", "vllm_v1"}};
+    body["cache_group"] = 0;
+    packed.clear();
+    Json::to_msgpack(body, packed);
+    a = api.Register(Engine(), packed, BodyFormat::kMsgpack);
+    EXPECT_EQ(a.status, 200) << Json::from_msgpack(a.body).dump();
+    EXPECT_EQ(
+        Json::from_msgpack(a.body),
+        (Json{{"status", "registered successfully"}, {"instance_id", "m"}}));
+    packed.clear();
+    Json::to_msgpack(
+        Json{{"instance_id", "m"}, {"tenant_id", "acme"}, {"dp_rank", 0}},
+        packed);
+    a = api.Unregister(Engine(), packed, BodyFormat::kMsgpack);
+    EXPECT_EQ(Json::from_msgpack(a.body)["removed_instances"],
+              Json::array({"m|acme|0"}));
     ASSERT_EQ((*ingest)->Sources().size(), 2u);
 
     a = api.Unregister(Engine(), RegisterBody("b", 0).dump());

@@ -36,7 +36,11 @@ absl::string_view FlatJson::Field::TypeName() const {
 // counts as that entry.
 class FlatJsonSax final : public nlohmann::json_sax<Json> {
  public:
-  explicit FlatJsonSax(FlatJson* out) : out_(out) {}
+  static constexpr int kMaxDepth = 32;
+
+  FlatJsonSax(FlatJson* out, BodyFormat format)
+      : out_(out),
+        format_name_(format == BodyFormat::kJson ? "JSON" : "MessagePack") {}
 
   bool null() override { return Scalar(Field(), "null"); }
   bool boolean(bool v) override {
@@ -45,6 +49,9 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
     return Scalar(std::move(f), v ? "true" : "false");
   }
   bool number_integer(number_integer_t v) override {
+    // JSON's non-negative integers come as unsigned; MessagePack's may come
+    // either way (an int8 of 5).
+    if (v >= 0) return number_unsigned(static_cast<number_unsigned_t>(v));
     Field f;
     f.kind = Kind::kSigned;
     f.signed_value = v;
@@ -74,7 +81,12 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
     return Scalar(std::move(f),
                   Json(v).dump(-1, ' ', false, Json::error_handler_t::replace));
   }
-  bool binary(binary_t&) override { return Scalar(Field(), "binary"); }
+  bool binary(binary_t& bytes) override {
+    if (depth_ == 0) return Refuse("binary");
+    if (depth_ != 1) return Scalar(Field(), "binary");
+    out_->fields_[key_] = Int32s(bytes);
+    return true;
+  }
   bool start_object(std::size_t) override { return Open(Kind::kObject); }
   bool start_array(std::size_t) override { return Open(Kind::kArray); }
   bool end_object() override { return Close(); }
@@ -85,8 +97,8 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
   }
   bool parse_error(std::size_t byte, const std::string&,
                    const nlohmann::detail::exception& e) override {
-    error_ = absl::InvalidArgumentError(
-        absl::StrCat("the body is not JSON (byte ", byte, "): ", e.what()));
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        "the body is not ", format_name_, " (byte ", byte, "): ", e.what()));
     return false;
   }
 
@@ -94,6 +106,31 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
 
  private:
   using Field = FlatJson::Field;
+
+  // A bin member: the array of its little-endian int32.
+  static Field Int32s(const binary_t& bytes) {
+    Field f;
+    f.kind = Kind::kArray;
+    f.size = (bytes.size() + 3) / 4;
+    f.numbers.reserve(bytes.size() / 4);
+    for (size_t i = 0; i + 4 <= bytes.size(); i += 4) {
+      const uint32_t u = uint32_t{bytes[i]} | uint32_t{bytes[i + 1]} << 8 |
+                         uint32_t{bytes[i + 2]} << 16 |
+                         uint32_t{bytes[i + 3]} << 24;
+      const int32_t v = static_cast<int32_t>(u);
+      if (v < 0) {
+        f.bad.emplace(i / 4, absl::StrCat(v));
+        return f;
+      }
+      f.numbers.push_back(u);
+    }
+    if (bytes.size() % 4 != 0) {
+      f.bad.emplace(
+          bytes.size() / 4,
+          absl::StrCat(bytes.size() % 4, " bytes past the last int32"));
+    }
+    return f;
+  }
 
   // A value: the whole body (refused), a member, or an array's entry.
   bool Scalar(Field f, const std::string& text) {
@@ -112,6 +149,13 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
   bool Open(Kind kind) {
     if (depth_ == 0 && kind != Kind::kObject)
       return Refuse(kind == Kind::kArray ? "array" : "object");
+    // nlohmann reads MessagePack recursively: a body of nested arrays must
+    // not take the stack.
+    if (depth_ == kMaxDepth) {
+      error_ = absl::InvalidArgumentError(
+          absl::StrCat("the body nests deeper than ", kMaxDepth, " levels"));
+      return false;
+    }
     if (depth_ == 1) {
       Field f;
       f.kind = kind;
@@ -133,12 +177,13 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
     return true;
   }
   bool Refuse(absl::string_view type) {
-    error_ = absl::InvalidArgumentError(
-        absl::StrCat("the body must be a JSON object, not ", type));
+    error_ = absl::InvalidArgumentError(absl::StrCat(
+        "the body must be a ", format_name_, " object, not ", type));
     return false;
   }
 
   FlatJson* const out_;
+  const char* const format_name_;
   int depth_ = 0;
   std::string key_;
   Field* current_ = nullptr;  // the member being read (depth 2)
@@ -147,13 +192,28 @@ class FlatJsonSax final : public nlohmann::json_sax<Json> {
   absl::Status error_;
 };
 
-absl::StatusOr<FlatJson> FlatJson::Parse(absl::string_view text) {
+absl::StatusOr<FlatJson> FlatJson::Parse(absl::string_view text,
+                                         BodyFormat format) {
   FlatJson out;
-  FlatJsonSax sax(&out);
-  const bool ok = Json::sax_parse(text.begin(), text.end(), &sax);
+  FlatJsonSax sax(&out, format);
+  const bool ok = Json::sax_parse(text.begin(), text.end(), &sax,
+                                  format == BodyFormat::kJson
+                                      ? Json::input_format_t::json
+                                      : Json::input_format_t::msgpack);
   if (!sax.status().ok()) return sax.status();
-  if (!ok) return absl::InvalidArgumentError("the body is not JSON");
+  if (!ok) {
+    return absl::InvalidArgumentError(format == BodyFormat::kJson
+                                          ? "the body is not JSON"
+                                          : "the body is not MessagePack");
+  }
   return out;
+}
+
+absl::Status FlatJson::OptionalObject(absl::string_view name) const {
+  const Field* f = Find(name);
+  if (f == nullptr || f->kind == Kind::kObject) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": must be an object, not ", f->TypeName()));
 }
 
 const FlatJson::Field* FlatJson::Find(absl::string_view name) const {

@@ -4,6 +4,12 @@
 // interface); this only keeps what a request needs: a 2k-token prompt's
 // token_ids then cost no JSON value per token.
 //
+// The same object may come as MessagePack (BodyFormat::kMsgpack), which
+// nlohmann reads into JSON's data model: Mooncake's current Conductor
+// clients send it, with token_ids as one bin of little-endian int32. A bin
+// member is therefore read as the array of its int32 (a negative one, or
+// bytes past the last whole int32, is a bad entry).
+//
 //   absl::StatusOr<FlatJson> body = FlatJson::Parse(text);
 //   absl::StatusOr<std::string> model = body->String("model", true);
 //   absl::StatusOr<int64_t> bs = body->Int("block_size", 1, 1 << 16);
@@ -31,6 +37,9 @@
 #include "absl/strings/string_view.h"
 
 namespace prefixd {
+
+// How a request body is encoded (its Content-Type).
+enum class BodyFormat { kJson, kMsgpack };
 
 class FlatJson {
  public:
@@ -60,11 +69,15 @@ class FlatJson {
     absl::string_view TypeName() const;
   };
 
-  // INVALID_ARGUMENT for text that is not JSON (naming the byte) or not an
-  // object (naming what it is).
-  static absl::StatusOr<FlatJson> Parse(absl::string_view text);
+  // INVALID_ARGUMENT for text that is not JSON, or bytes that are not
+  // MessagePack (naming the byte), or not an object (naming what it is).
+  static absl::StatusOr<FlatJson> Parse(absl::string_view text,
+                                        BodyFormat format = BodyFormat::kJson);
 
   bool Has(absl::string_view name) const;
+  // OK when the member is absent, null or an object (whose members are not
+  // read); INVALID_ARGUMENT naming what it is otherwise.
+  absl::Status OptionalObject(absl::string_view name) const;
   // A string member; "" when absent or null and not `required`.
   absl::StatusOr<std::string> String(absl::string_view name,
                                      bool required) const;

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -22,8 +23,23 @@ absl::string_view EndpointOf(absl::string_view path) {
   return "other";
 }
 
-HttpResponse Json(const ConductorAnswer& a) {
-  return HttpResponse{a.status, "application/json", a.body, {}};
+HttpResponse Answer(const ConductorAnswer& a) {
+  return HttpResponse{a.status,
+                      a.format == BodyFormat::kMsgpack ? "application/msgpack"
+                                                       : "application/json",
+                      a.body,
+                      {}};
+}
+
+// MessagePack for "application/msgpack" or "application/x-msgpack" (any
+// case, parameters ignored); JSON otherwise.
+BodyFormat FormatOf(absl::string_view content_type) {
+  const absl::string_view type = absl::StripAsciiWhitespace(
+      content_type.substr(0, content_type.find(';')));
+  return absl::EqualsIgnoreCase(type, "application/msgpack") ||
+                 absl::EqualsIgnoreCase(type, "application/x-msgpack")
+             ? BodyFormat::kMsgpack
+             : BodyFormat::kJson;
 }
 
 // What the principal may do through this API.
@@ -50,7 +66,7 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
   limits.read_only = false;
   limits.keep_alive = true;  // routers send request after request
   limits.body_too_large = [](size_t max) {
-    return Json(ErrorAnswer(absl::InvalidArgumentError(
+    return Answer(ErrorAnswer(absl::InvalidArgumentError(
         absl::StrCat("body: over ", max, " bytes (limits.max_message_size)"))));
   };
   HttpHandler handle = [s = self.get()](const HttpRequest& r) {
@@ -81,7 +97,7 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
 HttpResponse ConductorListener::Handle(const HttpRequest& request) const {
   const absl::Time start = absl::Now();
   const absl::string_view endpoint = EndpointOf(request.path);
-  const HttpResponse response = Json(Dispatch(endpoint, request));
+  const HttpResponse response = Answer(Dispatch(endpoint, request));
   if (observer_ != nullptr)
     observer_->OnConductorRequest(endpoint, response.status,
                                   absl::Now() - start);
@@ -90,29 +106,34 @@ HttpResponse ConductorListener::Handle(const HttpRequest& request) const {
 
 ConductorAnswer ConductorListener::Dispatch(absl::string_view endpoint,
                                             const HttpRequest& request) const {
+  const BodyFormat format = FormatOf(request.content_type);
   if (endpoint == "other") {
-    return {404, ErrorAnswer(absl::NotFoundError(absl::StrCat(
-                                 "no endpoint ", request.path,
-                                 ": POST /register, /unregister, /query or "
-                                 "/query_by_hash")))
-                     .body};
+    return ErrorAnswer(absl::NotFoundError(absl::StrCat(
+                           "no endpoint ", request.path,
+                           ": POST /register, /unregister, /query or "
+                           "/query_by_hash")),
+                       format);
   }
   if (request.method != "POST") {
-    return {405, ErrorAnswer(absl::InvalidArgumentError(
-                                 absl::StrCat(request.method, " ", request.path,
-                                              ": only POST is served")))
-                     .body};
+    ConductorAnswer a = ErrorAnswer(
+        absl::InvalidArgumentError(absl::StrCat(
+            request.method, " ", request.path, ": only POST is served")),
+        format);
+    a.status = 405;
+    return a;
   }
   CallCredentials credentials;
   credentials.cert = request.client_cert;
   credentials.authorization = request.authorization;
   credentials.tenant = std::string();
   absl::StatusOr<CallContext> call = auth_->AuthorizeCredentials(credentials);
-  if (!call.ok()) return ErrorAnswer(call.status());
+  if (!call.ok()) return ErrorAnswer(call.status(), format);
   const ConductorCaller caller = CallerOf(*call);
-  if (endpoint == "register") return api_->Register(caller, request.body);
-  if (endpoint == "unregister") return api_->Unregister(caller, request.body);
-  return api_->Query(caller, request.body, endpoint == "query_by_hash");
+  if (endpoint == "register")
+    return api_->Register(caller, request.body, format);
+  if (endpoint == "unregister")
+    return api_->Unregister(caller, request.body, format);
+  return api_->Query(caller, request.body, endpoint == "query_by_hash", format);
 }
 
 }  // namespace prefixd

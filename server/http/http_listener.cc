@@ -208,6 +208,8 @@ int HttpListener::Serve(mg_connection* conn, void* self) {
   if (info->query_string != nullptr) req.query = info->query_string;
   if (const char* a = mg_get_header(conn, "Authorization"); a != nullptr)
     req.authorization = a;
+  if (const char* t = mg_get_header(conn, "Content-Type"); t != nullptr)
+    req.content_type = t;
   const bool head = req.method == "HEAD";
   std::optional<HttpResponse> refused = listener->Refuse(conn, req);
   if (refused.has_value()) {

@@ -87,6 +87,7 @@ struct HttpRequest {
   std::string query;               // as sent, after '?'; "" without one
   std::string body;                // empty on a read-only listener
   std::string authorization = "";  // the Authorization header; "" if none
+  std::string content_type = "";   // the Content-Type header; "" if none
   // The client certificate the TLS handshake verified against the client
   // CA (HttpsListener with one); nullopt on plain HTTP and without.
   std::optional<PeerCertificate> client_cert = std::nullopt;

@@ -179,6 +179,9 @@ struct HttpsCallbacks {
       const char* a = MHD_lookup_connection_value(
           c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
       if (a != nullptr) p->request.authorization = a;
+      const char* t = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_CONTENT_TYPE);
+      if (t != nullptr) p->request.content_type = t;
       p->request.client_cert = VerifiedClientCert(c);
       return MHD_YES;
     }

@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""Mooncake's current Conductor API as its own router calls it, over real
+sockets to the real daemon (docs/index.md, "As a Mooncake Conductor"). The
+requests are built here as Mooncake's cache-aware disaggregation proxy
+(mooncake-conductor/example/cache_aware_disagg_proxy.py) builds them:
+MessagePack bodies (`Content-Type: application/msgpack`, msgpack.packb with
+use_bin_type), /register with a `hash_profile` and no replay endpoint,
+/query with `token_ids` as one bin of little-endian int32; its answers are
+read as that proxy reads them: a MessagePack map, `instances`, each
+instance's integer `longest_matched`.
+
+Publishers (prefixd.kv_publisher, ZeroMQ): a0 and a1, vLLM ranks 0 and 1 of
+instance vllm-a; b0, vLLM rank 0 of instance vllm-b; store, a Mooncake store
+holding the prompt's blocks in its CPU pool (RFC #1527 events).
+
+Checks:
+  - /register and /unregister answer in MessagePack as that proxy expects;
+  - /query answers by instance: engines only, per rank and tier, the store
+    extending every engine's CPU and disk tiers; the proxy's rule (the
+    longest `longest_matched`, ties taken in turn) then picks the engine;
+  - a bad body is 400 with a MessagePack {"error"} naming the field, and
+    changes nothing.
+
+Usage: test_conductor_msgpack.py --prefixd PATH [--stubs DIR]
+"""
+
+import http.client
+import os
+import struct
+import sys
+import unittest
+
+import msgpack
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import common  # noqa: E402  (tests/python/common.py)
+
+ARGS = common.setup(__doc__)
+
+import prefixd  # noqa: E402
+import prefixd_fixture  # noqa: E402
+from prefixd import kv_publisher as kvp  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
+
+BS = 16
+DEADLINE_S = 10
+MODEL = "qwen2.5_7B"
+HASH_PROFILE = {"strategy": "vllm_v1", "algorithm": "sha256_cbor",
+                "python_hash_seed": "0", "index_projection": "low64_be"}
+PROMPT = list(range(5000, 5000 + 4 * BS)) + [1, 2, 3]  # 4 blocks and a part
+
+
+class ConductorMsgpackTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.http_port = prefixd_fixture.free_port()
+        cls.daemon = prefixd_fixture.Daemon(
+            ARGS.prefixd, "index { block_size: %d }\n" % BS,
+            args=["--index_http_listen=127.0.0.1:%d" % cls.http_port],
+            snapshot=False).start()
+        cls.client = prefixd.Client(cls.daemon.tcp)
+        cls.pubs = {"a0": kvp.Publisher(encoding="map", data_parallel_rank=0),
+                    "a1": kvp.Publisher(encoding="map", data_parallel_rank=1),
+                    "b0": kvp.Publisher(encoding="map", data_parallel_rank=0),
+                    "store": kvp.Publisher(encoding="array")}
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.daemon.close()
+        for pub in cls.pubs.values():
+            pub.close()
+
+    def post(self, path, payload=None, raw=None):
+        """(status, Content-Type, decoded MessagePack answer)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=10)
+        body = raw if raw is not None else msgpack.packb(payload, use_bin_type=True)
+        conn.request("POST", path, body=body,
+                     headers={"Content-Type": "application/msgpack",
+                              "X-Request-Id": "req-1"})
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, resp.getheader("Content-Type"), msgpack.unpackb(data, raw=False)
+
+    def registration(self, name, instance, rank, type_="vLLM"):
+        """The proxy's registration payload (ConductorClient.registration_payloads)."""
+        return {"endpoint": self.pubs[name].endpoint, "type": type_, "modelname": MODEL,
+                "instance_id": instance, "block_size": BS, "dp_rank": rank,
+                "tenant_id": "default", "lora_name": "", "hash_profile": HASH_PROFILE}
+
+    def query(self, token_ids, **extra):
+        """The proxy's /query payload: token_ids packed as int32 LE."""
+        payload = {"model": MODEL, "block_size": BS,
+                   "token_ids": struct.pack("<%di" % len(token_ids), *token_ids),
+                   "tenant_id": "default", "lora_name": ""}
+        payload.update(extra)
+        return self.post("/query", payload)
+
+    def workers(self):
+        return prefixd_fixture.workers_by_name(self.client)
+
+    def test_1_register_publish_and_query(self):
+        for name, instance, rank, type_ in (("a0", "vllm-a", 0, "vLLM"),
+                                            ("a1", "vllm-a", 1, "vLLM"),
+                                            ("b0", "vllm-b", 0, "vLLM"),
+                                            ("store", "store-0", 0, "Mooncake")):
+            status, ctype, body = self.post("/register",
+                                            self.registration(name, instance, rank, type_))
+            self.assertEqual((status, ctype), (200, "application/msgpack"), body)
+            # What the proxy requires of a registration's answer.
+            self.assertEqual(body, {"status": "registered successfully",
+                                    "instance_id": instance})
+        for name in self.pubs:
+            self.assertTrue(self.pubs[name].wait_for_subscriber(DEADLINE_S), name)
+        hashes = [7100 + i for i in range(4)]
+        self.pubs["a0"].publish([kvp.block_stored(hashes, None, PROMPT[:4 * BS], BS)])
+        self.pubs["a1"].publish([kvp.block_stored(hashes[:1], None, PROMPT[:BS], BS)])
+        names = {"a0": "vllm-a|default|0", "a1": "vllm-a|default|1"}
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {names[n]: self.pubs[n].last_seq for n in names}, DEADLINE_S)
+        # The store holds the first three blocks, named by their rolling
+        # keys (placed under the engines' blocks with tokens).
+        self.pubs["store"].publish([{
+            "event_type": "stored", "model_name": MODEL, "block_size": BS,
+            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
+            "seq_hashes": upstream.conductor_hashes(PROMPT[:3 * BS], BS),
+            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {"store-0|default|0": self.pubs["store"].last_seq},
+                                DEADLINE_S)
+
+        status, ctype, got = self.query(PROMPT)
+        self.assertEqual((status, ctype), (200, "application/msgpack"), got)
+        want = {"instances": {
+            "vllm-a": {"longest_matched": 64, "gpu": 64, "cpu": 64, "disk": 64,
+                       "dp": {"0": 64, "1": 16},
+                       "rank_matches": {"0": {"gpu": 64, "cpu": 64, "disk": 64},
+                                        "1": {"gpu": 16, "cpu": 48, "disk": 48}}},
+            "vllm-b": {"longest_matched": 48, "gpu": 0, "cpu": 48, "disk": 48,
+                       "dp": {"0": 0},
+                       "rank_matches": {"0": {"gpu": 0, "cpu": 48, "disk": 48}}}}}
+        self.assertEqual(got, want)
+        # The proxy's choice: the longest longest_matched among its engines.
+        candidates = {i: r["longest_matched"] for i, r in got["instances"].items()
+                      if type(r.get("longest_matched")) is int}
+        self.assertEqual(max(candidates, key=candidates.get), "vllm-a")
+        status, _, one = self.query(PROMPT, instance_id="vllm-b")
+        self.assertEqual((status, one), (200, {"instances": {"vllm-b":
+                                                             want["instances"]["vllm-b"]}}))
+        status, _, other = self.query(PROMPT, model="llama")
+        self.assertEqual((status, other), (200, {"instances": {}}))
+
+    def test_2_bad_bodies_are_400_in_msgpack(self):
+        before = sorted(self.workers())
+        bad_bin = {"model": MODEL, "block_size": BS, "token_ids": b"\x01\x00\x00\x00\x02"}
+        cases = [
+            ("/query", bad_bin, None, "token_ids: entry 1 (1 bytes past the last int32)"),
+            ("/query", None, msgpack.packb({"model": MODEL, "block_size": BS,
+                                            "token_ids": struct.pack("<2i", 5, -1)}),
+             "token_ids: entry 1 (-1)"),
+            ("/query", None, b"\xc1", "the body is not MessagePack"),
+            ("/register", dict(self.registration("a0", "vllm-z", 0), cache_group=2), None,
+             "cache_group: 2 is not served"),
+            ("/register", dict(self.registration("a0", "vllm-z", 0), hash_profile="x"), None,
+             "hash_profile: must be an object"),
+            ("/unregister", {"instance_id": "nobody", "dp_rank": 0}, None, "nobody|default|0"),
+        ]
+        for path, payload, raw, error in cases:
+            status, ctype, body = self.post(path, payload, raw)
+            self.assertIn(status, (400, 404), (path, body))
+            self.assertEqual(ctype, "application/msgpack")
+            self.assertIn(error, body["error"])
+        self.assertEqual(sorted(self.workers()), before)
+
+    def test_3_unregister(self):
+        status, ctype, body = self.post("/unregister", {"instance_id": "vllm-a",
+                                                        "tenant_id": "default", "dp_rank": 1})
+        self.assertEqual((status, ctype), (200, "application/msgpack"))
+        self.assertEqual(body, {"status": "unregistered successfully",
+                                "removed_instances": ["vllm-a|default|1"]})
+        status, _, got = self.query(PROMPT)
+        self.assertEqual(got["instances"]["vllm-a"]["dp"], {"0": 64})
+        self.assertNotIn("vllm-a|default|1", self.workers())
+
+
+if __name__ == "__main__":
+    if not ARGS.prefixd:
+        print("SKIP: --prefixd not given")
+        sys.exit(common.SKIP)
+    common.unittest_main()

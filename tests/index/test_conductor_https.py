@@ -8,7 +8,7 @@ client. Certificates come from tests/security's PKI (pki_tool).
 
 TOKEN with TLS:
   every endpoint once over HTTPS (/register of a ZeroMQ publisher, /query,
-  /query_by_hash, /unregister), answers checked; no token 401, a wrong token
+  /query_by_hash, /query in MessagePack, /unregister), answers checked; no token 401, a wrong token
   401, an ADMIN's /register 403, as the plain door answers; a body over
   limits.max_message_size 400 (and the connection serves the next request),
   one over twice it cut off; a silent connection closed after io_timeout;
@@ -36,11 +36,14 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+
+import msgpack
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -155,6 +158,22 @@ class Test(common.Checker):
             c.close()
         return resp.status, json.loads(text)
 
+    def post_msgpack(self, path, body, who=None, cert=None):
+        """(status, Content-Type, decoded answer) of one MessagePack request,
+        token_ids as one bin of little-endian int32 (Mooncake's current
+        Conductor clients)."""
+        c = self.connect(cert)
+        headers = {"Content-Type": "application/msgpack"}
+        if who is not None:
+            headers["Authorization"] = "Bearer " + TOKENS.get(who, who)
+        body = dict(body, token_ids=struct.pack("<%di" % len(body["token_ids"]),
+                                                *body["token_ids"]))
+        c.request("POST", path, body=msgpack.packb(body, use_bin_type=True), headers=headers)
+        resp = c.getresponse()
+        data = resp.read()
+        c.close()
+        return resp.status, resp.getheader("Content-Type"), msgpack.unpackb(data, raw=False)
+
     def refused(self, cert):
         """Why a request with `cert` got no answer; None if it got one."""
         try:
@@ -209,6 +228,12 @@ class Test(common.Checker):
               "block_size": BS}
         status, got = self.post("/query_by_hash", hq, **creds)
         self.check(status == 200 and got == want, "/query_by_hash over HTTPS", (status, got))
+        tiers = {"gpu": 3 * BS, "cpu": 3 * BS, "disk": 3 * BS}
+        by_instance = {"instances": {instance: dict(
+            tiers, longest_matched=3 * BS, dp={"0": 3 * BS}, rank_matches={"0": tiers})}}
+        status, ctype, got = self.post_msgpack("/query", self.query(), **creds)
+        self.check(status == 200 and ctype == "application/msgpack" and got == by_instance,
+                   "/query in MessagePack over HTTPS answers by instance", (status, ctype, got))
         status, body = self.post("/unregister", self.register_body(instance), **creds)
         self.check(status == 200 and body.get("removed_instances") == [worker],
                    "/unregister over HTTPS", (status, body))

@@ -35,6 +35,9 @@
 
 namespace prefixd {
 
+// Which of the two shapes a /query answers in.
+enum class AnswerForm { kByTenant, kByInstance };
+
 nlohmann::json AnswerByTenant(const RouteResult& result, int block_size);
 
 // `instance`: only that engine instance ("" = every one).

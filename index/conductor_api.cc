@@ -262,8 +262,11 @@ ConductorAnswer ErrorAnswer(const absl::Status& status, BodyFormat format) {
 }
 
 ConductorApi::ConductorApi(const KvIndex* index, ConductorRegistry* registry,
-                           ConductorLimits limits)
-    : index_(index), registry_(registry), limits_(limits) {}
+                           ConductorLimits limits, AnswerForm json_answer)
+    : index_(index),
+      registry_(registry),
+      limits_(limits),
+      json_answer_(json_answer) {}
 
 ConductorAnswer ConductorApi::Register(const ConductorCaller& caller,
                                        absl::string_view body,
@@ -327,7 +330,7 @@ absl::StatusOr<Json> ConductorApi::DoQuery(const ConductorCaller& caller,
   // The Conductor's answer lists every instance the filter lets through,
   // matched or not (docs/index.md).
   route.filter.all_workers = true;
-  if (format == BodyFormat::kJson) {
+  if (format == BodyFormat::kJson && json_answer_ == AnswerForm::kByTenant) {
     route.filter.instance = q.instance_id;
     return AnswerByTenant(index_->Route(route), bs);
   }

@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "core/types.h"
+#include "index/conductor_answer.h"
 #include "index/conductor_registry.h"
 #include "index/flat_json.h"
 #include "index/kv_index.h"
@@ -105,8 +106,11 @@ ConductorAnswer ErrorAnswer(const absl::Status& status,
 class ConductorApi {
  public:
   // `registry` may be null (then /register and /unregister answer 409).
+  // `json_answer`: how a JSON /query is answered (MessagePack: always by
+  // instance).
   ConductorApi(const KvIndex* index, ConductorRegistry* registry,
-               ConductorLimits limits);
+               ConductorLimits limits,
+               AnswerForm json_answer = AnswerForm::kByTenant);
 
   ConductorAnswer Register(const ConductorCaller& caller,
                            absl::string_view body,
@@ -126,6 +130,7 @@ class ConductorApi {
   const KvIndex* const index_;
   ConductorRegistry* const registry_;
   const ConductorLimits limits_;
+  const AnswerForm json_answer_;
 };
 
 }  // namespace prefixd

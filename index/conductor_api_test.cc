@@ -344,13 +344,19 @@ TEST(ConductorMsgpackTest, QueryAnswersByInstanceWithTheStoresTiers) {
                              .body);
   EXPECT_EQ(b, (Json{{"instances", {{"vllm-b", want["instances"]["vllm-b"]}}}}))
       << b.dump();
-  // The same query in JSON answers by tenant, the stores as instances.
+  // The same query in JSON answers by tenant, the stores as instances;
+  // by instance where the daemon is told to (index.http_answer).
   Json text = q;
   text["token_ids"] = Prompt(5);
   const Json by_tenant =
       Json::parse(api.Query(Engine(), text.dump(), false).body);
   EXPECT_EQ(by_tenant["default"]["store-0"]["CPU"], 16) << by_tenant.dump();
   EXPECT_EQ(by_tenant["default"]["vllm-a"]["longest_matched"], 12);
+  ConductorApi by_instance(&index, nullptr, ConductorLimits(),
+                           AnswerForm::kByInstance);
+  const ConductorAnswer json = by_instance.Query(Engine(), text.dump(), false);
+  EXPECT_EQ(json.format, BodyFormat::kJson);
+  EXPECT_EQ(Json::parse(json.body), want) << json.body;
 }
 
 // A bad MessagePack body is 400 naming what is wrong, answered in

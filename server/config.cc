@@ -475,6 +475,14 @@ absl::Status ResolveIndexHttp(const v1::Config& c, ServerConfig* out) {
                      "auth.insecure_allow_unauthenticated_network"));
   }
   out->index_http_listen = ic.http_listen();
+  if (ic.http_answer() == "by_instance") {
+    out->index_http_answer = AnswerForm::kByInstance;
+  } else if (!ic.http_answer().empty() && ic.http_answer() != "by_tenant") {
+    return Invalid("index.http_answer",
+                   absl::StrCat("\"", absl::CEscape(ic.http_answer()),
+                                "\" is neither \"by_tenant\" nor "
+                                "\"by_instance\""));
+  }
   return absl::OkStatus();
 }
 
@@ -1041,6 +1049,8 @@ void ApplyCommandLine(const CommandLine& flags, v1::Config* config) {
     config->mutable_index()->set_http_listen(*flags.index_http_listen);
   if (flags.index_state_dir)
     config->mutable_index()->set_state_dir(*flags.index_state_dir);
+  if (flags.index_http_answer)
+    config->mutable_index()->set_http_answer(*flags.index_http_answer);
   if (flags.index_block_size)
     config->mutable_index()->set_block_size(*flags.index_block_size);
   if (flags.index_decode_budget)
@@ -1110,6 +1120,7 @@ void FillDefaults(v1::Config* c) {
     index->set_max_entries(defaults::kIndexMaxEntries);
   fill(index->mutable_replay_timeout(), defaults::kIndexReplayTimeout);
   fill(index->mutable_hash_profile(), defaults::kIndexHashProfile);
+  fill(index->mutable_http_answer(), defaults::kIndexHttpAnswer);
   fill(index->mutable_decode_budget(), defaults::kIndexDecodeBudget);
   v1::EventsPublishConfig* publish = c->mutable_events_publish();
   if (publish->buffer_batches() == 0) {

@@ -15,6 +15,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/cache.h"
+#include "index/conductor_answer.h"
 #include "index/ingest.h"
 #include "index/kv_index.h"
 #include "index/picker.h"
@@ -63,6 +64,8 @@ struct ServerConfig {
   // state directory ("" = registrations not kept).
   std::string index_http_listen;
   std::string index_state_dir;
+  // index.http_answer: how the Conductor API answers a JSON /query.
+  AnswerForm index_http_answer = AnswerForm::kByTenant;
   // events_publish (docs/index.md, "The sidecar publishes too"): on when its
   // endpoint is set; then cache.detailed_events is on too.
   bool events_publish_enabled = false;

@@ -761,6 +761,25 @@ TEST(ConfigTest, IndexHttpListenAndSourceLabels) {
   c = FromText(R"pb(index { http_listen: "unix:///tmp/x" })pb");
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(c.status().message(), HasSubstr("must be host:port"));
+  EXPECT_EQ(FromText(R"pb(index { http_listen: "127.0.0.1:0" })pb")
+                ->index_http_answer,
+            AnswerForm::kByTenant);
+  c = FromText(
+      R"pb(index { http_listen: "127.0.0.1:0" http_answer: "by_instance" })pb");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index_http_answer, AnswerForm::kByInstance);
+  c = FromText(
+      R"pb(index { http_listen: "127.0.0.1:0" http_answer: "flat" })pb");
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(),
+              HasSubstr("index.http_answer: \"flat\" is neither \"by_tenant\" "
+                        "nor \"by_instance\""));
+  CommandLine flags;
+  flags.index_http_listen = "127.0.0.1:0";
+  flags.index_http_answer = "by_instance";
+  c = LoadServerConfig(flags);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->index_http_answer, AnswerForm::kByInstance);
 
   c = FromText(R"pb(index {
                       sources {

@@ -41,6 +41,7 @@ inline constexpr uint32_t kIndexBlockSize = 16;
 inline constexpr uint64_t kIndexMaxEntries = 50000000;
 inline constexpr char kIndexReplayTimeout[] = "2s";
 inline constexpr char kIndexHashProfile[] = "conductor";
+inline constexpr char kIndexHttpAnswer[] = "by_tenant";
 inline constexpr char kIndexDecodeBudget[] = "512MiB";
 // events_publish: vLLM's default replay buffer (buffer_steps).
 inline constexpr uint32_t kEventsPublishBufferBatches = 10000;

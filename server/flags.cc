@@ -72,12 +72,18 @@ const std::vector<FlagSpec>& Flags() {
        "connect to; each names itself by its topic kv@<worker>@<model>.",
        "none"},
       {"index_http_listen", "HOST:PORT",
-       "Fleet index: serve the Mooncake Conductor indexer API (HTTP + JSON: "
-       "/register, /unregister, /query, /query_by_hash) here, with the "
-       "daemon's principals, e.g. 127.0.0.1:9470; over HTTPS with the gRPC "
-       "listeners' certificate when auth.tls_cert_path is set. See "
-       "docs/index.md, \"As a Mooncake Conductor\".",
+       "Fleet index: serve the Mooncake Conductor indexer API (HTTP, JSON "
+       "or MessagePack: /register, /unregister, /query, /query_by_hash) "
+       "here, with the daemon's principals, e.g. 127.0.0.1:9470; over HTTPS "
+       "with the gRPC listeners' certificate when auth.tls_cert_path is "
+       "set. See docs/index.md, \"As a Mooncake Conductor\".",
        "off"},
+      {"index_http_answer", "FORM",
+       "Fleet index: how --index_http_listen's /query answers a JSON "
+       "request: by_tenant (the RFC's {tenant: {instance: ...}}) or "
+       "by_instance (Mooncake's current Conductor's {\"instances\": ...}). "
+       "MessagePack requests are always answered by instance.",
+       "by_tenant"},
       {"index_state_dir", "DIR",
        "Fleet index: keep the publishers registered through "
        "--index_http_listen in this directory, so they survive a restart.",
@@ -211,6 +217,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(
   SetString(flags, "index_listen", &cl.index_listen);
   SetString(flags, "index_http_listen", &cl.index_http_listen);
   SetString(flags, "index_state_dir", &cl.index_state_dir);
+  SetString(flags, "index_http_answer", &cl.index_http_answer);
   SetString(flags, "index_decode_budget", &cl.index_decode_budget);
   SetString(flags, "events_publish", &cl.events_publish);
   for (const auto& [name, field] :

@@ -35,6 +35,7 @@ struct CommandLine {
   std::optional<std::string> index_listen;
   std::optional<std::string> index_http_listen;  // the Conductor API
   std::optional<std::string> index_state_dir;
+  std::optional<std::string> index_http_answer;  // by_tenant | by_instance
   std::optional<uint32_t> index_block_size;
   std::optional<std::string> index_decode_budget;  // bytes with units
   // --events_publish=ENDPOINT[,REPLAY_ENDPOINT] (docs/index.md, "The sidecar

@@ -63,6 +63,10 @@ TEST(FlagsTest, IndexSourcesRepeatAndOtherFlagsTakeTheLastValue) {
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_EQ(cl->index_decode_budget, "64MiB");
   EXPECT_THAT(CommandLineHelp(), HasSubstr("--index_decode_budget=SIZE"));
+  cl = Parse({"--index_http_answer=by_instance"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->index_http_answer, "by_instance");
+  EXPECT_THAT(CommandLineHelp(), HasSubstr("--index_http_answer=FORM"));
 }
 
 TEST(FlagsTest, CheckConfigNamesTheFileOnce) {

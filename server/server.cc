@@ -285,8 +285,9 @@ absl::Status Server::StartIngest() {
   ConductorLimits limits;
   limits.max_tokens = cache_->options().limits.max_tokens_per_request;
   limits.max_hashes = cache_->options().limits.max_block_ids_per_request;
-  conductor_api_ = std::make_unique<ConductorApi>(
-      index_.get(), conductor_registry_.get(), limits);
+  conductor_api_ =
+      std::make_unique<ConductorApi>(index_.get(), conductor_registry_.get(),
+                                     limits, config_.index_http_answer);
   return absl::OkStatus();
 }
 

@@ -19,12 +19,15 @@ Checks:
     extending every engine's CPU and disk tiers; the proxy's rule (the
     longest `longest_matched`, ties taken in turn) then picks the engine;
   - a bad body is 400 with a MessagePack {"error"} naming the field, and
-    changes nothing.
+    changes nothing;
+  - a daemon told --index_http_answer=by_instance answers a JSON /query by
+    instance too.
 
 Usage: test_conductor_msgpack.py --prefixd PATH [--stubs DIR]
 """
 
 import http.client
+import json
 import os
 import struct
 import sys
@@ -183,6 +186,46 @@ class ConductorMsgpackTest(unittest.TestCase):
         status, _, got = self.query(PROMPT)
         self.assertEqual(got["instances"]["vllm-a"]["dp"], {"0": 64})
         self.assertNotIn("vllm-a|default|1", self.workers())
+
+    def test_4_json_by_instance_when_configured(self):
+        # A daemon told --index_http_answer=by_instance answers JSON as
+        # Mooncake's current Conductor does in JSON.
+        port = prefixd_fixture.free_port()
+        daemon = prefixd_fixture.Daemon(
+            ARGS.prefixd, "index { block_size: %d }\n" % BS,
+            args=["--index_http_listen=127.0.0.1:%d" % port,
+                  "--index_http_answer=by_instance"], snapshot=False).start()
+        client = prefixd.Client(daemon.tcp)
+        pub = kvp.Publisher(encoding="map")
+        try:
+            def post(path, body):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                conn.request("POST", path, body=json.dumps(body),
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                answer = (resp.status, resp.getheader("Content-Type"),
+                          json.loads(resp.read()))
+                conn.close()
+                return answer
+            status, _, body = post("/register", dict(self.registration("a0", "vllm-b", 0),
+                                                     endpoint=pub.endpoint))
+            self.assertEqual(status, 200, body)
+            self.assertTrue(pub.wait_for_subscriber(DEADLINE_S))
+            toks = list(range(9000, 9000 + 2 * BS))
+            pub.publish([kvp.block_stored([7301, 7302], None, toks, BS)])
+            prefixd_fixture.applied(client, daemon, {"vllm-b|default|0": pub.last_seq},
+                                    DEADLINE_S)
+            status, ctype, got = post("/query", {"model": MODEL, "block_size": BS,
+                                                 "token_ids": toks})
+            tiers = {"gpu": 2 * BS, "cpu": 2 * BS, "disk": 2 * BS}
+            self.assertEqual((status, ctype), (200, "application/json"))
+            self.assertEqual(got, {"instances": {"vllm-b": dict(
+                tiers, longest_matched=2 * BS, dp={"0": 2 * BS},
+                rank_matches={"0": tiers})}})
+        finally:
+            client.close()
+            daemon.close()
+            pub.close()
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@
 // nlohmann reads into JSON's data model: Mooncake's current Conductor
 // clients send it, with token_ids as one bin of little-endian int32. A bin
 // member is therefore read as the array of its int32 (a negative one, or
-// bytes past the last whole int32, is a bad entry).
+// bytes past the last whole int32, is a bad entry). A body nested deeper
+// than 32 levels is refused in either encoding (nlohmann reads MessagePack
+// recursively).
 //
 //   absl::StatusOr<FlatJson> body = FlatJson::Parse(text);
 //   absl::StatusOr<std::string> model = body->String("model", true);

@@ -65,9 +65,11 @@ absl::StatusOr<std::unique_ptr<ConductorListener>> ConductorListener::Start(
       new ConductorListener(api, auth, observer));
   limits.read_only = false;
   limits.keep_alive = true;  // routers send request after request
-  limits.body_too_large = [](size_t max) {
-    return Answer(ErrorAnswer(absl::InvalidArgumentError(
-        absl::StrCat("body: over ", max, " bytes (limits.max_message_size)"))));
+  limits.body_too_large = [](size_t max, const HttpRequest& request) {
+    return Answer(ErrorAnswer(
+        absl::InvalidArgumentError(absl::StrCat(
+            "body: over ", max, " bytes (limits.max_message_size)")),
+        FormatOf(request.content_type)));
   };
   HttpHandler handle = [s = self.get()](const HttpRequest& r) {
     return s->Handle(r);

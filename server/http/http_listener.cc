@@ -244,7 +244,7 @@ std::optional<HttpResponse> HttpListener::Refuse(mg_connection* conn,
   for (int n; (n = mg_read(conn, buf, sizeof(buf))) > 0;) {
     if (req.body.size() + static_cast<size_t>(n) > limits_.max_body_bytes) {
       if (limits_.body_too_large) {
-        HttpResponse r = limits_.body_too_large(limits_.max_body_bytes);
+        HttpResponse r = limits_.body_too_large(limits_.max_body_bytes, req);
         r.headers.emplace_back("Connection", "close");
         return r;
       }

@@ -56,6 +56,8 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones
 };
 
+struct HttpRequest;
+
 // What one listener holds at most (docs/operations.md, "Memory bounds").
 struct HttpLimits {
   // Connections served at once, one thread each.
@@ -76,9 +78,11 @@ struct HttpLimits {
   // The largest request body read (413 past it); read-only listeners read
   // none.
   size_t max_body_bytes = 64 << 10;
-  // The answer to a body past max_body_bytes (its argument); null: 413 in
-  // plain text. An API answers in its own format.
-  std::function<HttpResponse(size_t max_body_bytes)> body_too_large;
+  // The answer to a body past max_body_bytes (its argument), given the
+  // request as far as it was read (its headers); null: 413 in plain text.
+  // An API answers in its own format.
+  std::function<HttpResponse(size_t max_body_bytes, const HttpRequest& request)>
+      body_too_large;
 };
 
 struct HttpRequest {

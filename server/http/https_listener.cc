@@ -193,7 +193,7 @@ struct HttpsCallbacks {
       return MHD_YES;
     }
     const bool ok = p->received > max
-                        ? self->Answer(c, self->TooLarge())
+                        ? self->Answer(c, self->TooLarge(p->request))
                         : self->Answer(c, self->handler_(p->request));
     return ok ? MHD_YES : MHD_NO;
   }
@@ -271,9 +271,9 @@ std::shared_ptr<const TlsIdentity> HttpsListener::Current() {
   return current_;
 }
 
-HttpResponse HttpsListener::TooLarge() const {
+HttpResponse HttpsListener::TooLarge(const HttpRequest& request) const {
   if (limits_.body_too_large)
-    return limits_.body_too_large(limits_.max_body_bytes);
+    return limits_.body_too_large(limits_.max_body_bytes, request);
   return HttpResponse{
       413,
       "text/plain; charset=utf-8",

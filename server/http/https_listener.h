@@ -73,7 +73,7 @@ class HttpsListener final : public HttpTransport {
   std::shared_ptr<const TlsIdentity> Current();
 
   // body_too_large's answer, or 413 in plain text.
-  HttpResponse TooLarge() const;
+  HttpResponse TooLarge(const HttpRequest& request) const;
   // Queues the answer (404 for nullopt); false if libmicrohttpd refused it
   // (it then closes the connection).
   bool Answer(MHD_Connection* connection,

@@ -18,8 +18,8 @@ Checks:
   - /query answers by instance: engines only, per rank and tier, the store
     extending every engine's CPU and disk tiers; the proxy's rule (the
     longest `longest_matched`, ties taken in turn) then picks the engine;
-  - a bad body is 400 with a MessagePack {"error"} naming the field, and
-    changes nothing;
+  - a bad body (one past limits.max_message_size too) is 400 with a
+    MessagePack {"error"} naming the field, and changes nothing;
   - a daemon told --index_http_answer=by_instance answers a JSON /query by
     instance too.
 
@@ -59,7 +59,8 @@ class ConductorMsgpackTest(unittest.TestCase):
     def setUpClass(cls):
         cls.http_port = prefixd_fixture.free_port()
         cls.daemon = prefixd_fixture.Daemon(
-            ARGS.prefixd, "index { block_size: %d }\n" % BS,
+            ARGS.prefixd,
+            "index { block_size: %d }\nlimits { max_message_size: \"1MiB\" }\n" % BS,
             args=["--index_http_listen=127.0.0.1:%d" % cls.http_port],
             snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
@@ -169,6 +170,9 @@ class ConductorMsgpackTest(unittest.TestCase):
             ("/register", dict(self.registration("a0", "vllm-z", 0), hash_profile="x"), None,
              "hash_profile: must be an object"),
             ("/unregister", {"instance_id": "nobody", "dp_rank": 0}, None, "nobody|default|0"),
+            # Past limits.max_message_size: refused before it is read whole.
+            ("/query", dict(bad_bin, token_ids=bytes(1 << 20)), None,
+             "body: over 1048576 bytes"),
         ]
         for path, payload, raw, error in cases:
             status, ctype, body = self.post(path, payload, raw)

@@ -9,9 +9,10 @@ use_bin_type), /register with a `hash_profile` and no replay endpoint,
 read as that proxy reads them: a MessagePack map, `instances`, each
 instance's integer `longest_matched`.
 
-Publishers (prefixd.kv_publisher, ZeroMQ): a0 and a1, vLLM ranks 0 and 1 of
-instance vllm-a; b0, vLLM rank 0 of instance vllm-b; store, a Mooncake store
-holding the prompt's blocks in its CPU pool (RFC #1527 events).
+Publishers (ZeroMQ, framed and encoded here as vLLM's kv_events.py and the
+Mooncake RFC #1527 describe them; tests/index/upstream.py): a0 and a1, vLLM
+ranks 0 and 1 of instance vllm-a; b0, vLLM rank 0 of instance vllm-b; store,
+a Mooncake store holding the prompt's blocks in its CPU pool.
 
 Checks:
   - /register and /unregister answer in MessagePack as that proxy expects;
@@ -43,7 +44,6 @@ ARGS = common.setup(__doc__)
 
 import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
-from prefixd import kv_publisher as kvp  # noqa: E402
 import upstream  # noqa: E402  (tests/index/upstream.py)
 
 BS = 16
@@ -64,10 +64,10 @@ class ConductorMsgpackTest(unittest.TestCase):
             args=["--index_http_listen=127.0.0.1:%d" % cls.http_port],
             snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
-        cls.pubs = {"a0": kvp.Publisher(encoding="map", data_parallel_rank=0),
-                    "a1": kvp.Publisher(encoding="map", data_parallel_rank=1),
-                    "b0": kvp.Publisher(encoding="map", data_parallel_rank=0),
-                    "store": kvp.Publisher(encoding="array")}
+        cls.pubs = {"a0": upstream.ZmqEventPublisher(0),
+                    "a1": upstream.ZmqEventPublisher(1),
+                    "b0": upstream.ZmqEventPublisher(0),
+                    "store": upstream.ZmqEventPublisher(0, form="array")}
 
     @classmethod
     def tearDownClass(cls):
@@ -119,8 +119,8 @@ class ConductorMsgpackTest(unittest.TestCase):
         for name in self.pubs:
             self.assertTrue(self.pubs[name].wait_for_subscriber(DEADLINE_S), name)
         hashes = [7100 + i for i in range(4)]
-        self.pubs["a0"].publish([kvp.block_stored(hashes, None, PROMPT[:4 * BS], BS)])
-        self.pubs["a1"].publish([kvp.block_stored(hashes[:1], None, PROMPT[:BS], BS)])
+        self.pubs["a0"].publish([upstream.vllm_block_stored(hashes, None, PROMPT[:4 * BS], BS)])
+        self.pubs["a1"].publish([upstream.vllm_block_stored(hashes[:1], None, PROMPT[:BS], BS)])
         names = {"a0": "vllm-a|default|0", "a1": "vllm-a|default|1"}
         prefixd_fixture.applied(self.client, self.daemon,
                                 {names[n]: self.pubs[n].last_seq for n in names}, DEADLINE_S)
@@ -200,7 +200,7 @@ class ConductorMsgpackTest(unittest.TestCase):
             args=["--index_http_listen=127.0.0.1:%d" % port,
                   "--index_http_answer=by_instance"], snapshot=False).start()
         client = prefixd.Client(daemon.tcp)
-        pub = kvp.Publisher(encoding="map")
+        pub = upstream.ZmqEventPublisher(0)
         try:
             def post(path, body):
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -216,7 +216,7 @@ class ConductorMsgpackTest(unittest.TestCase):
             self.assertEqual(status, 200, body)
             self.assertTrue(pub.wait_for_subscriber(DEADLINE_S))
             toks = list(range(9000, 9000 + 2 * BS))
-            pub.publish([kvp.block_stored([7301, 7302], None, toks, BS)])
+            pub.publish([upstream.vllm_block_stored([7301, 7302], None, toks, BS)])
             prefixd_fixture.applied(client, daemon, {"vllm-b|default|0": pub.last_seq},
                                     DEADLINE_S)
             status, ctype, got = post("/query", {"model": MODEL, "block_size": BS,

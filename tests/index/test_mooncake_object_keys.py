@@ -36,7 +36,7 @@ ARGS = common.setup(__doc__)
 
 import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
-from prefixd import kv_publisher as kvp  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
 
 BS = 16
 DEADLINE_S = 10
@@ -113,9 +113,8 @@ def tokens(first_block, n):
 class MooncakeObjectKeysTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.vllm = kvp.Publisher("tcp://127.0.0.1:*", None, encoding="map", hash_kind="int")
-        cls.sglang = kvp.Publisher("tcp://127.0.0.1:*", None, encoding="array",
-                                   hash_kind="int64")
+        cls.vllm = upstream.ZmqEventPublisher()
+        cls.sglang = upstream.ZmqEventPublisher(form="array")
         cls.store = MooncakeStore()
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "vllm-0" endpoint: "%s" }\n'
@@ -129,10 +128,10 @@ class MooncakeObjectKeysTest(unittest.TestCase):
                 raise AssertionError("the daemon did not subscribe to %s" % pub.endpoint)
         cls.store.wait_for_subscriber()
         # The engines' own GPU stores: vLLM blocks 0..3, SGLang pages 10..12.
-        cls.vllm.publish([kvp.block_stored([vllm_hash(i) for i in range(4)], None,
-                                           tokens(0, 4), BS)])
-        cls.sglang.publish([kvp.block_stored([sglang_hash(i) for i in range(10, 13)], None,
-                                             tokens(10, 3), BS)])
+        cls.vllm.publish([upstream.vllm_block_stored([vllm_hash(i) for i in range(4)], None,
+                                                     tokens(0, 4), BS)])
+        cls.sglang.publish([upstream.sglang_block_stored(
+            [sglang_hash(i) for i in range(10, 13)], None, tokens(10, 3), BS)])
         cls.applied({"vllm-0": 0, "sglang-0": 0})
 
     @classmethod

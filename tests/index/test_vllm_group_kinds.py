@@ -2,7 +2,7 @@
 """vLLM's KV-cache groups as its newest releases send them, over real
 sockets to the real daemon (docs/index.md, "Hybrid models"). The events are
 built field by field as vllm/distributed/kv_events.py declares BlockStored
-(map form, one publisher per engine), with the group kinds of vLLM's
+(map form, one publisher per engine; tests/index/upstream.py), with the group kinds of vLLM's
 KVCacheSpecKind and the store vLLM's BlockPool.cache_full_blocks makes of a
 group with null blocks.
 
@@ -35,11 +35,13 @@ ARGS = common.setup(__doc__)
 
 import prefixd  # noqa: E402
 import prefixd_fixture  # noqa: E402
-from prefixd import kv_publisher as kvp  # noqa: E402
+import upstream  # noqa: E402  (tests/index/upstream.py)
 
 BS = 16
 DEADLINE_S = 10
 ENGINES = ("mla", "v4", "mamba")
+stored = upstream.vllm_block_stored
+removed = upstream.vllm_block_removed
 
 
 def tokens(first_block, n_blocks):
@@ -49,8 +51,7 @@ def tokens(first_block, n_blocks):
 class VllmGroupKindsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.engines = {name: kvp.Publisher("tcp://127.0.0.1:*", None, encoding="map")
-                       for name in ENGINES}
+        cls.engines = {name: upstream.ZmqEventPublisher() for name in ENGINES}
         sources = "".join('  sources { name: "%s" endpoint: "%s" }\n' % (name, pub.endpoint)
                           for name, pub in cls.engines.items())
         config = "index {\n  block_size: %d\n%s}\n" % (BS, sources)
@@ -82,8 +83,8 @@ class VllmGroupKindsTest(unittest.TestCase):
 
     def test_mla_attention_is_full_attention(self):
         hashes = [101, 102, 103]
-        w = self.publish("mla", [kvp.block_stored(hashes, None, tokens(0, 3), BS, group_idx=0,
-                                                  kv_cache_spec_kind="mla_attention")])
+        w = self.publish("mla", [stored(hashes, None, tokens(0, 3), BS, group_idx=0,
+                                        kv_cache_spec_kind="mla_attention")])
         self.assertEqual(w.clears, 0)
         self.assertEqual(self.route("mla", tokens(0, 3)), (3, 3))
 
@@ -93,12 +94,12 @@ class VllmGroupKindsTest(unittest.TestCase):
         toks = tokens(10, 4)
         hashes = [201, 202, 203, 204]
         w = self.publish("v4", [
-            kvp.block_stored(hashes, None, toks, BS, group_idx=0,
-                             kv_cache_spec_kind="sliding_window_mla",
-                             kv_cache_spec_sliding_window=33),
-            kvp.block_stored(hashes, None, toks, BS, group_idx=1,
-                             kv_cache_spec_kind="mla_attention"),
-            kvp.block_removed(hashes[:1], group_idx=0)])
+            stored(hashes, None, toks, BS, group_idx=0,
+                   kv_cache_spec_kind="sliding_window_mla",
+                   kv_cache_spec_sliding_window=33),
+            stored(hashes, None, toks, BS, group_idx=1,
+                   kv_cache_spec_kind="mla_attention"),
+            removed(hashes[:1], group_idx=0)])
         self.assertEqual(w.clears, 0)
         self.assertEqual(self.route("v4", toks), (4, 4))
         self.assertEqual(self.route("v4", toks[:3 * BS]), (3, 3))
@@ -111,10 +112,10 @@ class VllmGroupKindsTest(unittest.TestCase):
         # The step that computes the prompt: Mamba's group first, its first
         # three new blocks null, so one hash for four blocks of tokens.
         w = self.publish("mamba", [
-            kvp.block_stored(hashes[3:], None, toks, BS, group_idx=0,
-                             kv_cache_spec_kind="mamba"),
-            kvp.block_stored(hashes, None, toks, BS, group_idx=1,
-                             kv_cache_spec_kind="full_attention")])
+            stored(hashes[3:], None, toks, BS, group_idx=0,
+                   kv_cache_spec_kind="mamba"),
+            stored(hashes, None, toks, BS, group_idx=1,
+                   kv_cache_spec_kind="full_attention")])
         self.assertEqual(w.clears, 0)
         self.assertEqual(w.state, prefixd.WorkerState.LIVE)
         self.assertEqual(self.route("mamba", toks), (4, 4))
@@ -123,14 +124,14 @@ class VllmGroupKindsTest(unittest.TestCase):
         # A later step extends the prompt by two blocks, the first null.
         more = tokens(24, 2)
         w = self.publish("mamba", [
-            kvp.block_stored([306], 304, more, BS, group_idx=0, kv_cache_spec_kind="mamba"),
-            kvp.block_stored([305, 306], 304, more, BS, group_idx=1,
-                             kv_cache_spec_kind="full_attention")])
+            stored([306], 304, more, BS, group_idx=0, kv_cache_spec_kind="mamba"),
+            stored([305, 306], 304, more, BS, group_idx=1,
+                   kv_cache_spec_kind="full_attention")])
         self.assertEqual(w.clears, 0)
         self.assertEqual(self.route("mamba", toks + more), (6, 6))
         self.assertEqual(self.route("mamba", toks + more[:BS]), (4, 5))
         # vLLM evicts the state block: the prefix is no longer usable.
-        self.publish("mamba", [kvp.block_removed([306], group_idx=0)])
+        self.publish("mamba", [removed([306], group_idx=0)])
         self.assertEqual(self.route("mamba", toks + more), (4, 6))
 
 

@@ -5,7 +5,10 @@ computed here independently of prefixd's own code:
   repository's copy of kv_indexer.proto (as published) with grpc_tools;
 - the Mooncake Conductor's rolling hash: XXH64 (Debian's libxxhash through
   ctypes) of the parent key as 8 bytes little-endian then the block's
-  tokens as int32 little-endian, seed 0, from XXH64(salt).
+  tokens as int32 little-endian, seed 0, from XXH64(salt);
+- an engine's KV-event PUB socket, framed as vLLM's and SGLang's
+  ZmqEventPublisher frame their batches, and their events as their
+  kv_events.py encode them.
 """
 
 import atexit
@@ -15,7 +18,10 @@ import shutil
 import struct
 import sys
 import tempfile
+import time
 
+import msgpack
+import zmq
 from grpc_tools import protoc
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,3 +58,76 @@ def conductor_hashes(tokens, block_size, salt=""):
         parent = xxh64(struct.pack("<Q", parent) + struct.pack("<%di" % block_size, *block))
         out.append(parent)
     return out
+
+
+
+class ZmqEventPublisher:
+    """An engine's KV-event PUB socket. Each batch is three frames, as vLLM's
+    and SGLang's ZmqEventPublisher send them: the topic, the sequence number
+    (8 bytes big-endian, from 0) and the msgpack payload. The payload is
+    vLLM's KVEventBatch (`form` "vllm": a map {ts, events,
+    data_parallel_rank}, as msgspec encodes a struct that is not array_like)
+    or SGLang's and Mooncake's store's (`form` "array": [ts, events,
+    dp_rank]). XPUB, so that a subscription can be awaited."""
+
+    def __init__(self, data_parallel_rank=0, form="vllm", topic=b""):
+        self.sock = zmq.Context.instance().socket(zmq.XPUB)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber's
+        self.endpoint = "tcp://127.0.0.1:%d" % self.sock.bind_to_random_port(
+            "tcp://127.0.0.1")
+        self.rank = data_parallel_rank
+        self.form = form
+        self.topic = topic
+        self.last_seq = -1
+
+    def wait_for_subscriber(self, timeout_s):
+        """True once a subscriber (the next one) has subscribed."""
+        if not self.sock.poll(int(timeout_s * 1000)):
+            return False
+        self.sock.recv()
+        return True
+
+    def publish(self, events):
+        """Sends one batch; returns its sequence number."""
+        self.last_seq += 1
+        if self.form == "vllm":
+            batch = {"ts": time.time(), "events": events, "data_parallel_rank": self.rank}
+        else:
+            batch = [time.time(), events, self.rank]
+        self.sock.send_multipart([self.topic, self.last_seq.to_bytes(8, "big"),
+                                  msgpack.packb(batch, use_bin_type=True)])
+        return self.last_seq
+
+    def close(self):
+        self.sock.close(linger=0)
+
+
+def vllm_block_stored(block_hashes, parent_block_hash, token_ids, block_size, medium="GPU",
+                      **defaulted):
+    """vLLM's BlockStored as its kv_events.py encodes it: a map tagged by
+    "type", its fields without a default always present, those with one
+    (extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window)
+    only when given (omit_defaults)."""
+    event = {"type": "BlockStored", "block_hashes": block_hashes,
+             "parent_block_hash": parent_block_hash, "token_ids": token_ids,
+             "block_size": block_size, "lora_id": None, "medium": medium, "lora_name": None}
+    event.update({k: v for k, v in defaulted.items() if v is not None})
+    return event
+
+
+def vllm_block_removed(block_hashes, medium="GPU", group_idx=None):
+    """vLLM's BlockRemoved, likewise."""
+    event = {"type": "BlockRemoved", "block_hashes": block_hashes, "medium": medium}
+    if group_idx is not None:
+        event["group_idx"] = group_idx
+    return event
+
+
+def sglang_block_stored(block_hashes, parent_block_hash, token_ids, block_size, medium=None):
+    """SGLang's BlockStored as its kv_events.py encodes it: array_like and
+    tagged, [tag, block_hashes, parent_block_hash, token_ids, block_size,
+    lora_id], then medium when it is not its default (None)."""
+    event = ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, None]
+    if medium is not None:
+        event.append(medium)
+    return event

@@ -25,9 +25,6 @@ import os
 import sys
 import unittest
 
-import msgpack
-import zmq
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import common  # noqa: E402  (tests/python/common.py)
@@ -67,19 +64,13 @@ def sglang_key(i, part):
     return "%s_%s_0_%s" % (MODEL.replace("/", "-"), digest(i).hex(), part)
 
 
-class MooncakeStore:
-    """Mooncake's store master's KV event PUB socket."""
+class MooncakeStore(upstream.ZmqEventPublisher):
+    """Mooncake's store master's KV event PUB socket: batches [timestamp_ms,
+    events, dp_rank]."""
 
     def __init__(self):
-        self.sock = zmq.Context.instance().socket(zmq.XPUB)
-        self.port = self.sock.bind_to_random_port("tcp://127.0.0.1")
-        self.seq = 0
+        super().__init__(form="array", clock=lambda: TS_MS)
         self.event_id = 0
-
-    def wait_for_subscriber(self):
-        if not self.sock.poll(DEADLINE_S * 1000):
-            raise AssertionError("the daemon did not subscribe to the store")
-        self.sock.recv()
 
     def event(self, event_type, key=None, medium="cpu"):
         self.event_id += 1
@@ -96,15 +87,6 @@ class MooncakeStore:
                       "cleared": "AllBlocksCleared"}[event_type]
         return ev
 
-    def publish(self, events):
-        self.seq += 1
-        self.sock.send_multipart([b"", self.seq.to_bytes(8, "big"),
-                                  msgpack.packb([TS_MS, events, 0], use_bin_type=True)])
-        return self.seq  # the sequence the index records as last_seq
-
-    def close(self):
-        self.sock.close(linger=0)
-
 
 def tokens(first_block, n):
     return list(range(first_block * BS, (first_block + n) * BS))
@@ -119,14 +101,13 @@ class MooncakeObjectKeysTest(unittest.TestCase):
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "vllm-0" endpoint: "%s" }\n'
                   '  sources { name: "sglang-0" endpoint: "%s" type: "SGLang" }\n'
-                  '  sources { name: "store" endpoint: "tcp://127.0.0.1:%d" type: "Mooncake" }\n'
-                  '}\n' % (BS, cls.vllm.endpoint, cls.sglang.endpoint, cls.store.port))
+                  '  sources { name: "store" endpoint: "%s" type: "Mooncake" }\n'
+                  '}\n' % (BS, cls.vllm.endpoint, cls.sglang.endpoint, cls.store.endpoint))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
-        for pub in (cls.vllm, cls.sglang):
+        for pub in (cls.vllm, cls.sglang, cls.store):
             if not pub.wait_for_subscriber(DEADLINE_S):
                 raise AssertionError("the daemon did not subscribe to %s" % pub.endpoint)
-        cls.store.wait_for_subscriber()
         # The engines' own GPU stores: vLLM blocks 0..3, SGLang pages 10..12.
         cls.vllm.publish([upstream.vllm_block_stored([vllm_hash(i) for i in range(4)], None,
                                                      tokens(0, 4), BS)])

@@ -68,9 +68,10 @@ class ZmqEventPublisher:
     vLLM's KVEventBatch (`form` "vllm": a map {ts, events,
     data_parallel_rank}, as msgspec encodes a struct that is not array_like)
     or SGLang's and Mooncake's store's (`form` "array": [ts, events,
-    dp_rank]). XPUB, so that a subscription can be awaited."""
+    dp_rank]), stamped by `clock` (seconds; Mooncake's store stamps integer
+    milliseconds). XPUB, so that a subscription can be awaited."""
 
-    def __init__(self, data_parallel_rank=0, form="vllm", topic=b""):
+    def __init__(self, data_parallel_rank=0, form="vllm", topic=b"", clock=time.time):
         self.sock = zmq.Context.instance().socket(zmq.XPUB)
         self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)  # every subscriber's
         self.endpoint = "tcp://127.0.0.1:%d" % self.sock.bind_to_random_port(
@@ -78,6 +79,7 @@ class ZmqEventPublisher:
         self.rank = data_parallel_rank
         self.form = form
         self.topic = topic
+        self.clock = clock
         self.last_seq = -1
 
     def wait_for_subscriber(self, timeout_s):
@@ -91,9 +93,9 @@ class ZmqEventPublisher:
         """Sends one batch; returns its sequence number."""
         self.last_seq += 1
         if self.form == "vllm":
-            batch = {"ts": time.time(), "events": events, "data_parallel_rank": self.rank}
+            batch = {"ts": self.clock(), "events": events, "data_parallel_rank": self.rank}
         else:
-            batch = [time.time(), events, self.rank]
+            batch = [self.clock(), events, self.rank]
         self.sock.send_multipart([self.topic, self.last_seq.to_bytes(8, "big"),
                                   msgpack.packb(batch, use_bin_type=True)])
         return self.last_seq

@@ -43,13 +43,8 @@ std::optional<EngineHash> VllmKey(absl::string_view key) {
 // follows '_', and ends it or is followed by '_'; its first 64 bits.
 std::optional<EngineHash> SglangKey(absl::string_view key) {
   constexpr size_t kDigits = 64;
-  size_t start = 0;
-  while (start < key.size()) {
-    size_t end = key.find('_', start);
-    if (end == absl::string_view::npos) end = key.size();
-    const absl::string_view run = key.substr(start, end - start);
+  for (absl::string_view run : absl::StrSplit(key, '_')) {
     if (run.size() == kDigits && AllHex(run)) return Hex64(run.substr(0, 16));
-    start = end + 1;
   }
   return std::nullopt;
 }

@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace prefixd {
@@ -17,42 +17,6 @@ using Json = nlohmann::json;
 // *v = the larger of *v (0 when null) and `tokens`.
 void Raise(Json* v, uint64_t tokens) {
   *v = std::max(v->is_null() ? uint64_t{0} : v->get<uint64_t>(), tokens);
-}
-
-// The run the worker holds in `medium` (any case).
-uint64_t Held(const WorkerMatch& m, absl::string_view medium) {
-  for (const RouteMedium& c : m.mediums) {
-    if (absl::EqualsIgnoreCase(c.medium, medium)) return c.blocks;
-  }
-  return 0;
-}
-
-struct Tiers {
-  uint64_t gpu = 0;
-  uint64_t cpu = 0;
-  uint64_t disk = 0;
-};
-
-// The longest CPU and DISK runs of any store among the route's workers.
-Tiers SharedTiers(const RouteResult& result) {
-  Tiers t;
-  for (const WorkerMatch& m : result.workers) {
-    if (!m.labels->hashes_are_keys) continue;
-    t.cpu = std::max(t.cpu, Held(m, "CPU"));
-    t.disk = std::max(t.disk, Held(m, "DISK"));
-  }
-  return t;
-}
-
-// An engine rank's tiers, each including the ones before it. Its own runs
-// stop where it can reuse no more (a hybrid model's other groups).
-Tiers RankTiers(const WorkerMatch& m, const Tiers& shared) {
-  Tiers t;
-  t.gpu = std::min(Held(m, "GPU"), m.matched_blocks);
-  t.cpu =
-      std::max({t.gpu, std::min(Held(m, "CPU"), m.matched_blocks), shared.cpu});
-  t.disk = std::max({t.cpu, m.matched_blocks, shared.disk});
-  return t;
 }
 
 }  // namespace
@@ -83,7 +47,6 @@ Json AnswerByTenant(const RouteResult& result, int block_size) {
 Json AnswerByInstance(const RouteResult& result, int block_size,
                       absl::string_view instance) {
   const uint64_t bs = static_cast<uint64_t>(block_size);
-  const Tiers shared = SharedTiers(result);
   Json instances = Json::object();
   for (const WorkerMatch& m : result.workers) {
     if (m.labels->hashes_are_keys) continue;
@@ -93,21 +56,21 @@ Json AnswerByInstance(const RouteResult& result, int block_size,
     if (e.is_null()) {
       e = {{"longest_matched", 0},
            {"dp", Json::object()},
-           {"rank_matches", Json::object()},
-           {"gpu", 0},
-           {"cpu", 0},
-           {"disk", 0}};
+           {"rank_matches", Json::object()}};
     }
-    const Tiers t = RankTiers(m, shared);
+    const TierRuns& t = m.tiers;
     const std::string rank = absl::StrCat(m.labels->dp_rank);
-    Raise(&e["dp"][rank], t.gpu * bs);
+    Raise(&e["dp"][rank], t.npu * bs);
+    const std::pair<const char*, uint32_t> tiers[] = {
+        {"npu", t.npu},
+        {"cpu_local", t.cpu_local},
+        {"cpu_share", t.cpu_share},
+        {"disk", t.disk}};
     Json& r = e["rank_matches"][rank];
-    Raise(&r["gpu"], t.gpu * bs);
-    Raise(&r["cpu"], t.cpu * bs);
-    Raise(&r["disk"], t.disk * bs);
-    Raise(&e["gpu"], t.gpu * bs);
-    Raise(&e["cpu"], t.cpu * bs);
-    Raise(&e["disk"], t.disk * bs);
+    for (const auto& [name, blocks] : tiers) {
+      Raise(&r[name], blocks * bs);
+      Raise(&e[name], blocks * bs);
+    }
     Raise(&e["longest_matched"], t.disk * bs);
   }
   return Json{{"instances", std::move(instances)}};

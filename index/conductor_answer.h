@@ -9,20 +9,17 @@
 // per medium the run it holds there, upper-cased (other mediums as named).
 //
 // By instance (Mooncake's current C++ Conductor):
-//   {"instances": {<instance_id>: {"longest_matched", "gpu", "cpu", "disk",
-//                                  "dp": {"<rank>": gpu tokens},
-//                                  "rank_matches": {"<rank>": {"gpu",
-//                                                   "cpu", "disk"}}}}}
-// engines only; a store's blocks extend every engine's tiers, as a store
-// any engine of the tenant can read from: per rank, gpu is the rank's own
-// GPU run, cpu the longest of that, its own CPU run and any store's CPU
-// run, disk the longest of that, its own DISK run, any store's DISK run
-// and everything the rank holds; longest_matched is the instance's longest
-// disk, and gpu, cpu and disk the longest over its ranks. Mooncake
-// continues the GPU run into the CPU tier and that into disk block by
-// block; each run here starts at the prompt's first block, so where a
-// tier holds only blocks after the run before it, it answers less, never
-// more.
+//   {"instances": {<instance_id>: {"longest_matched", "npu", "cpu_local",
+//                                  "cpu_share", "disk",
+//                                  "dp": {"<rank>": npu tokens},
+//                                  "rank_matches": {"<rank>": {"npu",
+//                                                   "cpu_local", "cpu_share",
+//                                                   "disk"}}}}}
+// engines only, each rank's runs as the query's Route counted them
+// (RouteQuery::tier_runs, index/tier_scorer.h): cumulative tiers, a store's
+// blocks extending every engine's cpu_share and disk runs. An instance's
+// tiers and longest_matched (its disk) are the longest over
+// its ranks. Needs a Route asked for tier runs.
 //
 // Thread safety: functions of their arguments.
 #ifndef PREFIXD_INDEX_CONDUCTOR_ANSWER_H_

@@ -334,6 +334,7 @@ absl::StatusOr<Json> ConductorApi::DoQuery(const ConductorCaller& caller,
     return AnswerByTenant(index_->Route(route), bs);
   }
   // By instance, the stores extend every engine: filtered after the route.
+  route.tier_runs = true;
   return AnswerByInstance(index_->Route(route), bs, q.instance_id);
 }
 

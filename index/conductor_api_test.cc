@@ -316,25 +316,25 @@ TEST(ConductorMsgpackTest, QueryAnswersByInstanceWithTheStoresTiers) {
   ASSERT_EQ(a.status, 200);
   EXPECT_EQ(a.format, BodyFormat::kMsgpack);
   const Json got = Json::from_msgpack(a.body);
-  const auto rank = [](int gpu, int cpu, int disk) {
-    return Json{{"gpu", gpu}, {"cpu", cpu}, {"disk", disk}};
+  const auto rank = [](int npu, int cpu_local, int cpu_share, int disk) {
+    return Json{{"npu", npu},
+                {"cpu_local", cpu_local},
+                {"cpu_share", cpu_share},
+                {"disk", disk}};
+  };
+  const auto instance = [](Json tiers, Json dp, Json ranks) {
+    tiers["longest_matched"] = tiers["disk"];
+    tiers["dp"] = std::move(dp);
+    tiers["rank_matches"] = std::move(ranks);
+    return tiers;
   };
   const Json want = {
       {"instances",
        {{"vllm-a",
-         {{"longest_matched", 16},
-          {"gpu", 12},
-          {"cpu", 16},
-          {"disk", 16},
-          {"dp", {{"0", 12}, {"1", 4}}},
-          {"rank_matches", {{"0", rank(12, 16, 16)}, {"1", rank(4, 16, 16)}}}}},
-        {"vllm-b",
-         {{"longest_matched", 16},
-          {"gpu", 0},
-          {"cpu", 16},
-          {"disk", 16},
-          {"dp", {{"0", 0}}},
-          {"rank_matches", {{"0", rank(0, 16, 16)}}}}}}}};
+         instance(rank(12, 12, 16, 16), {{"0", 12}, {"1", 4}},
+                  {{"0", rank(12, 12, 16, 16)}, {"1", rank(4, 4, 16, 16)}})},
+        {"vllm-b", instance(rank(0, 8, 16, 16), {{"0", 0}},
+                            {{"0", rank(0, 8, 16, 16)}})}}}};
   EXPECT_EQ(got, want) << got.dump();
   Json one = q;
   one["instance_id"] = "vllm-b";
@@ -357,6 +357,43 @@ TEST(ConductorMsgpackTest, QueryAnswersByInstanceWithTheStoresTiers) {
   const ConductorAnswer json = by_instance.Query(Engine(), text.dump(), false);
   EXPECT_EQ(json.format, BodyFormat::kJson);
   EXPECT_EQ(Json::parse(json.body), want) << json.body;
+}
+
+// Each tier is one run from the prompt's first block through any source
+// of it or a faster one: a store's blocks carry an engine on where its own
+// stop, and the engine's own carry it past the store's gaps.
+TEST(ConductorMsgpackTest, StoreBlocksCarryAnEnginesRunOn) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  AddHolder(&index, "a0", "vllm-a", 0, "", 2, "GPU");
+  AddHolder(&index, "store", "store-0", 0, "", 4, "cpu", true);
+  AddHolder(&index, "disk", "store-1", 0, "", 5, "DISK", true);
+  // The store has since dropped the engine's blocks from its CPU pool, and
+  // the disk store block 3 (hashes 100 + b).
+  BlockRemovedEvent gone;
+  gone.block_hashes = {100, 101};
+  gone.medium = "cpu";
+  KvEventBatch batch;
+  batch.events.push_back(gone);
+  index.Apply(index.AddWorker("store", "tcp://127.0.0.1:1"), batch, 1,
+              absl::Now());
+  gone.block_hashes = {103};
+  gone.medium = "DISK";
+  batch.events = {gone};
+  index.Apply(index.AddWorker("disk", "tcp://127.0.0.1:1"), batch, 1,
+              absl::Now());
+  ConductorApi api(&index, nullptr, ConductorLimits());
+  const Json q = {{"model", "llama"}, {"block_size", kBs}};
+  const Json got =
+      Json::from_msgpack(api.Query(Engine(), Msgpack(q, Int32Prompt(6)), false,
+                                   BodyFormat::kMsgpack)
+                             .body);
+  // GPU 0-1, then the store's CPU 2-3, then its disk's 4 (block 5 no one).
+  const Json& a = got["instances"]["vllm-a"];
+  EXPECT_EQ(
+      a["rank_matches"]["0"],
+      (Json{{"npu", 8}, {"cpu_local", 8}, {"cpu_share", 16}, {"disk", 20}}))
+      << got.dump();
+  EXPECT_EQ(a["longest_matched"], 20) << got.dump();
 }
 
 // A bad MessagePack body is 400 naming what is wrong, answered in

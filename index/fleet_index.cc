@@ -648,30 +648,72 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   prompt.salt = q.cache_salt;
   prompt.keys = q.keys;
   RouteScores scores;
+  // With tier runs asked for, the walks keep each block's holders.
+  std::vector<absl::Span<const uint32_t>> held, bigram_held;
   Reader lock(this);
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
-  tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &scores);
-  if (bigram_blocks_ && q.keys.empty()) ScoreBigrams(q, ns, stamp, &scores);
-  return Assemble(q.filter, scores, now);
+  tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &scores,
+              q.tier_runs ? &held : nullptr);
+  const bool bigrams = bigram_blocks_ && q.keys.empty();
+  if (bigrams) {
+    BlockContent content;
+    RouteScores bigram;
+    tree_.Score(BigramPrompt(q, &content), ns, workers_.size(), hybrid_, stamp,
+                &bigram, q.tier_runs ? &bigram_held : nullptr);
+    scores.TakeLonger(bigram);
+  }
+  if (!q.tier_runs) return Assemble(q.filter, scores, nullptr, now);
+  std::vector<TierRuns> tiers = ScoreTiers(q.filter, held, scores);
+  if (bigrams) {
+    const std::vector<TierRuns> more =
+        ScoreTiers(q.filter, bigram_held, scores);
+    for (size_t w = 0; w < tiers.size(); ++w) tiers[w].TakeLonger(more[w]);
+  }
+  return Assemble(q.filter, scores, &tiers, now);
 }
 
 // A bigram block covers block_size tokens and the one after it, so a
 // prompt of n tokens has (n - 1) / block_size of them. A worker's blocks
 // are all of one kind or the other: its run is the longer of the walks.
-void FleetIndex::ScoreBigrams(const RouteQuery& q, const std::string& ns,
-                              uint64_t stamp, RouteScores* scores) const {
+PromptKeys FleetIndex::BigramPrompt(const RouteQuery& q,
+                                    BlockContent* content) const {
   const size_t bs = static_cast<size_t>(options_.block_size);
   const size_t blocks = q.tokens.empty() ? 0 : (q.tokens.size() - 1) / bs;
   // Every block has a token after it within the prompt.
-  const BlockContent content =
-      WithNextTokens(q.content, q.tokens, bs, blocks, /*after=*/0);
+  *content = WithNextTokens(q.content, q.tokens, bs, blocks, /*after=*/0);
   PromptKeys prompt;
   prompt.tokens = absl::MakeConstSpan(q.tokens).first(blocks * bs);
-  prompt.content = &content;
+  prompt.content = content;
   prompt.salt = q.cache_salt;
-  RouteScores bigram;
-  tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &bigram);
-  scores->TakeLonger(bigram);
+  return prompt;
+}
+
+// The stores the filter lets through extend every engine's runs; a hybrid
+// model's engine counts its own blocks only as far as it can reuse them.
+std::vector<TierRuns> FleetIndex::ScoreTiers(
+    const WorkerFilter& filter,
+    absl::Span<const absl::Span<const uint32_t>> held,
+    const RouteScores& scores) const {
+  const size_t n = workers_.size();
+  std::vector<uint8_t> medium_level;
+  for (size_t m = 0; m < scores.num_mediums; ++m)
+    medium_level.push_back(MediumLevel(tree_.MediumName(m)));
+  std::vector<bool> shared(n, false);
+  std::vector<uint32_t> cap(n, UINT32_MAX);
+  WorkerFilter stores = filter;
+  stores.instance = "";  // a store is no instance of the engines'
+  for (WorkerId id = 0; id < n; ++id) {
+    const WorkerRecord& w = workers_.Get(id);
+    shared[id] = w.labels.hashes_are_keys && Passes(stores, w);
+    if (hybrid_.Of(id) >= 0) cap[id] = scores.Usable(id);
+  }
+  TierScorer scorer(n, std::move(medium_level), std::move(shared),
+                    std::move(cap));
+  for (uint32_t b = 0; b < held.size(); ++b) scorer.Block(b, held[b]);
+  scorer.Finish();
+  std::vector<TierRuns> out(n);
+  for (WorkerId id = 0; id < n; ++id) out[id] = scorer.Of(id);
+  return out;
 }
 
 RouteResult FleetIndex::RouteEngineHashes(absl::Span<const EngineHash> hashes,
@@ -680,7 +722,7 @@ RouteResult FleetIndex::RouteEngineHashes(absl::Span<const EngineHash> hashes,
   RouteScores scores;
   Reader lock(this);
   tree_.ScoreEngineHashes(hashes, workers_.size(), hybrid_, &scores);
-  return Assemble(filter, scores, now);
+  return Assemble(filter, scores, nullptr, now);
 }
 
 std::vector<HashHolding> FleetIndex::HashHoldings(
@@ -727,6 +769,7 @@ bool FleetIndex::Passes(const WorkerFilter& f, const WorkerRecord& w) const {
 // comparing names.
 RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
                                  const RouteScores& scores,
+                                 const std::vector<TierRuns>* tiers,
                                  absl::Time now) const {
   // Per worker: fewer blocks, then a later name, is larger.
   absl::InlinedVector<uint64_t, 32> order;
@@ -755,6 +798,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
       const uint32_t held = scores.InMedium(w.id, k);
       if (held > 0) m.mediums.push_back({tree_.MediumName(k), held});
     }
+    if (tiers != nullptr) m.tiers = (*tiers)[w.id];
     m.state = w.state;
     m.last_seq = w.last_seq;
     m.lag_ms = w.LagMs(now_ns);

@@ -169,11 +169,18 @@ class FleetIndex final : public KvIndex {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndHold() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The prompt as EAGLE's bigram blocks (each with the token after it as a
-  // content key), scored into *scores where a worker's run is longer.
-  void ScoreBigrams(const RouteQuery& q, const std::string& ns, uint64_t stamp,
-                    RouteScores* scores) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // content key, kept in *content).
+  PromptKeys BigramPrompt(const RouteQuery& q, BlockContent* content) const;
+  // Per worker id, its tier runs (RouteQuery::tier_runs) from the holders
+  // of the prompt's matched blocks in order.
+  std::vector<TierRuns> ScoreTiers(
+      const WorkerFilter& filter,
+      absl::Span<const absl::Span<const uint32_t>> held,
+      const RouteScores& scores) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // `tiers`: per worker id, or null when the query did not ask.
   RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
-                       absl::Time now) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+                       const std::vector<TierRuns>* tiers, absl::Time now) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool Passes(const WorkerFilter& filter, const WorkerRecord& w) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   WorkerStatus StatusOf(const WorkerRecord& w, absl::Time now) const
@@ -187,7 +194,7 @@ class FleetIndex final : public KvIndex {
   // The group rules of workers serving hybrid models, for Score.
   HybridRules hybrid_ ABSL_GUARDED_BY(mu_);
   // Set once any worker has stored EAGLE's bigram blocks: a Route by tokens
-  // then also walks the prompt as such blocks (ScoreBigrams).
+  // then also walks the prompt as such blocks (BigramPrompt).
   bool bigram_blocks_ ABSL_GUARDED_BY(mu_) = false;
   // Recency for max_entries: Apply and Route advance it; Route under the
   // shared lock, hence atomic.

@@ -1246,7 +1246,7 @@ TEST(FleetIndexRandom, ReportsBesideStoresKeepTheInvariants) {
 }
 
 // Route by rolling keys looks up the block that starts each edge of the
-// match and then compares the edge's slots' keys (HolderTree::ScoreKeys):
+// match and then compares the edge's slots' keys (HolderTree::WalkKeys):
 // whatever the tree's shape (edges split by later stores, blocks removed
 // mid-chain, three workers), it must answer as Route by tokens does.
 TEST(FleetIndexKeysTest, RouteByKeysAgreesWithRouteByTokens) {

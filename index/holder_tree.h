@@ -192,8 +192,12 @@ class HolderTree {
   // Measures a prompt in namespace `ns` for worker ids below `workers`,
   // hybrid workers by their group rules. May run concurrently with other
   // Scores.
+  // With `holders` (else null), the walk goes on to the end of the
+  // prompt's match and appends each matched block's holders to it, in
+  // order: views of the tree's, valid until the tree next changes.
   void Score(const PromptKeys& prompt, const std::string& ns, size_t workers,
-             const HybridRules& hybrid, uint64_t stamp, RouteScores* out) const;
+             const HybridRules& hybrid, uint64_t stamp, RouteScores* out,
+             std::vector<absl::Span<const uint32_t>>* holders = nullptr) const;
   // The same for a prompt given as engine hashes in order (SGLang's page
   // hashes): each found through the holdings of any worker, or detached.
   void ScoreEngineHashes(absl::Span<const EngineHash> hashes, size_t workers,
@@ -293,9 +297,17 @@ class HolderTree {
   void AttachNew(Node* node, absl::Span<const Token> fingerprints,
                  absl::Span<const uint64_t> keys, absl::Span<const BlockId> ids,
                  uint64_t stamp);
-  // Score of a prompt given as rolling keys: each block found by the lookup.
-  void ScoreKeys(absl::Span<const uint64_t> keys, const std::string& ns,
-                 uint64_t stamp, PrefixScorer* scorer) const;
+  // Down the namespace's tree while the prompt matches, each matched
+  // block's holders to `scorer` until it answers false. Defined and
+  // instantiated in holder_tree_score.cc.
+  template <typename Scorer>
+  void Walk(const PromptKeys& prompt, const std::string& ns, uint64_t stamp,
+            Scorer* scorer) const;
+  // The walk of a prompt given as rolling keys: each block found by the
+  // lookup.
+  template <typename Scorer>
+  void WalkKeys(absl::Span<const uint64_t> keys, const std::string& ns,
+                uint64_t stamp, Scorer* scorer) const;
   // core's structural edits (core/radix_tree.h), with wide_ told of every
   // change to a child set and every node freed.
   Node* NewChild(Node* parent, absl::Span<const Token> fingerprints,

@@ -59,25 +59,58 @@ void Stamp(const Node* node, uint64_t stamp) {
       .store(stamp, std::memory_order_relaxed);
 }
 
+// A PrefixScorer that also keeps each block's holders, and has the walk go
+// on to the end of the match once the scorer is done.
+class RecordingScorer {
+ public:
+  RecordingScorer(PrefixScorer* scorer,
+                  std::vector<absl::Span<const uint32_t>>* holders)
+      : scorer_(scorer), holders_(holders) {}
+
+  bool Block(uint32_t b, absl::Span<const uint32_t> holders) {
+    holders_->push_back(holders);
+    if (scoring_) scoring_ = scorer_->Block(b, holders);
+    return true;
+  }
+
+ private:
+  PrefixScorer* const scorer_;
+  std::vector<absl::Span<const uint32_t>>* const holders_;
+  bool scoring_ = true;
+};
+
 }  // namespace
+
+void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
+                       size_t workers, const HybridRules& hybrid,
+                       uint64_t stamp, RouteScores* out,
+                       std::vector<absl::Span<const uint32_t>>* holders) const {
+  out->prompt_blocks =
+      prompt.keys.empty()
+          ? prompt.tokens.size() / static_cast<size_t>(block_size_)
+          : prompt.keys.size();
+  PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
+  if (holders == nullptr) {
+    Walk(prompt, ns, stamp, &scorer);
+  } else {
+    RecordingScorer recording(&scorer, holders);
+    Walk(prompt, ns, stamp, &recording);
+  }
+  scorer.Finish();
+}
 
 // Down from the namespace's root while the prompt's fingerprints match,
 // stamping each node it enters, feeding each matched block's holders to
 // the scorer.
-void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
-                       size_t workers, const HybridRules& hybrid,
-                       uint64_t stamp, RouteScores* out) const {
+template <typename Scorer>
+void HolderTree::Walk(const PromptKeys& prompt, const std::string& ns,
+                      uint64_t stamp, Scorer* scorer) const {
   if (!prompt.keys.empty()) {
-    out->prompt_blocks = prompt.keys.size();
-    PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
-    ScoreKeys(prompt.keys, ns, stamp, &scorer);
-    scorer.Finish();
+    WalkKeys(prompt.keys, ns, stamp, scorer);
     return;
   }
   LazyFingerprints fingerprints(scheme_, prompt,
                                 static_cast<size_t>(block_size_));
-  out->prompt_blocks = fingerprints.blocks();
-  PrefixScorer scorer(workers, mediums_.size(), hybrid, out);
   const Tree* tree = FindTree(ns);
   const Node* node = tree == nullptr ? nullptr : &tree->root;
   size_t used = 0;  // blocks of `node` matched so far
@@ -96,10 +129,9 @@ void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
     } else if (!SameKey(node->block(used), fingerprint)) {
       break;
     }
-    if (!scorer.Block(b, slots_[node->block_ids()[used]].holders)) break;
+    if (!scorer->Block(b, slots_[node->block_ids()[used]].holders)) break;
     ++used;
   }
-  scorer.Finish();
 }
 
 // A rolling key names its whole prefix, so block b matches where the
@@ -108,9 +140,10 @@ void HolderTree::Score(const PromptKeys& prompt, const std::string& ns,
 // an edge, where the tree does not branch, the next block is the only one
 // that can carry the next key, so its slot's key is compared instead of
 // looking the key up (three scattered reads: the set, the slot, its node).
-void HolderTree::ScoreKeys(absl::Span<const uint64_t> keys,
-                           const std::string& ns, uint64_t stamp,
-                           PrefixScorer* scorer) const {
+template <typename Scorer>
+void HolderTree::WalkKeys(absl::Span<const uint64_t> keys,
+                          const std::string& ns, uint64_t stamp,
+                          Scorer* scorer) const {
   const Tree* tree = FindTree(ns);
   if (tree == nullptr || key_lookup_ == nullptr) return;
   absl::Span<const BlockId> edge;  // the blocks of the edge matched into

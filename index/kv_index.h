@@ -23,6 +23,7 @@
 #include "index/group_rules.h"
 #include "index/holder_tree.h"
 #include "index/keys.h"
+#include "index/tier_scorer.h"
 
 namespace prefixd {
 
@@ -127,6 +128,11 @@ struct RouteQuery {
   int64_t lora_id = 0;
   absl::string_view cache_salt;
   WorkerFilter filter;
+  // Also each engine's cumulative tier runs, the stores (labels'
+  // hashes_are_keys) the filter lets through extending them
+  // (WorkerMatch::tiers; index/tier_scorer.h): the walk goes on to the end
+  // of the prompt's match, keeping each block's holders.
+  bool tier_runs = false;
 };
 
 // Engine hashes reported without tokens (SGLang's KV indexer API): held,
@@ -168,6 +174,9 @@ struct WorkerMatch {
   uint64_t full_attention_blocks = 0;
   // per medium held along the prompt
   absl::InlinedVector<RouteMedium, 2> mediums;
+  // An engine's cumulative tier runs, when the query asked (tier_runs);
+  // zero for a store.
+  TierRuns tiers;
   WorkerState state = WorkerState::kConnecting;
   int64_t last_seq = -1;
   int64_t lag_ms = 0;

@@ -105,10 +105,11 @@ void CheckTokens(const nlohmann::json& v, const std::string& body) {
 void CheckByInstance(const nlohmann::json& j, const std::string& body) {
   Check(j.size() == 1 && j.contains("instances"), "no instances", body);
   for (const auto& [instance, e] : j["instances"].items()) {
-    for (const char* tier : {"gpu", "cpu", "disk", "longest_matched"})
+    for (const char* tier :
+         {"npu", "cpu_local", "cpu_share", "disk", "longest_matched"})
       CheckTokens(e[tier], body);
-    Check(e["gpu"] <= e["cpu"] && e["cpu"] <= e["disk"] &&
-              e["disk"] == e["longest_matched"],
+    Check(e["npu"] <= e["cpu_local"] && e["cpu_local"] <= e["cpu_share"] &&
+              e["cpu_share"] <= e["disk"] && e["disk"] == e["longest_matched"],
           "tiers that do not include the ones before them", body);
   }
 }

@@ -228,7 +228,7 @@ class Test(common.Checker):
               "block_size": BS}
         status, got = self.post("/query_by_hash", hq, **creds)
         self.check(status == 200 and got == want, "/query_by_hash over HTTPS", (status, got))
-        tiers = {"gpu": 3 * BS, "cpu": 3 * BS, "disk": 3 * BS}
+        tiers = {name: 3 * BS for name in ("npu", "cpu_local", "cpu_share", "disk")}
         by_instance = {"instances": {instance: dict(
             tiers, longest_matched=3 * BS, dp={"0": 3 * BS}, rank_matches={"0": tiers})}}
         status, ctype, got = self.post_msgpack("/query", self.query(), **creds)

@@ -16,9 +16,11 @@ a Mooncake store holding the prompt's blocks in its CPU pool.
 
 Checks:
   - /register and /unregister answer in MessagePack as that proxy expects;
-  - /query answers by instance: engines only, per rank and tier, the store
-    extending every engine's CPU and disk tiers; the proxy's rule (the
-    longest `longest_matched`, ties taken in turn) then picks the engine;
+  - /query answers by instance: engines only, per rank its cumulative
+    tiers (npu, cpu_local, cpu_share, disk), the store's blocks carrying every engine's
+    cpu_share and disk runs on, past the engine's own blocks too; the
+    proxy's rule (the longest `longest_matched`, ties taken in turn) then
+    picks the engine;
   - a bad body (one past limits.max_message_size too) is 400 with a
     MessagePack {"error"} naming the field, and changes nothing;
   - a daemon told --index_http_answer=by_instance answers a JSON /query by
@@ -52,6 +54,18 @@ MODEL = "qwen2.5_7B"
 HASH_PROFILE = {"strategy": "vllm_v1", "algorithm": "sha256_cbor",
                 "python_hash_seed": "0", "index_projection": "low64_be"}
 PROMPT = list(range(5000, 5000 + 4 * BS)) + [1, 2, 3]  # 4 blocks and a part
+
+
+def rank_runs(npu, cpu_local, cpu_share, disk):
+    """One rank's runs in tokens."""
+    return {"npu": npu, "cpu_local": cpu_local, "cpu_share": cpu_share, "disk": disk}
+
+
+def instance_answer(ranks):
+    """An instance's answer: each tier the longest over its ranks."""
+    out = {k: max(r[k] for r in ranks.values()) for k in next(iter(ranks.values()))}
+    return dict(out, longest_matched=out["disk"], rank_matches=ranks,
+                dp={rank: r["npu"] for rank, r in ranks.items()})
 
 
 class ConductorMsgpackTest(unittest.TestCase):
@@ -138,13 +152,8 @@ class ConductorMsgpackTest(unittest.TestCase):
         status, ctype, got = self.query(PROMPT)
         self.assertEqual((status, ctype), (200, "application/msgpack"), got)
         want = {"instances": {
-            "vllm-a": {"longest_matched": 64, "gpu": 64, "cpu": 64, "disk": 64,
-                       "dp": {"0": 64, "1": 16},
-                       "rank_matches": {"0": {"gpu": 64, "cpu": 64, "disk": 64},
-                                        "1": {"gpu": 16, "cpu": 48, "disk": 48}}},
-            "vllm-b": {"longest_matched": 48, "gpu": 0, "cpu": 48, "disk": 48,
-                       "dp": {"0": 0},
-                       "rank_matches": {"0": {"gpu": 0, "cpu": 48, "disk": 48}}}}}
+            "vllm-a": instance_answer(ranks={"0": rank_runs(64, 64, 64, 64), "1": rank_runs(16, 16, 48, 48)}),
+            "vllm-b": instance_answer(ranks={"0": rank_runs(0, 0, 48, 48)})}}
         self.assertEqual(got, want)
         # The proxy's choice: the longest longest_matched among its engines.
         candidates = {i: r["longest_matched"] for i, r in got["instances"].items()
@@ -221,15 +230,37 @@ class ConductorMsgpackTest(unittest.TestCase):
                                     DEADLINE_S)
             status, ctype, got = post("/query", {"model": MODEL, "block_size": BS,
                                                  "token_ids": toks})
-            tiers = {"gpu": 2 * BS, "cpu": 2 * BS, "disk": 2 * BS}
             self.assertEqual((status, ctype), (200, "application/json"))
-            self.assertEqual(got, {"instances": {"vllm-b": dict(
-                tiers, longest_matched=2 * BS, dp={"0": 2 * BS},
-                rank_matches={"0": tiers})}})
+            self.assertEqual(got, {"instances": {"vllm-b": instance_answer(
+                ranks={"0": rank_runs(2 * BS, 2 * BS, 2 * BS, 2 * BS)})}})
         finally:
             client.close()
             daemon.close()
             pub.close()
+
+    def test_5_store_blocks_carry_an_engine_on(self):
+        # Each tier is one run from the prompt's first block: b0 holds the
+        # first two blocks on its GPU and the store only the two after them
+        # in its CPU pool (a0 holds all four, which places the store's keys).
+        prompt = list(range(6000, 6000 + 4 * BS))
+        hashes = [7200 + i for i in range(4)]
+        self.pubs["a0"].publish([upstream.vllm_block_stored(hashes, None, prompt, BS)])
+        self.pubs["b0"].publish([upstream.vllm_block_stored(hashes[:2], None,
+                                                            prompt[:2 * BS], BS)])
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {"vllm-a|default|0": self.pubs["a0"].last_seq,
+                                 "vllm-b|default|0": self.pubs["b0"].last_seq}, DEADLINE_S)
+        self.pubs["store"].publish([{
+            "event_type": "stored", "model_name": MODEL, "block_size": BS,
+            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
+            "seq_hashes": upstream.conductor_hashes(prompt, BS)[2:],
+            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {"store-0|default|0": self.pubs["store"].last_seq},
+                                DEADLINE_S)
+        status, _, got = self.query(prompt, instance_id="vllm-b")
+        self.assertEqual((status, got), (200, {"instances": {"vllm-b": instance_answer(
+            ranks={"0": rank_runs(2 * BS, 2 * BS, 4 * BS, 4 * BS)})}}))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ computed here independently of prefixd's own code:
   tokens as int32 little-endian, seed 0, from XXH64(salt);
 - an engine's KV-event PUB socket, framed as vLLM's and SGLang's
   ZmqEventPublisher frame their batches, and their events as their
-  kv_events.py encode them.
+  kv_events.py encode them (SGLang's in both its array form and its
+  newest tagged-map form).
 """
 
 import atexit
@@ -68,8 +69,9 @@ class ZmqEventPublisher:
     vLLM's KVEventBatch (`form` "vllm": a map {ts, events,
     data_parallel_rank}, as msgspec encodes a struct that is not array_like)
     or SGLang's and Mooncake's store's (`form` "array": [ts, events,
-    dp_rank]), stamped by `clock` (seconds; Mooncake's store stamps integer
-    milliseconds). XPUB, so that a subscription can be awaited."""
+    dp_rank], the rank left out when None), stamped by `clock` (seconds;
+    Mooncake's store stamps integer milliseconds). XPUB, so that a
+    subscription can be awaited."""
 
     def __init__(self, data_parallel_rank=0, form="vllm", topic=b"", clock=time.time):
         self.sock = zmq.Context.instance().socket(zmq.XPUB)
@@ -95,7 +97,8 @@ class ZmqEventPublisher:
         if self.form == "vllm":
             batch = {"ts": self.clock(), "events": events, "data_parallel_rank": self.rank}
         else:
-            batch = [self.clock(), events, self.rank]
+            # array_like with omit_defaults: a trailing rank of None is left out.
+            batch = [self.clock(), events] + ([] if self.rank is None else [self.rank])
         self.sock.send_multipart([self.topic, self.last_seq.to_bytes(8, "big"),
                                   msgpack.packb(batch, use_bin_type=True)])
         return self.last_seq
@@ -126,10 +129,43 @@ def vllm_block_removed(block_hashes, medium="GPU", group_idx=None):
 
 
 def sglang_block_stored(block_hashes, parent_block_hash, token_ids, block_size, medium=None):
-    """SGLang's BlockStored as its kv_events.py encodes it: array_like and
-    tagged, [tag, block_hashes, parent_block_hash, token_ids, block_size,
+    """SGLang's BlockStored as its kv_events.py encoded it before its
+    events became maps (sglang_stored): array_like and tagged, [tag, block_hashes, parent_block_hash, token_ids, block_size,
     lora_id], then medium when it is not its default (None)."""
     event = ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, None]
     if medium is not None:
         event.append(medium)
     return event
+
+
+def sglang_stored(block_hashes, parent_block_hash, token_ids, block_size, lora_id=None,
+                  **defaulted):
+    """SGLang's BlockStored as its newest kv_events.py encodes it: no longer
+    array_like, so a map tagged by "type" (tag=True, the class name), its
+    fields without a default always present in declaration order
+    (block_hashes, parent_block_hash, token_ids, block_size, lora_id), those
+    with one (medium, cache_salt, session_id) only when given
+    (omit_defaults). Hashes are signed int64."""
+    event = {"type": "BlockStored", "block_hashes": block_hashes,
+             "parent_block_hash": parent_block_hash, "token_ids": token_ids,
+             "block_size": block_size, "lora_id": lora_id}
+    for name in ("medium", "cache_salt", "session_id"):
+        if defaulted.get(name) is not None:
+            event[name] = defaulted.pop(name)
+    if defaulted:
+        raise TypeError("not a field of SGLang's BlockStored: %s" % sorted(defaulted))
+    return event
+
+
+def sglang_removed(block_hashes, medium=None):
+    """SGLang's newest BlockRemoved: {"type", "block_hashes"}, medium only
+    when given (its default, None, is the device cache)."""
+    event = {"type": "BlockRemoved", "block_hashes": block_hashes}
+    if medium is not None:
+        event["medium"] = medium
+    return event
+
+
+def sglang_cleared():
+    """SGLang's newest AllBlocksCleared: the tag alone."""
+    return {"type": "AllBlocksCleared"}

@@ -363,7 +363,8 @@ TEST(ConductorMsgpackTest, QueryAnswersByInstanceWithTheStoresTiers) {
 // of it or a faster one: a store's blocks carry an engine on where its own
 // stop, and the engine's own carry it past the store's gaps.
 TEST(ConductorMsgpackTest, StoreBlocksCarryAnEnginesRunOn) {
-  FleetIndex index(IndexOptions{kBs, 1000000});
+  FleetIndex index(IndexOptions{
+      .block_size = kBs, .max_entries = 1000000, .key_lookup = true});
   AddHolder(&index, "a0", "vllm-a", 0, "", 2, "GPU");
   AddHolder(&index, "store", "store-0", 0, "", 4, "cpu", true);
   AddHolder(&index, "disk", "store-1", 0, "", 5, "DISK", true);
@@ -394,6 +395,23 @@ TEST(ConductorMsgpackTest, StoreBlocksCarryAnEnginesRunOn) {
       (Json{{"npu", 8}, {"cpu_local", 8}, {"cpu_share", 16}, {"disk", 20}}))
       << got.dump();
   EXPECT_EQ(a["longest_matched"], 20) << got.dump();
+  // By the prompt's rolling keys, the same.
+  const KeyScheme scheme;
+  const std::vector<Token> prompt = Prompt(6);
+  std::vector<uint64_t> keys;
+  uint64_t parent = scheme.Root("");
+  for (size_t b = 0; b < 6; ++b) {
+    parent = scheme.Next(parent, b == 0,
+                         absl::MakeConstSpan(prompt).subspan(b * kBs, kBs));
+    keys.push_back(parent);
+  }
+  Json by_hash = q;
+  by_hash["seq_hashes"] = keys;
+  std::string body;
+  Json::to_msgpack(by_hash, body);
+  EXPECT_EQ(Json::from_msgpack(
+                api.Query(Engine(), body, true, BodyFormat::kMsgpack).body),
+            got);
 }
 
 // A bad MessagePack body is 400 naming what is wrong, answered in

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "index/fleet_index.h"
+
 namespace prefixd {
 namespace {
 
@@ -170,6 +173,78 @@ TEST(TierScorerTest, AgreesWithTheDefinition) {
                NaiveRun(engine, store, 1, -1, cap),
                NaiveRun(engine, store, 1, 1, cap),
                NaiveRun(engine, store, 2, 2, cap));
+  }
+}
+
+// Through the index: engines and a store each hold random blocks of one
+// prompt in random mediums (stored whole, then removed block by block), and
+// a Route asked for tier runs answers each engine's runs as the definition
+// gives them from what each source holds.
+TEST(TierRunsTest, RouteAgreesWithTheDefinition) {
+  constexpr int kBs = 4;
+  constexpr size_t kBlocks = 8;
+  std::vector<Token> prompt;
+  for (size_t t = 0; t < kBlocks * kBs; ++t) prompt.push_back(Token(t + 1));
+  std::vector<EngineHash> hashes;
+  for (size_t b = 0; b < kBlocks; ++b) hashes.push_back(EngineHash(500 + b));
+  const char* const kMediums[] = {"GPU", "CPU", "DISK"};
+  std::mt19937 rng(11);
+  for (int round = 0; round < 40; ++round) {
+    FleetIndex index(IndexOptions{kBs, 1000000});
+    // held[source][medium][b]; sources 0..2 engines, 3 the store.
+    bool held[4][3][kBlocks] = {};
+    for (int src = 0; src < 4; ++src) {
+      const WorkerId w = index.AddWorker("w" + std::to_string(src), "");
+      WorkerLabels labels;
+      labels.instance_id = "i" + std::to_string(src);
+      labels.hashes_are_keys = src == 3;
+      index.SetLabels(w, labels);
+      KvEventBatch batch;
+      for (int m = src == 3 ? 1 : 0; m < 3; ++m) {
+        BlockStoredEvent ev;
+        ev.block_hashes = hashes;
+        ev.token_ids = prompt;
+        ev.block_size = kBs;
+        ev.medium = kMediums[m];
+        ev.chain_blocks = kBlocks;
+        batch.events.push_back(ev);
+        BlockRemovedEvent gone;
+        gone.medium = kMediums[m];
+        for (size_t b = 0; b < kBlocks; ++b) {
+          held[src][m][b] = rng() % 3 == 0;
+          if (!held[src][m][b]) gone.block_hashes.push_back(hashes[b]);
+        }
+        batch.events.push_back(gone);
+      }
+      index.Apply(w, batch, 0, absl::Now());
+    }
+    const auto holds = [&](int src, int slowest, size_t b) {
+      for (int m = 0; m <= slowest; ++m)
+        if (held[src][m][b]) return true;
+      return false;
+    };
+    // Run: own blocks at levels up to `own`, the store's up to `store`.
+    const auto naive = [&](int src, int own, int store) {
+      uint32_t b = 0;
+      while (b < kBlocks && (holds(src, own, b) || holds(3, store, b))) ++b;
+      return b;
+    };
+    RouteQuery q;
+    q.tokens = prompt;
+    q.filter.all_workers = true;
+    q.tier_runs = true;
+    const RouteResult r = index.Route(q);
+    ASSERT_EQ(r.workers.size(), 4u);
+    for (const WorkerMatch& m : r.workers) {
+      const int src = m.worker[1] - '0';
+      SCOPED_TRACE(std::string(m.worker) + " round " + std::to_string(round));
+      if (src == 3) {
+        ExpectRuns(m.tiers, 0, 0, 0, 0);
+        continue;
+      }
+      ExpectRuns(m.tiers, naive(src, 0, -1), naive(src, 1, -1),
+                 naive(src, 1, 1), naive(src, 2, 2));
+    }
   }
 }
 

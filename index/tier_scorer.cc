@@ -104,13 +104,11 @@ void TierScorer::Cover(uint32_t b, const std::array<bool, 2>& covered) {
   blocks_ = b + 1;
 }
 
-// The runs block last_b_ advanced (to last_b_ + 1) are those the repeats
-// advance, each by one a block, as far as the worker's cap.
+// The runs block last_b_ advanced (to last_b_ + 1, below their workers'
+// caps) are those each repeat advances, as far as the worker's cap.
 void TierScorer::FlushRepeats() {
   const uint32_t to = last_b_ + 1 + repeats_;
-  for (uint32_t i : advanced_) {
-    run_[i] = std::min(to, std::max(run_[i], Cap(i / kRuns)));
-  }
+  for (uint32_t i : advanced_) run_[i] = std::min(to, Cap(i / kRuns));
   advanced_.clear();
   repeats_ = 0;
 }

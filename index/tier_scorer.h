@@ -15,12 +15,12 @@
 // engine's own carry it on past the store's gaps.
 //
 // Cost: one visit per (block, holder), whatever the number of workers,
-// except along a run of blocks with the same holders (counted, and the
-// runs the first of them advanced moved on by their number at the next
-// change), and one per worker at Finish. An engine's run that no holder of its
-// touched is carried on lazily: per tier, the blocks no store covered and how
-// many of them come before each block, so "every block from x to b was a
-// store's", or else the first that was not, is two lookups.
+// except along a run of blocks with the same holders (only counted: the
+// runs the first of them advanced move on by their number at the next
+// change), and one per worker at Finish. An engine's run that no holder of
+// its touched is carried on lazily: per tier, the blocks no store covered
+// and how many of them come before each block, so "every block from x to b
+// was a store's", or else the first that was not, is two lookups.
 //
 // Thread safety: one per walk.
 #ifndef PREFIXD_INDEX_TIER_SCORER_H_

@@ -97,7 +97,7 @@ struct RouteOptions {
 // namespace, who may be chosen and their loads as the router sees them.
 struct PickOptions {
   RouteOptions prompt;  // its workers and all_workers are not sent
-  // The workers to choose among (empty: every worker of the index).
+  // The workers to choose among (empty: every engine of the index).
   std::vector<std::string> candidates;
   // Candidates' loads; one without is charged the index's recent picks.
   std::vector<v1::WorkerLoad> loads;

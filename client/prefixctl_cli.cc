@@ -726,7 +726,7 @@ const std::vector<Command>& Commands() {
        {kTokens,
         kTokensFile,
         {"candidates", "A,B", "the workers to choose among, comma separated",
-         "every worker of the index"},
+         "every engine of the index"},
         {"loads", "W=N/Q/U,...",
          "candidates' loads as the router sees them: requests in flight N, "
          "queued prefill tokens Q, KV-cache usage U (0..1); Q and U optional",

@@ -804,9 +804,10 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
     m.lag_ms = w.LagMs(now_ns);
     m.labels = &w.labels;
   }
+  // A store is no engine: a router sends no request to it.
   for (const WorkerMatch& m : result.workers) {
     if (m.matched_blocks == 0) break;
-    if (m.state == WorkerState::kLive) {
+    if (m.state == WorkerState::kLive && !m.labels->hashes_are_keys) {
       result.best_worker = m.worker;
       break;
     }

@@ -187,7 +187,8 @@ struct RouteResult {
   // matched_blocks desc, then name; the workers with none only as the
   // filter asks (WorkerFilter).
   std::vector<WorkerMatch> workers;
-  // The first LIVE worker with matched_blocks > 0; empty if none.
+  // The first LIVE engine with matched_blocks > 0 (never a store, labels'
+  // hashes_are_keys); empty if none.
   absl::string_view best_worker;
   uint64_t prompt_blocks = 0;
 };

@@ -165,8 +165,35 @@ absl::Status CheckQuery(const PickQuery& query, double prompt_tokens) {
   return CheckLoads(query.loads);
 }
 
+namespace {
+
+// A store (a source placed by rolling keys: a Mooncake store) holds blocks
+// but serves no request: every worker means every engine, and a store
+// named as a candidate is an error.
+absl::Status DropStores(const PickQuery& query, RouteResult* found) {
+  std::vector<WorkerMatch>& w = found->workers;
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!w[i].labels->hashes_are_keys || query.candidates.empty()) continue;
+    const size_t at =
+        static_cast<size_t>(std::find(query.candidates.begin(),
+                                      query.candidates.end(), w[i].worker) -
+                            query.candidates.begin());
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidates[", at, "] ", Quoted(w[i].worker),
+                     " is a KV store (its blocks are placed by rolling "
+                     "keys), not an engine: it serves no request"));
+  }
+  w.erase(std::remove_if(
+              w.begin(), w.end(),
+              [](const WorkerMatch& m) { return m.labels->hashes_are_keys; }),
+          w.end());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 // The candidates as the index knows them (Route's answer for them, every
-// worker when none is named), and each one's load from the query, if any.
+// engine when none is named), and each one's load from the query, if any.
 absl::Status Picker::Find(const PickQuery& query, RouteResult* found,
                           std::vector<const WorkerLoadInput*>* loads) const {
   RouteQuery route = query.prompt;
@@ -188,6 +215,7 @@ absl::Status Picker::Find(const PickQuery& query, RouteResult* found,
       }
     }
   }
+  RETURN_IF_ERROR(DropStores(query, found));
   if (found->workers.empty()) {
     return absl::FailedPreconditionError(
         "the index has no worker to pick: no engine has registered or "

@@ -98,7 +98,7 @@ struct WorkerLoadInput {
 
 struct PickQuery {
   RouteQuery prompt;  // its filter is not read
-  // Who may be chosen; empty: every worker of the index.
+  // Who may be chosen (engines only); empty: every engine of the index.
   std::vector<std::string> candidates;
   absl::Span<const WorkerLoadInput> loads;
   bool dry_run = false;

@@ -269,6 +269,36 @@ TEST_F(PickerTest, RejectedQueriesChangeNothing) {
   EXPECT_EQ(picker_.counts().window_picks, 0u);
 }
 
+// A store holds blocks but serves no request: never picked, even holding
+// the whole prompt, and refused as a candidate, recording nothing.
+TEST_F(PickerTest, AStoreIsNeverPicked) {
+  const WorkerId store = index_.AddWorker("store", "tcp://store");
+  WorkerLabels labels;
+  labels.hashes_are_keys = true;
+  index_.SetLabels(store, labels);
+  std::vector<Token> tokens;
+  for (Token t = 1; t <= 16; ++t) tokens.push_back(t);
+  KvEventBatch batch;
+  batch.events.push_back(Stored(tokens, 4, 900));
+  index_.Apply(store, batch, 0, absl::Now());
+  for (WorkerId w : {a_, b_, store}) index_.SetState(w, WorkerState::kLive, "");
+  PickQuery q;
+  q.prompt.tokens = tokens;
+  q.dry_run = true;
+  absl::StatusOr<PickResult> r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_NE(r->worker, "store");
+  EXPECT_EQ(r->ranked.size(), 2u);
+  q.candidates = {"a", "store"};
+  q.dry_run = false;
+  r = picker_.Pick(q, absl::FromUnixSeconds(100));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("candidates[1] \"store\" is a KV store"));
+  EXPECT_EQ(picker_.counts().picks, 0u);
+  EXPECT_EQ(picker_.counts().window_picks, 0u);
+}
+
 TEST_F(PickerTest, ReplayTimeIsRefusedWithoutTheReplayClock) {
   std::vector<Token> tokens(8, 1);
   PickQuery q;

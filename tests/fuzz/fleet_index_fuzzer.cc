@@ -16,11 +16,11 @@
 //
 // Checked after every step: FleetIndex::CheckInvariants. Every Route answer
 // lists a worker at most once, sorted by matched blocks, none past the
-// prompt, best_worker the first LIVE one with a match; a Route by the
-// prompt's rolling keys answers as the Route by its tokens (keys name no
-// bigram blocks: once some are stored, no worker's match by keys is
-// longer than by tokens); every
-// RouteEngineHashes answer is sorted and within the hashes. At the end,
+// prompt, best_worker the first LIVE engine (no store) with a match; a
+// Route by the prompt's rolling keys answers as the Route by its tokens
+// (keys name no bigram blocks: once some are stored, no worker's match by
+// keys is longer than by tokens); every RouteEngineHashes answer is sorted
+// and within the hashes. At the end,
 // clearing every worker leaves no entry, block or engine hash.
 //
 // `make fuzz` runs it on tests/fuzz/corpus/fleet_index_fuzzer.
@@ -379,8 +379,10 @@ class Driver {
       if (m.matched_blocks > blocks)
         Fail(absl::StrCat(what, ": ", m.worker, " matches ", m.matched_blocks,
                           " of ", blocks, " blocks"));
-      if (best.empty() && m.state == WorkerState::kLive && m.matched_blocks > 0)
+      if (best.empty() && m.state == WorkerState::kLive &&
+          m.matched_blocks > 0 && !m.labels->hashes_are_keys) {
         best = m.worker;
+      }
       last = m.matched_blocks;
     }
     if (r.best_worker != best)

@@ -24,7 +24,10 @@ Checks:
   - a bad body (one past limits.max_message_size too) is 400 with a
     MessagePack {"error"} naming the field, and changes nothing;
   - a daemon told --index_http_answer=by_instance answers a JSON /query by
-    instance too.
+    instance too;
+  - a store holding more of a prompt than any engine is never Route's
+    best_worker nor Pick's choice, and naming it a Pick candidate is
+    INVALID_ARGUMENT.
 
 Usage: test_conductor_msgpack.py --prefixd PATH [--stubs DIR]
 """
@@ -261,6 +264,39 @@ class ConductorMsgpackTest(unittest.TestCase):
         status, _, got = self.query(prompt, instance_id="vllm-b")
         self.assertEqual((status, got), (200, {"instances": {"vllm-b": instance_answer(
             ranks={"0": rank_runs(2 * BS, 2 * BS, 4 * BS, 4 * BS)})}}))
+
+    def test_6_a_store_is_never_the_engine_to_send_to(self):
+        # The store holds all three blocks of a prompt, a0 only its first:
+        # Route's best_worker and Pick must still name an engine.
+        prompt = list(range(7000, 7000 + 3 * BS))
+        hashes = [7400 + i for i in range(3)]
+        self.pubs["a0"].publish([upstream.vllm_block_stored(hashes, None, prompt, BS)])
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {"vllm-a|default|0": self.pubs["a0"].last_seq}, DEADLINE_S)
+        self.pubs["store"].publish([{
+            "event_type": "stored", "model_name": MODEL, "block_size": BS,
+            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
+            "seq_hashes": upstream.conductor_hashes(prompt, BS),
+            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        store = "store-0|default|0"
+        # The store's keys find their blocks only while a0 still holds
+        # them: its batch is applied before a0 lets them go.
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {store: self.pubs["store"].last_seq}, DEADLINE_S)
+        self.pubs["a0"].publish([upstream.vllm_block_removed(hashes[1:])])
+        prefixd_fixture.applied(self.client, self.daemon,
+                                {"vllm-a|default|0": self.pubs["a0"].last_seq}, DEADLINE_S)
+        r = self.client.route(prompt)
+        self.assertEqual([(w.worker, w.matched_blocks) for w in r.workers],
+                         [(store, 3), ("vllm-a|default|0", 1)])
+        self.assertEqual(r.best_worker, "vllm-a|default|0")
+        picked = self.client.pick(prompt, dry_run=True)
+        self.assertNotIn(store, [c.worker for c in picked.ranked])
+        self.assertEqual(picked.worker, "vllm-a|default|0")
+        with self.assertRaises(prefixd.PrefixdError) as e:
+            self.client.pick(prompt, candidates=["vllm-b|default|0", store], dry_run=True)
+        self.assertEqual(e.exception.code.name, "INVALID_ARGUMENT")
+        self.assertIn('candidates[1] "%s" is a KV store' % store, e.exception.details)
 
 
 if __name__ == "__main__":

@@ -388,7 +388,7 @@ class RouteResult:
     # Most matched_blocks first, then by name: those with a matched block
     # (every worker with all_workers, the named ones with a workers filter).
     workers: List[WorkerMatch]
-    best_worker: str            # the first LIVE worker holding block 0; "" if none
+    best_worker: str            # the first LIVE engine holding block 0; "" if none
     prompt_blocks: int          # whole blocks in the prompt
     block_size: int
 
@@ -770,7 +770,7 @@ class Client:
              block_extra_keys: Optional[ExtraKeys] = None, dry_run: bool = False,
              replay_time_ms: int = 0, timeout: Optional[float] = None) -> PickResult:
         """Which worker should serve `tokens` (docs/index.md, "Pick"): the
-        `candidates` (default: every worker of the index) ranked by cost, the
+        `candidates` (default: every engine of the index) ranked by cost, the
         cheapest chosen. `loads`: worker name -> WorkerLoad as the router sees
         it; a candidate without one is charged the index's own count of its
         recent picks. Unless `dry_run`, the chosen worker is then predicted

@@ -122,6 +122,15 @@ class ConductorMsgpackTest(unittest.TestCase):
     def workers(self):
         return prefixd_fixture.workers_by_name(self.client)
 
+    def store_cpu(self, seq_hashes):
+        """The store's batch: the blocks of these rolling keys stored in its
+        CPU pool, as Mooncake's RFC #1527 publisher sends them."""
+        return self.pubs["store"].publish([{
+            "event_type": "stored", "model_name": MODEL, "block_size": BS,
+            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
+            "seq_hashes": seq_hashes,
+            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+
     def test_1_register_publish_and_query(self):
         for name, instance, rank, type_ in (("a0", "vllm-a", 0, "vLLM"),
                                             ("a1", "vllm-a", 1, "vLLM"),
@@ -143,11 +152,7 @@ class ConductorMsgpackTest(unittest.TestCase):
                                 {names[n]: self.pubs[n].last_seq for n in names}, DEADLINE_S)
         # The store holds the first three blocks, named by their rolling
         # keys (placed under the engines' blocks with tokens).
-        self.pubs["store"].publish([{
-            "event_type": "stored", "model_name": MODEL, "block_size": BS,
-            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
-            "seq_hashes": upstream.conductor_hashes(PROMPT[:3 * BS], BS),
-            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        self.store_cpu(upstream.conductor_hashes(PROMPT[:3 * BS], BS))
         prefixd_fixture.applied(self.client, self.daemon,
                                 {"store-0|default|0": self.pubs["store"].last_seq},
                                 DEADLINE_S)
@@ -253,11 +258,7 @@ class ConductorMsgpackTest(unittest.TestCase):
         prefixd_fixture.applied(self.client, self.daemon,
                                 {"vllm-a|default|0": self.pubs["a0"].last_seq,
                                  "vllm-b|default|0": self.pubs["b0"].last_seq}, DEADLINE_S)
-        self.pubs["store"].publish([{
-            "event_type": "stored", "model_name": MODEL, "block_size": BS,
-            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
-            "seq_hashes": upstream.conductor_hashes(prompt, BS)[2:],
-            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        self.store_cpu(upstream.conductor_hashes(prompt, BS)[2:])
         prefixd_fixture.applied(self.client, self.daemon,
                                 {"store-0|default|0": self.pubs["store"].last_seq},
                                 DEADLINE_S)
@@ -273,11 +274,7 @@ class ConductorMsgpackTest(unittest.TestCase):
         self.pubs["a0"].publish([upstream.vllm_block_stored(hashes, None, prompt, BS)])
         prefixd_fixture.applied(self.client, self.daemon,
                                 {"vllm-a|default|0": self.pubs["a0"].last_seq}, DEADLINE_S)
-        self.pubs["store"].publish([{
-            "event_type": "stored", "model_name": MODEL, "block_size": BS,
-            "tenant_id": "default", "backend_id": "store-0", "medium": "cpu", "dp_rank": 0,
-            "seq_hashes": upstream.conductor_hashes(prompt, BS),
-            "base_block_idx": None, "parent_hash": None, "token_ids": None}])
+        self.store_cpu(upstream.conductor_hashes(prompt, BS))
         store = "store-0|default|0"
         # The store's keys find their blocks only while a0 still holds
         # them: its batch is applied before a0 lets them go.

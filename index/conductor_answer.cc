@@ -49,7 +49,7 @@ Json AnswerByInstance(const RouteResult& result, int block_size,
   const uint64_t bs = static_cast<uint64_t>(block_size);
   Json instances = Json::object();
   for (const WorkerMatch& m : result.workers) {
-    if (m.labels->hashes_are_keys) continue;
+    if (m.labels->IsStore()) continue;
     const absl::string_view id = m.labels->Instance(m.worker);
     if (!instance.empty() && id != instance) continue;
     Json& e = instances[std::string(id)];

@@ -649,7 +649,7 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
   prompt.keys = q.keys;
   RouteScores scores;
   // With tier runs asked for, the walks keep each block's holders.
-  std::vector<absl::Span<const uint32_t>> held, bigram_held;
+  HeldBlocks held, bigram_held;
   Reader lock(this);
   const uint64_t stamp = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   tree_.Score(prompt, ns, workers_.size(), hybrid_, stamp, &scores,
@@ -663,12 +663,8 @@ RouteResult FleetIndex::Route(const RouteQuery& q) const {
     scores.TakeLonger(bigram);
   }
   if (!q.tier_runs) return Assemble(q.filter, scores, nullptr, now);
-  std::vector<TierRuns> tiers = ScoreTiers(q.filter, held, scores);
-  if (bigrams) {
-    const std::vector<TierRuns> more =
-        ScoreTiers(q.filter, bigram_held, scores);
-    for (size_t w = 0; w < tiers.size(); ++w) tiers[w].TakeLonger(more[w]);
-  }
+  const std::vector<TierRuns> tiers =
+      ScoreTiers(q.filter, scores, {&held, &bigram_held});
   return Assemble(q.filter, scores, &tiers, now);
 }
 
@@ -690,29 +686,32 @@ PromptKeys FleetIndex::BigramPrompt(const RouteQuery& q,
 
 // The stores the filter lets through extend every engine's runs; a hybrid
 // model's engine counts its own blocks only as far as it can reuse them.
+// Per walk (by plain blocks, by bigram blocks) one TierScorer; a worker's
+// blocks are all of one kind, so each run is the longer of the walks'.
 std::vector<TierRuns> FleetIndex::ScoreTiers(
-    const WorkerFilter& filter,
-    absl::Span<const absl::Span<const uint32_t>> held,
-    const RouteScores& scores) const {
+    const WorkerFilter& filter, const RouteScores& scores,
+    std::initializer_list<const HeldBlocks*> walks) const {
   const size_t n = workers_.size();
-  std::vector<uint8_t> medium_level;
+  TierSources sources;
   for (size_t m = 0; m < scores.num_mediums; ++m)
-    medium_level.push_back(MediumLevel(tree_.MediumName(m)));
-  std::vector<bool> shared(n, false);
-  std::vector<uint32_t> cap(n, UINT32_MAX);
+    sources.medium_level.push_back(MediumLevel(tree_.MediumName(m)));
+  sources.shared.assign(n, false);
+  sources.cap.assign(n, UINT32_MAX);
   WorkerFilter stores = filter;
   stores.instance = "";  // a store is no instance of the engines'
   for (WorkerId id = 0; id < n; ++id) {
     const WorkerRecord& w = workers_.Get(id);
-    shared[id] = w.labels.hashes_are_keys && Passes(stores, w);
-    if (hybrid_.Of(id) >= 0) cap[id] = scores.Usable(id);
+    sources.shared[id] = w.labels.IsStore() && Passes(stores, w);
+    if (hybrid_.Of(id) >= 0) sources.cap[id] = scores.Usable(id);
   }
-  TierScorer scorer(n, std::move(medium_level), std::move(shared),
-                    std::move(cap));
-  for (uint32_t b = 0; b < held.size(); ++b) scorer.Block(b, held[b]);
-  scorer.Finish();
   std::vector<TierRuns> out(n);
-  for (WorkerId id = 0; id < n; ++id) out[id] = scorer.Of(id);
+  for (const HeldBlocks* held : walks) {
+    if (held->empty()) continue;  // no block matched: every run is 0
+    TierScorer scorer(n, sources);
+    for (uint32_t b = 0; b < held->size(); ++b) scorer.Block(b, (*held)[b]);
+    scorer.Finish();
+    for (WorkerId id = 0; id < n; ++id) out[id].TakeLonger(scorer.Of(id));
+  }
   return out;
 }
 
@@ -807,7 +806,7 @@ RouteResult FleetIndex::Assemble(const WorkerFilter& filter,
   // A store is no engine: a router sends no request to it.
   for (const WorkerMatch& m : result.workers) {
     if (m.matched_blocks == 0) break;
-    if (m.state == WorkerState::kLive && !m.labels->hashes_are_keys) {
+    if (m.state == WorkerState::kLive && !m.labels->IsStore()) {
       result.best_worker = m.worker;
       break;
     }

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -171,12 +172,13 @@ class FleetIndex final : public KvIndex {
   // The prompt as EAGLE's bigram blocks (each with the token after it as a
   // content key, kept in *content).
   PromptKeys BigramPrompt(const RouteQuery& q, BlockContent* content) const;
-  // Per worker id, its tier runs (RouteQuery::tier_runs) from the holders
-  // of the prompt's matched blocks in order.
+  // The holders of a prompt's matched blocks, in order (one walk's).
+  using HeldBlocks = std::vector<absl::Span<const uint32_t>>;
+  // Per worker id, its tier runs (RouteQuery::tier_runs) over the walks.
   std::vector<TierRuns> ScoreTiers(
-      const WorkerFilter& filter,
-      absl::Span<const absl::Span<const uint32_t>> held,
-      const RouteScores& scores) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+      const WorkerFilter& filter, const RouteScores& scores,
+      std::initializer_list<const HeldBlocks*> walks) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // `tiers`: per worker id, or null when the query did not ask.
   RouteResult Assemble(const WorkerFilter& filter, const RouteScores& scores,
                        const std::vector<TierRuns>* tiers, absl::Time now) const

@@ -60,6 +60,10 @@ struct WorkerLabels {
   absl::string_view Instance(absl::string_view name) const {
     return instance_id.empty() ? name : absl::string_view(instance_id);
   }
+  // A store (its blocks placed by its keys: a Mooncake store, an RFC #1527
+  // storage daemon): it holds blocks any engine of its tenant and model can
+  // read, and serves no request.
+  bool IsStore() const { return hashes_are_keys; }
   absl::string_view Tenant() const {
     return tenant.empty() ? absl::string_view("default")
                           : absl::string_view(tenant);
@@ -128,8 +132,8 @@ struct RouteQuery {
   int64_t lora_id = 0;
   absl::string_view cache_salt;
   WorkerFilter filter;
-  // Also each engine's cumulative tier runs, the stores (labels'
-  // hashes_are_keys) the filter lets through extending them
+  // Also each engine's cumulative tier runs, the stores
+  // (WorkerLabels::IsStore) the filter lets through extending them
   // (WorkerMatch::tiers; index/tier_scorer.h): the walk goes on to the end
   // of the prompt's match, keeping each block's holders.
   bool tier_runs = false;
@@ -187,8 +191,8 @@ struct RouteResult {
   // matched_blocks desc, then name; the workers with none only as the
   // filter asks (WorkerFilter).
   std::vector<WorkerMatch> workers;
-  // The first LIVE engine with matched_blocks > 0 (never a store, labels'
-  // hashes_are_keys); empty if none.
+  // The first LIVE engine with matched_blocks > 0 (never a store:
+  // WorkerLabels::IsStore); empty if none.
   absl::string_view best_worker;
   uint64_t prompt_blocks = 0;
 };

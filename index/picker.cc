@@ -172,21 +172,18 @@ namespace {
 // named as a candidate is an error.
 absl::Status DropStores(const PickQuery& query, RouteResult* found) {
   std::vector<WorkerMatch>& w = found->workers;
-  for (size_t i = 0; i < w.size(); ++i) {
-    if (!w[i].labels->hashes_are_keys || query.candidates.empty()) continue;
-    const size_t at =
-        static_cast<size_t>(std::find(query.candidates.begin(),
-                                      query.candidates.end(), w[i].worker) -
-                            query.candidates.begin());
-    return absl::InvalidArgumentError(
-        absl::StrCat("candidates[", at, "] ", Quoted(w[i].worker),
-                     " is a KV store (its blocks are placed by rolling "
-                     "keys), not an engine: it serves no request"));
+  const auto store = [](const WorkerMatch& m) { return m.labels->IsStore(); };
+  const auto named = std::find_if(w.begin(), w.end(), store);
+  if (named != w.end() && !query.candidates.empty()) {
+    const auto at = std::find(query.candidates.begin(), query.candidates.end(),
+                              named->worker);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidates[", at - query.candidates.begin(), "] ",
+        Quoted(named->worker),
+        " is a KV store (its blocks are placed by rolling keys), not an "
+        "engine: it serves no request"));
   }
-  w.erase(std::remove_if(
-              w.begin(), w.end(),
-              [](const WorkerMatch& m) { return m.labels->hashes_are_keys; }),
-          w.end());
+  w.erase(std::remove_if(w.begin(), w.end(), store), w.end());
   return absl::OkStatus();
 }
 

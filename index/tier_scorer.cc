@@ -33,19 +33,15 @@ uint8_t MediumLevel(absl::string_view medium) {
   return 2;
 }
 
-TierScorer::TierScorer(size_t workers, std::vector<uint8_t> medium_level,
-                       std::vector<bool> shared, std::vector<uint32_t> cap)
-    : workers_(workers),
-      medium_level_(std::move(medium_level)),
-      shared_(std::move(shared)),
-      cap_(std::move(cap)),
-      run_(workers * kRuns, 0) {
+TierScorer::TierScorer(size_t workers, const TierSources& sources)
+    : workers_(workers), sources_(sources), run_(workers * kRuns, 0) {
   for (auto& u : uncovered_) u.assign(1, 0);
 }
 
 uint8_t TierScorer::LevelOf(uint32_t holder) const {
   const uint8_t m = HolderMedium(holder);
-  return m < medium_level_.size() ? medium_level_[m] : 2;
+  const std::vector<uint8_t>& levels = sources_.medium_level;
+  return m < levels.size() ? levels[m] : 2;
 }
 
 void TierScorer::CatchUp(WorkerId w, int k, uint32_t b) {

@@ -53,16 +53,22 @@ struct TierRuns {
 // Any case.
 uint8_t MediumLevel(absl::string_view medium);
 
+// What a TierScorer reads of the index, shared by the walks of a query.
+struct TierSources {
+  // MediumLevel of each medium id (ids past its end count as level 2).
+  std::vector<uint8_t> medium_level;
+  // shared[w]: worker w is a store whose blocks extend every engine's runs
+  // (a worker past its end is an engine).
+  std::vector<bool> shared;
+  // cap[w]: w's own blocks at or after it do not count (a hybrid model's
+  // engine: as far as it can reuse; a worker past its end has no cap).
+  std::vector<uint32_t> cap;
+};
+
 class TierScorer {
  public:
-  // Scores worker ids below `workers`. `medium_level[m]`: MediumLevel of
-  // medium id m (ids past its end count as level 2). `shared[w]`: worker w
-  // is a store whose blocks extend every engine's runs (a worker past its
-  // end is an engine). `cap[w]`: w's own blocks at or after it do not
-  // count (a hybrid model's engine: as far as it can reuse; a worker past
-  // its end has no cap).
-  TierScorer(size_t workers, std::vector<uint8_t> medium_level,
-             std::vector<bool> shared, std::vector<uint32_t> cap);
+  // Scores worker ids below `workers`; `sources` must outlive it.
+  TierScorer(size_t workers, const TierSources& sources);
 
   // Block b's holders (b = 0, 1, ... in order), which must stay valid
   // until the next Block. Always true: a store's block may carry any
@@ -78,9 +84,11 @@ class TierScorer {
   static constexpr int kRuns = 4;  // npu, cpu_local, cpu_share, disk
 
   uint8_t LevelOf(uint32_t holder) const;
-  bool IsShared(WorkerId w) const { return w < shared_.size() && shared_[w]; }
+  bool IsShared(WorkerId w) const {
+    return w < sources_.shared.size() && sources_.shared[w];
+  }
   uint32_t Cap(WorkerId w) const {
-    return w < cap_.size() ? cap_[w] : UINT32_MAX;
+    return w < sources_.cap.size() ? sources_.cap[w] : UINT32_MAX;
   }
   // Run k of worker w carried on to block b over the stores' blocks.
   void CatchUp(WorkerId w, int k, uint32_t b);
@@ -91,9 +99,7 @@ class TierScorer {
   void FlushRepeats();
 
   const size_t workers_;
-  const std::vector<uint8_t> medium_level_;
-  const std::vector<bool> shared_;
-  const std::vector<uint32_t> cap_;
+  const TierSources& sources_;
   // run_[w * kRuns + k]: blocks 0 .. run - 1 are covered.
   std::vector<uint32_t> run_;
   // For runs 2 and 3 (cpu_share, disk; no store covers the others):

@@ -45,10 +45,11 @@ struct Source {
 };
 
 // Walks the blocks' holders (the longest pattern's length) through a
-// TierScorer over workers 0..2, worker 2 being the store.
-TierScorer Walk(const std::vector<Source>& sources,
-                std::vector<uint32_t> cap = {}) {
-  TierScorer scorer(3, Tiers(), {false, false, true}, std::move(cap));
+// TierScorer over workers 0..2, worker 2 being the store: each one's runs.
+std::vector<TierRuns> Walk(const std::vector<Source>& sources,
+                           std::vector<uint32_t> cap = {}) {
+  const TierSources index{Tiers(), {false, false, true}, std::move(cap)};
+  TierScorer scorer(3, index);
   size_t blocks = 0;
   for (const Source& s : sources) blocks = std::max(blocks, s.blocks.size());
   // The scorer compares a block's holders with the last block's: each
@@ -62,7 +63,7 @@ TierScorer Walk(const std::vector<Source>& sources,
     EXPECT_TRUE(scorer.Block(b, held[b]));
   }
   scorer.Finish();
-  return scorer;
+  return {scorer.Of(0), scorer.Of(1), scorer.Of(2)};
 }
 
 void ExpectRuns(const TierRuns& got, uint32_t npu, uint32_t cpu_local,
@@ -83,38 +84,39 @@ TEST(TierScorerTest, MediumTiers) {
 }
 
 TEST(TierScorerTest, EngineAloneRunsNest) {
-  ExpectRuns(Walk({{0, "NNNN"}}).Of(0), 4, 4, 4, 4);
+  ExpectRuns(Walk({{0, "NNNN"}})[0], 4, 4, 4, 4);
   // Host memory before the device still counts from the first block.
-  ExpectRuns(Walk({{0, "LNP-"}}).Of(0), 0, 3, 3, 3);
-  ExpectRuns(Walk({{0, "NND-N"}}).Of(0), 2, 2, 2, 3);
-  ExpectRuns(Walk({{0, "D"}}).Of(0), 0, 0, 0, 1);
-  ExpectRuns(Walk({}).Of(0), 0, 0, 0, 0);
+  ExpectRuns(Walk({{0, "LNP-"}})[0], 0, 3, 3, 3);
+  ExpectRuns(Walk({{0, "NND-N"}})[0], 2, 2, 2, 3);
+  ExpectRuns(Walk({{0, "D"}})[0], 0, 0, 0, 1);
+  ExpectRuns(Walk({})[0], 0, 0, 0, 0);
 }
 
 TEST(TierScorerTest, StoreCarriesAnEngineOnWhereItsOwnBlocksStop) {
   // The store holds only what comes after the engine's run.
-  ExpectRuns(Walk({{0, "NN--"}, {2, "--LL"}}).Of(0), 2, 2, 4, 4);
+  ExpectRuns(Walk({{0, "NN--"}, {2, "--LL"}})[0], 2, 2, 4, 4);
   // ... and its disk only the disk run.
-  ExpectRuns(Walk({{0, "NN--"}, {2, "--DD"}}).Of(0), 2, 2, 2, 4);
+  ExpectRuns(Walk({{0, "NN--"}, {2, "--DD"}})[0], 2, 2, 2, 4);
   // The engine's own blocks carry it on past the store's gaps.
-  ExpectRuns(Walk({{0, "N-N-N"}, {2, "-L-L-"}}).Of(0), 1, 1, 5, 5);
-  ExpectRuns(Walk({{0, "N-N-"}, {2, "-D-D"}}).Of(0), 1, 1, 1, 4);
+  ExpectRuns(Walk({{0, "N-N-N"}, {2, "-L-L-"}})[0], 1, 1, 5, 5);
+  ExpectRuns(Walk({{0, "N-N-"}, {2, "-D-D"}})[0], 1, 1, 1, 4);
   // A block nobody holds ends every run.
-  ExpectRuns(Walk({{0, "N--N"}, {2, "-L-L"}}).Of(0), 1, 1, 2, 2);
+  ExpectRuns(Walk({{0, "N--N"}, {2, "-L-L"}})[0], 1, 1, 2, 2);
   // An engine that holds nothing gets the store's run.
-  ExpectRuns(Walk({{2, "LLD"}}).Of(1), 0, 0, 2, 3);
+  ExpectRuns(Walk({{2, "LLD"}})[1], 0, 0, 2, 3);
   // The store's own runs are not answered.
-  ExpectRuns(Walk({{2, "LLD"}}).Of(2), 0, 0, 0, 0);
+  ExpectRuns(Walk({{2, "LLD"}})[2], 0, 0, 0, 0);
 }
 
 TEST(TierScorerTest, EnginesDoNotExtendEachOther) {
-  const TierScorer s = Walk({{0, "NNN"}, {1, "-NN"}});
-  ExpectRuns(s.Of(0), 3, 3, 3, 3);
-  ExpectRuns(s.Of(1), 0, 0, 0, 0);
+  const std::vector<TierRuns> s = Walk({{0, "NNN"}, {1, "-NN"}});
+  ExpectRuns(s[0], 3, 3, 3, 3);
+  ExpectRuns(s[1], 0, 0, 0, 0);
 }
 
 TEST(TierScorerTest, BlockListedTwiceCountsOnce) {
-  TierScorer scorer(1, Tiers(), {}, {});
+  const TierSources sources{Tiers(), {}, {}};
+  TierScorer scorer(1, sources);
   const std::vector<uint32_t> twice = {
       PackHolder(0, 0, kGpu), PackHolder(0, 1, kGpu), PackHolder(0, 0, kCpu)};
   scorer.Block(0, twice);
@@ -124,12 +126,13 @@ TEST(TierScorerTest, BlockListedTwiceCountsOnce) {
 }
 
 TEST(TierScorerTest, CapEndsAnEnginesOwnBlocksNotTheStores) {
-  ExpectRuns(Walk({{0, "NNNN"}}, {2}).Of(0), 2, 2, 2, 2);
-  ExpectRuns(Walk({{0, "NNNN"}, {2, "--LL"}}, {2}).Of(0), 2, 2, 4, 4);
+  ExpectRuns(Walk({{0, "NNNN"}}, {2})[0], 2, 2, 2, 2);
+  ExpectRuns(Walk({{0, "NNNN"}, {2, "--LL"}}, {2})[0], 2, 2, 4, 4);
 }
 
 TEST(TierScorerTest, MediumPastTheTableIsDisk) {
-  TierScorer scorer(1, {MediumLevel("GPU")}, {}, {});
+  const TierSources sources{{MediumLevel("GPU")}, {}, {}};
+  TierScorer scorer(1, sources);
   scorer.Block(0, std::vector<uint32_t>{PackHolder(0, 0, 7)});
   scorer.Finish();
   ExpectRuns(scorer.Of(0), 0, 0, 0, 1);
@@ -167,7 +170,7 @@ TEST(TierScorerTest, AgreesWithTheDefinition) {
     // Runs of equal holders (the scorer's shortcut) come often with so few
     // kinds; a hybrid engine's cap one round in three.
     const uint32_t cap = round % 3 == 0 ? rng() % 14 : UINT32_MAX;
-    const TierRuns got = Walk({{0, engine}, {2, store}}, {cap}).Of(0);
+    const TierRuns got = Walk({{0, engine}, {2, store}}, {cap})[0];
     SCOPED_TRACE(engine + " / " + store + " cap " + std::to_string(cap));
     ExpectRuns(got, NaiveRun(engine, store, 0, -1, cap),
                NaiveRun(engine, store, 1, -1, cap),

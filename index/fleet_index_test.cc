@@ -624,16 +624,51 @@ TEST_F(FleetIndexTest, ExtraKeysEndTheChain) {
             2u);
 }
 
+// Older vLLM: several groups, none with a kind. Group 0 is routed, the
+// others skipped, even when one of them comes first in the batch.
 TEST_F(FleetIndexTest, OtherKvCacheGroupsAreSkipped) {
   BlockStoredEvent ev = Stored({}, {1});
   ev.group_idx = 1;
+  BlockStoredEvent other = Stored({}, {2});
+  other.group_idx = 1;
+  Apply(w0_, {other, Stored({}, {1})});
+  EXPECT_EQ(Route({2})["w0"], 0u);
   Apply(w0_, {ev});
-  EXPECT_EQ(Route({1})["w0"], 0u);
-  Apply(w0_, {Stored({}, {1})});
   BlockRemovedEvent rm = Removed({{1}});
   rm.group_idx = 1;
   Apply(w0_, {rm});  // a group-1 removal must not touch group 0's block
   EXPECT_EQ(Route({1})["w0"], 1u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kGroup)], 2u);
+}
+
+// TensorRT-LLM publishes one layer group, its largest attention window's,
+// and names it: whatever its index, the engine is routed by it. A store
+// into group 0 later makes group 0 the routed one, as for older vLLM.
+TEST_F(FleetIndexTest, AnEngineNamingOneGroupIsRoutedByIt) {
+  BlockStoredEvent ev = Stored({}, {1, 2, 3});
+  ev.group_idx = 2;
+  Apply(w0_, {ev});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 3u);
+  BlockRemovedEvent rm = Removed({{1, 2, 3}});
+  rm.group_idx = 2;
+  Apply(w0_, {rm});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 2u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kGroup)], 0u);
+  // A group 0 store, and the group it named is skipped from then on.
+  Apply(w0_, {Stored({}, {7})});
+  BlockStoredEvent late = Stored({}, {8});
+  late.group_idx = 2;
+  Apply(w0_, {late});
+  EXPECT_EQ(Route({7})["w0"], 1u);
+  EXPECT_EQ(Route({8})["w0"], 0u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kGroup)], 1u);
+  // A store of another block size in the routed group is caught as group
+  // 0's would be.
+  BlockStoredEvent bad = Stored({}, {9});
+  bad.group_idx = 2;
+  bad.block_size = 16;
+  Apply(w1_, {bad});
+  EXPECT_EQ(index_.Stats().workers[1].state, WorkerState::kError);
 }
 
 TEST_F(FleetIndexTest, WorkerFilterAndOrder) {

@@ -9,7 +9,10 @@ computed here independently of prefixd's own code:
 - an engine's KV-event PUB socket, framed as vLLM's and SGLang's
   ZmqEventPublisher frame their batches, and their events as their
   kv_events.py encode them (SGLang's in both its array form and its
-  newest tagged-map form).
+  newest tagged-map form);
+- TensorRT-LLM's streaming publisher: its frames, sequence numbers,
+  events, heartbeats and replay socket, from its kv_cache_events.py and
+  native_kv_cache_events.py.
 """
 
 import atexit
@@ -19,6 +22,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import threading
 import time
 
 import msgpack
@@ -168,4 +172,143 @@ def sglang_removed(block_hashes, medium=None):
 
 def sglang_cleared():
     """SGLang's newest AllBlocksCleared: the tag alone."""
+    return {"type": "AllBlocksCleared"}
+
+
+class TrtllmPublisher:
+    """TensorRT-LLM's streaming KV-event publisher (its KVEventsConfig with
+    publisher "zmq"), as its pyexecutor/kv_cache_events.py sends:
+
+    - three frames, [topic, seq (8 bytes big-endian), payload]; the
+      sequence starts at the wall clock in nanoseconds, not 0, so that it
+      keeps rising across the engine's restarts, and every batch sent
+      takes the next number;
+    - the payload is its KVEventBatch, [ts, events, data_parallel_rank]
+      (the rank always filled in), each event a map tagged by "type";
+    - the first batch is AllBlocksCleared (a resync), and an idle
+      publisher sends an empty batch every 5 s (heartbeat());
+    - a ROUTER replay socket answers a request [client, "", start_seq]
+      with [client, "", topic, seq, payload] for each buffered batch from
+      start_seq on, then [client, "", "", eight 0xff bytes, ""].
+
+    XPUB, so that a subscription can be awaited. `ports` rebinds the
+    sockets of an engine that restarts ((pub, replay) port)."""
+
+    END_SEQ = b"\xff" * 8
+
+    def __init__(self, data_parallel_rank=0, topic=b"", ports=None):
+        ctx = zmq.Context.instance()
+        self.sock = ctx.socket(zmq.XPUB)
+        self.sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+        self.router = ctx.socket(zmq.ROUTER)
+        if ports is None:
+            pub_port = self.sock.bind_to_random_port("tcp://127.0.0.1")
+            replay_port = self.router.bind_to_random_port("tcp://127.0.0.1")
+        else:
+            pub_port, replay_port = ports
+            _bind_again(self.sock, pub_port)
+            _bind_again(self.router, replay_port)
+        self.ports = (pub_port, replay_port)
+        self.endpoint = "tcp://127.0.0.1:%d" % pub_port
+        self.replay_endpoint = "tcp://127.0.0.1:%d" % replay_port
+        self.rank = data_parallel_rank
+        self.topic = topic
+        self.next_seq = time.time_ns()
+        self.buffer = []  # (seq, payload), every batch sent
+        self.lock = threading.Lock()
+        self.running = True
+        self.thread = threading.Thread(target=self._serve_replay, daemon=True)
+        self.thread.start()
+        self.publish([trtllm_cleared()])  # the start's resync
+
+    def wait_for_subscriber(self, timeout_s):
+        """True once a subscriber (the next one) has subscribed."""
+        if not self.sock.poll(int(timeout_s * 1000)):
+            return False
+        self.sock.recv()
+        return True
+
+    def publish(self, events, on_pub=True):
+        """Sends one batch (only into the replay buffer, as one the network
+        lost, unless `on_pub`); returns its sequence number."""
+        payload = msgpack.packb([time.time(), events, self.rank], use_bin_type=True)
+        with self.lock:
+            seq = self.next_seq
+            self.next_seq += 1
+            self.buffer.append((seq, payload))
+        if on_pub:
+            self.sock.send_multipart([self.topic, seq.to_bytes(8, "big"), payload])
+        return seq
+
+    def heartbeat(self):
+        return self.publish([])
+
+    def _serve_replay(self):
+        while self.running:
+            if not self.router.poll(50):
+                continue
+            frames = self.router.recv_multipart()
+            if len(frames) != 3:
+                continue  # TensorRT-LLM logs and ignores any other request
+            client, _, start = frames
+            start_seq = int.from_bytes(start, "big")
+            with self.lock:
+                buffered = list(self.buffer)
+            for seq, payload in buffered:
+                if seq >= start_seq:
+                    self.router.send_multipart([client, b"", self.topic,
+                                                seq.to_bytes(8, "big"), payload])
+            self.router.send_multipart([client, b"", b"", self.END_SEQ, b""])
+
+    def close(self):
+        self.running = False
+        self.thread.join()
+        self.router.close(linger=0)
+        self.sock.close(linger=0)
+
+
+def _bind_again(sock, port, timeout_s=10):
+    """Binds a port a socket just closed held: ZeroMQ releases it from its
+    I/O thread, a moment after close() returns."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            sock.bind("tcp://127.0.0.1:%d" % port)
+            return
+        except zmq.ZMQError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def trtllm_signed(h):
+    """A uint64 block hash as TensorRT-LLM puts it on the wire: int64."""
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+def trtllm_stored(block_hashes, parent_block_hash, token_ids, block_size, medium="GPU",
+                  group_idx=None):
+    """TensorRT-LLM's BlockStored as its native-event translator sends it:
+    every field without a default present (lora_id and lora_name nil), and
+    group_idx, the layer group of the model's largest attention window,
+    present whenever the engine names one (omit_defaults leaves out only
+    None)."""
+    event = {"type": "BlockStored", "block_hashes": block_hashes,
+             "parent_block_hash": parent_block_hash, "token_ids": token_ids,
+             "block_size": block_size, "lora_id": None, "medium": medium, "lora_name": None}
+    if group_idx is not None:
+        event["group_idx"] = group_idx
+    return event
+
+
+def trtllm_removed(block_hashes, medium="GPU", group_idx=None):
+    """TensorRT-LLM's BlockRemoved: its device copies, or (a block moved to
+    another cache level) the copy at its old level."""
+    event = {"type": "BlockRemoved", "block_hashes": block_hashes, "medium": medium}
+    if group_idx is not None:
+        event["group_idx"] = group_idx
+    return event
+
+
+def trtllm_cleared():
     return {"type": "AllBlocksCleared"}

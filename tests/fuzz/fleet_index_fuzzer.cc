@@ -217,8 +217,11 @@ class Driver {
       e.chain_blocks = std::min(e.chain_blocks, keep);
       e.sparse = true;
     }
-    e.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
-    if (e.group_idx == 1 || in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    // Group 2 never declares a kind: a worker whose first such store names
+    // it is routed by it (TensorRT-LLM's one named group).
+    e.group_idx = Group(in);
+    if (e.group_idx == 1 ||
+        (e.group_idx == 0 && in.ConsumeIntegralInRange<int>(0, 3) == 0)) {
       static const char* const kKinds[] = {"full_attention", "sliding_window",
                                            "mamba", "mla_attention"};
       e.kv_cache_spec_kind = kKinds[in.ConsumeIntegralInRange<int>(0, 3)];
@@ -233,6 +236,11 @@ class Driver {
     return e;
   }
 
+  static int Group(FuzzedDataProvider& in) {
+    const int pick = in.ConsumeIntegralInRange<int>(0, 7);
+    return pick < 2 ? 1 : pick == 2 ? 2 : 0;
+  }
+
   void ApplyBatch(int w, FuzzedDataProvider& in) {
     KvEventBatch batch;
     batch.ts = static_cast<double>(clock_s_);
@@ -245,7 +253,7 @@ class Driver {
         BlockRemovedEvent r;
         r.block_hashes = Hashes(in, in.ConsumeIntegralInRange<size_t>(1, 4));
         r.medium = Medium(in);
-        r.group_idx = in.ConsumeIntegralInRange<int>(0, 3) == 0 ? 1 : 0;
+        r.group_idx = Group(in);
         if (in.ConsumeIntegralInRange<int>(0, 5) == 0)
           r.components = in.ConsumeIntegralInRange<uint32_t>(0, 7);
         batch.events.emplace_back(std::move(r));

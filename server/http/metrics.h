@@ -53,7 +53,7 @@ namespace prefixd {
 
 // The RPC methods of prefixd.v1.PrefixCache, prefixd.v1.PrefixIndex and
 // kv_indexer.v1.KVIndexer, as the services name them.
-inline constexpr std::array<absl::string_view, 23> kRpcMethods = {
+inline constexpr std::array<absl::string_view, 25> kRpcMethods = {
     "GetInfo",
     "Handshake",
     "Match",
@@ -71,6 +71,8 @@ inline constexpr std::array<absl::string_view, 23> kRpcMethods = {
     "Route",
     "RouteBatch",
     "ListWorkers",
+    "Pick",
+    "PickBatch",
     "ConfigureExpectedWorkers",
     "ReplaceExternalKvSnapshot",
     "ApplyExternalKvBatch",

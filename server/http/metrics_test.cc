@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -17,7 +18,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
 #include "gtest/gtest.h"
+#include "kv_indexer/v1/kv_indexer.pb.h"
+#include "prefixd/v1/prefix_cache.pb.h"
+#include "prefixd/v1/prefix_index.pb.h"
 #include "server/http/metrics_listener.h"
 
 namespace prefixd {
@@ -308,6 +313,30 @@ TEST(MetricsTest, RpcChildrenExistBeforeAnyCall) {
                     method, "\"} 0")));
   }
   EXPECT_THAT(text, Not(HasSubstr("code=\"OK\"")));
+}
+
+// A method missing from kRpcMethods has its calls dropped from the metrics
+// (Pick and PickBatch were, until this test).
+TEST(MetricsTest, EveryMethodOfTheServicesHasItsSeries) {
+  const google::protobuf::ServiceDescriptor* services[] = {
+      ::prefixd::v1::RouteRequest::descriptor()->file()->FindServiceByName(
+          "PrefixIndex"),
+      ::prefixd::v1::MatchRequest::descriptor()->file()->FindServiceByName(
+          "PrefixCache"),
+      ::kv_indexer::v1::MatchExternalKvPrefixRequest::descriptor()
+          ->file()
+          ->FindServiceByName("KVIndexer")};
+  size_t methods = 0;
+  for (const google::protobuf::ServiceDescriptor* service : services) {
+    ASSERT_NE(service, nullptr);
+    for (int i = 0; i < service->method_count(); ++i, ++methods) {
+      const std::string& name = service->method(i)->name();
+      EXPECT_NE(std::find(kRpcMethods.begin(), kRpcMethods.end(), name),
+                kRpcMethods.end())
+          << service->full_name() << "." << name;
+    }
+  }
+  EXPECT_EQ(methods, kRpcMethods.size());
 }
 
 TEST(MetricsTest, ObserveRpcRecordsLatencyAndErrors) {

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -495,6 +496,23 @@ class Test(common.Checker):
                    "prefixctl pick reports the daemon's INVALID_ARGUMENT",
                    (bad.returncode, bad.stderr))
 
+    def metrics(self):
+        """Pick's and PickBatch's calls are in prefixd_rpc_*, as every RPC's."""
+        text = urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                      timeout=TIMEOUT).read().decode()
+        series = {}
+        for line in text.splitlines():
+            if line.startswith("prefixd_rpc_"):
+                name, value = line.rsplit(" ", 1)
+                series[name] = float(value)
+        calls = series.get('prefixd_rpc_duration_seconds_count{method="Pick"}', 0)
+        self.check(calls >= 10, "prefixd_rpc_duration_seconds counts the Picks made", calls)
+        batches = series.get('prefixd_rpc_duration_seconds_count{method="PickBatch"}', 0)
+        self.check(batches >= 1, "prefixd_rpc_duration_seconds counts the PickBatch made",
+                   batches)
+        errors = series.get('prefixd_rpc_errors_total{code="INVALID_ARGUMENT",method="Pick"}', 0)
+        self.check(errors >= 9, "prefixd_rpc_errors_total counts the Picks refused", errors)
+
     def post(self, path, body):
         conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=TIMEOUT)
         conn.request("POST", path, body=json.dumps(body).encode(),
@@ -519,6 +537,7 @@ class Test(common.Checker):
         self.batch()
         self.window()
         self.bad_input()
+        self.metrics()
         self.leaving()
         self.prefixctl()
         self.behind()

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 
 namespace prefixd {
@@ -139,8 +141,19 @@ std::vector<HashUpdate> HashUpdatesOf(
   return out;
 }
 
+namespace {
+
+// 128 random bits, in hex.
+std::string NewEpoch() {
+  absl::BitGen gen;
+  return absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(gen),
+                         absl::Uniform<uint64_t>(gen));
+}
+
+}  // namespace
+
 ExternalKv::ExternalKv(KvIndex* index, Options options)
-    : index_(index), options_(options) {}
+    : index_(index), options_(options), epoch_(NewEpoch()) {}
 
 ExternalKv::Stream& ExternalKv::StreamAt(absl::string_view worker_id,
                                          absl::string_view address) {
@@ -290,19 +303,50 @@ ExpectedCounts ExternalKv::ConfigureExpected(
     }
     it = next;
   }
+  std::vector<absl::string_view> names;
+  names.reserve(workers.size());
+  for (const ExpectedWorker& w : workers) names.push_back(w.worker_id);
+  return Count(names);
+}
+
+absl::StatusOr<ExpectedCounts> ExternalKv::Invalidate(
+    absl::string_view worker_id) {
+  MutexLock lock(&mu_);
+  auto it = streams_.find(worker_id);
+  if (it == streams_.end() || !index_->EndpointOf(worker_id).has_value()) {
+    return absl::NotFoundError(absl::StrCat(
+        "worker_id \"", worker_id,
+        "\" is no worker of this API: no batch, snapshot or "
+        "ConfigureExpectedWorkers named it since it was last removed"));
+  }
+  Stream& s = it->second;
+  index_->ClearWorker(s.id, ClearReason::kInvalidated,
+                      "InvalidateWorker: what it held is unknown until a "
+                      "snapshot (or, over ZeroMQ, its next events)");
+  s.has_seq = false;
+  s.needs_snapshot = true;
+  s.epoch.clear();
+  std::vector<absl::string_view> names;
+  names.reserve(streams_.size());
+  for (const auto& [name, stream] : streams_) names.push_back(name);
+  return Count(names);
+}
+
+ExpectedCounts ExternalKv::Count(
+    const std::vector<absl::string_view>& workers) const {
   ExpectedCounts counts;
   counts.total = static_cast<uint32_t>(workers.size());
   // A worker a source follows is ready when the index has it LIVE: one
   // listing for all of them, taken only if there is one.
   std::optional<IndexStats> stats;
-  for (const ExpectedWorker& w : workers) {
-    const Stream& s = streams_.find(w.worker_id)->second;
+  for (absl::string_view name : workers) {
+    const Stream& s = streams_.find(name)->second;
     if (s.owned) {
       counts.ready += s.has_seq && !s.needs_snapshot ? 1 : 0;
       continue;
     }
     if (!stats.has_value()) stats = index_->Stats();
-    if (const WorkerStatus* ws = Listed(*stats, w.worker_id)) {
+    if (const WorkerStatus* ws = Listed(*stats, name)) {
       counts.ready += ws->state == WorkerState::kLive ? 1 : 0;
     }
   }

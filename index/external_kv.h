@@ -180,6 +180,14 @@ class ExternalKv {
   uint64_t ReplaceSnapshot(const ExternalSnapshot& snapshot);
   // Adds (or updates) these workers and removes the owned ones left out.
   ExpectedCounts ConfigureExpected(absl::Span<const ExpectedWorker> workers);
+  // Clears what the worker holds; until a snapshot, its batches with
+  // enforce_sequence are refused. Answers the counts over every worker
+  // this class knows. NOT_FOUND for a worker it does not know (never named
+  // by a batch, snapshot or ConfigureExpected, removed, or retired since).
+  absl::StatusOr<ExpectedCounts> Invalidate(absl::string_view worker_id);
+  // New for every ExternalKv, and so at every start of the daemon: a
+  // bridge that sees it change installs its snapshots again.
+  const std::string& epoch() const { return epoch_; }
 
   // Per worker passing `filter` with an address, the longest prefix of
   // `hashes` it can reuse (> 0 only).
@@ -222,9 +230,13 @@ class ExternalKv {
   absl::Status CheckStream(Stream& s, const ExternalBatch& batch,
                            bool* duplicate) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountHits(const std::vector<EngineHash>& held);
+  // Of the workers named, how many hold what is known of them.
+  ExpectedCounts Count(const std::vector<absl::string_view>& workers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   KvIndex* const index_;
   const Options options_;
+  const std::string epoch_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, Stream> streams_ ABSL_GUARDED_BY(mu_);
   mutable Mutex hits_mu_;

@@ -237,6 +237,59 @@ TEST_F(ExternalKvTest, ConfigureRemovesOnlyWorkersItCreated) {
   EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("zmq-0", 2)));
 }
 
+// InvalidateWorker: the worker holds nothing, is not ready, and its
+// sequenced batches wait for a snapshot; a worker fed over ZeroMQ is
+// cleared too (not LIVE until its next events); an unknown one is
+// NOT_FOUND and changes nothing.
+TEST_F(ExternalKvTest, InvalidateForgetsAWorkerUntilASnapshot) {
+  const WorkerId z = index_.AddWorker("zmq-0", "tcp://engine:5557");
+  const std::vector<EngineHash> zh = {1, 2};
+  index_.ApplyHashes(z, {HashUpdate{HashUpdate::Op::kReport, "GPU", 1, zh}});
+  enforce_ = true;
+  epoch_ = "e1";
+  ASSERT_TRUE(Send("a", 1, {1, 2}).ok());
+  EXPECT_EQ(kv_.ConfigureExpected(
+                   {{"a", "a:1", std::nullopt}, {"zmq-0", "z:1", std::nullopt}})
+                .ready,
+            2u);
+
+  absl::StatusOr<ExpectedCounts> c = kv_.Invalidate("a");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->total, 2u);
+  EXPECT_EQ(c->ready, 1u);
+  EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("zmq-0", 2)));
+  absl::StatusOr<ApplyOutcome> refused = Send("a", 2, {3});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(index_.Stats()
+                .workers[0]
+                .clears[static_cast<int>(ClearReason::kInvalidated)],
+            1u);
+
+  ExternalSnapshot snap;
+  snap.worker_id = "a";
+  snap.address = "a:1";
+  snap.epoch = "e1";
+  snap.applied_seq = 5;
+  const std::vector<EngineHash> held = {1};
+  snap.tiers.push_back({HashUpdate::Op::kReport, kTierHbm, held, {}, {}});
+  kv_.ReplaceSnapshot(snap);
+  ASSERT_TRUE(Send("a", 6, {}).ok());
+  EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("zmq-0", 2), Pair("a", 1)));
+
+  c = kv_.Invalidate("zmq-0");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ready, 1u);  // a is ready again; zmq-0 is not LIVE
+  EXPECT_THAT(Prefix({1, 2}), ElementsAre(Pair("a", 1)));
+
+  const IndexStats before = index_.Stats();
+  c = kv_.Invalidate("nobody");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(c.status().message(), ::testing::HasSubstr("\"nobody\""));
+  EXPECT_EQ(index_.Stats().entries, before.entries);
+  EXPECT_FALSE(kv_.epoch().empty());
+  EXPECT_NE(kv_.epoch(), ExternalKv(&index_, {}).epoch());
+}
+
 // A worker ZeroMQ ingestion follows and the bridge also reports: when its
 // source goes (/unregister retires it), the bridge's next batch starts the
 // worker again as the bridge's own, visible, holding what that batch says.

@@ -34,7 +34,7 @@ absl::string_view WorkerStateName(WorkerState state) {
 absl::string_view ClearReasonName(ClearReason reason) {
   static constexpr absl::string_view kNames[kNumClearReasons] = {
       "all_blocks_cleared", "restart", "replay_failed", "undecodable",
-      "block_size",         "removed", "reconnect"};
+      "block_size",         "removed", "reconnect",     "invalidated"};
   return kNames[static_cast<int>(reason)];
 }
 

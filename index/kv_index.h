@@ -86,10 +86,11 @@ enum class ClearReason : int {
   kReplayFailed = 2,
   kUndecodable = 3,
   kBlockSize = 4,
-  kRemoved = 5,    // the worker left (a pool address no longer resolves)
-  kReconnect = 6,  // the connection came back: the engine may have restarted
+  kRemoved = 5,      // the worker left (a pool address no longer resolves)
+  kReconnect = 6,    // the connection came back: the engine may have restarted
+  kInvalidated = 7,  // SGLang's bridge said so (InvalidateWorker)
 };
-inline constexpr int kNumClearReasons = 7;
+inline constexpr int kNumClearReasons = 8;
 absl::string_view ClearReasonName(ClearReason reason);
 
 // Event types counted per worker (prefixd_index_events_total{type}).

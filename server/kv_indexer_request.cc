@@ -213,6 +213,12 @@ absl::StatusOr<std::vector<ExpectedWorker>> ReadExpectedWorkers(
   return out;
 }
 
+absl::StatusOr<absl::string_view> ReadInvalidateRequest(
+    const kvi::InvalidateWorkerRequest& req) {
+  RETURN_IF_ERROR(CheckName("worker_id", req.worker_id(), true));
+  return absl::string_view(req.worker_id());
+}
+
 absl::StatusOr<absl::Span<const EngineHash>> ReadPrefixRequest(
     const kvi::MatchExternalKvPrefixRequest& req, const CacheLimits& limits) {
   if (req.hashes().empty()) {

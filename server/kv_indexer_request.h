@@ -42,6 +42,9 @@ absl::StatusOr<ExternalSnapshot> ReadSnapshotRequest(
     const CacheLimits& limits);
 absl::StatusOr<std::vector<ExpectedWorker>> ReadExpectedWorkers(
     const kvi::ConfigureExpectedWorkersRequest& req);
+// The worker to forget.
+absl::StatusOr<absl::string_view> ReadInvalidateRequest(
+    const kvi::InvalidateWorkerRequest& req);
 // The hashes to consider: max_blocks of them at most.
 absl::StatusOr<absl::Span<const EngineHash>> ReadPrefixRequest(
     const kvi::MatchExternalKvPrefixRequest& req, const CacheLimits& limits);

@@ -51,6 +51,23 @@ grpc::ServerUnaryReactor* KvIndexerService::ConfigureExpectedWorkers(
         const ExpectedCounts c = kv_->ConfigureExpected(workers);
         resp->set_total_workers(c.total);
         resp->set_ready_workers(c.ready);
+        resp->set_indexer_epoch(kv_->epoch());
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* KvIndexerService::InvalidateWorker(
+    grpc::CallbackServerContext* ctx, const kvi::InvalidateWorkerRequest* req,
+    kvi::InvalidateWorkerResponse* resp) {
+  return UnaryCall(
+      ctx, *auth_, observer_, "InvalidateWorker",
+      [&](const CallContext& call) -> absl::Status {
+        RETURN_IF_ERROR(MayWrite(call, "InvalidateWorker"));
+        ASSIGN_OR_RETURN(absl::string_view worker, ReadInvalidateRequest(*req));
+        ASSIGN_OR_RETURN(const ExpectedCounts c, kv_->Invalidate(worker));
+        resp->set_total_workers(c.total);
+        resp->set_ready_workers(c.ready);
+        resp->set_indexer_epoch(kv_->epoch());
         return absl::OkStatus();
       });
 }

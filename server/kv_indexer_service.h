@@ -4,9 +4,9 @@
 // whose logic it holds none of, and checks who may call.
 //
 // Who may call (docs/security.md): with auth off, anyone who reaches the
-// listeners. Otherwise ApplyExternalKvBatch, ReplaceExternalKvSnapshot and
-// ConfigureExpectedWorkers need an ENGINE principal; the queries
-// (MatchExternalKvPrefix, MatchExternalKv, GetExternalKvHitCounts) are
+// listeners. Otherwise ApplyExternalKvBatch, ReplaceExternalKvSnapshot,
+// ConfigureExpectedWorkers and InvalidateWorker need an ENGINE principal; the
+// queries (MatchExternalKvPrefix, MatchExternalKv, GetExternalKvHitCounts) are
 // open to ENGINE and ADMIN principals over every worker, and to TENANT
 // principals over the workers of their tenant.
 #ifndef PREFIXD_SERVER_KV_INDEXER_SERVICE_H_
@@ -32,6 +32,10 @@ class KvIndexerService final
       grpc::CallbackServerContext* ctx,
       const ::kv_indexer::v1::ConfigureExpectedWorkersRequest* req,
       ::kv_indexer::v1::ConfigureExpectedWorkersResponse* resp) override;
+  grpc::ServerUnaryReactor* InvalidateWorker(
+      grpc::CallbackServerContext* ctx,
+      const ::kv_indexer::v1::InvalidateWorkerRequest* req,
+      ::kv_indexer::v1::InvalidateWorkerResponse* resp) override;
   grpc::ServerUnaryReactor* ReplaceExternalKvSnapshot(
       grpc::CallbackServerContext* ctx,
       const ::kv_indexer::v1::ReplaceExternalKvSnapshotRequest* req,

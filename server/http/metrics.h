@@ -53,7 +53,7 @@ namespace prefixd {
 
 // The RPC methods of prefixd.v1.PrefixCache, prefixd.v1.PrefixIndex and
 // kv_indexer.v1.KVIndexer, as the services name them.
-inline constexpr std::array<absl::string_view, 25> kRpcMethods = {
+inline constexpr std::array<absl::string_view, 26> kRpcMethods = {
     "GetInfo",
     "Handshake",
     "Match",
@@ -74,6 +74,7 @@ inline constexpr std::array<absl::string_view, 25> kRpcMethods = {
     "Pick",
     "PickBatch",
     "ConfigureExpectedWorkers",
+    "InvalidateWorker",
     "ReplaceExternalKvSnapshot",
     "ApplyExternalKvBatch",
     "MatchExternalKv",

@@ -3,17 +3,17 @@
 // (index/external_kv.h) over one FleetIndex, as the KVIndexer service does.
 //
 // Input: records, each
-//   u8   selector   rpc = selector % 6 (Apply, Replace, Configure, Match,
-//                   MatchPrefix, HitCounts)
+//   u8   selector   rpc = selector % 7 (Apply, Replace, Configure, Match,
+//                   MatchPrefix, HitCounts, Invalidate)
 //   u8   len
 //   len  bytes      the request message (fewer if the input ends)
 //
 // Checked after every call: a refusal is INVALID_ARGUMENT, OUT_OF_RANGE or
-// FAILED_PRECONDITION only; the index's invariants hold
-// (FleetIndex::CheckInvariants); a MatchExternalKvPrefix answer lists only
-// workers with an address, sorted by blocks descending, none past the hashes
-// considered, best_blocks the first's; MatchExternalKv lists only hashes
-// asked for.
+// FAILED_PRECONDITION only (and NOT_FOUND for InvalidateWorker); the index's
+// invariants hold (FleetIndex::CheckInvariants); a MatchExternalKvPrefix answer
+// lists only workers with an address, sorted by blocks descending, none past
+// the hashes considered, best_blocks the first's; MatchExternalKv lists only
+// hashes asked for; a worker just invalidated is not ready.
 //
 //   build-fuzz/tests/fuzz/kv_indexer_fuzzer tests/fuzz/corpus/kv_indexer_fuzzer
 #include <cstdint>
@@ -125,6 +125,19 @@ void Call(int rpc, const std::string& bytes, ExternalKv& kv) {
       if (h.ok()) CheckPrefix(kv.MatchPrefix(*h, {}), h->size());
       return;
     }
+    case 6: {
+      pb::InvalidateWorkerRequest req;
+      if (!req.ParseFromString(bytes)) return;
+      absl::StatusOr<absl::string_view> w = ReadInvalidateRequest(req);
+      CheckRefusal(w.status());
+      if (!w.ok()) return;
+      absl::StatusOr<ExpectedCounts> c = kv.Invalidate(*w);
+      if (!c.ok() && c.status().code() != absl::StatusCode::kNotFound)
+        Fail("Invalidate: " + c.status().ToString());
+      // The worker just invalidated counts, and is not ready.
+      if (c.ok() && c->ready >= c->total) Fail("bad counts");
+      return;
+    }
     default: {
       pb::GetExternalKvHitCountsRequest req;
       if (!req.ParseFromString(bytes)) return;
@@ -149,7 +162,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ExternalKv kv(&index, options);
   size_t i = 0;
   while (i + 2 <= size) {
-    const int rpc = data[i] % 6;
+    const int rpc = data[i] % 7;
     const size_t len = std::min<size_t>(data[i + 1], size - i - 2);
     const std::string bytes(reinterpret_cast<const char*>(data + i + 2), len);
     i += 2 + len;

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PROTO = os.path.join(ROOT, "proto")
 OUT = os.path.join(HERE, "corpus", "kv_indexer_fuzzer")
 
-APPLY, REPLACE, CONFIGURE, MATCH, PREFIX, HITS = range(6)
+APPLY, REPLACE, CONFIGURE, MATCH, PREFIX, HITS, INVALIDATE = range(7)
 
 
 def record(rpc, message):
@@ -70,6 +70,17 @@ def main():
                              act(type=3, tier=2)])),
                 record(PREFIX, kv.MatchExternalKvPrefixRequest(hashes=[5, 6, 7])),
                 record(CONFIGURE, kv.ConfigureExpectedWorkersRequest()),
+            ],
+            "invalidate": [
+                record(APPLY, kv.ApplyExternalKvBatchRequest(
+                    worker_id="i", seq=1, worker_address="i:1", enforce_sequence=True,
+                    worker_epoch="e", actions=[act(type=1, tier=1, hashes=[11, 12])])),
+                record(INVALIDATE, kv.InvalidateWorkerRequest(worker_id="i")),
+                record(APPLY, kv.ApplyExternalKvBatchRequest(
+                    worker_id="i", seq=2, enforce_sequence=True, worker_epoch="e",
+                    actions=[act(type=1, tier=1, hashes=[13])])),
+                record(INVALIDATE, kv.InvalidateWorkerRequest(worker_id="gone")),
+                record(PREFIX, kv.MatchExternalKvPrefixRequest(hashes=[11, 12, 13])),
             ],
             "bad_input": [
                 record(APPLY, kv.ApplyExternalKvBatchRequest(

@@ -8,7 +8,9 @@ upstream's), not by prefixd's own client.
 Covers every RPC and every error path: ApplyExternalKvBatch (REPORT,
 REVOKE, CLEAR_ALL_AT_TIER, enforce_sequence duplicates and gaps,
 worker_epoch restarts), ReplaceExternalKvSnapshot, ConfigureExpectedWorkers
-(adds, removes what it created, leaves ZeroMQ-fed workers), MatchExternalKv
+(adds, removes what it created, leaves ZeroMQ-fed workers; the daemon's
+epoch), InvalidateWorker (cleared, not ready, sequenced batches refused
+until a snapshot, NOT_FOUND for an unknown worker), MatchExternalKv
 (by tier, count_as_hit), MatchExternalKvPrefix (order, addresses,
 max_blocks, a WorkerCacheSpec with SWA and MAMBA), GetExternalKvHitCounts;
 a ZeroMQ publisher speaking SGLang's wire (signed 64-bit hashes) answered by
@@ -237,6 +239,37 @@ class KvIndexerInterop(unittest.TestCase):
         self.assertEqual([(e.hash, e.hit_count_total) for e in r.entries],
                          [(1002, 1), (1001, 2)])
 
+    # ---- InvalidateWorker and the indexer's epoch ----
+
+    def test_invalidate_worker(self):
+        self.apply("iv", 1, [action(REPORT, HBM, [1301, 1302])], "iv:1",
+                   worker_epoch="w1", enforce_sequence=True)
+        self.assertEqual(self.prefix([1301, 1302])[0], [("iv", "iv:1", 2)])
+        r = self.call("InvalidateWorker", kv.InvalidateWorkerRequest(worker_id="iv"))
+        self.assertGreaterEqual(r.total_workers, 1)
+        self.assertLess(r.ready_workers, r.total_workers)  # iv is not ready
+        self.assertRegex(r.indexer_epoch, "^[0-9a-f]{32}$")
+        self.assertEqual(self.prefix([1301, 1302])[0], [])
+        # Its sequenced batches wait for a snapshot; then they go on.
+        self.refused("ApplyExternalKvBatch",
+                     batch("iv", 2, [action(REPORT, HBM, [1303])], "iv:1", worker_epoch="w1",
+                           enforce_sequence=True),
+                     grpc.StatusCode.FAILED_PRECONDITION, "ReplaceExternalKvSnapshot")
+        self.call("ReplaceExternalKvSnapshot", kv.ReplaceExternalKvSnapshotRequest(
+            worker_id="iv", worker_address="iv:1", worker_epoch="w1", applied_seq=7,
+            hashes_by_tier=[kv.TierHashes(tier=HBM, hashes=[1301])]))
+        r2 = self.apply("iv", 8, [action(REPORT, HBM, [1302])], "iv:1", worker_epoch="w1",
+                        enforce_sequence=True)
+        self.assertEqual((r2.applied_seq, r2.duplicate), (8, False))
+        self.assertEqual(self.prefix([1301, 1302])[0], [("iv", "iv:1", 2)])
+        # The epoch is the daemon's, the same in every answer.
+        again = self.call("InvalidateWorker", kv.InvalidateWorkerRequest(worker_id="iv"))
+        self.assertEqual(again.indexer_epoch, r.indexer_epoch)
+        self.refused("InvalidateWorker", kv.InvalidateWorkerRequest(worker_id="nobody"),
+                     grpc.StatusCode.NOT_FOUND, '"nobody"')
+        self.refused("InvalidateWorker", kv.InvalidateWorkerRequest(),
+                     grpc.StatusCode.INVALID_ARGUMENT, "worker_id")
+
     # ---- ConfigureExpectedWorkers and ZeroMQ-fed workers ----
     # Named to run last (unittest runs tests by name): ConfigureExpectedWorkers
     # removes the workers the other tests created.
@@ -261,6 +294,8 @@ class KvIndexerInterop(unittest.TestCase):
             kv.ExpectedWorker(worker_id="cw-a", worker_address="cw-a:2"),
             kv.ExpectedWorker(worker_id="cw-new", worker_address="cw-new:1")]))
         self.assertEqual((r.total_workers, r.ready_workers), (3, 2))  # cw-new has no data
+        epoch = r.indexer_epoch
+        self.assertRegex(epoch, "^[0-9a-f]{32}$")
         got = [(w, a, n) for w, a, n in self.prefix(hashes)[0] if w.startswith(("sg", "cw"))]
         self.assertEqual(got, [("sg", "http://sg:30000", 3), ("cw-a", "cw-a:2", 1)])  # cw-b gone
         # Left out, the ZeroMQ-fed worker stays.
@@ -269,6 +304,10 @@ class KvIndexerInterop(unittest.TestCase):
         self.assertEqual((r.total_workers, r.ready_workers), (1, 0))
         got = [(w, n) for w, _, n in self.prefix(hashes)[0] if w.startswith(("sg", "cw"))]
         self.assertEqual(got, [("sg", 3)])
+        # One epoch for the daemon's life, in every answer that carries it.
+        self.assertEqual(r.indexer_epoch, epoch)
+        r = self.call("InvalidateWorker", kv.InvalidateWorkerRequest(worker_id="cw-new"))
+        self.assertEqual(r.indexer_epoch, epoch)
 
     def masks_of(self, worker, hashes):
         m = self.call("MatchExternalKv", kv.MatchExternalKvRequest(hashes=hashes))
@@ -366,7 +405,8 @@ class KvIndexerInterop(unittest.TestCase):
                     ("ApplyExternalKvBatch", batch("au", 2, [action(CLEAR, HBM)], "au:1")),
                     ("ReplaceExternalKvSnapshot",
                      kv.ReplaceExternalKvSnapshotRequest(worker_id="au")),
-                    ("ConfigureExpectedWorkers", kv.ConfigureExpectedWorkersRequest())):
+                    ("ConfigureExpectedWorkers", kv.ConfigureExpectedWorkersRequest()),
+                    ("InvalidateWorker", kv.InvalidateWorkerRequest(worker_id="au"))):
                 self.refused(method, req, grpc.StatusCode.PERMISSION_DENIED, who,
                              "needs an ENGINE principal", who=who)
         self.assertEqual(self.prefix([1101], who="admin")[0], [("au", "au:1", 1)])
@@ -470,8 +510,9 @@ class KvIndexerInterop(unittest.TestCase):
             'prefixd_rpc_duration_seconds_count{method="ApplyExternalKvBatch"}'), 2)
         self.assertGreaterEqual(value(
             'prefixd_rpc_errors_total{code="INVALID_ARGUMENT",method="ApplyExternalKvBatch"}'), 1)
-        for method in ("ConfigureExpectedWorkers", "ReplaceExternalKvSnapshot", "MatchExternalKv",
-                       "MatchExternalKvPrefix", "GetExternalKvHitCounts"):
+        for method in ("ConfigureExpectedWorkers", "InvalidateWorker",
+                       "ReplaceExternalKvSnapshot", "MatchExternalKv", "MatchExternalKvPrefix",
+                       "GetExternalKvHitCounts"):
             value('prefixd_rpc_duration_seconds_count{method="%s"}' % method)
 
 

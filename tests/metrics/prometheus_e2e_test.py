@@ -474,8 +474,8 @@ class PrometheusE2ETest(unittest.TestCase):
     def test_rpc_metrics(self):
         client = self.client
         errors = self.series("prefixd_rpc_errors_total")
-        self.assertEqual(len(errors), 25 * 16,
-                         "prefixd_rpc_errors_total: 25 methods x 16 codes pre-created")
+        self.assertEqual(len(errors), 26 * 16,
+                         "prefixd_rpc_errors_total: 26 methods x 16 codes pre-created")
         wrong = {}
         for labels, value in errors.items():
             d = dict(labels)

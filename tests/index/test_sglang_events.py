@@ -42,8 +42,7 @@ INT64_MAX = (1 << 63) - 1
 
 
 def pages(first, n):
-    """The tokens of n pages, page p holding 1000 * p .. 1000 * p + 15."""
-    return [1000 * p + t for p in range(first, first + n) for t in range(BS)]
+    return upstream.numbered_blocks(first, n, BS)
 
 
 class SglangEventsTest(unittest.TestCase):

@@ -47,8 +47,7 @@ VSWA = "trtllm-vswa"
 
 
 def blocks(first, n):
-    """The tokens of n blocks, block b holding 1000 * b .. 1000 * b + 15."""
-    return [1000 * b + t for b in range(first, first + n) for t in range(BS)]
+    return upstream.numbered_blocks(first, n, BS)
 
 
 class TrtllmEventsTest(unittest.TestCase):

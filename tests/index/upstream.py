@@ -66,6 +66,12 @@ def conductor_hashes(tokens, block_size, salt=""):
 
 
 
+def numbered_blocks(first, n, block_size):
+    """The tokens of n blocks, block b holding 1000 * b .. 1000 * b +
+    block_size - 1: distinct blocks a test names by number."""
+    return [1000 * b + t for b in range(first, first + n) for t in range(block_size)]
+
+
 class ZmqEventPublisher:
     """An engine's KV-event PUB socket. Each batch is three frames, as vLLM's
     and SGLang's ZmqEventPublisher send them: the topic, the sequence number

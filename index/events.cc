@@ -130,6 +130,8 @@ enum Field : int {
   // Mooncake's store master's, map form only: the stored object's key,
   // which names the block's engine hash (index/object_key.h).
   kObjectKey,
+  // TensorRT-LLM's, map form only: per block, the multimodal inputs in it.
+  kMmKeys,
   kNumFields,
 };
 
@@ -157,6 +159,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "component_id",
     "snapshot_version",
     "object_key",
+    "mm_keys",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -193,7 +196,7 @@ constexpr FieldAlias kAliases[] = {
 // Map form only (they have no place in the array form).
 constexpr Field kStoredMapFields[] = {
     kAdditionalSalt, kCacheSalt,       kComponentTypes, kComponentType,
-    kComponentId,    kSnapshotVersion, kObjectKey};
+    kComponentId,    kSnapshotVersion, kObjectKey,      kMmKeys};
 // Mooncake's removals carry its every event's model, LoRA, block size and
 // salt too: known there, not used.
 constexpr Field kRemovedMapFields[] = {
@@ -551,6 +554,7 @@ class EventDecoder {
     tokens_ = nullptr;
     bad_hash_ = BadElement();
     bad_token_ = BadElement();
+    text_token_ = kNoTextToken;
     if (kind == Kind::kStored) {
       auto& ev = NextSlot<BlockStoredEvent>(&out_->events, &used_);
       hashes_ = &ev.block_hashes;
@@ -641,6 +645,7 @@ class EventDecoder {
     if (!ReadExtraKeys(reader_, fields[kExtraKeys], allowance_, ev)) {
       return WrongType(kExtraKeys, *f[kExtraKeys], "an array or nil");
     }
+    RETURN_IF_ERROR(EndChainAtOpaqueBlocks(fields, ev));
     if (ev->bigram) RETURN_IF_ERROR(AddNextTokens(ev));
     RETURN_IF_ERROR(RequestSalts(f, std::move(metadata_salt), ev));
     // The LoRA name and salt as the event or its extra keys gave them.
@@ -706,7 +711,7 @@ class EventDecoder {
             ev->block_hashes.size() * static_cast<uint64_t>(ev->block_size)));
       }
       RETURN_IF_ERROR(ev->bigram ? BigramTokenIds(fields[kTokenIds], ev)
-                                 : TokenIds());
+                                 : TokenIds(ev->sparse));
     }
     return absl::OkStatus();
   }
@@ -872,9 +877,53 @@ class EventDecoder {
     return absl::OkStatus();
   }
 
+  // TensorRT-LLM's blocks whose content is more than their token ids end
+  // the indexed chain (BlockStoredEvent::chain_blocks), as unreadable
+  // extra keys do: a token given as text (its EventTokenId is int | str),
+  // and a block with multimodal keys (mm_keys, one list per block), which
+  // a prompt's token ids alone would match falsely.
+  absl::Status EndChainAtOpaqueBlocks(const Value* fields,
+                                      BlockStoredEvent* ev) {
+    size_t end = ev->chain_blocks;
+    if (text_token_ != kNoTextToken && ev->block_size > 0) {
+      end = std::min<size_t>(
+          end, text_token_ / static_cast<uint64_t>(ev->block_size));
+    }
+    const Value& mm = fields[kMmKeys];
+    if (mm.present() && !IsNull(mm.get())) {
+      if (mm.head.type != mtype::ARRAY) {
+        return WrongType(kMmKeys, mm.head, "an array or nil");
+      }
+      size_t pos = mm.pos;
+      reader_.Enter(&pos);
+      const size_t entries = std::min<size_t>(mm.head.via.array.size, end);
+      for (size_t i = 0; i < entries; ++i) {
+        const Value entry = reader_.Read(&pos);
+        if (!IsNull(entry.get()) && !IsEmptyArray(entry.get())) {
+          end = i;
+          break;
+        }
+      }
+    }
+    if (end >= ev->chain_blocks) return absl::OkStatus();
+    ev->chain_blocks = end;
+    BlockContent& c = ev->content;
+    if (!c.empty()) {
+      c.begin.resize(end + 1);
+      c.keys.resize(c.begin.back());
+    }
+    return absl::OkStatus();
+  }
+
   // token_ids' elements, token ids (0 <= id < 2^32), read into the event by
-  // ReadField.
-  absl::Status TokenIds() {
+  // ReadField. A token given as text is left for EndChainAtOpaqueBlocks
+  // (not in a sparse store, whose tokens run past its blocks).
+  absl::Status TokenIds(bool sparse) {
+    text_token_ = kNoTextToken;
+    if (bad_token_.found && bad_token_.head.type == mtype::STR && !sparse) {
+      text_token_ = bad_token_.index;
+      return absl::OkStatus();
+    }
     if (bad_token_.found) {
       const object& t = bad_token_.head;
       const uint32_t i = bad_token_.index;
@@ -1116,6 +1165,9 @@ class EventDecoder {
   BadElement bad_hash_;
   BadElement bad_token_;
   Token bigram_after_ = 0;  // see BigramTokenIds
+  // The first token given as text in the store's token_ids (TokenIds).
+  static constexpr uint64_t kNoTextToken = UINT64_MAX;
+  uint64_t text_token_ = kNoTextToken;
 };
 
 absl::Status BatchError(absl::string_view what) {

@@ -16,8 +16,10 @@
 //
 // and, by name only, BlockRemoved's remaining_copy_counts (newer vLLM,
 // whose events are maps), BlockStored's cache_salt and component_types
-// (the newest SGLang, whose events are maps in an array batch) and
-// additional_salt (RFC #1527's stores). SGLang's array form puts its
+// (the newest SGLang, whose events are maps in an array batch),
+// additional_salt (RFC #1527's stores) and mm_keys (TensorRT-LLM: a block
+// with multimodal keys ends the indexed chain, as does a token it gives
+// as text). SGLang's array form puts its
 // component_types, a list, in the lora_name slot (its BlockStored has no
 // lora_name), and so does the decoder; its earlier component-typed events
 // put one component's name in medium's slot (events.cc,

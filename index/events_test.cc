@@ -1155,6 +1155,37 @@ TEST(DecodeEventBatchTest, ExtraKeysOfAnotherLengthThanTheBlocksAreNoError) {
   EXPECT_EQ(t->chain_blocks, 1u);  // entries past the blocks describe nothing
 }
 
+// TensorRT-LLM's stores: a token given as text, or multimodal keys on a
+// block, end the indexed chain before that block; neither is an error, and
+// mm_keys is a known field. A sparse store with a text token is refused.
+TEST(DecodeEventBatchTest, TensorRtLlmsOpaqueBlocksEndTheChain) {
+  V text = StoredWithKeys(3, kNil, kNil);
+  text.items[7] = Arr({0, 1, "img:9", 3, 4, 5});  // token_ids: block 1
+  V mm = StoredWithKeys(3, kNil, Arr({Arr({"salt"})}));
+  mm.items.push_back("mm_keys");
+  mm.items.push_back(Arr(
+      {Arr({}), kNil,
+       Arr({Map(
+           {{"type", "mm_key"}, {"hash", "ab12"}, {"start_offset", 0}})})}));
+  KvEventBatch b;
+  ASSERT_TRUE(Decode(ArrayBatch({text, mm}), &b).ok());
+  ASSERT_NE(Stored(b, 0), nullptr);
+  EXPECT_EQ(Stored(b, 0)->chain_blocks, 1u);
+  ASSERT_NE(Stored(b, 1), nullptr);
+  EXPECT_EQ(Stored(b, 1)->chain_blocks, 2u);
+  EXPECT_EQ(Stored(b, 1)->cache_salt, "salt");
+  EXPECT_EQ(b.unknown_fields, 0u);
+
+  V bad = StoredWithKeys(1, kNil, kNil);
+  bad.items.push_back("mm_keys");
+  bad.items.push_back(7);
+  EXPECT_THAT(DecodeError(ArrayBatch({bad})).message(), HasSubstr("mm_keys"));
+  V sparse = StoredWithKeys(1, kNil, kNil);
+  sparse.items[7] = Arr({0, 1, "x", 3});  // 2 blocks of tokens, 1 hash
+  EXPECT_THAT(DecodeError(ArrayBatch({sparse})).message(),
+              HasSubstr("token_ids[2] is a"));
+}
+
 TEST(DecodeEventBatchTest, GroupIdxIsReadAndNilMeansZero) {
   KvEventBatch b;
   ASSERT_TRUE(Decode(ArrayBatch({StoredArray(Arr({1}), kNil, Tokens(0, 2), 2,

@@ -214,6 +214,18 @@ def seeds():
          "component_type": "mamba", "component_id": 2, "snapshot_version": 1,
          "medium": "GPU"},
     ], 0])
+    # TensorRT-LLM: tagged maps in an array batch with the rank, int64
+    # hashes, its largest window's layer group named, multimodal keys on a
+    # block, and a token given as text.
+    trt = stored_map([-7, -(2 ** 63)], None, 4)
+    trt.update(group_idx=1, mm_keys=[[], [{"type": "mm_key", "hash": "9f" * 16,
+                                            "start_offset": 1}]])
+    trt_text = stored_map([31, 32], None, 4)
+    trt_text["token_ids"][5] = "mm:9f"
+    s["trtllm_mm_text_group"] = pack([TS, [
+        {"type": "AllBlocksCleared"}, trt, trt_text,
+        {"type": "BlockRemoved", "block_hashes": [-7], "medium": "GPU", "group_idx": 1},
+    ], 0])
     # A cleared-only batch with an int ts and an explicit nil dp rank.
     s["cleared_int_ts"] = pack([1735689600, [["AllBlocksCleared"]], None])
     return s

@@ -21,7 +21,11 @@ Checks, a TensorRT-LLM source (blocks of 16) with a replay endpoint:
   - an engine that restarts (its new numbers above the old ones, as the
     wall clock makes them) is rebuilt from its new replay buffer: what it
     held before is gone, what it stores after is found;
-  - nothing is dropped, and the worker stays LIVE.
+  - a third engine's multimodal stores: a block with multimodal keys
+    (mm_keys), or with a token given as text, is not indexed, nor are the
+    blocks after it in the store (counted as dropped), and the batch is no
+    error: a prompt of the same token ids must not match it;
+  - nothing else is dropped, and the workers stay LIVE.
 
 Usage: test_trtllm_events.py --prefixd PATH [--stubs DIR]
 """
@@ -44,6 +48,7 @@ BS = 16
 DEADLINE_S = 10
 NAME = "trtllm-0"
 VSWA = "trtllm-vswa"
+MM = "trtllm-mm"
 
 
 def blocks(first, n):
@@ -55,17 +60,20 @@ class TrtllmEventsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.pub = upstream.TrtllmPublisher(0)
         cls.vswa = upstream.TrtllmPublisher(0)
+        cls.mm = upstream.TrtllmPublisher(0)
         # Sent before the daemon follows the engine: only its replay has it.
         cls.early_seq = cls.pub.publish([upstream.trtllm_stored([1, 2], None, blocks(0, 2),
                                                                 BS, group_idx=0)])
         config = ('index {\n  block_size: %d\n'
                   '  sources { name: "%s" endpoint: "%s" replay_endpoint: "%s" }\n'
                   '  sources { name: "%s" endpoint: "%s" replay_endpoint: "%s" }\n'
+                  '  sources { name: "%s" endpoint: "%s" replay_endpoint: "%s" }\n'
                   '}\n' % (BS, NAME, cls.pub.endpoint, cls.pub.replay_endpoint,
-                           VSWA, cls.vswa.endpoint, cls.vswa.replay_endpoint))
+                           VSWA, cls.vswa.endpoint, cls.vswa.replay_endpoint,
+                           MM, cls.mm.endpoint, cls.mm.replay_endpoint))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
-        for pub in (cls.pub, cls.vswa):
+        for pub in (cls.pub, cls.vswa, cls.mm):
             if not pub.wait_for_subscriber(DEADLINE_S):
                 raise AssertionError("the daemon did not subscribe")
 
@@ -75,13 +83,14 @@ class TrtllmEventsTest(unittest.TestCase):
         cls.daemon.close()
         cls.pub.close()
         cls.vswa.close()
+        cls.mm.close()
 
     def applied(self, seq, name=NAME):
         return prefixd_fixture.applied(self.client, self.daemon, {name: seq},
                                        DEADLINE_S)[name]
 
     def publish(self, events, name=NAME):
-        pub = self.vswa if name == VSWA else self.pub
+        pub = {VSWA: self.vswa, MM: self.mm}.get(name, self.pub)
         return self.applied(pub.publish(events), name)
 
     def held(self, tokens, name=NAME):
@@ -144,6 +153,20 @@ class TrtllmEventsTest(unittest.TestCase):
         self.assertEqual(self.held(blocks(50, 1)), (1, {"GPU": 1}))
         self.assertEqual(self.held(blocks(0, 2)), (0, {}))
         self.assertEqual(self.held(blocks(30, 2)), (0, {}))
+
+    def test_6_multimodal_blocks_are_not_indexed(self):
+        image = upstream.trtllm_mm_key(b"\x9f" * 16, 3)
+        w = self.publish([upstream.trtllm_stored([61, 62, 63], None, blocks(60, 3), BS,
+                                                 mm_keys=[[], [image], []])], MM)
+        self.assertEqual(w.state, prefixd.WorkerState.LIVE, w.state_detail)
+        self.assertEqual((w.dropped_blocks, w.last_error), (2, ""))
+        self.assertEqual(self.held(blocks(60, 3), MM), (1, {"GPU": 1}))
+        text = blocks(70, 2)
+        text[BS + 5] = "mm:9f"  # block 1's sixth token, given as text
+        w = self.publish([upstream.trtllm_stored([71, 72], None, text, BS)], MM)
+        self.assertEqual(w.state, prefixd.WorkerState.LIVE, w.state_detail)
+        self.assertEqual((w.dropped_blocks, w.last_error), (3, ""))
+        self.assertEqual(self.held(blocks(70, 2), MM), (1, {"GPU": 1}))
 
 
 if __name__ == "__main__":

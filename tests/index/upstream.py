@@ -293,18 +293,27 @@ def trtllm_signed(h):
 
 
 def trtllm_stored(block_hashes, parent_block_hash, token_ids, block_size, medium="GPU",
-                  group_idx=None):
+                  group_idx=None, mm_keys=None):
     """TensorRT-LLM's BlockStored as its native-event translator sends it:
     every field without a default present (lora_id and lora_name nil), and
     group_idx, the layer group of the model's largest attention window,
     present whenever the engine names one (omit_defaults leaves out only
-    None)."""
+    None). Its streaming sink's stores may carry mm_keys (a list per block
+    of trtllm_mm_key) and tokens given as text (EventTokenId = int | str)."""
     event = {"type": "BlockStored", "block_hashes": block_hashes,
              "parent_block_hash": parent_block_hash, "token_ids": token_ids,
              "block_size": block_size, "lora_id": None, "medium": medium, "lora_name": None}
     if group_idx is not None:
         event["group_idx"] = group_idx
+    if mm_keys is not None:
+        event["mm_keys"] = mm_keys
     return event
+
+
+def trtllm_mm_key(digest, start_offset):
+    """One multimodal input within a block: its MultimodalKey, tagged
+    "mm_key", the digest as hex."""
+    return {"type": "mm_key", "hash": digest.hex(), "start_offset": start_offset}
 
 
 def trtllm_removed(block_hashes, medium="GPU", group_idx=None):

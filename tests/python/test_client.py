@@ -11,7 +11,6 @@ PrefixIndex for what goes on the wire (IndexFakeTest).
 Usage: test_client.py --prefixd PATH [--stubs DIR] [unittest args]
 """
 
-import sys
 import threading
 import unittest
 
@@ -301,7 +300,9 @@ class ClientTest(TenantTestCase):
         c = self.client()
         for method, call in (("Route", lambda: c.route(tokens(0, 1))),
                              ("RouteBatch", lambda: c.route_batch([tokens(0, 1)])),
-                             ("ListWorkers", c.list_workers)):
+                             ("ListWorkers", c.list_workers),
+                             ("Pick", lambda: c.pick(tokens(0, 1))),
+                             ("PickBatch", lambda: c.pick_batch([tokens(0, 1)]))):
             with self.assertRaises(prefixd.Unimplemented) as e:
                 call()
             self.assertEqual(e.exception.code, grpc.StatusCode.UNIMPLEMENTED)

@@ -126,7 +126,7 @@ _ERRORS = {
 
 # The fleet index's RPCs (prefixd.v1.PrefixIndex): UNIMPLEMENTED from them
 # means the daemon runs no index, which gRPC reports with an empty message.
-_INDEX_METHODS = ("Route", "RouteBatch", "ListWorkers")
+_INDEX_METHODS = ("Route", "RouteBatch", "ListWorkers", "Pick", "PickBatch")
 
 
 def _error(method: str, e: grpc.RpcError, client: Optional["Client"] = None) -> PrefixdError:

@@ -14,6 +14,7 @@
 #include "index/external_kv.h"
 #include "index/extra_keys.h"
 #include "index/keys.h"
+#include "index/routed_group.h"
 
 namespace prefixd {
 
@@ -297,7 +298,7 @@ bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
     const bool placed =
         (st->components == 0 || (st->components & kComponentFull) != 0) &&
         !st->placeholder && !st->from_object_key;
-    if (wrong == nullptr && GroupOf(w, *st) == 0 && placed &&
+    if (wrong == nullptr && RoutedGroupOf(w, *st) == 0 && placed &&
         st->block_size != options_.block_size) {
       wrong = st;
     }
@@ -322,7 +323,7 @@ void FleetIndex::Apply(WorkerId id, const KvEventBatch& batch, int64_t seq,
   WorkerRecord& w = workers_.Get(id);
   w.events_by_type[3] += batch.unknown_events;
   w.unknown_fields += batch.unknown_fields;
-  LearnRoutedGroup(w, batch);
+  LearnRoutedGroup(batch, &w);
   if (!RejectBlockSize(w, batch)) ApplyEvents(w, batch);
   // Recorded once the batch is applied in full: a long one releases mu_
   // between slices, and a reader then must not take the worker for caught
@@ -360,7 +361,7 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
         RemoveComponents(id, *rm, rm->components);
       } else if (w.component_typed) {
         RemoveComponents(id, *rm, kAllComponents);
-      } else if (GroupOf(w, *rm) != rm->group_idx) {
+      } else if (RoutedGroupOf(w, *rm) != rm->group_idx) {
         BlockRemovedEvent routed = *rm;
         routed.group_idx = 0;
         RemoveSliced(id, routed);
@@ -390,7 +391,7 @@ void FleetIndex::StoreWaiting(WorkerRecord& w,
 
 void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
                              uint64_t stamp, DropCounts* drops) {
-  if (GroupOf(w, ev) != ev.group_idx) {
+  if (RoutedGroupOf(w, ev) != ev.group_idx) {
     // Counted in group 0: a copy, tokens and all, made only for an engine
     // routed by another group, which sends that group's stores alone.
     BlockStoredEvent routed = ev;
@@ -429,44 +430,6 @@ void FleetIndex::StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev,
     }
   }
   (*drops)[static_cast<int>(reason)] += ev.block_hashes.size();
-}
-
-namespace {
-
-// A plain store that declares no kind for its group, in a group no store
-// of the worker declared either.
-bool Undeclared(const WorkerRecord& w, const BlockStoredEvent& ev) {
-  const int64_t g = ev.group_idx;
-  return g >= 0 && g < kMaxGroups && ev.kv_cache_spec_kind.empty() &&
-         ev.components == 0 && !ev.from_object_key && !ev.placeholder &&
-         !ev.sparse &&
-         w.groups[static_cast<size_t>(g)].kind == GroupKind::kNone;
-}
-
-}  // namespace
-
-void FleetIndex::LearnRoutedGroup(WorkerRecord& w, const KvEventBatch& batch) {
-  for (const KvEvent& e : batch.events) {
-    const auto* st = std::get_if<BlockStoredEvent>(&e);
-    if (st == nullptr || !Undeclared(w, *st)) continue;
-    if (w.routed_group < 0 || st->group_idx == 0)
-      w.routed_group = static_cast<int>(st->group_idx);
-  }
-}
-
-int64_t FleetIndex::GroupOf(const WorkerRecord& w, const BlockStoredEvent& ev) {
-  return ev.group_idx > 0 && ev.group_idx == w.routed_group && Undeclared(w, ev)
-             ? 0
-             : ev.group_idx;
-}
-
-int64_t FleetIndex::GroupOf(const WorkerRecord& w,
-                            const BlockRemovedEvent& ev) {
-  return ev.group_idx > 0 && ev.group_idx == w.routed_group &&
-                 w.groups[static_cast<size_t>(ev.group_idx)].kind ==
-                     GroupKind::kNone
-             ? 0
-             : ev.group_idx;
 }
 
 // A group is indexed once a store has declared its kind (group 0 is full

@@ -118,13 +118,6 @@ class FleetIndex final : public KvIndex {
                     std::vector<const BlockStoredEvent*>* waiting,
                     uint64_t stamp, DropCounts* drops)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The group w's stores that declare no kind are routed by, from the
-  // batch's (WorkerRecord::routed_group).
-  static void LearnRoutedGroup(WorkerRecord& w, const KvEventBatch& batch);
-  // The group an event of w counts in: 0 for its routed group (unless the
-  // event or a store before it declared the group's kind), else its own.
-  static int64_t GroupOf(const WorkerRecord& w, const BlockStoredEvent& ev);
-  static int64_t GroupOf(const WorkerRecord& w, const BlockRemovedEvent& ev);
   // Stores the event, or counts why not (a group without a rule).
   void StoreLocked(WorkerRecord& w, const BlockStoredEvent& ev, uint64_t stamp,
                    DropCounts* drops) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -50,11 +50,7 @@ struct WorkerRecord {
   // index/group_rules.h); all kNone for a plain engine.
   std::array<GroupRule, kMaxGroups> groups = {};
   // The group its stores that declare no kind are routed by, counted as
-  // group 0 (docs/index.md, "Hybrid models"): the first such group it
-  // stored into, or 0 once it stores into 0. An engine that names one
-  // group is routed by it whatever its index (TensorRT-LLM publishes only
-  // the layer group of its largest attention window); one that names
-  // several (older vLLM) by group 0, its others skipped. -1: none yet.
+  // group 0 (index/routed_group.h). -1: none yet.
   int routed_group = -1;
   // Its stores name SGLang's components (BlockStoredEvent::components): a
   // removal takes the blocks out of every component.

@@ -158,6 +158,21 @@ absl::Status MayRegister(const ConductorCaller& caller) {
                    "an ENGINE principal"));
 }
 
+// A registration as both generations of the Conductor list their
+// ServiceConfigs on GET /services (its Go struct's field names).
+Json ServiceConfigOf(const Registration& r, int block_size) {
+  return {{"Endpoint", r.endpoint},
+          {"ReplayEndpoint", r.replay_endpoint},
+          {"Type", r.type},
+          {"ModelName", r.model},
+          {"LoraName", r.lora_name},
+          {"TenantID", r.tenant},
+          {"InstanceID", r.instance_id},
+          {"BlockSize", block_size},
+          {"DPRank", r.dp_rank},
+          {"AdditionalSalt", r.salt}};
+}
+
 }  // namespace
 
 absl::StatusOr<Registration> RegistrationFromJson(const Json& j,
@@ -344,6 +359,19 @@ ConductorAnswer ConductorApi::Query(const ConductorCaller& caller,
   absl::StatusOr<Json> answer = DoQuery(caller, body, by_hash, format);
   if (!answer.ok()) return ErrorAnswer(answer.status(), format);
   return {200, Encode(*answer, format), format};
+}
+
+ConductorAnswer ConductorApi::Services(const ConductorCaller& caller) const {
+  Json list = Json::array();
+  if (registry_ != nullptr) {
+    for (const Registration& r : registry_->List()) {
+      if (caller.any_tenant || r.tenant == caller.tenant)
+        list.push_back(ServiceConfigOf(r, index_->options().block_size));
+    }
+  }
+  const size_t count = list.size();
+  return {200, Dump(Json{{"count", count}, {"services", std::move(list)}}),
+          BodyFormat::kJson};
 }
 
 }  // namespace prefixd

@@ -16,6 +16,9 @@
 //   POST /query_by_hash  the same with seq_hashes (or block_hash) instead of
 //                        token_ids: the prompt's rolling keys
 //                        (index/keys.h)
+//   GET /services        the registrations, {"count", "services": [...]}
+//                        with the field names of the Conductor's
+//                        ServiceConfig (always JSON)
 //
 // A JSON query answers by tenant, {<tenant>: {<instance_id>: {...}}}, as
 // the RFC does; a MessagePack one by instance, {"instances":
@@ -121,6 +124,9 @@ class ConductorApi {
   ConductorAnswer Query(const ConductorCaller& caller, absl::string_view body,
                         bool by_hash,
                         BodyFormat format = BodyFormat::kJson) const;
+  // The registrations the caller may see: every one for an ENGINE or ADMIN
+  // principal, its own tenant's for a TENANT principal; by name.
+  ConductorAnswer Services(const ConductorCaller& caller) const;
 
  private:
   absl::StatusOr<nlohmann::json> DoQuery(const ConductorCaller& caller,

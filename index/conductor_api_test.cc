@@ -606,5 +606,67 @@ TEST(ConductorRegistryTest, RegistrationsPersistAndBadOnesChangeNothing) {
                                      "block_size: 4 differs"));
 }
 
+// GET /services lists the registrations with the field names of the
+// Conductor's ServiceConfig, by name: every one for an ENGINE or ADMIN
+// principal, its own tenant's for a TENANT principal.
+TEST(ConductorRegistryTest, ServicesListsTheRegistrationsACallerMaySee) {
+  FleetIndex index(IndexOptions{kBs, 1000000});
+  auto ingest = Ingest::Start(&index, IngestOptions());
+  ASSERT_TRUE(ingest.ok());
+  ConductorRegistry registry(ingest->get(), "", kBs);
+  ConductorApi api(&index, &registry, ConductorLimits());
+  ConductorAnswer a = api.Services(Engine());
+  EXPECT_EQ(a.status, 200);
+  EXPECT_EQ(a.format, BodyFormat::kJson);
+  EXPECT_EQ(Json::parse(a.body),
+            (Json{{"count", 0}, {"services", Json::array()}}));
+  ASSERT_EQ(api.Register(Engine(), RegisterBody("b", 1).dump()).status, 200);
+  Json other = RegisterBody("a", 0);
+  other["tenant_id"] = "default";
+  other["type"] = "mooncake";
+  other.erase("replay_endpoint");
+  other.erase("additionalsalt");
+  other["lora_name"] = "sql";
+  ASSERT_EQ(api.Register(Engine(), other.dump()).status, 200);
+  const Json b = {{"Endpoint", "tcp://127.0.0.1:1"},
+                  {"ReplayEndpoint", "tcp://127.0.0.1:2"},
+                  {"Type", "vLLM"},
+                  {"ModelName", "llama"},
+                  {"LoraName", ""},
+                  {"TenantID", "acme"},
+                  {"InstanceID", "b"},
+                  {"BlockSize", kBs},
+                  {"DPRank", 1},
+                  {"AdditionalSalt", "s1"}};
+  const Json a0 = {{"Endpoint", "tcp://127.0.0.1:1"},
+                   {"ReplayEndpoint", ""},
+                   {"Type", "Mooncake"},
+                   {"ModelName", "llama"},
+                   {"LoraName", "sql"},
+                   {"TenantID", "default"},
+                   {"InstanceID", "a"},
+                   {"BlockSize", kBs},
+                   {"DPRank", 0},
+                   {"AdditionalSalt", ""}};
+  a = api.Services(Engine());
+  EXPECT_EQ(Json::parse(a.body),
+            (Json{{"count", 2}, {"services", Json::array({a0, b})}}))
+      << a.body;
+  ConductorCaller acme;
+  acme.principal = "acme-router";
+  acme.tenant = "acme";
+  a = api.Services(acme);
+  EXPECT_EQ(a.status, 200);
+  EXPECT_EQ(Json::parse(a.body),
+            (Json{{"count", 1}, {"services", Json::array({b})}}))
+      << a.body;
+  ASSERT_EQ(api.Unregister(Engine(), RegisterBody("b", 1).dump()).status, 200);
+  EXPECT_EQ(Json::parse(api.Services(acme).body)["count"], 0);
+  // Without a registry (a daemon that serves no /register), none.
+  const ConductorApi bare(&index, nullptr, ConductorLimits());
+  EXPECT_EQ(Json::parse(bare.Services(Engine()).body),
+            (Json{{"count", 0}, {"services", Json::array()}}));
+}
+
 }  // namespace
 }  // namespace prefixd

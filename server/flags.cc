@@ -73,7 +73,8 @@ const std::vector<FlagSpec>& Flags() {
        "none"},
       {"index_http_listen", "HOST:PORT",
        "Fleet index: serve the Mooncake Conductor indexer API (HTTP, JSON "
-       "or MessagePack: /register, /unregister, /query, /query_by_hash) "
+       "or MessagePack: /register, /unregister, /query, /query_by_hash, "
+       "/services) "
        "here, with the daemon's principals, e.g. 127.0.0.1:9470; over HTTPS "
        "with the gRPC listeners' certificate when auth.tls_cert_path is "
        "set. See docs/index.md, \"As a Mooncake Conductor\".",

@@ -112,15 +112,16 @@ ConductorAnswer ConductorListener::Dispatch(absl::string_view endpoint,
   if (endpoint == "other") {
     return ErrorAnswer(absl::NotFoundError(absl::StrCat(
                            "no endpoint ", request.path,
-                           ": POST /register, /unregister, /query or "
-                           "/query_by_hash")),
+                           ": POST /register, /unregister, /query, "
+                           "/query_by_hash or GET /services")),
                        format);
   }
-  if (request.method != "POST") {
-    ConductorAnswer a = ErrorAnswer(
-        absl::InvalidArgumentError(absl::StrCat(
-            request.method, " ", request.path, ": only POST is served")),
-        format);
+  const absl::string_view method = endpoint == "services" ? "GET" : "POST";
+  if (request.method != method) {
+    ConductorAnswer a = ErrorAnswer(absl::InvalidArgumentError(absl::StrCat(
+                                        request.method, " ", request.path,
+                                        ": only ", method, " is served")),
+                                    format);
     a.status = 405;
     return a;
   }
@@ -135,6 +136,7 @@ ConductorAnswer ConductorListener::Dispatch(absl::string_view endpoint,
     return api_->Register(caller, request.body, format);
   if (endpoint == "unregister")
     return api_->Unregister(caller, request.body, format);
+  if (endpoint == "services") return api_->Services(caller);
   return api_->Query(caller, request.body, endpoint == "query_by_hash", format);
 }
 

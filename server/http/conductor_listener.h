@@ -2,6 +2,7 @@
 // listener, index.http_listen (docs/index.md, "As a Mooncake Conductor"):
 //
 //   POST /register  /unregister  /query  /query_by_hash
+//   GET /services
 //
 // JSON in and out, over plain HTTP (civetweb, HttpListener) or, when the
 // daemon has TLS (auth.tls_cert_path), over HTTPS with the gRPC listeners'
@@ -34,8 +35,8 @@
 namespace prefixd {
 
 // The endpoint label of prefixd_index_http_* ("other": any other path).
-inline constexpr std::array<absl::string_view, 5> kConductorEndpoints = {
-    "register", "unregister", "query", "query_by_hash", "other"};
+inline constexpr std::array<absl::string_view, 6> kConductorEndpoints = {
+    "register", "unregister", "query", "query_by_hash", "services", "other"};
 
 // Sees every request the listener answers.
 class ConductorObserver {

@@ -23,7 +23,8 @@ naming the field for malformed JSON, a missing field, an unknown type, a
 wrong block_size, an oversized list and body; 401 without or with a bad
 token; 403 for a role or tenant or salt not owned; 404/405 for other paths
 and methods) changes nothing; /unregister by the registration's name alone
-(Mooncake's current form); a restart of the daemon keeps the
+(Mooncake's current form); GET /services lists the registrations with the
+Conductor's field names (a TENANT its own tenant's); a restart of the daemon keeps the
 registrations (index.state_dir) and answers as before; the metrics count the
 requests by endpoint and code.
 
@@ -197,6 +198,31 @@ class Test(common.Checker):
         self.check(store is not None and store.labels.hashes_are_keys,
                    "the Mooncake registration is placed by rolling keys", store)
 
+    def service_entry(self, name, instance, rank, type_):
+        """A registration as the Conductor's GET /services lists it."""
+        p = self.pubs[name]
+        return {"Endpoint": p.endpoint, "ReplayEndpoint": p.replay_endpoint, "Type": type_,
+                "ModelName": "deepseek", "LoraName": "", "TenantID": "default",
+                "InstanceID": instance, "BlockSize": BS, "DPRank": rank, "AdditionalSalt": ""}
+
+    def services(self, want, what):
+        """GET /services as each principal, then the methods it refuses."""
+        status, got = self.post("/services", None, raw=b"", method="GET")
+        self.check(status == 200 and got == {"count": len(want), "services": want},
+                   "GET /services lists %s, by name, with the Conductor's field names" % what,
+                   (status, got))
+        status, got = self.post("/services", None, raw=b"", method="GET", who="admin")
+        self.check(status == 200 and got["count"] == len(want), "an ADMIN may list them",
+                   (status, got))
+        status, got = self.post("/services", None, raw=b"", method="GET", who="acme")
+        self.check(status == 200 and got == {"count": 0, "services": []},
+                   "a TENANT of another tenant sees none of them", (status, got))
+        status, got = self.post("/services", None, raw=b"", method="GET", who=None)
+        self.check(status == 401, "GET /services without a token is 401", (status, got))
+        status, got = self.post("/services", {})
+        self.check(status == 405 and "only GET" in got.get("error", ""),
+                   "POST /services is 405", (status, got))
+
     def publish(self):
         self.prompt = list(range(1000, 1000 + 4 * BS)) + [7, 7, 7]  # 4 blocks + 3 tokens
         p = self.prompt
@@ -328,6 +354,10 @@ class Test(common.Checker):
                                               "removed_instances": ["vllm-a|default|1"]},
                    "/unregister answers the removed instance", (status, body))
         self.check("vllm-a|default|1" not in self.workers(), "its worker is gone")
+        status, got = self.post("/services", None, raw=b"", method="GET")
+        self.check(status == 200 and [e["InstanceID"] + "/" + str(e["DPRank"])
+                                      for e in got["services"]] == ["store-0/0", "vllm-a/0"],
+                   "GET /services no longer lists it", (status, got))
         status, got = self.post("/query", {"model": "deepseek", "token_ids": self.prompt,
                                            "block_size": BS})
         self.check(got.get("default", {}).get("vllm-a", {}).get("DP") == {"0": 64}
@@ -344,6 +374,11 @@ class Test(common.Checker):
         self.check(sorted(r["instance_id"] + "/" + str(r["dp_rank"]) for r in kept)
                    == ["store-0/0", "vllm-a/0"], "the state file lists the registrations", kept)
         self.start_daemon()
+        status, got = self.post("/services", None, raw=b"", method="GET")
+        self.check(status == 200 and got == {"count": 2, "services": [
+            self.service_entry("store", "store-0", 0, "Mooncake"),
+            self.service_entry("a0", "vllm-a", 0, "vLLM")]},
+                   "after a restart GET /services lists the kept registrations", (status, got))
         self.wait(lambda: self.applied("vllm-a|default|0", 0)
                   and self.applied("store-0|default|0", 0),
                   "after a restart the registrations are followed again (caught up)")
@@ -373,6 +408,10 @@ class Test(common.Checker):
         self.tmp = tempfile.mkdtemp(prefix="prefixd-conductor-")
         self.start_daemon()
         self.register_all()
+        self.services([self.service_entry("store", "store-0", 0, "Mooncake"),
+                       self.service_entry("a0", "vllm-a", 0, "vLLM"),
+                       self.service_entry("a1", "vllm-a", 1, "vLLM")],
+                      "the three registrations")
         self.publish()
         self.queries()
         self.errors()

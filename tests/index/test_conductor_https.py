@@ -8,7 +8,8 @@ client. Certificates come from tests/security's PKI (pki_tool).
 
 TOKEN with TLS:
   every endpoint once over HTTPS (/register of a ZeroMQ publisher, /query,
-  /query_by_hash, /query in MessagePack, /unregister), answers checked; no token 401, a wrong token
+  /query_by_hash, /query in MessagePack, GET /services, /unregister),
+  answers checked; no token 401, a wrong token
   401, an ADMIN's /register 403, as the plain door answers; a body over
   limits.max_message_size 400 (and the connection serves the next request),
   one over twice it cut off; a silent connection closed after io_timeout;
@@ -145,13 +146,15 @@ class Test(common.Checker):
         return http.client.HTTPSConnection("localhost", self.port, timeout=10,
                                            context=self.context(cert))
 
-    def post(self, path, body, who=None, cert=None, conn=None):
-        """(status, decoded JSON answer) of one request over HTTPS."""
+    def post(self, path, body, who=None, cert=None, conn=None, method="POST"):
+        """(status, decoded JSON answer) of one request over HTTPS (a GET
+        sends no body)."""
         c = conn or self.connect(cert)
         headers = {"Content-Type": "application/json"}
         if who is not None:
             headers["Authorization"] = "Bearer " + TOKENS.get(who, who)
-        c.request("POST", path, body=json.dumps(body).encode(), headers=headers)
+        data = None if method == "GET" else json.dumps(body).encode()
+        c.request(method, path, body=data, headers=headers)
         resp = c.getresponse()
         text = resp.read()
         if conn is None:
@@ -234,6 +237,10 @@ class Test(common.Checker):
         status, ctype, got = self.post_msgpack("/query", self.query(), **creds)
         self.check(status == 200 and ctype == "application/msgpack" and got == by_instance,
                    "/query in MessagePack over HTTPS answers by instance", (status, ctype, got))
+        status, got = self.post("/services", None, method="GET", **creds)
+        self.check(status == 200 and got["count"] == 1
+                   and got["services"][0]["InstanceID"] == instance,
+                   "GET /services over HTTPS lists the registration", (status, got))
         status, body = self.post("/unregister", self.register_body(instance), **creds)
         self.check(status == 200 and body.get("removed_instances") == [worker],
                    "/unregister over HTTPS", (status, body))

@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(ServerConfig config) {
     } else if (daemon->restored_) {
       DiscardConsumedSnapshot(daemon->server_->config().snapshot_path);
     }
-    return Prefixed("cannot serve metrics", s);
+    return s;
   }
   if (daemon->restored_) {
     DiscardConsumedSnapshot(daemon->server_->config().snapshot_path);
@@ -102,19 +102,26 @@ absl::Status Daemon::StartServer(ServerConfig config, ServerDeps deps) {
 }
 
 // /metrics, the status page and the KV calculator, on metrics_listen.
+// Each failure says which listener could not start.
 absl::Status Daemon::StartHttp() {
-  ASSIGN_OR_RETURN(http_,
-                   MetricsListener::Start(server_->config().metrics_listen,
-                                          metrics_.get(), SourcesOf(*server_)));
+  absl::StatusOr<std::unique_ptr<MetricsListener>> http =
+      MetricsListener::Start(server_->config().metrics_listen, metrics_.get(),
+                             SourcesOf(*server_));
+  if (!http.ok()) return Prefixed("cannot serve metrics", http.status());
+  http_ = *std::move(http);
   const ServerConfig& c = server_->config();
   if (c.index_http_listen.empty()) return absl::OkStatus();
   HttpLimits limits;
   limits.max_body_bytes = c.max_message_bytes;
   metrics_->EnableConductorMetrics();
-  ASSIGN_OR_RETURN(conductor_,
-                   ConductorListener::Start(
-                       c.index_http_listen, limits, server_->conductor_api(),
-                       &server_->authorizer(), metrics_.get()));
+  absl::StatusOr<std::unique_ptr<ConductorListener>> conductor =
+      ConductorListener::Start(c.index_http_listen, limits,
+                               server_->conductor_api(),
+                               &server_->authorizer(), metrics_.get());
+  if (!conductor.ok()) {
+    return Prefixed("cannot serve the Conductor API", conductor.status());
+  }
+  conductor_ = *std::move(conductor);
   return absl::OkStatus();
 }
 

@@ -46,6 +46,15 @@ class BusyPorts(unittest.TestCase):
                          "(is another prefixd running? change --metrics_listen or "
                          "metrics_listen in the config)\n" % self.busy)
 
+    def test_conductor_port(self):
+        r = prefixd("--listen=127.0.0.1:0", "--metrics_listen=127.0.0.1:0",
+                    "--index_http_listen=" + self.busy)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertEqual(r.stderr, "prefixd: cannot serve the Conductor API: %s: address "
+                         "already in use (is another prefixd running? change "
+                         "--index_http_listen or index.http_listen in the config)\n"
+                         % self.busy)
+
 
 class IndexListenExposure(unittest.TestCase):
     """An index `listen` socket other hosts can reach takes unauthenticated

@@ -92,16 +92,16 @@ class Test(common.Checker):
         super().__init__()
         self.tmp = None
         self.daemon = None
-        self.http_port = prefixd_fixture.free_port()
+        self.http_port = None  # the Conductor API's, picked at each start
         self.pubs = {}
 
     # ---- plumbing ----
 
     def start_daemon(self):
-        args = ["--index_http_listen=127.0.0.1:%d" % self.http_port,
-                "--index_state_dir=" + os.path.join(self.tmp, "state")]
-        self.daemon = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG, args=args,
-                                             snapshot=False, tmp=self.tmp).start()
+        args = ["--index_state_dir=" + os.path.join(self.tmp, "state")]
+        self.daemon = prefixd_fixture.Daemon(ARGS.prefixd, CONFIG, args=args, snapshot=False,
+                                             tmp=self.tmp, index_http="127.0.0.1").start()
+        self.http_port = self.daemon.index_http_port
         self.sent = {}  # (endpoint, status) -> requests since this start
         self.channel = grpc.insecure_channel(self.daemon.tcp)
         self.stub = pb_grpc.PrefixIndexStub(self.channel)

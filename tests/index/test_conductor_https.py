@@ -108,7 +108,7 @@ class Test(common.Checker):
         self.install("server")
         self.daemon = None
         self.pub = None
-        self.port = prefixd_fixture.free_port()
+        self.port = None  # the Conductor API's, picked at each start
 
     def install(self, name):
         shutil.copy(self.pki[name + ".cert"], self.pki["cert"])
@@ -131,8 +131,8 @@ class Test(common.Checker):
         os.mkdir(tmp)
         self.daemon = prefixd_fixture.Daemon(
             ARGS.prefixd, config(self.pki, mtls), snapshot=False, tls=True,
-            args=["--index_http_listen=0.0.0.0:%d" % self.port],
-            tmp=tmp).start()
+            index_http="0.0.0.0", tmp=tmp).start()
+        self.port = self.daemon.index_http_port
         # gRPC over the Unix socket (never TLS), as the engine principal.
         self.stub = pb_grpc.PrefixIndexStub(grpc.insecure_channel(self.daemon.unix))
 

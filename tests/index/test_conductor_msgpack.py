@@ -74,12 +74,11 @@ def instance_answer(ranks):
 class ConductorMsgpackTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.http_port = prefixd_fixture.free_port()
         cls.daemon = prefixd_fixture.Daemon(
             ARGS.prefixd,
             "index { block_size: %d }\nlimits { max_message_size: \"1MiB\" }\n" % BS,
-            args=["--index_http_listen=127.0.0.1:%d" % cls.http_port],
-            snapshot=False).start()
+            index_http="127.0.0.1", snapshot=False).start()
+        cls.http_port = cls.daemon.index_http_port
         cls.client = prefixd.Client(cls.daemon.tcp)
         cls.pubs = {"a0": upstream.ZmqEventPublisher(0),
                     "a1": upstream.ZmqEventPublisher(1),
@@ -211,11 +210,10 @@ class ConductorMsgpackTest(unittest.TestCase):
     def test_4_json_by_instance_when_configured(self):
         # A daemon told --index_http_answer=by_instance answers JSON as
         # Mooncake's current Conductor does in JSON.
-        port = prefixd_fixture.free_port()
         daemon = prefixd_fixture.Daemon(
-            ARGS.prefixd, "index { block_size: %d }\n" % BS,
-            args=["--index_http_listen=127.0.0.1:%d" % port,
-                  "--index_http_answer=by_instance"], snapshot=False).start()
+            ARGS.prefixd, "index { block_size: %d }\n" % BS, index_http="127.0.0.1",
+            args=["--index_http_answer=by_instance"], snapshot=False).start()
+        port = daemon.index_http_port
         client = prefixd.Client(daemon.tcp)
         pub = upstream.ZmqEventPublisher(0)
         try:

@@ -349,7 +349,7 @@ class FrontDoorsScenario(unittest.TestCase):
         if not ARGS.prefixd:
             self.skipTest("--prefixd not given")
         self.tmp = tempfile.mkdtemp(prefix="prefixd-scenario-")
-        self.http_port = prefixd_fixture.free_port()
+        self.http_port = None  # the Conductor API's, picked at each start
         self.daemon = None
         self.channel = None
         self.model = Model()
@@ -372,14 +372,15 @@ class FrontDoorsScenario(unittest.TestCase):
             % (e.name, e.pub.endpoint, e.pub.replay_endpoint, e.instance, e.rank, MODEL,
                e.address) for e in (self.sg0, self.sg1))
         return ('index {\n  block_size: %d\n  replay_timeout: "%ds"\n'
-                '  http_listen: "127.0.0.1:%d"\n  state_dir: "%s"\n%s}\n'
-                % (BS, DEADLINE_S, self.http_port, os.path.join(self.tmp, "state"), sources))
+                '  state_dir: "%s"\n%s}\n'
+                % (BS, DEADLINE_S, os.path.join(self.tmp, "state"), sources))
 
     # ---- plumbing ----
 
     def start_daemon(self):
         self.daemon = prefixd_fixture.Daemon(ARGS.prefixd, self.config(), snapshot=False,
-                                             tmp=self.tmp).start()
+                                             tmp=self.tmp, index_http="127.0.0.1").start()
+        self.http_port = self.daemon.index_http_port
         self.channel = grpc.insecure_channel(self.daemon.tcp)
         self.index = pb_grpc.PrefixIndexStub(self.channel)
         self.kvi = kv_grpc.KVIndexerStub(self.channel)

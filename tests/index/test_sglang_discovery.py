@@ -152,11 +152,10 @@ class SglangDiscoveryTest(unittest.TestCase):
                   '            server_info_api_key_file: "%s" }\n'
                   '  pick { engine_metrics_max_age: "5s" }\n}\n'
                   % (BS, cls.info.url, cls.replay, cls.key_file))
-        cls.http_port = prefixd_fixture.free_port()  # the Conductor API
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False,
-                                            args=["--index_http_listen=127.0.0.1:%d"
-                                                  % cls.http_port])
+                                            index_http="127.0.0.1")
         cls.daemon.start()
+        cls.http_port = cls.daemon.index_http_port  # the Conductor API
         cls.client = prefixd.Client(cls.daemon.tcp)
 
     @classmethod

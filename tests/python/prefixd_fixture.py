@@ -25,9 +25,9 @@ import time
 import grpc
 
 START_TIMEOUT_S = 30
-# How the daemon says a --listen or --metrics_listen port was taken
-# (server/listen_address.cc, server.cc, daemon.cc), and how often a start so
-# refused is retried on other ports.
+# How the daemon says a --listen, --metrics_listen or --index_http_listen
+# port was taken (server/listen_address.cc, server.cc, daemon.cc), and how
+# often a start so refused is retried on other ports.
 PORT_TAKEN = r"address already in use|in use or not bindable|cannot serve metrics"
 PORT_RACE_RETRIES = 3
 STOP_TIMEOUT_S = 20
@@ -73,9 +73,15 @@ def health_status(target, service="", timeout=5.0):
 
 
 class Daemon:
-    def __init__(self, binary, config_text="", args=(), snapshot=True, tmp=None, tls=False):
+    def __init__(self, binary, config_text="", args=(), snapshot=True, tmp=None, tls=False,
+                 index_http=None):
+        """index_http: a host to serve the Conductor API on
+        (--index_http_listen), on a port picked at each start like the
+        others: index_http_port."""
         self.binary = binary
         self.tls = tls
+        self.index_http = index_http
+        self.index_http_port = None
         self.config_text = config_text
         self.extra_args = list(args)
         self.snapshot = snapshot
@@ -115,6 +121,9 @@ class Daemon:
         self.metrics = "127.0.0.1:%d" % free_port()
         cmd = [self.binary, "--config=" + config, "--listen=" + self.tcp, "--listen=" + self.unix,
                "--metrics_listen=" + self.metrics]
+        if self.index_http is not None:
+            self.index_http_port = free_port()
+            cmd.append("--index_http_listen=%s:%d" % (self.index_http, self.index_http_port))
         if self.snapshot:
             cmd.append("--snapshot_path=" + os.path.join(self.tmp, "snapshot.bin"))
         cmd += self.extra_args

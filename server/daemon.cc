@@ -116,8 +116,8 @@ absl::Status Daemon::StartHttp() {
   metrics_->EnableConductorMetrics();
   absl::StatusOr<std::unique_ptr<ConductorListener>> conductor =
       ConductorListener::Start(c.index_http_listen, limits,
-                               server_->conductor_api(),
-                               &server_->authorizer(), metrics_.get());
+                               server_->conductor_api(), &server_->authorizer(),
+                               metrics_.get());
   if (!conductor.ok()) {
     return Prefixed("cannot serve the Conductor API", conductor.status());
   }

@@ -1,11 +1,13 @@
 #include "server/kv_indexer_service.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/kv_indexer_request.h"
+#include "server/kv_indexer_wire.h"
 #include "server/unary_call.h"
 
 namespace prefixd {
@@ -30,6 +32,21 @@ void TierToProto(const TierHoldings& t, kvi::TierHashes* out) {
   for (uint32_t m : t.component_masks) out->add_component_masks(m);
   // Page sizes are not kept: 0, unknown, for each hash.
   out->mutable_block_sizes()->Resize(static_cast<int>(t.hashes.size()), 0);
+}
+
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  out.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+void SetBytes(const std::string& bytes, grpc::ByteBuffer* out) {
+  grpc::Slice slice(bytes);
+  *out = grpc::ByteBuffer(&slice, 1);
 }
 
 }  // namespace
@@ -88,78 +105,96 @@ grpc::ServerUnaryReactor* KvIndexerService::ReplaceExternalKvSnapshot(
 }
 
 grpc::ServerUnaryReactor* KvIndexerService::ApplyExternalKvBatch(
-    grpc::CallbackServerContext* ctx,
-    const kvi::ApplyExternalKvBatchRequest* req,
-    kvi::ApplyExternalKvBatchResponse* resp) {
-  return UnaryCall(ctx, *auth_, observer_, "ApplyExternalKvBatch",
-                   [&](const CallContext& call) -> absl::Status {
-                     RETURN_IF_ERROR(MayWrite(call, "ApplyExternalKvBatch"));
-                     ASSIGN_OR_RETURN(ExternalBatch batch,
-                                      ReadApplyRequest(*req, limits_));
-                     ASSIGN_OR_RETURN(ApplyOutcome out, kv_->Apply(batch));
-                     resp->set_applied_seq(out.applied_seq);
-                     resp->set_duplicate(out.duplicate);
-                     return absl::OkStatus();
-                   });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return UnaryCall(
+      ctx, *auth_, observer_, "ApplyExternalKvBatch",
+      [&](const CallContext& call) -> absl::Status {
+        RETURN_IF_ERROR(MayWrite(call, "ApplyExternalKvBatch"));
+        kvi::ApplyExternalKvBatchRequest request;
+        RETURN_IF_ERROR(DecodeApplyRequest(Bytes(*req), &request).status());
+        ASSIGN_OR_RETURN(ExternalBatch batch,
+                         ReadApplyRequest(request, limits_));
+        ASSIGN_OR_RETURN(ApplyOutcome out, kv_->Apply(batch));
+        kvi::ApplyExternalKvBatchResponse response;
+        response.set_applied_seq(out.applied_seq);
+        response.set_duplicate(out.duplicate);
+        SetBytes(response.SerializeAsString(), resp);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvIndexerService::MatchExternalKv(
-    grpc::CallbackServerContext* ctx, const kvi::MatchExternalKvRequest* req,
-    kvi::MatchExternalKvResponse* resp) {
-  return UnaryCall(ctx, *auth_, observer_, "MatchExternalKv",
-                   [&](const CallContext& call) -> absl::Status {
-                     ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
-                                      ReadHashList(req->hashes(), limits_));
-                     for (const NodeHoldings& n : kv_->Match(
-                              hashes, req->count_as_hit(), QueryTenant(call))) {
-                       kvi::ExternalKvNodeMatch* m = resp->add_matches();
-                       m->set_worker_id(n.worker.data(), n.worker.size());
-                       m->set_address(n.address.data(), n.address.size());
-                       for (const TierHoldings& t : n.tiers)
-                         TierToProto(t, m->add_hashes_by_tier());
-                     }
-                     return absl::OkStatus();
-                   });
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
+  return UnaryCall(
+      ctx, *auth_, observer_, "MatchExternalKv",
+      [&](const CallContext& call) -> absl::Status {
+        kvi::MatchExternalKvRequest request;
+        ASSIGN_OR_RETURN(const HashForm form,
+                         DecodeMatchRequest(Bytes(*req), &request));
+        ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
+                         ReadHashList(request.hashes(), limits_));
+        kvi::MatchExternalKvResponse response;
+        for (const NodeHoldings& n :
+             kv_->Match(hashes, request.count_as_hit(), QueryTenant(call))) {
+          kvi::ExternalKvNodeMatch* m = response.add_matches();
+          m->set_worker_id(n.worker.data(), n.worker.size());
+          m->set_address(n.address.data(), n.address.size());
+          for (const TierHoldings& t : n.tiers)
+            TierToProto(t, m->add_hashes_by_tier());
+        }
+        SetBytes(EncodeMatchResponse(response, form), resp);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* KvIndexerService::MatchExternalKvPrefix(
-    grpc::CallbackServerContext* ctx,
-    const kvi::MatchExternalKvPrefixRequest* req,
-    kvi::MatchExternalKvPrefixResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
   return UnaryCall(
       ctx, *auth_, observer_, "MatchExternalKvPrefix",
       [&](const CallContext& call) -> absl::Status {
+        kvi::MatchExternalKvPrefixRequest request;
+        RETURN_IF_ERROR(DecodePrefixRequest(Bytes(*req), &request).status());
         ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
-                         ReadPrefixRequest(*req, limits_));
+                         ReadPrefixRequest(request, limits_));
         WorkerFilter filter;
         filter.tenant = QueryTenant(call);
         const PrefixAnswer a = kv_->MatchPrefix(hashes, filter);
-        resp->mutable_matches()->Reserve(static_cast<int>(a.matches.size()));
+        kvi::MatchExternalKvPrefixResponse response;
+        response.mutable_matches()->Reserve(static_cast<int>(a.matches.size()));
         for (const PrefixMatch& m : a.matches) {
-          kvi::ExternalKvPrefixMatch* out = resp->add_matches();
+          kvi::ExternalKvPrefixMatch* out = response.add_matches();
           out->set_worker_address(m.address.data(), m.address.size());
           out->set_matched_prefix_blocks(m.blocks);
           out->set_worker_id(m.worker.data(), m.worker.size());
         }
-        resp->set_best_prefix_blocks(a.best_blocks);
-        resp->set_blocks_read(a.blocks_read);
+        response.set_best_prefix_blocks(a.best_blocks);
+        response.set_blocks_read(a.blocks_read);
+        SetBytes(response.SerializeAsString(), resp);
         return absl::OkStatus();
       });
 }
 
 grpc::ServerUnaryReactor* KvIndexerService::GetExternalKvHitCounts(
-    grpc::CallbackServerContext* ctx,
-    const kvi::GetExternalKvHitCountsRequest* req,
-    kvi::GetExternalKvHitCountsResponse* resp) {
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+    grpc::ByteBuffer* resp) {
   return UnaryCall(ctx, *auth_, observer_, "GetExternalKvHitCounts",
                    [&](const CallContext&) -> absl::Status {
+                     kvi::GetExternalKvHitCountsRequest request;
+                     ASSIGN_OR_RETURN(
+                         const HashForm form,
+                         DecodeHitCountsRequest(Bytes(*req), &request));
                      ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
-                                      ReadHashList(req->hashes(), limits_));
+                                      ReadHashList(request.hashes(), limits_));
+                     kvi::GetExternalKvHitCountsResponse response;
                      for (const HitCount& h : kv_->HitCounts(hashes)) {
-                       kvi::HitCountEntry* e = resp->add_entries();
+                       kvi::HitCountEntry* e = response.add_entries();
                        e->set_hash(static_cast<int64_t>(h.hash));
                        e->set_hit_count_total(h.hits);
                      }
+                     SetBytes(EncodeHitCountsResponse(response, form), resp);
                      return absl::OkStatus();
                    });
 }

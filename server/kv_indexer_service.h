@@ -1,7 +1,9 @@
 // SGLang's KV indexer service (kv_indexer.v1.KVIndexer, docs/index.md "As
 // sgl-router's KV indexer") on the daemon's gRPC listeners when the fleet
 // index is on. Translates proto <-> ExternalKv (index/external_kv.h),
-// whose logic it holds none of, and checks who may call.
+// whose logic it holds none of, and checks who may call. sgl-router's
+// packed hashes and the standalone sgl-kv-indexer's decimal ones are both
+// read (server/kv_indexer_wire.h).
 //
 // Who may call (docs/security.md): with auth off, anyone who reaches the
 // listeners. Otherwise ApplyExternalKvBatch, ReplaceExternalKvSnapshot,
@@ -12,6 +14,8 @@
 #ifndef PREFIXD_SERVER_KV_INDEXER_SERVICE_H_
 #define PREFIXD_SERVER_KV_INDEXER_SERVICE_H_
 
+#include <grpcpp/support/byte_buffer.h>
+
 #include "core/cache_types.h"
 #include "index/external_kv.h"
 #include "kv_indexer/v1/kv_indexer.grpc.pb.h"
@@ -20,10 +24,23 @@
 
 namespace prefixd {
 
+// The four RPCs whose messages carry hashes take their bytes raw: their
+// hashes come in either of two forms (server/kv_indexer_wire.h), and are
+// answered in the form asked.
+using KvIndexerGrpc = ::kv_indexer::v1::KVIndexer;
+using KvIndexerBase = KvIndexerGrpc::WithCallbackMethod_ConfigureExpectedWorkers<
+    KvIndexerGrpc::WithCallbackMethod_InvalidateWorker<
+        KvIndexerGrpc::WithCallbackMethod_ReplaceExternalKvSnapshot<
+            KvIndexerGrpc::WithRawCallbackMethod_ApplyExternalKvBatch<
+                KvIndexerGrpc::WithRawCallbackMethod_MatchExternalKv<
+                    KvIndexerGrpc::WithRawCallbackMethod_MatchExternalKvPrefix<
+                        KvIndexerGrpc::
+                            WithRawCallbackMethod_GetExternalKvHitCounts<
+                                KvIndexerGrpc::Service>>>>>>>;
+
 // Thread safety: handlers run concurrently; ExternalKv is thread-safe.
 // `kv`, `auth` and `observer` (nullable) must outlive the service.
-class KvIndexerService final
-    : public ::kv_indexer::v1::KVIndexer::CallbackService {
+class KvIndexerService final : public KvIndexerBase {
  public:
   KvIndexerService(ExternalKv* kv, const Authorizer* auth, CacheLimits limits,
                    RpcObserver* observer);
@@ -41,21 +58,17 @@ class KvIndexerService final
       const ::kv_indexer::v1::ReplaceExternalKvSnapshotRequest* req,
       ::kv_indexer::v1::ReplaceExternalKvSnapshotResponse* resp) override;
   grpc::ServerUnaryReactor* ApplyExternalKvBatch(
-      grpc::CallbackServerContext* ctx,
-      const ::kv_indexer::v1::ApplyExternalKvBatchRequest* req,
-      ::kv_indexer::v1::ApplyExternalKvBatchResponse* resp) override;
-  grpc::ServerUnaryReactor* MatchExternalKv(
-      grpc::CallbackServerContext* ctx,
-      const ::kv_indexer::v1::MatchExternalKvRequest* req,
-      ::kv_indexer::v1::MatchExternalKvResponse* resp) override;
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
+  grpc::ServerUnaryReactor* MatchExternalKv(grpc::CallbackServerContext* ctx,
+                                            const grpc::ByteBuffer* req,
+                                            grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* MatchExternalKvPrefix(
-      grpc::CallbackServerContext* ctx,
-      const ::kv_indexer::v1::MatchExternalKvPrefixRequest* req,
-      ::kv_indexer::v1::MatchExternalKvPrefixResponse* resp) override;
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
   grpc::ServerUnaryReactor* GetExternalKvHitCounts(
-      grpc::CallbackServerContext* ctx,
-      const ::kv_indexer::v1::GetExternalKvHitCountsRequest* req,
-      ::kv_indexer::v1::GetExternalKvHitCountsResponse* resp) override;
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+      grpc::ByteBuffer* resp) override;
 
  private:
   ExternalKv* const kv_;

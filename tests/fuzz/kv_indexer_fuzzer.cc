@@ -1,4 +1,5 @@
 // libFuzzer: kv_indexer.v1 requests as the wire brings them, through the
+// decoders of their two hash forms (server/kv_indexer_wire.h) and the
 // readers that check them (server/kv_indexer_request.h) into ExternalKv
 // (index/external_kv.h) over one FleetIndex, as the KVIndexer service does.
 //
@@ -13,7 +14,8 @@
 // invariants hold (FleetIndex::CheckInvariants); a MatchExternalKvPrefix answer
 // lists only workers with an address, sorted by blocks descending, none past
 // the hashes considered, best_blocks the first's; MatchExternalKv lists only
-// hashes asked for; a worker just invalidated is not ready.
+// hashes asked for, and its answer, encoded in the form asked, reads back
+// as the same hashes; a worker just invalidated is not ready.
 //
 //   build-fuzz/tests/fuzz/kv_indexer_fuzzer tests/fuzz/corpus/kv_indexer_fuzzer
 #include <cstdint>
@@ -27,7 +29,9 @@
 #include "google/protobuf/stubs/logging.h"
 #include "index/external_kv.h"
 #include "index/fleet_index.h"
+#include "kv_indexer/v1/kv_indexer_decimal.pb.h"
 #include "server/kv_indexer_request.h"
+#include "server/kv_indexer_wire.h"
 
 namespace prefixd {
 namespace {
@@ -68,13 +72,49 @@ void CheckPrefix(const PrefixAnswer& a, size_t hashes) {
     Fail("best_blocks is not the first match's");
 }
 
+// The hashes of a Match answer, encoded in `form` and read back, are the
+// ones answered.
+void CheckMatchAnswer(const std::vector<NodeHoldings>& nodes, HashForm form) {
+  namespace pb = ::kv_indexer::v1;
+  pb::MatchExternalKvResponse resp;
+  std::vector<int64_t> want;
+  for (const NodeHoldings& n : nodes) {
+    pb::ExternalKvNodeMatch* m = resp.add_matches();
+    for (const TierHoldings& t : n.tiers) {
+      pb::TierHashes* out = m->add_hashes_by_tier();
+      for (EngineHash h : t.hashes) {
+        out->add_hashes(static_cast<int64_t>(h));
+        want.push_back(static_cast<int64_t>(h));
+      }
+    }
+  }
+  const std::string bytes = EncodeMatchResponse(resp, form);
+  std::vector<int64_t> got;
+  if (form == HashForm::kPacked) {
+    pb::MatchExternalKvResponse back;
+    if (!back.ParseFromString(bytes)) Fail("a packed answer does not parse");
+    for (const auto& m : back.matches())
+      for (const auto& t : m.hashes_by_tier())
+        got.insert(got.end(), t.hashes().begin(), t.hashes().end());
+  } else {
+    ::kv_indexer::v1::decimal::MatchResponse back;
+    if (!back.ParseFromString(bytes)) Fail("a decimal answer does not parse");
+    for (const auto& m : back.matches())
+      for (const auto& t : m.hashes_by_tier())
+        for (const std::string& h : t.hashes()) got.push_back(std::stoll(h));
+  }
+  if (got != want) Fail("a Match answer does not read back as its hashes");
+}
+
 void Call(int rpc, const std::string& bytes, ExternalKv& kv) {
   const CacheLimits limits = Limits();
   namespace pb = ::kv_indexer::v1;
   switch (rpc) {
     case 0: {
       pb::ApplyExternalKvBatchRequest req;
-      if (!req.ParseFromString(bytes)) return;
+      const absl::StatusOr<HashForm> form = DecodeApplyRequest(bytes, &req);
+      CheckRefusal(form.status());
+      if (!form.ok()) return;
       absl::StatusOr<ExternalBatch> b = ReadApplyRequest(req, limits);
       CheckRefusal(b.status());
       if (b.ok()) CheckRefusal(kv.Apply(*b).status());
@@ -101,24 +141,31 @@ void Call(int rpc, const std::string& bytes, ExternalKv& kv) {
     }
     case 3: {
       pb::MatchExternalKvRequest req;
-      if (!req.ParseFromString(bytes)) return;
+      const absl::StatusOr<HashForm> form = DecodeMatchRequest(bytes, &req);
+      CheckRefusal(form.status());
+      if (!form.ok()) return;
       absl::StatusOr<absl::Span<const EngineHash>> h =
           ReadHashList(req.hashes(), limits);
       CheckRefusal(h.status());
       if (!h.ok()) return;
       const std::set<EngineHash> asked(h->begin(), h->end());
-      for (const NodeHoldings& n : kv.Match(*h, req.count_as_hit(), "")) {
+      const std::vector<NodeHoldings> nodes =
+          kv.Match(*h, req.count_as_hit(), "");
+      for (const NodeHoldings& n : nodes) {
         for (const TierHoldings& t : n.tiers) {
           for (EngineHash x : t.hashes) {
             if (asked.count(x) == 0) Fail("Match answered a hash not asked");
           }
         }
       }
+      CheckMatchAnswer(nodes, *form);
       return;
     }
     case 4: {
       pb::MatchExternalKvPrefixRequest req;
-      if (!req.ParseFromString(bytes)) return;
+      const absl::StatusOr<HashForm> form = DecodePrefixRequest(bytes, &req);
+      CheckRefusal(form.status());
+      if (!form.ok()) return;
       absl::StatusOr<absl::Span<const EngineHash>> h =
           ReadPrefixRequest(req, limits);
       CheckRefusal(h.status());
@@ -140,7 +187,9 @@ void Call(int rpc, const std::string& bytes, ExternalKv& kv) {
     }
     default: {
       pb::GetExternalKvHitCountsRequest req;
-      if (!req.ParseFromString(bytes)) return;
+      const absl::StatusOr<HashForm> form = DecodeHitCountsRequest(bytes, &req);
+      CheckRefusal(form.status());
+      if (!form.ok()) return;
       absl::StatusOr<absl::Span<const EngineHash>> h =
           ReadHashList(req.hashes(), limits);
       CheckRefusal(h.status());

@@ -1,8 +1,10 @@
 """What the index's interop tests take from the routers' published specs,
 computed here independently of prefixd's own code:
 
-- SGLang's KV indexer client, generated at import time from the
-  repository's copy of kv_indexer.proto (as published) with grpc_tools;
+- SGLang's KV indexer clients, generated at import time with grpc_tools:
+  sgl-router's, from the repository's copy of kv_indexer.proto (as
+  published), and the standalone sgl-kv-indexer crate's, whose hashes are
+  decimal text, from tests/index/kv_indexer_standalone.proto;
 - the Mooncake Conductor's rolling hash: XXH64 (Debian's libxxhash through
   ctypes) of the parent key as 8 bytes little-endian then the block's
   tokens as int32 little-endian, seed 0, from XXH64(salt);
@@ -43,6 +45,23 @@ def kv_indexer_stubs():
     sys.path.insert(0, gen)
     from kv_indexer.v1 import kv_indexer_pb2, kv_indexer_pb2_grpc
     return kv_indexer_pb2, kv_indexer_pb2_grpc
+
+
+def kv_indexer_standalone_stubs():
+    """(pb2, pb2_grpc) of the standalone sgl-kv-indexer crate's schema: the
+    same service and field numbers, hashes as decimal text. Its package is
+    kv_indexer.v1 too, so a process loads this or kv_indexer_stubs(), not
+    both."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    gen = tempfile.mkdtemp(prefix="kv-indexer-standalone-stubs-")
+    atexit.register(shutil.rmtree, gen, True)
+    if protoc.main(["protoc", "-I" + root, "--python_out=" + gen, "--grpc_python_out=" + gen,
+                    os.path.join(root, "kv_indexer_standalone.proto")]) != 0:
+        sys.exit("protoc failed on kv_indexer_standalone.proto")
+    sys.path.insert(0, gen)
+    import kv_indexer_standalone_pb2
+    import kv_indexer_standalone_pb2_grpc
+    return kv_indexer_standalone_pb2, kv_indexer_standalone_pb2_grpc
 
 
 _XXH = ctypes.CDLL("libxxhash.so.0")

@@ -132,6 +132,9 @@ enum Field : int {
   kObjectKey,
   // TensorRT-LLM's, map form only: per block, the multimodal inputs in it.
   kMmKeys,
+  // RFC #1527's, map form only (also on removals and clears): the tenant
+  // whose object the event is about.
+  kTenantId,
   kNumFields,
 };
 
@@ -160,6 +163,7 @@ constexpr absl::string_view kFieldNames[kNumFields] = {
     "snapshot_version",
     "object_key",
     "mm_keys",
+    "tenant_id",
 };
 
 // RFC #1527's other names for vLLM's fields (Mooncake's store master sends
@@ -176,7 +180,6 @@ constexpr FieldAlias kAliases[] = {
     {"base_block_idx", -1},
     {"backend_id", -1},
     {"dp_rank", -1},
-    {"tenant_id", -1},
     {"model_name", -1},
     {"event_id", -1},
     {"timestamp", -1},
@@ -195,13 +198,15 @@ constexpr FieldAlias kAliases[] = {
 
 // Map form only (they have no place in the array form).
 constexpr Field kStoredMapFields[] = {
-    kAdditionalSalt, kCacheSalt,       kComponentTypes, kComponentType,
-    kComponentId,    kSnapshotVersion, kObjectKey,      kMmKeys};
+    kAdditionalSalt,  kCacheSalt, kComponentTypes, kComponentType, kComponentId,
+    kSnapshotVersion, kObjectKey, kMmKeys,         kTenantId};
 // Mooncake's removals carry its every event's model, LoRA, block size and
 // salt too: known there, not used.
 constexpr Field kRemovedMapFields[] = {
-    kRemainingCopyCounts, kComponentType, kComponentId, kSnapshotVersion,
-    kObjectKey,           kLoraName,      kBlockSize,   kAdditionalSalt};
+    kRemainingCopyCounts, kComponentType,  kComponentId,
+    kSnapshotVersion,     kObjectKey,      kLoraName,
+    kBlockSize,           kAdditionalSalt, kTenantId};
+constexpr Field kClearedMapFields[] = {kTenantId};
 
 constexpr Field kStoredFields[] = {
     kBlockHashes,
@@ -245,6 +250,8 @@ EventFields FieldsOf(Kind kind) {
       return {kStoredFields, kStoredMapFields};
     case Kind::kRemoved:
       return {kRemovedFields, kRemovedMapFields};
+    case Kind::kCleared:
+      return {{}, kClearedMapFields};
     default:
       return {};
   }
@@ -594,7 +601,8 @@ class EventDecoder {
       case Kind::kRemoved:
         return DecodeRemoved(fields, &std::get<BlockRemovedEvent>(ev));
       default:
-        return absl::OkStatus();
+        return Name(kTenantId, fields[kTenantId].get(),
+                    &std::get<AllBlocksClearedEvent>(ev).tenant);
     }
   }
 
@@ -635,6 +643,7 @@ class EventDecoder {
     RETURN_IF_ERROR(GroupSpec(f, ev));
     RETURN_IF_ERROR(UpperName(kLocality, f[kLocality], "", &ev->locality));
     RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
+    RETURN_IF_ERROR(Name(kTenantId, f[kTenantId], &ev->tenant));
     if (IsMap(f[kSessionId])) {
       RETURN_IF_ERROR(Metadata(kSessionId, fields[kSessionId], &metadata_salt));
     } else {
@@ -757,6 +766,7 @@ class EventDecoder {
     RETURN_IF_ERROR(Name(kOwnership, f[kOwnership], &ev->ownership));
     RETURN_IF_ERROR(
         IntOrZero(kEventVersion, f[kEventVersion], &ev->event_version));
+    RETURN_IF_ERROR(Name(kTenantId, f[kTenantId], &ev->tenant));
     RETURN_IF_ERROR(OneComponent(f, &ev->components));
     return DropCopiesLeft(fields[kRemainingCopyCounts], ev);
   }

@@ -180,6 +180,9 @@ struct BlockStoredEvent {
   std::string locality;
   std::string ownership;
   int64_t event_version = 0;  // 0 when null
+  // RFC #1527's tenant_id (map form only): the tenant whose object this
+  // is, as Mooncake's store master names it per object; empty when null.
+  std::string tenant;
 };
 
 struct BlockRemovedEvent {
@@ -197,9 +200,14 @@ struct BlockRemovedEvent {
   std::string locality;
   std::string ownership;
   int64_t event_version = 0;
+  std::string tenant;  // as in BlockStoredEvent
 };
 
-struct AllBlocksClearedEvent {};
+struct AllBlocksClearedEvent {
+  // RFC #1527's tenant_id: Mooncake's store master clears one tenant's
+  // objects; empty (every event of vLLM, SGLang, TensorRT-LLM): all.
+  std::string tenant;
+};
 
 using KvEvent =
     std::variant<BlockStoredEvent, BlockRemovedEvent, AllBlocksClearedEvent>;

@@ -1513,9 +1513,12 @@ TEST(DecodeEventBatchTest, Rfc1527EventsDecode) {
                         {"medium", "disk"}});
   KvEventBatch b;
   ASSERT_TRUE(
-      Decode(Arr({Float(1.5),
-                  Arr({stored, compat, Map({{"event_type", "cleared"}})}), 0}),
-             &b)
+      Decode(
+          Arr({Float(1.5),
+               Arr({stored, compat,
+                    Map({{"event_type", "cleared"}, {"tenant_id", "acme"}})}),
+               0}),
+          &b)
           .ok());
   EXPECT_EQ(b.unknown_fields, 0u);
   ASSERT_EQ(b.events.size(), 3u);
@@ -1527,11 +1530,22 @@ TEST(DecodeEventBatchTest, Rfc1527EventsDecode) {
   EXPECT_EQ(s->cache_salt, "w8a8");
   EXPECT_EQ(s->medium, "CPU");
   EXPECT_EQ(s->block_size, 16);
+  EXPECT_EQ(s->tenant, "default");
   const BlockRemovedEvent* r = Removed(b, 1);
   ASSERT_NE(r, nullptr);
   EXPECT_THAT(r->block_hashes, ElementsAre(98765u));
   EXPECT_EQ(r->medium, "DISK");
-  EXPECT_TRUE(std::holds_alternative<AllBlocksClearedEvent>(b.events[2]));
+  EXPECT_EQ(r->tenant, "");  // not said
+  const auto* cleared = std::get_if<AllBlocksClearedEvent>(&b.events[2]);
+  ASSERT_NE(cleared, nullptr);
+  EXPECT_EQ(cleared->tenant, "acme");  // that tenant's objects only
+  // A tenant that is not a str is an error naming the field.
+  KvEventBatch bad;
+  const absl::Status wrong = DecodeEventBatch(
+      Bytes(
+          Arr({1, Arr({Map({{"event_type", "cleared"}, {"tenant_id", 3}})})})),
+      &bad);
+  EXPECT_THAT(wrong.message(), HasSubstr("tenant_id"));
 }
 
 // Its current store master names each object by its key, seq_hashes

@@ -644,6 +644,40 @@ TEST_F(FleetIndexTest, OtherKvCacheGroupsAreSkipped) {
 // TensorRT-LLM publishes one layer group, its largest attention window's,
 // and names it: whatever its index, the engine is routed by it. A store
 // into group 0 later makes group 0 the routed one, as for older vLLM.
+// Mooncake's store master names each object's tenant, and a registration
+// follows its stream for one tenant: events about another tenant's objects
+// change nothing of the worker's (stores dropped as other_tenant), and
+// events naming no tenant, or the worker's, apply as before.
+TEST_F(FleetIndexTest, EventsOfAnotherTenantAreSkipped) {
+  WorkerLabels labels;
+  labels.tenant = "acme";
+  index_.SetLabels(w0_, labels);
+  BlockStoredEvent other = Stored({}, {1, 2});
+  other.tenant = "globex";
+  Apply(w0_, {other});
+  EXPECT_EQ(Route({1, 2})["w0"], 0u);
+  EXPECT_EQ(index_.Stats().dropped[static_cast<int>(DropReason::kOtherTenant)],
+            2u);
+  BlockStoredEvent own = Stored({}, {1, 2});
+  own.tenant = "acme";
+  Apply(w0_, {own, Stored({1, 2}, {3})});  // the second names no tenant
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 3u);
+  BlockRemovedEvent removed = Removed({{1, 2, 3}});
+  removed.tenant = "globex";
+  AllBlocksClearedEvent cleared;
+  cleared.tenant = "globex";
+  Apply(w0_, {removed, cleared});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 3u);
+  cleared.tenant = "acme";
+  Apply(w0_, {cleared});
+  EXPECT_EQ(Route({1, 2, 3})["w0"], 0u);
+  // A worker without a tenant label is the default tenant's.
+  BlockStoredEvent dflt = Stored({}, {4});
+  dflt.tenant = "default";
+  Apply(w1_, {dflt});
+  EXPECT_EQ(Route({4})["w1"], 1u);
+}
+
 TEST_F(FleetIndexTest, AnEngineNamingOneGroupIsRoutedByIt) {
   BlockStoredEvent ev = Stored({}, {1, 2, 3});
   ev.group_idx = 2;

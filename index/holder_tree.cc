@@ -21,8 +21,8 @@ constexpr absl::string_view kDetachedNamespace =
 
 absl::string_view DropReasonName(DropReason reason) {
   static constexpr absl::string_view kNames[kNumDropReasons] = {
-      "unknown_parent", "extra_keys", "group",
-      "max_entries",    "block_size", "unknown_hash"};
+      "unknown_parent", "extra_keys",   "group",       "max_entries",
+      "block_size",     "unknown_hash", "other_tenant"};
   return kNames[static_cast<int>(reason)];
 }
 

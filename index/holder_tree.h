@@ -71,8 +71,12 @@ enum class DropReason : int {
   kMaxEntries = 3,
   kBlockSize = 4,
   kUnknownHash = 5,  // a store without tokens whose key no block has
+  // An RFC #1527 store of another tenant's object than its worker's (a
+  // Mooncake store master names each object's tenant; its registration is
+  // one tenant's).
+  kOtherTenant = 6,
 };
-inline constexpr int kNumDropReasons = 6;
+inline constexpr int kNumDropReasons = 7;
 absl::string_view DropReasonName(DropReason reason);
 using DropCounts = std::array<uint64_t, kNumDropReasons>;
 

@@ -3,7 +3,8 @@
 // with tokens, EAGLE's bigram stores (the token after each block a content
 // key), stores of keys alone, vLLM's offloading placeholders, sparse
 // stores and Mooncake objects (blocks named by engine hash), removals,
-// AllBlocksCleared, a wrong block size, LoRA, salts, mediums, KV-cache groups),
+// AllBlocksCleared, a wrong block size, LoRA, salts, mediums, KV-cache groups,
+// events of another tenant than the worker's),
 // hash reports of SGLang's KV indexer (report, revoke, clear a tier),
 // registrations (labels, hashes that are the index's own keys, KV-cache group
 // rules), streams cleared and workers retired and added back. Hashes and tokens
@@ -152,6 +153,13 @@ class Driver {
     return kMediums[in.ConsumeIntegralInRange<int>(0, 3)];
   }
 
+  // RFC #1527's tenant_id: mostly none; else the default tenant, or one
+  // that only some workers' labels name.
+  static std::string Tenant(FuzzedDataProvider& in) {
+    static const char* const kTenants[] = {"", "", "", "", "default", "t"};
+    return kTenants[in.ConsumeIntegralInRange<int>(0, 5)];
+  }
+
   BlockStoredEvent Store(FuzzedDataProvider& in) {
     BlockStoredEvent e;
     const bool root = in.ConsumeBool();
@@ -193,6 +201,7 @@ class Driver {
       }
     }
     e.medium = Medium(in);
+    e.tenant = Tenant(in);
     e.chain_blocks = in.ConsumeIntegralInRange<size_t>(0, 7) == 0
                          ? in.ConsumeIntegralInRange<size_t>(0, blocks)
                          : blocks;
@@ -256,9 +265,10 @@ class Driver {
         r.group_idx = Group(in);
         if (in.ConsumeIntegralInRange<int>(0, 5) == 0)
           r.components = in.ConsumeIntegralInRange<uint32_t>(0, 7);
+        r.tenant = Tenant(in);
         batch.events.emplace_back(std::move(r));
       } else {
-        batch.events.emplace_back(AllBlocksClearedEvent{});
+        batch.events.emplace_back(AllBlocksClearedEvent{Tenant(in)});
       }
     }
     ++clock_s_;
@@ -312,6 +322,7 @@ class Driver {
     if (in.ConsumeBool()) l.lora_name = "a";
     if (in.ConsumeBool()) l.salt = "s";
     if (in.ConsumeBool()) l.address = absl::StrCat("http://w", w);
+    if (in.ConsumeBool()) l.tenant = "t";
     index_.SetLabels(ids_[w], l);
     Check("labels");
     if (in.ConsumeBool()) {  // group rules its registration declares

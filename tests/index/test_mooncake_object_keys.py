@@ -15,7 +15,12 @@ Checks:
     the store hold those blocks in its medium (CPU, DISK), found by Route
     by the prompt's tokens;
   - a removed object's block is no longer the store's, and a cleared
-    backend holds nothing.
+    backend holds nothing;
+  - the master names each object's tenant: objects, removals and clears of
+    another tenant than the store's registration (default) change nothing
+    (their blocks counted as other_tenant drops), and a clear of its own
+    tenant still clears; a second source on the same stream for tenant
+    acme holds acme's objects, until acme's clear.
 
 Usage: test_mooncake_object_keys.py --prefixd PATH [--stubs DIR]
 """
@@ -24,6 +29,7 @@ import hashlib
 import os
 import sys
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
@@ -72,11 +78,11 @@ class MooncakeStore(upstream.ZmqEventPublisher):
         super().__init__(form="array", clock=lambda: TS_MS)
         self.event_id = 0
 
-    def event(self, event_type, key=None, medium="cpu"):
+    def event(self, event_type, key=None, medium="cpu", tenant="default"):
         self.event_id += 1
         ev = {"event_id": self.event_id, "timestamp": TS_MS, "event_type": event_type,
               "model_name": None, "block_size": None, "additional_salt": None,
-              "lora_name": None, "tenant_id": "default", "backend_id": "store-0",
+              "lora_name": None, "tenant_id": tenant, "backend_id": "store-0",
               "medium": None if event_type == "cleared" else medium, "dp_rank": 0}
         if event_type != "cleared":
             ev.update(group_id=None, object_key=key, seq_hashes=[], block_hashes=[],
@@ -102,7 +108,10 @@ class MooncakeObjectKeysTest(unittest.TestCase):
                   '  sources { name: "vllm-0" endpoint: "%s" }\n'
                   '  sources { name: "sglang-0" endpoint: "%s" type: "SGLang" }\n'
                   '  sources { name: "store" endpoint: "%s" type: "Mooncake" }\n'
-                  '}\n' % (BS, cls.vllm.endpoint, cls.sglang.endpoint, cls.store.endpoint))
+                  '  sources { name: "store-acme" endpoint: "%s" type: "Mooncake"'
+                  ' tenant: "acme" }\n'
+                  '}\n' % (BS, cls.vllm.endpoint, cls.sglang.endpoint, cls.store.endpoint,
+                           cls.store.endpoint))
         cls.daemon = prefixd_fixture.Daemon(ARGS.prefixd, config, snapshot=False).start()
         cls.client = prefixd.Client(cls.daemon.tcp)
         for pub in (cls.vllm, cls.sglang, cls.store):
@@ -126,10 +135,10 @@ class MooncakeObjectKeysTest(unittest.TestCase):
     def applied(cls, seqs):
         return prefixd_fixture.applied(cls.client, cls.daemon, seqs, DEADLINE_S)
 
-    def held(self, toks):
+    def held(self, toks, store="store"):
         """The store's (matched blocks, {medium: blocks})."""
-        for w in self.client.route(toks, workers=["store"]).workers:
-            if w.worker == "store":
+        for w in self.client.route(toks, workers=[store]).workers:
+            if w.worker == store:
                 return w.matched_blocks, dict(w.mediums)
         return None
 
@@ -158,6 +167,37 @@ class MooncakeObjectKeysTest(unittest.TestCase):
         w = self.applied({"store": seq})["store"]
         self.assertEqual(self.held(tokens(0, 3)), (0, {}))
         self.assertEqual(w.state, prefixd.WorkerState.LIVE)
+
+    def other_tenant_drops(self):
+        with urllib.request.urlopen("http://%s/metrics" % self.daemon.metrics,
+                                    timeout=DEADLINE_S) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith('prefixd_index_dropped_blocks_total{reason="other_tenant"}'):
+                    return float(line.split()[-1])
+        return None
+
+    def test_4_other_tenants_objects(self):
+        before = self.other_tenant_drops()
+        seq = self.store.publish([self.store.event("stored", vllm_key(i), tenant="acme")
+                                  for i in range(3)])
+        self.applied({"store": seq, "store-acme": seq})
+        self.assertEqual(self.held(tokens(0, 3)), (0, {}))
+        self.assertEqual(self.other_tenant_drops(), before + 3)
+        # The same master followed for acme holds them.
+        self.assertEqual(self.held(tokens(0, 3), "store-acme"), (3, {"CPU": 3}))
+        seq = self.store.publish([self.store.event("stored", vllm_key(i)) for i in range(3)])
+        clears = self.applied({"store": seq})["store"].clears
+        self.assertEqual(self.held(tokens(0, 3)), (3, {"CPU": 3}))
+        # Another tenant's removal and RemoveAll are not about these objects.
+        seq = self.store.publish([self.store.event("removed", vllm_key(1), tenant="acme"),
+                                  self.store.event("cleared", tenant="acme")])
+        w = self.applied({"store": seq, "store-acme": seq})["store"]
+        self.assertEqual(self.held(tokens(0, 3)), (3, {"CPU": 3}))
+        self.assertEqual(w.clears, clears)
+        self.assertEqual(self.held(tokens(0, 3), "store-acme"), (0, {}))
+        seq = self.store.publish([self.store.event("cleared")])
+        self.applied({"store": seq})
+        self.assertEqual(self.held(tokens(0, 3)), (0, {}))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "index/event_tenant.h"
 #include "index/external_kv.h"
 #include "index/extra_keys.h"
 #include "index/keys.h"
@@ -285,37 +286,12 @@ void FleetIndex::ClearLocked(WorkerRecord& w, ClearReason reason) {
 
 // --- Apply ------------------------------------------------------------------
 
-namespace {
-
-// An event about another tenant's object than w's (RFC #1527's tenant_id:
-// a Mooncake store master publishes every tenant's objects on one stream,
-// and a registration follows it for one tenant) is counted, and skipped:
-// its stores are dropped (other_tenant), its removals and clears are of
-// blocks w never held. Events that name no tenant are w's.
-bool OtherTenants(const WorkerRecord& w, absl::string_view tenant) {
-  return !tenant.empty() && tenant != w.labels.Tenant();
-}
-
-bool OfAnotherTenant(WorkerRecord& w, const KvEvent& e, DropCounts* drops) {
-  const absl::string_view tenant = std::visit(
-      [](const auto& ev) -> absl::string_view { return ev.tenant; }, e);
-  if (!OtherTenants(w, tenant)) return false;
-  ++w.events_by_type[e.index()];
-  if (const auto* st = std::get_if<BlockStoredEvent>(&e)) {
-    (*drops)[static_cast<int>(DropReason::kOtherTenant)] +=
-        st->block_hashes.size();
-  }
-  return true;
-}
-
-}  // namespace
-
 bool FleetIndex::RejectBlockSize(WorkerRecord& w, const KvEventBatch& batch) {
   const BlockStoredEvent* wrong = nullptr;
   uint64_t blocks = 0;
   for (const KvEvent& e : batch.events) {
     const auto* st = std::get_if<BlockStoredEvent>(&e);
-    if (st == nullptr || OtherTenants(w, st->tenant)) continue;
+    if (st == nullptr || OfAnotherTenant(w, st->tenant)) continue;
     blocks += st->block_hashes.size();
     // A placeholder names blocks stored before: its size is the offload
     // tier's, never the index's to check; so does a store of SGLang's
@@ -368,7 +344,7 @@ void FleetIndex::ApplyEvents(WorkerRecord& w, const KvEventBatch& batch) {
   // stores after it, up to the next removal or clear.
   std::vector<const BlockStoredEvent*> waiting;
   for (const KvEvent& e : batch.events) {
-    if (OfAnotherTenant(w, e, &drops)) continue;
+    if (SkipOtherTenants(w, e, &drops)) continue;
     if (const auto* st = std::get_if<BlockStoredEvent>(&e)) {
       ++w.events_by_type[0];
       if (st->sparse) {

@@ -34,15 +34,21 @@ from grpc_tools import protoc
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def kv_indexer_stubs():
-    """(kv_indexer_pb2, kv_indexer_pb2_grpc), generated from the proto text."""
-    root = os.path.join(_REPO, "proto")
-    gen = tempfile.mkdtemp(prefix="kv-indexer-stubs-")
+def _compile(root, proto, prefix):
+    """Generates the Python and gRPC modules of `proto` (a path below
+    `root`) into a temporary directory put first on sys.path."""
+    gen = tempfile.mkdtemp(prefix=prefix)
     atexit.register(shutil.rmtree, gen, True)
     if protoc.main(["protoc", "-I" + root, "--python_out=" + gen, "--grpc_python_out=" + gen,
-                    os.path.join(root, "kv_indexer", "v1", "kv_indexer.proto")]) != 0:
-        sys.exit("protoc failed on kv_indexer.proto")
+                    os.path.join(root, proto)]) != 0:
+        sys.exit("protoc failed on " + proto)
     sys.path.insert(0, gen)
+
+
+def kv_indexer_stubs():
+    """(kv_indexer_pb2, kv_indexer_pb2_grpc), generated from the proto text."""
+    _compile(os.path.join(_REPO, "proto"), os.path.join("kv_indexer", "v1", "kv_indexer.proto"),
+             "kv-indexer-stubs-")
     from kv_indexer.v1 import kv_indexer_pb2, kv_indexer_pb2_grpc
     return kv_indexer_pb2, kv_indexer_pb2_grpc
 
@@ -52,13 +58,8 @@ def kv_indexer_standalone_stubs():
     same service and field numbers, hashes as decimal text. Its package is
     kv_indexer.v1 too, so a process loads this or kv_indexer_stubs(), not
     both."""
-    root = os.path.dirname(os.path.abspath(__file__))
-    gen = tempfile.mkdtemp(prefix="kv-indexer-standalone-stubs-")
-    atexit.register(shutil.rmtree, gen, True)
-    if protoc.main(["protoc", "-I" + root, "--python_out=" + gen, "--grpc_python_out=" + gen,
-                    os.path.join(root, "kv_indexer_standalone.proto")]) != 0:
-        sys.exit("protoc failed on kv_indexer_standalone.proto")
-    sys.path.insert(0, gen)
+    _compile(os.path.dirname(os.path.abspath(__file__)), "kv_indexer_standalone.proto",
+             "kv-indexer-standalone-stubs-")
     import kv_indexer_standalone_pb2
     import kv_indexer_standalone_pb2_grpc
     return kv_indexer_standalone_pb2, kv_indexer_standalone_pb2_grpc

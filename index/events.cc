@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/base/attributes.h"
 #include "absl/hash/hash.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -331,7 +332,8 @@ struct TokensSink {
     data = SizeFor(size, allowance, out);
     return data != nullptr;
   }
-  void Element(uint32_t i, const object& o) {
+  // Inlined into the parser's loop: it runs for every token id.
+  ABSL_ATTRIBUTE_ALWAYS_INLINE void Element(uint32_t i, const object& o) {
     if (!IsToken(o)) {
       bad->Note(i, o);
       return;

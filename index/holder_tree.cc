@@ -417,6 +417,10 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
   if (chain < n)
     (*drops)[static_cast<int>(DropReason::kExtraKeys)] += n - chain;
   if (chain == 0) return;
+  // Each block's entry in the worker's hash map (MapHash, last) is far
+  // from the one before: fetch them while the keys are computed.
+  const auto& blocks = holdings_[worker].blocks;
+  for (size_t i = 0; i < chain; ++i) blocks.prefetch(ev.block_hashes[i]);
   size_t used;
   DropReason why;
   Node* node = StoreStart(worker, ev, defaults, &used, &why);

@@ -428,30 +428,22 @@ void HolderTree::Store(WorkerId worker, const BlockStoredEvent& ev,
     (*drops)[static_cast<int>(why)] += chain;
     return;
   }
-  // The rolling keys chain from the block before the first (or the
-  // namespace's root).
-  const bool first = node->is_root();
-  const uint64_t parent =
-      first
-          ? scheme_.Root(ev.cache_salt.empty() ? defaults.salt : ev.cache_salt)
-          : slots_[node->block_ids()[used - 1]].key;
-  const size_t bs = static_cast<size_t>(block_size_);
-  key_scratch_.resize(chain);
-  scheme_.Chain(parent, first, ev.token_ids, bs, chain, &ev.content,
-                key_scratch_.data());
   fingerprint_scratch_.resize(chain * kKeyTokens);
-  scheme_.Fingerprints(ev.token_ids, bs, chain, &ev.content,
-                       fingerprint_scratch_.data());
-  StoreChain(worker, ev, chain, node, used, stamp);
+  scheme_.Fingerprints(ev.token_ids, static_cast<size_t>(block_size_), chain,
+                       &ev.content, fingerprint_scratch_.data());
+  StoreChain(worker, ev, chain, node, used,
+             ev.cache_salt.empty() ? defaults.salt : ev.cache_salt, stamp);
 }
 
 // Walks down from after `used` blocks of `node` with the fingerprints in
 // fingerprint_scratch_: a block already in the tree gains the holder; where
 // the path leaves an edge the edge splits; the rest hangs below as new
-// blocks, with their rolling keys from key_scratch_.
+// blocks. Only they need their rolling keys (an XXH64 each, one after the
+// other): they chain from the key of the block above them, or from the
+// namespace's root (Root(salt)).
 void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
                             size_t chain, Node* node, size_t used,
-                            uint64_t stamp) {
+                            absl::string_view salt, uint64_t stamp) {
   const uint32_t holder = PackHolder(
       worker, ev.group_idx, TierId(ev.medium, ev.locality, ev.ownership));
   MarkTokened(worker);
@@ -482,10 +474,17 @@ void HolderTree::StoreChain(WorkerId worker, const BlockStoredEvent& ev,
       continue;
     }
     // Nothing below holds block i: the rest of the chain is new.
+    const bool first = node->is_root();  // then i is 0
+    const uint64_t parent =
+        first ? scheme_.Root(salt) : slots_[node->block_ids()[used - 1]].key;
+    key_scratch_.resize(chain - i);
+    scheme_.ChainFrom(parent, first, ev.token_ids,
+                      static_cast<size_t>(block_size_), i, chain, &ev.content,
+                      key_scratch_.data());
     std::vector<BlockId> ids(chain - i);
     for (BlockId& id : ids) id = NewSlot();
-    AttachNew(node, fingerprints.subspan(i * kKeyTokens),
-              absl::MakeConstSpan(key_scratch_).subspan(i), ids, stamp);
+    AttachNew(node, fingerprints.subspan(i * kKeyTokens), key_scratch_, ids,
+              stamp);
     // Every new block is held before any hash names it: a hash the chain
     // repeats (an engine reusing one) takes the worker off its earlier
     // block, and the prune that follows must not reach new blocks after

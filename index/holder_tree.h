@@ -290,7 +290,8 @@ class HolderTree {
                    const StoreDefaults& defaults, size_t* used,
                    DropReason* why);
   void StoreChain(WorkerId worker, const BlockStoredEvent& ev, size_t chain,
-                  Node* node, size_t used, uint64_t stamp);
+                  Node* node, size_t used, absl::string_view salt,
+                  uint64_t stamp);
   void StoreByKeys(WorkerId worker, const BlockStoredEvent& ev,
                    const StoreDefaults& defaults, DropCounts* drops);
   void StoreByEngineHash(WorkerId worker, const BlockStoredEvent& ev,
@@ -379,7 +380,7 @@ class HolderTree {
   // views of the names stay valid for the tree's life.
   std::vector<std::string> mediums_;
   std::vector<Token> fingerprint_scratch_;  // Store's fingerprints
-  std::vector<uint64_t> key_scratch_;       // and rolling keys
+  std::vector<uint64_t> key_scratch_;       // and its new blocks' keys
   uint64_t entries_ = 0;
   uint64_t grown_in_place_ = 0;       // see Sizes
   std::vector<WorkerId> sweeps_due_;  // see BeginSweep

@@ -128,13 +128,20 @@ void KeyScheme::Chain(uint64_t parent, bool first,
                       absl::Span<const Token> tokens, size_t block_size,
                       size_t blocks, const BlockContent* content,
                       uint64_t* keys) const {
+  ChainFrom(parent, first, tokens, block_size, 0, blocks, content, keys);
+}
+
+void KeyScheme::ChainFrom(uint64_t parent, bool first,
+                          absl::Span<const Token> tokens, size_t block_size,
+                          size_t from, size_t blocks,
+                          const BlockContent* content, uint64_t* keys) const {
   const bool with_content = content != nullptr && !content->empty();
-  for (size_t i = 0; i < blocks; ++i) {
+  for (size_t i = from; i < blocks; ++i) {
     absl::Span<const ContentKey> extra;
     if (with_content) extra = content->Of(i);
     parent = Next(parent, first && i == 0,
                   tokens.subspan(i * block_size, block_size), extra);
-    keys[i] = parent;
+    keys[i - from] = parent;
   }
 }
 

@@ -86,6 +86,12 @@ class KeyScheme {
   void Chain(uint64_t parent, bool first, absl::Span<const Token> tokens,
              size_t block_size, size_t blocks, const BlockContent* content,
              uint64_t* keys) const;
+  // The same for blocks [from, blocks) alone, `parent` the key of block
+  // from - 1 (`first`: from is 0 and block 0 is a namespace's first):
+  // keys[i - from] = the rolling key of block i.
+  void ChainFrom(uint64_t parent, bool first, absl::Span<const Token> tokens,
+                 size_t block_size, size_t from, size_t blocks,
+                 const BlockContent* content, uint64_t* keys) const;
 
   // A block's fingerprint: what the trees' edges compare.
   uint64_t Fingerprint(absl::Span<const Token> tokens,

@@ -82,6 +82,10 @@ TEST(KeySchemeTest, ConductorProfileIsXxh64OfParentAndTokens) {
   std::vector<uint64_t> keys(2);
   scheme.Chain(root, true, tokens, 4, 2, nullptr, keys.data());
   EXPECT_EQ(keys, (std::vector<uint64_t>{k0, k1}));
+  // So does ChainFrom, from the second block after the first's key.
+  uint64_t second = 0;
+  scheme.ChainFrom(k0, false, tokens, 4, 1, 2, nullptr, &second);
+  EXPECT_EQ(second, k1);
 }
 
 // The RFC profile, pinned: XXH3 of each block's tokens (the local hash);

@@ -4,6 +4,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "server/kv_indexer_request.h"
@@ -34,10 +35,16 @@ void TierToProto(const TierHoldings& t, kvi::TierHashes* out) {
   out->mutable_block_sizes()->Resize(static_cast<int>(t.hashes.size()), 0);
 }
 
-std::string Bytes(const grpc::ByteBuffer& buffer) {
+// The request's bytes; an error rather than an empty message (which would
+// read as a valid request) when gRPC cannot hand them over.
+absl::StatusOr<std::string> Bytes(const grpc::ByteBuffer& buffer) {
   std::vector<grpc::Slice> slices;
+  if (const grpc::Status s = buffer.Dump(&slices); !s.ok()) {
+    return absl::InternalError(absl::StrCat("cannot read the request's ",
+                                            buffer.Length(),
+                                            " bytes: ", s.error_message()));
+  }
   std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
   out.reserve(buffer.Length());
   for (const grpc::Slice& s : slices)
     out.append(reinterpret_cast<const char*>(s.begin()), s.size());
@@ -111,8 +118,9 @@ grpc::ServerUnaryReactor* KvIndexerService::ApplyExternalKvBatch(
       ctx, *auth_, observer_, "ApplyExternalKvBatch",
       [&](const CallContext& call) -> absl::Status {
         RETURN_IF_ERROR(MayWrite(call, "ApplyExternalKvBatch"));
+        ASSIGN_OR_RETURN(const std::string bytes, Bytes(*req));
         kvi::ApplyExternalKvBatchRequest request;
-        RETURN_IF_ERROR(DecodeApplyRequest(Bytes(*req), &request).status());
+        RETURN_IF_ERROR(DecodeApplyRequest(bytes, &request).status());
         ASSIGN_OR_RETURN(ExternalBatch batch,
                          ReadApplyRequest(request, limits_));
         ASSIGN_OR_RETURN(ApplyOutcome out, kv_->Apply(batch));
@@ -130,9 +138,10 @@ grpc::ServerUnaryReactor* KvIndexerService::MatchExternalKv(
   return UnaryCall(
       ctx, *auth_, observer_, "MatchExternalKv",
       [&](const CallContext& call) -> absl::Status {
+        ASSIGN_OR_RETURN(const std::string bytes, Bytes(*req));
         kvi::MatchExternalKvRequest request;
         ASSIGN_OR_RETURN(const HashForm form,
-                         DecodeMatchRequest(Bytes(*req), &request));
+                         DecodeMatchRequest(bytes, &request));
         ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
                          ReadHashList(request.hashes(), limits_));
         kvi::MatchExternalKvResponse response;
@@ -155,8 +164,9 @@ grpc::ServerUnaryReactor* KvIndexerService::MatchExternalKvPrefix(
   return UnaryCall(
       ctx, *auth_, observer_, "MatchExternalKvPrefix",
       [&](const CallContext& call) -> absl::Status {
+        ASSIGN_OR_RETURN(const std::string bytes, Bytes(*req));
         kvi::MatchExternalKvPrefixRequest request;
-        RETURN_IF_ERROR(DecodePrefixRequest(Bytes(*req), &request).status());
+        RETURN_IF_ERROR(DecodePrefixRequest(bytes, &request).status());
         ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
                          ReadPrefixRequest(request, limits_));
         WorkerFilter filter;
@@ -182,10 +192,10 @@ grpc::ServerUnaryReactor* KvIndexerService::GetExternalKvHitCounts(
     grpc::ByteBuffer* resp) {
   return UnaryCall(ctx, *auth_, observer_, "GetExternalKvHitCounts",
                    [&](const CallContext&) -> absl::Status {
+                     ASSIGN_OR_RETURN(const std::string bytes, Bytes(*req));
                      kvi::GetExternalKvHitCountsRequest request;
-                     ASSIGN_OR_RETURN(
-                         const HashForm form,
-                         DecodeHitCountsRequest(Bytes(*req), &request));
+                     ASSIGN_OR_RETURN(const HashForm form,
+                                      DecodeHitCountsRequest(bytes, &request));
                      ASSIGN_OR_RETURN(absl::Span<const EngineHash> hashes,
                                       ReadHashList(request.hashes(), limits_));
                      kvi::GetExternalKvHitCountsResponse response;
